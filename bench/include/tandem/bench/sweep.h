@@ -1,0 +1,35 @@
+// nccl-tests-style sweep of one collective over message sizes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "tandem/types.h"
+
+namespace tandem::bench {
+
+enum class Format { table, csv, json };
+
+// Flags as in nccl-tests: -b -e -f/-i -n -w -c -d -o -r.
+struct SweepOptions {
+  std::string collective = "allreduce";
+  size_t min_bytes = 32 << 20;   // -b
+  size_t max_bytes = 32 << 20;   // -e
+  double factor = 2.0;           // -f (used when increment == 0)
+  size_t increment = 0;          // -i
+  int iters = 20;                // -n
+  int warmup = 5;                // -w
+  bool check = true;             // -c
+  DataType dtype = DataType::f32;  // -d
+  ReduceOp op = ReduceOp::sum;     // -o
+  int root = 0;                    // -r
+  Format format = Format::table;
+  std::string plot;  // PNG path for busbw vs size (gnuplot), empty = none
+};
+
+// Runs the sweep as one rank of a job (environment from bootstrap.h); rank 0
+// prints. Returns a process exit code: 0, or 1 if any result was wrong.
+int run_sweep(const SweepOptions& options);
+
+}  // namespace tandem::bench

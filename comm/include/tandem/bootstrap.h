@@ -1,0 +1,31 @@
+// Reading who-am-I from the environment, once, into CommOptions.
+//
+// Order: TANDEM_RANK / TANDEM_WORLD_SIZE / TANDEM_LOCAL_RANK /
+// TANDEM_LOCAL_WORLD_SIZE / TANDEM_STORE_ADDR (set by `tandem launch`), else
+// Open MPI (OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE), else Slurm
+// (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE).
+// Under Open MPI or Slurm without TANDEM_STORE_ADDR, rank 0 hosts the store on
+// 127.0.0.1 at a port derived from the job id when the whole job is on one
+// node; multi-node jobs must set TANDEM_STORE_ADDR (or MASTER_ADDR/MASTER_PORT).
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "tandem/communicator.h"
+
+namespace tandem {
+
+// The environment as a lookup, so tests can pass a map instead of setenv.
+using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+EnvLookup process_env();
+
+// Throws InvalidArgument naming the variable and the fix when the environment
+// is incomplete or contradictory (e.g. rank >= world size).
+CommOptions options_from_env(const EnvLookup& env = process_env());
+
+// Which launcher the options came from: "tandem", "openmpi", "slurm".
+std::string detect_launcher(const EnvLookup& env = process_env());
+
+}  // namespace tandem

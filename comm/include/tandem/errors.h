@@ -1,0 +1,43 @@
+// Typed errors. Every failure a caller can act on has its own type; what()
+// names what went wrong and, where there is one, the fix.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace tandem {
+
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The caller passed something impossible (bad dtype, count, rank, config).
+class InvalidArgument : public Error {
+ public:
+  using Error::Error;
+};
+
+// A deadline passed before the operation completed.
+class Timeout : public Error {
+ public:
+  using Error::Error;
+};
+
+// A peer process died or its connection broke; rank() names it (-1 if unknown).
+class PeerFailure : public Error {
+ public:
+  PeerFailure(int rank, const std::string& what) : Error(what), rank_(rank) {}
+  int rank() const noexcept { return rank_; }
+
+ private:
+  int rank_;
+};
+
+// The communicator was aborted (by abort() or an earlier sticky failure).
+class Aborted : public Error {
+ public:
+  using Error::Error;
+};
+
+}  // namespace tandem

@@ -1,0 +1,34 @@
+// Element-wise reduction kernels (comm/reduce/). Every (dtype, op) pair has a
+// vectorised CPU kernel chosen once at start-up by CPU features (AVX-512,
+// AVX2+F16C, scalar); f16/bf16 are widened to f32, combined, and rounded
+// back to nearest-even.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "tandem/types.h"
+
+namespace tandem {
+
+// dst[i] = a[i] op b[i] for i < count; dst may alias a or b (exactly, not
+// partially). For ReduceOp::avg this combines as sum; finish with scale_avg.
+void reduce(DataType dtype, ReduceOp op, void* dst, const void* a, const void* b, size_t count);
+
+// data[i] = data[i] / divisor, with the rounding rules of ReduceOp::avg.
+void scale_avg(DataType dtype, void* data, size_t count, int divisor);
+
+// The instruction set the dispatcher picked: "avx512", "avx2", or "scalar".
+std::string_view reduce_isa();
+
+// Scalar reference used by tests; same contract as reduce().
+void reduce_scalar(DataType dtype, ReduceOp op, void* dst, const void* a, const void* b, size_t count);
+
+// f16/bf16 <-> f32 conversion of a whole buffer (round to nearest even).
+void f32_to_f16(const float* src, uint16_t* dst, size_t count);
+void f16_to_f32(const uint16_t* src, float* dst, size_t count);
+void f32_to_bf16(const float* src, uint16_t* dst, size_t count);
+void bf16_to_f32(const uint16_t* src, float* dst, size_t count);
+
+}  // namespace tandem

@@ -1,0 +1,94 @@
+// Bootstrap key-value store: a small TCP server (Boost.Asio) and a client.
+//
+// Wire format, every frame in both directions (little-endian):
+//   u32 magic 'TNDS' | u16 version | u16 opcode | u32 key bytes | u32 value bytes | key | value
+// Keys are capped at kMaxKeyBytes and values at kMaxValueBytes; a frame that
+// breaks the format (bad magic, version, opcode, oversized length) closes that
+// one connection, and the server keeps serving every other client. A
+// connection must send its first frame within StoreServerOptions::first_frame_timeout,
+// and each started frame must complete within frame_timeout.
+//
+// Ranks register with hello(rank); if such a connection drops without a
+// goodbye(), the server records the rank under kFailedRanksKey so the others
+// can fail fast with PeerFailure naming it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tandem/types.h"
+
+namespace tandem {
+
+inline constexpr uint32_t kStoreMagic = 0x53444E54;  // "TNDS"
+inline constexpr uint16_t kStoreVersion = 1;
+inline constexpr uint32_t kMaxKeyBytes = 4096;
+inline constexpr uint32_t kMaxValueBytes = 64u << 20;
+// Comma-separated ranks whose registered connection dropped without goodbye, in order of detection.
+inline constexpr const char* kFailedRanksKey = "tandem/failed_ranks";
+
+struct StoreServerOptions {
+  std::string host = "127.0.0.1";  // local runs never listen beyond loopback
+  uint16_t port = 0;               // 0 picks a free port
+  std::chrono::milliseconds first_frame_timeout{10000};
+  std::chrono::milliseconds frame_timeout{10000};
+};
+
+// Runs its own I/O thread; stops and joins in the destructor.
+class StoreServer {
+ public:
+  explicit StoreServer(StoreServerOptions options = {});
+  ~StoreServer();
+  StoreServer(const StoreServer&) = delete;
+  StoreServer& operator=(const StoreServer&) = delete;
+
+  uint16_t port() const;
+  std::string address() const;  // "host:port"
+  // Ranks recorded as failed so far (registered connection lost without goodbye).
+  std::vector<int> failed_ranks() const;
+  // Record a failure seen from outside (a launcher watching its children).
+  void mark_failed(int rank);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// One connection; not thread-safe (one client per thread). Every call takes a
+// deadline and throws Timeout past it, PeerFailure(-1) if the server is gone.
+class StoreClient {
+ public:
+  // Retries the connection until the deadline (the server may start later).
+  StoreClient(const std::string& host, uint16_t port, Deadline deadline);
+  ~StoreClient();
+  StoreClient(const StoreClient&) = delete;
+  StoreClient& operator=(const StoreClient&) = delete;
+
+  void set(const std::string& key, const std::string& value, Deadline deadline);
+  // Blocks until the key exists or the deadline passes.
+  std::string get(const std::string& key, Deadline deadline);
+  // Returns immediately; nullopt if the key does not exist.
+  std::optional<std::string> try_get(const std::string& key, Deadline deadline);
+  // Atomically adds delta to the integer stored at key (absent = 0); returns the new value.
+  int64_t add(const std::string& key, int64_t delta, Deadline deadline);
+  // Blocks until every key exists or the deadline passes.
+  void wait(const std::vector<std::string>& keys, Deadline deadline);
+  bool check(const std::vector<std::string>& keys, Deadline deadline);
+  void erase(const std::string& key, Deadline deadline);
+
+  void hello(int rank, Deadline deadline);
+  void goodbye(Deadline deadline);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// "host:port" -> pair; throws InvalidArgument naming the text on a bad address.
+std::pair<std::string, uint16_t> parse_host_port(const std::string& address);
+
+}  // namespace tandem

@@ -1,0 +1,81 @@
+// The small point-to-point interface collective algorithms are written
+// against. No UCX type appears here: ring/ and paramserver/ see only this.
+//
+// A Channel belongs to one running collective. send/recv post and never block;
+// the tag must match exactly between one sender and one receiver. wait*/test
+// drive progress and throw the communicator's typed errors: PeerFailure naming
+// the rank, Timeout at the collective's deadline, Aborted after abort().
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "tandem/types.h"
+
+namespace tandem {
+
+using Tag = uint64_t;
+
+// One posted send or receive. Move-only; an unfinished Pending is cancelled by
+// the Channel when the collective ends, never leaked.
+class Pending {
+ public:
+  Pending() = default;
+  Pending(void* handle, int peer, size_t bytes, bool is_recv)
+      : handle_(handle), peer_(peer), bytes_(bytes), is_recv_(is_recv) {}
+  Pending(Pending&& o) noexcept { *this = std::move(o); }
+  Pending& operator=(Pending&& o) noexcept {
+    handle_ = o.handle_;
+    peer_ = o.peer_;
+    bytes_ = o.bytes_;
+    is_recv_ = o.is_recv_;
+    done_ = o.done_;
+    o.handle_ = nullptr;
+    o.done_ = true;
+    return *this;
+  }
+  Pending(const Pending&) = delete;
+  Pending& operator=(const Pending&) = delete;
+
+  bool done() const { return done_; }
+  int peer() const { return peer_; }
+  size_t bytes() const { return bytes_; }
+  bool is_recv() const { return is_recv_; }
+  void* handle() const { return handle_; }
+  void mark_done() {
+    done_ = true;
+    handle_ = nullptr;
+  }
+
+ private:
+  void* handle_ = nullptr;
+  int peer_ = -1;
+  size_t bytes_ = 0;
+  bool is_recv_ = false;
+  bool done_ = true;
+};
+
+class Channel {
+ public:
+  virtual ~Channel() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  virtual Pending send(int peer, Tag tag, const void* data, size_t bytes) = 0;
+  virtual Pending recv(int peer, Tag tag, void* data, size_t bytes) = 0;
+
+  // True once p has completed; drives progress once. Throws on failure.
+  virtual bool test(Pending& p) = 0;
+  // Blocks until p completes (bounded by the collective's deadline).
+  virtual void wait(Pending& p) = 0;
+  void wait_all(std::vector<Pending>& ps) {
+    for (auto& p : ps) wait(p);
+  }
+
+  // Scratch memory owned by the communicator, reused across collectives; valid
+  // until the collective returns. slot separates independent buffers.
+  virtual void* scratch(size_t bytes, int slot = 0) = 0;
+};
+
+}  // namespace tandem
