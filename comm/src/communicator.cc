@@ -1,0 +1,457 @@
+// Communicator: bootstrap through the store, UCX wire-up, and the engine
+// thread that runs collectives in issue order.
+#include "tandem/communicator.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "tandem/store.h"
+#include "ucx_transport.h"
+
+namespace tandem {
+
+namespace {
+
+// Tag layout: collective sequence number | sending rank | algorithm's own tag.
+constexpr int kSeqBits = 20;
+constexpr int kRankBits = 12;
+constexpr int kLocalBits = 32;
+constexpr int kMaxRanks = 1 << kRankBits;
+
+std::string describe_wait(const char* what, int rank, int peer) {
+  return std::string(what) + " on rank " + std::to_string(rank) + " (waiting for rank " + std::to_string(peer) + ")";
+}
+
+struct AlignedFree {
+  void operator()(void* p) const { std::free(p); }
+};
+
+}  // namespace
+
+// ---- Request ---------------------------------------------------------------
+
+struct Request::State {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::exception_ptr error;
+  Deadline deadline;  // the collective's own deadline
+
+  void finish(std::exception_ptr e) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      done = true;
+      error = std::move(e);
+    }
+    cv.notify_all();
+  }
+};
+
+bool Request::test() {
+  if (!state_) throw InvalidArgument("test() on an empty Request");
+  std::lock_guard<std::mutex> lock(state_->mu);
+  if (state_->done && state_->error) std::rethrow_exception(state_->error);
+  return state_->done;
+}
+
+void Request::wait() {
+  if (!state_) throw InvalidArgument("wait() on an empty Request");
+  // The engine enforces the collective's deadline; the slack covers handing the result back.
+  wait(state_->deadline + std::chrono::seconds(5));
+}
+
+void Request::wait(Deadline deadline) {
+  if (!state_) throw InvalidArgument("wait() on an empty Request");
+  std::unique_lock<std::mutex> lock(state_->mu);
+  if (!state_->cv.wait_until(lock, deadline, [&] { return state_->done; })) {
+    throw Timeout("Request::wait: the collective did not finish by the given deadline");
+  }
+  if (state_->error) std::rethrow_exception(state_->error);
+}
+
+// ---- Impl ------------------------------------------------------------------
+
+struct Task {
+  std::function<void(Channel&)> body;
+  std::shared_ptr<Request::State> state;
+  Deadline deadline;
+  std::string what;
+};
+
+struct Communicator::Impl {
+  CommOptions opts;
+  std::shared_ptr<Algorithms> algorithms;
+  std::unique_ptr<StoreServer> server;
+  std::unique_ptr<StoreClient> store;
+  std::unique_ptr<UcxTransport> ucx;
+  int store_host_rank = -1;  // the rank hosting the store, if a rank does
+  std::string transports;    // what UCX chose, read once after wire-up
+
+  std::thread engine;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Task> queue;
+  bool stopping = false;
+  std::atomic<bool> aborted{false};
+  std::string abort_reason;  // guarded by mu
+  std::exception_ptr sticky;  // engine thread only
+  std::atomic<bool> failed{false};
+
+  uint32_t seq = 0;  // engine thread only
+  std::vector<std::unique_ptr<void, AlignedFree>> scratch;
+  std::vector<size_t> scratch_bytes;
+  Clock::time_point next_failure_poll{};
+
+  std::string key(const std::string& k) const { return opts.prefix + "/" + k; }
+  void store_barrier(const std::string& name, Deadline deadline);
+  void connect();
+  void run_engine();
+  void execute(Task& task);
+  void check_health(Deadline deadline, int waiting_on, const std::string& what);
+  [[noreturn]] void throw_store_lost(const std::exception& e);
+  void* scratch_buffer(size_t bytes, int slot);
+  std::shared_ptr<Request::State> enqueue(std::function<void(Channel&)> body, const CollectiveOptions& o,
+                                          std::string what);
+  void finalize();
+  bool finalize_barrier(Deadline deadline);
+};
+
+// The Channel a running collective sees: tags scoped to the collective,
+// waits bounded by its deadline and aware of abort and dead peers.
+class EngineChannel final : public Channel {
+ public:
+  EngineChannel(Communicator::Impl& impl, Deadline deadline, std::string what)
+      : impl_(impl), deadline_(deadline), what_(std::move(what)) {}
+  ~EngineChannel() override {
+    // Anything still posted belongs to a collective that failed: cancel it so
+    // UCX never touches the caller's buffers after we return.
+    for (auto& p : live_) impl_.ucx->cancel(p);
+  }
+
+  int rank() const override { return impl_.opts.rank; }
+  int size() const override { return impl_.opts.size; }
+
+  Pending send(int peer, Tag tag, const void* data, size_t bytes) override {
+    Pending p = impl_.ucx->send(peer, full_tag(rank(), tag), data, bytes);
+    return track(std::move(p));
+  }
+  Pending recv(int peer, Tag tag, void* data, size_t bytes) override {
+    Pending p = impl_.ucx->recv(peer, full_tag(peer, tag), data, bytes);
+    return track(std::move(p));
+  }
+
+  bool test(Pending& p) override {
+    if (p.done()) return true;
+    impl_.ucx->progress();
+    void* handle = p.handle();
+    if (!impl_.ucx->poll(p)) return false;
+    untrack(handle);
+    return true;
+  }
+
+  void wait(Pending& p) override {
+    for (unsigned spins = 1; !test(p); ++spins) {
+      if (spins % 128 == 0) impl_.check_health(deadline_, p.peer(), what_);
+      // Past a short spin, yield: ranks may outnumber cores.
+      if (spins > 4096) std::this_thread::yield();
+    }
+  }
+
+  void* scratch(size_t bytes, int slot) override { return impl_.scratch_buffer(bytes, slot); }
+
+ private:
+  Tag full_tag(int sender, Tag local) const {
+    if (local >> kLocalBits) throw InvalidArgument("algorithm tag exceeds 32 bits");
+    return (Tag(impl_.seq & ((1u << kSeqBits) - 1)) << (kRankBits + kLocalBits)) |
+           (Tag(sender) << kLocalBits) | local;
+  }
+  Pending track(Pending p) {
+    // Keep a shadow handle so a failed collective can cancel what it posted.
+    if (!p.done()) live_.emplace_back(p.handle(), p.peer(), p.bytes(), p.is_recv());
+    return p;
+  }
+  void untrack(void* handle) {
+    for (size_t i = 0; i < live_.size(); ++i) {
+      if (live_[i].handle() == handle) {
+        live_[i].mark_done();
+        live_[i] = std::move(live_.back());
+        live_.pop_back();
+        return;
+      }
+    }
+  }
+
+  Communicator::Impl& impl_;
+  Deadline deadline_;
+  std::string what_;
+  std::vector<Pending> live_;
+};
+
+void Communicator::Impl::throw_store_lost(const std::exception& e) {
+  if (store_host_rank >= 0) {
+    throw PeerFailure(store_host_rank, "rank " + std::to_string(store_host_rank) +
+                                           " failed: the bootstrap store it hosted is gone (" + e.what() + ")");
+  }
+  throw PeerFailure(-1, std::string("lost the bootstrap store (launcher gone?): ") + e.what());
+}
+
+void Communicator::Impl::check_health(Deadline deadline, int waiting_on, const std::string& what) {
+  if (aborted.load(std::memory_order_relaxed)) {
+    std::lock_guard<std::mutex> lock(mu);
+    throw Aborted("communicator aborted: " + abort_reason);
+  }
+  const auto now = Clock::now();
+  int dead = ucx->failed_peer();
+  if (dead >= 0) {
+    throw PeerFailure(dead, "rank " + std::to_string(dead) + " failed: its UCX endpoint reported an error during " +
+                                describe_wait(what.c_str(), opts.rank, waiting_on));
+  }
+  if (now >= next_failure_poll) {
+    next_failure_poll = now + opts.failure_poll;
+    std::optional<std::string> failed_ranks;
+    try {
+      failed_ranks = store->try_get(kFailedRanksKey, now + std::chrono::seconds(2));
+    } catch (const Timeout&) {
+      // A slow store is not a dead peer; the collective deadline still bounds us.
+    } catch (const PeerFailure& e) {
+      throw_store_lost(e);
+    }
+    if (failed_ranks && !failed_ranks->empty()) {
+      int r = std::atoi(failed_ranks->c_str());
+      throw PeerFailure(r, "rank " + std::to_string(r) + " failed (its process exited or lost its connection) during " +
+                               describe_wait(what.c_str(), opts.rank, waiting_on));
+    }
+  }
+  if (now >= deadline) {
+    throw Timeout(what + " timed out after " + std::to_string(opts.timeout.count()) + " ms on rank " +
+                  std::to_string(opts.rank) + " waiting for rank " + std::to_string(waiting_on) +
+                  "; if the job is just slow, raise CommOptions::timeout (TANDEM_TIMEOUT_MS)");
+  }
+}
+
+void* Communicator::Impl::scratch_buffer(size_t bytes, int slot) {
+  if (slot < 0 || slot > 64) throw InvalidArgument("scratch slot out of range");
+  if (scratch.size() <= size_t(slot)) {
+    scratch.resize(slot + 1);
+    scratch_bytes.resize(slot + 1, 0);
+  }
+  if (scratch_bytes[slot] < bytes) {
+    size_t rounded = (bytes + 4095) & ~size_t(4095);
+    void* p = std::aligned_alloc(4096, rounded);
+    if (!p) throw Error("out of memory allocating " + std::to_string(rounded) + " bytes of scratch");
+    scratch[slot].reset(p);
+    scratch_bytes[slot] = rounded;
+  }
+  return scratch[slot].get();
+}
+
+void Communicator::Impl::store_barrier(const std::string& name, Deadline deadline) {
+  const std::string k = key("barrier/" + name);
+  if (store->add(k, 1, deadline) == opts.size) store->set(k + "/done", "1", deadline);
+  store->wait({k + "/done"}, deadline);
+}
+
+void Communicator::Impl::connect() {
+  const Deadline deadline = Clock::now() + opts.connect_timeout;
+  auto [host, port] = parse_host_port(opts.store_address);
+  if (opts.host_store) {
+    StoreServerOptions so;
+    so.host = host;
+    so.port = port;
+    server = std::make_unique<StoreServer>(so);
+  }
+  store = std::make_unique<StoreClient>(host, port, deadline);
+  store->hello(opts.rank, deadline);
+  if (opts.host_store) store->set(key("store_host"), std::to_string(opts.rank), deadline);
+
+  ucx = std::make_unique<UcxTransport>(opts.rank, opts.size);
+  store->set(key("ucx/" + std::to_string(opts.rank)), ucx->worker_address(), deadline);
+  for (int p = 0; p < opts.size; ++p) {
+    ucx->connect(p, store->get(key("ucx/" + std::to_string(p)), deadline));
+  }
+  if (auto h = store->try_get(key("store_host"), deadline)) store_host_rank = std::atoi(h->c_str());
+  store_barrier("connected", deadline);
+  transports = ucx->describe();
+}
+
+std::shared_ptr<Request::State> Communicator::Impl::enqueue(std::function<void(Channel&)> body,
+                                                            const CollectiveOptions& o, std::string what) {
+  auto state = std::make_shared<Request::State>();
+  state->deadline = Clock::now() + o.timeout.value_or(opts.timeout);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (aborted) throw Aborted("communicator aborted: " + abort_reason);
+    if (stopping) throw Aborted("communicator is shutting down");
+    queue.push_back(Task{std::move(body), state, state->deadline, std::move(what)});
+  }
+  cv.notify_one();
+  return state;
+}
+
+void Communicator::Impl::execute(Task& task) {
+  ++seq;
+  if (sticky) {
+    task.state->finish(sticky);
+    return;
+  }
+  try {
+    if (aborted) {
+      std::lock_guard<std::mutex> lock(mu);
+      throw Aborted("communicator aborted: " + abort_reason);
+    }
+    EngineChannel channel(*this, task.deadline, task.what);
+    task.body(channel);
+    task.state->finish(nullptr);
+  } catch (const InvalidArgument& e) {
+    // A mismatched collective leaves peers in an unknown state: sticky like any other failure.
+    sticky = std::current_exception();
+    failed = true;
+    spdlog::error("tandem rank {}: {}", opts.rank, e.what());
+    task.state->finish(sticky);
+  } catch (const std::exception& e) {
+    sticky = std::current_exception();
+    failed = true;
+    task.state->finish(sticky);
+  }
+}
+
+void Communicator::Impl::run_engine() {
+  for (;;) {
+    Task task;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return stopping || !queue.empty(); });
+      if (queue.empty()) return;  // stopping
+      task = std::move(queue.front());
+      queue.pop_front();
+    }
+    execute(task);
+  }
+}
+
+void Communicator::Impl::finalize() {
+  if (!store) return;
+  const Deadline deadline = Clock::now() + std::chrono::seconds(10);
+  try {
+    if (failed || aborted) {
+      // Tell the others not to wait for us at the finalize barrier.
+      store->set(key("abandoned"), std::to_string(opts.rank), deadline);
+    } else if (finalize_barrier(deadline)) {
+      // Everyone has finished its last collective before endpoints go away.
+      ucx->close_endpoints(deadline);
+      if (server) {
+        // Keep hosting the store until every other rank has left.
+        while (store->add(key("departed"), 0, deadline) < opts.size - 1 && Clock::now() < deadline) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        }
+      } else {
+        store->add(key("departed"), 1, deadline);
+      }
+    }
+    store->goodbye(deadline);
+  } catch (const std::exception& e) {
+    spdlog::debug("tandem rank {}: finalize: {}", opts.rank, e.what());
+  }
+}
+
+bool Communicator::Impl::finalize_barrier(Deadline deadline) {
+  const std::string k = key("barrier/finalize");
+  if (store->add(k, 1, deadline) == opts.size) store->set(k + "/done", "1", deadline);
+  while (Clock::now() < deadline) {
+    if (store->try_get(k + "/done", deadline)) return true;
+    if (store->try_get(key("abandoned"), deadline) || store->try_get(kFailedRanksKey, deadline)) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
+// ---- Communicator ----------------------------------------------------------
+
+Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+std::unique_ptr<Communicator> Communicator::create(const CommOptions& options,
+                                                   std::shared_ptr<Algorithms> algorithms) {
+  if (!algorithms) throw InvalidArgument("Communicator::create needs algorithms (e.g. tandem::ring::algorithms())");
+  if (options.size < 1 || options.size > kMaxRanks) {
+    throw InvalidArgument("world size " + std::to_string(options.size) + " is out of range 1.." +
+                          std::to_string(kMaxRanks));
+  }
+  if (options.rank < 0 || options.rank >= options.size) {
+    throw InvalidArgument("rank " + std::to_string(options.rank) + " is out of range for world size " +
+                          std::to_string(options.size));
+  }
+  if (options.size > 1 && options.store_address.empty()) {
+    throw InvalidArgument("world size " + std::to_string(options.size) +
+                          " needs a store address: run under `tandem launch`, or set TANDEM_STORE_ADDR=host:port");
+  }
+  if (options.segment_bytes < 4096 || options.segments_in_flight < 1) {
+    throw InvalidArgument("segment_bytes must be >= 4096 and segments_in_flight >= 1");
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->opts = options;
+  impl->algorithms = std::move(algorithms);
+  if (options.size > 1) impl->connect();
+  Impl* raw = impl.get();
+  impl->engine = std::thread([raw] { raw->run_engine(); });
+  return std::unique_ptr<Communicator>(new Communicator(std::move(impl)));
+}
+
+Communicator::~Communicator() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stopping = true;
+  }
+  impl_->cv.notify_all();
+  if (impl_->engine.joinable()) impl_->engine.join();
+  for (auto& t : impl_->queue) t.state->finish(std::make_exception_ptr(Aborted("communicator destroyed")));
+  impl_->finalize();
+  impl_->ucx.reset();
+  impl_->store.reset();
+  impl_->server.reset();
+}
+
+int Communicator::rank() const { return impl_->opts.rank; }
+int Communicator::size() const { return impl_->opts.size; }
+const CommOptions& Communicator::options() const { return impl_->opts; }
+
+Request Communicator::allreduce_async(const void* input, void* output, size_t count, DataType dtype, ReduceOp op,
+                                      const CollectiveOptions& opts) {
+  if (count > 0 && (!input || !output)) throw InvalidArgument("allreduce: null buffer with count " + std::to_string(count));
+  AllreduceArgs args{input, output, count, dtype, op, MemoryType::host};
+  std::string what = "allreduce(" + std::to_string(count) + " x " + std::string(to_string(dtype)) + ", " +
+                     std::string(to_string(op)) + ")";
+  auto algorithms = impl_->algorithms;
+  return Request(impl_->enqueue([algorithms, args](Channel& ch) { algorithms->allreduce(ch, args); }, opts,
+                                std::move(what)));
+}
+
+void Communicator::allreduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op,
+                             const CollectiveOptions& opts) {
+  allreduce_async(input, output, count, dtype, op, opts).wait();
+}
+
+void Communicator::abort(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (impl_->aborted) return;
+    impl_->abort_reason = reason;
+    impl_->aborted = true;
+  }
+  impl_->cv.notify_all();
+}
+
+bool Communicator::aborted() const { return impl_->aborted; }
+
+std::string Communicator::transport_summary() const {
+  if (!impl_->ucx) return "none (world size 1)";
+  return impl_->transports;
+}
+
+}  // namespace tandem

@@ -1,0 +1,73 @@
+// UCP point-to-point transport: one context and one worker per communicator,
+// one endpoint per peer with peer error handling. Used from one thread at a
+// time (the communicator's engine), so the worker runs in single-thread mode.
+//
+// Endpoint errors are recorded (first failing peer wins) and every request to
+// that peer completes with an error, which poll() turns into PeerFailure.
+#pragma once
+
+#include <ucp/api/ucp.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tandem/transport.h"
+
+namespace tandem {
+
+class UcxTransport {
+ public:
+  UcxTransport(int rank, int size);
+  ~UcxTransport();
+  UcxTransport(const UcxTransport&) = delete;
+  UcxTransport& operator=(const UcxTransport&) = delete;
+
+  // This worker's address, to publish through the store.
+  std::string worker_address() const { return address_; }
+  void connect(int peer, const std::string& address);
+
+  // Post a tagged send / receive; never blocks. The returned Pending holds the
+  // UCX request (or nothing, if it completed at once).
+  Pending send(int peer, Tag tag, const void* data, size_t bytes);
+  Pending recv(int peer, Tag tag, void* data, size_t bytes);
+
+  // One pass of the worker's progress engine.
+  void progress() { ucp_worker_progress(worker_); }
+  // True once p has completed; throws PeerFailure on a transport error and
+  // InvalidArgument when a received message has an unexpected size (a
+  // collective mismatched across ranks).
+  bool poll(Pending& p);
+  // Cancels an unfinished request and releases it (after an error or timeout).
+  void cancel(Pending& p);
+
+  // Peer whose endpoint reported an error, or -1.
+  int failed_peer() const { return failed_peer_.load(std::memory_order_relaxed); }
+
+  // Flushes and closes every endpoint, bounded by deadline (peers may be dead).
+  void close_endpoints(Deadline deadline);
+
+  // Transports chosen for each endpoint, e.g. "1: sysv/memory cma/memory".
+  std::string describe() const;
+
+ private:
+  struct ErrorContext {
+    UcxTransport* self;
+    int peer;
+  };
+  static void on_endpoint_error(void* arg, ucp_ep_h ep, ucs_status_t status);
+
+  int rank_;
+  int size_;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  std::string address_;
+  std::vector<ucp_ep_h> endpoints_;
+  std::vector<ErrorContext> error_contexts_;
+  std::atomic<int> failed_peer_{-1};
+  ucs_status_t failed_status_ = UCS_OK;
+};
+
+}  // namespace tandem

@@ -1,0 +1,206 @@
+// Ring all-reduce: reduce-scatter followed by allgather, pipelined.
+//
+// Terms:
+//   chunk    - the buffer is cut into n chunks, one per rank (balanced: the
+//              first count % n chunks hold one element more). After the
+//              reduce-scatter, rank r owns the fully reduced chunk (r + 1) % n.
+//   segment  - every chunk is cut into the same number S of segments of at
+//              most segment_bytes; a segment is the unit of one message.
+//   step     - one hop around the ring: rank r sends to r + 1 and receives
+//              from r - 1. The reduce-scatter has n - 1 steps, the allgather
+//              n - 1 more; step k of the walk is numbered 0 .. 2(n - 1) - 1.
+//   walk     - segment j of every chunk travelling through all 2(n - 1) steps.
+//              Up to segments_in_flight walks run at once, so one segment is
+//              being reduced while the next is on the wire.
+//
+// What a rank does for one walk, as named primitives (as in NCCL's ring):
+//   step 0                  send             its own input of chunk r
+//   steps 1 .. n-2          recv_reduce_send partial sums onward
+//   step n-1                recv_reduce_send the last sum finishes chunk r+1
+//                                            (avg divides here, once), then
+//                                            starts the allgather with it
+//   steps n .. 2n-3         recv_copy_send   received straight into the output
+//   end                     recv             the last chunk arrives
+// The data sent at step k + 1 is always what arrived at step k. Every chunk's
+// final value is computed by one rank and copied by the others, so all ranks
+// end bitwise identical.
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <vector>
+
+#include "tandem/errors.h"
+#include "tandem/reduce.h"
+#include "tandem/ring/ring.h"
+#include "tandem/bootstrap.h"
+
+namespace tandem::ring {
+namespace {
+
+struct Range {
+  size_t begin = 0;  // in elements
+  size_t size = 0;
+};
+
+// The part of [0, total) that piece i of `pieces` balanced pieces covers.
+Range balanced(size_t total, size_t pieces, size_t i) {
+  const size_t base = total / pieces, extra = total % pieces;
+  return {i * base + std::min(i, extra), base + (i < extra ? 1 : 0)};
+}
+
+class RingAllreduce {
+ public:
+  RingAllreduce(Channel& ch, const AllreduceArgs& a, const RingOptions& o)
+      : ch_(ch), a_(a), n_(ch.size()), r_(ch.rank()), esize_(dtype_size(a.dtype)) {
+    const size_t max_chunk_bytes = balanced(a.count, n_, 0).size * esize_;
+    segments_ = std::max<size_t>(1, (max_chunk_bytes + o.segment_bytes - 1) / o.segment_bytes);
+    seg_bytes_ = std::max<size_t>(esize_, (max_chunk_bytes + segments_ - 1) / segments_ + esize_);
+    window_ = std::min<size_t>(segments_, size_t(o.segments_in_flight));
+    combine_ = a.op == ReduceOp::avg ? ReduceOp::sum : a.op;
+    if (segments_ >= (size_t(1) << 20)) throw InvalidArgument("allreduce: too many segments; raise segment_bytes");
+  }
+
+  void run() {
+    if (a_.count == 0) return;
+    if (n_ == 1) {
+      if (a_.input != a_.output) std::memcpy(a_.output, a_.input, a_.count * esize_);
+      return;  // avg over one rank is the identity
+    }
+    std::deque<Walk> walks;
+    size_t next = 0;
+    while (next < segments_ || !walks.empty()) {
+      while (walks.size() < window_ && next < segments_) {
+        walks.emplace_back();
+        start(walks.back(), next);
+        ++next;
+      }
+      // Advance every walk whose receive has landed; wait on the oldest otherwise.
+      bool moved = false;
+      for (auto& w : walks) {
+        while (!w.finished && ch_.test(w.recv)) {
+          advance(w);
+          moved = true;
+        }
+      }
+      while (!walks.empty() && walks.front().finished) {
+        for (auto& s : walks.front().sends) ch_.wait(s);
+        walks.pop_front();
+        moved = true;
+      }
+      if (!moved && !walks.empty()) ch_.wait(walks.front().recv);
+    }
+  }
+
+ private:
+  struct Walk {
+    size_t segment = 0;
+    int step = 0;  // the step whose receive is posted
+    void* scratch = nullptr;
+    Pending recv;
+    std::vector<Pending> sends;
+    bool finished = false;
+  };
+
+  int steps() const { return 2 * (n_ - 1); }
+  int mod(int x) const { return ((x % n_) + n_) % n_; }
+  // Chunk sent and chunk received at step k.
+  int send_chunk(int k) const { return k < n_ - 1 ? mod(r_ - k) : mod(r_ + 1 - (k - (n_ - 1))); }
+  int recv_chunk(int k) const { return k < n_ - 1 ? mod(r_ - k - 1) : mod(r_ - (k - (n_ - 1))); }
+  bool reducing(int k) const { return k < n_ - 1; }
+
+  Range piece(int chunk, size_t segment) const {
+    Range c = balanced(a_.count, n_, chunk);
+    Range s = balanced(c.size, segments_, segment);
+    return {c.begin + s.begin, s.size};
+  }
+  char* out(size_t element) const { return static_cast<char*>(a_.output) + element * esize_; }
+  const char* in(size_t element) const { return static_cast<const char*>(a_.input) + element * esize_; }
+  Tag tag(int k, size_t segment) const { return (Tag(k) << 20) | segment; }
+
+  void start(Walk& w, size_t segment) {
+    w = Walk{};
+    w.segment = segment;
+    // Live walks are always `window_` consecutive segments, so segment % window_ is a free slot.
+    w.scratch = ch_.scratch(seg_bytes_, int(segment % window_));
+    post_recv(w, 0);
+    // step 0: send
+    Range s = piece(send_chunk(0), segment);
+    send(w, 0, in(s.begin), s.size);
+  }
+
+  void post_recv(Walk& w, int k) {
+    w.step = k;
+    Range p = piece(recv_chunk(k), w.segment);
+    if (p.size == 0) {
+      w.recv = Pending();  // an empty piece travels as no message on both sides
+      return;
+    }
+    void* dst = reducing(k) ? w.scratch : out(p.begin);
+    w.recv = ch_.recv(mod(r_ - 1), tag(k, w.segment), dst, p.size * esize_);
+  }
+
+  void send(Walk& w, int k, const void* data, size_t elements) {
+    if (elements == 0) return;
+    w.sends.push_back(ch_.send(mod(r_ + 1), tag(k, w.segment), data, elements * esize_));
+  }
+
+  // The receive of step w.step has landed: reduce or keep it, then forward it.
+  void advance(Walk& w) {
+    const int k = w.step;
+    Range p = piece(recv_chunk(k), w.segment);
+    if (reducing(k)) {
+      recv_reduce(p, w.scratch);
+      if (k == n_ - 2 && a_.op == ReduceOp::avg) scale_avg(a_.dtype, out(p.begin), p.size, n_);
+    }
+    if (k + 1 == steps()) {  // recv: the walk is over
+      w.finished = true;
+      return;
+    }
+    // The piece that arrived at step k is what goes out at step k + 1.
+    post_recv(w, k + 1);
+    send(w, k + 1, out(p.begin), p.size);
+  }
+
+  void recv_reduce(Range p, const void* received) {
+    if (p.size == 0) return;
+    reduce(a_.dtype, combine_, out(p.begin), in(p.begin), received, p.size);
+  }
+
+  Channel& ch_;
+  const AllreduceArgs& a_;
+  const int n_;
+  const int r_;
+  const size_t esize_;
+  size_t segments_ = 1;
+  size_t seg_bytes_ = 0;
+  size_t window_ = 1;
+  ReduceOp combine_ = ReduceOp::sum;
+};
+
+class RingAlgorithms final : public Algorithms {
+ public:
+  explicit RingAlgorithms(const RingOptions& o) : options_(o) {}
+  void allreduce(Channel& channel, const AllreduceArgs& args) override {
+    RingAllreduce(channel, args, options_).run();
+  }
+
+ private:
+  RingOptions options_;
+};
+
+}  // namespace
+
+std::shared_ptr<Algorithms> algorithms(const RingOptions& options) {
+  if (options.segment_bytes < 4096 || options.segments_in_flight < 1) {
+    throw InvalidArgument("RingOptions: segment_bytes must be >= 4096 and segments_in_flight >= 1");
+  }
+  return std::make_shared<RingAlgorithms>(options);
+}
+
+std::unique_ptr<Communicator> connect(const CommOptions& options) {
+  return Communicator::create(options, algorithms({options.segment_bytes, options.segments_in_flight}));
+}
+
+std::unique_ptr<Communicator> connect_from_env() { return connect(options_from_env()); }
+
+}  // namespace tandem::ring
