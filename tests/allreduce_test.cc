@@ -1,0 +1,195 @@
+// Multi-process all-reduce: real rank processes over UCX, closed-form
+// expected values, bitwise identity across ranks.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <vector>
+
+#include "multiprocess.h"
+#include "tandem/tandem.h"
+#include "typed_values.h"
+
+namespace tandem::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Checks every element; stops at the first few mismatches to keep logs short.
+void expect_result(ReduceOp op, DataType t, int n, const std::vector<char>& out, size_t count, const char* where) {
+  int shown = 0;
+  for (size_t i = 0; i < count && shown < 3; ++i) {
+    double want = expected_value(op, t, n, i), got = get(t, out.data(), i);
+    if (got != want) {
+      ADD_FAILURE() << where << ": " << to_string(t) << " " << to_string(op) << " n=" << n << " count=" << count
+                    << " element " << i << ": got " << got << ", want " << want;
+      ++shown;
+    }
+  }
+}
+
+// All ranks hold the same bytes iff the min and max of their hashes agree.
+void expect_identical(Communicator& comm, const std::vector<char>& out) {
+  int64_t h[2] = {fnv1a(out.data(), out.size()), 0};
+  h[1] = h[0];
+  comm.allreduce(&h[0], 1, DataType::i64, ReduceOp::min);
+  comm.allreduce(&h[1], 1, DataType::i64, ReduceOp::max);
+  EXPECT_EQ(h[0], h[1]) << "ranks disagree bitwise";
+}
+
+int run_matrix(const CommOptions& o, const std::vector<size_t>& counts) {
+  auto comm = ring::connect(o);
+  const int n = comm->size(), r = comm->rank();
+  for (size_t count : counts) {
+    for (DataType t : kAllDataTypes) {
+      const size_t bytes = count * dtype_size(t);
+      for (ReduceOp op : kAllReduceOps) {
+        std::vector<char> in(bytes + 1), out(bytes + 1);
+        for (size_t i = 0; i < count; ++i) put(t, in.data(), i, input_value(op, t, r, i));
+        // out-of-place: the input must stay untouched
+        std::vector<char> in_copy = in;
+        comm->allreduce(in.data(), out.data(), count, t, op);
+        expect_result(op, t, n, out, count, "out-of-place");
+        EXPECT_EQ(in, in_copy) << "out-of-place all-reduce changed its input";
+        // in-place
+        comm->allreduce(in.data(), count, t, op);
+        expect_result(op, t, n, in, count, "in-place");
+        out.resize(bytes);
+        expect_identical(*comm, out);
+      }
+    }
+  }
+  return 0;
+}
+
+class AllreduceMatrix : public ::testing::TestWithParam<int> {};
+
+TEST_P(AllreduceMatrix, EveryDtypeOpCountPlacement) {
+  const int n = GetParam();
+  RankGroup group(n, [](const CommOptions& o) { return run_matrix(o, {0, 1, 7, (size_t(1) << 20) + 3}); });
+  group.expect_success(600s);
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, AllreduceMatrix, ::testing::Values(1, 2, 3, 4),
+                         [](const auto& info) { return "n" + std::to_string(info.param); });
+
+// Counts smaller than the world size leave some ranks with empty chunks.
+TEST(Allreduce, CountsBelowWorldSizeAndOddPipelines) {
+  CommOptions base;
+  base.segment_bytes = 4096;  // many segments per chunk: exercises the pipeline window
+  base.segments_in_flight = 3;
+  RankGroup group(3, [](const CommOptions& o) { return run_matrix(o, {2, 3, 5, 4099, 100003}); }, base);
+  group.expect_success(300s);
+}
+
+TEST(Allreduce, TwoOutstandingAsync) {
+  RankGroup group(3, [](const CommOptions& o) {
+    auto comm = ring::connect(o);
+    const size_t count = 300001;
+    std::vector<float> a(count), b(count);
+    std::vector<int64_t> c(count);
+    for (size_t i = 0; i < count; ++i) {
+      a[i] = float(comm->rank() + 1);
+      b[i] = float(i % 13) * (comm->rank() + 1);
+    }
+    Request ra = comm->allreduce_async(a.data(), a.data(), count, DataType::f32, ReduceOp::sum);
+    Request rb = comm->allreduce_async(b.data(), b.data(), count, DataType::f32, ReduceOp::max);
+    rb.wait(Clock::now() + 60s);
+    ra.wait();
+    EXPECT_TRUE(ra.test());
+    for (size_t i = 0; i < count; ++i) {
+      if (a[i] != 6.0f || b[i] != float(i % 13) * 3) {
+        ADD_FAILURE() << "element " << i << ": " << a[i] << " " << b[i];
+        break;
+      }
+    }
+    return 0;
+  });
+  group.expect_success(120s);
+}
+
+TEST(Allreduce, AbortUnblocksAPendingCall) {
+  // Rank 1 never joins the second all-reduce; rank 0 aborts from another thread.
+  RankGroup group(2, [](const CommOptions& o) {
+    auto comm = ring::connect(o);
+    float x = 1;
+    comm->allreduce(&x, 1, DataType::f32, ReduceOp::sum);
+    if (comm->rank() == 1) {
+      std::this_thread::sleep_for(3s);
+      return 0;
+    }
+    std::thread aborter([&] {
+      std::this_thread::sleep_for(300ms);
+      comm->abort("test abort");
+    });
+    auto t0 = Clock::now();
+    try {
+      comm->allreduce(&x, 1, DataType::f32, ReduceOp::sum);
+      ADD_FAILURE() << "allreduce returned after abort";
+    } catch (const Aborted& e) {
+      EXPECT_NE(std::string(e.what()).find("test abort"), std::string::npos) << e.what();
+    }
+    aborter.join();
+    EXPECT_LT(Clock::now() - t0, 5s);
+    // Sticky: later calls fail at once.
+    EXPECT_THROW(comm->allreduce(&x, 1, DataType::f32, ReduceOp::sum), Aborted);
+    return 0;
+  });
+  group.expect_success(60s);
+}
+
+TEST(Allreduce, TimeoutIsTypedAndSticky) {
+  CommOptions base;
+  base.timeout = 500ms;
+  RankGroup group(2, [](const CommOptions& o) {
+    auto comm = ring::connect(o);
+    float x = 1;
+    if (comm->rank() == 1) {
+      std::this_thread::sleep_for(2s);  // never calls the collective
+      return 0;
+    }
+    auto t0 = Clock::now();
+    EXPECT_THROW(comm->allreduce(&x, 1, DataType::f32, ReduceOp::sum), Timeout);
+    EXPECT_LT(Clock::now() - t0, 3s);
+    EXPECT_THROW(comm->allreduce(&x, 1, DataType::f32, ReduceOp::sum), Timeout);
+    return 0;
+  }, base);
+  group.expect_success(60s);
+}
+
+TEST(Allreduce, MismatchedCountsFailWithAClearError) {
+  CommOptions base;
+  base.timeout = 5s;
+  RankGroup group(2, [](const CommOptions& o) {
+    auto comm = ring::connect(o);
+    std::vector<float> x(comm->rank() == 0 ? 100 : 200, 1.0f);
+    try {
+      comm->allreduce(x.data(), x.size(), DataType::f32, ReduceOp::sum);
+      ADD_FAILURE() << "mismatched all-reduce succeeded";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("mismatch"), std::string::npos) << e.what();
+    } catch (const Timeout&) {
+      // the rank that only sends may merely time out
+    }
+    return 0;
+  }, base);
+  group.expect_success(60s);
+}
+
+TEST(Allreduce, RejectsBadArguments) {
+  CommOptions o;
+  o.rank = 0;
+  o.size = 1;
+  auto comm = ring::connect(o);
+  EXPECT_THROW(comm->allreduce(nullptr, nullptr, 4, DataType::f32, ReduceOp::sum), InvalidArgument);
+  CommOptions bad = o;
+  bad.rank = 3;
+  EXPECT_THROW(ring::connect(bad), InvalidArgument);
+  bad = o;
+  bad.size = 2;
+  bad.rank = 0;
+  EXPECT_THROW(ring::connect(bad), InvalidArgument);  // no store address
+}
+
+}  // namespace
+}  // namespace tandem::testing
