@@ -31,7 +31,7 @@ enum class MemoryType : uint8_t { host, cuda };
 size_t dtype_size(DataType t);
 std::string_view to_string(DataType t);
 std::string_view to_string(ReduceOp op);
-// Accepts nccl-tests spellings too (float, half, bfloat16, double, int32, int64, uint8, int8).
+// Accepts nccl-tests spellings too (float, half, bfloat16, double, int32, int64, uint8).
 std::optional<DataType> parse_dtype(std::string_view s);
 std::optional<ReduceOp> parse_reduce_op(std::string_view s);
 

@@ -1,0 +1,126 @@
+// Public entry points of comm/reduce: validate arguments, then forward to the
+// kernels of the instruction set chosen once at start-up.
+#include <cstdlib>
+#include <string>
+
+#include "kernels.h"
+#include "tandem/errors.h"
+#include "tandem/reduce.h"
+
+namespace tandem {
+namespace detail {
+
+std::string_view to_string(Isa isa) {
+  switch (isa) {
+    case Isa::scalar: return "scalar";
+    case Isa::avx2: return "avx2";
+    case Isa::avx512: return "avx512";
+  }
+  return "unknown";
+}
+
+std::optional<Isa> parse_isa(std::string_view s) {
+  for (Isa isa : kAllIsas) {
+    if (s == to_string(isa)) return isa;
+  }
+  return std::nullopt;
+}
+
+bool cpu_supports(Isa isa) {
+  switch (isa) {
+    case Isa::scalar: return true;
+    case Isa::avx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    case Isa::avx512:
+      // reduce_avx512.cc is also built with -mavx2/-mfma/-mf16c/-mavx512dq, so require those too.
+      return cpu_supports(Isa::avx2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  }
+  return false;
+}
+
+const KernelTable& kernel_table(Isa isa) {
+  switch (isa) {
+    case Isa::avx512: return kAvx512Kernels;
+    case Isa::avx2: return kAvx2Kernels;
+    case Isa::scalar: break;
+  }
+  return kScalarKernels;
+}
+
+namespace {
+
+Isa pick_isa() {
+  Isa cap = Isa::avx512;
+  if (const char* env = std::getenv("TANDEM_REDUCE_ISA")) {
+    if (auto forced = parse_isa(env)) cap = *forced;
+  }
+  // Best supported ISA not above the cap; a forced but unsupported ISA falls back silently.
+  for (Isa isa : {Isa::avx512, Isa::avx2}) {
+    if (isa <= cap && cpu_supports(isa)) return isa;
+  }
+  return Isa::scalar;
+}
+
+const KernelTable& active_kernels() {
+  static const KernelTable& table = kernel_table(active_isa());
+  return table;
+}
+
+void check(DataType dtype) {
+  if (static_cast<uint8_t>(dtype) > static_cast<uint8_t>(DataType::u8)) {
+    throw InvalidArgument("reduce: unknown dtype " + std::to_string(static_cast<int>(dtype)));
+  }
+}
+
+void check(ReduceOp op) {
+  if (static_cast<uint8_t>(op) > static_cast<uint8_t>(ReduceOp::prod)) {
+    throw InvalidArgument("reduce: unknown op " + std::to_string(static_cast<int>(op)));
+  }
+}
+
+void check_pointers(size_t count, const void* p) {
+  if (count != 0 && p == nullptr) throw InvalidArgument("reduce: null buffer with count " + std::to_string(count));
+}
+
+}  // namespace
+
+Isa active_isa() {
+  static const Isa isa = pick_isa();
+  return isa;
+}
+
+}  // namespace detail
+
+void reduce(DataType dtype, ReduceOp op, void* dst, const void* a, const void* b, size_t count) {
+  detail::check(dtype);
+  detail::check(op);
+  detail::check_pointers(count, dst);
+  detail::check_pointers(count, a);
+  detail::check_pointers(count, b);
+  detail::active_kernels().reduce(dtype, op, dst, a, b, count);
+}
+
+void scale_avg(DataType dtype, void* data, size_t count, int divisor) {
+  detail::check(dtype);
+  detail::check_pointers(count, data);
+  if (divisor <= 0) throw InvalidArgument("scale_avg: divisor must be positive, got " + std::to_string(divisor));
+  detail::active_kernels().scale_avg(dtype, data, count, divisor);
+}
+
+std::string_view reduce_isa() { return detail::to_string(detail::active_isa()); }
+
+void f32_to_f16(const float* src, uint16_t* dst, size_t count) {
+  detail::active_kernels().f32_to_f16(src, dst, count);
+}
+void f16_to_f32(const uint16_t* src, float* dst, size_t count) {
+  detail::active_kernels().f16_to_f32(src, dst, count);
+}
+void f32_to_bf16(const float* src, uint16_t* dst, size_t count) {
+  detail::active_kernels().f32_to_bf16(src, dst, count);
+}
+void bf16_to_f32(const uint16_t* src, float* dst, size_t count) {
+  detail::active_kernels().bf16_to_f32(src, dst, count);
+}
+
+}  // namespace tandem

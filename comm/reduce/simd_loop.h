@@ -1,0 +1,102 @@
+// Generic SIMD loops shared by reduce_avx2.cc and reduce_avx512.cc. Each ISA
+// file supplies "lane traits" per dtype:
+//
+//   struct Tr {
+//     using T = ...;      // storage element type (float, fn::f16_t, int32_t, ...)
+//     using V = ...;      // register type arithmetic happens in (f16/bf16 widen to f32 lanes)
+//     using Ops = ...;    // static sum/min/max (and prod, div where vectorised) on V
+//     static constexpr size_t W = ...;  // elements per V
+//     static V load(const T*);          // unaligned
+//     static void store(T*, V);         // unaligned
+//   };
+//
+// Tails and operations an Ops type does not provide fall back to the scalar
+// functors, which compute the same bits.
+//
+// Unnamed namespace for the same reason as scalar_loops.h: per-ISA copies.
+#pragma once
+
+#include <cstddef>
+
+#include "scalar_loops.h"
+
+namespace tandem::detail::simd {
+namespace {
+
+// dst = vop(a, b) vector by vector (two per iteration to keep both load ports
+// busy), then sop on the tail. Each block loads both inputs before storing, so
+// dst may alias a or b exactly.
+template <class Tr, class VOp, class SOp>
+inline void binary_loop(VOp vop, SOp sop, typename Tr::T* dst, const typename Tr::T* a, const typename Tr::T* b,
+                        size_t n) {
+  constexpr size_t W = Tr::W;
+  size_t i = 0;
+  for (; i + 2 * W <= n; i += 2 * W) {
+    const auto a0 = Tr::load(a + i), b0 = Tr::load(b + i);
+    const auto a1 = Tr::load(a + i + W), b1 = Tr::load(b + i + W);
+    Tr::store(dst + i, vop(a0, b0));
+    Tr::store(dst + i + W, vop(a1, b1));
+  }
+  if (i + W <= n) {
+    Tr::store(dst + i, vop(Tr::load(a + i), Tr::load(b + i)));
+    i += W;
+  }
+  for (; i < n; ++i) dst[i] = sop(a[i], b[i]);
+}
+
+template <class Tr>
+inline void reduce_typed(ReduceOp op, void* dst_v, const void* a_v, const void* b_v, size_t n) {
+  using T = typename Tr::T;
+  using V = typename Tr::V;
+  using Ops = typename Tr::Ops;
+  T* dst = static_cast<T*>(dst_v);
+  const T* a = static_cast<const T*>(a_v);
+  const T* b = static_cast<const T*>(b_v);
+  switch (op) {
+    case ReduceOp::sum:
+    case ReduceOp::avg:
+      return binary_loop<Tr>([](V x, V y) { return Ops::sum(x, y); }, fn::Sum{}, dst, a, b, n);
+    case ReduceOp::min:
+      return binary_loop<Tr>([](V x, V y) { return Ops::min(x, y); }, fn::Min{}, dst, a, b, n);
+    case ReduceOp::max:
+      return binary_loop<Tr>([](V x, V y) { return Ops::max(x, y); }, fn::Max{}, dst, a, b, n);
+    case ReduceOp::prod:
+      if constexpr (requires(V x) { Ops::prod(x, x); }) {
+        return binary_loop<Tr>([](V x, V y) { return Ops::prod(x, y); }, fn::Prod{}, dst, a, b, n);
+      } else {
+        return scalar::binary(fn::Prod{}, dst, a, b, n);
+      }
+  }
+}
+
+// In-place data = data / divisor for float lanes (Ops::div is true division,
+// like AvgDiv); integer dtypes use the scalar loop.
+template <class Tr>
+inline void scale_avg_typed(void* data_v, size_t n, int divisor) {
+  using T = typename Tr::T;
+  using V = typename Tr::V;
+  using Ops = typename Tr::Ops;
+  T* data = static_cast<T*>(data_v);
+  if constexpr (requires(V x) { Ops::div(x, x); }) {
+    const V d = Ops::splat(divisor);
+    const fn::AvgDiv sdiv{divisor};
+    binary_loop<Tr>([d](V x, V) { return Ops::div(x, d); }, [sdiv](T x, T) { return sdiv(x); }, data, data, data,
+                    n);
+  } else {
+    scalar::scale_avg_typed(data, n, divisor);
+  }
+}
+
+// dst = Dst::store(Src::load(src)): f32 <-> f16/bf16 buffer conversion; both
+// traits must share the lane type and width.
+template <class Src, class Dst, class SOp>
+inline void convert_loop(SOp sop, const typename Src::T* src, typename Dst::T* dst, size_t n) {
+  static_assert(Src::W == Dst::W);
+  constexpr size_t W = Src::W;
+  size_t i = 0;
+  for (; i + W <= n; i += W) Dst::store(dst + i, Src::load(src + i));
+  for (; i < n; ++i) dst[i] = sop(src[i]);
+}
+
+}  // namespace
+}  // namespace tandem::detail::simd
