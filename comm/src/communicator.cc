@@ -391,9 +391,6 @@ std::unique_ptr<Communicator> Communicator::create(const CommOptions& options,
     throw InvalidArgument("world size " + std::to_string(options.size) +
                           " needs a store address: run under `tandem launch`, or set TANDEM_STORE_ADDR=host:port");
   }
-  if (options.segment_bytes < 4096 || options.segments_in_flight < 1) {
-    throw InvalidArgument("segment_bytes must be >= 4096 and segments_in_flight >= 1");
-  }
   auto impl = std::make_unique<Impl>();
   impl->opts = options;
   impl->algorithms = std::move(algorithms);

@@ -191,8 +191,10 @@ class RingAlgorithms final : public Algorithms {
 }  // namespace
 
 std::shared_ptr<Algorithms> algorithms(const RingOptions& options) {
-  if (options.segment_bytes < 4096 || options.segments_in_flight < 1) {
-    throw InvalidArgument("RingOptions: segment_bytes must be >= 4096 and segments_in_flight >= 1");
+  if (options.segment_bytes < 4096 || options.segments_in_flight < 1 || options.segments_in_flight > 64) {
+    throw InvalidArgument("RingOptions: segment_bytes must be >= 4096 and segments_in_flight in 1..64 (got " +
+                          std::to_string(options.segment_bytes) + ", " + std::to_string(options.segments_in_flight) +
+                          ")");
   }
   return std::make_shared<RingAlgorithms>(options);
 }

@@ -23,7 +23,7 @@ class Pending {
  public:
   Pending() = default;
   Pending(void* handle, int peer, size_t bytes, bool is_recv)
-      : handle_(handle), peer_(peer), bytes_(bytes), is_recv_(is_recv) {}
+      : handle_(handle), peer_(peer), bytes_(bytes), is_recv_(is_recv), done_(false) {}
   Pending(Pending&& o) noexcept { *this = std::move(o); }
   Pending& operator=(Pending&& o) noexcept {
     handle_ = o.handle_;
