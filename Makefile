@@ -1,0 +1,52 @@
+# Entry points; CMake + Ninja do the real work.
+#   make demo           setup, build, then a 2-rank all-reduce sweep
+#   make test           setup, build, quick test tier (what CI runs)
+#   make test-full      every test label
+#   make bench-kernels  reduction-kernel microbenchmarks
+#   make build | configure | setup | clean
+BUILD_DIR ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+CTEST_FLAGS ?= --output-on-failure -j1
+
+# CUDA is auto-detected by CMake; make a toolkit in the usual place visible to it.
+ifneq ($(wildcard /usr/local/cuda/bin/nvcc),)
+export PATH := $(PATH):/usr/local/cuda/bin
+endif
+
+TANDEM := $(BUILD_DIR)/bin/tandem
+
+.PHONY: all setup configure build demo test test-full bench-kernels clean
+
+all: build
+
+setup:
+	./scripts/setup.sh
+
+# Configure once; afterwards ninja re-runs CMake itself when a CMakeLists changes.
+$(BUILD_DIR)/build.ninja: | setup
+	cmake -S . -B $(BUILD_DIR) -G Ninja $(CMAKE_FLAGS)
+
+configure: setup
+	cmake -S . -B $(BUILD_DIR) -G Ninja $(CMAKE_FLAGS)
+
+build: $(BUILD_DIR)/build.ninja
+	ninja -C $(BUILD_DIR) -j $(JOBS)
+
+demo: build
+	$(TANDEM) launch -n 2 -- $(TANDEM) bench allreduce -b 4K -e 64M -f 4 -n 20 -w 5 -c 1
+
+test: build
+	ctest --test-dir $(BUILD_DIR) -L quick $(CTEST_FLAGS)
+
+test-full: build
+	ctest --test-dir $(BUILD_DIR) $(CTEST_FLAGS)
+
+bench-kernels: $(BUILD_DIR)/build.ninja
+	ninja -C $(BUILD_DIR) -j $(JOBS) tandem-kernels-bench
+	@bin=$$(find $(BUILD_DIR) -name tandem-kernels-bench -type f -perm -u+x | head -n 1); \
+	  test -n "$$bin" || { echo "tandem-kernels-bench not found under $(BUILD_DIR)" >&2; exit 1; }; \
+	  echo "$$bin"; "$$bin"
+
+clean:
+	rm -rf $(BUILD_DIR)

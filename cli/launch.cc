@@ -1,0 +1,657 @@
+// `tandem launch`: see launch.h for what it does. Terms used below:
+//   rank    one child process started by the launcher (its pid is also its
+//           process-group id, so signals reach whatever it started too);
+//   stream  the read end of one rank's stdout or stderr pipe;
+//   phase   where shutdown stands: running -> grace (a rank failed; the
+//           others may still exit on their own) -> terminating (SIGTERM
+//           sent) -> killing (SIGKILL sent).
+// Every wait is bounded: poll() wakes at least every kTick, and each phase
+// has a deadline after which the next, harsher one starts.
+#include "launch.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tandem/store.h"
+
+extern char** environ;
+
+namespace tandem::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+constexpr auto kTick = 100ms;                  // longest poll() sleep
+constexpr size_t kReadChunk = 64 << 10;        // bytes read from a stream per wake-up
+constexpr size_t kMaxPartialLine = 1 << 20;    // a longer line without '\n' is split
+constexpr auto kExecReportTimeout = 10s;       // for a child to exec or report why not
+constexpr auto kLinger = 1s;                   // for pipes held open by a rank's descendants
+constexpr auto kKillWait = 5s;                 // after SIGKILL; only a stuck kernel exceeds it
+
+// ---------------------------------------------------------------- output
+
+// Writes everything unless the reader is gone; the launcher must not die of
+// EPIPE (SIGPIPE is ignored) nor block forever on a non-blocking descriptor.
+void write_all(int fd, const std::string& data) {
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else if (n < 0 && errno == EAGAIN) {
+      pollfd p{fd, POLLOUT, 0};
+      if (::poll(&p, 1, 1000) <= 0) return;
+    } else {
+      return;
+    }
+  }
+}
+
+void say(const std::string& message) { write_all(STDERR_FILENO, "tandem launch: " + message + "\n"); }
+
+std::string signal_name(int sig) {
+  const char* abbrev = ::sigabbrev_np(sig);
+  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
+}
+
+// Shell convention: the exit code, or 128 + signal number.
+int exit_code_of(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+std::string describe(int status) {
+  if (WIFSIGNALED(status)) return "killed by signal " + signal_name(WTERMSIG(status));
+  return "exited with code " + std::to_string(exit_code_of(status));
+}
+
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%gs", s);
+  return buf;
+}
+
+// ---------------------------------------------------------------- ranks
+
+struct Stream {
+  int fd = -1;         // read end; -1 once closed
+  int out_fd = -1;     // where prefixed lines go (launcher's stdout or stderr)
+  std::string prefix;  // "[rank] "
+  std::string partial;  // bytes after the last newline seen
+
+  // Reads once; relays every complete line with one write() so lines from
+  // different ranks never interleave. Returns false at EOF (stream closed).
+  bool pump() {
+    char buf[kReadChunk];
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
+    if (n <= 0) {
+      close_and_flush();
+      return false;
+    }
+    partial.append(buf, static_cast<size_t>(n));
+    std::string out;
+    size_t start = 0;
+    for (size_t nl; (nl = partial.find('\n', start)) != std::string::npos; start = nl + 1) {
+      out += prefix;
+      out.append(partial, start, nl + 1 - start);
+    }
+    partial.erase(0, start);
+    if (partial.size() > kMaxPartialLine) {  // bound memory for output that never ends a line
+      out += prefix + partial + "\n";
+      partial.clear();
+    }
+    if (!out.empty()) write_all(out_fd, out);
+    return true;
+  }
+
+  // A last line without '\n' still gets printed, as its own line.
+  void close_and_flush() {
+    if (!partial.empty()) write_all(out_fd, prefix + partial + "\n");
+    partial.clear();
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
+};
+
+struct Rank {
+  int rank = 0;
+  pid_t pid = -1;  // also the process-group id
+  bool running = false;
+  bool signalled_by_us = false;
+  int status = 0;  // wait status once reaped
+  Stream out, err;
+
+  bool streams_open() const { return out.fd >= 0 || err.fd >= 0; }
+};
+
+// Signals the rank's whole process group (the command and anything it
+// started). Also used after the rank itself has exited while descendants
+// still hold its pipes: the group lives as long as any member does.
+void signal_rank(Rank& r, int sig) {
+  if (r.pid <= 0) return;
+  if (::killpg(r.pid, sig) != 0 && r.running) ::kill(r.pid, sig);
+  if (r.running) r.signalled_by_us = true;
+}
+
+// PATH lookup done once in the launcher, so a missing command is reported
+// before any rank starts. Returns the path or sets exit_code to 127 / 126.
+std::optional<std::string> resolve_command(const std::string& name, int& exit_code, std::string& error) {
+  auto executable = [](const std::string& path) {
+    struct stat st{};
+    return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+  };
+  if (name.find('/') != std::string::npos) {
+    if (executable(name)) return name;
+    struct stat st{};
+    bool exists = ::stat(name.c_str(), &st) == 0;
+    exit_code = exists ? 126 : 127;
+    error = exists ? name + ": permission denied (not an executable file)" : name + ": command not found";
+    return std::nullopt;
+  }
+  const char* path_env = std::getenv("PATH");
+  std::string path = path_env ? path_env : "/usr/local/bin:/usr/bin:/bin";
+  bool seen_non_executable = false;
+  size_t begin = 0;
+  while (true) {
+    size_t end = path.find(':', begin);
+    std::string dir = path.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    if (executable(candidate)) return candidate;
+    struct stat st{};
+    if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode)) seen_non_executable = true;
+    if (end == std::string::npos) break;
+    begin = end + 1;
+  }
+  exit_code = seen_non_executable ? 126 : 127;
+  error = name + (seen_non_executable ? ": permission denied" : ": command not found (searched PATH)");
+  return std::nullopt;
+}
+
+// The parent's environment minus stale TANDEM_* job variables, plus this rank's.
+std::vector<std::string> rank_environment(int rank, int world, const std::string& store_addr) {
+  static const char* const kOwned[] = {"TANDEM_RANK=", "TANDEM_WORLD_SIZE=", "TANDEM_LOCAL_RANK=",
+                                       "TANDEM_LOCAL_WORLD_SIZE=", "TANDEM_STORE_ADDR="};
+  std::vector<std::string> env;
+  for (char** e = environ; e && *e; ++e) {
+    std::string_view kv(*e);
+    bool owned = std::any_of(std::begin(kOwned), std::end(kOwned), [&](const char* k) { return kv.starts_with(k); });
+    if (!owned) env.emplace_back(kv);
+  }
+  env.push_back("TANDEM_RANK=" + std::to_string(rank));
+  env.push_back("TANDEM_WORLD_SIZE=" + std::to_string(world));
+  env.push_back("TANDEM_LOCAL_RANK=" + std::to_string(rank));  // every rank is local
+  env.push_back("TANDEM_LOCAL_WORLD_SIZE=" + std::to_string(world));
+  env.push_back("TANDEM_STORE_ADDR=" + store_addr);
+  return env;
+}
+
+// In the child, between fork and exec: only async-signal-safe calls (the
+// store's I/O thread may hold allocator locks that were copied mid-use).
+[[noreturn]] void exec_child(const char* path, char* const* argv, char* const* envp, int out_w, int err_w,
+                             int report_w, pid_t parent, const rlimit& files) {
+  ::setpgid(0, 0);
+  ::setrlimit(RLIMIT_NOFILE, &files);  // the launcher's raised limit is its own business
+  // If the launcher is SIGKILLed, take the rank down with it instead of leaking it.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) ::_exit(1);
+
+  struct sigaction dfl{};
+  dfl.sa_handler = SIG_DFL;
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGCHLD, SIGQUIT}) ::sigaction(sig, &dfl, nullptr);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+
+  int devnull = ::open("/dev/null", O_RDONLY);  // ranks share no terminal input
+  if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
+  ::dup2(out_w, STDOUT_FILENO);
+  ::dup2(err_w, STDERR_FILENO);
+  // Nothing else of the launcher's (store sockets, other ranks' pipes) may
+  // leak into the command; report_w is marked too and closes at a successful exec.
+  if (::syscall(SYS_close_range, 3u, ~0u, 4u /* CLOSE_RANGE_CLOEXEC */) != 0) {
+    for (int fd = 3; fd < 4096; ++fd) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+  }
+  ::execve(path, argv, envp);
+  int err = errno;
+  [[maybe_unused]] ssize_t ignored = ::write(report_w, &err, sizeof err);
+  ::_exit(err == ENOENT ? 127 : 126);
+}
+
+struct Pipe {
+  int r = -1, w = -1;
+  bool open() {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) return false;
+    r = fds[0];
+    w = fds[1];
+    return true;
+  }
+  void close_all() {
+    if (r >= 0) ::close(r);
+    if (w >= 0) ::close(w);
+    r = w = -1;
+  }
+};
+
+// Starts one rank. Returns 0, or the launcher exit code with `error` set.
+int spawn_rank(Rank& r, int world, const std::string& path, const std::vector<std::string>& command,
+               const std::string& store_addr, const rlimit& child_files, std::string& error) {
+  std::vector<std::string> env = rank_environment(r.rank, world, store_addr);
+  std::vector<char*> argv, envp;
+  for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+
+  Pipe out, err, report;
+  if (!out.open() || !err.open() || !report.open()) {
+    error = std::string("pipe: ") + std::strerror(errno);
+    out.close_all();
+    err.close_all();
+    report.close_all();
+    return 1;
+  }
+  pid_t parent = ::getpid();
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    error = std::string("fork: ") + std::strerror(errno);
+    out.close_all();
+    err.close_all();
+    report.close_all();
+    return 1;
+  }
+  if (pid == 0) exec_child(path.c_str(), argv.data(), envp.data(), out.w, err.w, report.w, parent, child_files);
+
+  ::setpgid(pid, pid);  // also here, so killpg works even before the child ran
+  ::close(out.w);
+  ::close(err.w);
+  ::close(report.w);
+  r.pid = pid;
+  r.running = true;
+  for (Stream* s : {&r.out, &r.err}) s->prefix = "[" + std::to_string(r.rank) + "] ";
+  r.out.fd = out.r;
+  r.out.out_fd = STDOUT_FILENO;
+  r.err.fd = err.r;
+  r.err.out_fd = STDERR_FILENO;
+  ::fcntl(out.r, F_SETFL, O_NONBLOCK);
+  ::fcntl(err.r, F_SETFL, O_NONBLOCK);
+
+  // The report pipe closes at a successful exec or carries exec's errno.
+  pollfd p{report.r, POLLIN, 0};
+  int exec_errno = 0;
+  if (::poll(&p, 1, static_cast<int>(std::chrono::milliseconds(kExecReportTimeout).count())) > 0) {
+    if (::read(report.r, &exec_errno, sizeof exec_errno) != static_cast<ssize_t>(sizeof exec_errno)) exec_errno = 0;
+  }
+  ::close(report.r);
+  if (exec_errno != 0) {
+    error = command[0] + ": cannot execute: " + std::strerror(exec_errno);
+    return exec_errno == ENOENT ? 127 : 126;
+  }
+  return 0;
+}
+
+// Blocks the signals the launcher handles (they arrive through a signalfd in
+// the poll set) for the lifetime of the object; the store's I/O thread is
+// created afterwards and so inherits the mask.
+class SignalGuard {
+ public:
+  SignalGuard() {
+    sigemptyset(&set_);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) sigaddset(&set_, sig);
+    ::pthread_sigmask(SIG_BLOCK, &set_, &old_mask_);
+    struct sigaction ign{};
+    ign.sa_handler = SIG_IGN;
+    ::sigaction(SIGPIPE, &ign, &old_pipe_);
+    fd_ = ::signalfd(-1, &set_, SFD_NONBLOCK | SFD_CLOEXEC);
+  }
+  ~SignalGuard() {
+    if (fd_ >= 0) ::close(fd_);
+    ::sigaction(SIGPIPE, &old_pipe_, nullptr);
+    ::pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
+  }
+  SignalGuard(const SignalGuard&) = delete;
+  SignalGuard& operator=(const SignalGuard&) = delete;
+  int fd() const { return fd_; }
+
+ private:
+  sigset_t set_{}, old_mask_{};
+  struct sigaction old_pipe_{};
+  int fd_ = -1;
+};
+
+enum class Phase { running, grace, terminating, killing };
+
+class Launcher {
+ public:
+  explicit Launcher(const LaunchOptions& o) : opts_(o) {}
+
+  int run() {
+    int code = 0;
+    std::string error;
+    std::optional<std::string> path = resolve_command(opts_.command[0], code, error);
+    if (!path) {
+      say(error);
+      return code;
+    }
+
+    // Each rank costs the launcher two pipes and a store connection; the
+    // default soft limit of 1024 descriptors would not last to -n 1024.
+    rlimit files{};
+    ::getrlimit(RLIMIT_NOFILE, &files);
+    const rlimit child_files = files;
+    if (files.rlim_cur < files.rlim_max) {
+      files.rlim_cur = files.rlim_max;
+      ::setrlimit(RLIMIT_NOFILE, &files);
+    }
+
+    SignalGuard signals;  // before the store, whose thread must inherit the mask
+    if (signals.fd() < 0) {
+      say(std::string("signalfd: ") + std::strerror(errno));
+      return 1;
+    }
+    std::unique_ptr<StoreServer> store;
+    try {
+      store = std::make_unique<StoreServer>(StoreServerOptions{});
+    } catch (const std::exception& e) {
+      say(std::string("cannot start the bootstrap store: ") + e.what());
+      return 1;
+    }
+    store_ = store.get();
+    const std::string store_addr = "127.0.0.1:" + std::to_string(store->port());
+
+    // Orphaned descendants of the ranks become our children, not init's, so
+    // they are reaped even in containers whose init never reaps.
+    ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+    start_ = Clock::now();
+    ranks_.resize(static_cast<size_t>(opts_.nprocs));
+    for (int i = 0; i < opts_.nprocs; ++i) {
+      ranks_[i].rank = i;
+      int rc = spawn_rank(ranks_[i], opts_.nprocs, *path, opts_.command, store_addr, child_files, error);
+      if (rc != 0) {
+        say("rank " + std::to_string(i) + ": " + error);
+        spawn_failure_ = rc;
+        // The ranks already running would wait for the missing one forever.
+        enter(Phase::killing, SIGKILL, kKillWait);
+        break;
+      }
+    }
+
+    loop(signals.fd());
+    reap_orphans();
+    store_ = nullptr;
+    return finish();
+  }
+
+ private:
+  void loop(int signal_fd) {
+    std::optional<Clock::time_point> linger_until;
+    bool stragglers_killed = false;
+    std::vector<pollfd> fds;
+    std::vector<Stream*> streams;
+    while (true) {
+      bool any_running = std::any_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.running; });
+      bool any_open = std::any_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.streams_open(); });
+      if (!any_running && !any_open) return;
+      if (!any_running) {
+        // Every rank exited but something it started still holds a pipe:
+        // give it kLinger to finish writing, then kill it and stop reading.
+        auto now = Clock::now();
+        if (!linger_until) linger_until = now + kLinger;
+        if (now >= *linger_until) {
+          if (stragglers_killed) {
+            for (Rank& r : ranks_) r.out.close_and_flush(), r.err.close_and_flush();
+            return;
+          }
+          for (Rank& r : ranks_)
+            if (r.streams_open()) signal_rank(r, SIGKILL);
+          stragglers_killed = true;
+          linger_until = now + kLinger;
+        }
+      }
+
+      fds.clear();
+      streams.clear();
+      fds.push_back({signal_fd, POLLIN, 0});
+      for (Rank& r : ranks_) {
+        for (Stream* s : {&r.out, &r.err}) {
+          if (s->fd < 0) continue;
+          fds.push_back({s->fd, POLLIN, 0});
+          streams.push_back(s);
+        }
+      }
+      ::poll(fds.data(), fds.size(), poll_timeout_ms(linger_until));
+
+      if (fds[0].revents & POLLIN) handle_signals(signal_fd);
+      for (size_t i = 1; i < fds.size(); ++i) {
+        if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) streams[i - 1]->pump();
+      }
+      reap();
+      check_deadlines();
+    }
+  }
+
+  // As child subreaper the launcher inherits what the ranks left behind; reap
+  // those (already killed with their process group) so none stays a zombie.
+  static void reap_orphans() {
+    auto until = Clock::now() + 500ms;
+    while (Clock::now() < until) {
+      pid_t pid = ::waitpid(-1, nullptr, WNOHANG);
+      if (pid < 0) return;  // ECHILD: nothing left
+      if (pid == 0) ::usleep(10000);
+    }
+  }
+
+  int poll_timeout_ms(const std::optional<Clock::time_point>& linger_until) const {
+    auto now = Clock::now();
+    auto next = now + kTick;
+    if (phase_deadline_) next = std::min(next, *phase_deadline_);
+    if (job_deadline() && !timed_out_) next = std::min(next, *job_deadline());
+    if (linger_until) next = std::min(next, *linger_until);
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count();
+    return static_cast<int>(std::clamp<long long>(ms + 1, 0, 100));
+  }
+
+  std::optional<Clock::time_point> job_deadline() const {
+    if (opts_.timeout_seconds <= 0) return std::nullopt;
+    return start_ + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opts_.timeout_seconds));
+  }
+
+  // SIGINT/SIGTERM/SIGHUP to the launcher go to every rank; a second one
+  // means "now": SIGKILL.
+  void handle_signals(int signal_fd) {
+    signalfd_siginfo info{};
+    while (::read(signal_fd, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
+      int sig = static_cast<int>(info.ssi_signo);
+      if (sig == SIGCHLD) continue;  // reap() runs every iteration
+      if (interrupt_signal_ == 0 && !stopping()) {
+        interrupt_signal_ = sig;
+        say("received " + signal_name(sig) + "; forwarding it to all ranks");
+        enter(Phase::terminating, sig, seconds(opts_.kill_after_seconds));
+      } else if (phase_ != Phase::killing) {
+        if (interrupt_signal_ == 0) interrupt_signal_ = sig;
+        say("received " + signal_name(sig) + " again; killing all ranks");
+        enter(Phase::killing, SIGKILL, kKillWait);
+      }
+    }
+  }
+
+  void reap() {
+    int status = 0;
+    pid_t pid;
+    while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+      auto it = std::find_if(ranks_.begin(), ranks_.end(), [&](const Rank& r) { return r.pid == pid; });
+      if (it == ranks_.end()) continue;
+      it->running = false;
+      it->status = status;
+      if (status == 0) continue;
+      if (it->signalled_by_us) {
+        ++stopped_by_us_;
+        continue;  // expected: we asked it to stop
+      }
+      ++failed_;
+      say("rank " + std::to_string(it->rank) + " " + describe(status));
+      if (!first_failure_ && !stopping() && spawn_failure_ == 0) {
+        first_failure_ = &*it;
+        record_failure_in_store(it->rank);
+        if (std::any_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.running; })) {
+          say("waiting up to " + seconds_text(opts_.grace_seconds) + " for the other ranks to exit");
+        }
+        phase_ = Phase::grace;
+        phase_deadline_ = Clock::now() + seconds(opts_.grace_seconds);
+      }
+    }
+  }
+
+  // Lets ranks blocked in a collective fail fast with PeerFailure naming the
+  // rank, instead of waiting for their timeout.
+  void record_failure_in_store(int rank) {
+    if (!store_) return;
+    try {
+      auto failed = store_->failed_ranks();
+      if (std::find(failed.begin(), failed.end(), rank) == failed.end()) store_->mark_failed(rank);
+    } catch (const std::exception& e) {
+      say(std::string("could not record the failure in the store: ") + e.what());
+    }
+  }
+
+  void check_deadlines() {
+    auto now = Clock::now();
+    auto running = [&] {
+      return std::count_if(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.running; });
+    };
+    if (!timed_out_ && job_deadline() && now >= *job_deadline() && !first_failure_ && interrupt_signal_ == 0 &&
+        running() > 0) {
+      timed_out_ = true;
+      say("timeout: the job exceeded --timeout " + seconds_text(opts_.timeout_seconds) +
+          "; terminating all ranks");
+      enter(Phase::terminating, SIGTERM, seconds(opts_.kill_after_seconds));
+      return;
+    }
+    if (!phase_deadline_ || now < *phase_deadline_) return;
+    switch (phase_) {
+      case Phase::running:
+        break;
+      case Phase::grace:
+        if (running() > 0) {
+          say("grace period of " + seconds_text(opts_.grace_seconds) + " is over; sending SIGTERM to " +
+              std::to_string(running()) + " remaining rank(s)");
+        }
+        enter(Phase::terminating, SIGTERM, seconds(opts_.kill_after_seconds));
+        break;
+      case Phase::terminating:
+        if (running() > 0) say("sending SIGKILL to " + std::to_string(running()) + " remaining rank(s)");
+        enter(Phase::killing, SIGKILL, kKillWait);
+        break;
+      case Phase::killing:
+        // SIGKILL cannot be ignored; only a process stuck in the kernel gets here.
+        for (Rank& r : ranks_) {
+          if (r.running) say("rank " + std::to_string(r.rank) + " (pid " + std::to_string(r.pid) + ") did not die; giving up on it");
+          r.running = false;
+          r.out.close_and_flush();
+          r.err.close_and_flush();
+        }
+        phase_deadline_.reset();
+        break;
+    }
+  }
+
+  void enter(Phase phase, int sig, Clock::duration wait) {
+    phase_ = phase;
+    phase_deadline_ = Clock::now() + wait;
+    for (Rank& r : ranks_) {
+      if (r.running || r.streams_open()) signal_rank(r, sig);
+    }
+  }
+
+  bool stopping() const { return phase_ == Phase::terminating || phase_ == Phase::killing; }
+
+  static Clock::duration seconds(double s) {
+    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+  }
+
+  int finish() const {
+    std::string abnormal = std::to_string(failed_) + " of " + std::to_string(opts_.nprocs) +
+                           " rank(s) failed on their own, " + std::to_string(stopped_by_us_) +
+                           " stopped by the launcher";
+    if (spawn_failure_ != 0) return spawn_failure_;
+    if (first_failure_) {
+      const Rank& r = *first_failure_;
+      say("job failed: rank " + std::to_string(r.rank) + " failed first (" + describe(r.status) + "); " + abnormal);
+      return exit_code_of(r.status);
+    }
+    if (timed_out_) {
+      say("job timed out after " + seconds_text(opts_.timeout_seconds) + " (--timeout); " + abnormal);
+      return 124;
+    }
+    if (interrupt_signal_ != 0) {
+      say("job interrupted by " + signal_name(interrupt_signal_) + "; " + abnormal);
+      return 128 + interrupt_signal_;
+    }
+    return 0;
+  }
+
+  const LaunchOptions& opts_;
+  std::vector<Rank> ranks_;
+  StoreServer* store_ = nullptr;
+  Clock::time_point start_{};
+  Phase phase_ = Phase::running;
+  std::optional<Clock::time_point> phase_deadline_;
+  const Rank* first_failure_ = nullptr;
+  int spawn_failure_ = 0;
+  bool timed_out_ = false;
+  int interrupt_signal_ = 0;
+  int failed_ = 0;
+  int stopped_by_us_ = 0;
+};
+
+}  // namespace
+
+std::string validate(const LaunchOptions& o) {
+  if (o.nprocs < 1 || o.nprocs > kMaxLocalRanks) {
+    return "-n must be between 1 and " + std::to_string(kMaxLocalRanks) + " local ranks (got " +
+           std::to_string(o.nprocs) + ")";
+  }
+  auto bad_seconds = [](double s) { return !std::isfinite(s) || s < 0 || s > 1e7; };
+  if (bad_seconds(o.timeout_seconds)) return "--timeout must be a number of seconds >= 0 (0 = no limit)";
+  if (bad_seconds(o.grace_seconds)) return "--grace must be a number of seconds >= 0";
+  if (bad_seconds(o.kill_after_seconds)) return "the SIGTERM-to-SIGKILL delay must be >= 0 seconds";
+  if (o.command.empty() || o.command[0].empty()) {
+    return "no command given; usage: tandem launch -n N [--timeout S] [--grace S] -- command [args...]";
+  }
+  return "";
+}
+
+int run_launch(const LaunchOptions& options) {
+  if (std::string error = validate(options); !error.empty()) {
+    say(error);
+    return 2;
+  }
+  return Launcher(options).run();
+}
+
+}  // namespace tandem::cli

@@ -1,0 +1,282 @@
+// The `tandem` executable: parses flags and calls the libraries.
+//   tandem launch -n N [--timeout S] [--grace S] [--] cmd args...
+//   tandem bench <collective> [nccl-tests flags]
+//   tandem info
+// Exit codes: 0 success, 2 usage error, otherwise what the subcommand returns.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "launch.h"
+#include "tandem/bench/sweep.h"
+#include "tandem/bootstrap.h"
+#include "tandem/errors.h"
+#include "tandem/reduce.h"
+#include "tandem/types.h"
+
+#ifndef TANDEM_VERSION
+#define TANDEM_VERSION "unknown"
+#endif
+
+namespace {
+
+constexpr int kUsageError = 2;
+
+// Thrown for flag values CLI11 cannot check by itself; reported like its own errors.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+template <typename T, size_t N>
+std::string join_names(const T (&values)[N]) {
+  std::string out;
+  for (const auto& v : values) out += (out.empty() ? "" : ", ") + std::string(tandem::to_string(v));
+  return out;
+}
+
+// nccl-tests sizes: a number with an optional K, M or G suffix (powers of
+// 1024, case-insensitive) and an optional trailing B: 8, 4K, 128M, 1GB.
+std::optional<size_t> parse_size(std::string_view text) {
+  size_t i = 0;
+  size_t value = 0;
+  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) {
+    size_t digit = static_cast<size_t>(text[i] - '0');
+    if (value > (std::numeric_limits<size_t>::max() - digit) / 10) return std::nullopt;
+    value = value * 10 + digit;
+    ++i;
+  }
+  if (i == 0) return std::nullopt;
+  std::string suffix = lower(text.substr(i));
+  if (!suffix.empty() && suffix.back() == 'b') suffix.pop_back();
+  int shift = 0;
+  if (suffix == "k") shift = 10;
+  else if (suffix == "m") shift = 20;
+  else if (suffix == "g") shift = 30;
+  else if (!suffix.empty()) return std::nullopt;
+  if (shift > 0 && value > (std::numeric_limits<size_t>::max() >> shift)) return std::nullopt;
+  return value << shift;
+}
+
+size_t size_flag(const std::string& flag, const std::string& text) {
+  auto v = parse_size(text);
+  if (!v) throw UsageError(flag + ": '" + text + "' is not a size; use bytes with an optional K, M or G suffix (e.g. 8, 4K, 128M)");
+  return *v;
+}
+
+// ---------------------------------------------------------------- bench
+
+struct BenchFlags {
+  std::string collective;
+  std::string min_bytes = "32M", max_bytes = "32M", increment = "0";
+  double factor = 2.0;
+  int iters = 20, warmup = 5, check = 1, root = 0;
+  std::string dtype = "float", op = "sum", format = "table", plot;
+};
+
+const char* const kCollectives[] = {"allreduce", "reduce_scatter", "allgather", "broadcast", "barrier"};
+
+tandem::bench::SweepOptions to_sweep_options(const BenchFlags& f) {
+  tandem::bench::SweepOptions o;
+  o.collective = f.collective;
+  o.min_bytes = size_flag("-b/--minbytes", f.min_bytes);
+  o.max_bytes = size_flag("-e/--maxbytes", f.max_bytes);
+  o.increment = size_flag("-i/--stepbytes", f.increment);
+  o.factor = f.factor;
+  if (o.max_bytes < o.min_bytes) {
+    throw UsageError("-e/--maxbytes (" + f.max_bytes + ") must be >= -b/--minbytes (" + f.min_bytes + ")");
+  }
+  if (o.increment == 0 && !(o.factor > 1.0)) {
+    char got[32];
+    std::snprintf(got, sizeof got, "%g", f.factor);
+    throw UsageError(std::string("-f/--stepfactor must be > 1 (got ") + got + "), or set -i/--stepbytes");
+  }
+  if (o.increment == 0 && o.min_bytes == 0 && o.max_bytes > 0) {
+    throw UsageError("-b 0 cannot grow by a factor; use -b >= 1 or set -i/--stepbytes");
+  }
+  if (f.iters < 1) throw UsageError("-n/--iters must be >= 1");
+  if (f.warmup < 0) throw UsageError("-w/--warmup_iters must be >= 0");
+  if (f.check < 0) throw UsageError("-c/--check must be 0 (off) or >= 1 (on)");
+  if (f.root < 0) throw UsageError("-r/--root must be >= 0");
+  o.iters = f.iters;
+  o.warmup = f.warmup;
+  o.check = f.check > 0;
+  o.root = f.root;
+
+  auto dtype = tandem::parse_dtype(f.dtype);
+  if (!dtype) throw UsageError("-d/--datatype: unknown '" + f.dtype + "'; valid: " + join_names(tandem::kAllDataTypes));
+  o.dtype = *dtype;
+  auto op = tandem::parse_reduce_op(f.op);
+  if (!op) throw UsageError("-o/--op: unknown '" + f.op + "'; valid: " + join_names(tandem::kAllReduceOps));
+  o.op = *op;
+
+  std::string format = lower(f.format);
+  if (format == "table") o.format = tandem::bench::Format::table;
+  else if (format == "csv") o.format = tandem::bench::Format::csv;
+  else if (format == "json") o.format = tandem::bench::Format::json;
+  else throw UsageError("--format: unknown '" + f.format + "'; valid: table, csv, json");
+
+  if (!f.plot.empty()) {
+    std::string p = lower(f.plot);
+    if (p.size() < 5 || p.compare(p.size() - 4, 4, ".png") != 0) {
+      throw UsageError("--plot expects a .png file name (got '" + f.plot + "')");
+    }
+    o.plot = f.plot;
+  }
+  return o;
+}
+
+void add_bench(CLI::App& app, BenchFlags& f) {
+  auto* b = app.add_subcommand("bench", "Sweep one collective over message sizes (nccl-tests flags); run it under `tandem launch`");
+  std::string valid;
+  for (const char* c : kCollectives) valid += (valid.empty() ? "" : ", ") + std::string(c);
+  b->add_option("collective", f.collective, "Collective: " + valid)->required()->check(CLI::IsMember(
+      std::vector<std::string>(std::begin(kCollectives), std::end(kCollectives))));
+  b->add_option("-b,--minbytes", f.min_bytes, "Smallest message, bytes with K/M/G suffix")->capture_default_str();
+  b->add_option("-e,--maxbytes", f.max_bytes, "Largest message")->capture_default_str();
+  b->add_option("-f,--stepfactor", f.factor, "Multiply the size by this between steps")->capture_default_str();
+  b->add_option("-i,--stepbytes", f.increment, "Add this many bytes between steps instead (0 = use -f)")->capture_default_str();
+  b->add_option("-n,--iters", f.iters, "Timed iterations per size")->capture_default_str();
+  b->add_option("-w,--warmup_iters", f.warmup, "Untimed warm-up iterations per size")->capture_default_str();
+  b->add_option("-c,--check", f.check, "Check results: 0 off, 1 on")->capture_default_str();
+  b->add_option("-d,--datatype", f.dtype, "Element type: " + join_names(tandem::kAllDataTypes))->capture_default_str();
+  b->add_option("-o,--op", f.op, "Reduction: " + join_names(tandem::kAllReduceOps))->capture_default_str();
+  b->add_option("-r,--root", f.root, "Root rank (broadcast, reduce)")->capture_default_str();
+  b->add_option("--format", f.format, "Output: table, csv or json")->capture_default_str();
+  b->add_option("--plot", f.plot, "Write busbw vs size to this PNG (needs gnuplot)");
+}
+
+// ---------------------------------------------------------------- launch
+
+void add_launch(CLI::App& app, tandem::cli::LaunchOptions& o) {
+  auto* l = app.add_subcommand("launch", "Run N local ranks of a command with a bootstrap store");
+  l->add_option("-n,--nprocs", o.nprocs, "Number of ranks (1.." + std::to_string(tandem::cli::kMaxLocalRanks) + ")")
+      ->required();
+  l->add_option("--timeout", o.timeout_seconds, "Kill the job after this many seconds (0 = no limit)")
+      ->capture_default_str();
+  l->add_option("--grace", o.grace_seconds, "After a rank fails, seconds the others get to exit before SIGTERM")
+      ->capture_default_str();
+  // Only for --help: main() splits the command off before CLI11 sees it.
+  l->add_option("command", o.command, "The command every rank runs, with its arguments (after --)");
+  l->footer("Example: tandem launch -n 2 -- tandem bench allreduce -b 8 -e 128M");
+}
+
+// Splits `launch [flags] [--] cmd args...` so the command's own flags (e.g.
+// the `-n` of `tandem bench`) never reach the launcher's parser. The command
+// starts after "--" or at the first word that is neither a flag nor a flag's value.
+std::vector<std::string> split_launch_command(std::vector<std::string>& args) {
+  static const char* const kFlagsWithValue[] = {"-n", "--nprocs", "--timeout", "--grace"};
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--" || a.empty() || a[0] != '-') {
+      std::vector<std::string> command(args.begin() + static_cast<std::ptrdiff_t>(a == "--" ? i + 1 : i), args.end());
+      args.resize(i);
+      return command;
+    }
+    bool takes_value = std::any_of(std::begin(kFlagsWithValue), std::end(kFlagsWithValue),
+                                   [&](const char* f) { return a == f; });
+    if (takes_value) ++i;  // "-n 3": skip the 3; "-n3" and "--grace=1" carry their value
+  }
+  return {};
+}
+
+// ---------------------------------------------------------------- info
+
+bool any_set(std::initializer_list<const char*> names) {
+  for (const char* n : names)
+    if (std::getenv(n)) return true;
+  return false;
+}
+
+int run_info() {
+  std::printf("tandem %s\n", TANDEM_VERSION);
+  std::printf("reduce kernels: %s (CPU)", std::string(tandem::reduce_isa()).c_str());
+#ifdef TANDEM_WITH_CUDA
+  std::printf(", CUDA kernels built\n");
+#else
+  std::printf(", CUDA kernels not built\n");
+#endif
+  // The CLI does not include UCX; `ucx_info -v` reports the library's version.
+  std::printf("transport: UCX (linked into tandem_comm; see `ucx_info -v` for its version)\n");
+  if (!any_set({"TANDEM_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"})) {
+    std::printf("job environment: none (run under `tandem launch`, mpirun or srun to see rank options)\n");
+    return 0;
+  }
+  try {
+    tandem::CommOptions o = tandem::options_from_env();
+    std::printf("job environment (%s): rank %d of %d, local rank %d of %d, store %s%s\n",
+                tandem::detect_launcher().c_str(), o.rank, o.size, o.local_rank, o.local_size,
+                o.store_address.c_str(), o.host_store ? " (hosted by rank 0)" : "");
+  } catch (const std::exception& e) {
+    std::printf("job environment: invalid: %s\n", e.what());
+  }
+  return 0;
+}
+
+// Library errors often name tandem already; avoid "tandem: tandem: ...".
+std::string with_prefix(std::string_view message) {
+  if (message.starts_with("tandem")) return std::string(message);
+  return "tandem: error: " + std::string(message);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"tandem: collective communication for data-parallel training"};
+  app.set_version_flag("--version", std::string("tandem ") + TANDEM_VERSION);
+  app.require_subcommand(1);
+
+  tandem::cli::LaunchOptions launch;
+  BenchFlags bench;
+  add_launch(app, launch);
+  add_bench(app, bench);
+  app.add_subcommand("info", "Show version, kernel ISA and the job environment");
+
+  std::vector<std::string> args(argv + 1, argv + argc);
+  std::vector<std::string> command;
+  if (!args.empty() && args[0] == "launch") command = split_launch_command(args);
+  std::vector<char*> parse_argv{argv[0]};
+  for (auto& a : args) parse_argv.push_back(a.data());
+
+  try {
+    app.parse(static_cast<int>(parse_argv.size()), parse_argv.data());
+  } catch (const CLI::Success& e) {  // --help, --version
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kUsageError;
+  }
+
+  try {
+    if (app.got_subcommand("launch")) {
+      launch.command = command;
+      return tandem::cli::run_launch(launch);
+    }
+    if (app.got_subcommand("bench")) return tandem::bench::run_sweep(to_sweep_options(bench));
+    if (app.got_subcommand("info")) return run_info();
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "tandem: %s\nRun with --help for more information.\n", e.what());
+    return kUsageError;
+  } catch (const tandem::InvalidArgument& e) {
+    std::fprintf(stderr, "%s\n", with_prefix(e.what()).c_str());
+    return kUsageError;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", with_prefix(e.what()).c_str());
+    return 1;
+  }
+  return kUsageError;
+}

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Installs what tandem needs to build and test on Debian 12. Idempotent: only
+# missing packages are installed, and `apt-get update` runs only then.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config
+  libucx-dev ucx-utils libhwloc-dev libboost-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libyaml-cpp-dev libcli11-dev nlohmann-json3-dev libspdlog-dev libeigen3-dev libssl-dev
+  gnuplot-nox iproute2 openmpi-bin libopenmpi-dev python3
+)
+
+die() { echo "setup.sh: error: $*" >&2; exit 1; }
+
+if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
+  die "dpkg-query/apt-get not found; this script supports Debian 12. Install these packages by other means: ${PACKAGES[*]}"
+fi
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$pkg")
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "setup.sh: all ${#PACKAGES[@]} packages are installed"
+  exit 0
+fi
+
+if [[ $(id -u) -eq 0 ]]; then
+  as_root=()
+elif command -v sudo >/dev/null 2>&1; then
+  # Without a terminal (CI) sudo must not wait for a password prompt.
+  if [[ -t 0 ]]; then as_root=(sudo); else as_root=(sudo -n); fi
+else
+  die "need root to install: ${missing[*]} (run as root, or install sudo)"
+fi
+
+echo "setup.sh: installing ${#missing[@]} missing package(s): ${missing[*]}"
+"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
+"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive \
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+echo "setup.sh: done"

@@ -1,0 +1,316 @@
+// `tandem launch` end to end: runs the built executable (env TANDEM_BIN) on
+// small shell commands and checks environment, output relay, exit codes and
+// clean-up. Every run goes through run_tandem(), which kills the launcher at
+// a hard wall-clock limit, so a launcher bug fails a test instead of hanging it.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "tandem/store.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using ::testing::HasSubstr;
+
+struct RunResult {
+  int exit_code = -1;  // shell-style: 128 + signal when killed
+  std::string out, err;
+  double seconds = 0;
+  bool hit_limit = false;  // the guard had to kill the launcher
+};
+
+struct RunOptions {
+  double limit_seconds = 20;
+  int send_signal = 0;  // sent to the launcher after signal_after_seconds
+  double signal_after_seconds = 0;
+};
+
+std::string tandem_bin() {
+  const char* bin = std::getenv("TANDEM_BIN");
+  return bin ? bin : "";
+}
+
+// Runs `tandem args...` with stdout and stderr captured; never outlives limit_seconds (+1 s drain).
+RunResult run_tandem(const std::vector<std::string>& args, RunOptions opts = {}) {
+  RunResult r;
+  std::string bin = tandem_bin();
+  std::vector<std::string> argv_s{bin};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  int out[2], err[2];
+  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
+    ADD_FAILURE() << "pipe failed";
+    return r;
+  }
+  auto start = Clock::now();
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out[1], 1);
+    ::dup2(err[1], 2);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  ::close(err[1]);
+
+  auto limit = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opts.limit_seconds));
+  auto signal_at =
+      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opts.signal_after_seconds));
+  bool signal_sent = opts.send_signal == 0;
+  std::optional<Clock::time_point> stop_reading;
+  int fds[2] = {out[0], err[0]};
+  std::string* sinks[2] = {&r.out, &r.err};
+  while (fds[0] >= 0 || fds[1] >= 0) {
+    auto now = Clock::now();
+    if (!signal_sent && now >= signal_at) {
+      ::kill(pid, opts.send_signal);
+      signal_sent = true;
+    }
+    if (!r.hit_limit && now >= limit) {
+      r.hit_limit = true;
+      ::kill(pid, SIGKILL);
+      stop_reading = now + std::chrono::seconds(1);  // its ranks' descendants may hold the pipes
+    }
+    if (stop_reading && now >= *stop_reading) break;
+    pollfd p[2] = {{fds[0], POLLIN, 0}, {fds[1], POLLIN, 0}};
+    ::poll(p, 2, 20);
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i] < 0 || !(p[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      char buf[65536];
+      ssize_t n = ::read(fds[i], buf, sizeof buf);
+      if (n > 0) {
+        sinks[i]->append(buf, static_cast<size_t>(n));
+      } else {
+        ::close(fds[i]);
+        fds[i] = -1;
+      }
+    }
+  }
+  for (int fd : fds)
+    if (fd >= 0) ::close(fd);
+  // Pipes closed: the launcher has exited or is about to; bound the wait anyway.
+  int status = 0;
+  while (::waitpid(pid, &status, WNOHANG) == 0) {
+    if (Clock::now() >= limit && !r.hit_limit) {
+      r.hit_limit = true;
+      ::kill(pid, SIGKILL);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+std::string describe(const RunResult& r) {
+  std::ostringstream s;
+  s << "exit " << r.exit_code << " after " << r.seconds << "s" << (r.hit_limit ? " (KILLED BY TEST GUARD)" : "")
+    << "\n--- stdout ---\n" << r.out.substr(0, 4000) << "\n--- stderr ---\n" << r.err.substr(0, 4000);
+  return s.str();
+}
+
+class LaunchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_FALSE(tandem_bin().empty()) << "TANDEM_BIN must name the built `tandem` executable (ctest sets it)";
+    ASSERT_EQ(::access(tandem_bin().c_str(), X_OK), 0) << tandem_bin() << " is not executable";
+  }
+};
+
+TEST_F(LaunchTest, SetsRankEnvironmentAndPrefixesEachLine) {
+  RunResult r = run_tandem({"launch", "-n", "3", "--", "sh", "-c",
+                            "echo hi $TANDEM_RANK/$TANDEM_WORLD_SIZE; "
+                            "echo local $TANDEM_LOCAL_RANK/$TANDEM_LOCAL_WORLD_SIZE; "
+                            "echo store $TANDEM_STORE_ADDR; echo oops >&2; printf 'no newline'"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  for (int rank = 0; rank < 3; ++rank) {
+    std::string p = "[" + std::to_string(rank) + "] ";
+    EXPECT_THAT(r.out, HasSubstr(p + "hi " + std::to_string(rank) + "/3\n")) << describe(r);
+    EXPECT_THAT(r.out, HasSubstr(p + "local " + std::to_string(rank) + "/3\n")) << describe(r);
+    EXPECT_THAT(r.out, HasSubstr(p + "no newline\n")) << "a partial last line is flushed at EOF\n" << describe(r);
+    EXPECT_THAT(r.err, HasSubstr(p + "oops\n")) << "stderr goes to stderr\n" << describe(r);
+  }
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(\[0\] store 127\.0\.0\.1:(\d+)\n)"))) << describe(r);
+  int port = std::stoi(m[1]);
+  EXPECT_GT(port, 0);
+  EXPECT_LT(port, 65536);
+  EXPECT_THAT(r.out, HasSubstr("[2] store 127.0.0.1:" + std::to_string(port) + "\n")) << "one store for all ranks";
+}
+
+TEST_F(LaunchTest, CommandMayCarryItsOwnFlagsWithoutDoubleDash) {
+  RunResult r = run_tandem({"launch", "-n", "2", "sh", "-c", "echo flags ok $TANDEM_RANK", "-n", "5"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_THAT(r.out, HasSubstr("[1] flags ok 1\n")) << describe(r);
+}
+
+TEST_F(LaunchTest, FirstFailingRanksExitCodeIsPropagated) {
+  RunResult r = run_tandem(
+      {"launch", "-n", "3", "--grace", "1", "--", "sh", "-c", "if [ $TANDEM_RANK = 1 ]; then exit 7; fi; sleep 30"});
+  EXPECT_EQ(r.exit_code, 7) << describe(r);
+  EXPECT_LT(r.seconds, 1 + 3 + 3) << "grace 1 s, then SIGTERM, SIGKILL 3 s later at worst\n" << describe(r);
+  EXPECT_THAT(r.err, HasSubstr("rank 1 exited with code 7")) << describe(r);
+  EXPECT_THAT(r.err, HasSubstr("rank 1 failed first")) << "the summary names the first failure\n" << describe(r);
+}
+
+TEST_F(LaunchTest, RankThatIgnoresSigtermIsKilled) {
+  RunResult r = run_tandem({"launch", "-n", "2", "--grace", "0", "--", "sh", "-c",
+                            "trap '' TERM; if [ $TANDEM_RANK = 0 ]; then sleep 0.3; exit 3; fi; "
+                            "while :; do sleep 0.1; done"});
+  EXPECT_EQ(r.exit_code, 3) << describe(r);
+  EXPECT_GT(r.seconds, 3) << "SIGKILL only 3 s after SIGTERM\n" << describe(r);
+  EXPECT_LT(r.seconds, 0.3 + 3 + 3) << describe(r);
+  EXPECT_THAT(r.err, HasSubstr("sending SIGKILL")) << describe(r);
+}
+
+TEST_F(LaunchTest, RankKilledBySignalGives128PlusSignal) {
+  RunResult r = run_tandem(
+      {"launch", "-n", "2", "--grace", "1", "--", "sh", "-c", "if [ $TANDEM_RANK = 1 ]; then kill -9 $$; fi; sleep 30"});
+  EXPECT_EQ(r.exit_code, 128 + SIGKILL) << describe(r);
+  EXPECT_THAT(r.err, HasSubstr("rank 1 killed by signal SIGKILL")) << describe(r);
+}
+
+TEST_F(LaunchTest, TimeoutKillsAHangingJob) {
+  RunResult r = run_tandem({"launch", "-n", "2", "--timeout", "1", "--", "sleep", "30"});
+  EXPECT_EQ(r.exit_code, 124) << describe(r);
+  EXPECT_LT(r.seconds, 1 + 3 + 3) << describe(r);
+  EXPECT_THAT(r.err, HasSubstr("timeout")) << describe(r);
+}
+
+TEST_F(LaunchTest, SigtermToLauncherIsForwarded) {
+  RunOptions o;
+  o.send_signal = SIGTERM;
+  o.signal_after_seconds = 0.5;
+  RunResult r = run_tandem({"launch", "-n", "2", "--", "sleep", "30"}, o);
+  EXPECT_EQ(r.exit_code, 128 + SIGTERM) << describe(r);
+  EXPECT_LT(r.seconds, 0.5 + 3 + 3) << describe(r);
+  EXPECT_THAT(r.err, HasSubstr("SIGTERM")) << describe(r);
+}
+
+TEST_F(LaunchTest, CommandNotFoundExits127) {
+  RunResult r = run_tandem({"launch", "-n", "2", "--", "tandem-no-such-command-xyz"});
+  EXPECT_EQ(r.exit_code, 127) << describe(r);
+  EXPECT_THAT(r.err, HasSubstr("command not found")) << describe(r);
+  r = run_tandem({"launch", "-n", "1", "--", "/nonexistent/dir/cmd"});
+  EXPECT_EQ(r.exit_code, 127) << describe(r);
+}
+
+TEST_F(LaunchTest, BadFlagsAreUsageErrors) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  std::vector<Case> cases = {
+      {{"launch", "-n", "0", "--", "true"}, "-n must be between 1 and 1024"},
+      {{"launch", "-n", "5000", "--", "true"}, "-n must be between 1 and 1024"},
+      {{"launch", "-n", "abc", "--", "true"}, "nprocs"},
+      {{"launch", "--", "true"}, "nprocs"},
+      {{"launch", "-n", "2"}, "no command given"},
+      {{"launch", "-n", "2", "--grace", "-1", "--", "true"}, "--grace"},
+      {{"launch", "-n", "2", "--timeout", "x", "--", "true"}, "timeout"},
+  };
+  for (const Case& c : cases) {
+    RunResult r = run_tandem(c.args);
+    EXPECT_EQ(r.exit_code, 2) << ::testing::PrintToString(c.args) << "\n" << describe(r);
+    EXPECT_THAT(r.err, HasSubstr(c.message)) << ::testing::PrintToString(c.args) << "\n" << describe(r);
+  }
+}
+
+TEST_F(LaunchTest, LinesFromDifferentRanksNeverInterleave) {
+  // 5000-byte lines exceed PIPE_BUF, so the writes themselves are not atomic;
+  // only the launcher's line reassembly keeps them whole.
+  RunResult r = run_tandem({"launch", "-n", "3", "--", "sh", "-c",
+                            "L=$(head -c 5000 /dev/zero | tr '\\0' \"$TANDEM_RANK\"); i=0; "
+                            "while [ $i -lt 200 ]; do echo \"$L\"; i=$((i+1)); done"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  std::istringstream lines(r.out);
+  std::string line;
+  int count[3] = {0, 0, 0};
+  while (std::getline(lines, line)) {
+    ASSERT_EQ(line.size(), 4 + 5000u) << "line: " << line.substr(0, 80);
+    int rank = line[1] - '0';
+    ASSERT_TRUE(rank >= 0 && rank < 3) << line.substr(0, 80);
+    ASSERT_EQ(line.substr(0, 4), "[" + std::to_string(rank) + "] ");
+    ASSERT_EQ(line.find_first_not_of(static_cast<char>('0' + rank), 4), std::string::npos)
+        << "mixed line: " << line.substr(0, 80);
+    ++count[rank];
+  }
+  EXPECT_EQ(count[0], 200);
+  EXPECT_EQ(count[1], 200);
+  EXPECT_EQ(count[2], 200);
+}
+
+bool process_alive(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  if (!std::getline(stat, text)) return false;
+  auto close_paren = text.rfind(')');
+  return close_paren != std::string::npos && close_paren + 2 < text.size() && text[close_paren + 2] != 'Z';
+}
+
+TEST_F(LaunchTest, DescendantsOfRanksAreCleanedUp) {
+  char dir_template[] = "/tmp/tandem-launch-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir_template), nullptr);
+  std::string dir = dir_template;
+  RunResult r = run_tandem({"launch", "-n", "2", "--timeout", "1", "--", "sh", "-c",
+                            "sleep 30 & echo $! > " + dir + "/pid$TANDEM_RANK; wait"});
+  EXPECT_EQ(r.exit_code, 124) << describe(r);
+  for (int rank = 0; rank < 2; ++rank) {
+    std::ifstream f(dir + "/pid" + std::to_string(rank));
+    pid_t pid = 0;
+    ASSERT_TRUE(static_cast<bool>(f >> pid)) << "rank " << rank << " did not write its child's pid";
+    auto until = Clock::now() + std::chrono::seconds(2);
+    while (process_alive(pid) && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_FALSE(process_alive(pid)) << "rank " << rank << "'s child " << pid << " survived the launcher";
+    ::unlink((dir + "/pid" + std::to_string(rank)).c_str());
+  }
+  ::rmdir(dir.c_str());
+}
+
+// Runs this test binary itself as the ranks: rank 1 fails without ever
+// talking to the store, so only the launcher can have recorded it there.
+TEST_F(LaunchTest, FailureIsRecordedInTheStore) {
+  char self[4096];
+  ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  ASSERT_GT(n, 0);
+  self[n] = '\0';
+  RunResult r = run_tandem({"launch", "-n", "2", "--grace", "5", "--", self,
+                            "--gtest_also_run_disabled_tests", "--gtest_filter=LaunchChild.DISABLED_StoreProbe"});
+  EXPECT_EQ(r.exit_code, 3) << describe(r);
+  EXPECT_THAT(r.out, HasSubstr("[0] failed_ranks=1\n")) << describe(r);
+  EXPECT_LT(r.seconds, 5) << "rank 0 exits by itself once it sees the failure\n" << describe(r);
+}
+
+// Not a test on its own: the rank body for FailureIsRecordedInTheStore.
+TEST(LaunchChild, DISABLED_StoreProbe) {
+  const char* rank = std::getenv("TANDEM_RANK");
+  const char* addr = std::getenv("TANDEM_STORE_ADDR");
+  ASSERT_TRUE(rank && addr) << "run only under tandem launch";
+  if (std::string(rank) == "1") std::_Exit(3);
+  auto [host, port] = tandem::parse_host_port(addr);
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  tandem::StoreClient client(host, port, deadline);
+  std::string failed = client.get(tandem::kFailedRanksKey, deadline);
+  std::printf("failed_ranks=%s\n", failed.c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace
