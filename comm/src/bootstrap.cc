@@ -78,7 +78,8 @@ void validate_ranks(CommOptions& o, const std::string& rank_var, const std::stri
                           local_size_var + "=" + std::to_string(o.local_size));
 }
 
-void read_timeouts(const EnvLookup& env, CommOptions& o) {
+// Timeouts, pipelining and transport knobs, each read once here.
+void read_tuning(const EnvLookup& env, CommOptions& o) {
   const std::string fix = "set it to a positive number of milliseconds";
   auto positive = [&](const char* var) -> std::optional<std::chrono::milliseconds> {
     auto v = env(var);
@@ -91,6 +92,18 @@ void read_timeouts(const EnvLookup& env, CommOptions& o) {
   };
   if (auto t = positive("TANDEM_TIMEOUT_MS")) o.timeout = *t;
   if (auto t = positive("TANDEM_CONNECT_TIMEOUT_MS")) o.connect_timeout = *t;
+  if (auto v = optional_int(env, "TANDEM_SEGMENT_BYTES", "set it to the ring's message size in bytes (>= 4096)")) {
+    o.segment_bytes = size_t(*v);
+  }
+  if (auto v = optional_int(env, "TANDEM_SEGMENTS_IN_FLIGHT", "set it to a number from 1 to 64")) {
+    o.segments_in_flight = *v;
+  }
+  if (auto v = env("TANDEM_UCX_PEER_ERRORS")) {
+    if (*v != "0" && *v != "1") {
+      throw InvalidArgument("tandem: TANDEM_UCX_PEER_ERRORS='" + *v + "' is invalid; set it to 0 or 1");
+    }
+    o.ucx_peer_error_handling = *v == "1";
+  }
 }
 
 CommOptions from_tandem(const EnvLookup& env) {
@@ -240,7 +253,10 @@ CommOptions options_from_env(const EnvLookup& env) {
   } else {
     throw InvalidArgument(std::string("tandem: cannot tell this process's rank and world size; ") + kLaunchHint);
   }
-  read_timeouts(env, o);
+  read_tuning(env, o);
+  // A job on one host keeps UCX's TCP transport on loopback unless the user
+  // chose devices; multi-host selection belongs to interface discovery.
+  if (o.local_size == o.size && !env("UCX_NET_DEVICES")) o.ucx_net_devices = "lo";
   return o;
 }
 

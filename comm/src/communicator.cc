@@ -93,6 +93,7 @@ struct Communicator::Impl {
   std::unique_ptr<UcxTransport> ucx;
   int store_host_rank = -1;  // the rank hosting the store, if a rank does
   std::string transports;    // what UCX chose, read once after wire-up
+  bool oversubscribed = false;  // more ranks on this host than cores
 
   std::thread engine;
   std::mutex mu;
@@ -159,8 +160,8 @@ class EngineChannel final : public Channel {
   void wait(Pending& p) override {
     for (unsigned spins = 1; !test(p); ++spins) {
       if (spins % 128 == 0) impl_.check_health(deadline_, p.peer(), what_);
-      // Past a short spin, yield: ranks may outnumber cores.
-      if (spins > 4096) std::this_thread::yield();
+      // Busy-poll like MPI; yield when ranks outnumber cores, or now and then anyway.
+      if ((impl_.oversubscribed && spins > 256) || spins % 65536 == 0) std::this_thread::yield();
     }
   }
 
@@ -271,7 +272,8 @@ void Communicator::Impl::connect() {
   store->hello(opts.rank, deadline);
   if (opts.host_store) store->set(key("store_host"), std::to_string(opts.rank), deadline);
 
-  ucx = std::make_unique<UcxTransport>(opts.rank, opts.size);
+  ucx = std::make_unique<UcxTransport>(opts.rank, opts.size, opts.ucx_peer_error_handling,
+                                       opts.ucx_net_devices);
   store->set(key("ucx/" + std::to_string(opts.rank)), ucx->worker_address(), deadline);
   for (int p = 0; p < opts.size; ++p) {
     ucx->connect(p, store->get(key("ucx/" + std::to_string(p)), deadline));
@@ -394,6 +396,7 @@ std::unique_ptr<Communicator> Communicator::create(const CommOptions& options,
   auto impl = std::make_unique<Impl>();
   impl->opts = options;
   impl->algorithms = std::move(algorithms);
+  impl->oversubscribed = options.local_size > int(std::thread::hardware_concurrency());
   if (options.size > 1) impl->connect();
   Impl* raw = impl.get();
   impl->engine = std::thread([raw] { raw->run_engine(); });

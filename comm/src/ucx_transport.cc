@@ -22,9 +22,17 @@ void check(ucs_status_t s, const char* what) {
 
 }  // namespace
 
-UcxTransport::UcxTransport(int rank, int size) : rank_(rank), size_(size), endpoints_(size, nullptr) {
+UcxTransport::UcxTransport(int rank, int size, bool peer_error_handling, const std::string& net_devices)
+    : rank_(rank), size_(size), peer_error_handling_(peer_error_handling), endpoints_(size, nullptr) {
   ucp_config_t* config = nullptr;
   check(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");  // honours UCX_TLS and friends
+  if (!net_devices.empty()) {
+    ucs_status_t s = ucp_config_modify(config, "NET_DEVICES", net_devices.c_str());
+    if (s != UCS_OK) {
+      ucp_config_release(config);
+      throw InvalidArgument("UCX rejected network devices '" + net_devices + "': " + status_text(s));
+    }
+  }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
   params.features = UCP_FEATURE_TAG;
@@ -73,7 +81,7 @@ void UcxTransport::connect(int peer, const std::string& address) {
   params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                       UCP_EP_PARAM_FIELD_ERR_HANDLER;
   params.address = reinterpret_cast<const ucp_address_t*>(address.data());
-  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  params.err_mode = peer_error_handling_ ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
   params.err_handler.cb = &UcxTransport::on_endpoint_error;
   params.err_handler.arg = &error_contexts_[peer];
   check(ucp_ep_create(worker_, &params, &endpoints_[peer]), "ucp_ep_create");
@@ -141,6 +149,7 @@ void UcxTransport::cancel(Pending& p) {
   ucp_request_cancel(worker_, p.handle());
   ucp_request_free(p.handle());  // released by UCX once the cancellation completes
   p.mark_done();
+  ucp_worker_progress(worker_);  // lets the cancellation complete
 }
 
 void UcxTransport::close_endpoints(Deadline deadline) {

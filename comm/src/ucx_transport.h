@@ -1,9 +1,11 @@
 // UCP point-to-point transport: one context and one worker per communicator,
-// one endpoint per peer with peer error handling. Used from one thread at a
-// time (the communicator's engine), so the worker runs in single-thread mode.
+// one endpoint per peer. Used from one thread at a time (the communicator's
+// engine), so the worker runs in single-thread mode.
 //
-// Endpoint errors are recorded (first failing peer wins) and every request to
-// that peer completes with an error, which poll() turns into PeerFailure.
+// With peer error handling on, endpoint errors are recorded (first failing
+// peer wins) and every request to that peer completes with an error, which
+// poll() turns into PeerFailure. Without it, the communicator learns of dead
+// peers from the store.
 #pragma once
 
 #include <ucp/api/ucp.h>
@@ -20,7 +22,7 @@ namespace tandem {
 
 class UcxTransport {
  public:
-  UcxTransport(int rank, int size);
+  UcxTransport(int rank, int size, bool peer_error_handling, const std::string& net_devices);
   ~UcxTransport();
   UcxTransport(const UcxTransport&) = delete;
   UcxTransport& operator=(const UcxTransport&) = delete;
@@ -61,6 +63,7 @@ class UcxTransport {
 
   int rank_;
   int size_;
+  bool peer_error_handling_;
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   std::string address_;

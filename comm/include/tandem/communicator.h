@@ -34,10 +34,18 @@ struct CommOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(60)};
   // Ring pipelining: segment size and how many segments are in flight per step.
-  size_t segment_bytes = 512 << 10;
+  size_t segment_bytes = 1 << 20;
   int segments_in_flight = 4;
-  // How often a waiting rank asks the store whether some rank died.
+  // How often a waiting rank asks the store whether some rank died. The store
+  // learns of a death when the rank's connection drops, on any transport.
   std::chrono::milliseconds failure_poll{std::chrono::milliseconds(200)};
+  // UCX peer error handling on every endpoint. Off by default: UCX 1.13
+  // excludes its shared-memory transports from endpoints in that mode, which
+  // forces TCP even between processes on one host; the store already names
+  // dead ranks. Turn it on for multi-host runs that want UCX keepalive too.
+  bool ucx_peer_error_handling = false;
+  // UCX_NET_DEVICES for this communicator's context; empty leaves UCX's choice.
+  std::string ucx_net_devices;
 };
 
 struct CollectiveOptions {

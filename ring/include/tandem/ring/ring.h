@@ -10,7 +10,7 @@
 namespace tandem::ring {
 
 struct RingOptions {
-  size_t segment_bytes = 512 << 10;  // largest message of the pipeline
+  size_t segment_bytes = 1 << 20;  // largest message of the pipeline
   int segments_in_flight = 4;        // segments walking the ring at once
 };
 
