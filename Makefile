@@ -34,7 +34,8 @@ build: $(BUILD_DIR)/build.ninja
 	ninja -C $(BUILD_DIR) -j $(JOBS)
 
 demo: build
-	$(TANDEM) launch -n 2 -- $(TANDEM) bench allreduce -b 4K -e 64M -f 4 -n 20 -w 5 -c 1
+	$(TANDEM) launch -n 2 -- $(TANDEM) bench allreduce -b 4K -e 64M -f 4 -n 20 -w 5 -c 1 \
+	  --plot $(BUILD_DIR)/allreduce_busbw.png
 
 test: build
 	ctest --test-dir $(BUILD_DIR) -L quick $(CTEST_FLAGS)

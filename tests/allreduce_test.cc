@@ -193,3 +193,23 @@ TEST(Allreduce, RejectsBadArguments) {
 
 }  // namespace
 }  // namespace tandem::testing
+
+namespace tandem::testing {
+namespace {
+
+// The full tier (ctest -L full): oversubscribed worlds and large counts.
+class AllreduceFull : public ::testing::TestWithParam<int> {};
+
+TEST_P(AllreduceFull, DISABLED_LargeCountsManyRanks) {
+  const int n = GetParam();
+  RankGroup group(n, [](const CommOptions& o) {
+    return run_matrix(o, {(size_t(1) << 22) + 5, 999983, 1023});
+  });
+  group.expect_success(1800s);
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, AllreduceFull, ::testing::Values(2, 5, 8),
+                         [](const auto& info) { return "n" + std::to_string(info.param); });
+
+}  // namespace
+}  // namespace tandem::testing

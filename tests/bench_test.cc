@@ -1,0 +1,123 @@
+// `tandem bench` end to end under `tandem launch` and under mpirun: the JSON
+// rows follow the contract other tools read, and the data check passes.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Output {
+  int status = -1;
+  std::string text;
+};
+
+// Runs a shell command under a hard wall-clock limit (timeout -s KILL).
+Output run(const std::string& command, int limit_seconds = 120) {
+  Output o;
+  const std::string guarded = "timeout -s KILL " + std::to_string(limit_seconds) + " " + command + " 2>&1";
+  FILE* p = popen(guarded.c_str(), "r");
+  if (!p) return o;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) o.text.append(buf, n);
+  int status = pclose(p);
+  o.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return o;
+}
+
+std::vector<nlohmann::json> json_rows(const std::string& text) {
+  std::vector<nlohmann::json> rows;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    auto brace = line.find('{');
+    if (brace == std::string::npos) continue;
+    rows.push_back(nlohmann::json::parse(line.substr(brace)));
+  }
+  return rows;
+}
+
+std::string bin() {
+  const char* b = std::getenv("TANDEM_BIN");
+  return b ? b : "";
+}
+
+void expect_contract(const std::vector<nlohmann::json>& rows, int nranks, size_t sizes) {
+  ASSERT_EQ(rows.size(), 2 * sizes) << "one row per size and placement";
+  for (const auto& r : rows) {
+    for (const char* key : {"collective", "nranks", "bytes", "count", "dtype", "op", "inplace", "time_us",
+                            "algbw_gbps", "busbw_gbps", "wrong"}) {
+      EXPECT_TRUE(r.contains(key)) << key << " missing in " << r.dump();
+    }
+    EXPECT_EQ(r["collective"], "allreduce");
+    EXPECT_EQ(r["nranks"], nranks);
+    EXPECT_EQ(r["wrong"], 0) << r.dump();
+    EXPECT_GT(r["time_us"].get<double>(), 0);
+    const double algbw = r["bytes"].get<double>() / r["time_us"].get<double>() / 1e3;
+    EXPECT_NEAR(r["algbw_gbps"].get<double>(), algbw, 1e-6 + algbw * 1e-6);
+    EXPECT_NEAR(r["busbw_gbps"].get<double>(), algbw * 2.0 * (nranks - 1) / nranks, 1e-6 + algbw * 1e-6);
+  }
+}
+
+TEST(Bench, JsonRowsUnderTandemLaunch) {
+  if (bin().empty()) GTEST_SKIP() << "TANDEM_BIN is not set (run under ctest)";
+  for (const char* dtype : {"f32", "f16", "i32"}) {
+    Output o = run(bin() + " launch -n 3 -- " + bin() + " bench allreduce -b 1K -e 1M -f 32 -n 3 -w 1 -c 1 -d " +
+                   dtype + " -o avg --format json");
+    ASSERT_EQ(o.status, 0) << o.text;
+    auto rows = json_rows(o.text);
+    expect_contract(rows, 3, 3);  // 1 KiB, 32 KiB, 1 MiB
+    for (const auto& r : rows) EXPECT_EQ(r["dtype"], dtype);
+  }
+}
+
+TEST(Bench, UnderMpirun) {
+  if (bin().empty()) GTEST_SKIP() << "TANDEM_BIN is not set (run under ctest)";
+  if (std::system("command -v mpirun >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "mpirun not found: install openmpi-bin to run this test";
+  }
+  Output o = run("mpirun --allow-run-as-root --oversubscribe --mca oob_tcp_if_include lo -n 2 " + bin() +
+                 " bench allreduce -b 4K -e 4M -f 32 -n 3 -w 1 -c 1 --format json");
+  ASSERT_EQ(o.status, 0) << o.text;
+  expect_contract(json_rows(o.text), 2, 3);
+}
+
+TEST(Bench, TableCsvAndPlot) {
+  if (bin().empty()) GTEST_SKIP() << "TANDEM_BIN is not set (run under ctest)";
+  Output t = run(bin() + " launch -n 2 -- " + bin() + " bench allreduce -b 8 -e 64K -f 16 -n 2 -w 1");
+  ASSERT_EQ(t.status, 0) << t.text;
+  EXPECT_NE(t.text.find("# Out of bounds values : 0 OK"), std::string::npos) << t.text;
+  EXPECT_NE(t.text.find("# Avg bus bandwidth"), std::string::npos) << t.text;
+
+  Output c = run(bin() + " launch -n 2 -- " + bin() + " bench allreduce -b 1K -e 1K -n 2 -w 1 --format csv");
+  ASSERT_EQ(c.status, 0) << c.text;
+  EXPECT_NE(c.text.find("collective,bytes,count,dtype,op,root,inplace,time_us"), std::string::npos) << c.text;
+
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) GTEST_SKIP() << "gnuplot not installed";
+  const std::string png = "/tmp/tandem_bench_test_" + std::to_string(getpid()) + ".png";
+  Output p = run(bin() + " launch -n 2 -- " + bin() + " bench allreduce -b 1K -e 64K -f 8 -n 2 -w 1 --plot " + png);
+  ASSERT_EQ(p.status, 0) << p.text;
+  std::ifstream f(png, std::ios::binary);
+  char magic[4] = {};
+  f.read(magic, 4);
+  EXPECT_EQ(std::string(magic + 1, 3), "PNG") << "no PNG written: " << p.text;
+  std::remove(png.c_str());
+}
+
+TEST(Bench, RejectsBadFlags) {
+  if (bin().empty()) GTEST_SKIP() << "TANDEM_BIN is not set (run under ctest)";
+  Output o = run(bin() + " bench allreduce -d f12");
+  EXPECT_EQ(o.status, 2) << o.text;
+  EXPECT_NE(o.text.find("f32"), std::string::npos) << "the error should list valid dtypes: " << o.text;
+  Output e = run(bin() + " bench allreduce -b 1M -e 1K");
+  EXPECT_NE(e.status, 0) << e.text;
+}
+
+}  // namespace
