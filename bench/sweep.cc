@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "tandem/bench/check.h"
 #include "tandem/tandem.h"
 
 namespace tandem::bench {
@@ -31,85 +32,6 @@ struct Result {
   double busbw = 0;
   long wrong = -1;  // -1: not checked
 };
-
-// Per-rank inputs whose reduction is exact in every dtype for small worlds.
-double input_value(ReduceOp op, int rank, size_t i) {
-  switch (op) {
-    case ReduceOp::prod: return double(1 + (i + rank) % 2);
-    case ReduceOp::min:
-    case ReduceOp::max: return double((i + 3 * size_t(rank)) % 11);
-    default: return double((rank + 1) * int(i % 5 + 1));
-  }
-}
-
-double expected_value(ReduceOp op, int n, size_t i) {
-  switch (op) {
-    case ReduceOp::sum: return double(i % 5 + 1) * n * (n + 1) / 2;
-    case ReduceOp::avg: return double(i % 5 + 1) * (n + 1) / 2.0;
-    case ReduceOp::prod: return std::ldexp(1.0, int(i % 2 == 0 ? n / 2 : (n + 1) / 2));
-    default: {
-      double best = input_value(op, 0, i);
-      for (int r = 1; r < n; ++r) {
-        double v = input_value(op, r, i);
-        best = op == ReduceOp::min ? std::min(best, v) : std::max(best, v);
-      }
-      return best;
-    }
-  }
-}
-
-void put(DataType t, void* buf, size_t i, double v) {
-  switch (t) {
-    case DataType::f32: static_cast<float*>(buf)[i] = float(v); break;
-    case DataType::f64: static_cast<double*>(buf)[i] = v; break;
-    case DataType::f16: { float f = float(v); f32_to_f16(&f, static_cast<uint16_t*>(buf) + i, 1); break; }
-    case DataType::bf16: { float f = float(v); f32_to_bf16(&f, static_cast<uint16_t*>(buf) + i, 1); break; }
-    case DataType::i32: static_cast<int32_t*>(buf)[i] = int32_t(v); break;
-    case DataType::i64: static_cast<int64_t*>(buf)[i] = int64_t(v); break;
-    case DataType::u8: static_cast<uint8_t*>(buf)[i] = uint8_t(v); break;
-  }
-}
-
-double get(DataType t, const void* buf, size_t i) {
-  float f;
-  switch (t) {
-    case DataType::f32: return static_cast<const float*>(buf)[i];
-    case DataType::f64: return static_cast<const double*>(buf)[i];
-    case DataType::f16: f16_to_f32(static_cast<const uint16_t*>(buf) + i, &f, 1); return f;
-    case DataType::bf16: bf16_to_f32(static_cast<const uint16_t*>(buf) + i, &f, 1); return f;
-    case DataType::i32: return static_cast<const int32_t*>(buf)[i];
-    case DataType::i64: return double(static_cast<const int64_t*>(buf)[i]);
-    case DataType::u8: return static_cast<const uint8_t*>(buf)[i];
-  }
-  return 0;
-}
-
-// Relative tolerance of one dtype; integers must match after the same truncation.
-double tolerance(DataType t, int n) {
-  switch (t) {
-    case DataType::f16: return n * 1e-3;
-    case DataType::bf16: return n * 8e-3;
-    case DataType::f32: return n * 1e-6;
-    case DataType::f64: return n * 1e-12;
-    default: return 0;
-  }
-}
-
-long count_wrong(DataType t, ReduceOp op, int n, const void* out, size_t count) {
-  const bool integer = t == DataType::i32 || t == DataType::i64 || t == DataType::u8;
-  long wrong = 0;
-  for (size_t i = 0; i < count; ++i) {
-    double want = expected_value(op, n, i);
-    if (integer) {
-      if (op == ReduceOp::avg) want = double(int64_t(want * n) / n);
-      if (t == DataType::u8) want = double(uint8_t(int64_t(want)));
-      if (t == DataType::i32) want = double(int32_t(int64_t(want)));
-    }
-    const double got = get(t, out, i);
-    if (std::fabs(got - want) > tolerance(t, n) * std::fabs(want)) ++wrong;
-  }
-  return wrong;
-}
 
 double bus_factor(const std::string& collective, int n) {
   if (collective == "allreduce") return 2.0 * (n - 1) / n;
@@ -144,7 +66,7 @@ Result measure(Communicator& comm, const SweepOptions& o, size_t bytes, bool inp
   const size_t esize = dtype_size(o.dtype), count = bytes / esize;
   void* dst = inplace ? in.data() : out.data();
   auto fill = [&] {
-    for (size_t i = 0; i < count; ++i) put(o.dtype, in.data(), i, input_value(o.op, comm.rank(), i));
+    for (size_t i = 0; i < count; ++i) store_element(o.dtype, in.data(), i, input_value(o.op, o.dtype, comm.rank(), i));
   };
   auto op = [&] { comm.allreduce(in.data(), dst, count, o.dtype, o.op); };
   Result r;
@@ -154,7 +76,7 @@ Result measure(Communicator& comm, const SweepOptions& o, size_t bytes, bool inp
   if (o.check) {
     fill();
     op();
-    long wrong = count_wrong(o.dtype, o.op, comm.size(), dst, count);
+    long wrong = count_wrong(o.op, o.dtype, comm.size(), dst, count);
     comm.allreduce(&wrong, 1, DataType::i64, ReduceOp::sum);
     r.wrong = wrong;
   }
@@ -220,20 +142,33 @@ void plot(const SweepOptions& o, int nranks, const std::vector<Result>& results)
   const std::string data = o.plot + ".dat";
   {
     std::ofstream f(data);
-    for (const auto& r : results) f << r.bytes << ' ' << r.busbw << ' ' << (r.inplace ? 1 : 0) << '\n';
+    // Two data blocks (gnuplot "index" 0 and 1): out-of-place, then in-place.
+    for (bool inplace : {false, true}) {
+      for (const auto& r : results) {
+        if (r.inplace == inplace) f << r.bytes << ' ' << r.busbw << '\n';
+      }
+      f << "\n\n";
+    }
   }
-  const std::string script =
-      "set terminal pngcairo size 900,540; set output '" + o.plot + "'; set logscale x 2; set grid;"
-      "set format x '%.0s%cB'; set xlabel 'message size'; set ylabel 'bus bandwidth (GB/s)';"
-      "set title 'tandem " + o.collective + ", " + std::to_string(nranks) + " ranks, " +
-      std::string(to_string(o.dtype)) + " " + std::string(to_string(o.op)) + "'; set key left top;"
-      "plot '" + data + "' using 1:($3==0?$2:1/0) with linespoints title 'out-of-place', '" + data +
-      "' using 1:($3==1?$2:1/0) with linespoints title 'in-place'";
-  const std::string cmd = "gnuplot -e \"" + script + "\" 2>&1";
-  if (std::system(cmd.c_str()) != 0) {
+  // A script file, not -e: no shell quoting in between.
+  const std::string script = o.plot + ".gp";
+  {
+    std::ofstream f(script);
+    f << "set terminal pngcairo size 900,540\nset output '" << o.plot << "'\n"
+      << "set logscale x 2\nset grid\nset format x '%.0b %BB'\nset yrange [0:*]\n"
+      << "set xlabel 'message size'\nset ylabel 'bus bandwidth (GB/s)'\nset key left top\n"
+      << "set title 'tandem " << o.collective << ", " << nranks << " ranks, " << to_string(o.dtype) << " "
+      << to_string(o.op) << "'\n"
+      << "plot '" << data << "' index 0 using 1:2 with linespoints title 'out-of-place', \\\n"
+      << "     '" << data << "' index 1 using 1:2 with linespoints title 'in-place'\n";
+  }
+  const std::string cmd = "gnuplot '" + script + "' 2>&1";
+  const int rc = std::system(cmd.c_str());
+  std::remove(data.c_str());
+  std::remove(script.c_str());
+  if (rc != 0) {
     fprintf(stderr, "tandem bench: gnuplot failed to write %s (is gnuplot-nox installed?)\n", o.plot.c_str());
   } else {
-    std::remove(data.c_str());
     fprintf(stderr, "tandem bench: wrote %s\n", o.plot.c_str());
   }
 }

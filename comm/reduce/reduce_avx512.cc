@@ -137,54 +137,8 @@ using I32 = Int<int32_t, I32Ops>;
 using I64 = Int<int64_t, I64Ops>;
 using U8 = Int<uint8_t, U8Ops>;
 
-// ---- table entries ----
-
-void reduce_avx512(DataType dtype, ReduceOp op, void* dst, const void* a, const void* b, size_t n) {
-  switch (dtype) {
-    case DataType::f32: return simd::reduce_typed<F32>(op, dst, a, b, n);
-    case DataType::f64: return simd::reduce_typed<F64>(op, dst, a, b, n);
-    case DataType::f16: return simd::reduce_typed<F16>(op, dst, a, b, n);
-    case DataType::bf16: return simd::reduce_typed<BF16>(op, dst, a, b, n);
-    case DataType::i32: return simd::reduce_typed<I32>(op, dst, a, b, n);
-    case DataType::i64: return simd::reduce_typed<I64>(op, dst, a, b, n);
-    case DataType::u8: return simd::reduce_typed<U8>(op, dst, a, b, n);
-  }
-}
-
-void scale_avg_avx512(DataType dtype, void* data, size_t n, int divisor) {
-  switch (dtype) {
-    case DataType::f32: return simd::scale_avg_typed<F32>(data, n, divisor);
-    case DataType::f64: return simd::scale_avg_typed<F64>(data, n, divisor);
-    case DataType::f16: return simd::scale_avg_typed<F16>(data, n, divisor);
-    case DataType::bf16: return simd::scale_avg_typed<BF16>(data, n, divisor);
-    case DataType::i32: return simd::scale_avg_typed<I32>(data, n, divisor);
-    case DataType::i64: return simd::scale_avg_typed<I64>(data, n, divisor);
-    case DataType::u8: return simd::scale_avg_typed<U8>(data, n, divisor);
-  }
-}
-
-void f32_to_f16_avx512(const float* src, uint16_t* dst, size_t n) {
-  simd::convert_loop<F32, F16>([](float x) { return f16_t{fn::f32_to_f16_bits(x)}; }, src,
-                               reinterpret_cast<f16_t*>(dst), n);
-}
-void f16_to_f32_avx512(const uint16_t* src, float* dst, size_t n) {
-  simd::convert_loop<F16, F32>([](f16_t x) { return fn::f16_bits_to_f32(x.bits); },
-                               reinterpret_cast<const f16_t*>(src), dst, n);
-}
-void f32_to_bf16_avx512(const float* src, uint16_t* dst, size_t n) {
-  simd::convert_loop<F32, BF16>([](float x) { return bf16_t{fn::f32_to_bf16_bits(x)}; }, src,
-                                reinterpret_cast<bf16_t*>(dst), n);
-}
-void bf16_to_f32_avx512(const uint16_t* src, float* dst, size_t n) {
-  simd::convert_loop<BF16, F32>([](bf16_t x) { return fn::bf16_bits_to_f32(x.bits); },
-                                reinterpret_cast<const bf16_t*>(src), dst, n);
-}
-
 }  // namespace
 
-extern const KernelTable kAvx512Kernels = {
-    &reduce_avx512,     &scale_avg_avx512,   &f32_to_f16_avx512,
-    &f16_to_f32_avx512, &f32_to_bf16_avx512, &bf16_to_f32_avx512,
-};
+extern const KernelTable kAvx512Kernels = simd::Table<F32, F64, F16, BF16, I32, I64, U8>::kernels();
 
 }  // namespace tandem::detail

@@ -18,6 +18,7 @@
 
 #include <cstddef>
 
+#include "kernels.h"
 #include "scalar_loops.h"
 
 namespace tandem::detail::simd {
@@ -97,6 +98,52 @@ inline void convert_loop(SOp sop, const typename Src::T* src, typename Dst::T* d
   for (; i + W <= n; i += W) Dst::store(dst + i, Src::load(src + i));
   for (; i < n; ++i) dst[i] = sop(src[i]);
 }
+
+// One ISA's KernelTable, from its lane traits for each dtype.
+template <class F32, class F64, class F16, class BF16, class I32, class I64, class U8>
+struct Table {
+  static void reduce(DataType dtype, ReduceOp op, void* dst, const void* a, const void* b, size_t n) {
+    switch (dtype) {
+      case DataType::f32: return reduce_typed<F32>(op, dst, a, b, n);
+      case DataType::f64: return reduce_typed<F64>(op, dst, a, b, n);
+      case DataType::f16: return reduce_typed<F16>(op, dst, a, b, n);
+      case DataType::bf16: return reduce_typed<BF16>(op, dst, a, b, n);
+      case DataType::i32: return reduce_typed<I32>(op, dst, a, b, n);
+      case DataType::i64: return reduce_typed<I64>(op, dst, a, b, n);
+      case DataType::u8: return reduce_typed<U8>(op, dst, a, b, n);
+    }
+  }
+  static void scale_avg(DataType dtype, void* data, size_t n, int divisor) {
+    switch (dtype) {
+      case DataType::f32: return scale_avg_typed<F32>(data, n, divisor);
+      case DataType::f64: return scale_avg_typed<F64>(data, n, divisor);
+      case DataType::f16: return scale_avg_typed<F16>(data, n, divisor);
+      case DataType::bf16: return scale_avg_typed<BF16>(data, n, divisor);
+      case DataType::i32: return scale_avg_typed<I32>(data, n, divisor);
+      case DataType::i64: return scale_avg_typed<I64>(data, n, divisor);
+      case DataType::u8: return scale_avg_typed<U8>(data, n, divisor);
+    }
+  }
+  static void f32_to_f16(const float* src, uint16_t* dst, size_t n) {
+    convert_loop<F32, F16>([](float x) { return fn::f16_t{fn::f32_to_f16_bits(x)}; }, src,
+                           reinterpret_cast<fn::f16_t*>(dst), n);
+  }
+  static void f16_to_f32(const uint16_t* src, float* dst, size_t n) {
+    convert_loop<F16, F32>([](fn::f16_t x) { return fn::f16_bits_to_f32(x.bits); },
+                           reinterpret_cast<const fn::f16_t*>(src), dst, n);
+  }
+  static void f32_to_bf16(const float* src, uint16_t* dst, size_t n) {
+    convert_loop<F32, BF16>([](float x) { return fn::bf16_t{fn::f32_to_bf16_bits(x)}; }, src,
+                            reinterpret_cast<fn::bf16_t*>(dst), n);
+  }
+  static void bf16_to_f32(const uint16_t* src, float* dst, size_t n) {
+    convert_loop<BF16, F32>([](fn::bf16_t x) { return fn::bf16_bits_to_f32(x.bits); },
+                            reinterpret_cast<const fn::bf16_t*>(src), dst, n);
+  }
+  static constexpr KernelTable kernels() {
+    return {&reduce, &scale_avg, &f32_to_f16, &f16_to_f32, &f32_to_bf16, &bf16_to_f32};
+  }
+};
 
 }  // namespace
 }  // namespace tandem::detail::simd

@@ -117,6 +117,7 @@ struct Communicator::Impl {
   void execute(Task& task);
   void check_health(Deadline deadline, int waiting_on, const std::string& what);
   [[noreturn]] void throw_store_lost(const std::exception& e);
+  [[noreturn]] void blame_first_failure(const PeerFailure& seen);
   void* scratch_buffer(size_t bytes, int slot);
   std::shared_ptr<Request::State> enqueue(std::function<void(Channel&)> body, const CollectiveOptions& o,
                                           std::string what);
@@ -140,19 +141,29 @@ class EngineChannel final : public Channel {
   int size() const override { return impl_.opts.size; }
 
   Pending send(int peer, Tag tag, const void* data, size_t bytes) override {
-    Pending p = impl_.ucx->send(peer, full_tag(rank(), tag), data, bytes);
-    return track(std::move(p));
+    try {
+      return track(impl_.ucx->send(peer, full_tag(rank(), tag), data, bytes));
+    } catch (const PeerFailure& e) {
+      impl_.blame_first_failure(e);
+    }
   }
   Pending recv(int peer, Tag tag, void* data, size_t bytes) override {
-    Pending p = impl_.ucx->recv(peer, full_tag(peer, tag), data, bytes);
-    return track(std::move(p));
+    return track(impl_.ucx->recv(peer, full_tag(peer, tag), data, bytes));
   }
 
   bool test(Pending& p) override {
     if (p.done()) return true;
     impl_.ucx->progress();
     void* handle = p.handle();
-    if (!impl_.ucx->poll(p)) return false;
+    try {
+      if (!impl_.ucx->poll(p)) return false;
+    } catch (const PeerFailure& e) {
+      untrack(handle);  // poll() released the request
+      impl_.blame_first_failure(e);
+    } catch (...) {
+      untrack(handle);
+      throw;
+    }
     untrack(handle);
     return true;
   }
@@ -201,6 +212,28 @@ void Communicator::Impl::throw_store_lost(const std::exception& e) {
                                            " failed: the bootstrap store it hosted is gone (" + e.what() + ")");
   }
   throw PeerFailure(-1, std::string("lost the bootstrap store (launcher gone?): ") + e.what());
+}
+
+// A transport error names the peer at the other end of one message, which may
+// only have died because another rank did (and then exited on its own error).
+// The store knows which rank died first; name that one when it says so.
+void Communicator::Impl::blame_first_failure(const PeerFailure& seen) {
+  const Deadline until = Clock::now() + std::chrono::seconds(1);
+  while (Clock::now() < until) {
+    std::optional<std::string> failed;
+    try {
+      failed = store->try_get(kFailedRanksKey, until);
+    } catch (const Error&) {
+      break;
+    }
+    if (failed && !failed->empty()) {
+      const int r = std::atoi(failed->c_str());
+      throw PeerFailure(r, "rank " + std::to_string(r) + " failed (its process exited or lost its connection); "
+                           "rank " + std::to_string(opts.rank) + " saw: " + seen.what());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  throw seen;
 }
 
 void Communicator::Impl::check_health(Deadline deadline, int waiting_on, const std::string& what) {

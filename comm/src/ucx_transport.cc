@@ -43,7 +43,7 @@ UcxTransport::UcxTransport(int rank, int size, bool peer_error_handling, const s
 
   ucp_worker_params_t wparams{};
   wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  wparams.thread_mode = UCS_THREAD_MODE_SINGLE;
+  wparams.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // created on one thread, driven by the engine
   s = ucp_worker_create(context_, &wparams, &worker_);
   if (s != UCS_OK) {
     ucp_cleanup(context_);

@@ -1,6 +1,6 @@
 // UCP point-to-point transport: one context and one worker per communicator,
 // one endpoint per peer. Used from one thread at a time (the communicator's
-// engine), so the worker runs in single-thread mode.
+// engine) at a time, so the worker runs in serialized mode.
 //
 // With peer error handling on, endpoint errors are recorded (first failing
 // peer wins) and every request to that peer completes with an error, which

@@ -35,4 +35,9 @@ std::string_view to_string(ReduceOp op);
 std::optional<DataType> parse_dtype(std::string_view s);
 std::optional<ReduceOp> parse_reduce_op(std::string_view s);
 
+// Element i of a buffer of type t, as double and back (f16/bf16 round to
+// nearest even, integers truncate). For checks and tools, not for hot loops.
+double load_element(DataType t, const void* buffer, size_t i);
+void store_element(DataType t, void* buffer, size_t i, double value);
+
 }  // namespace tandem
