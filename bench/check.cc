@@ -72,13 +72,21 @@ double expected_value(ReduceOp op, DataType t, int n, size_t i) {
   return 0;
 }
 
-long count_wrong(ReduceOp op, DataType t, int n, const void* out, size_t count) {
+long count_wrong(ReduceOp op, DataType t, int n, const void* out, size_t count, size_t first) {
   const double tol = tolerance(t, n);
   long wrong = 0;
   for (size_t i = 0; i < count; ++i) {
-    const double want = expected_value(op, t, n, i), got = load_element(t, out, i);
+    const double want = expected_value(op, t, n, first + i), got = load_element(t, out, i);
     if (tol == 0 ? got != want : std::fabs(got - want) > tol * std::fabs(want)) ++wrong;
   }
+  return wrong;
+}
+
+double moved_value(int rank, size_t i) { return double((i + 7 * size_t(rank)) % 61); }
+
+long count_wrong_moved(DataType t, int rank, const void* out, size_t count, size_t first) {
+  long wrong = 0;
+  for (size_t i = 0; i < count; ++i) wrong += load_element(t, out, i) != moved_value(rank, first + i);
   return wrong;
 }
 

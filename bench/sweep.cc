@@ -2,6 +2,11 @@
 // then a timed loop of back-to-back collectives between two barriers. The time
 // reported is the slowest rank's mean per operation (a collective is only done
 // when every rank is). busbw = algbw * factor, with nccl-tests' factors.
+//
+// Sizes mean what nccl-tests prints: the bytes of the whole buffer. For
+// reduce_scatter and allgather that is nranks blocks of `count` elements (the
+// count column is per rank); for allreduce and broadcast it is count elements.
+// barrier moves no data: it is timed once, whatever the sizes.
 #include "tandem/bench/sweep.h"
 
 #include <nlohmann/json.hpp>
@@ -14,6 +19,7 @@
 #include <cstring>
 #include <functional>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -33,16 +39,44 @@ struct Result {
   long wrong = -1;  // -1: not checked
 };
 
-double bus_factor(const std::string& collective, int n) {
-  if (collective == "allreduce") return 2.0 * (n - 1) / n;
-  if (collective == "reduce_scatter" || collective == "allgather") return double(n - 1) / n;
+enum class Kind { allreduce, reduce_scatter, allgather, broadcast, barrier };
+
+Kind kind_of(const std::string& collective) {
+  if (collective == "allreduce") return Kind::allreduce;
+  if (collective == "reduce_scatter") return Kind::reduce_scatter;
+  if (collective == "allgather") return Kind::allgather;
+  if (collective == "broadcast") return Kind::broadcast;
+  if (collective == "barrier") return Kind::barrier;
+  throw InvalidArgument("tandem bench: unknown collective '" + collective +
+                        "'; available: allreduce, reduce_scatter, allgather, broadcast, barrier");
+}
+
+double bus_factor(Kind kind, int n) {
+  switch (kind) {
+    case Kind::allreduce: return 2.0 * (n - 1) / n;
+    case Kind::reduce_scatter:
+    case Kind::allgather: return double(n - 1) / n;
+    case Kind::broadcast: return 1.0;
+    case Kind::barrier: return 0.0;  // moves no data
+  }
   return 1.0;
 }
 
-std::vector<size_t> sizes_of(const SweepOptions& o, size_t esize) {
+bool reduces(Kind kind) { return kind == Kind::allreduce || kind == Kind::reduce_scatter; }
+
+// Elements of the size column per element of `count` (nccl-tests: the whole buffer).
+int blocks(Kind kind, int n) { return kind == Kind::reduce_scatter || kind == Kind::allgather ? n : 1; }
+
+std::string op_name(const SweepOptions& o) {
+  return reduces(kind_of(o.collective)) ? std::string(to_string(o.op)) : "none";
+}
+int root_of(const SweepOptions& o) { return kind_of(o.collective) == Kind::broadcast ? o.root : -1; }
+
+// Sizes rounded down to whole units of `unit` bytes (an element, or one per rank).
+std::vector<size_t> sizes_of(const SweepOptions& o, size_t unit) {
   std::vector<size_t> sizes;
   for (size_t b = o.min_bytes; b <= o.max_bytes;) {
-    sizes.push_back(b / esize * esize);
+    sizes.push_back(b / unit * unit);
     size_t next = o.increment ? b + o.increment : size_t(std::ceil(double(b) * o.factor));
     if (next <= b) break;
     b = next;
@@ -61,39 +95,141 @@ double time_per_op_us(Communicator& comm, const std::function<void()>& op, int i
   return us;
 }
 
+// One size and placement of one collective: where its buffers are, how to
+// fill them, the call itself and its data check.
+class Case {
+ public:
+  Case(Communicator& comm, const SweepOptions& o, size_t count, bool inplace, std::vector<char>& in,
+       std::vector<char>& out)
+      : comm_(comm), o_(o), kind_(kind_of(o.collective)), n_(comm.size()), r_(comm.rank()), count_(count),
+        block_(count * dtype_size(o.dtype)), in_(in.data()), out_(out.data()) {
+    switch (kind_) {
+      case Kind::allreduce:
+      case Kind::barrier:
+        src_ = in_;
+        dst_ = inplace ? in_ : out_;
+        break;
+      case Kind::reduce_scatter:  // in-place: our block of the input is the output
+        src_ = in_;
+        dst_ = inplace ? in_ + r_ * block_ : out_;
+        break;
+      case Kind::allgather:  // in-place: our block of the output is the input
+        src_ = inplace ? out_ + r_ * block_ : in_;
+        dst_ = out_;
+        break;
+      case Kind::broadcast:
+        src_ = inplace ? out_ : in_;
+        dst_ = out_;
+        break;
+    }
+  }
+
+  // Inputs with a closed-form result; the output is poisoned first so stale
+  // results from an earlier run cannot pass the check.
+  void fill_for_check() {
+    std::memset(out_, 0xab, blocks(kind_, n_) * block_);
+    fill();
+  }
+
+  void fill() {
+    const DataType t = o_.dtype;
+    switch (kind_) {
+      case Kind::allreduce:
+        for (size_t i = 0; i < count_; ++i) store_element(t, in_, i, input_value(o_.op, t, r_, i));
+        break;
+      case Kind::reduce_scatter:  // element g of the all-reduce pattern
+        for (size_t g = 0; g < n_ * count_; ++g) store_element(t, in_, g, input_value(o_.op, t, r_, g));
+        break;
+      case Kind::allgather:
+        for (size_t i = 0; i < count_; ++i) store_element(t, src_, i, moved_value(r_, i));
+        break;
+      case Kind::broadcast:
+        if (r_ != o_.root) break;
+        for (size_t i = 0; i < count_; ++i) store_element(t, src_, i, moved_value(r_, i));
+        break;
+      case Kind::barrier: break;
+    }
+  }
+
+  void run() {
+    switch (kind_) {
+      case Kind::allreduce: comm_.allreduce(src_, dst_, count_, o_.dtype, o_.op); break;
+      case Kind::reduce_scatter: comm_.reduce_scatter(src_, dst_, count_, o_.dtype, o_.op); break;
+      case Kind::allgather: comm_.allgather(src_, dst_, count_, o_.dtype); break;
+      case Kind::broadcast: comm_.broadcast(src_, dst_, count_, o_.dtype, o_.root); break;
+      case Kind::barrier: comm_.barrier(); break;
+    }
+  }
+
+  // Wrong elements on this rank.
+  long wrong() const {
+    const DataType t = o_.dtype;
+    switch (kind_) {
+      case Kind::allreduce: return count_wrong(o_.op, t, n_, dst_, count_);
+      case Kind::reduce_scatter: return count_wrong(o_.op, t, n_, dst_, count_, r_ * count_);
+      case Kind::allgather: {
+        long wrong = 0;
+        for (int b = 0; b < n_; ++b) wrong += count_wrong_moved(t, b, dst_ + b * block_, count_);
+        return wrong;
+      }
+      case Kind::broadcast: return count_wrong_moved(t, o_.root, dst_, count_);
+      case Kind::barrier: return 0;
+    }
+    return 0;
+  }
+
+ private:
+  Communicator& comm_;
+  const SweepOptions& o_;
+  const Kind kind_;
+  const int n_, r_;
+  const size_t count_;  // elements per rank, as passed to the call
+  const size_t block_;  // count_ in bytes
+  char* const in_;
+  char* const out_;
+  char* src_ = nullptr;
+  char* dst_ = nullptr;
+};
+
 Result measure(Communicator& comm, const SweepOptions& o, size_t bytes, bool inplace, std::vector<char>& in,
                std::vector<char>& out) {
-  const size_t esize = dtype_size(o.dtype), count = bytes / esize;
-  void* dst = inplace ? in.data() : out.data();
-  auto fill = [&] {
-    for (size_t i = 0; i < count; ++i) store_element(o.dtype, in.data(), i, input_value(o.op, o.dtype, comm.rank(), i));
-  };
-  auto op = [&] { comm.allreduce(in.data(), dst, count, o.dtype, o.op); };
+  const Kind kind = kind_of(o.collective);
+  const size_t count = bytes / dtype_size(o.dtype) / blocks(kind, comm.size());
+  Case c(comm, o, count, inplace, in, out);
   Result r;
   r.bytes = bytes;
   r.count = count;
   r.inplace = inplace;
-  if (o.check) {
-    fill();
-    op();
-    long wrong = count_wrong(o.op, o.dtype, comm.size(), dst, count);
+  if (o.check && kind != Kind::barrier) {
+    c.fill_for_check();
+    c.run();
+    long wrong = c.wrong();
     comm.allreduce(&wrong, 1, DataType::i64, ReduceOp::sum);
     r.wrong = wrong;
   }
-  fill();  // keep values bounded across repeated in-place operations
-  for (int i = 0; i < o.warmup; ++i) op();
-  r.time_us = time_per_op_us(comm, op, std::max(1, o.iters));
+  c.fill();  // keep values bounded across repeated in-place operations
+  for (int i = 0; i < o.warmup; ++i) c.run();
+  r.time_us = time_per_op_us(comm, [&] { c.run(); }, std::max(1, o.iters));
   r.algbw = r.time_us > 0 ? double(bytes) / r.time_us / 1e3 : 0;
-  r.busbw = r.algbw * bus_factor(o.collective, comm.size());
+  r.busbw = r.algbw * bus_factor(kind, comm.size());
   return r;
 }
 
 void print_table_header(const SweepOptions& o, Communicator& comm) {
-  printf("# tandem bench %s: %d ranks, dtype %s, op %s, %d iterations, %d warm-up, check %s\n",
-         o.collective.c_str(), comm.size(), std::string(to_string(o.dtype)).c_str(),
-         std::string(to_string(o.op)).c_str(), o.iters, o.warmup, o.check ? "on" : "off");
+  const bool barrier = kind_of(o.collective) == Kind::barrier;
+  if (barrier) {
+    printf("# tandem bench barrier: %d ranks, %d iterations, %d warm-up\n", comm.size(), o.iters, o.warmup);
+  } else {
+    printf("# tandem bench %s: %d ranks, dtype %s, op %s, %d iterations, %d warm-up, check %s\n",
+           o.collective.c_str(), comm.size(), std::string(to_string(o.dtype)).c_str(), op_name(o).c_str(), o.iters,
+           o.warmup, o.check ? "on" : "off");
+  }
   printf("# transports: %s; reduce kernels: %s\n", comm.transport_summary().c_str(),
          std::string(reduce_isa()).c_str());
+  if (barrier) {
+    printf("#\n#%11s\n#%11s\n", "time", "(us)");
+    return;
+  }
   printf("#\n#%64s%36s\n", "out-of-place", "in-place");
   printf("#%11s %12s %6s %6s %6s %10s %8s %8s %6s %10s %8s %8s %6s\n", "size", "count", "type", "redop", "root",
          "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
@@ -103,18 +239,20 @@ void print_table_header(const SweepOptions& o, Communicator& comm) {
 
 std::string wrong_text(long w) { return w < 0 ? "N/A" : std::to_string(w); }
 
+void print_csv(const SweepOptions& o, const Result& r) {
+  printf("%s,%zu,%zu,%s,%s,%d,%d,%.3f,%.4f,%.4f,%ld\n", o.collective.c_str(), r.bytes, r.count,
+         std::string(to_string(o.dtype)).c_str(), op_name(o).c_str(), root_of(o), r.inplace ? 1 : 0, r.time_us,
+         r.algbw, r.busbw, r.wrong);
+}
+
 void print_row(const SweepOptions& o, const Result& oop, const Result& ip) {
   if (o.format == Format::table) {
     printf("%12zu %12zu %6s %6s %6d %10.2f %8.2f %8.2f %6s %10.2f %8.2f %8.2f %6s\n", oop.bytes, oop.count,
-           std::string(to_string(o.dtype)).c_str(), std::string(to_string(o.op)).c_str(), -1, oop.time_us,
-           oop.algbw, oop.busbw, wrong_text(oop.wrong).c_str(), ip.time_us, ip.algbw, ip.busbw,
-           wrong_text(ip.wrong).c_str());
+           std::string(to_string(o.dtype)).c_str(), op_name(o).c_str(), root_of(o), oop.time_us, oop.algbw,
+           oop.busbw, wrong_text(oop.wrong).c_str(), ip.time_us, ip.algbw, ip.busbw, wrong_text(ip.wrong).c_str());
   } else if (o.format == Format::csv) {
-    for (const Result* r : {&oop, &ip}) {
-      printf("%s,%zu,%zu,%s,%s,%d,%d,%.3f,%.4f,%.4f,%ld\n", o.collective.c_str(), r->bytes, r->count,
-             std::string(to_string(o.dtype)).c_str(), std::string(to_string(o.op)).c_str(), -1, r->inplace ? 1 : 0,
-             r->time_us, r->algbw, r->busbw, r->wrong);
-    }
+    print_csv(o, oop);
+    print_csv(o, ip);
   }
   fflush(stdout);
 }
@@ -125,8 +263,8 @@ void print_json(const SweepOptions& o, int nranks, const Result& r) {
                       {"bytes", r.bytes},
                       {"count", r.count},
                       {"dtype", std::string(to_string(o.dtype))},
-                      {"op", std::string(to_string(o.op))},
-                      {"root", -1},
+                      {"op", op_name(o)},
+                      {"root", root_of(o)},
                       {"inplace", r.inplace},
                       {"time_us", r.time_us},
                       {"algbw_gbps", r.algbw},
@@ -137,30 +275,12 @@ void print_json(const SweepOptions& o, int nranks, const Result& r) {
   fflush(stdout);
 }
 
-// busbw against size, out-of-place and in-place, through gnuplot.
-void plot(const SweepOptions& o, int nranks, const std::vector<Result>& results) {
-  const std::string data = o.plot + ".dat";
-  {
-    std::ofstream f(data);
-    // Two data blocks (gnuplot "index" 0 and 1): out-of-place, then in-place.
-    for (bool inplace : {false, true}) {
-      for (const auto& r : results) {
-        if (r.inplace == inplace) f << r.bytes << ' ' << r.busbw << '\n';
-      }
-      f << "\n\n";
-    }
-  }
-  // A script file, not -e: no shell quoting in between.
+// Runs gnuplot on a script file (not -e: no shell quoting in between).
+void run_gnuplot(const SweepOptions& o, const std::string& data, const std::string& body) {
   const std::string script = o.plot + ".gp";
   {
     std::ofstream f(script);
-    f << "set terminal pngcairo size 900,540\nset output '" << o.plot << "'\n"
-      << "set logscale x 2\nset grid\nset format x '%.0b %BB'\nset yrange [0:*]\n"
-      << "set xlabel 'message size'\nset ylabel 'bus bandwidth (GB/s)'\nset key left top\n"
-      << "set title 'tandem " << o.collective << ", " << nranks << " ranks, " << to_string(o.dtype) << " "
-      << to_string(o.op) << "'\n"
-      << "plot '" << data << "' index 0 using 1:2 with linespoints title 'out-of-place', \\\n"
-      << "     '" << data << "' index 1 using 1:2 with linespoints title 'in-place'\n";
+    f << "set terminal pngcairo size 900,540\nset output '" << o.plot << "'\nset grid\nset yrange [0:*]\n" << body;
   }
   const std::string cmd = "gnuplot '" + script + "' 2>&1";
   const int rc = std::system(cmd.c_str());
@@ -173,18 +293,70 @@ void plot(const SweepOptions& o, int nranks, const std::vector<Result>& results)
   }
 }
 
+// busbw against size, out-of-place and in-place (barrier: its time).
+void plot(const SweepOptions& o, int nranks, const std::vector<Result>& results) {
+  const std::string data = o.plot + ".dat";
+  std::ostringstream title;
+  title << "set title 'tandem " << o.collective << ", " << nranks << " ranks";
+  if (kind_of(o.collective) == Kind::barrier) {
+    std::ofstream(data) << nranks << ' ' << (results.empty() ? 0.0 : results[0].time_us) << '\n';
+    title << "'\n";
+    run_gnuplot(o, data,
+                title.str() + "set xlabel 'ranks'\nset ylabel 'time (us)'\nset xrange [0:" +
+                    std::to_string(2 * nranks) + "]\nset boxwidth 0.5\nset style fill solid\n" + "plot '" + data +
+                    "' using 1:2 with boxes notitle\n");
+    return;
+  }
+  {
+    std::ofstream f(data);
+    // Two data blocks (gnuplot "index" 0 and 1): out-of-place, then in-place.
+    for (bool inplace : {false, true}) {
+      for (const auto& r : results) {
+        if (r.inplace == inplace) f << r.bytes << ' ' << r.busbw << '\n';
+      }
+      f << "\n\n";
+    }
+  }
+  title << ", " << to_string(o.dtype);
+  if (reduces(kind_of(o.collective))) title << " " << to_string(o.op);
+  if (kind_of(o.collective) == Kind::broadcast) title << ", root " << o.root;
+  title << "'\n";
+  run_gnuplot(o, data,
+              "set logscale x 2\nset format x '%.0b %BB'\nset xlabel 'message size'\n"
+              "set ylabel 'bus bandwidth (GB/s)'\nset key left top\n" +
+                  title.str() + "plot '" + data + "' index 0 using 1:2 with linespoints title 'out-of-place', \\\n" +
+                  "     '" + data + "' index 1 using 1:2 with linespoints title 'in-place'\n");
+}
+
+// barrier: one timed row, whatever the sizes.
+void run_barrier(Communicator& comm, const SweepOptions& o, std::vector<Result>& results) {
+  std::vector<char> none;
+  Result r = measure(comm, o, 0, false, none, none);
+  results.push_back(r);
+  if (comm.rank() != 0) return;
+  if (o.format == Format::json) {
+    print_json(o, comm.size(), r);
+  } else if (o.format == Format::csv) {
+    print_csv(o, r);
+  } else {
+    printf("%12.2f\n#\n# Avg barrier time    : %.2f us\n#\n", r.time_us, r.time_us);
+  }
+  fflush(stdout);
+}
+
 }  // namespace
 
 int run_sweep(const SweepOptions& o) {
-  if (o.collective != "allreduce") {
-    throw InvalidArgument("tandem bench: collective '" + o.collective +
-                          "' is not available in this build; available: allreduce");
-  }
+  const Kind kind = kind_of(o.collective);
   if (o.min_bytes > o.max_bytes) throw InvalidArgument("tandem bench: -b must not exceed -e");
   if (o.increment == 0 && o.factor <= 1.0) throw InvalidArgument("tandem bench: -f must be > 1 (or use -i)");
   if (o.iters < 1 || o.warmup < 0) throw InvalidArgument("tandem bench: -n must be >= 1 and -w >= 0");
 
   auto comm = ring::connect_from_env();
+  if (kind == Kind::broadcast && (o.root < 0 || o.root >= comm->size())) {
+    throw InvalidArgument("tandem bench: -r " + std::to_string(o.root) + " is not a rank of this " +
+                          std::to_string(comm->size()) + "-rank job");
+  }
   const bool printer = comm->rank() == 0;
   const size_t esize = dtype_size(o.dtype);
   if (printer && o.format == Format::table) print_table_header(o, *comm);
@@ -193,11 +365,17 @@ int run_sweep(const SweepOptions& o) {
   }
 
   std::vector<Result> results;
+  if (kind == Kind::barrier) {
+    run_barrier(*comm, o, results);
+    if (printer && !o.plot.empty()) plot(o, comm->size(), results);
+    return 0;
+  }
   long total_wrong = 0;
   double busbw_sum = 0;
   int rows = 0;
+  // Sizes are whole buffers: whole elements, and for reduce_scatter and allgather whole blocks per rank.
   std::vector<char> in(o.max_bytes + esize), out(o.max_bytes + esize);
-  for (size_t bytes : sizes_of(o, esize)) {
+  for (size_t bytes : sizes_of(o, esize * blocks(kind, comm->size()))) {
     Result oop = measure(*comm, o, bytes, false, in, out);
     Result ip = measure(*comm, o, bytes, true, in, out);
     total_wrong += std::max(0L, oop.wrong) + std::max(0L, ip.wrong);

@@ -2,8 +2,10 @@
 //   tandem launch -n N [--timeout S] [--grace S] [--] cmd args...
 //   tandem bench <collective> [nccl-tests flags]
 //   tandem info
+//   tandem netif [--format table|json]
 // Exit codes: 0 success, 2 usage error, otherwise what the subcommand returns.
 #include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cctype>
@@ -14,13 +16,16 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "launch.h"
 #include "tandem/bench/sweep.h"
 #include "tandem/bootstrap.h"
 #include "tandem/errors.h"
+#include "tandem/netif.h"
 #include "tandem/reduce.h"
+#include "tandem/store.h"
 #include "tandem/types.h"
 
 #ifndef TANDEM_VERSION
@@ -227,6 +232,53 @@ int run_info() {
   return 0;
 }
 
+// ---------------------------------------------------------------- netif
+
+// Alone: this host's interfaces. In a job (world size > 1): the selection every
+// rank runs at connect time, as a decision matrix; rank 0 prints the table,
+// every rank its own JSON line.
+int run_netif(const std::string& format_flag) {
+  const std::string format = lower(format_flag);
+  if (format != "table" && format != "json") throw UsageError("--format: unknown '" + format_flag + "'; valid: table, json");
+  const bool in_job = any_set({"TANDEM_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"});
+  std::optional<tandem::CommOptions> job;
+  if (in_job) job = tandem::options_from_env();
+  if (!job || job->size <= 1) {
+    const auto interfaces = tandem::discover_interfaces();
+    const auto host = tandem::local_host_identity();
+    if (format == "json") {
+      std::printf("%s\n", tandem::interfaces_to_json(interfaces, host).c_str());
+    } else {
+      std::printf("host %s (network namespace %s)\n%s", host.hostname.c_str(), host.netns.c_str(),
+                  tandem::interfaces_to_text(interfaces).c_str());
+    }
+    return 0;
+  }
+  const tandem::CommOptions& o = *job;
+  const tandem::Deadline deadline = tandem::Clock::now() + o.connect_timeout;
+  auto [host, port] = tandem::parse_host_port(o.store_address);
+  std::unique_ptr<tandem::StoreServer> server;
+  if (o.host_store) server = std::make_unique<tandem::StoreServer>(tandem::StoreServerOptions{host, port});
+  // No hello(): a short-lived tool, it needs no failure detection (and so no goodbye race at exit).
+  tandem::StoreClient store(host, port, deadline);
+  spdlog::set_level(spdlog::level::warn);  // the decision is printed below, not logged
+  tandem::NetifDecision d = tandem::select_interface(store, o, deadline);
+  if (format == "json") {
+    std::printf("%s\n", d.to_json().c_str());
+  } else if (o.rank == 0) {
+    std::printf("%s\n", d.to_text().c_str());
+  } else {
+    std::printf("rank %d: %s\n", o.rank, d.chosen.empty() ? "no interface chosen (UCX chooses)" : d.chosen.c_str());
+  }
+  std::fflush(stdout);
+  // The rank hosting the store keeps it up until every rank has read what it needs.
+  const std::string left = o.prefix + "/netif/left";
+  store.add(left, 1, deadline);
+  while (server && store.add(left, 0, deadline) < o.size && tandem::Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return 0;
+}
+
 // Library errors often name tandem already; avoid "tandem: tandem: ...".
 std::string with_prefix(std::string_view message) {
   if (message.starts_with("tandem")) return std::string(message);
@@ -245,6 +297,10 @@ int main(int argc, char** argv) {
   add_launch(app, launch);
   add_bench(app, bench);
   app.add_subcommand("info", "Show version, kernel ISA and the job environment");
+  std::string netif_format = "table";
+  auto* netif = app.add_subcommand(
+      "netif", "List network interfaces; under `tandem launch` (or across hosts) show how the ranks choose one");
+  netif->add_option("--format", netif_format, "Output: table or json")->capture_default_str();
 
   std::vector<std::string> args(argv + 1, argv + argc);
   std::vector<std::string> command;
@@ -268,6 +324,7 @@ int main(int argc, char** argv) {
     }
     if (app.got_subcommand("bench")) return tandem::bench::run_sweep(to_sweep_options(bench));
     if (app.got_subcommand("info")) return run_info();
+    if (app.got_subcommand("netif")) return run_netif(netif_format);
   } catch (const UsageError& e) {
     std::fprintf(stderr, "tandem: %s\nRun with --help for more information.\n", e.what());
     return kUsageError;

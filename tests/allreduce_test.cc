@@ -78,8 +78,19 @@ TEST(Allreduce, CountsBelowWorldSizeAndOddPipelines) {
   CommOptions base;
   base.segment_bytes = 4096;  // many segments per chunk: exercises the pipeline window
   base.segments_in_flight = 3;
+  base.algorithm = "ring";  // small counts would otherwise take recursive doubling
   RankGroup group(3, [](const CommOptions& o) { return run_matrix(o, {2, 3, 5, 4099, 100003}); }, base);
   group.expect_success(300s);
+}
+
+// Recursive doubling forced on large counts, on a world that is not a power of two.
+TEST(Allreduce, RecursiveDoublingForcedOnOddWorlds) {
+  for (int n : {3, 5}) {
+    CommOptions base;
+    base.algorithm = "recursive_doubling";
+    RankGroup group(n, [](const CommOptions& o) { return run_matrix(o, {1, 7, 100003}); }, base);
+    group.expect_success(300s);
+  }
 }
 
 TEST(Allreduce, TwoOutstandingAsync) {
@@ -189,6 +200,16 @@ TEST(Allreduce, RejectsBadArguments) {
   bad.size = 2;
   bad.rank = 0;
   EXPECT_THROW(ring::connect(bad), InvalidArgument);  // no store address
+
+  // Device buffers: InvalidArgument without a CUDA build; with one, this
+  // GPU-less machine fails in the CUDA runtime. Either way a typed error, not a crash.
+  CollectiveOptions on_gpu;
+  on_gpu.memory = MemoryType::cuda;
+  float x = 1;
+  EXPECT_THROW(comm->allreduce(&x, 1, DataType::f32, ReduceOp::sum, on_gpu), Error);
+  if (!cuda_kernels_built()) {
+    EXPECT_THROW(reduce(MemoryType::cuda, DataType::f32, ReduceOp::sum, &x, &x, &x, 1), InvalidArgument);
+  }
 }
 
 }  // namespace

@@ -78,6 +78,48 @@ TEST(Bench, JsonRowsUnderTandemLaunch) {
   }
 }
 
+// The other collectives: nccl-tests' sizes (the whole buffer), busbw factors
+// and a clean data check, one run each.
+TEST(Bench, EveryCollectiveUnderTandemLaunch) {
+  if (bin().empty()) GTEST_SKIP() << "TANDEM_BIN is not set (run under ctest)";
+  const int n = 3;
+  struct Expect {
+    const char* collective;
+    double factor;
+    size_t blocks;  // bytes = count * element size * blocks
+    const char* flags;
+  };
+  for (const Expect& e : {Expect{"reduce_scatter", double(n - 1) / n, n, "-o max -d bf16"},
+                          Expect{"allgather", double(n - 1) / n, n, "-d i64"},
+                          Expect{"broadcast", 1.0, 1, "-r 2 -d f16"}}) {
+    SCOPED_TRACE(e.collective);
+    Output o = run(bin() + " launch -n " + std::to_string(n) + " -- " + bin() + " bench " + e.collective +
+                   " -b 1K -e 1M -f 32 -n 3 -w 1 -c 1 --format json " + e.flags);
+    ASSERT_EQ(o.status, 0) << o.text;
+    auto rows = json_rows(o.text);
+    ASSERT_EQ(rows.size(), 6u) << o.text;
+    for (const auto& r : rows) {
+      EXPECT_EQ(r["collective"], e.collective);
+      EXPECT_EQ(r["nranks"], n);
+      EXPECT_EQ(r["wrong"], 0) << r.dump();
+      EXPECT_EQ(r["checked"], true) << r.dump();
+      const size_t esize = r["dtype"] == "i64" ? 8 : r["dtype"] == "f32" ? 4 : 2;
+      EXPECT_EQ(r["bytes"].get<size_t>(), r["count"].get<size_t>() * esize * e.blocks) << r.dump();
+      EXPECT_EQ(r["root"], std::string(e.collective) == "broadcast" ? 2 : -1) << r.dump();
+      const double algbw = r["bytes"].get<double>() / r["time_us"].get<double>() / 1e3;
+      EXPECT_NEAR(r["algbw_gbps"].get<double>(), algbw, 1e-6 + algbw * 1e-6);
+      EXPECT_NEAR(r["busbw_gbps"].get<double>(), algbw * e.factor, 1e-6 + algbw * 1e-6);
+    }
+  }
+  Output b = run(bin() + " launch -n " + std::to_string(n) + " -- " + bin() + " bench barrier -n 20 --format json");
+  ASSERT_EQ(b.status, 0) << b.text;
+  auto rows = json_rows(b.text);
+  ASSERT_EQ(rows.size(), 1u) << b.text;
+  EXPECT_EQ(rows[0]["collective"], "barrier");
+  EXPECT_GT(rows[0]["time_us"].get<double>(), 0);
+  EXPECT_EQ(rows[0]["bytes"], 0);
+}
+
 TEST(Bench, UnderMpirun) {
   if (bin().empty()) GTEST_SKIP() << "TANDEM_BIN is not set (run under ctest)";
   if (std::system("command -v mpirun >/dev/null 2>&1") != 0) {

@@ -1,10 +1,18 @@
 // Runs a test body as N real rank processes (fork) around a store hosted by
 // the test process, with a hard wall-clock guard: a hang kills every rank and
 // fails the test instead of stalling CI.
+//
+// The ranks are forked before the store's I/O thread starts: a child forked
+// while another thread holds a lock (malloc's, or UCX's memory hooks') would
+// inherit it locked and hang in ucp_init. The ranks retry connecting until
+// the store is up.
 #pragma once
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,6 +34,22 @@ inline std::string unique_prefix() {
   return "test" + std::to_string(getpid()) + "_" + std::to_string(counter++);
 }
 
+// A port that was free a moment ago on 127.0.0.1 (the store binds it right after the fork).
+inline uint16_t free_loopback_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    if (fd >= 0) close(fd);
+    return 0;
+  }
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
 // Exit code of a rank whose gtest expectations failed inside the body.
 inline constexpr int kExpectationFailed = 3;
 inline constexpr int kUncaughtException = 4;
@@ -33,15 +57,17 @@ inline constexpr int kUncaughtException = 4;
 class RankGroup {
  public:
   // body(options) runs in each child and returns its exit code.
-  RankGroup(int size, const std::function<int(const CommOptions&)>& body, CommOptions base = {})
-      : server_(std::make_unique<StoreServer>()) {
+  RankGroup(int size, const std::function<int(const CommOptions&)>& body, CommOptions base = {}) {
+    StoreServerOptions store_options;
+    store_options.port = free_loopback_port();
+    const std::string address = store_options.host + ":" + std::to_string(store_options.port);
     for (int r = 0; r < size; ++r) {
       CommOptions o = base;
       o.rank = r;
       o.size = size;
       o.local_rank = r;
       o.local_size = size;
-      o.store_address = server_->address();
+      o.store_address = address;
       o.prefix = prefix_;
       fflush(stdout);
       fflush(stderr);
@@ -61,6 +87,7 @@ class RankGroup {
       }
       pids_.push_back(pid);
     }
+    server_ = std::make_unique<StoreServer>(store_options);
   }
   ~RankGroup() {
     for (pid_t p : pids_) {

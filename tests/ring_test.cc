@@ -3,91 +3,16 @@
 // processes would make slow.
 #include <gtest/gtest.h>
 
-#include <condition_variable>
-#include <map>
-#include <mutex>
 #include <thread>
-#include <tuple>
 #include <vector>
 
+#include "memory_channel.h"
 #include "tandem/errors.h"
 #include "tandem/ring/ring.h"
 #include "typed_values.h"
 
 namespace tandem::testing {
 namespace {
-
-// Eager in-memory messages: a send completes at once; a receive completes
-// when a message with its (source, destination, tag) is there.
-class Mailbox {
- public:
-  void put(int src, int dst, Tag tag, const void* data, size_t bytes) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto& slot = messages_[{src, dst, tag}];
-    if (!slot.empty()) throw std::logic_error("duplicate tag in flight");
-    slot.assign(static_cast<const char*>(data), static_cast<const char*>(data) + bytes);
-    slot.push_back(1);  // marks a message even when it has no bytes
-  }
-  bool take(int src, int dst, Tag tag, void* data, size_t bytes) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = messages_.find({src, dst, tag});
-    if (it == messages_.end()) return false;
-    if (it->second.size() != bytes + 1) throw InvalidArgument("message size mismatch");
-    std::copy(it->second.begin(), it->second.end() - 1, static_cast<char*>(data));
-    messages_.erase(it);
-    return true;
-  }
-
- private:
-  std::mutex mu_;
-  std::map<std::tuple<int, int, Tag>, std::vector<char>> messages_;
-};
-
-class MemoryChannel final : public Channel {
- public:
-  MemoryChannel(Mailbox& box, int rank, int size) : box_(box), rank_(rank), size_(size) {}
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  Pending send(int peer, Tag tag, const void* data, size_t bytes) override {
-    box_.put(rank_, peer, tag, data, bytes);
-    return Pending();  // done
-  }
-  Pending recv(int peer, Tag tag, void* data, size_t bytes) override {
-    recvs_.push_back({peer, tag, data, bytes});
-    return Pending(reinterpret_cast<void*>(recvs_.size()), peer, bytes, true);
-  }
-  bool test(Pending& p) override {
-    if (p.done()) return true;
-    auto& r = recvs_[reinterpret_cast<size_t>(p.handle()) - 1];
-    if (!box_.take(r.peer, rank_, r.tag, r.data, r.bytes)) return false;
-    p.mark_done();
-    return true;
-  }
-  void wait(Pending& p) override {
-    auto deadline = Clock::now() + std::chrono::seconds(20);
-    while (!test(p)) {
-      if (Clock::now() > deadline) throw Timeout("in-memory ring hung");
-      std::this_thread::yield();
-    }
-  }
-  void* scratch(size_t bytes, int slot) override {
-    if (scratch_.size() <= size_t(slot)) scratch_.resize(slot + 1);
-    if (scratch_[slot].size() < bytes) scratch_[slot].resize(bytes);
-    return scratch_[slot].data();
-  }
-
- private:
-  struct Recv {
-    int peer;
-    Tag tag;
-    void* data;
-    size_t bytes;
-  };
-  Mailbox& box_;
-  int rank_, size_;
-  std::vector<Recv> recvs_;
-  std::vector<std::vector<char>> scratch_;
-};
 
 struct Shape {
   int ranks;
@@ -100,7 +25,9 @@ class RingShapes : public ::testing::TestWithParam<Shape> {};
 
 TEST_P(RingShapes, SumAvgMaxAreExactAndIdentical) {
   const Shape s = GetParam();
-  auto algos = ring::algorithms({s.segment_bytes, s.in_flight});
+  for (auto algorithm : {ring::AllreduceAlgorithm::ring, ring::AllreduceAlgorithm::recursive_doubling}) {
+  SCOPED_TRACE(algorithm == ring::AllreduceAlgorithm::ring ? "ring" : "recursive doubling");
+  auto algos = ring::algorithms({s.segment_bytes, s.in_flight, algorithm});
   for (DataType t : {DataType::f32, DataType::bf16, DataType::i64, DataType::u8}) {
     for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max}) {
       for (bool inplace : {false, true}) {
@@ -134,6 +61,7 @@ TEST_P(RingShapes, SumAvgMaxAreExactAndIdentical) {
       }
     }
   }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -150,6 +78,8 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(RingOptions, RejectsImpossibleSettings) {
   EXPECT_THROW(ring::algorithms({100, 2}), InvalidArgument);
   EXPECT_THROW(ring::algorithms({4096, 0}), InvalidArgument);
+  EXPECT_THROW(ring::parse_allreduce_algorithm("tree"), InvalidArgument);
+  EXPECT_EQ(ring::parse_allreduce_algorithm("rd"), ring::AllreduceAlgorithm::recursive_doubling);
 }
 
 }  // namespace

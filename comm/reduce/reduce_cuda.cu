@@ -100,4 +100,25 @@ void scale_avg_cuda(DataType dtype, void* data, size_t count, int divisor, void*
   check_launch("scale_avg_cuda");
 }
 
+void copy_cuda(void* dst, const void* src, size_t bytes, void* stream) {
+  if (bytes == 0 || dst == src) return;
+  const cudaError_t err =
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(stream));
+  if (err != cudaSuccess) throw Error(std::string("copy_cuda: ") + cudaGetErrorString(err));
+}
+
+void* allocate_cuda(size_t bytes) {
+  void* p = nullptr;
+  const cudaError_t err = cudaMalloc(&p, bytes);
+  if (err != cudaSuccess) throw Error(std::string("cudaMalloc: ") + cudaGetErrorString(err));
+  return p;
+}
+
+void free_cuda(void* p) { cudaFree(p); }
+
+void synchronize_cuda(void* stream) {
+  const cudaError_t err = cudaStreamSynchronize(static_cast<cudaStream_t>(stream));
+  if (err != cudaSuccess) throw Error(std::string("CUDA stream synchronize: ") + cudaGetErrorString(err));
+}
+
 }  // namespace tandem::detail

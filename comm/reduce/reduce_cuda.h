@@ -14,5 +14,9 @@ namespace tandem::detail {
 
 void reduce_cuda(DataType dtype, ReduceOp op, void* dst, const void* a, const void* b, size_t count, void* stream);
 void scale_avg_cuda(DataType dtype, void* data, size_t count, int divisor, void* stream);
+void copy_cuda(void* dst, const void* src, size_t bytes, void* stream);  // any direction (cudaMemcpyDefault)
+void synchronize_cuda(void* stream);
+void* allocate_cuda(size_t bytes);
+void free_cuda(void* p);
 
 }  // namespace tandem::detail

@@ -1,9 +1,13 @@
 // Public entry points of comm/reduce: validate arguments, then forward to the
 // kernels of the instruction set chosen once at start-up.
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "kernels.h"
+#ifdef TANDEM_WITH_CUDA
+#include "reduce_cuda.h"
+#endif
 #include "tandem/errors.h"
 #include "tandem/reduce.h"
 
@@ -108,14 +112,86 @@ void scale_avg(DataType dtype, void* data, size_t count, int divisor) {
   detail::active_kernels().scale_avg(dtype, data, count, divisor);
 }
 
+#ifndef TANDEM_WITH_CUDA
+namespace {
+
+[[noreturn]] void no_cuda(const char* what) {
+  throw InvalidArgument(std::string(what) + ": CUDA buffers need a build with TANDEM_WITH_CUDA=ON (and a GPU)");
+}
+
+}  // namespace
+#endif
+
+bool cuda_kernels_built() {
+#ifdef TANDEM_WITH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+void reduce(MemoryType memory, DataType dtype, ReduceOp op, void* dst, const void* a, const void* b, size_t count) {
+  if (memory == MemoryType::host) return reduce(dtype, op, dst, a, b, count);
+#ifdef TANDEM_WITH_CUDA
+  detail::reduce_cuda(dtype, op, dst, a, b, count, nullptr);
+  detail::synchronize_cuda(nullptr);  // the result is sent right after
+#else
+  (void)dtype, (void)op, (void)dst, (void)a, (void)b, (void)count;
+  no_cuda("reduce");
+#endif
+}
+
+void scale_avg(MemoryType memory, DataType dtype, void* data, size_t count, int divisor) {
+  if (memory == MemoryType::host) return scale_avg(dtype, data, count, divisor);
+#ifdef TANDEM_WITH_CUDA
+  detail::scale_avg_cuda(dtype, data, count, divisor, nullptr);
+  detail::synchronize_cuda(nullptr);
+#else
+  (void)dtype, (void)data, (void)count, (void)divisor;
+  no_cuda("scale_avg");
+#endif
+}
+
+void copy(MemoryType memory, void* dst, const void* src, size_t bytes) {
+  if (memory == MemoryType::host) {
+    if (bytes > 0 && dst != src) std::memcpy(dst, src, bytes);
+    return;
+  }
+#ifdef TANDEM_WITH_CUDA
+  detail::copy_cuda(dst, src, bytes, nullptr);
+  detail::synchronize_cuda(nullptr);
+#else
+  (void)dst, (void)src, (void)bytes;
+  no_cuda("copy");
+#endif
+}
+
+void* allocate(MemoryType memory, size_t bytes) {
+  if (memory == MemoryType::host) {
+    void* p = std::aligned_alloc(4096, (bytes + 4095) & ~size_t(4095));
+    if (!p) throw Error("out of memory allocating " + std::to_string(bytes) + " bytes");
+    return p;
+  }
+#ifdef TANDEM_WITH_CUDA
+  return detail::allocate_cuda(bytes);
+#else
+  no_cuda("allocate");
+#endif
+}
+
+void deallocate(MemoryType memory, void* p) {
+  if (memory == MemoryType::host) return std::free(p);
+#ifdef TANDEM_WITH_CUDA
+  detail::free_cuda(p);
+#else
+  (void)p;
+#endif
+}
+
 std::string_view reduce_isa() { return detail::to_string(detail::active_isa()); }
 
-void f32_to_f16(const float* src, uint16_t* dst, size_t count) {
-  detail::active_kernels().f32_to_f16(src, dst, count);
-}
-void f16_to_f32(const uint16_t* src, float* dst, size_t count) {
-  detail::active_kernels().f16_to_f32(src, dst, count);
-}
+void f32_to_f16(const float* src, uint16_t* dst, size_t count) { detail::active_kernels().f32_to_f16(src, dst, count); }
+void f16_to_f32(const uint16_t* src, float* dst, size_t count) { detail::active_kernels().f16_to_f32(src, dst, count); }
 void f32_to_bf16(const float* src, uint16_t* dst, size_t count) {
   detail::active_kernels().f32_to_bf16(src, dst, count);
 }

@@ -6,12 +6,15 @@
 //   (host_store = true on rank 0) whatever address was chosen for it.
 // - TANDEM_LOCAL_RANK/_LOCAL_WORLD_SIZE default to the global rank/size (one node).
 // - detect_launcher() returns "none" when no launcher is recognised.
+// - TANDEM_HOST_STORE=1 makes rank 0 host the store at TANDEM_STORE_ADDR under
+//   any launcher (ranks in separate hosts or network namespaces, no `tandem launch`).
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
 
 #include "tandem/bootstrap.h"
 #include "tandem/errors.h"
+#include "tandem/netif.h"
 #include "tandem/store.h"
 
 namespace tandem {
@@ -98,11 +101,38 @@ void read_tuning(const EnvLookup& env, CommOptions& o) {
   if (auto v = optional_int(env, "TANDEM_SEGMENTS_IN_FLIGHT", "set it to a number from 1 to 64")) {
     o.segments_in_flight = *v;
   }
+  if (auto v = optional_int(env, "TANDEM_SMALL_MESSAGE_BYTES", "set it to a byte count (0 disables the small-message path)")) {
+    o.small_message_bytes = size_t(*v);
+  }
+  if (auto v = env("TANDEM_ALGO")) o.algorithm = *v;  // checked by the algorithms that use it
   if (auto v = env("TANDEM_UCX_PEER_ERRORS")) {
     if (*v != "0" && *v != "1") {
       throw InvalidArgument("tandem: TANDEM_UCX_PEER_ERRORS='" + *v + "' is invalid; set it to 0 or 1");
     }
     o.ucx_peer_error_handling = *v == "1";
+  }
+}
+
+// Interface selection and store placement across hosts, each read once here.
+void read_network(const EnvLookup& env, CommOptions& o) {
+  auto tandem_if = env("TANDEM_NETWORK_INTERFACE");
+  auto dtrain_if = env("DTRAIN_NETWORK_INTERFACE");  // Determined's dtrain_network_interface
+  if (tandem_if && dtrain_if && *tandem_if != *dtrain_if)
+    throw InvalidArgument("tandem: TANDEM_NETWORK_INTERFACE='" + *tandem_if + "' and DTRAIN_NETWORK_INTERFACE='" +
+                          *dtrain_if + "' disagree; set only one");
+  if (auto v = tandem_if ? tandem_if : dtrain_if) {
+    parse_interface_override(*v);  // a syntax error fails here, before any connection
+    o.network_interface = *v;
+  }
+  o.ucx_net_devices_pinned = env("UCX_NET_DEVICES").has_value();
+  // Rank 0 hosts the store at TANDEM_STORE_ADDR (binding that address): jobs
+  // whose ranks sit in different hosts or network namespaces without a launcher.
+  if (auto v = env("TANDEM_HOST_STORE")) {
+    if (*v != "0" && *v != "1")
+      throw InvalidArgument("tandem: TANDEM_HOST_STORE='" + *v + "' is invalid; set it to 1 (rank 0 hosts the store) or 0");
+    if (*v == "1" && o.store_address.empty() && o.size > 1)
+      throw InvalidArgument("tandem: TANDEM_HOST_STORE=1 needs TANDEM_STORE_ADDR=<rank 0 address>:<port> on every rank");
+    o.host_store = *v == "1" && o.rank == 0;
   }
 }
 
@@ -254,6 +284,7 @@ CommOptions options_from_env(const EnvLookup& env) {
     throw InvalidArgument(std::string("tandem: cannot tell this process's rank and world size; ") + kLaunchHint);
   }
   read_tuning(env, o);
+  read_network(env, o);
   // A job on one host keeps UCX's TCP transport on loopback unless the user
   // chose devices; multi-host selection belongs to interface discovery.
   if (o.local_size == o.size && !env("UCX_NET_DEVICES")) o.ucx_net_devices = "lo";

@@ -12,6 +12,8 @@
 #include <mutex>
 #include <thread>
 
+#include "tandem/netif.h"
+#include "tandem/reduce.h"
 #include "tandem/store.h"
 #include "ucx_transport.h"
 
@@ -29,8 +31,31 @@ std::string describe_wait(const char* what, int rank, int peer) {
   return std::string(what) + " on rank " + std::to_string(rank) + " (waiting for rank " + std::to_string(peer) + ")";
 }
 
-struct AlignedFree {
-  void operator()(void* p) const { std::free(p); }
+// One reusable scratch buffer, grown on demand.
+class ScratchBuffer {
+ public:
+  explicit ScratchBuffer(MemoryType memory = MemoryType::host) : memory_(memory) {}
+  ScratchBuffer(ScratchBuffer&& o) noexcept : memory_(o.memory_), data_(o.data_), bytes_(o.bytes_) {
+    o.data_ = nullptr;
+  }
+  ScratchBuffer(const ScratchBuffer&) = delete;
+  ~ScratchBuffer() {
+    if (data_) deallocate(memory_, data_);
+  }
+  void* get(size_t bytes) {
+    if (bytes > bytes_) {
+      void* fresh = allocate(memory_, bytes);
+      if (data_) deallocate(memory_, data_);
+      data_ = fresh;
+      bytes_ = bytes;
+    }
+    return data_;
+  }
+
+ private:
+  MemoryType memory_;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
 };
 
 }  // namespace
@@ -91,8 +116,9 @@ struct Communicator::Impl {
   std::unique_ptr<StoreServer> server;
   std::unique_ptr<StoreClient> store;
   std::unique_ptr<UcxTransport> ucx;
-  int store_host_rank = -1;  // the rank hosting the store, if a rank does
-  std::string transports;    // what UCX chose, read once after wire-up
+  int store_host_rank = -1;     // the rank hosting the store, if a rank does
+  std::string transports;       // what UCX chose, read once after wire-up
+  NetifDecision network;        // the interface selection's decision
   bool oversubscribed = false;  // more ranks on this host than cores
 
   std::thread engine;
@@ -100,25 +126,27 @@ struct Communicator::Impl {
   std::condition_variable cv;
   std::deque<Task> queue;
   bool stopping = false;
+  bool busy = false;  // a collective is executing (engine or inline); guarded by mu
   std::atomic<bool> aborted{false};
-  std::string abort_reason;  // guarded by mu
+  std::string abort_reason;   // guarded by mu
   std::exception_ptr sticky;  // engine thread only
   std::atomic<bool> failed{false};
 
-  uint32_t seq = 0;  // engine thread only
-  std::vector<std::unique_ptr<void, AlignedFree>> scratch;
-  std::vector<size_t> scratch_bytes;
+  uint32_t seq = 0;                                         // engine thread only
+  std::vector<ScratchBuffer> host_scratch, device_scratch;  // by slot
   Clock::time_point next_failure_poll{};
 
   std::string key(const std::string& k) const { return opts.prefix + "/" + k; }
   void store_barrier(const std::string& name, Deadline deadline);
   void connect();
   void run_engine();
+  void run_blocking(std::function<void(Channel&)> body, const CollectiveOptions& o, std::string what);
+  MemoryType memory_type(const CollectiveOptions& o) const;
   void execute(Task& task);
   void check_health(Deadline deadline, int waiting_on, const std::string& what);
   [[noreturn]] void throw_store_lost(const std::exception& e);
   [[noreturn]] void blame_first_failure(const PeerFailure& seen);
-  void* scratch_buffer(size_t bytes, int slot);
+  void* scratch_buffer(size_t bytes, int slot, MemoryType memory);
   std::shared_ptr<Request::State> enqueue(std::function<void(Channel&)> body, const CollectiveOptions& o,
                                           std::string what);
   void finalize();
@@ -176,13 +204,13 @@ class EngineChannel final : public Channel {
     }
   }
 
-  void* scratch(size_t bytes, int slot) override { return impl_.scratch_buffer(bytes, slot); }
+  void* scratch(size_t bytes, int slot) override { return impl_.scratch_buffer(bytes, slot, MemoryType::host); }
+  void* device_scratch(size_t bytes, int slot) override { return impl_.scratch_buffer(bytes, slot, MemoryType::cuda); }
 
  private:
   Tag full_tag(int sender, Tag local) const {
     if (local >> kLocalBits) throw InvalidArgument("algorithm tag exceeds 32 bits");
-    return (Tag(impl_.seq & ((1u << kSeqBits) - 1)) << (kRankBits + kLocalBits)) |
-           (Tag(sender) << kLocalBits) | local;
+    return (Tag(impl_.seq & ((1u << kSeqBits) - 1)) << (kRankBits + kLocalBits)) | (Tag(sender) << kLocalBits) | local;
   }
   Pending track(Pending p) {
     // Keep a shadow handle so a failed collective can cancel what it posted.
@@ -228,8 +256,10 @@ void Communicator::Impl::blame_first_failure(const PeerFailure& seen) {
     }
     if (failed && !failed->empty()) {
       const int r = std::atoi(failed->c_str());
-      throw PeerFailure(r, "rank " + std::to_string(r) + " failed (its process exited or lost its connection); "
-                           "rank " + std::to_string(opts.rank) + " saw: " + seen.what());
+      throw PeerFailure(r, "rank " + std::to_string(r) +
+                               " failed (its process exited or lost its connection); "
+                               "rank " +
+                               std::to_string(opts.rank) + " saw: " + seen.what());
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
@@ -270,20 +300,11 @@ void Communicator::Impl::check_health(Deadline deadline, int waiting_on, const s
   }
 }
 
-void* Communicator::Impl::scratch_buffer(size_t bytes, int slot) {
+void* Communicator::Impl::scratch_buffer(size_t bytes, int slot, MemoryType memory) {
   if (slot < 0 || slot > 64) throw InvalidArgument("scratch slot out of range");
-  if (scratch.size() <= size_t(slot)) {
-    scratch.resize(slot + 1);
-    scratch_bytes.resize(slot + 1, 0);
-  }
-  if (scratch_bytes[slot] < bytes) {
-    size_t rounded = (bytes + 4095) & ~size_t(4095);
-    void* p = std::aligned_alloc(4096, rounded);
-    if (!p) throw Error("out of memory allocating " + std::to_string(rounded) + " bytes of scratch");
-    scratch[slot].reset(p);
-    scratch_bytes[slot] = rounded;
-  }
-  return scratch[slot].get();
+  auto& buffers = memory == MemoryType::host ? host_scratch : device_scratch;
+  while (buffers.size() <= size_t(slot)) buffers.emplace_back(memory);
+  return buffers[slot].get(bytes);
 }
 
 void Communicator::Impl::store_barrier(const std::string& name, Deadline deadline) {
@@ -304,9 +325,11 @@ void Communicator::Impl::connect() {
   store = std::make_unique<StoreClient>(host, port, deadline);
   store->hello(opts.rank, deadline);
   if (opts.host_store) store->set(key("store_host"), std::to_string(opts.rank), deadline);
+  // Interface selection (netif.h): every rank takes part; it logs the decision.
+  network = select_interface(*store, opts, deadline);
+  if (!opts.ucx_net_devices_pinned && !network.chosen.empty()) opts.ucx_net_devices = network.chosen;
 
-  ucx = std::make_unique<UcxTransport>(opts.rank, opts.size, opts.ucx_peer_error_handling,
-                                       opts.ucx_net_devices);
+  ucx = std::make_unique<UcxTransport>(opts.rank, opts.size, opts.ucx_peer_error_handling, opts.ucx_net_devices);
   store->set(key("ucx/" + std::to_string(opts.rank)), ucx->worker_address(), deadline);
   for (int p = 0; p < opts.size; ++p) {
     ucx->connect(p, store->get(key("ucx/" + std::to_string(p)), deadline));
@@ -357,18 +380,66 @@ void Communicator::Impl::execute(Task& task) {
   }
 }
 
+MemoryType Communicator::Impl::memory_type(const CollectiveOptions& o) const {
+  if (o.memory == MemoryType::cuda) {
+    if (!cuda_kernels_built()) {
+      throw InvalidArgument("CUDA buffers need tandem built with TANDEM_WITH_CUDA=ON");
+    }
+    if (ucx && !ucx->supports_cuda_memory()) {
+      throw InvalidArgument(
+          "CUDA buffers need a UCX with CUDA support (this UCX reports host memory only); "
+          "stage through host buffers or install a CUDA-enabled UCX");
+    }
+  }
+  return o.memory;
+}
+
 void Communicator::Impl::run_engine() {
   for (;;) {
     Task task;
     {
       std::unique_lock<std::mutex> lock(mu);
-      cv.wait(lock, [&] { return stopping || !queue.empty(); });
+      cv.wait(lock, [&] { return (stopping && !busy) || (!queue.empty() && !busy); });
       if (queue.empty()) return;  // stopping
       task = std::move(queue.front());
       queue.pop_front();
+      busy = true;
     }
     execute(task);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      busy = false;
+    }
+    cv.notify_all();
   }
+}
+
+// Blocking calls on an idle communicator run on the caller's thread: no
+// hand-off to the engine and back, which is most of a small collective's cost.
+// Anything already queued keeps its place: then the call queues behind it.
+void Communicator::Impl::run_blocking(std::function<void(Channel&)> body, const CollectiveOptions& o,
+                                      std::string what) {
+  bool run_here = false;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (aborted) throw Aborted("communicator aborted: " + abort_reason);
+    if (stopping) throw Aborted("communicator is shutting down");
+    run_here = queue.empty() && !busy;
+    if (run_here) busy = true;
+  }
+  if (!run_here) {
+    Request(enqueue(std::move(body), o, std::move(what))).wait();
+    return;
+  }
+  Task task{std::move(body), std::make_shared<Request::State>(), Clock::now() + o.timeout.value_or(opts.timeout),
+            std::move(what)};
+  execute(task);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    busy = false;
+  }
+  cv.notify_all();
+  if (task.state->error) std::rethrow_exception(task.state->error);
 }
 
 void Communicator::Impl::finalize() {
@@ -411,8 +482,7 @@ bool Communicator::Impl::finalize_barrier(Deadline deadline) {
 
 Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-std::unique_ptr<Communicator> Communicator::create(const CommOptions& options,
-                                                   std::shared_ptr<Algorithms> algorithms) {
+std::unique_ptr<Communicator> Communicator::create(const CommOptions& options, std::shared_ptr<Algorithms> algorithms) {
   if (!algorithms) throw InvalidArgument("Communicator::create needs algorithms (e.g. tandem::ring::algorithms())");
   if (options.size < 1 || options.size > kMaxRanks) {
     throw InvalidArgument("world size " + std::to_string(options.size) + " is out of range 1.." +
@@ -454,20 +524,114 @@ int Communicator::rank() const { return impl_->opts.rank; }
 int Communicator::size() const { return impl_->opts.size; }
 const CommOptions& Communicator::options() const { return impl_->opts; }
 
+namespace {
+
+void require_buffers(const char* what, const void* input, const void* output, size_t count) {
+  if (count > 0 && (!input || !output)) {
+    throw InvalidArgument(std::string(what) + ": null buffer with count " + std::to_string(count));
+  }
+}
+
+std::string describe(const char* what, size_t count, DataType dtype) {
+  return std::string(what) + "(" + std::to_string(count) + " x " + std::string(to_string(dtype)) + ")";
+}
+
+std::string describe(const char* what, size_t count, DataType dtype, ReduceOp op) {
+  return std::string(what) + "(" + std::to_string(count) + " x " + std::string(to_string(dtype)) + ", " +
+         std::string(to_string(op)) + ")";
+}
+
+}  // namespace
+
+std::function<void(Channel&)> Communicator::allreduce_body(const void* input, void* output, size_t count,
+                                                           DataType dtype, ReduceOp op, const CollectiveOptions& opts) {
+  require_buffers("allreduce", input, output, count);
+  AllreduceArgs args{input, output, count, dtype, op, impl_->memory_type(opts)};
+  return [algorithms = impl_->algorithms, args](Channel& ch) { algorithms->allreduce(ch, args); };
+}
+
 Request Communicator::allreduce_async(const void* input, void* output, size_t count, DataType dtype, ReduceOp op,
                                       const CollectiveOptions& opts) {
-  if (count > 0 && (!input || !output)) throw InvalidArgument("allreduce: null buffer with count " + std::to_string(count));
-  AllreduceArgs args{input, output, count, dtype, op, MemoryType::host};
-  std::string what = "allreduce(" + std::to_string(count) + " x " + std::string(to_string(dtype)) + ", " +
-                     std::string(to_string(op)) + ")";
-  auto algorithms = impl_->algorithms;
-  return Request(impl_->enqueue([algorithms, args](Channel& ch) { algorithms->allreduce(ch, args); }, opts,
-                                std::move(what)));
+  return Request(impl_->enqueue(allreduce_body(input, output, count, dtype, op, opts), opts,
+                                describe("allreduce", count, dtype, op)));
 }
 
 void Communicator::allreduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op,
                              const CollectiveOptions& opts) {
-  allreduce_async(input, output, count, dtype, op, opts).wait();
+  impl_->run_blocking(allreduce_body(input, output, count, dtype, op, opts), opts,
+                      describe("allreduce", count, dtype, op));
+}
+
+std::function<void(Channel&)> Communicator::reduce_scatter_body(const void* input, void* output, size_t count,
+                                                                DataType dtype, ReduceOp op,
+                                                                const CollectiveOptions& opts) {
+  require_buffers("reduce_scatter", input, output, count);
+  ReduceScatterArgs args{input, output, count, dtype, op, impl_->memory_type(opts)};
+  return [algorithms = impl_->algorithms, args](Channel& ch) { algorithms->reduce_scatter(ch, args); };
+}
+
+Request Communicator::reduce_scatter_async(const void* input, void* output, size_t count, DataType dtype, ReduceOp op,
+                                           const CollectiveOptions& opts) {
+  return Request(impl_->enqueue(reduce_scatter_body(input, output, count, dtype, op, opts), opts,
+                                describe("reduce_scatter", count, dtype, op)));
+}
+
+void Communicator::reduce_scatter(const void* input, void* output, size_t count, DataType dtype, ReduceOp op,
+                                  const CollectiveOptions& opts) {
+  impl_->run_blocking(reduce_scatter_body(input, output, count, dtype, op, opts), opts,
+                      describe("reduce_scatter", count, dtype, op));
+}
+
+std::function<void(Channel&)> Communicator::allgather_body(const void* input, void* output, size_t count,
+                                                           DataType dtype, const CollectiveOptions& opts) {
+  require_buffers("allgather", input, output, count);
+  AllgatherArgs args{input, output, count, dtype, impl_->memory_type(opts)};
+  return [algorithms = impl_->algorithms, args](Channel& ch) { algorithms->allgather(ch, args); };
+}
+
+Request Communicator::allgather_async(const void* input, void* output, size_t count, DataType dtype,
+                                      const CollectiveOptions& opts) {
+  return Request(
+      impl_->enqueue(allgather_body(input, output, count, dtype, opts), opts, describe("allgather", count, dtype)));
+}
+
+void Communicator::allgather(const void* input, void* output, size_t count, DataType dtype,
+                             const CollectiveOptions& opts) {
+  impl_->run_blocking(allgather_body(input, output, count, dtype, opts), opts, describe("allgather", count, dtype));
+}
+
+std::function<void(Channel&)> Communicator::broadcast_body(const void* input, void* output, size_t count,
+                                                           DataType dtype, int root, const CollectiveOptions& opts) {
+  if (root < 0 || root >= size()) {
+    throw InvalidArgument("broadcast: root " + std::to_string(root) + " is out of range for world size " +
+                          std::to_string(size()));
+  }
+  if (count > 0 && (!output || (rank() == root && !input))) {
+    throw InvalidArgument("broadcast: null buffer with count " + std::to_string(count));
+  }
+  BroadcastArgs args{input, output, count, dtype, root, impl_->memory_type(opts)};
+  return [algorithms = impl_->algorithms, args](Channel& ch) { algorithms->broadcast(ch, args); };
+}
+
+Request Communicator::broadcast_async(const void* input, void* output, size_t count, DataType dtype, int root,
+                                      const CollectiveOptions& opts) {
+  return Request(impl_->enqueue(broadcast_body(input, output, count, dtype, root, opts), opts,
+                                describe("broadcast", count, dtype)));
+}
+
+void Communicator::broadcast(const void* input, void* output, size_t count, DataType dtype, int root,
+                             const CollectiveOptions& opts) {
+  impl_->run_blocking(broadcast_body(input, output, count, dtype, root, opts), opts,
+                      describe("broadcast", count, dtype));
+}
+
+Request Communicator::barrier_async(const CollectiveOptions& opts) {
+  return Request(
+      impl_->enqueue([algorithms = impl_->algorithms](Channel& ch) { algorithms->barrier(ch); }, opts, "barrier"));
+}
+
+void Communicator::barrier(const CollectiveOptions& opts) {
+  impl_->run_blocking([algorithms = impl_->algorithms](Channel& ch) { algorithms->barrier(ch); }, opts, "barrier");
 }
 
 void Communicator::abort(const std::string& reason) {

@@ -78,8 +78,8 @@ void UcxTransport::on_endpoint_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t st
 
 void UcxTransport::connect(int peer, const std::string& address) {
   ucp_ep_params_t params{};
-  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  params.field_mask =
+      UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
   params.address = reinterpret_cast<const ucp_address_t*>(address.data());
   params.err_mode = peer_error_handling_ ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
   params.err_handler.cb = &UcxTransport::on_endpoint_error;
@@ -93,8 +93,7 @@ Pending UcxTransport::send(int peer, Tag tag, const void* data, size_t bytes) {
   param.datatype = ucp_dt_make_contig(1);
   ucs_status_ptr_t req = ucp_tag_send_nbx(endpoints_[peer], data, bytes, tag, &param);
   if (UCS_PTR_IS_ERR(req)) {
-    throw PeerFailure(peer, "send to rank " + std::to_string(peer) + " failed: " +
-                                status_text(UCS_PTR_STATUS(req)));
+    throw PeerFailure(peer, "send to rank " + std::to_string(peer) + " failed: " + status_text(UCS_PTR_STATUS(req)));
   }
   Pending p(req, peer, bytes, false);
   if (req == nullptr) p.mark_done();  // completed in place
@@ -132,7 +131,8 @@ bool UcxTransport::poll(Pending& p) {
   p.mark_done();
   if (s == UCS_ERR_MESSAGE_TRUNCATED || (s == UCS_OK && received != expected)) {
     throw InvalidArgument("collective mismatch: rank " + std::to_string(rank_) + " expected a " +
-                          std::to_string(expected) + "-byte message but got a larger or smaller one; every rank "
+                          std::to_string(expected) +
+                          "-byte message but got a larger or smaller one; every rank "
                           "must call the same collectives in the same order with the same count and dtype");
   }
   if (s != UCS_OK) {
@@ -183,6 +183,13 @@ void UcxTransport::close_endpoints(Deadline deadline) {
       break;
     }
   }
+}
+
+bool UcxTransport::supports_cuda_memory() const {
+  ucp_context_attr_t attr{};
+  attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+  if (ucp_context_query(context_, &attr) != UCS_OK) return false;
+  return attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA);
 }
 
 std::string UcxTransport::describe() const {

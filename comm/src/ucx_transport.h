@@ -51,6 +51,9 @@ class UcxTransport {
   // Flushes and closes every endpoint, bounded by deadline (peers may be dead).
   void close_endpoints(Deadline deadline);
 
+  // Whether UCX can move CUDA device memory in this build and machine.
+  bool supports_cuda_memory() const;
+
   // Transports chosen for each endpoint, e.g. "1: sysv/memory cma/memory".
   std::string describe() const;
 

@@ -29,10 +29,9 @@
 #include <deque>
 #include <vector>
 
+#include "collectives.h"
 #include "tandem/errors.h"
 #include "tandem/reduce.h"
-#include "tandem/ring/ring.h"
-#include "tandem/bootstrap.h"
 
 namespace tandem::ring {
 namespace {
@@ -63,7 +62,7 @@ class RingAllreduce {
   void run() {
     if (a_.count == 0) return;
     if (n_ == 1) {
-      if (a_.input != a_.output) std::memcpy(a_.output, a_.input, a_.count * esize_);
+      copy(a_.memory, a_.output, a_.input, a_.count * esize_);
       return;  // avg over one rank is the identity
     }
     std::deque<Walk> walks;
@@ -121,7 +120,7 @@ class RingAllreduce {
     w = Walk{};
     w.segment = segment;
     // Live walks are always `window_` consecutive segments, so segment % window_ is a free slot.
-    w.scratch = ch_.scratch(seg_bytes_, int(segment % window_));
+    w.scratch = ch_.scratch_in(a_.memory, seg_bytes_, int(segment % window_));
     post_recv(w, 0);
     // step 0: send
     Range s = piece(send_chunk(0), segment);
@@ -150,7 +149,7 @@ class RingAllreduce {
     Range p = piece(recv_chunk(k), w.segment);
     if (reducing(k)) {
       recv_reduce(p, w.scratch);
-      if (k == n_ - 2 && a_.op == ReduceOp::avg) scale_avg(a_.dtype, out(p.begin), p.size, n_);
+      if (k == n_ - 2 && a_.op == ReduceOp::avg) scale_avg(a_.memory, a_.dtype, out(p.begin), p.size, n_);
     }
     if (k + 1 == steps()) {  // recv: the walk is over
       w.finished = true;
@@ -163,7 +162,7 @@ class RingAllreduce {
 
   void recv_reduce(Range p, const void* received) {
     if (p.size == 0) return;
-    reduce(a_.dtype, combine_, out(p.begin), in(p.begin), received, p.size);
+    reduce(a_.memory, a_.dtype, combine_, out(p.begin), in(p.begin), received, p.size);
   }
 
   Channel& ch_;
@@ -177,32 +176,10 @@ class RingAllreduce {
   ReduceOp combine_ = ReduceOp::sum;
 };
 
-class RingAlgorithms final : public Algorithms {
- public:
-  explicit RingAlgorithms(const RingOptions& o) : options_(o) {}
-  void allreduce(Channel& channel, const AllreduceArgs& args) override {
-    RingAllreduce(channel, args, options_).run();
-  }
-
- private:
-  RingOptions options_;
-};
-
 }  // namespace
 
-std::shared_ptr<Algorithms> algorithms(const RingOptions& options) {
-  if (options.segment_bytes < 4096 || options.segments_in_flight < 1 || options.segments_in_flight > 64) {
-    throw InvalidArgument("RingOptions: segment_bytes must be >= 4096 and segments_in_flight in 1..64 (got " +
-                          std::to_string(options.segment_bytes) + ", " + std::to_string(options.segments_in_flight) +
-                          ")");
-  }
-  return std::make_shared<RingAlgorithms>(options);
+void ring_allreduce(Channel& ch, const AllreduceArgs& args, const RingOptions& options) {
+  RingAllreduce(ch, args, options).run();
 }
-
-std::unique_ptr<Communicator> connect(const CommOptions& options) {
-  return Communicator::create(options, algorithms({options.segment_bytes, options.segments_in_flight}));
-}
-
-std::unique_ptr<Communicator> connect_from_env() { return connect(options_from_env()); }
 
 }  // namespace tandem::ring

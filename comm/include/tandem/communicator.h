@@ -4,6 +4,9 @@
 // engine thread owns the UCX worker and executes them one at a time; blocking
 // calls are the async call followed by wait().
 //
+// A blocking call on an idle communicator runs on the caller's thread instead
+// (same order guarantee: it never overtakes a queued collective).
+//
 // Errors are sticky (as in Gloo): after a peer failure, a timeout or abort(),
 // the communicator is unusable and every pending and later call throws.
 #pragma once
@@ -27,8 +30,8 @@ struct CommOptions {
   int size = -1;
   int local_rank = -1;
   int local_size = -1;
-  std::string store_address;  // "host:port" of the bootstrap store
-  bool host_store = false;    // this rank (rank 0) starts the store itself (mpirun, Slurm)
+  std::string store_address;      // "host:port" of the bootstrap store
+  bool host_store = false;        // this rank (rank 0) starts the store itself (mpirun, Slurm)
   std::string prefix = "tandem";  // namespace for this communicator's store keys
   // Default deadline of every collective; each call may override it.
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
@@ -36,6 +39,11 @@ struct CommOptions {
   // Ring pipelining: segment size and how many segments are in flight per step.
   size_t segment_bytes = 1 << 20;
   int segments_in_flight = 4;
+  // All-reduces up to this many bytes use the latency-optimal algorithm
+  // (recursive doubling) instead of the ring (TANDEM_SMALL_MESSAGE_BYTES).
+  size_t small_message_bytes = 64 << 10;
+  // Force an all-reduce algorithm: "auto", "ring" or "recursive_doubling" (TANDEM_ALGO).
+  std::string algorithm = "auto";
   // How often a waiting rank asks the store whether some rank died. The store
   // learns of a death when the rank's connection drops, on any transport.
   std::chrono::milliseconds failure_poll{std::chrono::milliseconds(200)};
@@ -46,10 +54,19 @@ struct CommOptions {
   bool ucx_peer_error_handling = false;
   // UCX_NET_DEVICES for this communicator's context; empty leaves UCX's choice.
   std::string ucx_net_devices;
+  // dtrain_network_interface (TANDEM_NETWORK_INTERFACE): restricts the interface
+  // selection (syntax in tandem/netif.h); empty = automatic.
+  std::string network_interface;
+  // The user set UCX_NET_DEVICES: interface selection still runs and reports, but leaves UCX alone.
+  bool ucx_net_devices_pinned = false;
 };
 
 struct CollectiveOptions {
   std::optional<std::chrono::milliseconds> timeout;  // default: CommOptions::timeout
+  // Where the buffers live. MemoryType::cuda routes reductions to the CUDA
+  // kernels; it needs a CUDA build and a UCX with CUDA memory support, and is
+  // rejected with InvalidArgument otherwise.
+  MemoryType memory = MemoryType::host;
 };
 
 struct AllreduceArgs {
@@ -61,12 +78,47 @@ struct AllreduceArgs {
   MemoryType memory = MemoryType::host;
 };
 
+// Rank r reduces block r: input holds size() blocks of `count` elements,
+// output one block. In-place when output == input + rank * count (NCCL's rule).
+struct ReduceScatterArgs {
+  const void* input = nullptr;
+  void* output = nullptr;
+  size_t count = 0;  // elements per rank
+  DataType dtype = DataType::f32;
+  ReduceOp op = ReduceOp::sum;
+  MemoryType memory = MemoryType::host;
+};
+
+// Every rank contributes `count` elements; output holds size() blocks, rank
+// order. In-place when input == output + rank * count.
+struct AllgatherArgs {
+  const void* input = nullptr;
+  void* output = nullptr;
+  size_t count = 0;  // elements per rank
+  DataType dtype = DataType::f32;
+  MemoryType memory = MemoryType::host;
+};
+
+// root's input reaches every rank's output (in-place when input == output).
+struct BroadcastArgs {
+  const void* input = nullptr;  // read on the root only
+  void* output = nullptr;
+  size_t count = 0;
+  DataType dtype = DataType::f32;
+  int root = 0;
+  MemoryType memory = MemoryType::host;
+};
+
 // The collective algorithms a communicator runs (ring/ provides them). They
 // see only a Channel, never the transport behind it.
 class Algorithms {
  public:
   virtual ~Algorithms() = default;
   virtual void allreduce(Channel& channel, const AllreduceArgs& args) = 0;
+  virtual void reduce_scatter(Channel& channel, const ReduceScatterArgs& args) = 0;
+  virtual void allgather(Channel& channel, const AllgatherArgs& args) = 0;
+  virtual void broadcast(Channel& channel, const BroadcastArgs& args) = 0;
+  virtual void barrier(Channel& channel) = 0;
 };
 
 // Handle of an asynchronous collective. Copyable; all copies share the state.
@@ -108,6 +160,25 @@ class Communicator {
   Request allreduce_async(const void* input, void* output, size_t count, DataType dtype, ReduceOp op,
                           const CollectiveOptions& opts = {});
 
+  // See ReduceScatterArgs, AllgatherArgs, BroadcastArgs for layouts.
+  void reduce_scatter(const void* input, void* output, size_t count, DataType dtype, ReduceOp op,
+                      const CollectiveOptions& opts = {});
+  Request reduce_scatter_async(const void* input, void* output, size_t count, DataType dtype, ReduceOp op,
+                               const CollectiveOptions& opts = {});
+  void allgather(const void* input, void* output, size_t count, DataType dtype, const CollectiveOptions& opts = {});
+  Request allgather_async(const void* input, void* output, size_t count, DataType dtype,
+                          const CollectiveOptions& opts = {});
+  void broadcast(const void* input, void* output, size_t count, DataType dtype, int root,
+                 const CollectiveOptions& opts = {});
+  void broadcast(void* data, size_t count, DataType dtype, int root, const CollectiveOptions& opts = {}) {
+    broadcast(data, data, count, dtype, root, opts);
+  }
+  Request broadcast_async(const void* input, void* output, size_t count, DataType dtype, int root,
+                          const CollectiveOptions& opts = {});
+  // Returns once every rank has entered the barrier.
+  void barrier(const CollectiveOptions& opts = {});
+  Request barrier_async(const CollectiveOptions& opts = {});
+
   // Unblocks every pending call on this communicator with Aborted; sticky.
   void abort(const std::string& reason = "abort() called");
   bool aborted() const;
@@ -119,6 +190,15 @@ class Communicator {
 
  private:
   explicit Communicator(std::unique_ptr<Impl> impl);
+  // Validate arguments and bind them to the algorithm, for the blocking and async forms alike.
+  std::function<void(Channel&)> allreduce_body(const void* input, void* output, size_t count, DataType dtype,
+                                               ReduceOp op, const CollectiveOptions& opts);
+  std::function<void(Channel&)> reduce_scatter_body(const void* input, void* output, size_t count, DataType dtype,
+                                                    ReduceOp op, const CollectiveOptions& opts);
+  std::function<void(Channel&)> allgather_body(const void* input, void* output, size_t count, DataType dtype,
+                                               const CollectiveOptions& opts);
+  std::function<void(Channel&)> broadcast_body(const void* input, void* output, size_t count, DataType dtype, int root,
+                                               const CollectiveOptions& opts);
   std::unique_ptr<Impl> impl_;
 };
 

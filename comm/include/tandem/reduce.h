@@ -19,6 +19,18 @@ void reduce(DataType dtype, ReduceOp op, void* dst, const void* a, const void* b
 // data[i] = data[i] / divisor, with the rounding rules of ReduceOp::avg.
 void scale_avg(DataType dtype, void* data, size_t count, int divisor);
 
+// The same on buffers of the given memory type. MemoryType::cuda runs the CUDA
+// kernels (functors shared with the CPU path) and waits for them; it throws
+// InvalidArgument in a build without TANDEM_WITH_CUDA.
+void reduce(MemoryType memory, DataType dtype, ReduceOp op, void* dst, const void* a, const void* b, size_t count);
+void scale_avg(MemoryType memory, DataType dtype, void* data, size_t count, int divisor);
+void copy(MemoryType memory, void* dst, const void* src, size_t bytes);
+// Scratch memory of the given type (aligned to 4 KiB on the host).
+void* allocate(MemoryType memory, size_t bytes);
+void deallocate(MemoryType memory, void* p);
+// Whether this build has the CUDA kernels.
+bool cuda_kernels_built();
+
 // The instruction set the dispatcher picked: "avx512", "avx2", or "scalar".
 std::string_view reduce_isa();
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "tandem/errors.h"
 #include "tandem/types.h"
 
 namespace tandem {
@@ -76,6 +77,13 @@ class Channel {
   // Scratch memory owned by the communicator, reused across collectives; valid
   // until the collective returns. slot separates independent buffers.
   virtual void* scratch(size_t bytes, int slot = 0) = 0;
+  // The same in GPU memory, for collectives on MemoryType::cuda buffers.
+  virtual void* device_scratch(size_t /*bytes*/, int /*slot*/ = 0) {
+    throw InvalidArgument("this channel has no device memory");
+  }
+  void* scratch_in(MemoryType memory, size_t bytes, int slot) {
+    return memory == MemoryType::host ? scratch(bytes, slot) : device_scratch(bytes, slot);
+  }
 };
 
 }  // namespace tandem

@@ -4,19 +4,32 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 
 #include "tandem/communicator.h"
 
 namespace tandem::ring {
 
+enum class AllreduceAlgorithm { automatic, ring, recursive_doubling };
+
 struct RingOptions {
-  size_t segment_bytes = 1 << 20;  // largest message of the pipeline
-  int segments_in_flight = 4;        // segments walking the ring at once
+  size_t segment_bytes = 1 << 20;  // largest message of the ring pipeline
+  int segments_in_flight = 4;      // segments walking the ring at once
+  // automatic: recursive doubling up to small_message_bytes, the ring above.
+  AllreduceAlgorithm allreduce = AllreduceAlgorithm::automatic;
+  size_t small_message_bytes = 64 << 10;
 };
 
+// "auto", "ring", "recursive_doubling" (also "rd"); throws InvalidArgument listing them.
+AllreduceAlgorithm parse_allreduce_algorithm(const std::string& name);
+
+// Throws InvalidArgument for impossible settings.
 std::shared_ptr<Algorithms> algorithms(const RingOptions& options = {});
 
-// Communicator::create with the ring algorithms, pipelined as options say.
+// The RingOptions that CommOptions (and so TANDEM_* variables) ask for.
+RingOptions ring_options(const CommOptions& options);
+
+// Communicator::create with the ring algorithms, configured by ring_options(options).
 std::unique_ptr<Communicator> connect(const CommOptions& options);
 
 // connect(options_from_env()): rank, size and store from `tandem launch`, mpirun or srun.

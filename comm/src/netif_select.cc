@@ -1,0 +1,603 @@
+// Interface selection: records, plan, probes, decision (terms in netif.h).
+//
+// The collective, in store rounds under `<prefix>/netif/`:
+//   1. record/<r>   each rank's host identity and interfaces (override applied locally)
+//   2. ports/<r>    the ports of its probe servers, one per candidate
+//   3. per candidate a barrier, then every rank probes: RTT to the ranks on
+//      other hosts, and a short stream to its probe target
+//   4. probes/<r>   its results; every rank then decides from the same data,
+//      so all ranks agree on the subnet, each using its own interface name.
+#include "netif_select.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "netif_probe.h"
+#include "tandem/errors.h"
+#include "tandem/store.h"
+
+namespace tandem {
+namespace netif {
+namespace {
+
+using nlohmann::json;
+
+// Probing budget: streams share ~600 ms across candidates; RTT is a few ping-pongs.
+constexpr int kStreamBudgetMs = 600;
+constexpr int kMinStreamMs = 40, kMaxStreamMs = 200;
+constexpr int kRttRounds = 8;
+constexpr int kMaxAllPairsRanks = 16;  // beyond this, only ring-neighbour pairs are probed
+constexpr double kTie = 1.10;          // bandwidths within 10% count as equal
+
+bool link_local(const InterfaceAddress& a) {
+  if (a.family == 6) return in_subnet(a.address, "fe80::", 10);
+  return in_subnet(a.address, "169.254.0.0", 16);
+}
+
+std::string fmt_gbps(double g) {
+  char b[32];
+  std::snprintf(b, sizeof b, g >= 1 ? "%.2f" : "%.3f", g);
+  return b;
+}
+
+std::string fmt_us(double us) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.0f", us);
+  return b;
+}
+
+std::string who(const std::vector<std::string>& hosts, int rank) {
+  return "rank " + std::to_string(rank) + " (" + hosts[size_t(rank)] + ")";
+}
+
+std::string describe_interface(const NetInterface& i) {
+  std::string s = i.name + " [";
+  for (const auto& a : i.addresses) s += a.address + "/" + std::to_string(a.prefix) + ", ";
+  s += i.up ? "up" : "down";
+  if (i.speed_mbps > 0) s += ", " + std::to_string(i.speed_mbps) + " Mb/s";
+  return s + "]";
+}
+
+json to_j(const NetInterface& i) {
+  json addrs = json::array();
+  for (const auto& a : i.addresses) addrs.push_back({{"address", a.address}, {"prefix", a.prefix}, {"family", a.family}});
+  return {{"name", i.name},           {"addresses", addrs},          {"up", i.up},
+          {"loopback", i.loopback},   {"operstate", i.operstate},    {"speed_mbps", i.speed_mbps},
+          {"numa_node", i.numa_node}, {"pci_bus_id", i.pci_bus_id}};
+}
+
+NetInterface interface_from(const json& j) {
+  NetInterface i;
+  i.name = j.at("name").get<std::string>();
+  for (const auto& a : j.at("addresses"))
+    i.addresses.push_back({a.at("address").get<std::string>(), a.at("prefix").get<int>(), a.at("family").get<int>()});
+  i.up = j.at("up").get<bool>();
+  i.loopback = j.at("loopback").get<bool>();
+  i.operstate = j.value("operstate", "");
+  i.speed_mbps = j.value("speed_mbps", -1);
+  i.numa_node = j.value("numa_node", -1);
+  i.pci_bus_id = j.value("pci_bus_id", "");
+  return i;
+}
+
+json to_j(const PairProbe& p) {
+  return {{"from", p.from}, {"to", p.to}, {"ok", p.ok}, {"rtt_us", p.rtt_us}, {"bandwidth_gbps", p.bandwidth_gbps},
+          {"error", p.error}};
+}
+
+PairProbe probe_from(const json& j) {
+  PairProbe p;
+  p.from = j.at("from").get<int>();
+  p.to = j.at("to").get<int>();
+  p.ok = j.at("ok").get<bool>();
+  p.rtt_us = j.at("rtt_us").get<double>();
+  p.bandwidth_gbps = j.at("bandwidth_gbps").get<double>();
+  p.error = j.at("error").get<std::string>();
+  return p;
+}
+
+}  // namespace
+
+RankRecord make_record(int rank, const HostIdentity& host, std::vector<NetInterface> interfaces,
+                       const InterfaceOverride& override_spec) {
+  RankRecord r;
+  r.rank = rank;
+  r.host = host;
+  r.interfaces = std::move(interfaces);
+  std::vector<std::string> names;
+  for (const auto& i : r.interfaces) names.push_back(i.name);
+  const auto filter = override_spec.for_host(host.hostname);
+  bool any_usable = false;
+  for (const auto& i : r.interfaces) {
+    std::string why;
+    bool has_routable = std::any_of(i.addresses.begin(), i.addresses.end(), [](auto& a) { return !link_local(a); });
+    if (filter && !filter->allows(i.name, names)) why = "excluded by the override '" + filter->to_string() + "'";
+    else if (!i.up) why = "down (operstate " + (i.operstate.empty() ? std::string("?") : i.operstate) + ")";
+    else if (i.addresses.empty()) why = "no IPv4/IPv6 address";
+    else if (!has_routable) why = "only link-local addresses";
+    any_usable = any_usable || why.empty();
+    r.unusable.push_back(why);
+  }
+  if (filter && !any_usable) {
+    std::string has;
+    for (const auto& i : r.interfaces) has += (has.empty() ? "" : ", ") + describe_interface(i);
+    r.error = "matches no usable interface on host " + host.hostname + " (rank " + std::to_string(rank) +
+              "; filter there '" + filter->to_string() + "'), which has: " + (has.empty() ? "nothing" : has);
+  }
+  return r;
+}
+
+std::string record_to_json(const RankRecord& r) {
+  json ifs = json::array();
+  for (const auto& i : r.interfaces) ifs.push_back(to_j(i));
+  return json{{"rank", r.rank},
+              {"host", {{"hostname", r.host.hostname}, {"boot_id", r.host.boot_id}, {"netns", r.host.netns}}},
+              {"interfaces", ifs},
+              {"unusable", r.unusable},
+              {"error", r.error}}
+      .dump();
+}
+
+RankRecord record_from_json(const std::string& text) {
+  try {
+    json j = json::parse(text);
+    RankRecord r;
+    r.rank = j.at("rank").get<int>();
+    r.host.hostname = j.at("host").at("hostname").get<std::string>();
+    r.host.boot_id = j.at("host").at("boot_id").get<std::string>();
+    r.host.netns = j.at("host").at("netns").get<std::string>();
+    for (const auto& i : j.at("interfaces")) r.interfaces.push_back(interface_from(i));
+    r.unusable = j.at("unusable").get<std::vector<std::string>>();
+    r.error = j.at("error").get<std::string>();
+    if (r.unusable.size() != r.interfaces.size()) throw InvalidArgument("unusable/interfaces length mismatch");
+    return r;
+  } catch (const json::exception& e) {
+    throw InvalidArgument(std::string("tandem: malformed interface record in the store: ") + e.what());
+  }
+}
+
+void check_records(const std::vector<RankRecord>& records, const std::string& override_text) {
+  std::string problems;
+  for (const auto& r : records)
+    if (!r.error.empty()) problems += (problems.empty() ? "" : "; ") + r.error;
+  if (problems.empty()) return;
+  throw InvalidArgument("tandem: dtrain_network_interface (TANDEM_NETWORK_INTERFACE) '" + override_text + "' " +
+                        problems + ". Fix the override (per host: host1:eth0;host2:ens5) or unset it for automatic selection");
+}
+
+int probe_target(const std::vector<RankRecord>& records, int rank) {
+  const int n = int(records.size());
+  for (int k = 1; k < n; ++k) {
+    int p = (rank + k) % n;
+    if (!records[size_t(p)].host.same_host(records[size_t(rank)].host)) return p;
+  }
+  return -1;
+}
+
+NetifDecision plan(const std::vector<RankRecord>& records, int rank, const std::string& override_text) {
+  NetifDecision d;
+  d.rank = rank;
+  d.size = int(records.size());
+  d.override_text = override_text;
+  std::vector<HostIdentity> distinct;
+  for (const auto& r : records) {
+    d.hosts.push_back(r.host.hostname);
+    if (std::none_of(distinct.begin(), distinct.end(), [&](auto& h) { return h.same_host(r.host); }))
+      distinct.push_back(r.host);
+  }
+  d.distinct_hosts = int(distinct.size());
+  d.single_host = d.distinct_hosts <= 1;
+
+  // Every unusable interface is reported once per host (its first rank).
+  auto first_of_host = [&](size_t r) {
+    for (size_t q = 0; q < r; ++q)
+      if (records[q].host.same_host(records[r].host)) return false;
+    return true;
+  };
+  for (size_t r = 0; r < records.size(); ++r) {
+    if (!first_of_host(r)) continue;
+    for (size_t i = 0; i < records[r].interfaces.size(); ++i) {
+      const auto& itf = records[r].interfaces[i];
+      if (!records[r].unusable[i].empty()) {
+        d.excluded.push_back({int(r), d.hosts[r], itf.name, records[r].unusable[i]});
+      } else if (itf.loopback && !d.single_host) {
+        d.excluded.push_back({int(r), d.hosts[r], itf.name,
+                              "loopback: the ranks span " + std::to_string(d.distinct_hosts) + " hosts"});
+      }
+    }
+  }
+
+  if (d.single_host) {
+    // One network stack: loopback, unless the override rules it out.
+    const auto& me = records[size_t(rank)];
+    std::string pick;
+    for (size_t i = 0; i < me.interfaces.size() && pick.empty(); ++i)
+      if (me.unusable[i].empty() && me.interfaces[i].loopback) pick = me.interfaces[i].name;
+    for (size_t i = 0; i < me.interfaces.size() && pick.empty(); ++i)
+      if (me.unusable[i].empty()) pick = me.interfaces[i].name;
+    d.chosen = pick;
+    d.chosen_per_rank.assign(records.size(), pick);
+    d.reason = "all " + std::to_string(d.size) + " ranks are on one host (" + d.hosts[0] + ")" +
+               (pick.empty() ? "; no usable interface" : "");
+    return d;
+  }
+
+  // Subnet -> per rank (interface index, address). std::map keeps a stable, identical order on every rank;
+  // IPv4 sorts before IPv6 by the family prefix in the key.
+  struct Slot {
+    int itf = -1;
+    std::string address;
+  };
+  std::map<std::string, std::vector<Slot>> by_subnet;
+  for (size_t r = 0; r < records.size(); ++r) {
+    for (size_t i = 0; i < records[r].interfaces.size(); ++i) {
+      const auto& itf = records[r].interfaces[i];
+      if (!records[r].unusable[i].empty() || itf.loopback) continue;
+      for (const auto& a : itf.addresses) {
+        if (link_local(a)) continue;
+        auto subnet = subnet_of(a.address, a.prefix);
+        if (!subnet) continue;
+        auto& slots = by_subnet[std::to_string(a.family) + " " + *subnet];
+        slots.resize(records.size());
+        if (slots[r].itf < 0) slots[r] = {int(i), a.address};  // first interface in the subnet wins
+      }
+    }
+  }
+  std::set<std::pair<int, int>> in_candidate;  // (rank, interface index)
+  for (const auto& [key, slots] : by_subnet) {
+    if (!std::all_of(slots.begin(), slots.end(), [](const Slot& s) { return s.itf >= 0; })) continue;
+    NetifCandidate c;
+    c.subnet = key.substr(2);
+    for (size_t r = 0; r < slots.size(); ++r) {
+      const auto& itf = records[r].interfaces[size_t(slots[r].itf)];
+      c.names.push_back(itf.name);
+      c.addresses.push_back(slots[r].address);
+      if (itf.speed_mbps > 0 && (c.min_speed_mbps < 0 || itf.speed_mbps < c.min_speed_mbps))
+        c.min_speed_mbps = itf.speed_mbps;
+      in_candidate.insert({int(r), slots[r].itf});
+    }
+    // The same interfaces through another subnet (e.g. IPv6 next to IPv4) are one candidate.
+    auto same = std::find_if(d.candidates.begin(), d.candidates.end(), [&](auto& o) { return o.names == c.names; });
+    if (same != d.candidates.end()) {
+      same->aliases.push_back(c.subnet);
+    } else {
+      d.candidates.push_back(std::move(c));
+    }
+  }
+  // Usable interfaces in no candidate: say which ranks lack their subnets.
+  for (size_t r = 0; r < records.size(); ++r) {
+    if (!first_of_host(r)) continue;
+    for (size_t i = 0; i < records[r].interfaces.size(); ++i) {
+      const auto& itf = records[r].interfaces[i];
+      if (!records[r].unusable[i].empty() || itf.loopback || in_candidate.count({int(r), int(i)})) continue;
+      std::string why;
+      for (const auto& a : itf.addresses) {
+        if (link_local(a)) continue;
+        auto subnet = subnet_of(a.address, a.prefix).value_or(a.address);
+        const auto& slots = by_subnet[std::to_string(a.family) + " " + subnet];
+        std::string missing;
+        for (size_t q = 0; q < slots.size(); ++q)
+          if (slots[q].itf < 0) missing += (missing.empty() ? "" : ", ") + who(d.hosts, int(q));
+        why += (why.empty() ? "" : "; ") + subnet + " is not shared (no address in it on " + missing + ")";
+      }
+      d.excluded.push_back({int(r), d.hosts[r], itf.name, why});
+    }
+  }
+  return d;
+}
+
+void decide(NetifDecision& d) {
+  if (d.single_host) return;
+  NetifCandidate* best = nullptr;
+  for (auto& c : d.candidates) {
+    c.common = true;
+    for (const auto& p : c.probes) {
+      if (!p.ok) {
+        c.common = false;
+        c.excluded_reason = "probe " + who(d.hosts, p.from) + " -> " + who(d.hosts, p.to) + " failed: " + p.error;
+        break;
+      }
+      if (p.rtt_us >= 0) c.rtt_us = std::max(c.rtt_us, p.rtt_us);
+      if (p.bandwidth_gbps > 0) c.bandwidth_gbps = c.bandwidth_gbps < 0 ? p.bandwidth_gbps
+                                                                        : std::min(c.bandwidth_gbps, p.bandwidth_gbps);
+    }
+    if (!c.common) continue;
+    if (!best || c.bandwidth_gbps > best->bandwidth_gbps * kTie) {
+      best = &c;
+    } else if (c.bandwidth_gbps * kTie >= best->bandwidth_gbps &&
+               (c.min_speed_mbps > best->min_speed_mbps ||
+                (c.min_speed_mbps == best->min_speed_mbps && c.rtt_us < best->rtt_us))) {
+      best = &c;  // a tie on measured bandwidth: faster link, then lower latency
+    }
+  }
+  if (!best) {
+    std::string why = d.candidates.empty() ? "no subnet has an address on every rank"
+                                           : "no candidate passed its probes";
+    if (!d.override_text.empty()) {
+      std::string detail;
+      for (const auto& c : d.candidates) detail += "; " + c.subnet + ": " + c.excluded_reason;
+      for (const auto& e : d.excluded) detail += "; " + who(d.hosts, e.rank) + " " + e.name + ": " + e.reason;
+      throw InvalidArgument("tandem: dtrain_network_interface (TANDEM_NETWORK_INTERFACE) '" + d.override_text +
+                            "' leaves no interface shared by all " + std::to_string(d.size) + " ranks: " + why +
+                            detail + ". Pick interfaces in one subnet on every host");
+    }
+    d.reason = why + "; UCX chooses its own devices (set TANDEM_NETWORK_INTERFACE to pin one)";
+    return;
+  }
+  for (auto& c : d.candidates) {
+    if (!c.common || &c == best) continue;
+    c.excluded_reason = "slower: " + fmt_gbps(c.bandwidth_gbps) + " GB/s vs " + fmt_gbps(best->bandwidth_gbps) +
+                        " GB/s on " + best->subnet;
+    if (c.bandwidth_gbps * kTie >= best->bandwidth_gbps)
+      c.excluded_reason = "tie on bandwidth, lost on link speed/latency to " + best->subnet;
+  }
+  d.chosen = best->names[size_t(d.rank)];
+  d.chosen_subnet = best->subnet;
+  d.chosen_per_rank = best->names;
+  int common = int(std::count_if(d.candidates.begin(), d.candidates.end(), [](auto& c) { return c.common; }));
+  d.reason = std::string(common == 1 ? "the only common interface" : "the fastest of " + std::to_string(common) +
+                                                                         " common interfaces") +
+             ": " + fmt_gbps(best->bandwidth_gbps) + " GB/s, " + fmt_us(best->rtt_us) + " us RTT" +
+             (d.override_text.empty() ? "" : " (within the override '" + d.override_text + "')");
+}
+
+}  // namespace netif
+
+// ---- the collective --------------------------------------------------------
+
+namespace {
+
+void store_barrier(StoreClient& store, const std::string& k, int size, Deadline deadline) {
+  if (store.add(k, 1, deadline) == size) store.set(k + "/done", "1", deadline);
+  store.wait({k + "/done"}, deadline);
+}
+
+// Every rank reaches the same verdict from the same records. Before throwing
+// it, the rank hosting the store waits (briefly) for the others to reach it
+// too, so they report the real error rather than "lost the store".
+template <typename F>
+void agree_or_throw(StoreClient& store, const CommOptions& o, const std::string& key, Deadline deadline, F&& check) {
+  try {
+    check();
+  } catch (const InvalidArgument&) {
+    if (o.size > 1) {
+      const Deadline until = std::min(deadline, Clock::now() + std::chrono::seconds(5));
+      try {
+        store.add(key, 1, until);
+        while (o.host_store && store.add(key, 0, until) < o.size && Clock::now() < until)
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      } catch (const Error&) {
+        // The verdict matters more than the courtesy.
+      }
+    }
+    throw;
+  }
+}
+
+}  // namespace
+
+NetifDecision select_interface(StoreClient& store, const CommOptions& options, Deadline deadline) {
+  using namespace netif;
+  const InterfaceOverride ovr = parse_interface_override(options.network_interface);
+  const std::string base = options.prefix + "/netif/";
+  const int n = options.size, me = options.rank;
+
+  RankRecord mine = make_record(me, local_host_identity(), discover_interfaces(/*with_hwloc=*/false), ovr);
+  std::vector<RankRecord> records;
+  if (n == 1) {
+    records.push_back(mine);
+  } else {
+    store.set(base + "record/" + std::to_string(me), record_to_json(mine), deadline);
+    for (int r = 0; r < n; ++r) {
+      records.push_back(r == me ? mine : record_from_json(store.get(base + "record/" + std::to_string(r), deadline)));
+    }
+  }
+  agree_or_throw(store, options, base + "refused", deadline, [&] { check_records(records, ovr.text); });
+  NetifDecision d = plan(records, me, ovr.text);
+
+  if (!d.single_host && !d.candidates.empty()) {
+    const auto t0 = Clock::now();
+    std::vector<std::string> my_addresses;
+    for (const auto& c : d.candidates) my_addresses.push_back(c.addresses[size_t(me)]);
+    ProbeServer server(my_addresses);
+    std::string ports;
+    for (size_t c = 0; c < d.candidates.size(); ++c) ports += (c ? "," : "") + std::to_string(server.port(c));
+    store.set(base + "ports/" + std::to_string(me), ports, deadline);
+
+    const int target = probe_target(records, me);
+    std::vector<int> rtt_peers;
+    for (int p = 0; p < n; ++p) {
+      bool other_host = !records[size_t(p)].host.same_host(mine.host);
+      if (other_host && (n <= kMaxAllPairsRanks || p == target)) rtt_peers.push_back(p);
+    }
+    std::map<int, std::vector<uint16_t>> peer_ports;
+    for (int p : rtt_peers) {
+      std::vector<uint16_t> v;
+      std::string text = store.get(base + "ports/" + std::to_string(p), deadline);
+      for (size_t pos = 0; pos <= text.size();) {
+        size_t end = text.find(',', pos);
+        if (end == std::string::npos) end = text.size();
+        v.push_back(uint16_t(std::atoi(text.substr(pos, end - pos).c_str())));
+        pos = end + 1;
+      }
+      if (v.size() != d.candidates.size()) throw InvalidArgument("tandem: malformed probe ports from rank " + std::to_string(p));
+      peer_ports[p] = v;
+    }
+
+    const auto stream = std::chrono::milliseconds(
+        std::clamp(kStreamBudgetMs / int(d.candidates.size()), kMinStreamMs, kMaxStreamMs));
+    std::vector<std::vector<PairProbe>> results(d.candidates.size());
+    for (size_t c = 0; c < d.candidates.size(); ++c) {
+      // One candidate at a time on every rank, so streams do not share links or CPUs.
+      store_barrier(store, base + "probe/" + std::to_string(c), n, deadline);
+      const auto& cand = d.candidates[c];
+      const std::string& ifname = cand.names[size_t(me)];
+      const std::string& local = cand.addresses[size_t(me)];
+      // A single probe is bounded well inside the overall deadline so a black hole costs ~1 s, not the deadline.
+      const Deadline probe_deadline = std::min(deadline, Clock::now() + std::chrono::milliseconds(1000) + stream);
+      for (int p : rtt_peers) {
+        PairProbe pr;
+        pr.from = me;
+        pr.to = p;
+        const std::string& peer = cand.addresses[size_t(p)];
+        std::string src = route_source(peer);
+        if (src != local) {
+          pr.error = "the route to " + peer + " leaves from " + (src.empty() ? "nowhere" : src) + ", not " + ifname +
+                     " (" + local + ")";
+        } else {
+          probe_rtt(pr, ifname, local, peer, peer_ports[p][c], kRttRounds, probe_deadline);
+        }
+        results[c].push_back(pr);
+      }
+      // Streams start only once every rank has measured RTT, so latency is not measured under load.
+      store_barrier(store, base + "stream/" + std::to_string(c), n, deadline);
+      for (auto& pr : results[c]) {
+        if (pr.ok && pr.to == target)
+          probe_bandwidth(pr, ifname, local, cand.addresses[size_t(target)], peer_ports[target][c], stream,
+                          std::min(deadline, Clock::now() + std::chrono::milliseconds(1000) + stream));
+      }
+    }
+    store_barrier(store, base + "probed", n, deadline);  // every stream is done; servers may close
+
+    json all = json::array();
+    for (const auto& per_candidate : results) {
+      json a = json::array();
+      for (const auto& p : per_candidate) a.push_back(to_j(p));
+      all.push_back(a);
+    }
+    store.set(base + "probes/" + std::to_string(me), all.dump(), deadline);
+    for (int r = 0; r < n; ++r) {
+      json j = json::parse(store.get(base + "probes/" + std::to_string(r), deadline));
+      if (j.size() != d.candidates.size()) throw InvalidArgument("tandem: malformed probe results from rank " + std::to_string(r));
+      for (size_t c = 0; c < d.candidates.size(); ++c)
+        for (const auto& p : j[c]) d.candidates[c].probes.push_back(probe_from(p));
+    }
+    d.probe_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  }
+  agree_or_throw(store, options, base + "undecided", deadline, [&] { decide(d); });
+  if (me == 0) {
+    spdlog::info("{}", d.to_text());
+  } else {
+    spdlog::debug("tandem rank {}: network interface {} ({})", me, d.chosen.empty() ? "(UCX's choice)" : d.chosen,
+                  d.reason);
+  }
+  return d;
+}
+
+// ---- reporting ---------------------------------------------------------------
+
+std::string NetifDecision::to_json() const {
+  using nlohmann::json;
+  json cands = json::array();
+  for (const auto& c : candidates) {
+    json probes = json::array();
+    for (const auto& p : c.probes) probes.push_back(netif::to_j(p));
+    cands.push_back({{"subnet", c.subnet},
+                     {"aliases", c.aliases},
+                     {"names", c.names},
+                     {"addresses", c.addresses},
+                     {"min_speed_mbps", c.min_speed_mbps},
+                     {"common", c.common},
+                     {"excluded_reason", c.excluded_reason},
+                     {"bandwidth_gbps", c.bandwidth_gbps},
+                     {"rtt_us", c.rtt_us},
+                     {"probes", probes}});
+  }
+  json excl = json::array();
+  for (const auto& e : excluded) excl.push_back({{"rank", e.rank}, {"host", e.host}, {"name", e.name}, {"reason", e.reason}});
+  return json{{"rank", rank},
+              {"size", size},
+              {"hosts", hosts},
+              {"distinct_hosts", distinct_hosts},
+              {"single_host", single_host},
+              {"override", override_text},
+              {"chosen", chosen},
+              {"chosen_subnet", chosen_subnet},
+              {"chosen_per_rank", chosen_per_rank},
+              {"reason", reason},
+              {"candidates", cands},
+              {"excluded", excl},
+              {"probe_ms", probe_ms}}
+      .dump();
+}
+
+std::string NetifDecision::to_text() const {
+  using netif::fmt_gbps;
+  using netif::fmt_us;
+  std::string s = "tandem network interface selection: " + std::to_string(size) + " ranks on " +
+                  std::to_string(distinct_hosts) + (distinct_hosts == 1 ? " host" : " hosts") +
+                  ", override " + (override_text.empty() ? "none" : "'" + override_text + "'");
+  // One host: nothing was probed or matched; one line says it all.
+  if (single_host) return s + ": " + (chosen.empty() ? "UCX chooses" : chosen) + " (" + reason + ")";
+  s += "\n";
+  if (!candidates.empty()) {
+    char line[512];
+    s += "  candidates (subnet, interface per rank, slowest link, measured):\n";
+    for (const auto& c : candidates) {
+      std::string names;
+      for (const auto& n : c.names) names += (names.empty() ? "" : "|") + n;
+      std::string measured = c.bandwidth_gbps > 0 ? fmt_gbps(c.bandwidth_gbps) + " GB/s " + fmt_us(c.rtt_us) + " us"
+                                                  : std::string("-");
+      std::string verdict = (!chosen_subnet.empty() && c.subnet == chosen_subnet) ? "CHOSEN" : c.excluded_reason;
+      std::snprintf(line, sizeof line, "    %-22s %-28s %6s Mb/s  %-22s %s\n", c.subnet.c_str(), names.c_str(),
+                    c.min_speed_mbps > 0 ? std::to_string(c.min_speed_mbps).c_str() : "?", measured.c_str(),
+                    verdict.c_str());
+      s += line;
+      for (const auto& p : c.probes) {
+        s += "      rank " + std::to_string(p.from) + " -> " + std::to_string(p.to) + ": ";
+        s += p.ok ? fmt_us(p.rtt_us) + " us" + (p.bandwidth_gbps > 0 ? ", " + fmt_gbps(p.bandwidth_gbps) + " GB/s" : "")
+                  : "FAILED " + p.error;
+        s += "\n";
+      }
+    }
+  }
+  if (!excluded.empty()) {
+    s += "  excluded:\n";
+    for (const auto& e : excluded)
+      s += "    rank " + std::to_string(e.rank) + " (" + e.host + ") " + e.name + ": " + e.reason + "\n";
+  }
+  std::string per_rank;
+  if (!single_host) {
+    for (size_t r = 0; r < chosen_per_rank.size(); ++r)
+      per_rank += (r ? ", " : "") + chosen_per_rank[r] + " on rank " + std::to_string(r);
+  }
+  s += "  chosen: " + (chosen.empty() ? std::string("none (UCX chooses)") : per_rank.empty() ? chosen : per_rank) +
+       (chosen_subnet.empty() ? "" : " in " + chosen_subnet) + ": " + reason;
+  if (probe_ms > 0) s += " [probing took " + fmt_us(probe_ms) + " ms]";
+  return s;
+}
+
+std::string interfaces_to_text(const std::vector<NetInterface>& interfaces) {
+  std::string s;
+  char line[512];
+  std::snprintf(line, sizeof line, "%-16s %-8s %10s %5s %-13s %s\n", "interface", "state", "speed", "numa", "pci",
+                "addresses");
+  s += line;
+  for (const auto& i : interfaces) {
+    std::string addrs;
+    for (const auto& a : i.addresses) addrs += (addrs.empty() ? "" : " ") + a.address + "/" + std::to_string(a.prefix);
+    std::string state = i.up ? (i.operstate.empty() ? "up" : i.operstate) : "down";
+    std::snprintf(line, sizeof line, "%-16s %-8s %10s %5s %-13s %s\n", i.name.c_str(), state.c_str(),
+                  i.speed_mbps > 0 ? (std::to_string(i.speed_mbps) + " Mb/s").c_str() : "-",
+                  i.numa_node >= 0 ? std::to_string(i.numa_node).c_str() : "-",
+                  i.pci_bus_id.empty() ? "-" : i.pci_bus_id.c_str(), addrs.empty() ? "-" : addrs.c_str());
+    s += line;
+  }
+  return s;
+}
+
+std::string interfaces_to_json(const std::vector<NetInterface>& interfaces, const HostIdentity& host) {
+  nlohmann::json ifs = nlohmann::json::array();
+  for (const auto& i : interfaces) ifs.push_back(netif::to_j(i));
+  return nlohmann::json{{"host", {{"hostname", host.hostname}, {"boot_id", host.boot_id}, {"netns", host.netns}}},
+                        {"interfaces", ifs}}
+      .dump();
+}
+
+}  // namespace tandem
