@@ -27,8 +27,24 @@ constexpr int kRankBits = 12;
 constexpr int kLocalBits = 32;
 constexpr int kMaxRanks = 1 << kRankBits;
 
-std::string describe_wait(const char* what, int rank, int peer) {
-  return std::string(what) + " on rank " + std::to_string(rank) + " (waiting for rank " + std::to_string(peer) + ")";
+// What a collective is, for error messages; formatted only when one is thrown,
+// since building strings would cost more than a small collective.
+struct Description {
+  const char* name = "";
+  size_t count = 0;
+  std::optional<DataType> dtype;
+  std::optional<ReduceOp> op;
+
+  std::string str() const {
+    if (!dtype) return name;
+    std::string s = std::string(name) + "(" + std::to_string(count) + " x " + std::string(to_string(*dtype));
+    if (op) s += ", " + std::string(to_string(*op));
+    return s + ")";
+  }
+};
+
+std::string describe_wait(const Description& what, int rank, int peer) {
+  return what.str() + " on rank " + std::to_string(rank) + " (waiting for rank " + std::to_string(peer) + ")";
 }
 
 // One reusable scratch buffer, grown on demand.
@@ -107,7 +123,7 @@ struct Task {
   std::function<void(Channel&)> body;
   std::shared_ptr<Request::State> state;
   Deadline deadline;
-  std::string what;
+  Description what;
 };
 
 struct Communicator::Impl {
@@ -140,15 +156,15 @@ struct Communicator::Impl {
   void store_barrier(const std::string& name, Deadline deadline);
   void connect();
   void run_engine();
-  void run_blocking(std::function<void(Channel&)> body, const CollectiveOptions& o, std::string what);
+  void run_blocking(std::function<void(Channel&)> body, const CollectiveOptions& o, const Description& what);
   MemoryType memory_type(const CollectiveOptions& o) const;
   void execute(Task& task);
-  void check_health(Deadline deadline, int waiting_on, const std::string& what);
+  void check_health(Deadline deadline, int waiting_on, const Description& what);
   [[noreturn]] void throw_store_lost(const std::exception& e);
   [[noreturn]] void blame_first_failure(const PeerFailure& seen);
   void* scratch_buffer(size_t bytes, int slot, MemoryType memory);
   std::shared_ptr<Request::State> enqueue(std::function<void(Channel&)> body, const CollectiveOptions& o,
-                                          std::string what);
+                                          const Description& what);
   void finalize();
   bool finalize_barrier(Deadline deadline);
 };
@@ -157,8 +173,8 @@ struct Communicator::Impl {
 // waits bounded by its deadline and aware of abort and dead peers.
 class EngineChannel final : public Channel {
  public:
-  EngineChannel(Communicator::Impl& impl, Deadline deadline, std::string what)
-      : impl_(impl), deadline_(deadline), what_(std::move(what)) {}
+  EngineChannel(Communicator::Impl& impl, Deadline deadline, const Description& what)
+      : impl_(impl), deadline_(deadline), what_(what) {}
   ~EngineChannel() override {
     // Anything still posted belongs to a collective that failed: cancel it so
     // UCX never touches the caller's buffers after we return.
@@ -230,7 +246,7 @@ class EngineChannel final : public Channel {
 
   Communicator::Impl& impl_;
   Deadline deadline_;
-  std::string what_;
+  const Description& what_;
   std::vector<Pending> live_;
 };
 
@@ -266,7 +282,7 @@ void Communicator::Impl::blame_first_failure(const PeerFailure& seen) {
   throw seen;
 }
 
-void Communicator::Impl::check_health(Deadline deadline, int waiting_on, const std::string& what) {
+void Communicator::Impl::check_health(Deadline deadline, int waiting_on, const Description& what) {
   if (aborted.load(std::memory_order_relaxed)) {
     std::lock_guard<std::mutex> lock(mu);
     throw Aborted("communicator aborted: " + abort_reason);
@@ -275,7 +291,7 @@ void Communicator::Impl::check_health(Deadline deadline, int waiting_on, const s
   int dead = ucx->failed_peer();
   if (dead >= 0) {
     throw PeerFailure(dead, "rank " + std::to_string(dead) + " failed: its UCX endpoint reported an error during " +
-                                describe_wait(what.c_str(), opts.rank, waiting_on));
+                                describe_wait(what, opts.rank, waiting_on));
   }
   if (now >= next_failure_poll) {
     next_failure_poll = now + opts.failure_poll;
@@ -290,11 +306,11 @@ void Communicator::Impl::check_health(Deadline deadline, int waiting_on, const s
     if (failed_ranks && !failed_ranks->empty()) {
       int r = std::atoi(failed_ranks->c_str());
       throw PeerFailure(r, "rank " + std::to_string(r) + " failed (its process exited or lost its connection) during " +
-                               describe_wait(what.c_str(), opts.rank, waiting_on));
+                               describe_wait(what, opts.rank, waiting_on));
     }
   }
   if (now >= deadline) {
-    throw Timeout(what + " timed out after " + std::to_string(opts.timeout.count()) + " ms on rank " +
+    throw Timeout(what.str() + " timed out after " + std::to_string(opts.timeout.count()) + " ms on rank " +
                   std::to_string(opts.rank) + " waiting for rank " + std::to_string(waiting_on) +
                   "; if the job is just slow, raise CommOptions::timeout (TANDEM_TIMEOUT_MS)");
   }
@@ -340,14 +356,14 @@ void Communicator::Impl::connect() {
 }
 
 std::shared_ptr<Request::State> Communicator::Impl::enqueue(std::function<void(Channel&)> body,
-                                                            const CollectiveOptions& o, std::string what) {
+                                                            const CollectiveOptions& o, const Description& what) {
   auto state = std::make_shared<Request::State>();
   state->deadline = Clock::now() + o.timeout.value_or(opts.timeout);
   {
     std::lock_guard<std::mutex> lock(mu);
     if (aborted) throw Aborted("communicator aborted: " + abort_reason);
     if (stopping) throw Aborted("communicator is shutting down");
-    queue.push_back(Task{std::move(body), state, state->deadline, std::move(what)});
+    queue.push_back(Task{std::move(body), state, state->deadline, what});
   }
   cv.notify_one();
   return state;
@@ -406,11 +422,8 @@ void Communicator::Impl::run_engine() {
       busy = true;
     }
     execute(task);
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      busy = false;
-    }
-    cv.notify_all();
+    std::lock_guard<std::mutex> lock(mu);
+    busy = false;  // only this thread waits on `busy` here: nobody to wake
   }
 }
 
@@ -418,7 +431,7 @@ void Communicator::Impl::run_engine() {
 // hand-off to the engine and back, which is most of a small collective's cost.
 // Anything already queued keeps its place: then the call queues behind it.
 void Communicator::Impl::run_blocking(std::function<void(Channel&)> body, const CollectiveOptions& o,
-                                      std::string what) {
+                                      const Description& what) {
   bool run_here = false;
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -428,17 +441,20 @@ void Communicator::Impl::run_blocking(std::function<void(Channel&)> body, const 
     if (run_here) busy = true;
   }
   if (!run_here) {
-    Request(enqueue(std::move(body), o, std::move(what))).wait();
+    Request(enqueue(std::move(body), o, what)).wait();
     return;
   }
-  Task task{std::move(body), std::make_shared<Request::State>(), Clock::now() + o.timeout.value_or(opts.timeout),
-            std::move(what)};
+  Task task{std::move(body), std::make_shared<Request::State>(), Clock::now() + o.timeout.value_or(opts.timeout), what};
   execute(task);
+  bool queued = false;
   {
     std::lock_guard<std::mutex> lock(mu);
     busy = false;
+    queued = !queue.empty() || stopping;
   }
-  cv.notify_all();
+  // Wake the engine only if work arrived meanwhile: a futex wake per small
+  // collective would cost more than the collective.
+  if (queued) cv.notify_all();
   if (task.state->error) std::rethrow_exception(task.state->error);
 }
 
@@ -532,14 +548,9 @@ void require_buffers(const char* what, const void* input, const void* output, si
   }
 }
 
-std::string describe(const char* what, size_t count, DataType dtype) {
-  return std::string(what) + "(" + std::to_string(count) + " x " + std::string(to_string(dtype)) + ")";
-}
+Description describe(const char* what, size_t count, DataType dtype) { return {what, count, dtype, std::nullopt}; }
 
-std::string describe(const char* what, size_t count, DataType dtype, ReduceOp op) {
-  return std::string(what) + "(" + std::to_string(count) + " x " + std::string(to_string(dtype)) + ", " +
-         std::string(to_string(op)) + ")";
-}
+Description describe(const char* what, size_t count, DataType dtype, ReduceOp op) { return {what, count, dtype, op}; }
 
 }  // namespace
 
@@ -626,12 +637,13 @@ void Communicator::broadcast(const void* input, void* output, size_t count, Data
 }
 
 Request Communicator::barrier_async(const CollectiveOptions& opts) {
-  return Request(
-      impl_->enqueue([algorithms = impl_->algorithms](Channel& ch) { algorithms->barrier(ch); }, opts, "barrier"));
+  return Request(impl_->enqueue([algorithms = impl_->algorithms](Channel& ch) { algorithms->barrier(ch); }, opts,
+                                Description{"barrier", 0, std::nullopt, std::nullopt}));
 }
 
 void Communicator::barrier(const CollectiveOptions& opts) {
-  impl_->run_blocking([algorithms = impl_->algorithms](Channel& ch) { algorithms->barrier(ch); }, opts, "barrier");
+  impl_->run_blocking([algorithms = impl_->algorithms](Channel& ch) { algorithms->barrier(ch); }, opts,
+                      Description{"barrier", 0, std::nullopt, std::nullopt});
 }
 
 void Communicator::abort(const std::string& reason) {
