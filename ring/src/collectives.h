@@ -2,10 +2,26 @@
 // Algorithms object only picks among them.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
+
 #include "tandem/communicator.h"
 #include "tandem/ring/ring.h"
 
 namespace tandem::ring {
+
+// A run of elements.
+struct Range {
+  size_t begin = 0;  // in elements
+  size_t size = 0;
+};
+
+// The part of [0, total) that piece i of `pieces` balanced pieces covers: the
+// first total % pieces pieces hold one element more.
+inline Range balanced(size_t total, size_t pieces, size_t i) {
+  const size_t base = total / pieces, extra = total % pieces;
+  return {i * base + std::min(i, extra), base + (i < extra ? 1 : 0)};
+}
 
 // ring_allreduce.cc: bandwidth-optimal, pipelined.
 void ring_allreduce(Channel& ch, const AllreduceArgs& args, const RingOptions& options);

@@ -36,17 +36,6 @@
 namespace tandem::ring {
 namespace {
 
-struct Range {
-  size_t begin = 0;  // in elements
-  size_t size = 0;
-};
-
-// The part of [0, total) that piece i of `pieces` balanced pieces covers.
-Range balanced(size_t total, size_t pieces, size_t i) {
-  const size_t base = total / pieces, extra = total % pieces;
-  return {i * base + std::min(i, extra), base + (i < extra ? 1 : 0)};
-}
-
 class RingAllreduce {
  public:
   RingAllreduce(Channel& ch, const AllreduceArgs& a, const RingOptions& o)

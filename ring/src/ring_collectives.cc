@@ -48,17 +48,6 @@
 namespace tandem::ring {
 namespace {
 
-struct Range {
-  size_t begin = 0;  // in elements
-  size_t size = 0;
-};
-
-// The part of [0, total) that piece i of `pieces` balanced pieces covers.
-Range balanced(size_t total, size_t pieces, size_t i) {
-  const size_t base = total / pieces, extra = total % pieces;
-  return {i * base + std::min(i, extra), base + (i < extra ? 1 : 0)};
-}
-
 // Segments per block: enough that none exceeds segment_bytes (at least one).
 size_t segments_for(size_t elements, size_t esize, size_t segment_bytes) {
   return std::max<size_t>(1, (elements * esize + segment_bytes - 1) / segment_bytes);
