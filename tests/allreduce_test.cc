@@ -187,6 +187,29 @@ TEST(Allreduce, MismatchedCountsFailWithAClearError) {
   group.expect_success(60s);
 }
 
+TEST(Allreduce, MismatchedCollectivesNeverMixData) {
+  // Same bytes on both sides, different collectives: the messages must not
+  // match; the ranks time out naming the likely cause instead.
+  CommOptions base;
+  base.timeout = 1s;
+  RankGroup group(2, [](const CommOptions& o) {
+    auto comm = ring::connect(o);
+    std::vector<float> x(1024, float(comm->rank() + 1));
+    try {
+      if (comm->rank() == 0) {
+        comm->allreduce(x.data(), x.size(), DataType::f32, ReduceOp::sum);
+      } else {
+        comm->broadcast(x.data(), x.size(), DataType::f32, 0);  // a receiver here: it waits too
+      }
+      ADD_FAILURE() << "a mismatched collective completed";
+    } catch (const Timeout& e) {
+      EXPECT_NE(std::string(e.what()).find("same collectives"), std::string::npos) << e.what();
+    }
+    return 0;
+  }, base);
+  group.expect_success(60s);
+}
+
 TEST(Allreduce, RejectsBadArguments) {
   CommOptions o;
   o.rank = 0;

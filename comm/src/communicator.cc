@@ -21,8 +21,12 @@ namespace tandem {
 
 namespace {
 
-// Tag layout: collective sequence number | sending rank | algorithm's own tag.
-constexpr int kSeqBits = 20;
+// Tag layout: collective signature | sequence number | sending rank |
+// algorithm's own tag. The signature (which collective, which dtype) keeps
+// mismatched calls from ever matching each other: they time out instead of
+// silently mixing data. Sequence numbers wrap; collectives are strictly ordered.
+constexpr int kSignatureBits = 6;
+constexpr int kSeqBits = 14;
 constexpr int kRankBits = 12;
 constexpr int kLocalBits = 32;
 constexpr int kMaxRanks = 1 << kRankBits;
@@ -34,6 +38,16 @@ struct Description {
   size_t count = 0;
   std::optional<DataType> dtype;
   std::optional<ReduceOp> op;
+
+  // 3 bits of collective kind, 3 of dtype.
+  uint32_t signature() const {
+    static constexpr const char* kKinds[] = {"allreduce", "reduce_scatter", "allgather", "broadcast", "barrier"};
+    uint32_t kind = 0;
+    for (uint32_t i = 0; i < 5; ++i) {
+      if (std::strcmp(name, kKinds[i]) == 0) kind = i + 1;
+    }
+    return (kind << 3) | (dtype ? uint32_t(*dtype) + 1 : 0);
+  }
 
   std::string str() const {
     if (!dtype) return name;
@@ -174,7 +188,7 @@ struct Communicator::Impl {
 class EngineChannel final : public Channel {
  public:
   EngineChannel(Communicator::Impl& impl, Deadline deadline, const Description& what)
-      : impl_(impl), deadline_(deadline), what_(what) {}
+      : impl_(impl), deadline_(deadline), what_(what), signature_(what.signature()) {}
   ~EngineChannel() override {
     // Anything still posted belongs to a collective that failed: cancel it so
     // UCX never touches the caller's buffers after we return.
@@ -226,7 +240,9 @@ class EngineChannel final : public Channel {
  private:
   Tag full_tag(int sender, Tag local) const {
     if (local >> kLocalBits) throw InvalidArgument("algorithm tag exceeds 32 bits");
-    return (Tag(impl_.seq & ((1u << kSeqBits) - 1)) << (kRankBits + kLocalBits)) | (Tag(sender) << kLocalBits) | local;
+    static_assert(kSignatureBits + kSeqBits + kRankBits + kLocalBits == 64);
+    return (Tag(signature_) << (kSeqBits + kRankBits + kLocalBits)) |
+           (Tag(impl_.seq & ((1u << kSeqBits) - 1)) << (kRankBits + kLocalBits)) | (Tag(sender) << kLocalBits) | local;
   }
   Pending track(Pending p) {
     // Keep a shadow handle so a failed collective can cancel what it posted.
@@ -247,6 +263,7 @@ class EngineChannel final : public Channel {
   Communicator::Impl& impl_;
   Deadline deadline_;
   const Description& what_;
+  uint32_t signature_;
   std::vector<Pending> live_;
 };
 
@@ -312,7 +329,9 @@ void Communicator::Impl::check_health(Deadline deadline, int waiting_on, const D
   if (now >= deadline) {
     throw Timeout(what.str() + " timed out after " + std::to_string(opts.timeout.count()) + " ms on rank " +
                   std::to_string(opts.rank) + " waiting for rank " + std::to_string(waiting_on) +
-                  "; if the job is just slow, raise CommOptions::timeout (TANDEM_TIMEOUT_MS)");
+                  "; check that every rank calls the same collectives with the same dtype in the same order "
+                  "(mismatched calls never match); if the job is just slow, raise CommOptions::timeout "
+                  "(TANDEM_TIMEOUT_MS)");
   }
 }
 
