@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <deque>
+#include <string>
 
 #include "tandem/communicator.h"
+#include "tandem/errors.h"
 #include "tandem/ring/ring.h"
 
 namespace tandem::ring {
@@ -21,6 +24,44 @@ struct Range {
 inline Range balanced(size_t total, size_t pieces, size_t i) {
   const size_t base = total / pieces, extra = total % pieces;
   return {i * base + std::min(i, extra), base + (i < extra ? 1 : 0)};
+}
+
+// Segments per block: enough that none exceeds segment_bytes (at least one).
+inline size_t segments_for(size_t elements, size_t esize, size_t segment_bytes) {
+  return std::max<size_t>(1, (elements * esize + segment_bytes - 1) / segment_bytes);
+}
+
+// Runs walks 0 .. total-1, at most `window` at once, started and retired in
+// order. A Walk offers advance() (every move possible without blocking; true
+// if it made one), done(), and blocker(): the operation it waits for. Waiting
+// only on the oldest walk cannot deadlock: its next operation depends on
+// older steps and older walks alone, never on anything this rank still owes.
+template <class Walk, class Start>
+inline void run_walks(Channel& ch, size_t total, size_t window, Start start) {
+  std::deque<Walk> live;
+  size_t next = 0;
+  while (next < total || !live.empty()) {
+    while (live.size() < window && next < total) start(live.emplace_back(), next++);
+    bool moved = false;
+    for (auto& w : live) moved |= w.advance();
+    while (!live.empty() && live.front().done()) {
+      live.pop_front();
+      moved = true;
+    }
+    if (!moved && !live.empty()) ch.wait(live.front().blocker());
+  }
+}
+
+inline int mod(int x, int n) { return ((x % n) + n) % n; }
+
+// Tags: step in the high bits, segment in the low 20.
+constexpr int kSegmentBits = 20;
+inline Tag step_tag(int step, size_t segment) { return (Tag(step) << kSegmentBits) | segment; }
+
+inline void check_segments(const char* what, size_t segments) {
+  if (segments >= (size_t(1) << kSegmentBits)) {
+    throw InvalidArgument(std::string(what) + ": too many segments; raise segment_bytes");
+  }
 }
 
 // ring_allreduce.cc: bandwidth-optimal, pipelined.

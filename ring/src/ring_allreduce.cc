@@ -25,8 +25,6 @@
 // final value is computed by one rank and copied by the others, so all ranks
 // end bitwise identical.
 #include <algorithm>
-#include <cstring>
-#include <deque>
 #include <vector>
 
 #include "collectives.h"
@@ -40,12 +38,12 @@ class RingAllreduce {
  public:
   RingAllreduce(Channel& ch, const AllreduceArgs& a, const RingOptions& o)
       : ch_(ch), a_(a), n_(ch.size()), r_(ch.rank()), esize_(dtype_size(a.dtype)) {
-    const size_t max_chunk_bytes = balanced(a.count, n_, 0).size * esize_;
-    segments_ = std::max<size_t>(1, (max_chunk_bytes + o.segment_bytes - 1) / o.segment_bytes);
-    seg_bytes_ = std::max<size_t>(esize_, (max_chunk_bytes + segments_ - 1) / segments_ + esize_);
+    const size_t max_chunk = balanced(a.count, n_, 0).size;
+    segments_ = segments_for(max_chunk, esize_, o.segment_bytes);
+    check_segments("allreduce", segments_);
+    seg_bytes_ = balanced(max_chunk, segments_, 0).size * esize_;
     window_ = std::min<size_t>(segments_, size_t(o.segments_in_flight));
     combine_ = a.op == ReduceOp::avg ? ReduceOp::sum : a.op;
-    if (segments_ >= (size_t(1) << 20)) throw InvalidArgument("allreduce: too many segments; raise segment_bytes");
   }
 
   void run() {
@@ -54,46 +52,47 @@ class RingAllreduce {
       copy(a_.memory, a_.output, a_.input, a_.count * esize_);
       return;  // avg over one rank is the identity
     }
-    std::deque<Walk> walks;
-    size_t next = 0;
-    while (next < segments_ || !walks.empty()) {
-      while (walks.size() < window_ && next < segments_) {
-        walks.emplace_back();
-        start(walks.back(), next);
-        ++next;
-      }
-      // Advance every walk whose receive has landed; wait on the oldest otherwise.
-      bool moved = false;
-      for (auto& w : walks) {
-        while (!w.finished && ch_.test(w.recv)) {
-          advance(w);
-          moved = true;
-        }
-      }
-      while (!walks.empty() && walks.front().finished) {
-        for (auto& s : walks.front().sends) ch_.wait(s);
-        walks.pop_front();
-        moved = true;
-      }
-      if (!moved && !walks.empty()) ch_.wait(walks.front().recv);
-    }
+    run_walks<Walk>(ch_, segments_, window_, [this](Walk& w, size_t segment) { start(w, segment); });
   }
 
  private:
   struct Walk {
+    RingAllreduce* ar = nullptr;
     size_t segment = 0;
     int step = 0;  // the step whose receive is posted
     void* scratch = nullptr;
     Pending recv;
     std::vector<Pending> sends;
     bool finished = false;
+
+    // Every receive that has landed, processed; true if there was one.
+    bool advance() {
+      bool moved = false;
+      while (!finished && ar->ch_.test(recv)) {
+        ar->land(*this);
+        moved = true;
+      }
+      return moved;
+    }
+    bool done() {
+      if (!finished) return false;
+      for (auto& s : sends) {
+        if (!ar->ch_.test(s)) return false;
+      }
+      return true;
+    }
+    Pending& blocker() {
+      for (auto& s : sends) {
+        if (finished && !s.done()) return s;
+      }
+      return recv;
+    }
   };
 
   int steps() const { return 2 * (n_ - 1); }
-  int mod(int x) const { return ((x % n_) + n_) % n_; }
   // Chunk sent and chunk received at step k.
-  int send_chunk(int k) const { return k < n_ - 1 ? mod(r_ - k) : mod(r_ + 1 - (k - (n_ - 1))); }
-  int recv_chunk(int k) const { return k < n_ - 1 ? mod(r_ - k - 1) : mod(r_ - (k - (n_ - 1))); }
+  int send_chunk(int k) const { return k < n_ - 1 ? mod(r_ - k, n_) : mod(r_ + 1 - (k - (n_ - 1)), n_); }
+  int recv_chunk(int k) const { return k < n_ - 1 ? mod(r_ - k - 1, n_) : mod(r_ - (k - (n_ - 1)), n_); }
   bool reducing(int k) const { return k < n_ - 1; }
 
   Range piece(int chunk, size_t segment) const {
@@ -103,10 +102,9 @@ class RingAllreduce {
   }
   char* out(size_t element) const { return static_cast<char*>(a_.output) + element * esize_; }
   const char* in(size_t element) const { return static_cast<const char*>(a_.input) + element * esize_; }
-  Tag tag(int k, size_t segment) const { return (Tag(k) << 20) | segment; }
 
   void start(Walk& w, size_t segment) {
-    w = Walk{};
+    w.ar = this;
     w.segment = segment;
     // Live walks are always `window_` consecutive segments, so segment % window_ is a free slot.
     w.scratch = ch_.scratch_in(a_.memory, seg_bytes_, int(segment % window_));
@@ -124,16 +122,16 @@ class RingAllreduce {
       return;
     }
     void* dst = reducing(k) ? w.scratch : out(p.begin);
-    w.recv = ch_.recv(mod(r_ - 1), tag(k, w.segment), dst, p.size * esize_);
+    w.recv = ch_.recv(mod(r_ - 1, n_), step_tag(k, w.segment), dst, p.size * esize_);
   }
 
   void send(Walk& w, int k, const void* data, size_t elements) {
     if (elements == 0) return;
-    w.sends.push_back(ch_.send(mod(r_ + 1), tag(k, w.segment), data, elements * esize_));
+    w.sends.push_back(ch_.send(mod(r_ + 1, n_), step_tag(k, w.segment), data, elements * esize_));
   }
 
   // The receive of step w.step has landed: reduce or keep it, then forward it.
-  void advance(Walk& w) {
+  void land(Walk& w) {
     const int k = w.step;
     Range p = piece(recv_chunk(k), w.segment);
     if (reducing(k)) {
