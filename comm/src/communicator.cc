@@ -136,6 +136,7 @@ void Request::wait(Deadline deadline) {
 struct Task {
   std::function<void(Channel&)> body;
   std::shared_ptr<Request::State> state;
+  std::chrono::milliseconds timeout;  // this call's, for messages
   Deadline deadline;
   Description what;
 };
@@ -173,8 +174,12 @@ struct Communicator::Impl {
   void run_blocking(std::function<void(Channel&)> body, const CollectiveOptions& o, const Description& what);
   MemoryType memory_type(const CollectiveOptions& o) const;
   void execute(Task& task);
-  void check_health(Deadline deadline, int waiting_on, const Description& what);
+  void check_health(const Task& task, int waiting_on);
   [[noreturn]] void throw_store_lost(const std::exception& e);
+  [[noreturn]] void throw_aborted();
+  void check_open_locked() const;  // caller holds mu
+  Task make_task(std::function<void(Channel&)> body, const CollectiveOptions& o, const Description& what) const;
+  std::string arrive(const std::string& barrier, Deadline deadline);
   [[noreturn]] void blame_first_failure(const PeerFailure& seen);
   void* scratch_buffer(size_t bytes, int slot, MemoryType memory);
   std::shared_ptr<Request::State> enqueue(std::function<void(Channel&)> body, const CollectiveOptions& o,
@@ -187,8 +192,8 @@ struct Communicator::Impl {
 // waits bounded by its deadline and aware of abort and dead peers.
 class EngineChannel final : public Channel {
  public:
-  EngineChannel(Communicator::Impl& impl, Deadline deadline, const Description& what)
-      : impl_(impl), deadline_(deadline), what_(what), signature_(what.signature()) {}
+  EngineChannel(Communicator::Impl& impl, const Task& task)
+      : impl_(impl), task_(task), signature_(task.what.signature()) {}
   ~EngineChannel() override {
     // Anything still posted belongs to a collective that failed: cancel it so
     // UCX never touches the caller's buffers after we return.
@@ -228,7 +233,7 @@ class EngineChannel final : public Channel {
 
   void wait(Pending& p) override {
     for (unsigned spins = 1; !test(p); ++spins) {
-      if (spins % 128 == 0) impl_.check_health(deadline_, p.peer(), what_);
+      if (spins % 128 == 0) impl_.check_health(task_, p.peer());
       // Busy-poll like MPI; yield when ranks outnumber cores, or now and then anyway.
       if ((impl_.oversubscribed && spins > 256) || spins % 65536 == 0) std::this_thread::yield();
     }
@@ -261,11 +266,25 @@ class EngineChannel final : public Channel {
   }
 
   Communicator::Impl& impl_;
-  Deadline deadline_;
-  const Description& what_;
+  const Task& task_;
   uint32_t signature_;
   std::vector<Pending> live_;
 };
+
+namespace {
+
+// The rank the store saw die first (kFailedRanksKey lists them in order).
+std::optional<int> first_failed_rank(const std::optional<std::string>& failed_ranks) {
+  if (!failed_ranks || failed_ranks->empty()) return std::nullopt;
+  return std::atoi(failed_ranks->c_str());
+}
+
+PeerFailure rank_died(int rank, const std::string& detail) {
+  return PeerFailure(rank,
+                     "rank " + std::to_string(rank) + " failed (its process exited or lost its connection)" + detail);
+}
+
+}  // namespace
 
 void Communicator::Impl::throw_store_lost(const std::exception& e) {
   if (store_host_rank >= 0) {
@@ -287,23 +306,35 @@ void Communicator::Impl::blame_first_failure(const PeerFailure& seen) {
     } catch (const Error&) {
       break;
     }
-    if (failed && !failed->empty()) {
-      const int r = std::atoi(failed->c_str());
-      throw PeerFailure(r, "rank " + std::to_string(r) +
-                               " failed (its process exited or lost its connection); "
-                               "rank " +
-                               std::to_string(opts.rank) + " saw: " + seen.what());
+    if (auto r = first_failed_rank(failed)) {
+      throw rank_died(*r, "; rank " + std::to_string(opts.rank) + " saw: " + seen.what());
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   throw seen;
 }
 
-void Communicator::Impl::check_health(Deadline deadline, int waiting_on, const Description& what) {
-  if (aborted.load(std::memory_order_relaxed)) {
-    std::lock_guard<std::mutex> lock(mu);
-    throw Aborted("communicator aborted: " + abort_reason);
-  }
+void Communicator::Impl::throw_aborted() {
+  std::lock_guard<std::mutex> lock(mu);
+  throw Aborted("communicator aborted: " + abort_reason);
+}
+
+void Communicator::Impl::check_open_locked() const {
+  if (aborted) throw Aborted("communicator aborted: " + abort_reason);
+  if (stopping) throw Aborted("communicator is shutting down");
+}
+
+Task Communicator::Impl::make_task(std::function<void(Channel&)> body, const CollectiveOptions& o,
+                                   const Description& what) const {
+  Task task{std::move(body), std::make_shared<Request::State>(), o.timeout.value_or(opts.timeout), {}, what};
+  task.deadline = Clock::now() + task.timeout;
+  task.state->deadline = task.deadline;
+  return task;
+}
+
+void Communicator::Impl::check_health(const Task& task, int waiting_on) {
+  const Description& what = task.what;
+  if (aborted.load(std::memory_order_relaxed)) throw_aborted();
   const auto now = Clock::now();
   int dead = ucx->failed_peer();
   if (dead >= 0) {
@@ -320,14 +351,11 @@ void Communicator::Impl::check_health(Deadline deadline, int waiting_on, const D
     } catch (const PeerFailure& e) {
       throw_store_lost(e);
     }
-    if (failed_ranks && !failed_ranks->empty()) {
-      int r = std::atoi(failed_ranks->c_str());
-      throw PeerFailure(r, "rank " + std::to_string(r) + " failed (its process exited or lost its connection) during " +
-                               describe_wait(what, opts.rank, waiting_on));
-    }
+    if (auto r = first_failed_rank(failed_ranks))
+      throw rank_died(*r, " during " + describe_wait(what, opts.rank, waiting_on));
   }
-  if (now >= deadline) {
-    throw Timeout(what.str() + " timed out after " + std::to_string(opts.timeout.count()) + " ms on rank " +
+  if (now >= task.deadline) {
+    throw Timeout(what.str() + " timed out after " + std::to_string(task.timeout.count()) + " ms on rank " +
                   std::to_string(opts.rank) + " waiting for rank " + std::to_string(waiting_on) +
                   "; check that every rank calls the same collectives with the same dtype in the same order "
                   "(mismatched calls never match); if the job is just slow, raise CommOptions::timeout "
@@ -342,10 +370,15 @@ void* Communicator::Impl::scratch_buffer(size_t bytes, int slot, MemoryType memo
   return buffers[slot].get(bytes);
 }
 
-void Communicator::Impl::store_barrier(const std::string& name, Deadline deadline) {
-  const std::string k = key("barrier/" + name);
+// Counts this rank in at a store barrier; returns the key set once all have arrived.
+std::string Communicator::Impl::arrive(const std::string& barrier, Deadline deadline) {
+  const std::string k = key("barrier/" + barrier);
   if (store->add(k, 1, deadline) == opts.size) store->set(k + "/done", "1", deadline);
-  store->wait({k + "/done"}, deadline);
+  return k + "/done";
+}
+
+void Communicator::Impl::store_barrier(const std::string& name, Deadline deadline) {
+  store->wait({arrive(name, deadline)}, deadline);
 }
 
 void Communicator::Impl::connect() {
@@ -376,13 +409,12 @@ void Communicator::Impl::connect() {
 
 std::shared_ptr<Request::State> Communicator::Impl::enqueue(std::function<void(Channel&)> body,
                                                             const CollectiveOptions& o, const Description& what) {
-  auto state = std::make_shared<Request::State>();
-  state->deadline = Clock::now() + o.timeout.value_or(opts.timeout);
+  Task task = make_task(std::move(body), o, what);
+  auto state = task.state;
   {
     std::lock_guard<std::mutex> lock(mu);
-    if (aborted) throw Aborted("communicator aborted: " + abort_reason);
-    if (stopping) throw Aborted("communicator is shutting down");
-    queue.push_back(Task{std::move(body), state, state->deadline, what});
+    check_open_locked();
+    queue.push_back(std::move(task));
   }
   cv.notify_one();
   return state;
@@ -395,20 +427,14 @@ void Communicator::Impl::execute(Task& task) {
     return;
   }
   try {
-    if (aborted) {
-      std::lock_guard<std::mutex> lock(mu);
-      throw Aborted("communicator aborted: " + abort_reason);
-    }
-    EngineChannel channel(*this, task.deadline, task.what);
+    if (aborted) throw_aborted();
+    EngineChannel channel(*this, task);
     task.body(channel);
     task.state->finish(nullptr);
-  } catch (const InvalidArgument& e) {
-    // A mismatched collective leaves peers in an unknown state: sticky like any other failure.
-    sticky = std::current_exception();
-    failed = true;
-    spdlog::error("tandem rank {}: {}", opts.rank, e.what());
-    task.state->finish(sticky);
   } catch (const std::exception& e) {
+    // Any failure leaves peers in an unknown state (a mismatched collective
+    // too): sticky. Only a mismatch is logged here, as nothing else names it.
+    if (dynamic_cast<const InvalidArgument*>(&e)) spdlog::error("tandem rank {}: {}", opts.rank, e.what());
     sticky = std::current_exception();
     failed = true;
     task.state->finish(sticky);
@@ -454,8 +480,7 @@ void Communicator::Impl::run_blocking(std::function<void(Channel&)> body, const 
   bool run_here = false;
   {
     std::lock_guard<std::mutex> lock(mu);
-    if (aborted) throw Aborted("communicator aborted: " + abort_reason);
-    if (stopping) throw Aborted("communicator is shutting down");
+    check_open_locked();
     run_here = queue.empty() && !busy;
     if (run_here) busy = true;
   }
@@ -463,7 +488,7 @@ void Communicator::Impl::run_blocking(std::function<void(Channel&)> body, const 
     Request(enqueue(std::move(body), o, what)).wait();
     return;
   }
-  Task task{std::move(body), std::make_shared<Request::State>(), Clock::now() + o.timeout.value_or(opts.timeout), what};
+  Task task = make_task(std::move(body), o, what);
   execute(task);
   bool queued = false;
   {
@@ -503,10 +528,9 @@ void Communicator::Impl::finalize() {
 }
 
 bool Communicator::Impl::finalize_barrier(Deadline deadline) {
-  const std::string k = key("barrier/finalize");
-  if (store->add(k, 1, deadline) == opts.size) store->set(k + "/done", "1", deadline);
+  const std::string done = arrive("finalize", deadline);
   while (Clock::now() < deadline) {
-    if (store->try_get(k + "/done", deadline)) return true;
+    if (store->try_get(done, deadline)) return true;
     if (store->try_get(key("abandoned"), deadline) || store->try_get(kFailedRanksKey, deadline)) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
