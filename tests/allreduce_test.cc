@@ -73,6 +73,34 @@ TEST_P(AllreduceMatrix, EveryDtypeOpCountPlacement) {
 INSTANTIATE_TEST_SUITE_P(WorldSizes, AllreduceMatrix, ::testing::Values(1, 2, 3, 4),
                          [](const auto& info) { return "n" + std::to_string(info.param); });
 
+// The same matrix with shared memory off: every byte goes through UCX.
+TEST_P(AllreduceMatrix, OverUcxOnly) {
+  const int n = GetParam();
+  if (n == 1 || n == 4) GTEST_SKIP() << "world sizes 2 and 3 cover the UCX path";
+  CommOptions base;
+  base.shared_memory = false;
+  RankGroup group(n, [](const CommOptions& o) { return run_matrix(o, {1, 7, (size_t(1) << 20) + 3}); }, base);
+  group.expect_success(600s);
+}
+
+// Ranks on one host map each other's segments and say so, unless told not to.
+TEST(Allreduce, RanksOnOneHostShareMemoryUnlessTurnedOff) {
+  for (bool shared : {true, false}) {
+    CommOptions base;
+    base.shared_memory = shared;
+    RankGroup group(
+        3,
+        [shared](const CommOptions& o) {
+          auto comm = ring::connect(o);
+          EXPECT_EQ(comm->transport_summary().find("shared memory") != std::string::npos, shared)
+              << comm->transport_summary();
+          return 0;
+        },
+        base);
+    group.expect_success(60s);
+  }
+}
+
 // Counts smaller than the world size leave some ranks with empty chunks.
 TEST(Allreduce, CountsBelowWorldSizeAndOddPipelines) {
   CommOptions base;

@@ -44,7 +44,8 @@ class Mailbox {
 
 class MemoryChannel final : public Channel {
  public:
-  MemoryChannel(Mailbox& box, int rank, int size) : box_(box), rank_(rank), size_(size) {}
+  MemoryChannel(Mailbox& box, int rank, int size, const SharedSegments* shared = nullptr)
+      : box_(box), rank_(rank), size_(size), shared_(shared) {}
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   Pending send(int peer, Tag tag, const void* data, size_t bytes) override {
@@ -71,6 +72,14 @@ class MemoryChannel final : public Channel {
       std::this_thread::yield();
     }
   }
+  const SharedSegments* shared_segments() const override { return shared_; }
+  void idle(int peer, unsigned spins) override {
+    if (spins == 1) idle_since_ = Clock::now();
+    if (spins % 1024 == 0 && Clock::now() - idle_since_ > std::chrono::seconds(20)) {
+      throw Timeout("in-memory shared segments hung waiting for rank " + std::to_string(peer));
+    }
+    std::this_thread::yield();
+  }
   void* scratch(size_t bytes, int slot) override {
     if (scratch_.size() <= size_t(slot)) scratch_.resize(slot + 1);
     if (scratch_[slot].size() < bytes) scratch_[slot].resize(bytes);
@@ -90,6 +99,8 @@ class MemoryChannel final : public Channel {
   };
   Mailbox& box_;
   int rank_, size_;
+  const SharedSegments* shared_;
+  Clock::time_point idle_since_{};
   std::vector<Recv> recvs_;
   std::vector<std::vector<char>> scratch_;
 };

@@ -3,6 +3,8 @@
 // processes would make slow.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -21,46 +23,53 @@ struct Shape {
   int in_flight;
 };
 
+// Runs one all-reduce on `ranks` threads and checks every element against its
+// closed form and every rank against rank 0, bitwise.
+void run_case(int ranks, size_t count, Algorithms& algos, DataType t, ReduceOp op, bool inplace,
+              const SharedSegments* shared = nullptr) {
+  Mailbox box;
+  const size_t bytes = count * dtype_size(t);
+  std::vector<std::vector<char>> in(ranks, std::vector<char>(bytes)), out = in;
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(ranks);
+  for (int r = 0; r < ranks; ++r) {
+    for (size_t i = 0; i < count; ++i) put(t, in[r].data(), i, input_value(op, t, r, i));
+    threads.emplace_back([&, r] {
+      try {
+        MemoryChannel ch(box, r, ranks, shared);
+        void* dst = inplace ? in[r].data() : out[r].data();
+        algos.allreduce(ch, AllreduceArgs{in[r].data(), dst, count, t, op, MemoryType::host});
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  SCOPED_TRACE(std::string(to_string(t)) + " " + std::string(to_string(op)) + (inplace ? " in-place" : ""));
+  for (int r = 0; r < ranks; ++r) {
+    ASSERT_EQ(errors[r], "") << "rank " << r;
+    const auto& res = inplace ? in[r] : out[r];
+    for (size_t i = 0; i < count; ++i) {
+      ASSERT_EQ(get(t, res.data(), i), expected_value(op, t, ranks, i)) << "rank " << r << " element " << i;
+    }
+    ASSERT_EQ(res, inplace ? in[0] : out[0]) << "rank " << r << " differs bitwise from rank 0";
+  }
+}
+
 class RingShapes : public ::testing::TestWithParam<Shape> {};
 
 TEST_P(RingShapes, SumAvgMaxAreExactAndIdentical) {
   const Shape s = GetParam();
   for (auto algorithm : {ring::AllreduceAlgorithm::ring, ring::AllreduceAlgorithm::recursive_doubling}) {
-  SCOPED_TRACE(algorithm == ring::AllreduceAlgorithm::ring ? "ring" : "recursive doubling");
-  auto algos = ring::algorithms({s.segment_bytes, s.in_flight, algorithm});
-  for (DataType t : {DataType::f32, DataType::bf16, DataType::i64, DataType::u8}) {
-    for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max}) {
-      for (bool inplace : {false, true}) {
-        Mailbox box;
-        const size_t bytes = s.count * dtype_size(t);
-        std::vector<std::vector<char>> in(s.ranks, std::vector<char>(bytes)), out = in;
-        std::vector<std::thread> threads;
-        std::vector<std::string> errors(s.ranks);
-        for (int r = 0; r < s.ranks; ++r) {
-          for (size_t i = 0; i < s.count; ++i) put(t, in[r].data(), i, input_value(op, t, r, i));
-          threads.emplace_back([&, r] {
-            try {
-              MemoryChannel ch(box, r, s.ranks);
-              void* dst = inplace ? in[r].data() : out[r].data();
-              algos->allreduce(ch, AllreduceArgs{in[r].data(), dst, s.count, t, op, MemoryType::host});
-            } catch (const std::exception& e) {
-              errors[r] = e.what();
-            }
-          });
-        }
-        for (auto& th : threads) th.join();
-        for (int r = 0; r < s.ranks; ++r) {
-          ASSERT_EQ(errors[r], "") << "rank " << r;
-          const auto& res = inplace ? in[r] : out[r];
-          for (size_t i = 0; i < s.count; ++i) {
-            ASSERT_EQ(get(t, res.data(), i), expected_value(op, t, s.ranks, i))
-                << to_string(t) << " " << to_string(op) << " rank " << r << " element " << i;
-          }
-          ASSERT_EQ(res, inplace ? in[0] : out[0]) << "rank " << r << " differs bitwise from rank 0";
+    SCOPED_TRACE(algorithm == ring::AllreduceAlgorithm::ring ? "ring" : "recursive doubling");
+    auto algos = ring::algorithms({s.segment_bytes, s.in_flight, algorithm});
+    for (DataType t : {DataType::f32, DataType::bf16, DataType::i64, DataType::u8}) {
+      for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max}) {
+        for (bool inplace : {false, true}) {
+          ASSERT_NO_FATAL_FAILURE(run_case(s.ranks, s.count, *algos, t, op, inplace));
         }
       }
     }
-  }
   }
 }
 
@@ -75,11 +84,117 @@ INSTANTIATE_TEST_SUITE_P(
              "_w" + std::to_string(s.in_flight);
     });
 
+// Zeroed, 64-byte aligned heap memory standing in for the ranks' shared
+// segments: the threads of one process share it as processes share memfds.
+class HeapSegments {
+ public:
+  HeapSegments(int ranks, size_t bytes) {
+    view_.bytes = bytes;
+    for (int r = 0; r < ranks; ++r) {
+      auto* p = static_cast<std::byte*>(std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096));
+      std::memset(p, 0, bytes);
+      view_.segment.push_back(p);
+    }
+  }
+  ~HeapSegments() {
+    for (auto* p : view_.segment) std::free(p);
+  }
+  const SharedSegments* view() const { return &view_; }
+
+ private:
+  SharedSegments view_;
+};
+
+struct ShmShape {
+  int ranks;
+  size_t count;
+  size_t chunk_bytes;
+};
+
+class SharedMemoryShapes : public ::testing::TestWithParam<ShmShape> {};
+
+// One set of segments for the whole matrix: every call chains onto the
+// previous one's chunk numbers and slots, as on a long-lived communicator.
+TEST_P(SharedMemoryShapes, EveryDtypeOpPlacementIsExactAndIdentical) {
+  const ShmShape s = GetParam();
+  ring::RingOptions o;
+  o.allreduce = ring::AllreduceAlgorithm::shared_memory;
+  o.shm_chunk_bytes = s.chunk_bytes;
+  auto algos = ring::algorithms(o);
+  HeapSegments segments(s.ranks, algos->shared_bytes());
+  for (DataType t : kAllDataTypes) {
+    for (ReduceOp op : kAllReduceOps) {
+      for (bool inplace : {false, true}) {
+        ASSERT_NO_FATAL_FAILURE(run_case(s.ranks, s.count, *algos, t, op, inplace, segments.view()));
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, SharedMemoryShapes,
+                         ::testing::Values(ShmShape{2, 0, 4096}, ShmShape{2, 1, 4096}, ShmShape{2, 4097, 4096},
+                                           ShmShape{3, 10007, 4096}, ShmShape{4, 65536, 8192},
+                                           ShmShape{5, 100003, 4096}, ShmShape{2, 300001, 1 << 18}),
+                         [](const auto& info) {
+                           const ShmShape& s = info.param;
+                           return "n" + std::to_string(s.ranks) + "_c" + std::to_string(s.count) + "_k" +
+                                  std::to_string(s.chunk_bytes);
+                         });
+
+// A rank that calls a different all-reduce learns it from the first chunk.
+TEST(SharedMemory, MismatchedCallsFailOnEveryRankNamingBoth) {
+  ring::RingOptions o;
+  o.allreduce = ring::AllreduceAlgorithm::shared_memory;
+  o.shm_chunk_bytes = 4096;
+  auto algos = ring::algorithms(o);
+  HeapSegments segments(2, algos->shared_bytes());
+  Mailbox box;
+  std::vector<float> data[2] = {std::vector<float>(5000, 1.0f), std::vector<float>(5000, 1.0f)};
+  std::string errors[2];
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      MemoryChannel ch(box, r, 2, segments.view());
+      try {
+        algos->allreduce(ch, AllreduceArgs{data[r].data(), data[r].data(), r == 0 ? 5000u : 4000u, DataType::f32,
+                                           ReduceOp::sum, MemoryType::host});
+      } catch (const InvalidArgument& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(errors[r].find("mismatched collectives"), std::string::npos) << errors[r];
+    EXPECT_NE(errors[r].find("allreduce(5000 x f32, sum)"), std::string::npos) << errors[r];
+    EXPECT_NE(errors[r].find("allreduce(4000 x f32, sum)"), std::string::npos) << errors[r];
+  }
+}
+
+TEST(SharedMemory, ForcedWithoutSegmentsIsAClearError) {
+  ring::RingOptions o;
+  o.allreduce = ring::AllreduceAlgorithm::shared_memory;
+  auto algos = ring::algorithms(o);
+  Mailbox box;
+  MemoryChannel ch(box, 0, 2);
+  float x = 1;
+  try {
+    algos->allreduce(ch, AllreduceArgs{&x, &x, 1, DataType::f32, ReduceOp::sum, MemoryType::host});
+    ADD_FAILURE() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("TANDEM_SHM"), std::string::npos) << e.what();
+  }
+}
+
 TEST(RingOptions, RejectsImpossibleSettings) {
   EXPECT_THROW(ring::algorithms({100, 2}), InvalidArgument);
   EXPECT_THROW(ring::algorithms({4096, 0}), InvalidArgument);
   EXPECT_THROW(ring::parse_allreduce_algorithm("tree"), InvalidArgument);
   EXPECT_EQ(ring::parse_allreduce_algorithm("rd"), ring::AllreduceAlgorithm::recursive_doubling);
+  EXPECT_EQ(ring::parse_allreduce_algorithm("shm"), ring::AllreduceAlgorithm::shared_memory);
+  ring::RingOptions odd_chunk;
+  odd_chunk.shm_chunk_bytes = 5000;
+  EXPECT_THROW(ring::algorithms(odd_chunk), InvalidArgument);
 }
 
 }  // namespace

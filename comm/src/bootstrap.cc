@@ -32,6 +32,14 @@ int parse_count(const std::string& var, const std::string& value, const std::str
   return std::stoi(value);
 }
 
+// A 0/1 switch.
+std::optional<bool> switch_value(const EnvLookup& env, const std::string& var) {
+  auto v = env(var);
+  if (!v) return std::nullopt;
+  if (*v != "0" && *v != "1") throw InvalidArgument("tandem: " + var + "='" + *v + "' is invalid; set it to 0 or 1");
+  return *v == "1";
+}
+
 int require_int(const EnvLookup& env, const std::string& var, const std::string& fix) {
   auto v = env(var);
   if (!v) throw InvalidArgument("tandem: " + var + " is not set; " + fix);
@@ -105,12 +113,11 @@ void read_tuning(const EnvLookup& env, CommOptions& o) {
     o.small_message_bytes = size_t(*v);
   }
   if (auto v = env("TANDEM_ALGO")) o.algorithm = *v;  // checked by the algorithms that use it
-  if (auto v = env("TANDEM_UCX_PEER_ERRORS")) {
-    if (*v != "0" && *v != "1") {
-      throw InvalidArgument("tandem: TANDEM_UCX_PEER_ERRORS='" + *v + "' is invalid; set it to 0 or 1");
-    }
-    o.ucx_peer_error_handling = *v == "1";
+  if (auto v = optional_int(env, "TANDEM_SHM_CHUNK_BYTES", "set it to the shared-memory pipeline chunk in bytes")) {
+    o.shm_chunk_bytes = size_t(*v);
   }
+  if (auto v = switch_value(env, "TANDEM_SHM")) o.shared_memory = *v;
+  if (auto v = switch_value(env, "TANDEM_UCX_PEER_ERRORS")) o.ucx_peer_error_handling = *v;
 }
 
 // Interface selection and store placement across hosts, each read once here.

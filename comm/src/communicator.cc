@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <immintrin.h>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include "tandem/netif.h"
 #include "tandem/reduce.h"
 #include "tandem/store.h"
+#include "shared_segments.h"
 #include "ucx_transport.h"
 
 namespace tandem {
@@ -147,6 +149,7 @@ struct Communicator::Impl {
   std::unique_ptr<StoreServer> server;
   std::unique_ptr<StoreClient> store;
   std::unique_ptr<UcxTransport> ucx;
+  std::unique_ptr<SharedSegmentSet> shm;  // when all ranks share this host
   int store_host_rank = -1;     // the rank hosting the store, if a rank does
   std::string transports;       // what UCX chose, read once after wire-up
   NetifDecision network;        // the interface selection's decision
@@ -170,6 +173,7 @@ struct Communicator::Impl {
   std::string key(const std::string& k) const { return opts.prefix + "/" + k; }
   void store_barrier(const std::string& name, Deadline deadline);
   void connect();
+  void map_shared_memory(Deadline deadline);
   void run_engine();
   void run_blocking(std::function<void(Channel&)> body, const CollectiveOptions& o, const Description& what);
   MemoryType memory_type(const CollectiveOptions& o) const;
@@ -232,17 +236,26 @@ class EngineChannel final : public Channel {
   }
 
   void wait(Pending& p) override {
-    for (unsigned spins = 1; !test(p); ++spins) {
-      if (spins % 128 == 0) impl_.check_health(task_, p.peer());
-      // Busy-poll like MPI; yield when ranks outnumber cores, or now and then anyway.
-      if ((impl_.oversubscribed && spins > 256) || spins % 65536 == 0) std::this_thread::yield();
-    }
+    for (unsigned spins = 1; !test(p); ++spins) back_off(p.peer(), spins);
+  }
+
+  const SharedSegments* shared_segments() const override { return impl_.shm ? &impl_.shm->view() : nullptr; }
+
+  void idle(int peer, unsigned spins) override {
+    _mm_pause();  // spinning on another core's cache line
+    back_off(peer, spins);
   }
 
   void* scratch(size_t bytes, int slot) override { return impl_.scratch_buffer(bytes, slot, MemoryType::host); }
   void* device_scratch(size_t bytes, int slot) override { return impl_.scratch_buffer(bytes, slot, MemoryType::cuda); }
 
  private:
+  // Busy-poll like MPI; yield when ranks outnumber cores, or now and then anyway.
+  void back_off(int peer, unsigned spins) {
+    if (spins % 128 == 0) impl_.check_health(task_, peer);
+    if ((impl_.oversubscribed && spins > 256) || spins % 65536 == 0) std::this_thread::yield();
+  }
+
   Tag full_tag(int sender, Tag local) const {
     if (local >> kLocalBits) throw InvalidArgument("algorithm tag exceeds 32 bits");
     static_assert(kSignatureBits + kSeqBits + kRankBits + kLocalBits == 64);
@@ -403,8 +416,44 @@ void Communicator::Impl::connect() {
     ucx->connect(p, store->get(key("ucx/" + std::to_string(p)), deadline));
   }
   if (auto h = store->try_get(key("store_host"), deadline)) store_host_rank = std::atoi(h->c_str());
+  if (opts.shared_memory && algorithms->shared_bytes() > 0) map_shared_memory(deadline);
   store_barrier("connected", deadline);
   transports = ucx->describe();
+  if (shm) transports += " + shared memory";
+}
+
+// Every rank reaches the same verdict from the same store keys: all ranks on
+// this host and every segment mapped everywhere, or no shared memory at all.
+void Communicator::Impl::map_shared_memory(Deadline deadline) {
+  const std::string me = std::to_string(opts.rank);
+  const std::string here = host_identity();
+  store->set(key("shm/host/" + me), here, deadline);
+  for (int p = 0; p < opts.size; ++p) {
+    if (store->get(key("shm/host/" + std::to_string(p)), deadline) != here) return;  // ranks span hosts
+  }
+  std::string why;
+  try {
+    shm = std::make_unique<SharedSegmentSet>(opts.rank, opts.size, algorithms->shared_bytes());
+  } catch (const Error& e) {
+    why = "rank " + me + " could not create its segment: " + e.what();
+  }
+  store->set(key("shm/at/" + me), shm ? shm->locator() : "", deadline);
+  for (int p = 0; p < opts.size && why.empty(); ++p) {
+    if (p == opts.rank) continue;
+    const std::string at = store->get(key("shm/at/" + std::to_string(p)), deadline);
+    if (at.empty()) break;  // that rank says why itself
+    const std::string failed = shm->map_peer(p, at);
+    if (!failed.empty()) why = "rank " + me + " cannot map rank " + std::to_string(p) + "'s segment: " + failed;
+  }
+  store->set(key("shm/ok/" + me), why.empty() ? "ok" : why, deadline);
+  for (int p = 0; p < opts.size; ++p) {
+    const std::string verdict = store->get(key("shm/ok/" + std::to_string(p)), deadline);
+    if (verdict != "ok") {
+      if (opts.rank == 0) spdlog::warn("tandem: shared memory off, collectives go through UCX only ({})", verdict);
+      shm.reset();
+      return;
+    }
+  }
 }
 
 std::shared_ptr<Request::State> Communicator::Impl::enqueue(std::function<void(Channel&)> body,
@@ -575,6 +624,7 @@ Communicator::~Communicator() {
   for (auto& t : impl_->queue) t.state->finish(std::make_exception_ptr(Aborted("communicator destroyed")));
   impl_->finalize();
   impl_->ucx.reset();
+  impl_->shm.reset();
   impl_->store.reset();
   impl_->server.reset();
 }

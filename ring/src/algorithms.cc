@@ -1,6 +1,7 @@
-// ring::algorithms(): picks an algorithm per call. All-reduce: recursive
-// doubling up to small_message_bytes (latency-bound), the pipelined ring
-// above (bandwidth-bound), unless one is forced.
+// ring::algorithms(): picks an algorithm per call. All-reduce: through shared
+// memory when every rank is on this host; otherwise recursive doubling up to
+// small_message_bytes (latency-bound), the pipelined ring above
+// (bandwidth-bound); unless one is forced.
 #include <string>
 
 #include "collectives.h"
@@ -15,6 +16,18 @@ class RingAlgorithms final : public Algorithms {
   explicit RingAlgorithms(const RingOptions& o) : options_(o) {}
 
   void allreduce(Channel& ch, const AllreduceArgs& args) override {
+    const auto forced = options_.allreduce;
+    if (forced == AllreduceAlgorithm::automatic || forced == AllreduceAlgorithm::shared_memory) {
+      if (ch.shared_segments() && args.memory == MemoryType::host) {
+        shm_allreduce(ch, args, options_.shm_chunk_bytes);
+        return;
+      }
+      if (forced == AllreduceAlgorithm::shared_memory && ch.size() > 1) {
+        throw InvalidArgument(
+            "TANDEM_ALGO=shared_memory needs host buffers and every rank on this host with shared memory on "
+            "(TANDEM_SHM=1); use auto to fall back to UCX");
+      }
+    }
     const size_t bytes = args.count * dtype_size(args.dtype);
     const bool small = options_.allreduce == AllreduceAlgorithm::recursive_doubling ||
                        (options_.allreduce == AllreduceAlgorithm::automatic && bytes <= options_.small_message_bytes);
@@ -28,6 +41,9 @@ class RingAlgorithms final : public Algorithms {
   void allgather(Channel& ch, const AllgatherArgs& args) override { ring_allgather(ch, args, options_); }
   void broadcast(Channel& ch, const BroadcastArgs& args) override { pipelined_broadcast(ch, args, options_); }
   void barrier(Channel& ch) override { ring::barrier(ch); }
+  size_t shared_bytes() const override {
+    return options_.shared_memory ? shm_allreduce_bytes(options_.shm_chunk_bytes) : 0;
+  }
 
  private:
   RingOptions options_;
@@ -39,8 +55,9 @@ AllreduceAlgorithm parse_allreduce_algorithm(const std::string& name) {
   if (name == "auto") return AllreduceAlgorithm::automatic;
   if (name == "ring") return AllreduceAlgorithm::ring;
   if (name == "recursive_doubling" || name == "rd") return AllreduceAlgorithm::recursive_doubling;
+  if (name == "shared_memory" || name == "shm") return AllreduceAlgorithm::shared_memory;
   throw InvalidArgument("unknown all-reduce algorithm '" + name +
-                        "' (TANDEM_ALGO); use auto, ring or recursive_doubling");
+                        "' (TANDEM_ALGO); use auto, ring, recursive_doubling or shared_memory");
 }
 
 std::shared_ptr<Algorithms> algorithms(const RingOptions& options) {
@@ -48,6 +65,10 @@ std::shared_ptr<Algorithms> algorithms(const RingOptions& options) {
     throw InvalidArgument("RingOptions: segment_bytes must be >= 4096 and segments_in_flight in 1..64 (got " +
                           std::to_string(options.segment_bytes) + ", " + std::to_string(options.segments_in_flight) +
                           ")");
+  }
+  if (options.shm_chunk_bytes < 4096 || options.shm_chunk_bytes % 64 != 0 || options.shm_chunk_bytes > (64 << 20)) {
+    throw InvalidArgument("RingOptions: shm_chunk_bytes must be a multiple of 64 from 4096 to 64 MiB (got " +
+                          std::to_string(options.shm_chunk_bytes) + "; TANDEM_SHM_CHUNK_BYTES)");
   }
   return std::make_shared<RingAlgorithms>(options);
 }
@@ -58,6 +79,8 @@ RingOptions ring_options(const CommOptions& options) {
   r.segments_in_flight = options.segments_in_flight;
   r.small_message_bytes = options.small_message_bytes;
   r.allreduce = parse_allreduce_algorithm(options.algorithm);
+  r.shared_memory = options.shared_memory;
+  r.shm_chunk_bytes = options.shm_chunk_bytes;
   return r;
 }
 

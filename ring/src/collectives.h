@@ -69,6 +69,11 @@ void ring_allreduce(Channel& ch, const AllreduceArgs& args, const RingOptions& o
 // recursive_doubling.cc: latency-optimal, log2(n) exchanges of the whole buffer.
 void recursive_doubling_allreduce(Channel& ch, const AllreduceArgs& args);
 
+// shm_allreduce.cc: ranks on one host, through their shared segments.
+void shm_allreduce(Channel& ch, const AllreduceArgs& args, size_t chunk_bytes);
+// The segment bytes shm_allreduce needs per rank.
+size_t shm_allreduce_bytes(size_t chunk_bytes);
+
 // ring_collectives.cc
 void ring_reduce_scatter(Channel& ch, const ReduceScatterArgs& args, const RingOptions& options);
 void ring_allgather(Channel& ch, const AllgatherArgs& args, const RingOptions& options);

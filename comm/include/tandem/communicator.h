@@ -42,8 +42,14 @@ struct CommOptions {
   // All-reduces up to this many bytes use the latency-optimal algorithm
   // (recursive doubling) instead of the ring (TANDEM_SMALL_MESSAGE_BYTES).
   size_t small_message_bytes = 64 << 10;
-  // Force an all-reduce algorithm: "auto", "ring" or "recursive_doubling" (TANDEM_ALGO).
+  // Force an all-reduce algorithm: "auto", "ring", "recursive_doubling" or
+  // "shared_memory" (TANDEM_ALGO).
   std::string algorithm = "auto";
+  // When every rank runs on this host, map each other's memory and run
+  // all-reduces through it instead of UCX messages (TANDEM_SHM=0 turns it off).
+  bool shared_memory = true;
+  // Pipeline chunk of the shared-memory all-reduce (TANDEM_SHM_CHUNK_BYTES).
+  size_t shm_chunk_bytes = 256 << 10;
   // How often a waiting rank asks the store whether some rank died. The store
   // learns of a death when the rank's connection drops, on any transport.
   std::chrono::milliseconds failure_poll{std::chrono::milliseconds(200)};
@@ -119,6 +125,9 @@ class Algorithms {
   virtual void allgather(Channel& channel, const AllgatherArgs& args) = 0;
   virtual void broadcast(Channel& channel, const BroadcastArgs& args) = 0;
   virtual void barrier(Channel& channel) = 0;
+  // Bytes of node-local shared memory each rank should map for these
+  // algorithms (Channel::shared_segments); 0 = none.
+  virtual size_t shared_bytes() const { return 0; }
 };
 
 // Handle of an asynchronous collective. Copyable; all copies share the state.
@@ -183,7 +192,8 @@ class Communicator {
   void abort(const std::string& reason = "abort() called");
   bool aborted() const;
 
-  // The UCX transports in use, e.g. "sysv/memory cma/memory" (for logs and `tandem info`).
+  // The UCX transports in use, e.g. "sysv/memory cma/memory" (for logs and
+  // `tandem info`), plus "+ shared memory" when the ranks map each other's segments.
   std::string transport_summary() const;
 
   struct Impl;

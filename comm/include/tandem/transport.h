@@ -57,6 +57,14 @@ class Pending {
   bool done_ = true;
 };
 
+// Memory every rank of a communicator maps: present only when all ranks run on
+// one host (CommOptions::shared_memory). The communicator creates, maps and
+// zero-fills it; the algorithms that use it define its layout.
+struct SharedSegments {
+  std::vector<std::byte*> segment;  // rank r's segment, as mapped in this process
+  size_t bytes = 0;                 // the size of each
+};
+
 class Channel {
  public:
   virtual ~Channel() = default;
@@ -73,6 +81,13 @@ class Channel {
   void wait_all(std::vector<Pending>& ps) {
     for (auto& p : ps) wait(p);
   }
+
+  // The ranks' shared segments, or nullptr when they cannot share memory.
+  virtual const SharedSegments* shared_segments() const { return nullptr; }
+  // Call on every turn of a loop that spins on shared memory: backs off (and
+  // yields when ranks outnumber cores), and every so often checks the deadline,
+  // abort and dead ranks, throwing as wait() does. `peer` is whom we wait for.
+  virtual void idle(int peer, unsigned spins) = 0;
 
   // Scratch memory owned by the communicator, reused across collectives; valid
   // until the collective returns. slot separates independent buffers.

@@ -10,17 +10,22 @@
 
 namespace tandem::ring {
 
-enum class AllreduceAlgorithm { automatic, ring, recursive_doubling };
+enum class AllreduceAlgorithm { automatic, ring, recursive_doubling, shared_memory };
 
 struct RingOptions {
   size_t segment_bytes = 1 << 20;  // largest message of the ring pipeline
   int segments_in_flight = 4;      // segments walking the ring at once
-  // automatic: recursive doubling up to small_message_bytes, the ring above.
+  // automatic: through shared memory when every rank is on this host (and the
+  // buffers are host memory); else recursive doubling up to
+  // small_message_bytes, the ring above.
   AllreduceAlgorithm allreduce = AllreduceAlgorithm::automatic;
   size_t small_message_bytes = 64 << 10;
+  bool shared_memory = true;         // ask the communicator for shared segments
+  size_t shm_chunk_bytes = 256 << 10;  // pipeline chunk of the shared-memory all-reduce
 };
 
-// "auto", "ring", "recursive_doubling" (also "rd"); throws InvalidArgument listing them.
+// "auto", "ring", "recursive_doubling" (also "rd"), "shared_memory" (also "shm");
+// throws InvalidArgument listing them.
 AllreduceAlgorithm parse_allreduce_algorithm(const std::string& name);
 
 // Throws InvalidArgument for impossible settings.
