@@ -84,6 +84,37 @@ std::vector<size_t> sizes_of(const SweepOptions& o, size_t unit) {
   return sizes;
 }
 
+// The input and output buffers: ordinary heap memory, or with -R 1 memory
+// from Communicator::allocate_shared (registered, in NCCL's terms).
+struct Buffers {
+  Buffers(Communicator& comm, size_t bytes, bool registered) : comm_(comm), registered_(registered) {
+    if (registered) {
+      in = static_cast<char*>(comm.allocate_shared(bytes));
+      out = static_cast<char*>(comm.allocate_shared(bytes));
+    } else {
+      heap_in_.resize(bytes);
+      heap_out_.resize(bytes);
+      in = heap_in_.data();
+      out = heap_out_.data();
+    }
+  }
+  ~Buffers() {
+    if (!registered_) return;
+    comm_.free_shared(in);
+    comm_.free_shared(out);
+  }
+  Buffers(const Buffers&) = delete;
+  Buffers& operator=(const Buffers&) = delete;
+
+  char* in = nullptr;
+  char* out = nullptr;
+
+ private:
+  Communicator& comm_;
+  bool registered_;
+  std::vector<char> heap_in_, heap_out_;
+};
+
 // One timed measurement: `iters` back-to-back operations between barriers.
 double time_per_op_us(Communicator& comm, const std::function<void()>& op, int iters) {
   comm.barrier();
@@ -98,10 +129,9 @@ double time_per_op_us(Communicator& comm, const std::function<void()>& op, int i
 // fill them, the call itself and its data check.
 class Case {
  public:
-  Case(Communicator& comm, const SweepOptions& o, size_t count, bool inplace, std::vector<char>& in,
-       std::vector<char>& out)
+  Case(Communicator& comm, const SweepOptions& o, size_t count, bool inplace, char* in, char* out)
       : comm_(comm), o_(o), kind_(kind_of(o.collective)), n_(comm.size()), r_(comm.rank()), count_(count),
-        block_(count * dtype_size(o.dtype)), in_(in.data()), out_(out.data()) {
+        block_(count * dtype_size(o.dtype)), in_(in), out_(out) {
     switch (kind_) {
       case Kind::allreduce:
       case Kind::barrier:
@@ -190,8 +220,7 @@ class Case {
   char* dst_ = nullptr;
 };
 
-Result measure(Communicator& comm, const SweepOptions& o, size_t bytes, bool inplace, std::vector<char>& in,
-               std::vector<char>& out) {
+Result measure(Communicator& comm, const SweepOptions& o, size_t bytes, bool inplace, char* in, char* out) {
   const Kind kind = kind_of(o.collective);
   const size_t count = bytes / dtype_size(o.dtype) / blocks(kind, comm.size());
   Case c(comm, o, count, inplace, in, out);
@@ -223,8 +252,8 @@ void print_table_header(const SweepOptions& o, Communicator& comm) {
            o.collective.c_str(), comm.size(), std::string(to_string(o.dtype)).c_str(), op_name(o).c_str(), o.iters,
            o.warmup, o.check ? "on" : "off");
   }
-  printf("# transports: %s; reduce kernels: %s\n", comm.transport_summary().c_str(),
-         std::string(reduce_isa()).c_str());
+  printf("# transports: %s; reduce kernels: %s; buffers: %s\n", comm.transport_summary().c_str(),
+         std::string(reduce_isa()).c_str(), o.registered ? "registered (allocate_shared)" : "heap");
   if (barrier) {
     printf("#\n#%11s\n#%11s\n", "time", "(us)");
     return;
@@ -265,6 +294,7 @@ void print_json(const SweepOptions& o, int nranks, const Result& r) {
                       {"op", op_name(o)},
                       {"root", root_of(o)},
                       {"inplace", r.inplace},
+                      {"registered", o.registered},
                       {"time_us", r.time_us},
                       {"algbw_gbps", r.algbw},
                       {"busbw_gbps", r.busbw},
@@ -329,8 +359,7 @@ void plot(const SweepOptions& o, int nranks, const std::vector<Result>& results)
 
 // barrier: one timed row, whatever the sizes.
 void run_barrier(Communicator& comm, const SweepOptions& o, std::vector<Result>& results) {
-  std::vector<char> none;
-  Result r = measure(comm, o, 0, false, none, none);
+  Result r = measure(comm, o, 0, false, nullptr, nullptr);
   results.push_back(r);
   if (comm.rank() != 0) return;
   if (o.format == Format::json) {
@@ -373,10 +402,10 @@ int run_sweep(const SweepOptions& o) {
   double busbw_sum = 0;
   int rows = 0;
   // Sizes are whole buffers: whole elements, and for reduce_scatter and allgather whole blocks per rank.
-  std::vector<char> in(o.max_bytes + esize), out(o.max_bytes + esize);
+  Buffers buffers(*comm, o.max_bytes + esize, o.registered);
   for (size_t bytes : sizes_of(o, esize * blocks(kind, comm->size()))) {
-    Result oop = measure(*comm, o, bytes, false, in, out);
-    Result ip = measure(*comm, o, bytes, true, in, out);
+    Result oop = measure(*comm, o, bytes, false, buffers.in, buffers.out);
+    Result ip = measure(*comm, o, bytes, true, buffers.in, buffers.out);
     total_wrong += std::max(0L, oop.wrong) + std::max(0L, ip.wrong);
     busbw_sum += oop.busbw + ip.busbw;
     rows += 2;

@@ -89,7 +89,7 @@ struct BenchFlags {
   std::string collective;
   std::string min_bytes = "32M", max_bytes = "32M", increment = "0";
   double factor = 2.0;
-  int iters = 20, warmup = 5, check = 1, root = 0;
+  int iters = 20, warmup = 5, check = 1, root = 0, registered = 0;
   std::string dtype = "float", op = "sum", format = "table", plot;
 };
 
@@ -117,10 +117,12 @@ tandem::bench::SweepOptions to_sweep_options(const BenchFlags& f) {
   if (f.warmup < 0) throw UsageError("-w/--warmup_iters must be >= 0");
   if (f.check < 0) throw UsageError("-c/--check must be 0 (off) or >= 1 (on)");
   if (f.root < 0) throw UsageError("-r/--root must be >= 0");
+  if (f.registered != 0 && f.registered != 1) throw UsageError("-R/--registered must be 0 (heap) or 1 (allocate_shared)");
   o.iters = f.iters;
   o.warmup = f.warmup;
   o.check = f.check > 0;
   o.root = f.root;
+  o.registered = f.registered == 1;
 
   auto dtype = tandem::parse_dtype(f.dtype);
   if (!dtype) throw UsageError("-d/--datatype: unknown '" + f.dtype + "'; valid: " + join_names(tandem::kAllDataTypes));
@@ -161,6 +163,10 @@ void add_bench(CLI::App& app, BenchFlags& f) {
   b->add_option("-d,--datatype", f.dtype, "Element type: " + join_names(tandem::kAllDataTypes))->capture_default_str();
   b->add_option("-o,--op", f.op, "Reduction: " + join_names(tandem::kAllReduceOps))->capture_default_str();
   b->add_option("-r,--root", f.root, "Root rank (broadcast, reduce)")->capture_default_str();
+  b->add_option("-R,--registered", f.registered,
+                "Buffers: 0 heap memory, 1 Communicator::allocate_shared memory (registered; ranks on one host "
+                "then reduce straight from each other's buffers)")
+      ->capture_default_str();
   b->add_option("--format", f.format, "Output: table, csv or json")->capture_default_str();
   b->add_option("--plot", f.plot, "Write busbw vs size to this PNG (needs gnuplot)");
 }

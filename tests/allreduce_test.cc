@@ -37,22 +37,52 @@ void expect_identical(Communicator& comm, const std::vector<char>& out) {
   EXPECT_EQ(h[0], h[1]) << "ranks disagree bitwise";
 }
 
-int run_matrix(const CommOptions& o, const std::vector<size_t>& counts) {
+// Buffers of `bytes`: heap vectors, or views of Communicator::allocate_shared memory.
+struct TestBuffers {
+  TestBuffers(Communicator& comm, size_t bytes, bool registered) : comm_(comm), registered_(registered) {
+    if (registered) {
+      in = static_cast<char*>(comm.allocate_shared(bytes));
+      out = static_cast<char*>(comm.allocate_shared(bytes));
+    } else {
+      heap_[0].resize(bytes);
+      heap_[1].resize(bytes);
+      in = heap_[0].data();
+      out = heap_[1].data();
+    }
+  }
+  ~TestBuffers() {
+    if (!registered_) return;
+    comm_.free_shared(in);
+    comm_.free_shared(out);
+  }
+  char* in;
+  char* out;
+
+ private:
+  Communicator& comm_;
+  bool registered_;
+  std::vector<char> heap_[2];
+};
+
+int run_matrix(const CommOptions& o, const std::vector<size_t>& counts, bool registered = false) {
   auto comm = ring::connect(o);
   const int n = comm->size(), r = comm->rank();
   for (size_t count : counts) {
     for (DataType t : kAllDataTypes) {
       const size_t bytes = count * dtype_size(t);
       for (ReduceOp op : kAllReduceOps) {
+        TestBuffers buf(*comm, bytes + 1, registered);
         std::vector<char> in(bytes + 1), out(bytes + 1);
         for (size_t i = 0; i < count; ++i) put(t, in.data(), i, input_value(op, t, r, i));
+        std::copy(in.begin(), in.end(), buf.in);
         // out-of-place: the input must stay untouched
-        std::vector<char> in_copy = in;
-        comm->allreduce(in.data(), out.data(), count, t, op);
+        comm->allreduce(buf.in, buf.out, count, t, op);
+        std::copy(buf.out, buf.out + bytes + 1, out.begin());
         expect_result(op, t, n, out, count, "out-of-place");
-        EXPECT_EQ(in, in_copy) << "out-of-place all-reduce changed its input";
+        EXPECT_TRUE(std::equal(in.begin(), in.end(), buf.in)) << "out-of-place all-reduce changed its input";
         // in-place
-        comm->allreduce(in.data(), count, t, op);
+        comm->allreduce(buf.in, count, t, op);
+        std::copy(buf.in, buf.in + bytes + 1, in.begin());
         expect_result(op, t, n, in, count, "in-place");
         out.resize(bytes);
         expect_identical(*comm, out);
@@ -80,6 +110,13 @@ TEST_P(AllreduceMatrix, OverUcxOnly) {
   CommOptions base;
   base.shared_memory = false;
   RankGroup group(n, [](const CommOptions& o) { return run_matrix(o, {1, 7, (size_t(1) << 20) + 3}); }, base);
+  group.expect_success(600s);
+}
+
+// Buffers from allocate_shared: ranks reduce straight from each other's buffers.
+TEST_P(AllreduceMatrix, RegisteredBuffers) {
+  const int n = GetParam();
+  RankGroup group(n, [](const CommOptions& o) { return run_matrix(o, {1, 7, 5000, (size_t(1) << 20) + 3}, true); });
   group.expect_success(600s);
 }
 

@@ -44,8 +44,11 @@ class Mailbox {
 
 class MemoryChannel final : public Channel {
  public:
-  MemoryChannel(Mailbox& box, int rank, int size, const SharedSegments* shared = nullptr)
-      : box_(box), rank_(rank), size_(size), shared_(shared) {}
+  // `registered`: buffers that count as Communicator::allocate_shared memory
+  // (start, bytes), for the algorithms that read peers' buffers directly.
+  MemoryChannel(Mailbox& box, int rank, int size, const SharedSegments* shared = nullptr,
+                std::vector<std::pair<const void*, size_t>> registered = {})
+      : box_(box), rank_(rank), size_(size), shared_(shared), registered_(std::move(registered)) {}
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   Pending send(int peer, Tag tag, const void* data, size_t bytes) override {
@@ -80,6 +83,19 @@ class MemoryChannel final : public Channel {
     }
     std::this_thread::yield();
   }
+  // One address space: a reference is the address itself.
+  bool find_shared(const void* p, size_t bytes, SharedRef& out) const override {
+    for (auto [start, size] : registered_) {
+      auto* b = static_cast<const char*>(start);
+      auto* q = static_cast<const char*>(p);
+      if (shared_ && q >= b && q + bytes <= b + size) {
+        out = SharedRef{1, 1, 0, size, reinterpret_cast<uint64_t>(p)};
+        return true;
+      }
+    }
+    return false;
+  }
+  std::byte* map_shared(int, const SharedRef& ref) override { return reinterpret_cast<std::byte*>(ref.offset); }
   void* scratch(size_t bytes, int slot) override {
     if (scratch_.size() <= size_t(slot)) scratch_.resize(slot + 1);
     if (scratch_[slot].size() < bytes) scratch_[slot].resize(bytes);
@@ -100,6 +116,7 @@ class MemoryChannel final : public Channel {
   Mailbox& box_;
   int rank_, size_;
   const SharedSegments* shared_;
+  std::vector<std::pair<const void*, size_t>> registered_;
   Clock::time_point idle_since_{};
   std::vector<Recv> recvs_;
   std::vector<std::vector<char>> scratch_;

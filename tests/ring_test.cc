@@ -26,7 +26,7 @@ struct Shape {
 // Runs one all-reduce on `ranks` threads and checks every element against its
 // closed form and every rank against rank 0, bitwise.
 void run_case(int ranks, size_t count, Algorithms& algos, DataType t, ReduceOp op, bool inplace,
-              const SharedSegments* shared = nullptr) {
+              const SharedSegments* shared = nullptr, bool registered = false) {
   Mailbox box;
   const size_t bytes = count * dtype_size(t);
   std::vector<std::vector<char>> in(ranks, std::vector<char>(bytes)), out = in;
@@ -36,7 +36,9 @@ void run_case(int ranks, size_t count, Algorithms& algos, DataType t, ReduceOp o
     for (size_t i = 0; i < count; ++i) put(t, in[r].data(), i, input_value(op, t, r, i));
     threads.emplace_back([&, r] {
       try {
-        MemoryChannel ch(box, r, ranks, shared);
+        std::vector<std::pair<const void*, size_t>> mine;
+        if (registered) mine = {{in[r].data(), bytes}, {out[r].data(), bytes}};
+        MemoryChannel ch(box, r, ranks, shared, mine);
         void* dst = inplace ? in[r].data() : out[r].data();
         algos.allreduce(ch, AllreduceArgs{in[r].data(), dst, count, t, op, MemoryType::host});
       } catch (const std::exception& e) {
@@ -125,7 +127,10 @@ TEST_P(SharedMemoryShapes, EveryDtypeOpPlacementIsExactAndIdentical) {
   for (DataType t : kAllDataTypes) {
     for (ReduceOp op : kAllReduceOps) {
       for (bool inplace : {false, true}) {
-        ASSERT_NO_FATAL_FAILURE(run_case(s.ranks, s.count, *algos, t, op, inplace, segments.view()));
+        for (bool registered : {false, true}) {
+          SCOPED_TRACE(registered ? "registered buffers (direct)" : "heap buffers (staged)");
+          ASSERT_NO_FATAL_FAILURE(run_case(s.ranks, s.count, *algos, t, op, inplace, segments.view(), registered));
+        }
       }
     }
   }
@@ -134,7 +139,8 @@ TEST_P(SharedMemoryShapes, EveryDtypeOpPlacementIsExactAndIdentical) {
 INSTANTIATE_TEST_SUITE_P(Shapes, SharedMemoryShapes,
                          ::testing::Values(ShmShape{2, 0, 4096}, ShmShape{2, 1, 4096}, ShmShape{2, 4097, 4096},
                                            ShmShape{3, 10007, 4096}, ShmShape{4, 65536, 8192},
-                                           ShmShape{5, 100003, 4096}, ShmShape{2, 300001, 1 << 18}),
+                                           ShmShape{5, 100003, 4096}, ShmShape{2, 300001, 1 << 18},
+                                           ShmShape{3, 2, 4096}),
                          [](const auto& info) {
                            const ShmShape& s = info.param;
                            return "n" + std::to_string(s.ranks) + "_c" + std::to_string(s.count) + "_k" +

@@ -150,6 +150,7 @@ struct Communicator::Impl {
   std::unique_ptr<StoreClient> store;
   std::unique_ptr<UcxTransport> ucx;
   std::unique_ptr<SharedSegmentSet> shm;  // when all ranks share this host
+  std::unique_ptr<SharedAllocations> allocations;  // allocate_shared()
   int store_host_rank = -1;     // the rank hosting the store, if a rank does
   std::string transports;       // what UCX chose, read once after wire-up
   NetifDecision network;        // the interface selection's decision
@@ -240,6 +241,10 @@ class EngineChannel final : public Channel {
   }
 
   const SharedSegments* shared_segments() const override { return impl_.shm ? &impl_.shm->view() : nullptr; }
+  bool find_shared(const void* p, size_t bytes, SharedRef& out) const override {
+    return impl_.shm && impl_.allocations->find(p, bytes, out);
+  }
+  std::byte* map_shared(int /*peer*/, const SharedRef& ref) override { return impl_.allocations->map(ref); }
 
   void idle(int peer, unsigned spins) override {
     _mm_pause();  // spinning on another core's cache line
@@ -609,6 +614,7 @@ std::unique_ptr<Communicator> Communicator::create(const CommOptions& options, s
   impl->algorithms = std::move(algorithms);
   impl->oversubscribed = options.local_size > int(std::thread::hardware_concurrency());
   if (options.size > 1) impl->connect();
+  impl->allocations = std::make_unique<SharedAllocations>(impl->shm != nullptr);
   Impl* raw = impl.get();
   impl->engine = std::thread([raw] { raw->run_engine(); });
   return std::unique_ptr<Communicator>(new Communicator(std::move(impl)));
@@ -625,6 +631,7 @@ Communicator::~Communicator() {
   impl_->finalize();
   impl_->ucx.reset();
   impl_->shm.reset();
+  impl_->allocations.reset();
   impl_->store.reset();
   impl_->server.reset();
 }
@@ -750,6 +757,10 @@ void Communicator::abort(const std::string& reason) {
 }
 
 bool Communicator::aborted() const { return impl_->aborted; }
+
+void* Communicator::allocate_shared(size_t bytes) { return impl_->allocations->allocate(bytes); }
+
+void Communicator::free_shared(void* p) { impl_->allocations->deallocate(p); }
 
 std::string Communicator::transport_summary() const {
   if (!impl_->ucx) return "none (world size 1)";

@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -77,6 +78,89 @@ std::string SharedSegmentSet::map_peer(int rank, const std::string& locator) {
   if (p == MAP_FAILED) return why;
   view_.segment[size_t(rank)] = static_cast<std::byte*>(p);
   return "";
+}
+
+// ---- SharedAllocations ----------------------------------------------------
+
+namespace {
+constexpr size_t kPage = 4096;
+constexpr size_t kMaxPeerMappings = 256;
+}  // namespace
+
+SharedAllocations::~SharedAllocations() {
+  for (auto& [base, a] : mine_) {
+    ::munmap(const_cast<std::byte*>(base), a.bytes);
+    if (a.fd >= 0) ::close(a.fd);
+  }
+  for (auto& m : peers_) ::munmap(m.base, m.bytes);
+}
+
+void* SharedAllocations::allocate(size_t bytes) {
+  const size_t rounded = std::max(kPage, (bytes + kPage - 1) / kPage * kPage);
+  int fd = -1;
+  if (shareable_) {
+    fd = ::memfd_create("tandem-buffer", MFD_CLOEXEC);
+    if (fd < 0) throw Error(errno_text("allocate_shared: memfd_create"));
+    if (::ftruncate(fd, off_t(rounded)) != 0) {
+      const std::string why = errno_text("allocate_shared: ftruncate");
+      ::close(fd);
+      throw Error(why);
+    }
+  }
+  void* p = fd >= 0 ? ::mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                    : ::mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    const std::string why = errno_text("allocate_shared: mmap");
+    if (fd >= 0) ::close(fd);
+    throw Error(why + " (" + std::to_string(rounded) + " bytes)");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  mine_[static_cast<std::byte*>(p)] = Allocation{rounded, fd, next_serial_++};
+  return p;
+}
+
+void SharedAllocations::deallocate(void* p) {
+  if (!p) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = mine_.find(static_cast<std::byte*>(p));
+  if (it == mine_.end()) throw InvalidArgument("free_shared: pointer did not come from allocate_shared");
+  ::munmap(p, it->second.bytes);
+  if (it->second.fd >= 0) ::close(it->second.fd);
+  mine_.erase(it);
+}
+
+bool SharedAllocations::find(const void* p, size_t bytes, SharedRef& out) const {
+  const auto* b = static_cast<const std::byte*>(p);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = mine_.upper_bound(b);
+  if (it == mine_.begin()) return false;
+  --it;
+  const Allocation& a = it->second;
+  const size_t offset = size_t(b - it->first);
+  if (a.fd < 0 || offset > a.bytes || bytes > a.bytes - offset) return false;
+  out = SharedRef{uint64_t(::getpid()), a.serial, a.fd, a.bytes, offset};
+  return true;
+}
+
+std::byte* SharedAllocations::map(const SharedRef& ref) {
+  for (auto it = peers_.begin(); it != peers_.end(); ++it) {
+    if (it->owner == ref.owner && it->serial == ref.serial) {
+      peers_.splice(peers_.begin(), peers_, it);
+      return it->base + ref.offset;
+    }
+  }
+  const std::string path = "/proc/" + std::to_string(ref.owner) + "/fd/" + std::to_string(ref.fd);
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) throw Error(errno_text(("map a peer's shared buffer: open " + path).c_str()));
+  void* p = ::mmap(nullptr, ref.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED) throw Error(errno_text("map a peer's shared buffer: mmap"));
+  if (peers_.size() >= kMaxPeerMappings) {
+    ::munmap(peers_.back().base, peers_.back().bytes);
+    peers_.pop_back();
+  }
+  peers_.push_front(Mapping{ref.owner, ref.serial, static_cast<std::byte*>(p), ref.size});
+  return static_cast<std::byte*>(p) + ref.offset;
 }
 
 }  // namespace tandem

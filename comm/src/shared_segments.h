@@ -8,8 +8,12 @@
 #pragma once
 
 #include <cstddef>
+#include <list>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "tandem/transport.h"
 
@@ -37,6 +41,42 @@ class SharedSegmentSet {
  private:
   int fd_ = -1;
   SharedSegments view_;
+};
+
+// Communicator::allocate_shared memory: one memfd per allocation, which peers
+// map on first use and keep mapped (least recently used first out).
+class SharedAllocations {
+ public:
+  explicit SharedAllocations(bool shareable) : shareable_(shareable) {}
+  ~SharedAllocations();
+  SharedAllocations(const SharedAllocations&) = delete;
+  SharedAllocations& operator=(const SharedAllocations&) = delete;
+
+  // Page-aligned, zero-filled; shareable only when the ranks share memory
+  // (otherwise ordinary anonymous memory). Throws Error if the kernel refuses.
+  void* allocate(size_t bytes);
+  // Throws InvalidArgument for a pointer allocate() did not return.
+  void deallocate(void* p);
+  bool find(const void* p, size_t bytes, SharedRef& out) const;
+  // Maps (or finds mapped) a peer's allocation; returns where ref's buffer starts.
+  std::byte* map(const SharedRef& ref);
+
+ private:
+  struct Allocation {
+    size_t bytes;
+    int fd;  // -1 when not shareable
+    uint64_t serial;
+  };
+  struct Mapping {
+    uint64_t owner, serial;
+    std::byte* base;
+    size_t bytes;
+  };
+  bool shareable_;
+  mutable std::mutex mu_;
+  std::map<const std::byte*, Allocation> mine_;  // by start address
+  uint64_t next_serial_ = 1;
+  std::list<Mapping> peers_;  // most recently used first
 };
 
 }  // namespace tandem

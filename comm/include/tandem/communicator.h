@@ -188,6 +188,15 @@ class Communicator {
   void barrier(const CollectiveOptions& opts = {});
   Request barrier_async(const CollectiveOptions& opts = {});
 
+  // Host memory the other ranks on this host can map. When every rank's
+  // buffers lie in it, all-reduces read and write each other's buffers
+  // directly instead of copying through the shared segments (as NCCL's
+  // registered buffers skip its staging); fusion buffers belong here.
+  // Ordinary memory when the ranks cannot share memory. Page-aligned,
+  // zero-filled, valid until free_shared() or the communicator's end.
+  void* allocate_shared(size_t bytes);
+  void free_shared(void* p);
+
   // Unblocks every pending call on this communicator with Aborted; sticky.
   void abort(const std::string& reason = "abort() called");
   bool aborted() const;

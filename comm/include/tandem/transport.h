@@ -65,6 +65,17 @@ struct SharedSegments {
   size_t bytes = 0;                 // the size of each
 };
 
+// Where a buffer lies inside memory from Communicator::allocate_shared, in
+// terms a peer on the same host can map. Plain data: algorithms pass it to
+// peers through their shared segments.
+struct SharedRef {
+  uint64_t owner = 0;   // process id of the allocating rank
+  uint64_t serial = 0;  // allocation number within that process
+  int64_t fd = -1;      // the allocation's memfd in the owner
+  uint64_t size = 0;    // bytes of the whole allocation
+  uint64_t offset = 0;  // where the buffer starts inside it
+};
+
 class Channel {
  public:
   virtual ~Channel() = default;
@@ -88,6 +99,13 @@ class Channel {
   // yields when ranks outnumber cores), and every so often checks the deadline,
   // abort and dead ranks, throwing as wait() does. `peer` is whom we wait for.
   virtual void idle(int peer, unsigned spins) = 0;
+  // If [p, p + bytes) lies in this rank's Communicator::allocate_shared
+  // memory (and shared segments exist), where peers can find it.
+  virtual bool find_shared(const void* /*p*/, size_t /*bytes*/, SharedRef& /*out*/) const { return false; }
+  // A peer's buffer, mapped into this process (cached across calls).
+  virtual std::byte* map_shared(int /*peer*/, const SharedRef& /*ref*/) {
+    throw InvalidArgument("this channel cannot map peers' memory");
+  }
 
   // Scratch memory owned by the communicator, reused across collectives; valid
   // until the collective returns. slot separates independent buffers.

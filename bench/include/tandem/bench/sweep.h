@@ -24,6 +24,7 @@ struct SweepOptions {
   DataType dtype = DataType::f32;  // -d
   ReduceOp op = ReduceOp::sum;     // -o
   int root = 0;                    // -r
+  bool registered = false;         // -R: buffers from Communicator::allocate_shared
   Format format = Format::table;
   std::string plot;  // PNG path for busbw vs size (gnuplot), empty = none
 };
