@@ -104,14 +104,16 @@ class SharedMemoryAllreduce {
   }
   // The same, while watching for the peer to be in the other way of a
   // different call (counts on either side of kDirectMinBytes): then it
-  // never comes, and `other_way` returns what it called.
+  // never comes, and `other_way` returns what it called. The peer publishes
+  // `value` before it can move on, so `value` is read again after seeing it
+  // elsewhere: a peer that just finished this call is no mismatch.
   template <class OtherWay>
   void await(int peer, const uint64_t& value, uint64_t target, OtherWay other_way) {
     for (unsigned spins = 1; load_acquire(value) < target; ++spins) {
       ch_.idle(peer, spins);
-      if (spins % 64 == 0) {
-        if (const Call* theirs = other_way()) check_same_call(peer, *theirs);
-      }
+      if (spins % 64 != 0) continue;
+      const Call* theirs = other_way();
+      if (theirs && load_acquire(value) < target) check_same_call(peer, *theirs);
     }
   }
 
