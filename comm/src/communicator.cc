@@ -32,6 +32,9 @@ constexpr int kSeqBits = 14;
 constexpr int kRankBits = 12;
 constexpr int kLocalBits = 32;
 constexpr int kMaxRanks = 1 << kRankBits;
+// Ranks outnumber cores: the rank we wait for may need our core, so yield soon
+// (16 spins measured 2-3x faster than 256 for small all-reduces, 4 ranks on 2 cores).
+constexpr unsigned kSpinsBeforeYield = 16;
 
 // What a collective is, for error messages; formatted only when one is thrown,
 // since building strings would cost more than a small collective.
@@ -258,7 +261,7 @@ class EngineChannel final : public Channel {
   // Busy-poll like MPI; yield when ranks outnumber cores, or now and then anyway.
   void back_off(int peer, unsigned spins) {
     if (spins % 128 == 0) impl_.check_health(task_, peer);
-    if ((impl_.oversubscribed && spins > 256) || spins % 65536 == 0) std::this_thread::yield();
+    if ((impl_.oversubscribed && spins > kSpinsBeforeYield) || spins % 65536 == 0) std::this_thread::yield();
   }
 
   Tag full_tag(int sender, Tag local) const {
