@@ -129,20 +129,34 @@ TEST_P(CollectivesMatrix, EveryDtypeCountRootPlacement) {
   group.expect_success(240s);
 }
 
+// The same with shared memory off: the ring and chain algorithms over UCX.
+TEST_P(CollectivesMatrix, OverUcxOnly) {
+  if (GetParam() == 1 || GetParam() == 4) GTEST_SKIP() << "world sizes 2 and 3 cover the UCX path";
+  CommOptions base;
+  base.shared_memory = false;
+  RankGroup group(GetParam(), [](const CommOptions& o) { return run_matrix(o, kCounts, kDtypes, kOps); }, base);
+  group.expect_success(240s);
+}
+
 INSTANTIATE_TEST_SUITE_P(WorldSizes, CollectivesMatrix, ::testing::Values(1, 2, 3, 4),
                          [](const auto& info) { return "n" + std::to_string(info.param); });
 
 // Small segments, a narrow window and five ranks: many segments per block, so
 // reduce-scatter reuses its scratch segments while sends are still in flight.
 TEST(Collectives, FiveRanksSmallSegments) {
-  CommOptions base;
-  base.segment_bytes = 4096;
-  base.segments_in_flight = 2;
-  RankGroup group(5, [](const CommOptions& o) {
-    return run_matrix(o, {2, 4099, 100003}, {DataType::f32, DataType::bf16, DataType::u8},
-                      {ReduceOp::sum, ReduceOp::avg, ReduceOp::min});
-  }, base);
-  group.expect_success(240s);
+  for (bool shared : {false, true}) {
+    SCOPED_TRACE(shared ? "shared memory, 4 KiB chunks" : "UCX, 4 KiB segments");
+    CommOptions base;
+    base.shared_memory = shared;
+    base.segment_bytes = 4096;
+    base.segments_in_flight = 2;
+    base.shm_chunk_bytes = 4096;
+    RankGroup group(5, [](const CommOptions& o) {
+      return run_matrix(o, {2, 4099, 100003}, {DataType::f32, DataType::bf16, DataType::u8},
+                        {ReduceOp::sum, ReduceOp::avg, ReduceOp::min});
+    }, base);
+    group.expect_success(240s);
+  }
 }
 
 TEST(Collectives, TwoOutstandingAsync) {

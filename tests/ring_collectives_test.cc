@@ -22,14 +22,14 @@ using Bytes = std::vector<char>;
 
 // Runs body(rank, channel) on one thread per rank around a fresh mailbox and
 // fails the test with each rank's exception, if any.
-void run_ranks(int n, const std::function<void(int, Channel&)>& body) {
+void run_ranks(int n, const std::function<void(int, Channel&)>& body, const SharedSegments* shared = nullptr) {
   Mailbox box;
   std::vector<std::string> errors(n);
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
       try {
-        MemoryChannel ch(box, r, n);
+        MemoryChannel ch(box, r, n, shared);
         body(r, ch);
       } catch (const std::exception& e) {
         errors[r] = e.what();
@@ -56,14 +56,15 @@ Bytes poison(size_t bytes) { return Bytes(bytes, char(0xab)); }
 struct Shape {
   int ranks;
   size_t count;  // elements per rank (broadcast: in all)
-  size_t segment_bytes;
+  size_t segment_bytes;  // shared memory: its chunk bytes
   int in_flight;
+  bool shared = false;  // through shared segments instead of messages
 };
 
 std::string shape_name(const ::testing::TestParamInfo<Shape>& info) {
   const Shape& s = info.param;
-  return "n" + std::to_string(s.ranks) + "_c" + std::to_string(s.count) + "_s" + std::to_string(s.segment_bytes) +
-         "_w" + std::to_string(s.in_flight);
+  return std::string(s.shared ? "shm_" : "") + "n" + std::to_string(s.ranks) + "_c" + std::to_string(s.count) + "_s" +
+         std::to_string(s.segment_bytes) + "_w" + std::to_string(s.in_flight);
 }
 
 std::vector<Shape> shapes() {
@@ -77,6 +78,11 @@ std::vector<Shape> shapes() {
   }
   v.push_back({6, 4099, 4096, 1});
   v.push_back({4, 40000, 4096, 64});
+  for (int n = 2; n <= 5; ++n) {
+    for (size_t count : {1, 7, 4099}) v.push_back({n, count, 4096, 0, true});
+  }
+  v.push_back({3, 100003, 4096, 0, true});
+  v.push_back({2, 100003, 1 << 20, 0, true});
   return v;
 }
 
@@ -90,11 +96,29 @@ std::vector<ReduceOp> ops_for(const Shape& s) {
   return {std::begin(kAllReduceOps), std::end(kAllReduceOps)};
 }
 
+// One set of segments per test: calls chain as on a long-lived communicator.
 class Collectives : public ::testing::TestWithParam<Shape> {
  protected:
-  std::shared_ptr<Algorithms> algos() const {
-    return ring::algorithms({GetParam().segment_bytes, GetParam().in_flight});
+  void SetUp() override {
+    const Shape& s = GetParam();
+    ring::RingOptions o;
+    if (s.shared) {
+      o.shm_chunk_bytes = s.segment_bytes;
+    } else {
+      o.segment_bytes = s.segment_bytes;
+      o.segments_in_flight = s.in_flight;
+    }
+    algorithms_ = ring::algorithms(o);
+    if (s.shared) segments_ = std::make_unique<HeapSegments>(s.ranks, algorithms_->shared_bytes());
   }
+  std::shared_ptr<Algorithms> algos() const { return algorithms_; }
+  void run_ranks(int n, const std::function<void(int, Channel&)>& body) {
+    testing::run_ranks(n, body, segments_ ? segments_->view() : nullptr);
+  }
+
+ private:
+  std::shared_ptr<Algorithms> algorithms_;
+  std::unique_ptr<HeapSegments> segments_;
 };
 
 TEST_P(Collectives, ReduceScatter) {

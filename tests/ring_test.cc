@@ -86,27 +86,6 @@ INSTANTIATE_TEST_SUITE_P(
              "_w" + std::to_string(s.in_flight);
     });
 
-// Zeroed, 64-byte aligned heap memory standing in for the ranks' shared
-// segments: the threads of one process share it as processes share memfds.
-class HeapSegments {
- public:
-  HeapSegments(int ranks, size_t bytes) {
-    view_.bytes = bytes;
-    for (int r = 0; r < ranks; ++r) {
-      auto* p = static_cast<std::byte*>(std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096));
-      std::memset(p, 0, bytes);
-      view_.segment.push_back(p);
-    }
-  }
-  ~HeapSegments() {
-    for (auto* p : view_.segment) std::free(p);
-  }
-  const SharedSegments* view() const { return &view_; }
-
- private:
-  SharedSegments view_;
-};
-
 struct ShmShape {
   int ranks;
   size_t count;

@@ -1,7 +1,8 @@
-// ring::algorithms(): picks an algorithm per call. All-reduce: through shared
-// memory when every rank is on this host; otherwise recursive doubling up to
-// small_message_bytes (latency-bound), the pipelined ring above
-// (bandwidth-bound); unless one is forced.
+// ring::algorithms(): picks an algorithm per call. Every collective goes
+// through shared memory when every rank is on this host (and the buffers are
+// host memory). Otherwise all-reduce takes recursive doubling up to
+// small_message_bytes (latency-bound) and the pipelined ring above
+// (bandwidth-bound), unless one is forced; the others take their ring or chain.
 #include <string>
 
 #include "collectives.h"
@@ -18,7 +19,7 @@ class RingAlgorithms final : public Algorithms {
   void allreduce(Channel& ch, const AllreduceArgs& args) override {
     const auto forced = options_.allreduce;
     if (forced == AllreduceAlgorithm::automatic || forced == AllreduceAlgorithm::shared_memory) {
-      if (ch.shared_segments() && args.memory == MemoryType::host) {
+      if (shared(ch, args.memory)) {
         shm_allreduce(ch, args, options_.shm_chunk_bytes);
         return;
       }
@@ -37,15 +38,30 @@ class RingAlgorithms final : public Algorithms {
       ring_allreduce(ch, args, options_);
     }
   }
-  void reduce_scatter(Channel& ch, const ReduceScatterArgs& args) override { ring_reduce_scatter(ch, args, options_); }
-  void allgather(Channel& ch, const AllgatherArgs& args) override { ring_allgather(ch, args, options_); }
-  void broadcast(Channel& ch, const BroadcastArgs& args) override { pipelined_broadcast(ch, args, options_); }
+  void reduce_scatter(Channel& ch, const ReduceScatterArgs& args) override {
+    if (shared(ch, args.memory)) return shm_reduce_scatter(ch, args, options_.shm_chunk_bytes);
+    ring_reduce_scatter(ch, args, options_);
+  }
+  void allgather(Channel& ch, const AllgatherArgs& args) override {
+    if (shared(ch, args.memory)) return shm_allgather(ch, args, options_.shm_chunk_bytes);
+    ring_allgather(ch, args, options_);
+  }
+  void broadcast(Channel& ch, const BroadcastArgs& args) override {
+    if (shared(ch, args.memory)) return shm_broadcast(ch, args, options_.shm_chunk_bytes);
+    pipelined_broadcast(ch, args, options_);
+  }
   void barrier(Channel& ch) override { ring::barrier(ch); }
   size_t shared_bytes() const override {
-    return options_.shared_memory ? shm_allreduce_bytes(options_.shm_chunk_bytes) : 0;
+    return options_.shared_memory ? shm_segment_bytes(options_.shm_chunk_bytes) : 0;
   }
 
  private:
+  // Shared segments carry host memory; reduce-scatter's chunk holds a piece of every rank's block.
+  bool shared(const Channel& ch, MemoryType memory) const {
+    return ch.shared_segments() && ch.size() > 1 && memory == MemoryType::host &&
+           size_t(ch.size()) * 8 <= options_.shm_chunk_bytes;
+  }
+
   RingOptions options_;
 };
 

@@ -69,10 +69,13 @@ void ring_allreduce(Channel& ch, const AllreduceArgs& args, const RingOptions& o
 // recursive_doubling.cc: latency-optimal, log2(n) exchanges of the whole buffer.
 void recursive_doubling_allreduce(Channel& ch, const AllreduceArgs& args);
 
-// shm_allreduce.cc: ranks on one host, through their shared segments.
+// shm_collectives.cc: ranks on one host, through their shared segments.
 void shm_allreduce(Channel& ch, const AllreduceArgs& args, size_t chunk_bytes);
-// The segment bytes shm_allreduce needs per rank.
-size_t shm_allreduce_bytes(size_t chunk_bytes);
+void shm_reduce_scatter(Channel& ch, const ReduceScatterArgs& args, size_t chunk_bytes);
+void shm_allgather(Channel& ch, const AllgatherArgs& args, size_t chunk_bytes);
+void shm_broadcast(Channel& ch, const BroadcastArgs& args, size_t chunk_bytes);
+// The segment bytes the shm_* functions need per rank.
+size_t shm_segment_bytes(size_t chunk_bytes);
 
 // ring_collectives.cc
 void ring_reduce_scatter(Channel& ch, const ReduceScatterArgs& args, const RingOptions& options);

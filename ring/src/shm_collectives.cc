@@ -1,0 +1,351 @@
+// Shared-memory collectives, for ranks on one host that map each other's
+// segments (Channel::shared_segments).
+//
+// *Staged* (any buffers, every collective). Data is cut into *chunks* of at
+// most chunk_bytes. Chunks are numbered over the communicator's lifetime (g),
+// so calls chain without any reset. Each rank's segment holds a control
+// block and kSlots *slots*; chunk g lives in slot g % kSlots.
+//  - To *stage* chunk g, a rank copies its part of the chunk into its slot
+//    and stamps the slot with g + 1 (a release store after the data). All
+//    ranks stage (broadcast: the root only).
+//  - To *consume* chunk g, a rank waits for the stagers' stamps, reads their
+//    slots straight into its output (all-reduce and reduce-scatter: folding
+//    them in rank order, so every rank computes bitwise the same), and
+//    publishes consumed = g + 1. One synchronisation per chunk.
+//  - A rank stages chunk g only once every peer has consumed chunk
+//    g - kSlots, which freed the slot. It stages one chunk ahead of the one
+//    it consumes, so copying and reducing overlap across ranks.
+//
+// *Direct* all-reduce (every rank's buffers from
+// Communicator::allocate_shared, at least kDirectMinBytes). Each rank
+// *arrives*: it publishes where its buffers are and waits for the others.
+// Then rank r reduces its *slice* (the r-th balanced part) straight from
+// every rank's input, in rank order, into rank 0's output, copies the result
+// to the other ranks' outputs, and *finishes*; it returns once every rank
+// has finished (peers write into its output and read its input until then).
+// No staging copy; each element is reduced once.
+#include <atomic>
+#include <cstring>
+
+#include "collectives.h"
+#include "tandem/reduce.h"
+
+namespace tandem::ring {
+namespace {
+
+constexpr size_t kSlots = 4;
+constexpr size_t kControlBytes = 4096;
+constexpr size_t kHeaderBytes = 64;
+// Below this the arrival round trip costs more than the staging copy saves.
+constexpr size_t kDirectMinBytes = 16 << 10;
+
+enum class Kind : uint8_t { allreduce = 1, reduce_scatter, allgather, broadcast };
+
+// What a rank called, so one that called something else learns it from the
+// first exchange instead of mixing data.
+struct Call {
+  uint64_t count = 0;
+  Kind kind{};
+  uint8_t dtype = 0;
+  uint8_t op = 0;
+  int32_t root = -1;
+
+  bool operator==(const Call&) const = default;
+  std::string str() const {
+    static constexpr const char* kNames[] = {"?", "allreduce", "reduce_scatter", "allgather", "broadcast"};
+    std::string s = std::string(kNames[size_t(kind) <= 4 ? size_t(kind) : 0]) + "(" + std::to_string(count) + " x " +
+                    std::string(to_string(DataType(dtype)));
+    if (kind == Kind::allreduce || kind == Kind::reduce_scatter) s += ", " + std::string(to_string(ReduceOp(op)));
+    if (kind == Kind::broadcast) s += ", root " + std::to_string(root);
+    return s + ")";
+  }
+};
+
+// The start of each rank's segment.
+struct Control {
+  alignas(64) uint64_t consumed;  // staged chunks this rank has consumed (peers read it)
+  // This rank only:
+  alignas(64) uint64_t next;   // the next chunk number
+  uint64_t peers_consumed;     // the least `consumed` last seen among peers
+  uint64_t direct_calls;       // arrivals so far
+  // Peers read these once `arrived` says so:
+  alignas(64) uint64_t arrived;  // the arrival number of this rank's latest direct-eligible call
+  Call call;
+  SharedRef input, output;        // fd -1: not in allocate_shared memory
+  alignas(64) uint64_t finished;  // the arrival number of the last direct call this rank completed
+};
+static_assert(sizeof(Control) <= kControlBytes);
+
+struct SlotHeader {
+  uint64_t stamp;  // chunk number + 1 once the data is in
+  Call call;
+};
+static_assert(sizeof(SlotHeader) <= kHeaderBytes);
+
+uint64_t load_acquire(const uint64_t& x) { return std::atomic_ref<const uint64_t>(x).load(std::memory_order_acquire); }
+void store_release(uint64_t& x, uint64_t v) { std::atomic_ref<uint64_t>(x).store(v, std::memory_order_release); }
+
+const std::byte* bytes_of(const void* p) { return static_cast<const std::byte*>(p); }
+std::byte* bytes_of(void* p) { return static_cast<std::byte*>(p); }
+
+// The slot protocol and the arrival/finish handshake over the segments.
+class Segments {
+ public:
+  Segments(Channel& ch, size_t chunk_bytes, const Call& call)
+      : ch_(ch), seg_(*ch.shared_segments()), n_(ch.size()), r_(ch.rank()), chunk_bytes_(chunk_bytes), call_(call),
+        self_(control(r_)) {}
+
+  int size() const { return n_; }
+  int rank() const { return r_; }
+  size_t chunk_bytes() const { return chunk_bytes_; }
+
+  // Runs `chunks` staged steps. stage(i, slot) fills this rank's slot with
+  // its part of chunk i; consume(i, slot_of) reads the stagers' slots
+  // (slot_of(p) for rank p). `stager` < 0: every rank stages; else only it.
+  template <class Stage, class Consume>
+  void staged(size_t chunks, int stager, Stage stage, Consume consume) {
+    const uint64_t first = self_->next;
+    self_->next = first + chunks;
+    const bool stages = stager < 0 || stager == r_;
+    for (size_t i = 0; i < chunks; ++i) {
+      if (stages && i == 0) stage_chunk(first, 0, stage);
+      if (stages && i + 1 < chunks) stage_chunk(first + i + 1, i + 1, stage);
+      const uint64_t g = first + i;
+      for (int p = 0; p < n_; ++p) {
+        if (p == r_ || (stager >= 0 && p != stager)) continue;
+        SlotHeader* h = header(p, g);
+        const Control* c = control(p);
+        await(p, h->stamp, g + 1, [&]() -> const Call* {
+          return load_acquire(c->arrived) > self_->direct_calls ? &c->call : nullptr;
+        });
+        check_same_call(p, h->call);
+      }
+      consume(i, [&](int p) -> const std::byte* { return data(header(p, g)); });
+      store_release(self_->consumed, g + 1);
+    }
+  }
+
+  // Publishes this call and its buffers and waits for every rank's; true
+  // when every rank's buffers can be mapped (all ranks see the same answer).
+  bool arrive(const SharedRef* input, const SharedRef* output) {
+    arrival_ = ++self_->direct_calls;
+    self_->call = call_;
+    self_->input = input ? *input : SharedRef{};
+    self_->output = output ? *output : SharedRef{};
+    store_release(self_->arrived, arrival_);
+    bool all = input && output;
+    for (int p = 0; p < n_; ++p) {
+      if (p == r_) continue;
+      const Control* c = control(p);
+      const SlotHeader* h = header(p, self_->next);
+      await(p, c->arrived, arrival_, [&]() -> const Call* {
+        return load_acquire(h->stamp) == self_->next + 1 ? &h->call : nullptr;
+      });
+      check_same_call(p, c->call);
+      all = all && c->input.fd >= 0 && c->output.fd >= 0;
+    }
+    return all;
+  }
+  std::byte* peer_input(int p) { return ch_.map_shared(p, control(p)->input); }
+  std::byte* peer_output(int p) { return ch_.map_shared(p, control(p)->output); }
+  // Returns once every rank has finished the direct call it arrived for.
+  void finish() {
+    store_release(self_->finished, arrival_);
+    for (int p = 0; p < n_; ++p) {
+      if (p != r_) await(p, control(p)->finished, arrival_);
+    }
+  }
+
+ private:
+  Control* control(int rank) const { return reinterpret_cast<Control*>(seg_.segment[size_t(rank)]); }
+  SlotHeader* header(int rank, uint64_t g) const {
+    const size_t slot_bytes = kHeaderBytes + chunk_bytes_;  // the same for every dtype
+    return reinterpret_cast<SlotHeader*>(seg_.segment[size_t(rank)] + kControlBytes + (g % kSlots) * slot_bytes);
+  }
+  static std::byte* data(SlotHeader* h) { return reinterpret_cast<std::byte*>(h) + kHeaderBytes; }
+
+  template <class Stage>
+  void stage_chunk(uint64_t g, size_t i, Stage& stage) {
+    if (g >= kSlots) wait_for_free_slot(g - kSlots + 1);
+    SlotHeader* h = header(r_, g);
+    h->call = call_;
+    stage(i, data(h));
+    store_release(h->stamp, g + 1);
+  }
+
+  // Every peer has consumed at least `needed` chunks.
+  void wait_for_free_slot(uint64_t needed) {
+    if (self_->peers_consumed >= needed) return;
+    uint64_t least = UINT64_MAX;
+    for (int p = 0; p < n_; ++p) {
+      if (p == r_) continue;
+      await(p, control(p)->consumed, needed, [] { return static_cast<const Call*>(nullptr); });
+      least = std::min(least, load_acquire(control(p)->consumed));
+    }
+    self_->peers_consumed = least;
+  }
+
+  // Spins until `value` (written by `peer`) reaches `target`, watching for the
+  // peer to be in a different call that never publishes it: `other_call`
+  // returns what that call is. The peer publishes `value` before it can move
+  // on, so `value` is read again after seeing the other call: a peer that
+  // just finished this one is no mismatch.
+  template <class OtherCall>
+  void await(int peer, const uint64_t& value, uint64_t target, OtherCall other_call) {
+    for (unsigned spins = 1; load_acquire(value) < target; ++spins) {
+      ch_.idle(peer, spins);
+      if (spins % 64 != 0) continue;
+      const Call* theirs = other_call();
+      if (theirs && load_acquire(value) < target) check_same_call(peer, *theirs);
+    }
+  }
+  void await(int peer, const uint64_t& value, uint64_t target) {
+    await(peer, value, target, [] { return static_cast<const Call*>(nullptr); });
+  }
+
+  void check_same_call(int peer, const Call& theirs) const {
+    if (theirs == call_) return;
+    throw InvalidArgument("mismatched collectives: rank " + std::to_string(peer) + " called " + theirs.str() +
+                          " while rank " + std::to_string(r_) + " called " + call_.str() +
+                          "; every rank must issue the same collectives with the same arguments");
+  }
+
+  Channel& ch_;
+  const SharedSegments& seg_;
+  const int n_, r_;
+  const size_t chunk_bytes_;
+  const Call call_;
+  Control* const self_;
+  uint64_t arrival_ = 0;
+};
+
+Call call_of(Kind kind, size_t count, DataType dtype, ReduceOp op = ReduceOp::sum, int root = -1) {
+  return Call{count, kind, uint8_t(dtype), uint8_t(op), root};
+}
+
+ReduceOp combining(ReduceOp op) { return op == ReduceOp::avg ? ReduceOp::sum : op; }
+
+// dst = slot_of(0) op slot_of(1) op ... in rank order, each at `offset` bytes; avg divides once.
+template <class SlotOf>
+void fold(const Segments& s, DataType dtype, ReduceOp op, void* dst, SlotOf& slot_of, size_t offset, size_t count) {
+  reduce(dtype, combining(op), dst, slot_of(0) + offset, slot_of(1) + offset, count);
+  for (int p = 2; p < s.size(); ++p) reduce(dtype, combining(op), dst, dst, slot_of(p) + offset, count);
+  if (op == ReduceOp::avg) scale_avg(dtype, dst, count, s.size());
+}
+
+size_t chunks_for(size_t count, size_t per_chunk) { return (count + per_chunk - 1) / per_chunk; }
+
+void direct_allreduce(Segments& s, const AllreduceArgs& a) {
+  const int n = s.size();
+  const size_t esize = dtype_size(a.dtype);
+  std::vector<const std::byte*> ins(static_cast<size_t>(n));
+  std::vector<std::byte*> outs(static_cast<size_t>(n));
+  for (int p = 0; p < n; ++p) {
+    ins[p] = p == s.rank() ? bytes_of(a.input) : s.peer_input(p);
+    outs[p] = p == s.rank() ? bytes_of(a.output) : s.peer_output(p);
+  }
+  // Pieces of the slice small enough to stay in cache between the reduction and the copies.
+  const size_t piece = s.chunk_bytes() / esize;
+  const Range slice = balanced(a.count, size_t(n), size_t(s.rank()));
+  auto input_of = [&](int p) { return ins[p]; };
+  for (size_t begin = slice.begin; begin < slice.begin + slice.size; begin += piece) {
+    const size_t count = std::min(piece, slice.begin + slice.size - begin);
+    const size_t offset = begin * esize;
+    // Into rank 0's output: it may alias rank 0's input, which the first step reads first.
+    std::byte* result = outs[0] + offset;
+    fold(s, a.dtype, a.op, result, input_of, offset, count);
+    for (int p = 1; p < n; ++p) std::memcpy(outs[p] + offset, result, count * esize);
+  }
+  s.finish();
+}
+
+}  // namespace
+
+size_t shm_segment_bytes(size_t chunk_bytes) { return kControlBytes + kSlots * (kHeaderBytes + chunk_bytes); }
+
+void shm_allreduce(Channel& ch, const AllreduceArgs& a, size_t chunk_bytes) {
+  if (a.count == 0) return;
+  Segments s(ch, chunk_bytes, call_of(Kind::allreduce, a.count, a.dtype, a.op));
+  const size_t esize = dtype_size(a.dtype), bytes = a.count * esize;
+  if (bytes >= kDirectMinBytes) {
+    SharedRef input, output;
+    const bool mine = ch.find_shared(a.input, bytes, input) && ch.find_shared(a.output, bytes, output);
+    if (s.arrive(mine ? &input : nullptr, mine ? &output : nullptr)) {
+      direct_allreduce(s, a);
+      return;
+    }
+  }
+  const size_t per_chunk = chunk_bytes / esize;
+  s.staged(
+      chunks_for(a.count, per_chunk), -1,
+      [&](size_t i, std::byte* slot) {
+        const size_t begin = i * per_chunk;
+        std::memcpy(slot, bytes_of(a.input) + begin * esize, std::min(per_chunk, a.count - begin) * esize);
+      },
+      [&](size_t i, auto slot_of) {
+        const size_t begin = i * per_chunk;
+        fold(s, a.dtype, a.op, bytes_of(a.output) + begin * esize, slot_of, 0, std::min(per_chunk, a.count - begin));
+      });
+}
+
+// Each chunk carries the same run of every block: piece p of the slot holds block p's part.
+void shm_reduce_scatter(Channel& ch, const ReduceScatterArgs& a, size_t chunk_bytes) {
+  if (a.count == 0) return;
+  Segments s(ch, chunk_bytes, call_of(Kind::reduce_scatter, a.count, a.dtype, a.op));
+  const size_t n = size_t(s.size()), esize = dtype_size(a.dtype);
+  const size_t per_block = std::max<size_t>(1, chunk_bytes / esize / n);
+  s.staged(
+      chunks_for(a.count, per_block), -1,
+      [&](size_t i, std::byte* slot) {
+        const size_t begin = i * per_block, count = std::min(per_block, a.count - begin);
+        for (size_t b = 0; b < n; ++b) {
+          std::memcpy(slot + b * per_block * esize, bytes_of(a.input) + (b * a.count + begin) * esize, count * esize);
+        }
+      },
+      [&](size_t i, auto slot_of) {
+        const size_t begin = i * per_block, count = std::min(per_block, a.count - begin);
+        fold(s, a.dtype, a.op, bytes_of(a.output) + begin * esize, slot_of, size_t(s.rank()) * per_block * esize,
+             count);
+      });
+}
+
+void shm_allgather(Channel& ch, const AllgatherArgs& a, size_t chunk_bytes) {
+  if (a.count == 0) return;
+  Segments s(ch, chunk_bytes, call_of(Kind::allgather, a.count, a.dtype));
+  const size_t esize = dtype_size(a.dtype), per_chunk = chunk_bytes / esize;
+  std::byte* own_block = bytes_of(a.output) + size_t(s.rank()) * a.count * esize;
+  if (bytes_of(a.input) != own_block) std::memcpy(own_block, a.input, a.count * esize);
+  s.staged(
+      chunks_for(a.count, per_chunk), -1,
+      [&](size_t i, std::byte* slot) {
+        const size_t begin = i * per_chunk;
+        std::memcpy(slot, own_block + begin * esize, std::min(per_chunk, a.count - begin) * esize);
+      },
+      [&](size_t i, auto slot_of) {
+        const size_t begin = i * per_chunk, bytes = std::min(per_chunk, a.count - begin) * esize;
+        for (int p = 0; p < s.size(); ++p) {
+          if (p != s.rank()) std::memcpy(bytes_of(a.output) + (size_t(p) * a.count + begin) * esize, slot_of(p), bytes);
+        }
+      });
+}
+
+void shm_broadcast(Channel& ch, const BroadcastArgs& a, size_t chunk_bytes) {
+  if (a.count == 0) return;
+  Segments s(ch, chunk_bytes, call_of(Kind::broadcast, a.count, a.dtype, ReduceOp::sum, a.root));
+  const size_t esize = dtype_size(a.dtype), per_chunk = chunk_bytes / esize;
+  const bool root = s.rank() == a.root;
+  if (root && a.input != a.output) std::memcpy(a.output, a.input, a.count * esize);
+  s.staged(
+      chunks_for(a.count, per_chunk), a.root,
+      [&](size_t i, std::byte* slot) {
+        const size_t begin = i * per_chunk;
+        std::memcpy(slot, bytes_of(a.input) + begin * esize, std::min(per_chunk, a.count - begin) * esize);
+      },
+      [&](size_t i, auto slot_of) {
+        if (root) return;
+        const size_t begin = i * per_chunk;
+        std::memcpy(bytes_of(a.output) + begin * esize, slot_of(a.root), std::min(per_chunk, a.count - begin) * esize);
+      });
+}
+
+}  // namespace tandem::ring
