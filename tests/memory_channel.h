@@ -98,6 +98,11 @@ class MemoryChannel final : public Channel {
     return false;
   }
   std::byte* map_shared(int, const SharedRef& ref) override { return reinterpret_cast<std::byte*>(ref.offset); }
+  // Cross-memory attach within one address space is a memcpy.
+  void allow_copy_peer() { copy_peer_ = true; }
+  bool can_copy_peer() const override { return copy_peer_ && shared_; }
+  void read_peer(int, const void* remote, void* local, size_t bytes) override { std::memcpy(local, remote, bytes); }
+  void write_peer(int, void* remote, const void* local, size_t bytes) override { std::memcpy(remote, local, bytes); }
   void* scratch(size_t bytes, int slot) override {
     if (scratch_.size() <= size_t(slot)) scratch_.resize(slot + 1);
     if (scratch_[slot].size() < bytes) scratch_[slot].resize(bytes);
@@ -119,6 +124,7 @@ class MemoryChannel final : public Channel {
   int rank_, size_;
   const SharedSegments* shared_;
   std::vector<std::pair<const void*, size_t>> registered_;
+  bool copy_peer_ = false;
   Clock::time_point idle_since_{};
   std::vector<Recv> recvs_;
   std::vector<std::vector<char>> scratch_;

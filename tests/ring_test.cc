@@ -25,8 +25,11 @@ struct Shape {
 
 // Runs one all-reduce on `ranks` threads and checks every element against its
 // closed form and every rank against rank 0, bitwise.
+// How the shared-memory all-reduce may reach peers' buffers.
+enum class Reach { staged, copy_peer, registered };
+
 void run_case(int ranks, size_t count, Algorithms& algos, DataType t, ReduceOp op, bool inplace,
-              const SharedSegments* shared = nullptr, bool registered = false) {
+              const SharedSegments* shared = nullptr, Reach reach = Reach::staged) {
   Mailbox box;
   const size_t bytes = count * dtype_size(t);
   std::vector<std::vector<char>> in(ranks, std::vector<char>(bytes)), out = in;
@@ -37,8 +40,9 @@ void run_case(int ranks, size_t count, Algorithms& algos, DataType t, ReduceOp o
     threads.emplace_back([&, r] {
       try {
         std::vector<std::pair<const void*, size_t>> mine;
-        if (registered) mine = {{in[r].data(), bytes}, {out[r].data(), bytes}};
+        if (reach == Reach::registered) mine = {{in[r].data(), bytes}, {out[r].data(), bytes}};
         MemoryChannel ch(box, r, ranks, shared, mine);
+        if (reach == Reach::copy_peer) ch.allow_copy_peer();
         void* dst = inplace ? in[r].data() : out[r].data();
         algos.allreduce(ch, AllreduceArgs{in[r].data(), dst, count, t, op, MemoryType::host});
       } catch (const std::exception& e) {
@@ -106,9 +110,11 @@ TEST_P(SharedMemoryShapes, EveryDtypeOpPlacementIsExactAndIdentical) {
   for (DataType t : kAllDataTypes) {
     for (ReduceOp op : kAllReduceOps) {
       for (bool inplace : {false, true}) {
-        for (bool registered : {false, true}) {
-          SCOPED_TRACE(registered ? "registered buffers (direct)" : "heap buffers (staged)");
-          ASSERT_NO_FATAL_FAILURE(run_case(s.ranks, s.count, *algos, t, op, inplace, segments.view(), registered));
+        for (Reach reach : {Reach::staged, Reach::copy_peer, Reach::registered}) {
+          SCOPED_TRACE(reach == Reach::staged      ? "heap buffers, staged"
+                       : reach == Reach::copy_peer ? "heap buffers, cross-memory attach"
+                                                   : "registered buffers, mapped");
+          ASSERT_NO_FATAL_FAILURE(run_case(s.ranks, s.count, *algos, t, op, inplace, segments.view(), reach));
         }
       }
     }

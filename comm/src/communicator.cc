@@ -153,6 +153,7 @@ struct Communicator::Impl {
   std::unique_ptr<StoreClient> store;
   std::unique_ptr<UcxTransport> ucx;
   std::unique_ptr<SharedSegmentSet> shm;  // when all ranks share this host
+  bool cma = false;                        // and every rank may copy from every other's memory
   std::unique_ptr<SharedAllocations> allocations;  // allocate_shared()
   int store_host_rank = -1;     // the rank hosting the store, if a rank does
   std::string transports;       // what UCX chose, read once after wire-up
@@ -248,6 +249,21 @@ class EngineChannel final : public Channel {
     return impl_.shm && impl_.allocations->find(p, bytes, out);
   }
   std::byte* map_shared(int /*peer*/, const SharedRef& ref) override { return impl_.allocations->map(ref); }
+  bool can_copy_peer() const override { return impl_.cma; }
+  void read_peer(int peer, const void* remote, void* local, size_t bytes) override {
+    try {
+      impl_.shm->read_peer(peer, remote, local, bytes);
+    } catch (const PeerFailure& e) {
+      impl_.blame_first_failure(e);
+    }
+  }
+  void write_peer(int peer, void* remote, const void* local, size_t bytes) override {
+    try {
+      impl_.shm->write_peer(peer, remote, local, bytes);
+    } catch (const PeerFailure& e) {
+      impl_.blame_first_failure(e);
+    }
+  }
 
   void idle(int peer, unsigned spins) override {
     _mm_pause();  // spinning on another core's cache line
@@ -453,14 +469,19 @@ void Communicator::Impl::map_shared_memory(Deadline deadline) {
     const std::string failed = shm->map_peer(p, at);
     if (!failed.empty()) why = "rank " + me + " cannot map rank " + std::to_string(p) + "'s segment: " + failed;
   }
-  store->set(key("shm/ok/" + me), why.empty() ? "ok" : why, deadline);
+  bool cma = why.empty();
+  for (int p = 0; p < opts.size && cma; ++p) cma = p == opts.rank || shm->cma_works(p);
+  store->set(key("shm/ok/" + me), !why.empty() ? why : cma ? "ok+cma" : "ok", deadline);
+  this->cma = true;
   for (int p = 0; p < opts.size; ++p) {
     const std::string verdict = store->get(key("shm/ok/" + std::to_string(p)), deadline);
-    if (verdict != "ok") {
+    if (verdict.rfind("ok", 0) != 0) {
       if (opts.rank == 0) spdlog::warn("tandem: shared memory off, collectives go through UCX only ({})", verdict);
       shm.reset();
+      this->cma = false;
       return;
     }
+    this->cma = this->cma && verdict == "ok+cma";
   }
 }
 

@@ -2,10 +2,12 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 
@@ -55,6 +57,8 @@ SharedSegmentSet::SharedSegmentSet(int rank, int size, size_t bytes) {
     throw Error(why);
   }
   view_.segment[size_t(rank)] = static_cast<std::byte*>(p);
+  pids_.assign(size_t(size), 0);
+  remote_address_.assign(size_t(size), 0);
 }
 
 SharedSegmentSet::~SharedSegmentSet() {
@@ -64,20 +68,74 @@ SharedSegmentSet::~SharedSegmentSet() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-std::string SharedSegmentSet::locator() const { return std::to_string(::getpid()) + ":" + std::to_string(fd_); }
+std::string SharedSegmentSet::locator() const {
+  for (auto* p : view_.segment) {
+    if (p) return std::to_string(::getpid()) + ":" + std::to_string(fd_) + ":" + std::to_string(uintptr_t(p));
+  }
+  return "";
+}
 
 std::string SharedSegmentSet::map_peer(int rank, const std::string& locator) {
-  const auto colon = locator.find(':');
-  if (colon == std::string::npos) return "malformed locator '" + locator + "'";
-  const std::string path = "/proc/" + locator.substr(0, colon) + "/fd/" + locator.substr(colon + 1);
-  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-  if (fd < 0) return errno_text(("open " + path).c_str());
-  void* p = ::mmap(nullptr, view_.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  long pid = 0;
+  int fd = -1;
+  unsigned long long address = 0;
+  if (std::sscanf(locator.c_str(), "%ld:%d:%llu", &pid, &fd, &address) != 3) {
+    return "malformed locator '" + locator + "'";
+  }
+  pids_[size_t(rank)] = pid;
+  remote_address_[size_t(rank)] = address;
+  const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
+  const int peer_fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (peer_fd < 0) return errno_text(("open " + path).c_str());
+  void* p = ::mmap(nullptr, view_.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, peer_fd, 0);
   const std::string why = p == MAP_FAILED ? errno_text("mmap") : "";
-  ::close(fd);  // the mapping keeps the memory
+  ::close(peer_fd);  // the mapping keeps the memory
   if (p == MAP_FAILED) return why;
   view_.segment[size_t(rank)] = static_cast<std::byte*>(p);
   return "";
+}
+
+bool SharedSegmentSet::cma_works(int rank) const {
+  uint64_t word = 0;
+  try {
+    read_peer(rank, reinterpret_cast<const void*>(remote_address_[size_t(rank)]), &word, sizeof word);
+  } catch (const Error&) {
+    return false;
+  }
+  return true;
+}
+
+namespace {
+
+// One process_vm_readv/writev, repeated until every byte moved (the kernel may stop at a page boundary).
+template <class Call>
+void cma_copy(long pid, int rank, std::byte* local, std::byte* remote, size_t bytes, Call call, const char* what) {
+  while (bytes > 0) {
+    iovec l{local, bytes}, r{remote, bytes};
+    const ssize_t n = call(pid_t(pid), &l, 1, &r, 1, 0);
+    if (n <= 0) {
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == ESRCH) {
+        throw PeerFailure(rank, "rank " + std::to_string(rank) + " failed (its process is gone)");
+      }
+      throw Error(errno_text(what));
+    }
+    local += n;
+    remote += n;
+    bytes -= size_t(n);
+  }
+}
+
+}  // namespace
+
+void SharedSegmentSet::read_peer(int rank, const void* remote, void* local, size_t bytes) const {
+  cma_copy(pids_[size_t(rank)], rank, static_cast<std::byte*>(local),
+           static_cast<std::byte*>(const_cast<void*>(remote)), bytes, ::process_vm_readv, "process_vm_readv");
+}
+
+void SharedSegmentSet::write_peer(int rank, void* remote, const void* local, size_t bytes) const {
+  cma_copy(pids_[size_t(rank)], rank, static_cast<std::byte*>(const_cast<void*>(local)), static_cast<std::byte*>(remote),
+           bytes, ::process_vm_writev, "process_vm_writev");
 }
 
 // ---- SharedAllocations ----------------------------------------------------

@@ -31,16 +31,25 @@ class SharedSegmentSet {
   SharedSegmentSet(const SharedSegmentSet&) = delete;
   SharedSegmentSet& operator=(const SharedSegmentSet&) = delete;
 
-  // How a peer on this host finds the segment ("pid:fd").
+  // How a peer on this host finds the segment ("pid:fd:address").
   std::string locator() const;
   // Maps rank's segment; returns an empty string on success, else why not.
   std::string map_peer(int rank, const std::string& locator);
 
   const SharedSegments& view() const { return view_; }
 
+  // Cross-memory attach (process_vm_readv/writev) to a mapped peer: whether
+  // the kernel allows it (ptrace rules), and copies by the peer's addresses.
+  // The copies throw PeerFailure when the peer is gone, Error otherwise.
+  bool cma_works(int rank) const;
+  void read_peer(int rank, const void* remote, void* local, size_t bytes) const;
+  void write_peer(int rank, void* remote, const void* local, size_t bytes) const;
+
  private:
   int fd_ = -1;
   SharedSegments view_;
+  std::vector<long> pids_;                // by rank
+  std::vector<uint64_t> remote_address_;  // each peer's segment in its own process
 };
 
 // Communicator::allocate_shared memory: one memfd per allocation, which peers

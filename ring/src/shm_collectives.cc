@@ -16,14 +16,17 @@
 //    g - kSlots, which freed the slot. It stages one chunk ahead of the one
 //    it consumes, so copying and reducing overlap across ranks.
 //
-// *Direct* all-reduce (every rank's buffers from
-// Communicator::allocate_shared, at least kDirectMinBytes). Each rank
-// *arrives*: it publishes where its buffers are and waits for the others.
-// Then rank r reduces its *slice* (the r-th balanced part) straight from
-// every rank's input, in rank order, into rank 0's output, copies the result
-// to the other ranks' outputs, and *finishes*; it returns once every rank
-// has finished (peers write into its output and read its input until then).
-// No staging copy; each element is reduced once.
+// *Direct* all-reduce (at least kDirectMinBytes). Each rank *arrives*: it
+// publishes where its buffers are and waits for the others. Then rank r
+// reduces its *slice* (the r-th balanced part) of every rank's input, in rank
+// order, delivers the result to every rank's output, and *finishes*; it
+// returns once every rank has finished (peers write into its output and read
+// its input until then). Each element is reduced once, by one rank.
+//  - *Mapped*: every rank's buffers come from Communicator::allocate_shared;
+//    rank r reads and writes them in place. No copy at all.
+//  - *Cross-memory attach* (heap buffers below kCmaMaxBytes, when the kernel
+//    allows it): the slice's pieces of the peers' inputs come over by
+//    process_vm_readv into scratch, the result goes back by process_vm_writev.
 #include <atomic>
 #include <cstring>
 
@@ -38,6 +41,10 @@ constexpr size_t kControlBytes = 4096;
 constexpr size_t kHeaderBytes = 64;
 // Below this the arrival round trip costs more than the staging copy saves.
 constexpr size_t kDirectMinBytes = 16 << 10;
+// Cross-memory attach beats staging below this (measured, 2 ranks: 20 % at
+// 1 MiB, level at 4 MiB, 1.5-2x slower at 16 MiB where page pinning and the
+// kernel's copy dominate).
+constexpr size_t kCmaMaxBytes = 4 << 20;
 
 enum class Kind : uint8_t { allreduce = 1, reduce_scatter, allgather, broadcast };
 
@@ -72,6 +79,7 @@ struct Control {
   alignas(64) uint64_t arrived;  // the arrival number of this rank's latest direct-eligible call
   Call call;
   SharedRef input, output;        // fd -1: not in allocate_shared memory
+  uint64_t input_address, output_address;  // the same buffers in this rank's own process
   alignas(64) uint64_t finished;  // the arrival number of the last direct call this rank completed
 };
 static_assert(sizeof(Control) <= kControlBytes);
@@ -127,11 +135,13 @@ class Segments {
 
   // Publishes this call and its buffers and waits for every rank's; true
   // when every rank's buffers can be mapped (all ranks see the same answer).
-  bool arrive(const SharedRef* input, const SharedRef* output) {
+  bool arrive(const void* in, void* out, const SharedRef* input, const SharedRef* output) {
     arrival_ = ++self_->direct_calls;
     self_->call = call_;
     self_->input = input ? *input : SharedRef{};
     self_->output = output ? *output : SharedRef{};
+    self_->input_address = uint64_t(uintptr_t(in));
+    self_->output_address = uint64_t(uintptr_t(out));
     store_release(self_->arrived, arrival_);
     bool all = input && output;
     for (int p = 0; p < n_; ++p) {
@@ -148,6 +158,9 @@ class Segments {
   }
   std::byte* peer_input(int p) { return ch_.map_shared(p, control(p)->input); }
   std::byte* peer_output(int p) { return ch_.map_shared(p, control(p)->output); }
+  // The peer's buffers by its own addresses, for Channel::read_peer/write_peer.
+  const std::byte* peer_input_address(int p) const { return reinterpret_cast<const std::byte*>(control(p)->input_address); }
+  std::byte* peer_output_address(int p) const { return reinterpret_cast<std::byte*>(control(p)->output_address); }
   // Returns once every rank has finished the direct call it arrived for.
   void finish() {
     store_release(self_->finished, arrival_);
@@ -259,6 +272,36 @@ void direct_allreduce(Segments& s, const AllreduceArgs& a) {
   s.finish();
 }
 
+// The direct all-reduce by cross-memory attach: 3.5 bytes moved per byte
+// reduced instead of staging's 5, plus a system call per piece and peer.
+void cma_allreduce(Segments& s, Channel& ch, const AllreduceArgs& a) {
+  const int n = s.size(), r = s.rank();
+  const size_t esize = dtype_size(a.dtype), piece = s.chunk_bytes() / esize;
+  const bool inplace = a.input == a.output;
+  // Rank r >= 2 folding in place would overwrite its input before step r reads it.
+  const bool copy_own = inplace && r >= 2;
+  auto* scratch = static_cast<std::byte*>(ch.scratch(s.chunk_bytes() * size_t(n), 0));
+  const Range slice = balanced(a.count, size_t(n), size_t(r));
+  for (size_t begin = slice.begin; begin < slice.begin + slice.size; begin += piece) {
+    const size_t count = std::min(piece, slice.begin + slice.size - begin);
+    const size_t offset = begin * esize, bytes = count * esize;
+    for (int p = 0; p < n; ++p) {
+      std::byte* local = scratch + size_t(p) * s.chunk_bytes();
+      if (p != r) ch.read_peer(p, s.peer_input_address(p) + offset, local, bytes);
+      if (p == r && copy_own) std::memcpy(local, bytes_of(a.input) + offset, bytes);
+    }
+    auto piece_of = [&](int p) -> const std::byte* {
+      return p == r && !copy_own ? bytes_of(a.input) + offset : scratch + size_t(p) * s.chunk_bytes();
+    };
+    std::byte* result = bytes_of(a.output) + offset;
+    fold(s, a.dtype, a.op, result, piece_of, 0, count);
+    for (int p = 0; p < n; ++p) {
+      if (p != r) ch.write_peer(p, s.peer_output_address(p) + offset, result, bytes);
+    }
+  }
+  s.finish();
+}
+
 }  // namespace
 
 size_t shm_segment_bytes(size_t chunk_bytes) { return kControlBytes + kSlots * (kHeaderBytes + chunk_bytes); }
@@ -270,8 +313,12 @@ void shm_allreduce(Channel& ch, const AllreduceArgs& a, size_t chunk_bytes) {
   if (bytes >= kDirectMinBytes) {
     SharedRef input, output;
     const bool mine = ch.find_shared(a.input, bytes, input) && ch.find_shared(a.output, bytes, output);
-    if (s.arrive(mine ? &input : nullptr, mine ? &output : nullptr)) {
+    if (s.arrive(a.input, a.output, mine ? &input : nullptr, mine ? &output : nullptr)) {
       direct_allreduce(s, a);
+      return;
+    }
+    if (bytes < kCmaMaxBytes && ch.can_copy_peer()) {
+      cma_allreduce(s, ch, a);
       return;
     }
   }
