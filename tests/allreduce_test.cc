@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "multiprocess.h"
+#include "tandem/bench/buffers.h"
 #include "tandem/tandem.h"
 #include "typed_values.h"
 
@@ -37,33 +38,6 @@ void expect_identical(Communicator& comm, const std::vector<char>& out) {
   EXPECT_EQ(h[0], h[1]) << "ranks disagree bitwise";
 }
 
-// Buffers of `bytes`: heap vectors, or views of Communicator::allocate_shared memory.
-struct TestBuffers {
-  TestBuffers(Communicator& comm, size_t bytes, bool registered) : comm_(comm), registered_(registered) {
-    if (registered) {
-      in = static_cast<char*>(comm.allocate_shared(bytes));
-      out = static_cast<char*>(comm.allocate_shared(bytes));
-    } else {
-      heap_[0].resize(bytes);
-      heap_[1].resize(bytes);
-      in = heap_[0].data();
-      out = heap_[1].data();
-    }
-  }
-  ~TestBuffers() {
-    if (!registered_) return;
-    comm_.free_shared(in);
-    comm_.free_shared(out);
-  }
-  char* in;
-  char* out;
-
- private:
-  Communicator& comm_;
-  bool registered_;
-  std::vector<char> heap_[2];
-};
-
 int run_matrix(const CommOptions& o, const std::vector<size_t>& counts, bool registered = false) {
   auto comm = ring::connect(o);
   const int n = comm->size(), r = comm->rank();
@@ -71,7 +45,7 @@ int run_matrix(const CommOptions& o, const std::vector<size_t>& counts, bool reg
     for (DataType t : kAllDataTypes) {
       const size_t bytes = count * dtype_size(t);
       for (ReduceOp op : kAllReduceOps) {
-        TestBuffers buf(*comm, bytes + 1, registered);
+        bench::Buffers buf(*comm, bytes + 1, registered);
         std::vector<char> in(bytes + 1), out(bytes + 1);
         for (size_t i = 0; i < count; ++i) put(t, in.data(), i, input_value(op, t, r, i));
         std::copy(in.begin(), in.end(), buf.in);

@@ -31,6 +31,34 @@ std::string link_target(const char* path) {
 
 std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
+// A memfd of `bytes` mapped read-write here; fd -1 maps private anonymous memory instead.
+struct MappedFile {
+  int fd = -1;
+  std::byte* base = nullptr;
+};
+MappedFile map_new(bool shareable, const char* name, size_t bytes) {
+  MappedFile m;
+  const std::string what = std::string(name) + " (" + std::to_string(bytes) + " bytes): ";
+  if (shareable) {
+    m.fd = ::memfd_create(name, MFD_CLOEXEC);
+    if (m.fd < 0) throw Error(errno_text((what + "memfd_create").c_str()));
+    if (::ftruncate(m.fd, off_t(bytes)) != 0) {
+      const std::string why = errno_text((what + "ftruncate").c_str());
+      ::close(m.fd);
+      throw Error(why);
+    }
+  }
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, shareable ? MAP_SHARED : MAP_PRIVATE | MAP_ANONYMOUS,
+                   m.fd, 0);
+  if (p == MAP_FAILED) {
+    const std::string why = errno_text((what + "mmap").c_str());
+    if (m.fd >= 0) ::close(m.fd);
+    throw Error(why);
+  }
+  m.base = static_cast<std::byte*>(p);
+  return m;
+}
+
 }  // namespace
 
 std::string host_identity() {
@@ -43,20 +71,9 @@ std::string host_identity() {
 SharedSegmentSet::SharedSegmentSet(int rank, int size, size_t bytes) {
   view_.bytes = bytes;
   view_.segment.assign(size_t(size), nullptr);
-  fd_ = ::memfd_create("tandem-shm", MFD_CLOEXEC);
-  if (fd_ < 0) throw Error(errno_text("memfd_create"));
-  if (::ftruncate(fd_, off_t(bytes)) != 0) {
-    const std::string why = errno_text("ftruncate");
-    ::close(fd_);
-    throw Error(why);
-  }
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
-  if (p == MAP_FAILED) {
-    const std::string why = errno_text("mmap");
-    ::close(fd_);
-    throw Error(why);
-  }
-  view_.segment[size_t(rank)] = static_cast<std::byte*>(p);
+  const MappedFile m = map_new(true, "tandem-segment", bytes);
+  fd_ = m.fd;
+  view_.segment[size_t(rank)] = m.base;
   pids_.assign(size_t(size), 0);
   remote_address_.assign(size_t(size), 0);
 }
@@ -155,26 +172,10 @@ SharedAllocations::~SharedAllocations() {
 
 void* SharedAllocations::allocate(size_t bytes) {
   const size_t rounded = std::max(kPage, (bytes + kPage - 1) / kPage * kPage);
-  int fd = -1;
-  if (shareable_) {
-    fd = ::memfd_create("tandem-buffer", MFD_CLOEXEC);
-    if (fd < 0) throw Error(errno_text("allocate_shared: memfd_create"));
-    if (::ftruncate(fd, off_t(rounded)) != 0) {
-      const std::string why = errno_text("allocate_shared: ftruncate");
-      ::close(fd);
-      throw Error(why);
-    }
-  }
-  void* p = fd >= 0 ? ::mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
-                    : ::mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) {
-    const std::string why = errno_text("allocate_shared: mmap");
-    if (fd >= 0) ::close(fd);
-    throw Error(why + " (" + std::to_string(rounded) + " bytes)");
-  }
+  const MappedFile m = map_new(shareable_, "tandem-allocate_shared", rounded);
   std::lock_guard<std::mutex> lock(mu_);
-  mine_[static_cast<std::byte*>(p)] = Allocation{rounded, fd, next_serial_++};
-  return p;
+  mine_[m.base] = Allocation{rounded, m.fd, next_serial_++};
+  return m.base;
 }
 
 void SharedAllocations::deallocate(void* p) {
