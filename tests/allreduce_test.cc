@@ -94,6 +94,25 @@ TEST_P(AllreduceMatrix, RegisteredBuffers) {
   group.expect_success(600s);
 }
 
+// One rank with shared memory off: the others notice at once and use UCX too.
+TEST(Allreduce, OneRankWithoutSharedMemoryTurnsItOffForAll) {
+  RankGroup group(3, [](const CommOptions& base) {
+    CommOptions o = base;
+    o.shared_memory = o.rank != 1;
+    o.connect_timeout = 10s;
+    const auto t0 = Clock::now();
+    auto comm = ring::connect(o);
+    EXPECT_LT(Clock::now() - t0, 5s) << "a rank waited for rank 1's segment";
+    EXPECT_EQ(comm->transport_summary().find("shared memory"), std::string::npos) << comm->transport_summary();
+    std::vector<float> x(100000, float(comm->rank() + 1));
+    comm->allreduce(x.data(), x.size(), DataType::f32, ReduceOp::sum);
+    EXPECT_EQ(x[0], 6.0f);
+    EXPECT_EQ(x.back(), 6.0f);
+    return 0;
+  });
+  group.expect_success(60s);
+}
+
 // Ranks on one host map each other's segments and say so, unless told not to.
 TEST(Allreduce, RanksOnOneHostShareMemoryUnlessTurnedOff) {
   for (bool shared : {true, false}) {

@@ -440,20 +440,30 @@ void Communicator::Impl::connect() {
     ucx->connect(p, store->get(key("ucx/" + std::to_string(p)), deadline));
   }
   if (auto h = store->try_get(key("store_host"), deadline)) store_host_rank = std::atoi(h->c_str());
-  if (opts.shared_memory && algorithms->shared_bytes() > 0) map_shared_memory(deadline);
+  map_shared_memory(deadline);
   store_barrier("connected", deadline);
   transports = ucx->describe();
   if (shm) transports += " + shared memory";
 }
 
 // Every rank reaches the same verdict from the same store keys: all ranks on
-// this host and every segment mapped everywhere, or no shared memory at all.
+// this host, all willing, and every segment mapped everywhere; or no shared
+// memory at all. A rank that turned it off still answers, so the others
+// neither wait for it nor disagree with it.
 void Communicator::Impl::map_shared_memory(Deadline deadline) {
   const std::string me = std::to_string(opts.rank);
-  const std::string here = host_identity();
+  const bool willing = opts.shared_memory && algorithms->shared_bytes() > 0;
+  const std::string here = willing ? host_identity() : "off";
   store->set(key("shm/host/" + me), here, deadline);
+  if (!willing) return;
   for (int p = 0; p < opts.size; ++p) {
-    if (store->get(key("shm/host/" + std::to_string(p)), deadline) != here) return;  // ranks span hosts
+    const std::string theirs = store->get(key("shm/host/" + std::to_string(p)), deadline);
+    if (theirs != here) {  // ranks span hosts, or one turned shared memory off
+      if (opts.rank == 0 && theirs == "off") {
+        spdlog::warn("tandem: rank {} has shared memory off (TANDEM_SHM=0); every rank goes through UCX only", p);
+      }
+      return;
+    }
   }
   std::string why;
   try {
