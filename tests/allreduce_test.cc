@@ -83,7 +83,12 @@ TEST_P(AllreduceMatrix, OverUcxOnly) {
   if (n == 1 || n == 4) GTEST_SKIP() << "world sizes 2 and 3 cover the UCX path";
   CommOptions base;
   base.shared_memory = false;
-  RankGroup group(n, [](const CommOptions& o) { return run_matrix(o, {1, 7, (size_t(1) << 20) + 3}); }, base);
+  RankGroup group(
+      n,
+      [](const CommOptions& o) {
+        return run_matrix(o, {1, 7, (size_t(1) << 20) + 3});
+      },
+      base);
   group.expect_success(600s);
 }
 
@@ -94,23 +99,28 @@ TEST_P(AllreduceMatrix, RegisteredBuffers) {
   group.expect_success(600s);
 }
 
-// One rank with shared memory off: the others notice at once and use UCX too.
+// One rank with shared memory off, or sized differently (slots would not
+// line up): the others notice at once and use UCX too.
 TEST(Allreduce, OneRankWithoutSharedMemoryTurnsItOffForAll) {
-  RankGroup group(3, [](const CommOptions& base) {
-    CommOptions o = base;
-    o.shared_memory = o.rank != 1;
-    o.connect_timeout = 10s;
-    const auto t0 = Clock::now();
-    auto comm = ring::connect(o);
-    EXPECT_LT(Clock::now() - t0, 5s) << "a rank waited for rank 1's segment";
-    EXPECT_EQ(comm->transport_summary().find("shared memory"), std::string::npos) << comm->transport_summary();
-    std::vector<float> x(100000, float(comm->rank() + 1));
-    comm->allreduce(x.data(), x.size(), DataType::f32, ReduceOp::sum);
-    EXPECT_EQ(x[0], 6.0f);
-    EXPECT_EQ(x.back(), 6.0f);
-    return 0;
-  });
-  group.expect_success(60s);
+  for (bool off : {true, false}) {
+    SCOPED_TRACE(off ? "rank 1 has it off" : "rank 1 has other chunks");
+    RankGroup group(3, [off](const CommOptions& base) {
+      CommOptions o = base;
+      if (o.rank == 1 && off) o.shared_memory = false;
+      if (o.rank == 1 && !off) o.shm_chunk_bytes = 65536;
+      o.connect_timeout = 10s;
+      const auto t0 = Clock::now();
+      auto comm = ring::connect(o);
+      EXPECT_LT(Clock::now() - t0, 5s) << "a rank waited for rank 1's segment";
+      EXPECT_EQ(comm->transport_summary().find("shared memory"), std::string::npos) << comm->transport_summary();
+      std::vector<float> x(100000, float(comm->rank() + 1));
+      comm->allreduce(x.data(), x.size(), DataType::f32, ReduceOp::sum);
+      EXPECT_EQ(x[0], 6.0f);
+      EXPECT_EQ(x.back(), 6.0f);
+      return 0;
+    });
+    group.expect_success(60s);
+  }
 }
 
 // Ranks on one host map each other's segments and say so, unless told not to.
@@ -137,7 +147,12 @@ TEST(Allreduce, CountsBelowWorldSizeAndOddPipelines) {
   base.segment_bytes = 4096;  // many segments per chunk: exercises the pipeline window
   base.segments_in_flight = 3;
   base.algorithm = "ring";  // small counts would otherwise take recursive doubling
-  RankGroup group(3, [](const CommOptions& o) { return run_matrix(o, {2, 3, 5, 4099, 100003}); }, base);
+  RankGroup group(
+      3,
+      [](const CommOptions& o) {
+        return run_matrix(o, {2, 3, 5, 4099, 100003});
+      },
+      base);
   group.expect_success(300s);
 }
 
@@ -146,7 +161,12 @@ TEST(Allreduce, RecursiveDoublingForcedOnOddWorlds) {
   for (int n : {3, 5}) {
     CommOptions base;
     base.algorithm = "recursive_doubling";
-    RankGroup group(n, [](const CommOptions& o) { return run_matrix(o, {1, 7, 100003}); }, base);
+    RankGroup group(
+        n,
+        [](const CommOptions& o) {
+          return run_matrix(o, {1, 7, 100003});
+        },
+        base);
     group.expect_success(300s);
   }
 }
@@ -210,38 +230,44 @@ TEST(Allreduce, AbortUnblocksAPendingCall) {
 TEST(Allreduce, TimeoutIsTypedAndSticky) {
   CommOptions base;
   base.timeout = 500ms;
-  RankGroup group(2, [](const CommOptions& o) {
-    auto comm = ring::connect(o);
-    float x = 1;
-    if (comm->rank() == 1) {
-      std::this_thread::sleep_for(2s);  // never calls the collective
-      return 0;
-    }
-    auto t0 = Clock::now();
-    EXPECT_THROW(comm->allreduce(&x, 1, DataType::f32, ReduceOp::sum), Timeout);
-    EXPECT_LT(Clock::now() - t0, 3s);
-    EXPECT_THROW(comm->allreduce(&x, 1, DataType::f32, ReduceOp::sum), Timeout);
-    return 0;
-  }, base);
+  RankGroup group(
+      2,
+      [](const CommOptions& o) {
+        auto comm = ring::connect(o);
+        float x = 1;
+        if (comm->rank() == 1) {
+          std::this_thread::sleep_for(2s);  // never calls the collective
+          return 0;
+        }
+        auto t0 = Clock::now();
+        EXPECT_THROW(comm->allreduce(&x, 1, DataType::f32, ReduceOp::sum), Timeout);
+        EXPECT_LT(Clock::now() - t0, 3s);
+        EXPECT_THROW(comm->allreduce(&x, 1, DataType::f32, ReduceOp::sum), Timeout);
+        return 0;
+      },
+      base);
   group.expect_success(60s);
 }
 
 TEST(Allreduce, MismatchedCountsFailWithAClearError) {
   CommOptions base;
   base.timeout = 5s;
-  RankGroup group(2, [](const CommOptions& o) {
-    auto comm = ring::connect(o);
-    std::vector<float> x(comm->rank() == 0 ? 100 : 200, 1.0f);
-    try {
-      comm->allreduce(x.data(), x.size(), DataType::f32, ReduceOp::sum);
-      ADD_FAILURE() << "mismatched all-reduce succeeded";
-    } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find("mismatch"), std::string::npos) << e.what();
-    } catch (const Timeout&) {
-      // the rank that only sends may merely time out
-    }
-    return 0;
-  }, base);
+  RankGroup group(
+      2,
+      [](const CommOptions& o) {
+        auto comm = ring::connect(o);
+        std::vector<float> x(comm->rank() == 0 ? 100 : 200, 1.0f);
+        try {
+          comm->allreduce(x.data(), x.size(), DataType::f32, ReduceOp::sum);
+          ADD_FAILURE() << "mismatched all-reduce succeeded";
+        } catch (const InvalidArgument& e) {
+          EXPECT_NE(std::string(e.what()).find("mismatch"), std::string::npos) << e.what();
+        } catch (const Timeout&) {
+          // the rank that only sends may merely time out
+        }
+        return 0;
+      },
+      base);
   group.expect_success(60s);
 }
 
@@ -255,31 +281,34 @@ TEST(Allreduce, MismatchedCollectivesNeverMixData) {
     CommOptions base;
     base.timeout = 1s;
     base.shared_memory = shared;
-    RankGroup group(2, [shared](const CommOptions& o) {
-      auto comm = ring::connect(o);
-      std::vector<float> x(1024, float(comm->rank() + 1));
-      try {
-        if (comm->rank() == 0) {
-          comm->allreduce(x.data(), x.size(), DataType::f32, ReduceOp::sum);
-        } else {
-          comm->broadcast(x.data(), x.size(), DataType::f32, 0);  // a receiver here: it waits too
-        }
-        ADD_FAILURE() << "a mismatched collective completed";
-      } catch (const Timeout& e) {
-        EXPECT_FALSE(shared && comm->rank() == 1) << "rank 1 reads rank 0's slot and should know: " << e.what();
-        EXPECT_NE(std::string(e.what()).find("same collectives"), std::string::npos) << e.what();
-      } catch (const InvalidArgument& e) {
-        EXPECT_TRUE(shared) << e.what();
-        EXPECT_NE(std::string(e.what()).find("rank 0 called allreduce(1024 x f32, sum) while rank 1 called "
-                                             "broadcast(1024 x f32, root 0)"),
-                  std::string::npos)
-            << e.what();
-      } catch (const PeerFailure& e) {
-        // Rank 0 waits in vain; rank 1 may have left by then.
-        EXPECT_TRUE(shared && comm->rank() == 0) << e.what();
-      }
-      return 0;
-    }, base);
+    RankGroup group(
+        2,
+        [shared](const CommOptions& o) {
+          auto comm = ring::connect(o);
+          std::vector<float> x(1024, float(comm->rank() + 1));
+          try {
+            if (comm->rank() == 0) {
+              comm->allreduce(x.data(), x.size(), DataType::f32, ReduceOp::sum);
+            } else {
+              comm->broadcast(x.data(), x.size(), DataType::f32, 0);  // a receiver here: it waits too
+            }
+            ADD_FAILURE() << "a mismatched collective completed";
+          } catch (const Timeout& e) {
+            EXPECT_FALSE(shared && comm->rank() == 1) << "rank 1 reads rank 0's slot and should know: " << e.what();
+            EXPECT_NE(std::string(e.what()).find("same collectives"), std::string::npos) << e.what();
+          } catch (const InvalidArgument& e) {
+            EXPECT_TRUE(shared) << e.what();
+            EXPECT_NE(std::string(e.what()).find("rank 0 called allreduce(1024 x f32, sum) while rank 1 called "
+                                                 "broadcast(1024 x f32, root 0)"),
+                      std::string::npos)
+                << e.what();
+          } catch (const PeerFailure& e) {
+            // Rank 0 waits in vain; rank 1 may have left by then.
+            EXPECT_TRUE(shared && comm->rank() == 0) << e.what();
+          }
+          return 0;
+        },
+        base);
     group.expect_success(60s);
   }
 }
@@ -320,9 +349,7 @@ class AllreduceFull : public ::testing::TestWithParam<int> {};
 
 TEST_P(AllreduceFull, DISABLED_LargeCountsManyRanks) {
   const int n = GetParam();
-  RankGroup group(n, [](const CommOptions& o) {
-    return run_matrix(o, {(size_t(1) << 22) + 5, 999983, 1023});
-  });
+  RankGroup group(n, [](const CommOptions& o) { return run_matrix(o, {(size_t(1) << 22) + 5, 999983, 1023}); });
   group.expect_success(1800s);
 }
 

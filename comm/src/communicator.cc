@@ -453,17 +453,23 @@ void Communicator::Impl::connect() {
 void Communicator::Impl::map_shared_memory(Deadline deadline) {
   const std::string me = std::to_string(opts.rank);
   const bool willing = opts.shared_memory && algorithms->shared_bytes() > 0;
-  const std::string here = willing ? host_identity() : "off";
+  // Segment sizes must agree too: they fix where every slot lies.
+  const std::string sized = std::to_string(algorithms->shared_bytes()) + "@";
+  const std::string here = willing ? sized + host_identity() : "off";
   store->set(key("shm/host/" + me), here, deadline);
   if (!willing) return;
   for (int p = 0; p < opts.size; ++p) {
     const std::string theirs = store->get(key("shm/host/" + std::to_string(p)), deadline);
-    if (theirs != here) {  // ranks span hosts, or one turned shared memory off
-      if (opts.rank == 0 && theirs == "off") {
-        spdlog::warn("tandem: rank {} has shared memory off (TANDEM_SHM=0); every rank goes through UCX only", p);
-      }
-      return;
+    if (theirs == here) continue;
+    // Ranks span hosts, or one turned shared memory off or sized it differently.
+    const auto at = theirs.find('@');
+    if (opts.rank == 0 && theirs == "off") {
+      spdlog::warn("tandem: rank {} has shared memory off (TANDEM_SHM=0); every rank goes through UCX only", p);
+    } else if (opts.rank == 0 && at != std::string::npos && theirs.substr(at) == here.substr(sized.size() - 1)) {
+      spdlog::warn("tandem: rank {} sizes its shared segment differently (TANDEM_SHM_CHUNK_BYTES must agree); "
+                   "every rank goes through UCX only", p);
     }
+    return;
   }
   std::string why;
   try {
