@@ -86,7 +86,13 @@ class MemoryChannel final : public Channel {
     std::this_thread::yield();
   }
   // One address space: a reference is the address itself.
+  // Every buffer counts as allocate_shared memory.
+  void register_everything() { everything_ = true; }
   bool find_shared(const void* p, size_t bytes, SharedRef& out) const override {
+    if (everything_ && shared_) {
+      out = SharedRef{1, 1, 0, bytes, reinterpret_cast<uint64_t>(p)};
+      return true;
+    }
     for (auto [start, size] : registered_) {
       auto* b = static_cast<const char*>(start);
       auto* q = static_cast<const char*>(p);
@@ -125,6 +131,7 @@ class MemoryChannel final : public Channel {
   const SharedSegments* shared_;
   std::vector<std::pair<const void*, size_t>> registered_;
   bool copy_peer_ = false;
+  bool everything_ = false;
   Clock::time_point idle_since_{};
   std::vector<Recv> recvs_;
   std::vector<std::vector<char>> scratch_;

@@ -22,7 +22,11 @@ using Bytes = std::vector<char>;
 
 // Runs body(rank, channel) on one thread per rank around a fresh mailbox and
 // fails the test with each rank's exception, if any.
-void run_ranks(int n, const std::function<void(int, Channel&)>& body, const SharedSegments* shared = nullptr) {
+// How shared-memory collectives may reach peers' buffers.
+enum class Reach { staged, copy_peer, registered };
+
+void run_ranks(int n, const std::function<void(int, Channel&)>& body, const SharedSegments* shared = nullptr,
+               Reach reach = Reach::staged) {
   Mailbox box;
   std::vector<std::string> errors(n);
   std::vector<std::thread> threads;
@@ -30,6 +34,8 @@ void run_ranks(int n, const std::function<void(int, Channel&)>& body, const Shar
     threads.emplace_back([&, r] {
       try {
         MemoryChannel ch(box, r, n, shared);
+        if (reach == Reach::copy_peer) ch.allow_copy_peer();
+        if (reach == Reach::registered) ch.register_everything();
         body(r, ch);
       } catch (const std::exception& e) {
         errors[r] = e.what();
@@ -59,11 +65,13 @@ struct Shape {
   size_t segment_bytes;  // shared memory: its chunk bytes
   int in_flight;
   bool shared = false;  // through shared segments instead of messages
+  Reach reach = Reach::staged;
 };
 
 std::string shape_name(const ::testing::TestParamInfo<Shape>& info) {
   const Shape& s = info.param;
-  return std::string(s.shared ? "shm_" : "") + "n" + std::to_string(s.ranks) + "_c" + std::to_string(s.count) + "_s" +
+  const char* reach[] = {"", "cma_", "registered_"};
+  return std::string(s.shared ? "shm_" : "") + reach[int(s.reach)] + "n" + std::to_string(s.ranks) + "_c" + std::to_string(s.count) + "_s" +
          std::to_string(s.segment_bytes) + "_w" + std::to_string(s.in_flight);
 }
 
@@ -83,6 +91,11 @@ std::vector<Shape> shapes() {
   }
   v.push_back({3, 100003, 4096, 0, true});
   v.push_back({2, 100003, 1 << 20, 0, true});
+  for (Reach reach : {Reach::copy_peer, Reach::registered}) {
+    for (int n : {2, 3, 5}) {
+      for (size_t count : {7, 4099, 100003}) v.push_back({n, count, 4096, 0, true, reach});
+    }
+  }
   return v;
 }
 
@@ -113,7 +126,7 @@ class Collectives : public ::testing::TestWithParam<Shape> {
   }
   std::shared_ptr<Algorithms> algos() const { return algorithms_; }
   void run_ranks(int n, const std::function<void(int, Channel&)>& body) {
-    testing::run_ranks(n, body, segments_ ? segments_->view() : nullptr);
+    testing::run_ranks(n, body, segments_ ? segments_->view() : nullptr, GetParam().reach);
   }
 
  private:

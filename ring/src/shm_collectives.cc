@@ -16,17 +16,20 @@
 //    g - kSlots, which freed the slot. It stages one chunk ahead of the one
 //    it consumes, so copying and reducing overlap across ranks.
 //
-// *Direct* all-reduce (at least kDirectMinBytes). Each rank *arrives*: it
-// publishes where its buffers are and waits for the others. Then rank r
-// reduces its *slice* (the r-th balanced part) of every rank's input, in rank
-// order, delivers the result to every rank's output, and *finishes*; it
-// returns once every rank has finished (peers write into its output and read
-// its input until then). Each element is reduced once, by one rank.
-//  - *Mapped*: every rank's buffers come from Communicator::allocate_shared;
-//    rank r reads and writes them in place. No copy at all.
-//  - *Cross-memory attach* (heap buffers below kCmaMaxBytes, when the kernel
-//    allows it): the slice's pieces of the peers' inputs come over by
-//    process_vm_readv into scratch, the result goes back by process_vm_writev.
+// *Direct* (at least kDirectMinBytes). Each rank *arrives*: it publishes
+// where its buffers are and waits for the others. Then every rank reads what
+// it needs straight from the others' inputs, and *finishes*; it returns once
+// every rank has finished (peers read its input, and for the all-reduce write
+// its output, until then).
+//  - All-reduce: rank r reduces its *slice* (the r-th balanced part) of every
+//    rank's input, in rank order, and delivers it to every rank's output, so
+//    each element is reduced once, by one rank. Reduce-scatter: rank r folds
+//    its block from every rank's input. Allgather and broadcast: one copy.
+//  - *Mapped*: the buffers come from Communicator::allocate_shared (every
+//    rank's; broadcast: the root's); ranks read and write them in place.
+//  - *Cross-memory attach* (other buffers, below kCmaMaxBytes, when the
+//    kernel allows it): process_vm_readv from the peers' inputs (and
+//    process_vm_writev into their outputs for the all-reduce).
 #include <atomic>
 #include <cstring>
 
@@ -133,9 +136,9 @@ class Segments {
     }
   }
 
-  // Publishes this call and its buffers and waits for every rank's; true
-  // when every rank's buffers can be mapped (all ranks see the same answer).
-  bool arrive(const void* in, void* out, const SharedRef* input, const SharedRef* output) {
+  // Publishes this call and its buffers and waits for every rank's; then
+  // every rank sees the same answers from registered().
+  void arrive(const void* in, void* out, const SharedRef* input, const SharedRef* output) {
     arrival_ = ++self_->direct_calls;
     self_->call = call_;
     self_->input = input ? *input : SharedRef{};
@@ -143,7 +146,6 @@ class Segments {
     self_->input_address = uint64_t(uintptr_t(in));
     self_->output_address = uint64_t(uintptr_t(out));
     store_release(self_->arrived, arrival_);
-    bool all = input && output;
     for (int p = 0; p < n_; ++p) {
       if (p == r_) continue;
       const Control* c = control(p);
@@ -152,9 +154,19 @@ class Segments {
         return load_acquire(h->stamp) == self_->next + 1 ? &h->call : nullptr;
       });
       check_same_call(p, c->call);
-      all = all && c->input.fd >= 0 && c->output.fd >= 0;
     }
-    return all;
+  }
+  // After arrive(): rank p's input (and output) lie in allocate_shared memory;
+  // p < 0: every rank's.
+  bool registered(int p, bool output_too) const {
+    if (p < 0) {
+      for (int q = 0; q < n_; ++q) {
+        if (!registered(q, output_too)) return false;
+      }
+      return true;
+    }
+    const Control* c = control(p);
+    return c->input.fd >= 0 && (!output_too || c->output.fd >= 0);
   }
   std::byte* peer_input(int p) { return ch_.map_shared(p, control(p)->input); }
   std::byte* peer_output(int p) { return ch_.map_shared(p, control(p)->output); }
@@ -248,6 +260,34 @@ void fold(const Segments& s, DataType dtype, ReduceOp op, void* dst, SlotOf& slo
 
 size_t chunks_for(size_t count, size_t per_chunk) { return (count + per_chunk - 1) / per_chunk; }
 
+// How a direct call reaches the peers' buffers.
+enum class Reach { staged, mapped, cross_memory };
+
+// Arrives when `bytes` make a direct call worth it and says how it can run:
+// mapped when `registrant`'s buffers (every rank's if < 0; outputs too if
+// asked) lie in allocate_shared memory, else by cross-memory attach below
+// kCmaMaxBytes, else staged.
+Reach arrive_direct(Segments& s, Channel& ch, size_t bytes, const void* in, size_t in_bytes, void* out,
+                    size_t out_bytes, int registrant, bool outputs_too) {
+  if (bytes < kDirectMinBytes) return Reach::staged;
+  SharedRef input, output;
+  const bool in_ok = in && ch.find_shared(in, in_bytes, input);
+  const bool out_ok = outputs_too && ch.find_shared(out, out_bytes, output);
+  s.arrive(in, out, in_ok ? &input : nullptr, out_ok ? &output : nullptr);
+  if (s.registered(registrant, outputs_too)) return Reach::mapped;
+  if (bytes < kCmaMaxBytes && ch.can_copy_peer()) return Reach::cross_memory;
+  return Reach::staged;
+}
+
+// Copies from a peer's input, `offset` bytes in: through the mapping or by cross-memory attach.
+void read_input(Segments& s, Channel& ch, Reach reach, int p, size_t offset, void* dst, size_t bytes) {
+  if (reach == Reach::mapped) {
+    std::memcpy(dst, s.peer_input(p) + offset, bytes);
+  } else {
+    ch.read_peer(p, s.peer_input_address(p) + offset, dst, bytes);
+  }
+}
+
 void direct_allreduce(Segments& s, const AllreduceArgs& a) {
   const int n = s.size();
   const size_t esize = dtype_size(a.dtype);
@@ -302,6 +342,49 @@ void cma_allreduce(Segments& s, Channel& ch, const AllreduceArgs& a) {
   s.finish();
 }
 
+// Rank r folds its block straight from every rank's input, piece by piece.
+void direct_reduce_scatter(Segments& s, Channel& ch, const ReduceScatterArgs& a, Reach reach) {
+  const int n = s.size(), r = s.rank();
+  const size_t esize = dtype_size(a.dtype), piece = s.chunk_bytes() / esize;
+  const size_t block = size_t(r) * a.count * esize;  // where block r starts in every input
+  // Rank r >= 2 folding in place would overwrite its input before step r reads it.
+  const bool copy_own = bytes_of(a.output) == bytes_of(a.input) + block && r >= 2;
+  auto* scratch = static_cast<std::byte*>(ch.scratch(s.chunk_bytes() * size_t(n), 0));
+  for (size_t begin = 0; begin < a.count; begin += piece) {
+    const size_t count = std::min(piece, a.count - begin);
+    const size_t offset = block + begin * esize, bytes = count * esize;
+    std::vector<const std::byte*> src(static_cast<size_t>(n));
+    for (int p = 0; p < n; ++p) {
+      std::byte* local = scratch + size_t(p) * s.chunk_bytes();
+      if (p == r) {
+        if (copy_own) std::memcpy(local, bytes_of(a.input) + offset, bytes);
+        src[p] = copy_own ? local : bytes_of(a.input) + offset;
+      } else if (reach == Reach::mapped) {
+        src[p] = s.peer_input(p) + offset;
+      } else {
+        ch.read_peer(p, s.peer_input_address(p) + offset, local, bytes);
+        src[p] = local;
+      }
+    }
+    auto piece_of = [&](int p) { return src[p]; };
+    fold(s, a.dtype, a.op, bytes_of(a.output) + begin * esize, piece_of, 0, count);
+  }
+  s.finish();
+}
+
+void direct_allgather(Segments& s, Channel& ch, const AllgatherArgs& a, Reach reach) {
+  const size_t block = a.count * dtype_size(a.dtype);
+  for (int p = 0; p < s.size(); ++p) {
+    if (p != s.rank()) read_input(s, ch, reach, p, 0, bytes_of(a.output) + size_t(p) * block, block);
+  }
+  s.finish();
+}
+
+void direct_broadcast(Segments& s, Channel& ch, const BroadcastArgs& a, Reach reach) {
+  if (s.rank() != a.root) read_input(s, ch, reach, a.root, 0, a.output, a.count * dtype_size(a.dtype));
+  s.finish();
+}
+
 }  // namespace
 
 size_t shm_segment_bytes(size_t chunk_bytes) { return kControlBytes + kSlots * (kHeaderBytes + chunk_bytes); }
@@ -310,17 +393,13 @@ void shm_allreduce(Channel& ch, const AllreduceArgs& a, size_t chunk_bytes) {
   if (a.count == 0) return;
   Segments s(ch, chunk_bytes, call_of(Kind::allreduce, a.count, a.dtype, a.op));
   const size_t esize = dtype_size(a.dtype), bytes = a.count * esize;
-  if (bytes >= kDirectMinBytes) {
-    SharedRef input, output;
-    const bool mine = ch.find_shared(a.input, bytes, input) && ch.find_shared(a.output, bytes, output);
-    if (s.arrive(a.input, a.output, mine ? &input : nullptr, mine ? &output : nullptr)) {
-      direct_allreduce(s, a);
-      return;
-    }
-    if (bytes < kCmaMaxBytes && ch.can_copy_peer()) {
-      cma_allreduce(s, ch, a);
-      return;
-    }
+  switch (arrive_direct(s, ch, bytes, a.input, bytes, a.output, bytes, -1, true)) {
+    case Reach::mapped:
+      return direct_allreduce(s, a);
+    case Reach::cross_memory:
+      return cma_allreduce(s, ch, a);
+    case Reach::staged:
+      break;
   }
   const size_t per_chunk = chunk_bytes / esize;
   s.staged(
@@ -339,7 +418,9 @@ void shm_allreduce(Channel& ch, const AllreduceArgs& a, size_t chunk_bytes) {
 void shm_reduce_scatter(Channel& ch, const ReduceScatterArgs& a, size_t chunk_bytes) {
   if (a.count == 0) return;
   Segments s(ch, chunk_bytes, call_of(Kind::reduce_scatter, a.count, a.dtype, a.op));
-  const size_t n = size_t(s.size()), esize = dtype_size(a.dtype);
+  const size_t n = size_t(s.size()), esize = dtype_size(a.dtype), bytes = n * a.count * esize;
+  const Reach reach = arrive_direct(s, ch, bytes, a.input, bytes, a.output, 0, -1, false);
+  if (reach != Reach::staged) return direct_reduce_scatter(s, ch, a, reach);
   const size_t per_block = std::max<size_t>(1, chunk_bytes / esize / n);
   s.staged(
       chunks_for(a.count, per_block), -1,
@@ -359,9 +440,11 @@ void shm_reduce_scatter(Channel& ch, const ReduceScatterArgs& a, size_t chunk_by
 void shm_allgather(Channel& ch, const AllgatherArgs& a, size_t chunk_bytes) {
   if (a.count == 0) return;
   Segments s(ch, chunk_bytes, call_of(Kind::allgather, a.count, a.dtype));
-  const size_t esize = dtype_size(a.dtype), per_chunk = chunk_bytes / esize;
-  std::byte* own_block = bytes_of(a.output) + size_t(s.rank()) * a.count * esize;
-  if (bytes_of(a.input) != own_block) std::memcpy(own_block, a.input, a.count * esize);
+  const size_t esize = dtype_size(a.dtype), per_chunk = chunk_bytes / esize, block = a.count * esize;
+  std::byte* own_block = bytes_of(a.output) + size_t(s.rank()) * block;
+  if (bytes_of(a.input) != own_block) std::memcpy(own_block, a.input, block);
+  const Reach reach = arrive_direct(s, ch, block * size_t(s.size()), a.input, block, a.output, 0, -1, false);
+  if (reach != Reach::staged) return direct_allgather(s, ch, a, reach);
   s.staged(
       chunks_for(a.count, per_chunk), -1,
       [&](size_t i, std::byte* slot) {
@@ -382,6 +465,9 @@ void shm_broadcast(Channel& ch, const BroadcastArgs& a, size_t chunk_bytes) {
   const size_t esize = dtype_size(a.dtype), per_chunk = chunk_bytes / esize;
   const bool root = s.rank() == a.root;
   if (root && a.input != a.output) std::memcpy(a.output, a.input, a.count * esize);
+  const size_t bytes = a.count * esize;
+  const Reach reach = arrive_direct(s, ch, bytes, root ? a.input : nullptr, bytes, a.output, 0, a.root, false);
+  if (reach != Reach::staged) return direct_broadcast(s, ch, a, reach);
   s.staged(
       chunks_for(a.count, per_chunk), a.root,
       [&](size_t i, std::byte* slot) {
