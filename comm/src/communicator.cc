@@ -443,7 +443,7 @@ void Communicator::Impl::connect() {
   map_shared_memory(deadline);
   store_barrier("connected", deadline);
   transports = ucx->describe();
-  if (shm) transports += " + shared memory";
+  if (shm) transports += cma ? " + shared memory, cross-memory attach" : " + shared memory";
 }
 
 // Every rank reaches the same verdict from the same store keys: all ranks on

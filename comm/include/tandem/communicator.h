@@ -202,7 +202,8 @@ class Communicator {
   bool aborted() const;
 
   // The UCX transports in use, e.g. "sysv/memory cma/memory" (for logs and
-  // `tandem info`), plus "+ shared memory" when the ranks map each other's segments.
+  // `tandem info`), plus "+ shared memory" when the ranks map each other's
+  // segments (", cross-memory attach" when they may also copy by address).
   std::string transport_summary() const;
 
   struct Impl;
