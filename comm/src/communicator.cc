@@ -633,6 +633,10 @@ bool Communicator::Impl::finalize_barrier(Deadline deadline) {
 
 // ---- Communicator ----------------------------------------------------------
 
+bool ranks_outnumber_cores(const CommOptions& options) {
+  return options.local_size > int(std::thread::hardware_concurrency());
+}
+
 Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 std::unique_ptr<Communicator> Communicator::create(const CommOptions& options, std::shared_ptr<Algorithms> algorithms) {
@@ -652,7 +656,7 @@ std::unique_ptr<Communicator> Communicator::create(const CommOptions& options, s
   auto impl = std::make_unique<Impl>();
   impl->opts = options;
   impl->algorithms = std::move(algorithms);
-  impl->oversubscribed = options.local_size > int(std::thread::hardware_concurrency());
+  impl->oversubscribed = ranks_outnumber_cores(options);
   if (options.size > 1) impl->connect();
   impl->allocations = std::make_unique<SharedAllocations>(impl->shm != nullptr);
   Impl* raw = impl.get();

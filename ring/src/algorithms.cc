@@ -97,6 +97,9 @@ RingOptions ring_options(const CommOptions& options) {
   r.allreduce = parse_allreduce_algorithm(options.algorithm);
   r.shared_memory = options.shared_memory;
   r.shm_chunk_bytes = options.shm_chunk_bytes;
+  if (r.shm_chunk_bytes == 0) {
+    r.shm_chunk_bytes = ranks_outnumber_cores(options) ? 1 << 20 : 256 << 10;
+  }
   return r;
 }
 

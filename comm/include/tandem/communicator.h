@@ -48,8 +48,10 @@ struct CommOptions {
   // When every rank runs on this host, map each other's memory and run
   // all-reduces through it instead of UCX messages (TANDEM_SHM=0 turns it off).
   bool shared_memory = true;
-  // Pipeline chunk of the shared-memory all-reduce (TANDEM_SHM_CHUNK_BYTES).
-  size_t shm_chunk_bytes = 256 << 10;
+  // Pipeline chunk of the shared-memory collectives (TANDEM_SHM_CHUNK_BYTES);
+  // 0 = 256 KiB, or 1 MiB when ranks outnumber cores (fewer synchronisations
+  // for ranks that must take turns; measured steadier there).
+  size_t shm_chunk_bytes = 0;
   // How often a waiting rank asks the store whether some rank died. The store
   // learns of a death when the rank's connection drops, on any transport.
   std::chrono::milliseconds failure_poll{std::chrono::milliseconds(200)};
@@ -66,6 +68,10 @@ struct CommOptions {
   // The user set UCX_NET_DEVICES: interface selection still runs and reports, but leaves UCX alone.
   bool ucx_net_devices_pinned = false;
 };
+
+// More ranks on this host than cores: waiting ranks must yield soon, and
+// shared-memory chunks grow.
+bool ranks_outnumber_cores(const CommOptions& options);
 
 struct CollectiveOptions {
   std::optional<std::chrono::milliseconds> timeout;  // default: CommOptions::timeout
