@@ -27,7 +27,7 @@
 //    its block from every rank's input. Allgather and broadcast: one copy.
 //  - *Mapped*: the buffers come from Communicator::allocate_shared (every
 //    rank's; broadcast: the root's); ranks read and write them in place.
-//  - *Cross-memory attach* (other buffers, below kCmaMaxBytes, when the
+//  - *Cross-memory attach* (other buffers, kCmaMinBytes to kCmaMaxBytes, when the
 //    kernel allows it): process_vm_readv from the peers' inputs (and
 //    process_vm_writev into their outputs for the all-reduce).
 #include <atomic>
@@ -44,9 +44,11 @@ constexpr size_t kControlBytes = 4096;
 constexpr size_t kHeaderBytes = 64;
 // Below this the arrival round trip costs more than the staging copy saves.
 constexpr size_t kDirectMinBytes = 16 << 10;
-// Cross-memory attach beats staging below this (measured, 2 ranks: 20 % at
-// 1 MiB, level at 4 MiB, 1.5-2x slower at 16 MiB where page pinning and the
-// kernel's copy dominate).
+// Cross-memory attach beats staging between these (measured, 2 ranks: its
+// system calls cost 2 us more at 16 KiB, level at 32 KiB, 20-30 % ahead from
+// 64 KiB to 1 MiB, level at 4 MiB, 1.5-2x slower at 16 MiB where page pinning
+// and the kernel's copy dominate).
+constexpr size_t kCmaMinBytes = 32 << 10;
 constexpr size_t kCmaMaxBytes = 4 << 20;
 
 enum class Kind : uint8_t { allreduce = 1, reduce_scatter, allgather, broadcast };
@@ -265,8 +267,8 @@ enum class Reach { staged, mapped, cross_memory };
 
 // Arrives when `bytes` make a direct call worth it and says how it can run:
 // mapped when `registrant`'s buffers (every rank's if < 0; outputs too if
-// asked) lie in allocate_shared memory, else by cross-memory attach below
-// kCmaMaxBytes, else staged.
+// asked) lie in allocate_shared memory, else by cross-memory attach from
+// kCmaMinBytes to kCmaMaxBytes, else staged.
 Reach arrive_direct(Segments& s, Channel& ch, size_t bytes, const void* in, size_t in_bytes, void* out,
                     size_t out_bytes, int registrant, bool outputs_too) {
   if (bytes < kDirectMinBytes) return Reach::staged;
@@ -275,7 +277,7 @@ Reach arrive_direct(Segments& s, Channel& ch, size_t bytes, const void* in, size
   const bool out_ok = outputs_too && ch.find_shared(out, out_bytes, output);
   s.arrive(in, out, in_ok ? &input : nullptr, out_ok ? &output : nullptr);
   if (s.registered(registrant, outputs_too)) return Reach::mapped;
-  if (bytes < kCmaMaxBytes && ch.can_copy_peer()) return Reach::cross_memory;
+  if (bytes >= kCmaMinBytes && bytes < kCmaMaxBytes && ch.can_copy_peer()) return Reach::cross_memory;
   return Reach::staged;
 }
 
