@@ -570,6 +570,20 @@ TEST_F(StoreTest, SetGetRoundTripLatency) {
   EXPECT_LT(us / 2, 1000.0);  // loose: CI machines are shared; typical loopback is tens of us
 }
 
+// Names go through a lookup bounded by the connect deadline.
+TEST_F(StoreTest, ConnectsByHostName) {
+  StoreServer server(opts());
+  StoreClient c("localhost", server.port(), soon());
+  c.set("k", "v", soon());
+  EXPECT_EQ(c.get("k", soon()), "v");
+  try {
+    StoreClient bad("no-such-host.invalid", server.port(), Clock::now() + 2s);
+    ADD_FAILURE() << "connected to an invalid host";
+  } catch (const Timeout& e) {
+    EXPECT_NE(std::string(e.what()).find("no-such-host.invalid"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ParseHostPort, GoodAddresses) {
   EXPECT_EQ(parse_host_port("127.0.0.1:29500"), std::make_pair(std::string("127.0.0.1"), uint16_t{29500}));
   EXPECT_EQ(parse_host_port("node-3.cluster:1"), std::make_pair(std::string("node-3.cluster"), uint16_t{1}));

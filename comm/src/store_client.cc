@@ -21,6 +21,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
 #include <thread>
 
 #include "store_protocol.h"
@@ -28,6 +31,58 @@
 #include "tandem/store.h"
 
 namespace tandem {
+namespace {
+
+// The state a name lookup shares with the thread running it.
+struct Lookup {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false, abandoned = false;
+  int gai = 0;
+  addrinfo* res = nullptr;
+};
+
+// getaddrinfo with a deadline. Numeric addresses resolve at once; names are
+// looked up on a helper thread, which we stop waiting for at the deadline
+// (getaddrinfo cannot be interrupted; the thread then ends on its own).
+bool resolve(const std::string& host, uint16_t port, Deadline deadline, addrinfo*& out, std::string& error) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV | AI_NUMERICHOST;
+  const std::string port_text = std::to_string(port);
+  if (getaddrinfo(host.c_str(), port_text.c_str(), &hints, &out) == 0) return true;
+  hints.ai_flags = AI_NUMERICSERV;
+  auto lookup = std::make_shared<Lookup>();
+  std::thread([lookup, host, port_text, hints] {
+    addrinfo* res = nullptr;
+    const int gai = getaddrinfo(host.c_str(), port_text.c_str(), &hints, &res);
+    std::lock_guard<std::mutex> lock(lookup->mu);
+    if (lookup->abandoned) {
+      if (gai == 0) freeaddrinfo(res);
+      return;
+    }
+    lookup->gai = gai;
+    lookup->res = res;
+    lookup->done = true;
+    lookup->cv.notify_all();
+  }).detach();
+  std::unique_lock<std::mutex> lock(lookup->mu);
+  if (!lookup->cv.wait_until(lock, deadline, [&] { return lookup->done; })) {
+    lookup->abandoned = true;
+    error = "resolving '" + host + "' did not finish in time (check DNS, or give an IP address)";
+    return false;
+  }
+  if (lookup->gai != 0) {
+    error = "cannot resolve host '" + host + "': " + gai_strerror(lookup->gai);
+    return false;
+  }
+  out = lookup->res;
+  return true;
+}
+
+}  // namespace
+
 
 namespace sp = store_protocol;
 using std::chrono::duration_cast;
@@ -107,17 +162,8 @@ struct StoreClient::Impl {
   }
 
   bool try_connect_once(Deadline deadline, std::string& error) {
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_NUMERICSERV;
     addrinfo* res = nullptr;
-    std::string port_text = std::to_string(port);
-    int gai = getaddrinfo(host.c_str(), port_text.c_str(), &hints, &res);
-    if (gai != 0) {
-      error = std::string("cannot resolve host: ") + gai_strerror(gai);
-      return false;
-    }
+    if (!resolve(host, port, deadline, res, error)) return false;
     bool connected = false;
     for (addrinfo* ai = res; ai && !connected; ai = ai->ai_next) {
       int s = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
