@@ -25,6 +25,7 @@
 #include "tandem/errors.h"
 #include "tandem/netif.h"
 #include "tandem/reduce.h"
+#include "tandem/ring/ring.h"
 #include "tandem/store.h"
 #include "tandem/types.h"
 
@@ -232,6 +233,13 @@ int run_info() {
     std::printf("job environment (%s): rank %d of %d, local rank %d of %d, store %s%s\n",
                 tandem::detect_launcher().c_str(), o.rank, o.size, o.local_rank, o.local_size,
                 o.store_address.c_str(), o.host_store ? " (hosted by rank 0)" : "");
+    const auto ring = tandem::ring::ring_options(o);
+    if (o.shared_memory) {
+      std::printf("shared memory: when every rank is on one host; %zu KiB chunks (TANDEM_SHM_CHUNK_BYTES)\n",
+                  ring.shm_chunk_bytes >> 10);
+    } else {
+      std::printf("shared memory: off (TANDEM_SHM=0): every collective goes through UCX\n");
+    }
   } catch (const std::exception& e) {
     std::printf("job environment: invalid: %s\n", e.what());
   }
