@@ -290,55 +290,55 @@ void read_input(Segments& s, Channel& ch, Reach reach, int p, size_t offset, voi
   }
 }
 
-void direct_allreduce(Segments& s, const AllreduceArgs& a) {
-  const int n = s.size();
-  const size_t esize = dtype_size(a.dtype);
-  std::vector<const std::byte*> ins(static_cast<size_t>(n));
-  std::vector<std::byte*> outs(static_cast<size_t>(n));
-  for (int p = 0; p < n; ++p) {
-    ins[p] = p == s.rank() ? bytes_of(a.input) : s.peer_input(p);
-    outs[p] = p == s.rank() ? bytes_of(a.output) : s.peer_output(p);
+// Where piece `offset` of rank p's input can be read: rank p's input itself
+// (through the mapping, or this rank's own), or `local` after a cross-memory
+// copy. `copy_own`: this rank's own piece goes to `local` too, since the fold
+// writes its input in place before reaching it.
+const std::byte* piece_source(Segments& s, Channel& ch, Reach reach, int p, const void* own_input, size_t offset,
+                              size_t bytes, bool copy_own, std::byte* local) {
+  if (p == s.rank()) {
+    if (!copy_own) return bytes_of(own_input) + offset;
+    std::memcpy(local, bytes_of(own_input) + offset, bytes);
+  } else if (reach == Reach::mapped) {
+    return s.peer_input(p) + offset;
+  } else {
+    ch.read_peer(p, s.peer_input_address(p) + offset, local, bytes);
   }
-  // Pieces of the slice small enough to stay in cache between the reduction and the copies.
-  const size_t piece = s.chunk_bytes() / esize;
-  const Range slice = balanced(a.count, size_t(n), size_t(s.rank()));
-  auto input_of = [&](int p) { return ins[p]; };
-  for (size_t begin = slice.begin; begin < slice.begin + slice.size; begin += piece) {
-    const size_t count = std::min(piece, slice.begin + slice.size - begin);
-    const size_t offset = begin * esize;
-    // Into rank 0's output: it may alias rank 0's input, which the first step reads first.
-    std::byte* result = outs[0] + offset;
-    fold(s, a.dtype, a.op, result, input_of, offset, count);
-    for (int p = 1; p < n; ++p) std::memcpy(outs[p] + offset, result, count * esize);
-  }
-  s.finish();
+  return local;
 }
 
-// The direct all-reduce by cross-memory attach: 3.5 bytes moved per byte
-// reduced instead of staging's 5, plus a system call per piece and peer.
-void cma_allreduce(Segments& s, Channel& ch, const AllreduceArgs& a) {
+// Rank r reduces its slice of every rank's input, piece by piece, into its own
+// output, and delivers each piece to the others' outputs: by memcpy through
+// the mappings, or by cross-memory attach (3.5 bytes moved per byte reduced
+// instead of staging's 5, plus a system call per piece and peer).
+void direct_allreduce(Segments& s, Channel& ch, const AllreduceArgs& a, Reach reach) {
   const int n = s.size(), r = s.rank();
   const size_t esize = dtype_size(a.dtype), piece = s.chunk_bytes() / esize;
-  const bool inplace = a.input == a.output;
   // Rank r >= 2 folding in place would overwrite its input before step r reads it.
-  const bool copy_own = inplace && r >= 2;
+  const bool copy_own = a.input == a.output && r >= 2;
   auto* scratch = static_cast<std::byte*>(ch.scratch(s.chunk_bytes() * size_t(n), 0));
+  std::vector<std::byte*> outs(static_cast<size_t>(n));
+  for (int p = 0; p < n; ++p) {
+    if (p != r) outs[p] = reach == Reach::mapped ? s.peer_output(p) : s.peer_output_address(p);
+  }
+  std::vector<const std::byte*> src(static_cast<size_t>(n));
+  auto source_of = [&](int p) { return src[p]; };
   const Range slice = balanced(a.count, size_t(n), size_t(r));
   for (size_t begin = slice.begin; begin < slice.begin + slice.size; begin += piece) {
     const size_t count = std::min(piece, slice.begin + slice.size - begin);
     const size_t offset = begin * esize, bytes = count * esize;
     for (int p = 0; p < n; ++p) {
-      std::byte* local = scratch + size_t(p) * s.chunk_bytes();
-      if (p != r) ch.read_peer(p, s.peer_input_address(p) + offset, local, bytes);
-      if (p == r && copy_own) std::memcpy(local, bytes_of(a.input) + offset, bytes);
+      src[p] = piece_source(s, ch, reach, p, a.input, offset, bytes, copy_own, scratch + size_t(p) * s.chunk_bytes());
     }
-    auto piece_of = [&](int p) -> const std::byte* {
-      return p == r && !copy_own ? bytes_of(a.input) + offset : scratch + size_t(p) * s.chunk_bytes();
-    };
     std::byte* result = bytes_of(a.output) + offset;
-    fold(s, a.dtype, a.op, result, piece_of, 0, count);
+    fold(s, a.dtype, a.op, result, source_of, 0, count);
     for (int p = 0; p < n; ++p) {
-      if (p != r) ch.write_peer(p, s.peer_output_address(p) + offset, result, bytes);
+      if (p == r) continue;
+      if (reach == Reach::mapped) {
+        std::memcpy(outs[p] + offset, result, bytes);
+      } else {
+        ch.write_peer(p, outs[p] + offset, result, bytes);
+      }
     }
   }
   s.finish();
@@ -352,24 +352,15 @@ void direct_reduce_scatter(Segments& s, Channel& ch, const ReduceScatterArgs& a,
   // Rank r >= 2 folding in place would overwrite its input before step r reads it.
   const bool copy_own = bytes_of(a.output) == bytes_of(a.input) + block && r >= 2;
   auto* scratch = static_cast<std::byte*>(ch.scratch(s.chunk_bytes() * size_t(n), 0));
+  std::vector<const std::byte*> src(static_cast<size_t>(n));
+  auto source_of = [&](int p) { return src[p]; };
   for (size_t begin = 0; begin < a.count; begin += piece) {
     const size_t count = std::min(piece, a.count - begin);
     const size_t offset = block + begin * esize, bytes = count * esize;
-    std::vector<const std::byte*> src(static_cast<size_t>(n));
     for (int p = 0; p < n; ++p) {
-      std::byte* local = scratch + size_t(p) * s.chunk_bytes();
-      if (p == r) {
-        if (copy_own) std::memcpy(local, bytes_of(a.input) + offset, bytes);
-        src[p] = copy_own ? local : bytes_of(a.input) + offset;
-      } else if (reach == Reach::mapped) {
-        src[p] = s.peer_input(p) + offset;
-      } else {
-        ch.read_peer(p, s.peer_input_address(p) + offset, local, bytes);
-        src[p] = local;
-      }
+      src[p] = piece_source(s, ch, reach, p, a.input, offset, bytes, copy_own, scratch + size_t(p) * s.chunk_bytes());
     }
-    auto piece_of = [&](int p) { return src[p]; };
-    fold(s, a.dtype, a.op, bytes_of(a.output) + begin * esize, piece_of, 0, count);
+    fold(s, a.dtype, a.op, bytes_of(a.output) + begin * esize, source_of, 0, count);
   }
   s.finish();
 }
@@ -395,14 +386,8 @@ void shm_allreduce(Channel& ch, const AllreduceArgs& a, size_t chunk_bytes) {
   if (a.count == 0) return;
   Segments s(ch, chunk_bytes, call_of(Kind::allreduce, a.count, a.dtype, a.op));
   const size_t esize = dtype_size(a.dtype), bytes = a.count * esize;
-  switch (arrive_direct(s, ch, bytes, a.input, bytes, a.output, bytes, -1, true)) {
-    case Reach::mapped:
-      return direct_allreduce(s, a);
-    case Reach::cross_memory:
-      return cma_allreduce(s, ch, a);
-    case Reach::staged:
-      break;
-  }
+  const Reach reach = arrive_direct(s, ch, bytes, a.input, bytes, a.output, bytes, -1, true);
+  if (reach != Reach::staged) return direct_allreduce(s, ch, a, reach);
   const size_t per_chunk = chunk_bytes / esize;
   s.staged(
       chunks_for(a.count, per_chunk), -1,
