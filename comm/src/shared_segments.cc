@@ -59,6 +59,21 @@ MappedFile map_new(bool shareable, const char* name, size_t bytes) {
   return m;
 }
 
+// Maps `bytes` of another process's memfd, found through /proc/<pid>/fd/<fd>;
+// nullptr with `why` set when that fails.
+std::byte* map_peer_file(long pid, long fd, size_t bytes, std::string& why) {
+  const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
+  const int peer_fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (peer_fd < 0) {
+    why = errno_text(("open " + path).c_str());
+    return nullptr;
+  }
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, peer_fd, 0);
+  if (p == MAP_FAILED) why = errno_text("mmap");
+  ::close(peer_fd);  // the mapping keeps the memory
+  return p == MAP_FAILED ? nullptr : static_cast<std::byte*>(p);
+}
+
 }  // namespace
 
 std::string host_identity() {
@@ -68,7 +83,7 @@ std::string host_identity() {
          "|" + link_target("/proc/self/ns/pid") + "|" + link_target("/proc/self/ns/ipc");
 }
 
-SharedSegmentSet::SharedSegmentSet(int rank, int size, size_t bytes) {
+SharedSegmentSet::SharedSegmentSet(int rank, int size, size_t bytes) : rank_(rank) {
   view_.bytes = bytes;
   view_.segment.assign(size_t(size), nullptr);
   const MappedFile m = map_new(true, "tandem-segment", bytes);
@@ -86,10 +101,8 @@ SharedSegmentSet::~SharedSegmentSet() {
 }
 
 std::string SharedSegmentSet::locator() const {
-  for (auto* p : view_.segment) {
-    if (p) return std::to_string(::getpid()) + ":" + std::to_string(fd_) + ":" + std::to_string(uintptr_t(p));
-  }
-  return "";
+  return std::to_string(::getpid()) + ":" + std::to_string(fd_) + ":" +
+         std::to_string(uintptr_t(view_.segment[size_t(rank_)]));
 }
 
 std::string SharedSegmentSet::map_peer(int rank, const std::string& locator) {
@@ -101,15 +114,9 @@ std::string SharedSegmentSet::map_peer(int rank, const std::string& locator) {
   }
   pids_[size_t(rank)] = pid;
   remote_address_[size_t(rank)] = address;
-  const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
-  const int peer_fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-  if (peer_fd < 0) return errno_text(("open " + path).c_str());
-  void* p = ::mmap(nullptr, view_.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, peer_fd, 0);
-  const std::string why = p == MAP_FAILED ? errno_text("mmap") : "";
-  ::close(peer_fd);  // the mapping keeps the memory
-  if (p == MAP_FAILED) return why;
-  view_.segment[size_t(rank)] = static_cast<std::byte*>(p);
-  return "";
+  std::string why;
+  view_.segment[size_t(rank)] = map_peer_file(pid, fd, view_.bytes, why);
+  return why;
 }
 
 bool SharedSegmentSet::cma_works(int rank) const {
@@ -208,18 +215,15 @@ std::byte* SharedAllocations::map(const SharedRef& ref) {
       return it->base + ref.offset;
     }
   }
-  const std::string path = "/proc/" + std::to_string(ref.owner) + "/fd/" + std::to_string(ref.fd);
-  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-  if (fd < 0) throw Error(errno_text(("map a peer's shared buffer: open " + path).c_str()));
-  void* p = ::mmap(nullptr, ref.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  ::close(fd);
-  if (p == MAP_FAILED) throw Error(errno_text("map a peer's shared buffer: mmap"));
+  std::string why;
+  std::byte* p = map_peer_file(long(ref.owner), long(ref.fd), ref.size, why);
+  if (!p) throw Error("map a peer's shared buffer: " + why);
   if (peers_.size() >= kMaxPeerMappings) {
     ::munmap(peers_.back().base, peers_.back().bytes);
     peers_.pop_back();
   }
-  peers_.push_front(Mapping{ref.owner, ref.serial, static_cast<std::byte*>(p), ref.size});
-  return static_cast<std::byte*>(p) + ref.offset;
+  peers_.push_front(Mapping{ref.owner, ref.serial, p, ref.size});
+  return p + ref.offset;
 }
 
 }  // namespace tandem

@@ -46,6 +46,7 @@ class SharedSegmentSet {
   void write_peer(int rank, void* remote, const void* local, size_t bytes) const;
 
  private:
+  int rank_;
   int fd_ = -1;
   SharedSegments view_;
   std::vector<long> pids_;                // by rank
