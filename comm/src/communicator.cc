@@ -452,10 +452,11 @@ void Communicator::Impl::connect() {
 // neither wait for it nor disagree with it.
 void Communicator::Impl::map_shared_memory(Deadline deadline) {
   const std::string me = std::to_string(opts.rank);
-  const bool willing = opts.shared_memory && algorithms->shared_bytes() > 0;
-  // Segment sizes must agree too: they fix where every slot lies.
-  const std::string sized = std::to_string(algorithms->shared_bytes()) + "@";
-  const std::string here = willing ? sized + host_identity() : "off";
+  const size_t bytes = algorithms->shared_bytes();
+  const bool willing = opts.shared_memory && bytes > 0;
+  // "<segment bytes>@<host>": segment sizes must agree too, they fix where every slot lies.
+  const std::string host = willing ? host_identity() : "";
+  const std::string here = willing ? std::to_string(bytes) + "@" + host : "off";
   store->set(key("shm/host/" + me), here, deadline);
   if (!willing) return;
   for (int p = 0; p < opts.size; ++p) {
@@ -465,7 +466,7 @@ void Communicator::Impl::map_shared_memory(Deadline deadline) {
     const auto at = theirs.find('@');
     if (opts.rank == 0 && theirs == "off") {
       spdlog::warn("tandem: rank {} has shared memory off (TANDEM_SHM=0); every rank goes through UCX only", p);
-    } else if (opts.rank == 0 && at != std::string::npos && theirs.substr(at) == here.substr(sized.size() - 1)) {
+    } else if (opts.rank == 0 && at != std::string::npos && theirs.substr(at + 1) == host) {
       spdlog::warn("tandem: rank {} sizes its shared segment differently (TANDEM_SHM_CHUNK_BYTES must agree); "
                    "every rank goes through UCX only", p);
     }
@@ -473,32 +474,32 @@ void Communicator::Impl::map_shared_memory(Deadline deadline) {
   }
   std::string why;
   try {
-    shm = std::make_unique<SharedSegmentSet>(opts.rank, opts.size, algorithms->shared_bytes());
+    shm = std::make_unique<SharedSegmentSet>(opts.rank, opts.size, bytes);
   } catch (const Error& e) {
     why = "rank " + me + " could not create its segment: " + e.what();
   }
   store->set(key("shm/at/" + me), shm ? shm->locator() : "", deadline);
   for (int p = 0; p < opts.size && why.empty(); ++p) {
     if (p == opts.rank) continue;
-    const std::string at = store->get(key("shm/at/" + std::to_string(p)), deadline);
-    if (at.empty()) break;  // that rank says why itself
-    const std::string failed = shm->map_peer(p, at);
+    const std::string locator = store->get(key("shm/at/" + std::to_string(p)), deadline);
+    if (locator.empty()) break;  // that rank says why itself
+    const std::string failed = shm->map_peer(p, locator);
     if (!failed.empty()) why = "rank " + me + " cannot map rank " + std::to_string(p) + "'s segment: " + failed;
   }
-  bool cma = why.empty();
-  for (int p = 0; p < opts.size && cma; ++p) cma = p == opts.rank || shm->cma_works(p);
-  store->set(key("shm/ok/" + me), !why.empty() ? why : cma ? "ok+cma" : "ok", deadline);
-  this->cma = true;
+  bool cma_here = why.empty();
+  for (int p = 0; p < opts.size && cma_here; ++p) cma_here = p == opts.rank || shm->cma_works(p);
+  store->set(key("shm/ok/" + me), !why.empty() ? why : cma_here ? "ok+cma" : "ok", deadline);
+  bool cma_everywhere = true;
   for (int p = 0; p < opts.size; ++p) {
     const std::string verdict = store->get(key("shm/ok/" + std::to_string(p)), deadline);
     if (verdict.rfind("ok", 0) != 0) {
       if (opts.rank == 0) spdlog::warn("tandem: shared memory off, collectives go through UCX only ({})", verdict);
       shm.reset();
-      this->cma = false;
       return;
     }
-    this->cma = this->cma && verdict == "ok+cma";
+    cma_everywhere = cma_everywhere && verdict == "ok+cma";
   }
+  cma = cma_everywhere;
 }
 
 std::shared_ptr<Request::State> Communicator::Impl::enqueue(std::function<void(Channel&)> body,
