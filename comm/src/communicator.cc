@@ -213,11 +213,7 @@ class EngineChannel final : public Channel {
   int size() const override { return impl_.opts.size; }
 
   Pending send(int peer, Tag tag, const void* data, size_t bytes) override {
-    try {
-      return track(impl_.ucx->send(peer, full_tag(rank(), tag), data, bytes));
-    } catch (const PeerFailure& e) {
-      impl_.blame_first_failure(e);
-    }
+    return blaming_first_failure([&] { return track(impl_.ucx->send(peer, full_tag(rank(), tag), data, bytes)); });
   }
   Pending recv(int peer, Tag tag, void* data, size_t bytes) override {
     return track(impl_.ucx->recv(peer, full_tag(peer, tag), data, bytes));
@@ -251,18 +247,10 @@ class EngineChannel final : public Channel {
   std::byte* map_shared(int /*peer*/, const SharedRef& ref) override { return impl_.allocations->map(ref); }
   bool can_copy_peer() const override { return impl_.cma; }
   void read_peer(int peer, const void* remote, void* local, size_t bytes) override {
-    try {
-      impl_.shm->read_peer(peer, remote, local, bytes);
-    } catch (const PeerFailure& e) {
-      impl_.blame_first_failure(e);
-    }
+    blaming_first_failure([&] { impl_.shm->read_peer(peer, remote, local, bytes); });
   }
   void write_peer(int peer, void* remote, const void* local, size_t bytes) override {
-    try {
-      impl_.shm->write_peer(peer, remote, local, bytes);
-    } catch (const PeerFailure& e) {
-      impl_.blame_first_failure(e);
-    }
+    blaming_first_failure([&] { impl_.shm->write_peer(peer, remote, local, bytes); });
   }
 
   void idle(int peer, unsigned spins) override {
@@ -274,6 +262,16 @@ class EngineChannel final : public Channel {
   void* device_scratch(size_t bytes, int slot) override { return impl_.scratch_buffer(bytes, slot, MemoryType::cuda); }
 
  private:
+  // Runs f; a PeerFailure it throws names the rank the store saw die first.
+  template <class F>
+  auto blaming_first_failure(F f) -> decltype(f()) {
+    try {
+      return f();
+    } catch (const PeerFailure& e) {
+      impl_.blame_first_failure(e);
+    }
+  }
+
   // Busy-poll like MPI; yield when ranks outnumber cores, or now and then anyway.
   void back_off(int peer, unsigned spins) {
     if (spins % 128 == 0) impl_.check_health(task_, peer);
