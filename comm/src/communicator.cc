@@ -16,8 +16,8 @@
 #include "tandem/netif.h"
 #include "tandem/reduce.h"
 #include "tandem/store.h"
-#include "shared_segments.h"
-#include "ucx_transport.h"
+#include "transport/shared_segments.h"
+#include "transport/ucx_transport.h"
 
 namespace tandem {
 
