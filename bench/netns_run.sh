@@ -109,7 +109,7 @@ for n in $(ip netns list | awk '{print $1}' | grep -E '^tnr[0-9]+(h[0-9]+|sw)$' 
 done
 
 shape() {  # namespace device: tbf on its egress (a short queue keeps the rate honest)
-  [[ -z "$rate" ]] || tc -n "$1" qdisc add dev "$2" root tbf rate "$rate" burst "$burst" latency 20ms
+  [[ -z "$rate" ]] || tc -n "$1" qdisc add dev "$2" root tbf rate "$rate" burst "$burst" latency 50ms
 }
 
 for ((r = 0; r < nranks; ++r)); do
@@ -138,6 +138,15 @@ for ((r = 0; r < nranks; ++r)); do
   ip -n "$(ns $r)" link set eth0 up
   shape "$(ns $r)" eth0
   links+=("$(ns $r)")
+done
+
+# A veth's carrier comes up a moment after "link set up"; ranks that start
+# before it see the link down and exclude it from interface selection.
+for ((r = 0; r < nranks; ++r)); do
+  for _ in $(seq 50); do
+    [[ "$(ip netns exec "$(ns $r)" cat /sys/class/net/eth0/operstate)" == up ]] && break
+    sleep 0.1
+  done
 done
 
 store="$net.1:$port"

@@ -221,6 +221,13 @@ struct Run {
   }
 };
 
+// One backward pass's compute alone (no gradient sync), in ms.
+double backward_ms(const Run& run) {
+  const int64_t t0 = now_ns();
+  for (size_t i = run.grads.size(); i-- > 0;) g_sink = work_kernel(run.work[i]);
+  return ms(now_ns() - t0);
+}
+
 std::string human(size_t b) {
   char buf[32];
   if (b >= (1u << 20)) snprintf(buf, sizeof buf, "%gM", double(b) / (1 << 20));
@@ -303,7 +310,8 @@ int run_overlap(const OverlapOptions& o) {
   size_t elements = 0;
   for (const auto& g : run.grads) elements += g.count;
 
-  // Calibrate (rank 0's rate for everyone), then size the backward pass.
+  // Calibrate (rank 0's rate for everyone), then size the backward pass and
+  // check it against a timed backward pass without communication.
   double rate = calibrate();
   comm->broadcast(&rate, 1, DataType::f64, 0);
   double compute_ms = o.compute_ms;
@@ -313,7 +321,18 @@ int run_overlap(const OverlapOptions& o) {
     compute_ms = probe.communication;
     comm->broadcast(&compute_ms, 1, DataType::f64, 0);
   }
-  for (const auto& g : run.grads) run.work.push_back(size_t(rate * compute_ms * double(g.count) / double(elements)));
+  auto size_work = [&] {
+    run.work.clear();
+    for (const auto& g : run.grads) run.work.push_back(size_t(rate * compute_ms * double(g.count) / double(elements)));
+  };
+  size_work();
+  if (compute_ms > 0) {
+    double took = 0;
+    for (int i = 0; i < 3; ++i) took += backward_ms(run) / 3;
+    rate *= compute_ms / std::max(took, 1e-3);
+    comm->broadcast(&rate, 1, DataType::f64, 0);
+    size_work();
+  }
 
   const bool table = o.format != "json";
   if (printer && table) {
