@@ -163,3 +163,43 @@ TEST(Bench, RejectsBadFlags) {
 }
 
 }  // namespace
+
+namespace {
+
+// The overlap bench end to end: every mode reports, the data check passes,
+// fused buckets are fewer than gradients, per-gradient has one each.
+TEST(BenchOverlap, EveryModeReportsWithCorrectGradients) {
+  const auto out = run(bin() + " launch -n 2 -- " + bin() +
+                           " bench overlap --model uniform:24:4K:64K --compute-ms 5 --steps 3 --warmup 1"
+                           " --modes none,overlap,per-gradient,autotune,grid --grid-steps 1 --autotune-samples 2"
+                           " --steps-per-sample 1 --threshold 256K --first-bucket 64K --format json",
+                       240);
+  ASSERT_EQ(out.status, 0) << out.text;
+  std::vector<nlohmann::json> modes;
+  for (const auto& r : json_rows(out.text))
+    if (r.contains("mode")) modes.push_back(r);
+  ASSERT_EQ(modes.size(), 5u) << out.text;
+  const char* names[] = {"none", "overlap", "per-gradient", "autotune", "grid"};
+  for (size_t i = 0; i < modes.size(); ++i) {
+    const auto& m = modes[i];
+    EXPECT_EQ(m["mode"], names[i]);
+    EXPECT_EQ(m["wrong"], 0) << m.dump();
+    EXPECT_GT(m["step_ms"].get<double>(), 0.0);
+    EXPECT_GE(m["hidden_fraction"].get<double>(), 0.0);
+    EXPECT_LE(m["hidden_fraction"].get<double>(), 1.0);
+  }
+  EXPECT_EQ(modes[2]["buckets"], 24);  // one all-reduce per gradient
+  EXPECT_LT(modes[1]["buckets"].get<int>(), 24);
+  EXPECT_DOUBLE_EQ(modes[0]["speedup_vs_none"].get<double>(), 1.0);
+}
+
+TEST(BenchOverlap, BadModelAndModeAreNamed) {
+  auto out = run(bin() + " launch -n 1 -- " + bin() + " bench overlap --model uniform:0:4K", 60);
+  EXPECT_NE(out.status, 0);
+  EXPECT_NE(out.text.find("uniform:COUNT:MIN:MAX"), std::string::npos) << out.text;
+  out = run(bin() + " launch -n 1 -- " + bin() + " bench overlap --modes none,fast", 60);
+  EXPECT_NE(out.status, 0);
+  EXPECT_NE(out.text.find("unknown mode 'fast'"), std::string::npos) << out.text;
+}
+
+}  // namespace
