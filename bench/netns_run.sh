@@ -140,6 +140,17 @@ for ((r = 0; r < nranks; ++r)); do
   links+=("$(ns $r)")
 done
 
+# Carrier comes up asynchronously; ranks that list interfaces too early see
+# theirs down and leave it out of the interface selection.
+for ((r = 0; r < nranks; ++r)); do
+  for ((try = 0; try < 100; ++try)); do
+    [[ "$(ip netns exec "$(ns $r)" cat /sys/class/net/eth0/operstate)" == up ]] && break
+    sleep 0.05
+  done
+  [[ "$(ip netns exec "$(ns $r)" cat /sys/class/net/eth0/operstate)" == up ]] ||
+    { echo "netns_run: eth0 of node$r did not come up" >&2; exit 1; }
+done
+
 store="$net.1:$port"
 rank_env() {
   echo TANDEM_RANK="$1" TANDEM_WORLD_SIZE="$nranks" TANDEM_LOCAL_RANK=0 TANDEM_LOCAL_WORLD_SIZE=1 \
