@@ -109,7 +109,7 @@ for n in $(ip netns list | awk '{print $1}' | grep -E '^tnr[0-9]+(h[0-9]+|sw)$' 
 done
 
 shape() {  # namespace device: tbf on its egress (a short queue keeps the rate honest)
-  [[ -z "$rate" ]] || tc -n "$1" qdisc add dev "$2" root tbf rate "$rate" burst "$burst" latency 50ms
+  [[ -z "$rate" ]] || tc -n "$1" qdisc add dev "$2" root tbf rate "$rate" burst "$burst" latency 20ms
 }
 
 for ((r = 0; r < nranks; ++r)); do
@@ -140,13 +140,15 @@ for ((r = 0; r < nranks; ++r)); do
   links+=("$(ns $r)")
 done
 
-# A veth's carrier comes up a moment after "link set up"; ranks that start
-# before it see the link down and exclude it from interface selection.
+# Carrier comes up asynchronously; ranks that list interfaces too early see
+# theirs down and leave it out of the interface selection.
 for ((r = 0; r < nranks; ++r)); do
-  for _ in $(seq 50); do
+  for ((try = 0; try < 100; ++try)); do
     [[ "$(ip netns exec "$(ns $r)" cat /sys/class/net/eth0/operstate)" == up ]] && break
-    sleep 0.1
+    sleep 0.05
   done
+  [[ "$(ip netns exec "$(ns $r)" cat /sys/class/net/eth0/operstate)" == up ]] ||
+    { echo "netns_run: eth0 of node$r did not come up" >&2; exit 1; }
 done
 
 store="$net.1:$port"
