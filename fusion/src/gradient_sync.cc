@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "autotune.h"
+#include "tandem/compression/compression.h"
 #include "layout.h"
 #include "tandem/reduce.h"
 #include "timeline.h"
@@ -102,6 +103,7 @@ struct GradientSync::Impl {
   size_t tail_floats = 0;
   bool tail_rides = false;  // the tail extends the last bucket's range
   bool tail_owned = false;  // allocated on its own
+  std::vector<std::vector<float>> residual;  // per arena: error feedback of compressed f32 buckets
 
   FusionSettings settings;
   std::vector<Bucket> buckets;
@@ -135,6 +137,7 @@ struct GradientSync::Impl {
   std::vector<Timing> timings;  // per bucket of the current step, written by the engine
   Timing tail_timing;
   uint64_t wire_bytes = 0;
+  uint64_t fallbacks = 0;  // compressed buckets re-sent in f32 this step
 
   uint64_t step = 0, communicated = 0;
   int64_t step_begin = 0;
@@ -155,7 +158,6 @@ struct GradientSync::Impl {
                             std::to_string(opt.aggregation_frequency) + ")");
     if (opt.metric_slots < 0) throw InvalidArgument("gradient sync: metric_slots must be >= 0");
     check_settings(settings);
-    if (opt.compression) throw InvalidArgument("gradient sync: compression is not built in this version");
     if (opt.autotune.enabled && (opt.autotune.steps_per_sample < 1 || opt.autotune.max_samples < 1 ||
                                  opt.autotune.warmup_steps < 0))
       throw InvalidArgument(
@@ -297,6 +299,10 @@ struct GradientSync::Impl {
       std::memset(tail, 0, tail_floats * sizeof(float));
       tail_owned = true;
     }
+    residual.resize(arena.size());
+    for (size_t a = 0; a < arena.size(); ++a)
+      if (opt.compression && opt.compression->options().error_feedback && layout.dtypes[a] == DataType::f32)
+        residual[a].assign(layout.bytes[a] / sizeof(float), 0.0f);
     pending = std::make_unique<std::atomic<int>[]>(std::max<size_t>(tensors.size(), 1));
     state = std::make_unique<std::atomic<uint8_t>[]>(std::max<size_t>(tensors.size(), 1));
     ready_at = std::make_unique<std::atomic<int64_t>[]>(std::max<size_t>(tensors.size(), 1));
@@ -344,6 +350,7 @@ struct GradientSync::Impl {
 
   void run_step() {
     wire_bytes = 0;
+    fallbacks = 0;
     for (size_t b = 0; b < buckets.size(); ++b) {
       const bool last = b + 1 == buckets.size();
       if (!engine_wait([&] { return pending[b].load() == 0 && (!last || !tail_rides || gate_open()); })) return;
@@ -370,8 +377,17 @@ struct GradientSync::Impl {
     const size_t count = bk.bytes / dtype_size(bk.dtype);
     CollectiveOptions o;
     o.chunk_bytes = settings.chunk_bytes;
-    coll->allreduce(base, count + (with_tail ? tail_floats : 0), bk.dtype, op(), o);
-    wire_bytes += bk.bytes + (with_tail ? tail_floats * sizeof(float) : 0);
+    if (compressed(bk)) {
+      auto& feedback = residual[size_t(bk.arena)];
+      const uint64_t before = opt.compression->stats().wire_bytes;
+      if (!opt.compression->allreduce(reinterpret_cast<float*>(base), count, op(), o,
+                                      feedback.empty() ? nullptr : feedback.data() + bk.offset / sizeof(float)))
+        ++fallbacks;
+      wire_bytes += opt.compression->stats().wire_bytes - before;
+    } else {
+      coll->allreduce(base, count + (with_tail ? tail_floats : 0), bk.dtype, op(), o);
+      wire_bytes += bk.bytes + (with_tail ? tail_floats * sizeof(float) : 0);
+    }
     if (post_divisor() > 1) scale_avg(bk.dtype, base, count, post_divisor());
     for (int id : bk.ids)
       if (external[size_t(id)]) std::memcpy(external[size_t(id)], arena_ptr(id), bytes_of(id));
@@ -476,6 +492,7 @@ struct GradientSync::Impl {
       if (!tail_rides) s.communication += seconds(tail_timing.end - tail_timing.start);
       for (const Bucket& b : buckets) s.bytes_reduced += b.bytes;
       s.wire_bytes = wire_bytes;
+      s.compression_fallbacks = fallbacks;
       s.hidden_fraction = s.communication > 0 ? std::clamp(1 - s.exposed / s.communication, 0.0, 1.0) : 1.0;
       unused_error = decode_tail(step_no);
       ++communicated;

@@ -79,7 +79,10 @@ struct GradientSyncOptions {
   int metric_slots = 0;
   AutotuneOptions autotune;
   std::string timeline_path;  // Chrome trace-event JSON (Perfetto, chrome://tracing); empty = off
-  // fp16/bf16 on the wire for f32 buckets (owned by the caller, outlives the sync); null = none.
+  // fp16/bf16 on the wire for f32 buckets (owned by the caller, outlives the
+  // sync; needs the sync created on a Communicator); null = none. With its
+  // error_feedback option the sync keeps a residual per f32 gradient element.
+  // The metrics tail then travels on its own, in f32.
   compression::CompressedAllreduce* compression = nullptr;
 };
 
@@ -101,6 +104,7 @@ struct StepStats {
   double hidden_fraction = 0; // 1 - exposed / communication, in [0, 1]
   uint64_t bytes_reduced = 0; // payload bytes of this step's buckets
   uint64_t wire_bytes = 0;    // bytes actually reduced (less with compression)
+  uint64_t compression_fallbacks = 0;  // compressed buckets re-sent in f32 (inf/NaN in 16 bits)
   int buckets = 0;
   FusionSettings settings;    // in force during this step
 };
