@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "tandem/bench/plot.h"
+#include "tandem/compression/compression.h"
 #include "tandem/tandem.h"
 
 namespace tandem::bench {
@@ -176,10 +177,12 @@ struct Run {
   const OverlapOptions& o;
   std::vector<GradientSpec> grads;
   std::vector<size_t> work;  // kernel iterations per gradient's layer
+  std::unique_ptr<compression::CompressedAllreduce> compressor;
 
   GradientSyncOptions sync_options(const FusionSettings& s) const {
     GradientSyncOptions so;
     so.fusion = s;
+    so.compression = compressor.get();
     return so;
   }
 
@@ -305,7 +308,11 @@ int run_overlap(const OverlapOptions& o) {
       throw InvalidArgument("tandem bench overlap: unknown mode '" + m +
                             "'; valid: none, overlap, autotune, per-gradient, grid");
   auto comm = ring::connect_from_env();
-  Run run{*comm, o, model_gradients(o.model, o.scale), {}};
+  Run run{*comm, o, model_gradients(o.model, o.scale), {}, nullptr};
+  const auto codec = compression::parse_codec(o.compress);
+  if (!codec) throw InvalidArgument("tandem bench overlap: --compress '" + o.compress + "': use none, fp16 or bf16");
+  if (*codec != compression::Codec::none)
+    run.compressor = std::make_unique<compression::CompressedAllreduce>(*comm, compression::CompressionOptions{*codec});
   const bool printer = comm->rank() == 0;
   size_t elements = 0;
   for (const auto& g : run.grads) elements += g.count;
@@ -338,7 +345,8 @@ int run_overlap(const OverlapOptions& o) {
   if (printer && table) {
     printf("# tandem bench overlap: model %s (%zu gradients, %.1f MiB f32), %d ranks\n", o.model.c_str(),
            run.grads.size(), double(elements) * 4 / (1 << 20), comm->size());
-    printf("# transport: %s\n", comm->transport_summary().c_str());
+    printf("# transport: %s; gradients on the wire: %s\n", comm->transport_summary().c_str(),
+           *codec == compression::Codec::none ? "f32" : o.compress.c_str());
     printf("# backward compute %.1f ms per step%s; %d steps after %d warm-up; medians of rank 0\n", compute_ms,
            o.compute_ms < 0 ? " (set to the no-overlap communication time)" : "", o.steps, o.warmup);
     printf("# settings: fusion threshold / first bucket / chunk\n");

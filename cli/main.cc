@@ -182,7 +182,7 @@ struct OverlapFlags {
   int steps = 20, warmup = 3, steps_per_sample = 2, samples = 16, grid_steps = 2;
   std::string threshold = "25M", first_bucket = "1M", chunk = "0";
   std::string start = "1M,4M,64K";
-  std::string format = "table", plot, timeline, autotune_log;
+  std::string format = "table", plot, timeline, autotune_log, compress = "none";
 };
 
 tandem::fusion::FusionSettings settings_flag(const std::string& flag, const std::string& t, const std::string& f,
@@ -221,6 +221,7 @@ tandem::bench::OverlapOptions to_overlap_options(const OverlapFlags& f) {
   o.plot = f.plot;
   o.timeline = f.timeline;
   o.autotune_log = f.autotune_log;
+  o.compress = f.compress;
   return o;
 }
 
@@ -242,6 +243,7 @@ CLI::App* add_overlap(CLI::App& bench, OverlapFlags& f) {
   b->add_option("--steps-per-sample", f.steps_per_sample, "Autotune: steps per trial")->capture_default_str();
   b->add_option("--autotune-samples", f.samples, "Autotune: trials before settling")->capture_default_str();
   b->add_option("--grid-steps", f.grid_steps, "Grid mode: measured steps per grid point")->capture_default_str();
+  b->add_option("--compress", f.compress, "Gradients on the wire: none, fp16 or bf16")->capture_default_str();
   b->add_option("--format", f.format, "Output: table or json")->capture_default_str();
   b->add_option("--plot", f.plot, "Write compute and exposed communication per mode to this PNG");
   b->add_option("--timeline", f.timeline, "Chrome trace of the overlap mode (rank 0)");
