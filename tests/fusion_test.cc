@@ -432,9 +432,17 @@ TEST(Autotuner, FindsTheGridMinimumOfASmoothScoreWithinItsBudget) {
   o.max_samples = 13;  // 40 steps at 3 steps per sample, one warm-up
   Autotuner tuner(o, {64 << 20, 4 << 20, 64 * KiB});
   FusionSettings s = tuner.current();
-  for (int i = 0; i < o.max_samples; ++i) s = tuner.next(score(s));
+  for (int i = 0; i < o.max_samples; ++i) s = tuner.next(score(s), 0.1);
   EXPECT_TRUE(tuner.settled());
   EXPECT_LE(score(tuner.current()), 1.10 * best_grid);
+  // Settled: steady step times keep the setting; two drifted trials re-open the search.
+  const FusionSettings chosen = tuner.current();
+  EXPECT_EQ(tuner.next(score(chosen), 0.1), chosen);
+  EXPECT_EQ(tuner.next(score(chosen), 0.11), chosen);
+  tuner.next(score(chosen), 0.3);
+  EXPECT_TRUE(tuner.settled());
+  tuner.next(score(chosen), 0.3);
+  EXPECT_FALSE(tuner.settled());
 }
 
 TEST(Fusion, TimelineIsTraceEventJson) {

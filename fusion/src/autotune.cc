@@ -18,7 +18,7 @@ const std::vector<size_t> kChunks = {64 * KiB, 128 * KiB, 256 * KiB, 512 * KiB, 
 constexpr int kExploreTrials = 3;      // random grid points after the start, before the GP leads
 constexpr double kNoise = 0.05;        // observation noise, in units of the scores' variance
 constexpr double kXi = 0.01;           // EI's exploration margin (standardised units)
-constexpr double kDriftFloor = 0.5e-3; // drifts smaller than this (seconds) are noise
+constexpr double kDriftFloor = 1e-3;   // step-time drifts smaller than this (seconds) are noise
 
 double scaled(size_t v, const std::vector<size_t>& axis) {
   const double lo = std::log2(double(axis.front())), hi = std::log2(double(axis.back()));
@@ -125,17 +125,19 @@ FusionSettings Autotuner::propose() {
   return candidates[size_t(std::max_element(ei.begin(), ei.end()) - ei.begin())];
 }
 
-FusionSettings Autotuner::next(double score) {
+FusionSettings Autotuner::next(double score, double step_time) {
   if (settled_) {
-    // Watch for drift: two trials in a row off the settled score re-open the search.
-    const double off = std::abs(score - settled_score_);
-    drifted_ = options_.retune_drift > 0 && off > kDriftFloor && off > options_.retune_drift * settled_score_
+    // Watch the step time: two trials in a row off the settled one re-open the search.
+    if (settled_step_ == 0) settled_step_ = step_time;
+    const double off = std::abs(step_time - settled_step_);
+    drifted_ = options_.retune_drift > 0 && off > kDriftFloor && off > options_.retune_drift * settled_step_
                    ? drifted_ + 1
                    : 0;
     log(Trial{current_, score, "settled"});
     if (drifted_ < 2) return current_;
     settled_ = false;
     drifted_ = 0;
+    settled_step_ = 0;
     points_.clear();
     samples_ = 0;
     log(Trial{current_, score, "retune"});
@@ -147,7 +149,6 @@ FusionSettings Autotuner::next(double score) {
   if (samples_ >= options_.max_samples) {
     auto [settings, mean] = best();
     settled_ = true;
-    settled_score_ = mean;
     current_ = settings;
     log(Trial{current_, mean, "chosen"});
     return current_;

@@ -32,9 +32,10 @@ class Autotuner {
  public:
   Autotuner(const AutotuneOptions& options, const FusionSettings& start);
 
-  // The score of the trial just run under current(); returns the setting for
-  // the next trial (current() once settled, unless the score drifted).
-  FusionSettings next(double score);
+  // The score of the trial just run under current() and its mean step time
+  // (seconds); returns the setting for the next trial: current() once
+  // settled, until the step time drifts from the settled one.
+  FusionSettings next(double score, double step_time);
 
   const FusionSettings& current() const { return current_; }
   bool settled() const { return settled_; }
@@ -65,7 +66,7 @@ class Autotuner {
   std::mt19937_64 rng_{0x74616e64656dULL};
   int samples_ = 0;
   bool settled_ = false;
-  double settled_score_ = 0;
+  double settled_step_ = 0;  // mean step time of the first trial after settling
   int drifted_ = 0;
 };
 

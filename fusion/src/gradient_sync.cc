@@ -148,6 +148,7 @@ struct GradientSync::Impl {
   std::unique_ptr<Timeline> timeline;
   std::unique_ptr<Autotuner> tuner;  // rank 0 only
   std::vector<double> sample;        // exposed seconds of the trial's steps
+  std::vector<double> sample_steps;  // their step times (wait() return to wait() return)
 
   Impl(std::shared_ptr<Collectives> c, GradientSyncOptions o) : coll(std::move(c)), opt(std::move(o)) {
     rank = coll->rank();
@@ -584,14 +585,16 @@ struct GradientSync::Impl {
     const int64_t c = int64_t(communicated);
     if (c <= a.warmup_steps) return;
     sample.push_back(s.exposed);
+    sample_steps.push_back(s.compute + s.exposed);
     if ((c - a.warmup_steps) % a.steps_per_sample != 0) return;
     uint64_t next[3] = {settings.fusion_threshold_bytes, settings.first_bucket_bytes, settings.chunk_bytes};
     if (tuner) {
-      const double score = std::accumulate(sample.begin(), sample.end(), 0.0) / double(sample.size());
-      const FusionSettings n = tuner->next(score);
+      const auto mean = [](const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / double(v.size()); };
+      const FusionSettings n = tuner->next(mean(sample), mean(sample_steps));
       next[0] = n.fusion_threshold_bytes, next[1] = n.first_bucket_bytes, next[2] = n.chunk_bytes;
     }
     sample.clear();
+    sample_steps.clear();
     coll->broadcast(next, 3, DataType::i64, 0, {});  // rank 0 decides
     const FusionSettings chosen{next[0], next[1], next[2]};
     if (chosen == settings) return;

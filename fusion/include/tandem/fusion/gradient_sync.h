@@ -56,8 +56,8 @@ struct AutotuneOptions {
   int warmup_steps = 3;   // communicating steps ignored before the first sample
   int steps_per_sample = 3;
   int max_samples = 20;   // Bayesian-optimisation trials before settling
-  // After settling, retune when the median exposed communication of a window
-  // of steps drifts from the settled score by more than this fraction (0 = never).
+  // After settling, retune when the mean step time of two trials in a row
+  // drifts from the settled one by more than this fraction (0 = never).
   double retune_drift = 0.5;
   std::string log_path;  // every trial and the choice as JSON lines; empty = none
 };
