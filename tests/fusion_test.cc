@@ -311,6 +311,45 @@ TEST(Fusion, AllowUnusedReducesTheMissingGradientAsZeros) {
   });
 }
 
+TEST(Fusion, WithAggregationAGradientIsUnusedOnlyIfNoStepOfTheWindowMarkedIt) {
+  const Model m = random_model(8, 21, false);
+  std::vector<std::string> messages(2);
+  run_ranks(2, [&](int rank, std::shared_ptr<Collectives> coll) {
+    GradientSyncOptions o;
+    o.aggregation_frequency = 2;
+    o.fusion = {16 * KiB, 8 * KiB, 0};
+    GradientSync sync(coll, o);
+    register_model(sync, m);
+    sync.finalize(soon());
+    // Window 1: gradient 3 skipped in the first micro-step only; its step-2 value must survive.
+    backward(sync, m, rank, 1, 2, 1, 3);
+    sync.wait(soon());
+    backward(sync, m, rank, 2, 2, 2);
+    sync.wait(soon());
+    for (int g = 0; g < 8; ++g)
+      if (g != 3) expect_reduced(sync, m, 2, 2, 2, 4, {}, g);
+    const float* g3 = sync.data_as<float>(3);
+    for (size_t i = 0; i < m.tensors[3].count; ++i) {
+      const double want = double(float(value(0, 3, i, 2) + value(1, 3, i, 2)) / 4.0f);
+      if (g3[i] != want) {
+        ADD_FAILURE() << "gradient 3[" << i << "] = " << g3[i] << ", want " << want;
+        break;
+      }
+    }
+    sync.zero_gradients();
+    // Window 2: gradient 5 skipped in both micro-steps on rank 1: unused, named on every rank.
+    backward(sync, m, rank, 3, 2, 3, rank == 1 ? 5 : -1);
+    sync.wait(soon());
+    backward(sync, m, rank, 4, 2, 4, rank == 1 ? 5 : -1);
+    try {
+      sync.wait(soon());
+    } catch (const InvalidArgument& e) {
+      messages[size_t(rank)] = e.what();
+    }
+  });
+  for (const auto& msg : messages) EXPECT_NE(msg.find("'layer5.weight'"), std::string::npos) << msg;
+}
+
 TEST(Fusion, MetricsAreAveragedExactlyWithTheLastBucket) {
   const Model m = random_model(6, 9, false);
   for (const int k : {1, 2}) {

@@ -141,7 +141,8 @@ struct GradientSync::Impl {
 
   uint64_t step = 0, communicated = 0;
   int64_t step_begin = 0;
-  int first_unused = -1;  // this rank's first unused gradient since the last communicating step
+  int first_unused = -1;             // this rank's first unused gradient of the step
+  std::vector<bool> used_in_window;  // marked ready in some step since the last communicating one
   StepStats last;
   std::vector<Metric> metrics;
 
@@ -308,6 +309,7 @@ struct GradientSync::Impl {
     state = std::make_unique<std::atomic<uint8_t>[]>(std::max<size_t>(tensors.size(), 1));
     ready_at = std::make_unique<std::atomic<int64_t>[]>(std::max<size_t>(tensors.size(), 1));
     metrics.assign(size_t(opt.metric_slots), Metric{});
+    used_in_window.assign(tensors.size(), false);
     cut();
     timeline = std::make_unique<Timeline>(opt.timeline_path, rank);
     if (opt.autotune.enabled && rank == 0) tuner = std::make_unique<Autotuner>(opt.autotune, settings);
@@ -430,17 +432,27 @@ struct GradientSync::Impl {
     }
   }
 
-  // Gradients nobody marked ready: claimed here so a late hook cannot race the zeroing.
-  void claim_unused() {
+  // Gradients nobody marked ready this step: claimed here, so a late hook
+  // cannot race what follows. A gradient is *unused* when no step of the
+  // aggregation window marked it: on the communicating step its storage is
+  // reduced as zeros (what earlier micro-steps accumulated is kept) and,
+  // without allow_unused, flagged in the tail for every rank to report.
+  void claim_unused(bool comm_step) {
     std::vector<int> claimed;
     for (size_t i = 0; i < tensors.size(); ++i) {
       uint8_t expected = kPending;
-      if (!state[i].compare_exchange_strong(expected, kUnused, std::memory_order_acq_rel)) continue;
-      std::memset(storage(int(i)), 0, bytes_of(int(i)));
-      if (!opt.allow_unused && first_unused < 0) first_unused = int(i);
-      claimed.push_back(int(i));
+      if (state[i].compare_exchange_strong(expected, kUnused, std::memory_order_acq_rel)) claimed.push_back(int(i));
+      else used_in_window[i] = true;
     }
-    if (communicates(step + 1) && first_unused >= 0) tail[flag_base() + size_t(rank)] = float(first_unused + 1);
+    if (comm_step) {
+      for (int id : claimed) {
+        if (used_in_window[size_t(id)]) continue;
+        std::memset(storage(id), 0, bytes_of(id));
+        if (!opt.allow_unused && first_unused < 0) first_unused = id;
+      }
+      if (first_unused >= 0) tail[flag_base() + size_t(rank)] = float(first_unused + 1);
+      std::fill(used_in_window.begin(), used_in_window.end(), false);
+    }
     for (int id : claimed) pending[size_t(bucket_of[size_t(id)])].fetch_sub(1, std::memory_order_acq_rel);
   }
 
@@ -453,7 +465,7 @@ struct GradientSync::Impl {
     const int64_t entered = now_ns();
     const uint64_t step_no = step + 1;
     const bool comm_step = communicates(step_no);
-    claim_unused();
+    claim_unused(comm_step);
     closing.store(true);
     poke();
     if (comm_step) {

@@ -24,7 +24,10 @@
 // rank registered the same tensors), then per step call mark_ready(id) from
 // the autograd hooks as gradients are produced, and wait() before the
 // optimizer step. A bucket's all-reduce starts on the sync's engine thread the
-// moment its last gradient is ready, in bucket order on every rank.
+// moment its last gradient is ready, in bucket order on every rank. While a
+// step is open (from its first mark_ready to wait() returning) the engine
+// owns the communicator: issue no other collective on it then, or ranks may
+// order them differently (the rule NCCL and Horovod have for one stream).
 #pragma once
 
 #include <chrono>
