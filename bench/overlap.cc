@@ -393,7 +393,7 @@ int run_overlap(const OverlapOptions& o) {
       so.autotune.log_path = printer ? (o.autotune_log.empty() ? "/tmp/tandem-autotune-" + std::to_string(getpid()) + ".jsonl"
                                                                : o.autotune_log)
                                      : "";
-      warmup = o.warmup + o.steps_per_sample * o.autotune_samples;  // measure once settled
+      warmup = o.warmup + o.steps_per_sample * (o.autotune_samples + 2);  // measure once settled (+2: the confirmations)
     }
     report(run.run(mode, so, warmup, o.steps));
     if (mode == "autotune" && printer) {

@@ -468,10 +468,10 @@ TEST(Autotuner, FindsTheGridMinimumOfASmoothScoreWithinItsBudget) {
   double best_grid = 1e9;
   for (const auto& s : Autotuner::grid()) best_grid = std::min(best_grid, score(s));
   AutotuneOptions o;
-  o.max_samples = 13;  // 40 steps at 3 steps per sample, one warm-up
+  o.max_samples = 11;  // 11 trials + 2 confirmations at 3 steps each, one warm-up: 40 steps
   Autotuner tuner(o, {64 << 20, 4 << 20, 64 * KiB});
   FusionSettings s = tuner.current();
-  for (int i = 0; i < o.max_samples; ++i) s = tuner.next(score(s), 0.1);
+  for (int i = 0; i < Autotuner::trials_to_settle(o); ++i) s = tuner.next(score(s), 0.1);
   EXPECT_TRUE(tuner.settled());
   EXPECT_LE(score(tuner.current()), 1.10 * best_grid);
   // Settled: steady step times keep the setting; two drifted trials re-open the search.

@@ -143,14 +143,29 @@ FusionSettings Autotuner::next(double score, double step_time) {
     log(Trial{current_, score, "retune"});
   }
   record(current_, score);
-  const std::string phase = samples_ == 0 ? "start" : samples_ <= kExploreTrials ? "explore" : "bayes";
+  const std::string phase = confirming_     ? "confirm"
+                            : samples_ == 0 ? "start"
+                            : samples_ <= kExploreTrials ? "explore"
+                                                         : "bayes";
   log(Trial{current_, score, phase});
   ++samples_;
-  if (samples_ >= options_.max_samples) {
-    auto [settings, mean] = best();
+  if (!confirming_ && samples_ >= options_.max_samples) {
+    std::vector<const Point*> ranked;
+    for (const Point& p : points_) ranked.push_back(&p);
+    std::sort(ranked.begin(), ranked.end(), [](const Point* a, const Point* b) { return a->mean() < b->mean(); });
+    for (size_t i = 0; i < std::min<size_t>(2, ranked.size()); ++i) confirm_.push_back(ranked[i]->settings);
+    confirming_ = true;
+  }
+  if (confirming_) {
+    if (!confirm_.empty()) {
+      current_ = confirm_.front();
+      confirm_.erase(confirm_.begin());
+      return current_;
+    }
+    confirming_ = false;
     settled_ = true;
-    current_ = settings;
-    log(Trial{current_, mean, "chosen"});
+    current_ = best().first;
+    log(Trial{current_, best().second, "chosen"});
     return current_;
   }
   current_ = propose();

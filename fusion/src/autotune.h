@@ -8,6 +8,9 @@
 // fusion threshold (1-64 MiB), first bucket (128 KiB-4 MiB) and chunk
 // (64 KiB-4 MiB); the GP sees each coordinate scaled to [0, 1].
 //
+// After max_samples trials the two best settings run once more (one noisy
+// trial must not win), then the tuner settles on the best mean.
+//
 // Runs on rank 0 only; the caller broadcasts what next() returns.
 #pragma once
 
@@ -25,7 +28,7 @@ namespace tandem::fusion {
 struct Trial {
   FusionSettings settings;
   double score = 0;          // seconds of exposed communication per step
-  std::string phase;         // "start", "explore", "bayes", "settled", "retune"
+  std::string phase;         // "start", "explore", "bayes", "confirm", "chosen", "settled", "retune"
 };
 
 class Autotuner {
@@ -45,6 +48,8 @@ class Autotuner {
 
   // The grid the search runs over, in GP coordinates.
   static std::vector<FusionSettings> grid();
+  // Trials before settling: the samples and the re-measured best two.
+  static int trials_to_settle(const AutotuneOptions& o) { return o.max_samples + 2; }
 
  private:
   struct Point {
@@ -65,6 +70,8 @@ class Autotuner {
   std::vector<Trial> trials_;
   std::mt19937_64 rng_{0x74616e64656dULL};
   int samples_ = 0;
+  std::vector<FusionSettings> confirm_;  // settings still to re-measure before settling
+  bool confirming_ = false;
   bool settled_ = false;
   double settled_step_ = 0;  // mean step time of the first trial after settling
   int drifted_ = 0;
