@@ -94,6 +94,16 @@ DataType wire_dtype(Codec c) {
   return DataType::f32;
 }
 
+double error_bound(Codec c, int world_size, double predivide, double magnitude_sum) {
+  const double n2 = 2.0 * world_size;
+  switch (c) {
+    case Codec::fp16: return n2 * 0x1p-11 * magnitude_sum + n2 * predivide * 0x1p-24;
+    case Codec::bf16: return n2 * 0x1p-8 * magnitude_sum;
+    case Codec::none: break;
+  }
+  return 0;
+}
+
 void encode(Codec c, const float* src, uint16_t* dst, size_t count, float scale) {
   kernels_for(c, "encode").encode(src, dst, count, scale);
 }
