@@ -94,7 +94,7 @@ struct BenchFlags {
   std::string min_bytes = "32M", max_bytes = "32M", increment = "0";
   double factor = 2.0;
   int iters = 20, warmup = 5, check = 1, root = 0, registered = 0;
-  std::string dtype = "float", op = "sum", format = "table", plot;
+  std::string dtype = "float", op = "sum", format = "table", plot, compress = "none";
 };
 
 const char* const kCollectives[] = {"allreduce", "reduce_scatter", "allgather", "broadcast", "barrier"};
@@ -135,6 +135,10 @@ tandem::bench::SweepOptions to_sweep_options(const BenchFlags& f) {
   if (!op) throw UsageError("-o/--op: unknown '" + f.op + "'; valid: " + join_names(tandem::kAllReduceOps));
   o.op = *op;
 
+  auto codec = tandem::compression::parse_codec(f.compress);
+  if (!codec) throw UsageError("--compress: unknown '" + f.compress + "'; valid: fp16, bf16, none");
+  o.compress = *codec;
+
   std::string format = lower(f.format);
   if (format == "table") o.format = tandem::bench::Format::table;
   else if (format == "csv") o.format = tandem::bench::Format::csv;
@@ -172,6 +176,10 @@ CLI::App* add_bench(CLI::App& app, BenchFlags& f) {
                 "then reduce straight from each other's buffers)")
       ->capture_default_str();
   b->add_option("--format", f.format, "Output: table, csv or json")->capture_default_str();
+  b->add_option("--compress", f.compress,
+                "All-reduce f32 (sum/avg) through the fp16 or bf16 codec: 16-bit values on the wire, f32 "
+                "accumulation; adds wire bytes and the error against the f32 result")
+      ->capture_default_str();
   b->add_option("--plot", f.plot, "Write busbw vs size to this PNG (needs gnuplot)");
   return b;
 }

@@ -120,6 +120,36 @@ TEST(Bench, EveryCollectiveUnderTandemLaunch) {
   EXPECT_EQ(rows[0]["bytes"], 0);
 }
 
+// --compress: the same contract, plus 16-bit wire bytes and the error against
+// the f32 result, within compression::error_bound (#wrong counts the elements beyond it).
+TEST(Bench, CompressedAllreduceReportsWireBytesAndError) {
+  if (bin().empty()) GTEST_SKIP() << "TANDEM_BIN is not set (run under ctest)";
+  for (const char* codec : {"fp16", "bf16"}) {
+    SCOPED_TRACE(codec);
+    Output o = run(bin() + " launch -n 2 -- " + bin() + " bench allreduce -b 4K -e 1M -f 16 -n 3 -w 1 -c 1 -o avg" +
+                   " --compress " + codec + " --format json");
+    ASSERT_EQ(o.status, 0) << o.text;
+    auto rows = json_rows(o.text);
+    expect_contract(rows, 2, 3);
+    for (const auto& r : rows) {
+      EXPECT_EQ(r["compress"], codec);
+      EXPECT_EQ(r["wire_bytes"].get<double>(), r["bytes"].get<double>() / 2) << r.dump();
+      EXPECT_EQ(r["fallbacks"], 0);
+      // Inputs in [-1, 1]: a rounding error shows, and stays far below one input's size.
+      EXPECT_GT(r["max_abs_error"].get<double>(), 0) << r.dump();
+      EXPECT_LT(r["max_abs_error"].get<double>(), std::string(codec) == "fp16" ? 2e-3 : 2e-2) << r.dump();
+      EXPECT_LE(r["mean_abs_error"].get<double>(), r["max_abs_error"].get<double>());
+    }
+  }
+  Output table = run(bin() + " launch -n 2 -- " + bin() + " bench allreduce -b 64K -e 64K -n 2 -w 1 --compress fp16");
+  ASSERT_EQ(table.status, 0) << table.text;
+  EXPECT_NE(table.text.find("# compression: fp16 on the wire"), std::string::npos) << table.text;
+  EXPECT_NE(table.text.find("max err"), std::string::npos) << table.text;
+  Output bad = run(bin() + " launch -n 1 -- " + bin() + " bench allgather --compress fp16");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.text.find("--compress works on allreduce of f32"), std::string::npos) << bad.text;
+}
+
 TEST(Bench, UnderMpirun) {
   if (bin().empty()) GTEST_SKIP() << "TANDEM_BIN is not set (run under ctest)";
   if (std::system("command -v mpirun >/dev/null 2>&1") != 0) {

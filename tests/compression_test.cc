@@ -4,13 +4,7 @@
 // an f64 reference with a stated bound, overflow guard rails, bitwise
 // agreement across ranks, error feedback and bf16's range.
 //
-// Error bound of one compressed all-reduce (u = 2^-11 for fp16, 2^-8 for
-// bf16; N ranks, P = predivide, S = sum over ranks of |x_r|): each input is
-// rounded once when encoded and each of the N-1 additions of the reduction
-// rounds its partial sum once (relative u, partial sums <= S/P), so
-//   |result - exact| <= (2N - 1) u S + (2N - 1) P 2^-25 (fp16 subnormal spacing)
-// plus a few f32 ulps from the scaling; the tests allow 2N u S + 2N P 2^-24
-// (for avg, divided by N).
+// The error bound is compression::error_bound's (stated in compression.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -254,8 +248,6 @@ void expect_identical(Communicator& comm, const void* data, size_t bytes) {
   EXPECT_EQ(h[0], h[1]) << "ranks disagree bitwise";
 }
 
-double unit_roundoff(Codec c) { return c == Codec::fp16 ? 0x1p-11 : 0x1p-8; }
-
 int check_against_reference(const CommOptions& o, bool expect_shared_memory) {
   auto comm = ring::connect(o);
   const int n = comm->size(), r = comm->rank();
@@ -279,7 +271,7 @@ int check_against_reference(const CommOptions& o, bool expect_shared_memory) {
           exact += input(q, i);
           magnitude += std::fabs(input(q, i));
         }
-        const double bound = (2 * n * unit_roundoff(c) * magnitude + 2 * n * n * 0x1p-24) / divisor;
+        const double bound = error_bound(c, n, n, magnitude) / divisor;
         const double err = std::fabs(x[i] - exact / divisor);
         worst = std::max(worst, err / bound);
         if (!(err <= bound) && bad++ < 3) ADD_FAILURE() << "element " << i << ": " << x[i] << " vs " << exact / divisor;
@@ -349,7 +341,7 @@ TEST(CompressedAllreduce, NearFp16MaxWithFourRanksDoesNotOverflow) {
       EXPECT_EQ(predivided.stats().fallbacks, 0u);
       for (size_t i = 0; i < count; ++i) {
         const double exact = (i % 2 ? -4.0 : 4.0) * big + 6.0;
-        ASSERT_LE(std::fabs(x[i] - exact), 8 * 0x1p-11 * 4 * big) << i;  // the stated bound
+        ASSERT_LE(std::fabs(x[i] - exact), error_bound(Codec::fp16, 4, 4, 4.0 * big)) << i;
         ASSERT_TRUE(std::isfinite(x[i]));
       }
       fill();
@@ -460,7 +452,8 @@ TEST(CompressedAllreduce, Bf16KeepsF32Range) {
     EXPECT_TRUE(bf16.allreduce(x.data(), count, ReduceOp::avg));
     for (size_t i = 0; i < count; ++i) {
       const double exact = double(values[i % std::size(values)]) * 2.0;  // (1 + 2 + 3) / 3
-      ASSERT_LE(std::fabs(x[i] - exact), 6 * 0x1p-8 * 6.0 * std::fabs(double(values[i % std::size(values)])) / 3.0)
+      const double magnitude = 6.0 * std::fabs(double(values[i % std::size(values)]));
+      ASSERT_LE(std::fabs(x[i] - exact), error_bound(Codec::bf16, 3, 3, magnitude) / 3.0)
           << "element " << i;
     }
     fill();

@@ -175,7 +175,9 @@ TEST(FusionProcesses, CompressedBucketsStayCloseAndFallBackExactly) {
         // The fallen-back bucket (gradient 0's) is exact.
         std::vector<float> want = inputs[0];
         comm->allreduce(want.data(), counts[0], DataType::f32, ReduceOp::avg);
-        if (s == 2) EXPECT_EQ(std::memcmp(want.data(), sync.data(0), counts[0] * sizeof(float)), 0);
+        if (s == 2) {
+          EXPECT_EQ(std::memcmp(want.data(), sync.data(0), counts[0] * sizeof(float)), 0);
+        }
         sync.zero_gradients();
       }
       return 0;

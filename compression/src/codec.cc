@@ -5,10 +5,8 @@
 #include <string>
 
 #include "codec_functors.h"
-#include "codec_kernels.h"
-#ifdef TANDEM_WITH_CUDA
 #include "codec_cuda.h"
-#endif
+#include "codec_kernels.h"
 #include "tandem/compression/compression.h"
 #include "tandem/errors.h"
 
@@ -52,18 +50,10 @@ bool all_finite_typed(const uint16_t* bits, size_t n) {
   return true;
 }
 
-#ifdef TANDEM_WITH_CUDA
 codec::Format cuda_format(Codec c, const char* what) {
   kernels_for(c, what);  // validates the codec
   return c == Codec::fp16 ? codec::Format::f16 : codec::Format::bf16;
 }
-
-void synchronize() { codec::synchronize_cuda(nullptr); }
-#else
-[[noreturn]] void no_cuda(const char* what) {
-  throw InvalidArgument(std::string(what) + ": CUDA buffers need a build with TANDEM_WITH_CUDA=ON (and a GPU)");
-}
-#endif
 
 }  // namespace
 
@@ -94,6 +84,16 @@ DataType wire_dtype(Codec c) {
   return DataType::f32;
 }
 
+double error_bound(Codec c, int world_size, double predivide, double magnitude_sum) {
+  const double n2 = 2.0 * world_size;
+  switch (c) {
+    case Codec::fp16: return n2 * 0x1p-11 * magnitude_sum + n2 * predivide * 0x1p-24;
+    case Codec::bf16: return n2 * 0x1p-8 * magnitude_sum;
+    case Codec::none: break;
+  }
+  return 0;
+}
+
 void encode(Codec c, const float* src, uint16_t* dst, size_t count, float scale) {
   kernels_for(c, "encode").encode(src, dst, count, scale);
 }
@@ -116,44 +116,30 @@ bool all_finite(Codec c, const uint16_t* src, size_t count) {
   throw InvalidArgument("all_finite: codec must be fp16 or bf16, got none");
 }
 
+// Device buffers: the CUDA kernels wait for their stream (the result is used
+// right after). In a build without CUDA, codec_no_cuda.cc's versions refuse.
 void encode(MemoryType memory, Codec c, const float* src, uint16_t* dst, size_t count, float scale) {
   if (memory == MemoryType::host) return encode(c, src, dst, count, scale);
-#ifdef TANDEM_WITH_CUDA
   codec::encode_cuda(cuda_format(c, "encode"), src, dst, count, scale, nullptr);
-  synchronize();
-#else
-  no_cuda("encode");
-#endif
+  codec::synchronize_cuda(nullptr);
 }
 
 void encode_feedback(MemoryType memory, Codec c, float* data, float* residual, uint16_t* dst, size_t count,
                      float scale, float unscale) {
   if (memory == MemoryType::host) return encode_feedback(c, data, residual, dst, count, scale, unscale);
-#ifdef TANDEM_WITH_CUDA
   codec::encode_feedback_cuda(cuda_format(c, "encode_feedback"), data, residual, dst, count, scale, unscale, nullptr);
-  synchronize();
-#else
-  no_cuda("encode_feedback");
-#endif
+  codec::synchronize_cuda(nullptr);
 }
 
 void decode(MemoryType memory, Codec c, const uint16_t* src, float* dst, size_t count, float scale) {
   if (memory == MemoryType::host) return decode(c, src, dst, count, scale);
-#ifdef TANDEM_WITH_CUDA
   codec::decode_cuda(cuda_format(c, "decode"), src, dst, count, scale, nullptr);
-  synchronize();
-#else
-  no_cuda("decode");
-#endif
+  codec::synchronize_cuda(nullptr);
 }
 
 bool all_finite(MemoryType memory, Codec c, const uint16_t* src, size_t count) {
   if (memory == MemoryType::host) return all_finite(c, src, count);
-#ifdef TANDEM_WITH_CUDA
   return codec::all_finite_cuda(cuda_format(c, "all_finite"), src, count, nullptr);
-#else
-  no_cuda("all_finite");
-#endif
 }
 
 }  // namespace tandem::compression

@@ -20,20 +20,21 @@ struct F32Lanes {
   static V splat(float x) { return _mm256_set1_ps(x); }
 };
 
-struct F16Lanes : F32Lanes {
-  using T = f16_t;
+// W 16-bit values of storage type T_ in one register.
+template <class T_>
+struct Lanes16 : F32Lanes {
+  using T = T_;
   using H = __m128i;
   static H load16(const T* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
   static void store16(T* p, H h) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h); }
+};
+
+struct F16Lanes : Lanes16<f16_t> {
   static H narrow(V v) { return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
   static V widen(H h) { return _mm256_cvtph_ps(h); }
 };
 
-struct BF16Lanes : F32Lanes {
-  using T = bf16_t;
-  using H = __m128i;
-  static H load16(const T* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
-  static void store16(T* p, H h) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h); }
+struct BF16Lanes : Lanes16<bf16_t> {
   // fn::f32_to_bf16_bits: NaN -> (x >> 16) | 0x40, else (x + 0x7FFF + lsb) >> 16.
   static H narrow(V v) {
     const __m256i x = _mm256_castps_si256(v);

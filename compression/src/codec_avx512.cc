@@ -25,20 +25,21 @@ struct F32Lanes {
   static V splat(float x) { return _mm512_set1_ps(x); }
 };
 
-struct F16Lanes : F32Lanes {
-  using T = f16_t;
+// W 16-bit values of storage type T_ in one register.
+template <class T_>
+struct Lanes16 : F32Lanes {
+  using T = T_;
   using H = __m256i;
   static H load16(const T* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
   static void store16(T* p, H h) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), h); }
+};
+
+struct F16Lanes : Lanes16<f16_t> {
   static H narrow(V v) { return _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
   static V widen(H h) { return _mm512_cvtph_ps(h); }
 };
 
-struct BF16Lanes : F32Lanes {
-  using T = bf16_t;
-  using H = __m256i;
-  static H load16(const T* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
-  static void store16(T* p, H h) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), h); }
+struct BF16Lanes : Lanes16<bf16_t> {
   static H narrow(V v) {
     const __m512i x = _mm512_castps_si512(v);
     const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));

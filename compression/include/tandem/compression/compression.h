@@ -54,6 +54,15 @@ std::string_view to_string(Codec c);
 // The communicator's dtype for a 16-bit codec (f16 or bf16); none -> f32.
 DataType wire_dtype(Codec c);
 
+// The stated error bound of one compressed all-reduce at one element, for op
+// sum (divide by N for avg): with u the unit roundoff (fp16 2^-11, bf16 2^-8),
+// N ranks, P the predivide factor and S the sum over ranks of |x_r|, each
+// input is rounded once when encoded and each of the N-1 additions rounds its
+// partial sum (at most S/P) once, so
+//   |result - exact| <= 2N u S + 2N P 2^-24 (fp16's subnormal spacing; bf16: 0)
+// (2N rather than 2N-1 leaves room for the f32 scaling). none: 0.
+double error_bound(Codec c, int world_size, double predivide, double magnitude_sum);
+
 struct CompressionOptions {
   Codec codec = Codec::none;
   // P, Horovod's gradient_predivide_factor: prescale by 1/P before the sum,
