@@ -484,6 +484,35 @@ TEST(Autotuner, FindsTheGridMinimumOfASmoothScoreWithinItsBudget) {
   EXPECT_FALSE(tuner.settled());
 }
 
+TEST(Autotuner, SettlesNearTheGridMinimumDespiteNoisyTimings) {
+  // A bowl whose grid neighbours differ by 5-8 %, each measurement off by a random
+  // factor (lognormal, sigma 0.1): the tuner must pool trials, not trust the luckiest.
+  auto truth = [](const FusionSettings& s) {
+    const double t = std::log2(double(s.fusion_threshold_bytes)) - 22;  // 4 MiB
+    const double f = std::log2(double(s.first_bucket_bytes)) - 20;      // 1 MiB
+    const double c = std::log2(double(s.chunk_bytes ? s.chunk_bytes : 1)) - 20;  // 1 MiB
+    return 10e-3 * (1 + 0.08 * t * t + 0.05 * f * f + 0.06 * c * c);
+  };
+  double best_grid = 1e9;
+  for (const auto& s : Autotuner::grid()) best_grid = std::min(best_grid, truth(s));
+  AutotuneOptions o;
+  o.max_samples = 18;  // 20 trials at 2 steps each: 40 steps
+  int near = 0;
+  const int runs = 20;
+  for (int seed = 1; seed <= runs; ++seed) {
+    std::mt19937_64 rng{uint64_t(seed)};
+    std::lognormal_distribution<double> noise(0.0, 0.1);
+    Autotuner tuner(o, {64 << 20, 4 << 20, 64 * KiB});
+    FusionSettings s = tuner.current();
+    for (int i = 0; i < Autotuner::trials_to_settle(o); ++i) s = tuner.next(truth(s) * noise(rng), 0.1);
+    ASSERT_TRUE(tuner.settled());
+    const double ratio = truth(tuner.current()) / best_grid;
+    EXPECT_LE(ratio, 1.5) << "seed " << seed;
+    if (ratio <= 1.10) ++near;
+  }
+  EXPECT_GE(near, 12) << near << " of " << runs << " runs settled within 10% of the grid minimum";
+}
+
 TEST(Fusion, TimelineIsTraceEventJson) {
   const Model m = random_model(8, 2, false);
   const std::string path = ::testing::TempDir() + "/fusion_timeline.json";

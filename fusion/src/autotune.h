@@ -14,6 +14,7 @@
 // Runs on rank 0 only; the caller broadcasts what next() returns.
 #pragma once
 
+#include <Eigen/Dense>
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -29,6 +30,22 @@ struct Trial {
   FusionSettings settings;
   double score = 0;          // seconds of exposed communication per step
   std::string phase;         // "start", "explore", "bayes", "confirm", "chosen", "settled", "retune"
+};
+
+// A GP over log scores (standardised), Matern 5/2, length scale and noise by
+// marginal likelihood.
+class GaussianProcess {
+ public:
+  GaussianProcess(const std::vector<std::array<double, 3>>& x, const std::vector<double>& y,
+                  const std::vector<int>& repeats);
+  // Posterior mean and standard deviation, in standardised log-score units.
+  std::pair<double, double> predict(const std::array<double, 3>& at) const;
+
+ private:
+  std::vector<std::array<double, 3>> x_;
+  Eigen::VectorXd ys_, alpha_;
+  Eigen::LLT<Eigen::MatrixXd> llt_;
+  double length_ = 0.3;
 };
 
 class Autotuner {
@@ -62,6 +79,7 @@ class Autotuner {
   static std::array<double, 3> coordinates(const FusionSettings& s);
   void record(const FusionSettings& s, double score);
   FusionSettings propose();
+  GaussianProcess fit() const;
   void log(const Trial& t);
 
   AutotuneOptions options_;
@@ -78,8 +96,9 @@ class Autotuner {
 };
 
 // Expected improvement for minimisation at every candidate, from a GP fitted
-// to (x, y); exposed for tests.
+// to (x, y), y[i] the mean of repeats[i] measurements; exposed for tests.
 std::vector<double> expected_improvement(const std::vector<std::array<double, 3>>& x, const std::vector<double>& y,
+                                         const std::vector<int>& repeats,
                                          const std::vector<std::array<double, 3>>& candidates);
 
 }  // namespace tandem::fusion
