@@ -251,7 +251,7 @@ CLI::App* add_overlap(CLI::App& bench, OverlapFlags& f) {
   b->add_option("--steps-per-sample", f.steps_per_sample, "Autotune: steps per trial")->capture_default_str();
   b->add_option("--autotune-samples", f.samples, "Autotune: trials before settling")->capture_default_str();
   b->add_option("--grid-steps", f.grid_steps, "Grid mode: measured steps per grid point")->capture_default_str();
-  b->add_option("--compress", f.compress, "Gradients on the wire: none, fp16 or bf16")->capture_default_str();
+  b->add_option("--compress", f.compress, "Gradients on the wire: none, fp16 or bf16; a list (none,fp16) runs every mode with each")->capture_default_str();
   b->add_option("--format", f.format, "Output: table or json")->capture_default_str();
   b->add_option("--plot", f.plot, "Write compute and exposed communication per mode to this PNG");
   b->add_option("--timeline", f.timeline, "Chrome trace of the overlap mode (rank 0)");

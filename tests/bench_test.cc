@@ -223,6 +223,25 @@ TEST(BenchOverlap, EveryModeReportsWithCorrectGradients) {
   EXPECT_DOUBLE_EQ(modes[0]["speedup_vs_first_mode"].get<double>(), 1.0);
 }
 
+TEST(BenchOverlap, CompressionListRunsEveryModeWithEachCodec) {
+  const auto out = run(bin() + " launch -n 2 -- " + bin() +
+                           " bench overlap --model uniform:16:4K:64K --compute-ms 2 --steps 2 --warmup 1"
+                           " --modes none,overlap --compress none,fp16 --format json",
+                       120);
+  ASSERT_EQ(out.status, 0) << out.text;
+  std::vector<std::string> names;
+  for (const auto& r : json_rows(out.text))
+    if (r.contains("mode")) {
+      names.push_back(r["mode"]);
+      EXPECT_EQ(r["wrong"], 0) << r.dump();
+      EXPECT_TRUE(r.contains("compression_saved_estimate_ms"));
+    }
+  EXPECT_EQ(names, (std::vector<std::string>{"none", "overlap", "none+fp16", "overlap+fp16"})) << out.text;
+  const auto bad = run(bin() + " launch -n 1 -- " + bin() + " bench overlap --compress none,fp8", 60);
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.text.find("--compress 'fp8'"), std::string::npos) << bad.text;
+}
+
 TEST(BenchOverlap, BadModelAndModeAreNamed) {
   auto out = run(bin() + " launch -n 1 -- " + bin() + " bench overlap --model uniform:0:4K", 60);
   EXPECT_NE(out.status, 0);

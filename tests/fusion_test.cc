@@ -535,7 +535,9 @@ TEST(Fusion, TimelineIsTraceEventJson) {
   int buckets = 0, ready = 0, waits = 0;
   for (const auto& e : trace) {
     ASSERT_TRUE(e.contains("ph") && e.contains("pid") && e.contains("name"));
-    if (e["ph"] == "X") ASSERT_TRUE(e.contains("ts") && e.contains("dur"));
+    if (e["ph"] == "X") {
+      ASSERT_TRUE(e.contains("ts") && e.contains("dur"));
+    }
     const std::string name = e["name"];
     buckets += e["ph"] == "X" && e["cat"] == "allreduce";
     ready += e["ph"] == "i";

@@ -138,6 +138,8 @@ struct GradientSync::Impl {
   Timing tail_timing;
   uint64_t wire_bytes = 0;
   uint64_t fallbacks = 0;  // compressed buckets re-sent in f32 this step
+  double cast_seconds = 0;  // this step's compression casts
+  double saved_seconds = 0; // estimated: see StepStats::compression_saved
 
   uint64_t step = 0, communicated = 0;
   int64_t step_begin = 0;
@@ -354,6 +356,8 @@ struct GradientSync::Impl {
   void run_step() {
     wire_bytes = 0;
     fallbacks = 0;
+    cast_seconds = 0;
+    saved_seconds = 0;
     for (size_t b = 0; b < buckets.size(); ++b) {
       const bool last = b + 1 == buckets.size();
       if (!engine_wait([&] { return pending[b].load() == 0 && (!last || !tail_rides || gate_open()); })) return;
@@ -382,11 +386,18 @@ struct GradientSync::Impl {
     o.chunk_bytes = settings.chunk_bytes;
     if (compressed(bk)) {
       auto& feedback = residual[size_t(bk.arena)];
-      const uint64_t before = opt.compression->stats().wire_bytes;
+      const compression::CompressionStats before = opt.compression->stats();
+      const int64_t begin = now_ns();
       if (!opt.compression->allreduce(reinterpret_cast<float*>(base), count, op(), o,
                                       feedback.empty() ? nullptr : feedback.data() + bk.offset / sizeof(float)))
         ++fallbacks;
-      wire_bytes += opt.compression->stats().wire_bytes - before;
+      const compression::CompressionStats& after = opt.compression->stats();
+      const uint64_t wire = after.wire_bytes - before.wire_bytes;
+      const double cast = after.cast_seconds - before.cast_seconds;
+      wire_bytes += wire;
+      cast_seconds += cast;
+      // The reduction part, had it carried f32: scaled by the bytes saved; the casts are the cost.
+      if (wire > 0) saved_seconds += (seconds(now_ns() - begin) - cast) * (double(bk.bytes) / double(wire) - 1) - cast;
     } else {
       coll->allreduce(base, count + (with_tail ? tail_floats : 0), bk.dtype, op(), o);
       wire_bytes += bk.bytes + (with_tail ? tail_floats * sizeof(float) : 0);
@@ -506,6 +517,8 @@ struct GradientSync::Impl {
       for (const Bucket& b : buckets) s.bytes_reduced += b.bytes;
       s.wire_bytes = wire_bytes;
       s.compression_fallbacks = fallbacks;
+      s.compression_casts = cast_seconds;
+      s.compression_saved = saved_seconds;
       s.hidden_fraction = s.communication > 0 ? std::clamp(1 - s.exposed / s.communication, 0.0, 1.0) : 1.0;
       unused_error = decode_tail(step_no);
       ++communicated;

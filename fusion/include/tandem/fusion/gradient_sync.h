@@ -108,6 +108,12 @@ struct StepStats {
   uint64_t bytes_reduced = 0; // payload bytes of this step's buckets
   uint64_t wire_bytes = 0;    // bytes actually reduced (less with compression)
   uint64_t compression_fallbacks = 0;  // compressed buckets re-sent in f32 (inf/NaN in 16 bits)
+  double compression_casts = 0;  // seconds encoding, scanning and decoding compressed buckets
+  // Estimated seconds of communication compression saved this step: each compressed
+  // bucket's time less its casts, scaled by the bytes it did not send, less the casts.
+  // Negative where copies, not a link, bound the time (one host). Measure with
+  // `tandem bench overlap --compress none,fp16` to see the real difference.
+  double compression_saved = 0;
   int buckets = 0;
   FusionSettings settings;    // in force during this step
 };
