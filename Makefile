@@ -4,6 +4,7 @@
 #   make test-full      every test label
 #   make test-tsan      the gradient-sync engine under ThreadSanitizer (CI runs it)
 #   make bench-kernels  reduction-kernel microbenchmarks
+#   make install        PREFIX=/usr/local: libtandem.so, headers, CMake and pkg-config packages, tandem
 #   make build | configure | setup | clean
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
@@ -17,7 +18,7 @@ endif
 
 TANDEM := $(BUILD_DIR)/bin/tandem
 
-.PHONY: all setup configure build demo test test-full test-tsan bench-kernels clean
+.PHONY: all setup configure build demo test test-full test-tsan bench-kernels install clean
 
 all: build
 
@@ -59,6 +60,11 @@ bench-kernels: $(BUILD_DIR)/build.ninja
 	@bin=$$(find $(BUILD_DIR) -name tandem-kernels-bench -type f -perm -u+x | head -n 1); \
 	  test -n "$$bin" || { echo "tandem-kernels-bench not found under $(BUILD_DIR)" >&2; exit 1; }; \
 	  echo "$$bin"; "$$bin"
+
+# Library, headers, CMake package, pkg-config file and the tandem executable.
+PREFIX ?= /usr/local
+install: build
+	cmake --install $(BUILD_DIR) --prefix $(PREFIX)
 
 clean:
 	rm -rf $(BUILD_DIR)
