@@ -61,6 +61,29 @@ INSTANTIATE_TEST_SUITE_P(Worlds, CApi,
                                   (info.param.second.empty() ? "" : "_ucx_only");
                          });
 
+class Python : public ::testing::TestWithParam<std::pair<int, std::string>> {};
+
+TEST_P(Python, CollectivesGradientSyncAndErrorsFromNumpyAndTorch) {
+  if (env("TANDEM_PYTHONPATH").empty()) GTEST_SKIP() << "the Python package was not built (needs pybind11-dev, python3-dev)";
+  if (run("/usr/bin/python3 -c \"import numpy\"", 60).status != 0)
+    GTEST_SKIP() << "/usr/bin/python3 has no numpy (python3-numpy)";
+  const auto [ranks, extra_env] = GetParam();
+  const Output out = run(extra_env + " PYTHONPATH=" + env("TANDEM_PYTHONPATH") + " " + env("TANDEM_BIN") + " launch -n " +
+                             std::to_string(ranks) + " -- /usr/bin/python3 " + env("TANDEM_SOURCE_DIR") +
+                             "/tests/python/check_bindings.py",
+                         300);
+  EXPECT_EQ(out.status, 0) << out.text;
+  EXPECT_EQ(count(out.text, "checks passed"), ranks) << out.text;
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, Python,
+                         ::testing::Values(std::pair{1, std::string()}, std::pair{2, std::string()},
+                                           std::pair{3, std::string()}, std::pair{2, std::string("TANDEM_SHM=0")}),
+                         [](const auto& info) {
+                           return std::to_string(info.param.first) + "_ranks" +
+                                  (info.param.second.empty() ? "" : "_ucx_only");
+                         });
+
 TEST(InstalledPackage, AnOutOfTreeConsumerBuildsAndRuns) {
   ASSERT_FALSE(env("TANDEM_BUILD_DIR").empty()) << "run through ctest";
   const std::string tmp = ::testing::TempDir() + "tandem-install-" + std::to_string(getpid());
@@ -92,6 +115,13 @@ TEST(InstalledPackage, AnOutOfTreeConsumerBuildsAndRuns) {
             180);
   EXPECT_EQ(out.status, 0) << out.text;
   EXPECT_EQ(count(out.text, "wrong 0"), 2) << out.text;
+
+  // The installed Python package, imported from the prefix.
+  if (!env("TANDEM_PYTHONPATH").empty()) {
+    out = run("PYTHONPATH=" + prefix + "/lib/python3/dist-packages /usr/bin/python3 -c \"import tandem; print(tandem.__file__, tandem.__version__)\"", 60);
+    EXPECT_EQ(out.status, 0) << out.text;
+    EXPECT_NE(out.text.find(prefix), std::string::npos) << out.text;
+  }
   run("rm -rf " + tmp, 60);
 }
 
