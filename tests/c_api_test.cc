@@ -84,6 +84,35 @@ INSTANTIATE_TEST_SUITE_P(Worlds, Python,
                                   (info.param.second.empty() ? "" : "_ucx_only");
                          });
 
+// DDP with its buckets through tandem (the comm hook) against DDP over gloo: same
+// seed, data and model (the Fashion-MNIST convnet), 10 steps, parameters compared.
+TEST(PythonDdp, BucketsThroughTandemGiveGloosParameters) {
+  if (env("TANDEM_PYTHONPATH").empty()) GTEST_SKIP() << "the Python package was not built (needs pybind11-dev, python3-dev)";
+  if (run("/usr/bin/python3 -c \"import torch, numpy\"", 120).status != 0)
+    GTEST_SKIP() << "/usr/bin/python3 has no torch (python3-torch)";
+  if (run("test -r /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", 10).status != 0)
+    GTEST_SKIP() << "no Fashion-MNIST (dataset-fashion-mnist)";
+  const std::string tmp = ::testing::TempDir() + "tandem-ddp-" + std::to_string(getpid());
+  for (const char* allreduce : {"gloo", "tandem"}) {
+    const Output out = run("PYTHONPATH=" + env("TANDEM_PYTHONPATH") + " " + env("TANDEM_BIN") + " launch -n 2 -- /usr/bin/python3 " +
+                               env("TANDEM_SOURCE_DIR") + "/examples/ddp_fashion_mnist.py --steps 10 --allreduce " +
+                               allreduce + " --dump " + tmp + "-" + allreduce + ".npy",
+                           300);
+    ASSERT_EQ(out.status, 0) << out.text;
+    EXPECT_NE(out.text.find("\"allreduce\": \"" + std::string(allreduce) + "\""), std::string::npos) << out.text;
+  }
+  const Output cmp = run("/usr/bin/python3 -c \"import numpy as np; a = np.load(\\\"" + tmp + "-gloo.npy\\\"); b = np.load(\\\"" + tmp +
+                             "-tandem.npy\\\"); print(a.size, float(np.abs(a - b).max()))\"",
+                         60);
+  ASSERT_EQ(cmp.status, 0) << cmp.text;
+  size_t n = 0;
+  double diff = 1;
+  ASSERT_EQ(std::sscanf(cmp.text.c_str(), "%zu %lf", &n, &diff), 2) << cmp.text;
+  EXPECT_EQ(n, 3274634u);  // the convnet's parameters
+  EXPECT_LE(diff, 1e-5) << "largest parameter difference after 10 steps";
+  run("rm -f " + tmp + "-gloo.npy " + tmp + "-tandem.npy", 10);
+}
+
 TEST(InstalledPackage, AnOutOfTreeConsumerBuildsAndRuns) {
   ASSERT_FALSE(env("TANDEM_BUILD_DIR").empty()) << "run through ctest";
   const std::string tmp = ::testing::TempDir() + "tandem-install-" + std::to_string(getpid());
@@ -109,7 +138,7 @@ TEST(InstalledPackage, AnOutOfTreeConsumerBuildsAndRuns) {
 
   // pkg-config alone, without CMake.
   out = run("PKG_CONFIG_PATH=" + prefix + "/lib/pkgconfig cc -std=c99 " + env("TANDEM_SOURCE_DIR") +
-                "/tests/capi/consumer/consumer.c -o " + tmp + "/consumer_pc $(PKG_CONFIG_PATH=" + prefix +
+                "/examples/allreduce.c -o " + tmp + "/consumer_pc $(PKG_CONFIG_PATH=" + prefix +
                 "/lib/pkgconfig pkg-config --cflags --libs tandem) -Wl,-rpath," + prefix + "/lib && " +
                 prefix + "/bin/tandem launch -n 2 -- " + tmp + "/consumer_pc",
             180);
