@@ -11,26 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "command.h"
+
 namespace {
 
-struct Output {
-  int status = -1;
-  std::string text;
-};
-
-// Runs a shell command under a hard wall-clock limit (timeout -s KILL).
-Output run(const std::string& command, int limit_seconds = 120) {
-  Output o;
-  const std::string guarded = "timeout -s KILL " + std::to_string(limit_seconds) + " " + command + " 2>&1";
-  FILE* p = popen(guarded.c_str(), "r");
-  if (!p) return o;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) o.text.append(buf, n);
-  int status = pclose(p);
-  o.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return o;
-}
+using tandem::testing::Output;
+using tandem::testing::run;
 
 std::vector<nlohmann::json> json_rows(const std::string& text) {
   std::vector<nlohmann::json> rows;

@@ -6,33 +6,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-#include <sys/wait.h>
+
+#include "command.h"
 
 namespace {
 
-struct Output {
-  int status = -1;
-  std::string text;
-};
-
-// A shell command under a hard wall-clock limit.
-Output run(const std::string& command, int limit_seconds) {
-  Output o;
-  const std::string guarded = "timeout -s KILL " + std::to_string(limit_seconds) + " sh -c '" + command + "' 2>&1";
-  FILE* p = popen(guarded.c_str(), "r");
-  if (!p) return o;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) o.text.append(buf, n);
-  const int status = pclose(p);
-  o.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return o;
-}
-
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? v : "";
-}
+using tandem::testing::env;
+using tandem::testing::Output;
+using tandem::testing::run;
 
 int count(const std::string& text, const std::string& what) {
   int n = 0;
