@@ -65,12 +65,19 @@ def register(model, comm, timeout=None):
 def init_process_group(comm, backend="gloo", timeout_s=300):
     """The torch.distributed process group DDP needs, rendezvoused through tandem:
     rank 0 opens a TCPStore on a free port and broadcasts it; no MASTER_ADDR/PORT needed.
-    Rank 0's host is that of tandem's store (TANDEM_STORE_ADDR), else this host."""
+    Rank 0's host is that of tandem's store (TANDEM_STORE_ADDR), else this host;
+    gloo uses the network interface tandem selected (GLOO_SOCKET_IFNAME overrides)."""
     import datetime
     import os
 
     import numpy as np
 
+    # gloo's own interface choice (the hostname's address) can be loopback on a
+    # multi-host job: give it the interface tandem selected, unless the user chose.
+    import re
+    chosen = re.search(r"tcp/([\w.:-]+)", comm.transport)
+    if chosen and "GLOO_SOCKET_IFNAME" not in os.environ:
+        os.environ["GLOO_SOCKET_IFNAME"] = chosen.group(1)
     port = np.zeros(1, dtype=np.int64)
     host = os.environ.get("TANDEM_STORE_ADDR", "127.0.0.1:0").rsplit(":", 1)[0].strip("[]")
     if comm.rank == 0:
