@@ -44,6 +44,7 @@ constexpr int kMaxRanks = 1 << kRankBits;
 constexpr unsigned kSpinsBeforeYield = 16;
 // UCX waits spin this long before sleeping on the event fd.
 constexpr auto kUcxSpin = std::chrono::microseconds(40);
+constexpr auto kUcxSleepSlice = std::chrono::microseconds(1000);
 // Shared-memory waits: pause this many turns (tens of microseconds), then yield
 // kIdleYields turns, then sleep kIdleSleep per turn; after kIdleShortSleeps
 // such turns (over 20 ms: the peer is late, not slow) kIdleLongSleep, which
@@ -269,10 +270,14 @@ class EngineChannel final : public Channel {
         break;
       }
     }
-    // Sleep on the worker's event fd, waking for the next health check at the latest.
+    // Sleep on the worker's event fd, waking for the next health check at the
+    // latest, and after kUcxSleepSlice in any case: UCX's TCP transport does not
+    // signal the fd when a full socket drains, so a send queued behind it would
+    // otherwise wait out the whole health-check interval (200 ms stalls on a
+    // shaped link).
     while (!test(p)) {
       impl_.check_health(task_, p.peer());
-      impl_.ucx->sleep(impl_.until_next_check(task_));
+      impl_.ucx->sleep(std::min(impl_.until_next_check(task_), kUcxSleepSlice));
     }
   }
 
