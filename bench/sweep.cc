@@ -60,6 +60,9 @@ struct Result {
   double wire_bytes = 0;
   uint64_t fallbacks = 0;
   double max_error = -1, mean_error = -1;
+  // Bytes read and written per payload byte by the busiest rank's shared-memory
+  // collectives in the timed loop (ring::shared_memory_traffic); 0: none went through it.
+  double traffic = 0;
 };
 
 enum class Kind { allreduce, reduce_scatter, allgather, broadcast, barrier };
@@ -291,7 +294,10 @@ Result measure(Communicator& comm, const SweepOptions& o, size_t bytes, bool inp
   if (compressed && inplace && o.op == ReduceOp::sum) c.use_op(ReduceOp::avg);
   for (int i = 0; i < o.warmup; ++i) c.run();
   const compression::CompressionStats before = compressed ? compressed->stats() : compression::CompressionStats{};
+  const uint64_t traffic_before = ring::shared_memory_traffic();
   r.time_us = time_per_op_us(comm, [&] { c.run(); }, std::max(1, o.iters));
+  r.traffic = double(ring::shared_memory_traffic() - traffic_before) / std::max(1, o.iters) / double(std::max<size_t>(1, bytes));
+  comm.allreduce(&r.traffic, 1, DataType::f64, ReduceOp::max);
   if (compressed) {
     r.wire_bytes = double(compressed->stats().wire_bytes - before.wire_bytes) / std::max(1, o.iters);
     r.fallbacks = compressed->stats().fallbacks - before.fallbacks;
@@ -323,11 +329,11 @@ void print_table_header(const SweepOptions& o, Communicator& comm) {
     return;
   }
   printf("#\n#%64s%36s\n", "out-of-place", "in-place");
-  printf("#%11s %12s %6s %6s %6s %10s %8s %8s %6s %10s %8s %8s %6s", "size", "count", "type", "redop", "root", "time",
-         "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
+  printf("#%11s %12s %6s %6s %6s %10s %8s %8s %6s %10s %8s %8s %6s %8s", "size", "count", "type", "redop", "root", "time",
+         "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "traffic");
   if (compressing(o)) printf(" %12s %9s %9s %6s", "wire", "max err", "mean err", "fallbk");
-  printf("\n#%11s %12s %6s %6s %6s %10s %8s %8s %6s %10s %8s %8s %6s", "(B)", "(elements)", "", "", "", "(us)",
-         "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+  printf("\n#%11s %12s %6s %6s %6s %10s %8s %8s %6s %10s %8s %8s %6s %8s", "(B)", "(elements)", "", "", "", "(us)",
+         "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "(B/B)");
   if (compressing(o)) printf(" %12s %9s %9s %6s", "(B/op)", "", "", "");
   printf("\n");
 }
@@ -354,9 +360,12 @@ void print_csv(const SweepOptions& o, const Result& r) {
 
 void print_row(const SweepOptions& o, const Result& oop, const Result& ip) {
   if (o.format == Format::table) {
-    printf("%12zu %12zu %6s %6s %6d %10.2f %8.2f %8.2f %6s %10.2f %8.2f %8.2f %6s", oop.bytes, oop.count,
+    char traffic[32] = "-";  // in place: the collective's own traffic, without the out-of-place copy
+    if (ip.traffic > 0) std::snprintf(traffic, sizeof traffic, "%.2f", ip.traffic);
+    printf("%12zu %12zu %6s %6s %6d %10.2f %8.2f %8.2f %6s %10.2f %8.2f %8.2f %6s %8s", oop.bytes, oop.count,
            std::string(to_string(o.dtype)).c_str(), op_name(o).c_str(), root_of(o), oop.time_us, oop.algbw,
-           oop.busbw, wrong_text(oop.wrong).c_str(), ip.time_us, ip.algbw, ip.busbw, wrong_text(ip.wrong).c_str());
+           oop.busbw, wrong_text(oop.wrong).c_str(), ip.time_us, ip.algbw, ip.busbw, wrong_text(ip.wrong).c_str(),
+           traffic);
     // Both placements reduce the same inputs to the same bits: one error and wire figure per row.
     if (compressing(o)) {
       printf(" %12.0f %9s %9s %6llu", ip.wire_bytes, error_text(ip.max_error).c_str(), error_text(ip.mean_error).c_str(),
@@ -384,7 +393,8 @@ void print_json(const SweepOptions& o, int nranks, const Result& r) {
                       {"algbw_gbps", r.algbw},
                       {"busbw_gbps", r.busbw},
                       {"wrong", r.wrong < 0 ? 0 : r.wrong},
-                      {"checked", r.wrong >= 0}};
+                      {"checked", r.wrong >= 0},
+                      {"traffic_per_byte", r.traffic}};
   if (compressing(o)) {
     j["compress"] = std::string(compression::to_string(o.compress));
     j["wire_bytes"] = r.wire_bytes;

@@ -184,6 +184,26 @@ namespace {
 
 // The overlap bench end to end: every mode reports, the data check passes,
 // fused buckets are fewer than gradients, per-gradient has one each.
+// Each element reduced once on one host: the busiest rank's counted shared-memory
+// traffic per payload byte stays a small constant at 8 ranks (heap buffers, the
+// staged path; folding every rank's slot moved N + 3 = 11).
+TEST(BenchTraffic, EightRanksMoveAtMostSixBytesPerPayloadByte) {
+  for (const char* collective : {"allreduce", "reduce_scatter"}) {
+    const auto out = run(bin() + " launch -n 8 -- " + bin() + " bench " + collective +
+                             " -b 16M -e 16M -n 2 -w 1 -c 1 --format json",
+                         300);
+    ASSERT_EQ(out.status, 0) << out.text;
+    const auto rows = json_rows(out.text);
+    ASSERT_EQ(rows.size(), 2u) << out.text;
+    for (const auto& r : rows) {
+      EXPECT_EQ(r["wrong"], 0) << r.dump();
+      if (!r["inplace"].get<bool>()) continue;  // out of place adds the copy into the output
+      EXPECT_GT(r["traffic_per_byte"].get<double>(), 1.0) << r.dump();
+      EXPECT_LE(r["traffic_per_byte"].get<double>(), 6.0) << r.dump();
+    }
+  }
+}
+
 TEST(BenchOverlap, EveryModeReportsWithCorrectGradients) {
   const auto out = run(bin() + " launch -n 2 -- " + bin() +
                            " bench overlap --model uniform:24:4K:64K --compute-ms 5 --steps 3 --warmup 1"

@@ -44,7 +44,22 @@
 #include "tandem/reduce.h"
 
 namespace tandem::ring {
+
 namespace {
+std::atomic<uint64_t> g_traffic{0};  // bytes read and written by this process's shared-memory collectives
+}  // namespace
+
+uint64_t shared_memory_traffic() { return g_traffic.load(std::memory_order_relaxed); }
+
+namespace {
+
+void count_traffic(size_t bytes) { g_traffic.fetch_add(bytes, std::memory_order_relaxed); }
+
+// memcpy, counted: the bytes read and the bytes written.
+void counted_copy(void* dst, const void* src, size_t bytes) {
+  std::memcpy(dst, src, bytes);
+  count_traffic(2 * bytes);
+}
 
 constexpr size_t kSlots = 4;
 constexpr size_t kControlBytes = 4096;
@@ -310,6 +325,7 @@ template <class SlotOf>
 void fold(const Segments& s, DataType dtype, ReduceOp op, void* dst, SlotOf& slot_of, size_t offset, size_t count) {
   reduce(dtype, combining(op), dst, slot_of(0) + offset, slot_of(1) + offset, count);
   for (int p = 2; p < s.size(); ++p) reduce(dtype, combining(op), dst, dst, slot_of(p) + offset, count);
+  count_traffic(size_t(s.size() + 1) * count * dtype_size(dtype));  // every source read once, dst written
   if (op == ReduceOp::avg) scale_avg(dtype, dst, count, s.size());
 }
 
@@ -337,9 +353,10 @@ Reach arrive_direct(Segments& s, Channel& ch, size_t bytes, const void* in, size
 // Copies from a peer's input, `offset` bytes in: through the mapping or by cross-memory attach.
 void read_input(Segments& s, Channel& ch, Reach reach, int p, size_t offset, void* dst, size_t bytes) {
   if (reach == Reach::mapped) {
-    std::memcpy(dst, s.peer_input(p) + offset, bytes);
+    counted_copy(dst, s.peer_input(p) + offset, bytes);
   } else {
     ch.read_peer(p, s.peer_input_address(p) + offset, dst, bytes);
+    count_traffic(2 * bytes);
   }
 }
 
@@ -351,11 +368,12 @@ const std::byte* piece_source(Segments& s, Channel& ch, Reach reach, int p, cons
                               size_t bytes, bool copy_own, std::byte* local) {
   if (p == s.rank()) {
     if (!copy_own) return bytes_of(own_input) + offset;
-    std::memcpy(local, bytes_of(own_input) + offset, bytes);
+    counted_copy(local, bytes_of(own_input) + offset, bytes);
   } else if (reach == Reach::mapped) {
     return s.peer_input(p) + offset;
   } else {
     ch.read_peer(p, s.peer_input_address(p) + offset, local, bytes);
+    count_traffic(2 * bytes);
   }
   return local;
 }
@@ -388,9 +406,10 @@ void direct_allreduce(Segments& s, Channel& ch, const AllreduceArgs& a, Reach re
     for (int p = 0; p < n; ++p) {
       if (p == r) continue;
       if (reach == Reach::mapped) {
-        std::memcpy(outs[p] + offset, result, bytes);
+        counted_copy(outs[p] + offset, result, bytes);
       } else {
         ch.write_peer(p, outs[p] + offset, result, bytes);
+        count_traffic(2 * bytes);
       }
     }
   }
@@ -444,7 +463,7 @@ void shm_allreduce(Channel& ch, const AllreduceArgs& a, size_t chunk_bytes) {
   const size_t per_chunk = chunk_bytes / esize;
   auto stage = [&](size_t i, std::byte* slot) {
     const size_t begin = i * per_chunk;
-    std::memcpy(slot, bytes_of(a.input) + begin * esize, std::min(per_chunk, a.count - begin) * esize);
+    counted_copy(slot, bytes_of(a.input) + begin * esize, std::min(per_chunk, a.count - begin) * esize);
   };
   if (s.size() < split_min_ranks() || s.size() < 2) {
     s.staged(chunks_for(a.count, per_chunk), -1, stage, [&](size_t i, auto slot_of) {
@@ -468,12 +487,12 @@ void shm_allreduce(Channel& ch, const AllreduceArgs& a, size_t chunk_bytes) {
         if (n == 0) return;
         std::byte* out = bytes_of(a.output) + (begin + lo) * esize;
         fold(s, a.dtype, a.op, out, slot_of, lo * esize, n);
-        std::memcpy(own_slot + lo * esize, out, n * esize);
+        counted_copy(own_slot + lo * esize, out, n * esize);
       },
       [&](size_t i, int p, const std::byte* slot) {
         const size_t begin = i * per_chunk;
         const auto [lo, n] = slice(std::min(per_chunk, a.count - begin), p);
-        std::memcpy(bytes_of(a.output) + (begin + lo) * esize, slot + lo * esize, n * esize);
+        counted_copy(bytes_of(a.output) + (begin + lo) * esize, slot + lo * esize, n * esize);
       });
 }
 
@@ -490,7 +509,7 @@ void shm_reduce_scatter(Channel& ch, const ReduceScatterArgs& a, size_t chunk_by
       [&](size_t i, std::byte* slot) {
         const size_t begin = i * per_block, count = std::min(per_block, a.count - begin);
         for (size_t b = 0; b < n; ++b) {
-          std::memcpy(slot + b * per_block * esize, bytes_of(a.input) + (b * a.count + begin) * esize, count * esize);
+          counted_copy(slot + b * per_block * esize, bytes_of(a.input) + (b * a.count + begin) * esize, count * esize);
         }
       },
       [&](size_t i, auto slot_of) {
@@ -505,19 +524,19 @@ void shm_allgather(Channel& ch, const AllgatherArgs& a, size_t chunk_bytes) {
   Segments s(ch, chunk_bytes, call_of(Kind::allgather, a.count, a.dtype));
   const size_t esize = dtype_size(a.dtype), per_chunk = chunk_bytes / esize, block = a.count * esize;
   std::byte* own_block = bytes_of(a.output) + size_t(s.rank()) * block;
-  if (bytes_of(a.input) != own_block) std::memcpy(own_block, a.input, block);
+  if (bytes_of(a.input) != own_block) counted_copy(own_block, a.input, block);
   const Reach reach = arrive_direct(s, ch, block * size_t(s.size()), a.input, block, a.output, 0, -1, false);
   if (reach != Reach::staged) return direct_allgather(s, ch, a, reach);
   s.staged(
       chunks_for(a.count, per_chunk), -1,
       [&](size_t i, std::byte* slot) {
         const size_t begin = i * per_chunk;
-        std::memcpy(slot, own_block + begin * esize, std::min(per_chunk, a.count - begin) * esize);
+        counted_copy(slot, own_block + begin * esize, std::min(per_chunk, a.count - begin) * esize);
       },
       [&](size_t i, auto slot_of) {
         const size_t begin = i * per_chunk, bytes = std::min(per_chunk, a.count - begin) * esize;
         for (int p = 0; p < s.size(); ++p) {
-          if (p != s.rank()) std::memcpy(bytes_of(a.output) + (size_t(p) * a.count + begin) * esize, slot_of(p), bytes);
+          if (p != s.rank()) counted_copy(bytes_of(a.output) + (size_t(p) * a.count + begin) * esize, slot_of(p), bytes);
         }
       });
 }
@@ -527,7 +546,7 @@ void shm_broadcast(Channel& ch, const BroadcastArgs& a, size_t chunk_bytes) {
   Segments s(ch, chunk_bytes, call_of(Kind::broadcast, a.count, a.dtype, ReduceOp::sum, a.root));
   const size_t esize = dtype_size(a.dtype), per_chunk = chunk_bytes / esize;
   const bool root = s.rank() == a.root;
-  if (root && a.input != a.output) std::memcpy(a.output, a.input, a.count * esize);
+  if (root && a.input != a.output) counted_copy(a.output, a.input, a.count * esize);
   const size_t bytes = a.count * esize;
   const Reach reach = arrive_direct(s, ch, bytes, root ? a.input : nullptr, bytes, a.output, 0, a.root, false);
   if (reach != Reach::staged) return direct_broadcast(s, ch, a, reach);
@@ -535,12 +554,12 @@ void shm_broadcast(Channel& ch, const BroadcastArgs& a, size_t chunk_bytes) {
       chunks_for(a.count, per_chunk), a.root,
       [&](size_t i, std::byte* slot) {
         const size_t begin = i * per_chunk;
-        std::memcpy(slot, bytes_of(a.input) + begin * esize, std::min(per_chunk, a.count - begin) * esize);
+        counted_copy(slot, bytes_of(a.input) + begin * esize, std::min(per_chunk, a.count - begin) * esize);
       },
       [&](size_t i, auto slot_of) {
         if (root) return;
         const size_t begin = i * per_chunk;
-        std::memcpy(bytes_of(a.output) + begin * esize, slot_of(a.root), std::min(per_chunk, a.count - begin) * esize);
+        counted_copy(bytes_of(a.output) + begin * esize, slot_of(a.root), std::min(per_chunk, a.count - begin) * esize);
       });
 }
 
