@@ -517,7 +517,7 @@ class Launcher {
       say("rank " + std::to_string(it->rank) + " " + describe(status));
       if (!first_failure_ && !stopping() && spawn_failure_ == 0) {
         first_failure_ = &*it;
-        record_failure_in_store(it->rank);
+        record_failure_in_store(it->rank, describe(status));
         if (std::any_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.running; })) {
           say("waiting up to " + seconds_text(opts_.grace_seconds) + " for the other ranks to exit");
         }
@@ -529,11 +529,11 @@ class Launcher {
 
   // Lets ranks blocked in a collective fail fast with PeerFailure naming the
   // rank, instead of waiting for their timeout.
-  void record_failure_in_store(int rank) {
+  void record_failure_in_store(int rank, const std::string& how) {
     if (!store_) return;
     try {
       auto failed = store_->failed_ranks();
-      if (std::find(failed.begin(), failed.end(), rank) == failed.end()) store_->mark_failed(rank);
+      if (std::find(failed.begin(), failed.end(), rank) == failed.end()) store_->mark_failed(rank, how);
     } catch (const std::exception& e) {
       say(std::string("could not record the failure in the store: ") + e.what());
     }

@@ -421,6 +421,53 @@ TEST_F(StoreTest, MarkFailedDedupesAndPublishes) {
   EXPECT_EQ(server.failed_ranks(), (std::vector<int>{5, 2}));  // still deduped
 }
 
+// A rank that beats and then falls silent (stopped, hung, cut off) is
+// recorded as failed after kSilentHeartbeats intervals, with the reason.
+TEST_F(StoreTest, SilentHeartbeatMarksRankFailedWithReason) {
+  StoreServer server(opts());
+  auto watcher = client(server);
+  auto beating = client(server);
+  const auto start = Clock::now();
+  beating->heartbeat(4, 200ms, soon());
+  EXPECT_EQ(watcher->get(kFailedRanksKey, soon()), "4");
+  const auto ms = elapsed_ms(start);
+  EXPECT_GE(ms, 400);  // two silent intervals
+  EXPECT_LT(ms, 700);  // plus at most a check tick (a tenth) and scheduling
+  const auto reason = watcher->get(failure_reason_key(4), soon());
+  EXPECT_NE(reason.find("no heartbeat for 0."), std::string::npos) << reason;
+  EXPECT_NE(reason.find(" s, 2 intervals of 200 ms (the process is stopped, hung or cut off from the store)"),
+            std::string::npos)
+      << reason;
+  EXPECT_EQ(server.failed_ranks(), std::vector<int>{4});
+}
+
+TEST_F(StoreTest, BeatingRankIsNeverFailedAndGoodbyeEndsTheWatch) {
+  StoreServer server(opts());
+  auto beating = client(server);
+  for (int i = 0; i < 8; ++i) {
+    beating->heartbeat(1, 200ms, soon());
+    std::this_thread::sleep_for(100ms);
+  }
+  beating->goodbye(soon());
+  std::this_thread::sleep_for(600ms);  // silent, but it said goodbye
+  EXPECT_TRUE(server.failed_ranks().empty());
+}
+
+TEST_F(StoreTest, BadHeartbeatsAreRefusedNamingTheFormat) {
+  StoreServer server(opts());
+  auto c = client(server);
+  EXPECT_THROW(c->heartbeat(-1, 200ms, soon()), InvalidArgument);
+  EXPECT_THROW(c->heartbeat(1, 0ms, soon()), InvalidArgument);
+  c->hello(2, soon());
+  try {
+    c->heartbeat(3, 200ms, soon());  // this connection is rank 2's
+    ADD_FAILURE() << "a heartbeat for another rank was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("already registered as rank 2"), std::string::npos) << e.what();
+  }
+  c->goodbye(soon());
+}
+
 TEST_F(StoreTest, ServerGoneGivesPeerFailureNotHang) {
   auto server = std::make_unique<StoreServer>(opts());
   const std::string address = server->address();

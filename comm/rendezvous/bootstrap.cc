@@ -103,6 +103,13 @@ void read_tuning(const EnvLookup& env, CommOptions& o) {
   };
   if (auto t = positive("TANDEM_TIMEOUT_MS")) o.timeout = *t;
   if (auto t = positive("TANDEM_CONNECT_TIMEOUT_MS")) o.connect_timeout = *t;
+  if (auto v = optional_int(env, "TANDEM_HEARTBEAT_MS", "set it to milliseconds between heartbeats (0 turns them off)")) {
+    if (*v > 0 && *v < 100) {
+      throw InvalidArgument("tandem: TANDEM_HEARTBEAT_MS='" + std::to_string(*v) +
+                            "' is too short (the store would spend its time checking); use 0 (off) or at least 100");
+    }
+    o.heartbeat = std::chrono::milliseconds(*v);
+  }
   if (auto v = optional_int(env, "TANDEM_SEGMENT_BYTES", "set it to the ring's message size in bytes (>= 4096)")) {
     o.segment_bytes = size_t(*v);
   }

@@ -385,6 +385,14 @@ void StoreClient::hello(int rank, Deadline deadline) {
 
 void StoreClient::goodbye(Deadline deadline) { impl_->simple(sp::Op::goodbye, {}, {}, deadline, "goodbye"); }
 
+void StoreClient::heartbeat(int rank, std::chrono::milliseconds interval, Deadline deadline) {
+  if (rank < 0 || interval.count() <= 0) {
+    throw InvalidArgument("tandem store: heartbeat needs a rank >= 0 and a positive interval");
+  }
+  impl_->simple(sp::Op::heartbeat, {}, std::to_string(rank) + ":" + std::to_string(interval.count()), deadline,
+                "heartbeat of rank " + std::to_string(rank));
+}
+
 std::pair<std::string, uint16_t> parse_host_port(const std::string& address) {
   auto bad = [&](const std::string& why) {
     return InvalidArgument("tandem: bad store address '" + address + "': " + why +

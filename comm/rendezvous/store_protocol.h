@@ -11,6 +11,8 @@
 //   DELETE   key
 //   HELLO    value = rank as decimal text
 //   GOODBYE  (empty)
+//   HEARTBEAT value = "<rank>:<interval ms>"; registers the connection as that
+//            rank's (as HELLO) and says it will beat at least every interval
 // A key list is u32 count, then per key u32 length + bytes.
 // A parked GET/WAIT that expires on the server is answered NOT_FOUND, with the
 // missing keys (comma-separated) in the value, so the connection stays in step.
@@ -36,6 +38,7 @@ enum class Op : uint16_t {
   erase = 7,
   hello = 8,
   goodbye = 9,
+  heartbeat = 10,
   // responses
   ok = 100,
   value = 101,

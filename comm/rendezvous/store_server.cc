@@ -53,6 +53,8 @@ struct StoreServer::Impl {
   asio::executor_work_guard<asio::io_context::executor_type> work{io.get_executor()};
   tcp::acceptor acceptor{io};
   asio::steady_timer accept_retry{io};
+  asio::steady_timer heartbeat_timer{io};
+  std::chrono::milliseconds heartbeat_tick{0};  // 0 until a rank beats
   uint16_t port = 0;
   std::thread thread;
 
@@ -70,7 +72,10 @@ struct StoreServer::Impl {
   void listen();
   void accept();
   void notify(const std::string& key);
-  void record_failure(int rank);
+  void record_failure(int rank, const std::string& reason);
+  // Checks heartbeats every tenth of the shortest interval seen.
+  void watch_heartbeats(std::chrono::milliseconds interval);
+  void check_heartbeats();
   bool has(const std::string& key) const { return data.count(key) != 0; }
 };
 
@@ -89,8 +94,10 @@ struct StoreServer::Impl::Connection : std::enable_shared_from_this<Connection> 
   bool closed = false;
   bool got_first_frame = false;
   bool frame_timer_armed = false;  // armed for a partial frame (or for the first frame)
-  int rank = -1;                   // registered by HELLO
+  int rank = -1;                   // registered by HELLO or HEARTBEAT
   bool said_goodbye = false;
+  std::chrono::milliseconds heartbeat_interval{0};  // > 0 once the rank beats on this connection
+  Clock::time_point last_beat;
 
   // At most one parked request: the client is synchronous, later frames wait in rbuf.
   bool parked = false;
@@ -280,6 +287,21 @@ struct StoreServer::Impl::Connection : std::enable_shared_from_this<Connection> 
       case sp::Op::goodbye:
         said_goodbye = true;
         return reply(sp::Op::ok, {}, {});
+      case sp::Op::heartbeat: {
+        const auto colon = value.find(':');
+        auto r = colon == std::string_view::npos ? std::nullopt : sp::parse_int64(value.substr(0, colon));
+        auto ms = colon == std::string_view::npos ? std::nullopt : sp::parse_int64(value.substr(colon + 1));
+        if (!r || *r < 0 || *r > INT32_MAX || !ms || *ms <= 0 || *ms > int64_t(kMaxParkMs))
+          return error_reply(fmt::format("heartbeat: expected '<rank>:<interval ms>', got '{}'", value));
+        if (rank >= 0 && rank != *r)
+          return error_reply(fmt::format("heartbeat: connection already registered as rank {}", rank));
+        rank = static_cast<int>(*r);
+        said_goodbye = false;
+        heartbeat_interval = std::chrono::milliseconds(*ms);
+        last_beat = Clock::now();
+        server.watch_heartbeats(heartbeat_interval);
+        return reply(sp::Op::ok, {}, {});
+      }
       default:
         // validate_header already rejected everything else.
         return error_reply("unexpected opcode");
@@ -355,7 +377,7 @@ struct StoreServer::Impl::Connection : std::enable_shared_from_this<Connection> 
     server.connections.erase(self);
     if (rank >= 0 && !said_goodbye && !server.stopping) {
       spdlog::warn("tandem store: rank {} ({}) disconnected without goodbye: {}", rank, peer, reason);
-      server.record_failure(rank);
+      server.record_failure(rank, "its process exited or lost its connection to the store (" + reason + ")");
     }
   }
 };
@@ -383,6 +405,7 @@ StoreServer::Impl::~Impl() {
     boost::system::error_code ignored;
     acceptor.close(ignored);
     accept_retry.cancel();
+    heartbeat_timer.cancel();
     auto all = connections;  // close() erases from the set
     for (auto& c : all) c->close("server shutting down", false);
     done.set_value();
@@ -441,7 +464,36 @@ void StoreServer::Impl::notify(const std::string& key) {
   for (auto& c : parked) c->try_complete();
 }
 
-void StoreServer::Impl::record_failure(int rank) {
+void StoreServer::Impl::watch_heartbeats(std::chrono::milliseconds interval) {
+  const auto tick = std::max(std::chrono::milliseconds(1), interval / 10);
+  const bool running = heartbeat_tick.count() > 0;
+  if (running && heartbeat_tick <= tick) return;
+  heartbeat_tick = tick;
+  if (!running) check_heartbeats();
+}
+
+void StoreServer::Impl::check_heartbeats() {
+  if (stopping) return;
+  const auto now = Clock::now();
+  for (const auto& c : connections) {
+    if (c->closed || c->said_goodbye || c->heartbeat_interval.count() == 0) continue;
+    const auto silent = now - c->last_beat;
+    if (silent <= kSilentHeartbeats * c->heartbeat_interval) continue;
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(silent).count();
+    spdlog::warn("tandem store: rank {} ({}) sent no heartbeat for {} ms (interval {} ms)", c->rank, c->peer, ms,
+                 c->heartbeat_interval.count());
+    record_failure(c->rank, fmt::format("no heartbeat for {}.{} s, {} intervals of {} ms (the process is stopped, "
+                                        "hung or cut off from the store)",
+                                        ms / 1000, ms % 1000 / 100, kSilentHeartbeats, c->heartbeat_interval.count()));
+    c->heartbeat_interval = std::chrono::milliseconds(0);  // reported once
+  }
+  heartbeat_timer.expires_after(heartbeat_tick);
+  heartbeat_timer.async_wait([this](boost::system::error_code ec) {
+    if (!ec) check_heartbeats();
+  });
+}
+
+void StoreServer::Impl::record_failure(int rank, const std::string& reason) {
   std::string csv;
   {
     std::lock_guard lock(failed_mu);
@@ -449,6 +501,7 @@ void StoreServer::Impl::record_failure(int rank) {
     failed.push_back(rank);
     for (size_t i = 0; i < failed.size(); ++i) csv += (i ? "," : "") + std::to_string(failed[i]);
   }
+  data[failure_reason_key(rank)] = reason;
   data[kFailedRanksKey] = csv;
   notify(kFailedRanksKey);
 }
@@ -466,15 +519,15 @@ std::vector<int> StoreServer::failed_ranks() const {
   return impl_->failed;
 }
 
-void StoreServer::mark_failed(int rank) {
+void StoreServer::mark_failed(int rank, const std::string& reason) {
   if (impl_->io.get_executor().running_in_this_thread()) {
-    impl_->record_failure(rank);
+    impl_->record_failure(rank, reason);
     return;
   }
   // Run on the io thread (it owns the data and the waiters) and return once the key is visible.
   std::promise<void> done;
-  asio::post(impl_->io, [this, rank, &done] {
-    impl_->record_failure(rank);
+  asio::post(impl_->io, [this, rank, &reason, &done] {
+    impl_->record_failure(rank, reason);
     done.set_value();
   });
   done.get_future().wait();

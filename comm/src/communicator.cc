@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <immintrin.h>
 #include <sched.h>
+#include <unistd.h>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -80,8 +81,13 @@ struct Description {
   }
 };
 
-std::string describe_wait(const Description& what, int rank, int peer) {
-  return what.str() + " on rank " + std::to_string(rank) + " (waiting for rank " + std::to_string(peer) + ")";
+// "allreduce #12 (1024 x f32, sum) on rank 0 (waiting for rank 1)": seq numbers the communicator's collectives from 1.
+std::string describe_wait(const Description& what, uint32_t seq, int rank, int peer) {
+  std::string call = what.str();
+  const auto paren = call.find('(');
+  call = paren == std::string::npos ? call + " #" + std::to_string(seq)
+                                    : call.substr(0, paren) + " #" + std::to_string(seq) + " " + call.substr(paren);
+  return call + " on rank " + std::to_string(rank) + " (waiting for rank " + std::to_string(peer) + ")";
 }
 
 // One reusable scratch buffer, grown on demand.
@@ -189,9 +195,21 @@ struct Communicator::Impl {
   std::exception_ptr sticky;  // engine thread only
   std::atomic<bool> failed{false};
 
+  // Liveness: a thread beats on its own store connection every heartbeat / 2;
+  // the store records a rank silent for kSilentHeartbeats intervals as failed.
+  std::thread heartbeat_thread;
+  std::condition_variable cv_heartbeat;
+  std::unique_ptr<StoreClient> heartbeat_store;
+  bool heartbeat_stopping = false;     // guarded by mu
+  std::string heartbeat_error;         // guarded by mu
+  std::atomic<bool> heartbeat_failed{false};
+
   uint32_t seq = 0;                                         // engine thread only
   std::vector<ScratchBuffer> host_scratch, device_scratch;  // by slot
   Clock::time_point next_failure_poll{};
+
+  // A create() that fails after the heartbeat started must still join it.
+  ~Impl() { stop_heartbeat(); }
 
   std::string key(const std::string& k) const { return opts.prefix + "/" + k; }
   void store_barrier(const std::string& name, Deadline deadline);
@@ -210,6 +228,14 @@ struct Communicator::Impl {
   Task make_task(std::function<void(Channel&)> body, const CollectiveOptions& o, const Description& what) const;
   std::string arrive(const std::string& barrier, Deadline deadline);
   [[noreturn]] void blame_first_failure(const PeerFailure& seen);
+  PeerFailure rank_died(int rank, const std::string& detail);
+  // How long a store request may take before the store counts as silent.
+  std::chrono::milliseconds store_patience() const {
+    return opts.heartbeat.count() > 0 ? std::min<std::chrono::milliseconds>(opts.heartbeat, std::chrono::seconds(2))
+                                      : std::chrono::seconds(2);
+  }
+  void start_heartbeat(const std::string& host, uint16_t port, Deadline deadline);
+  void stop_heartbeat();
   void* scratch_buffer(size_t bytes, int slot, MemoryType memory);
   std::shared_ptr<Request::State> enqueue(std::function<void(Channel&)> body, const CollectiveOptions& o,
                                           const Description& what);
@@ -358,12 +384,21 @@ std::optional<int> first_failed_rank(const std::optional<std::string>& failed_ra
   return std::atoi(failed_ranks->c_str());
 }
 
-PeerFailure rank_died(int rank, const std::string& detail) {
-  return PeerFailure(rank,
-                     "rank " + std::to_string(rank) + " failed (its process exited or lost its connection)" + detail);
-}
-
 }  // namespace
+
+// "rank 1 (host vm, pid 42) failed: <why the store recorded it><detail>".
+PeerFailure Communicator::Impl::rank_died(int rank, const std::string& detail) {
+  const Deadline until = Clock::now() + std::chrono::milliseconds(500);
+  std::optional<std::string> host, why;
+  try {
+    host = store->try_get(key("host/" + std::to_string(rank)), until);
+    why = store->try_get(failure_reason_key(rank), until);
+  } catch (const Error&) {
+    // The store may be going away too; name what we know.
+  }
+  return PeerFailure(rank, "rank " + std::to_string(rank) + (host ? " (" + *host + ")" : std::string()) +
+                               " failed: " + (why ? *why : "its process exited or lost its connection") + detail);
+}
 
 void Communicator::Impl::throw_store_lost(const std::exception& e) {
   if (store_host_rank >= 0) {
@@ -390,6 +425,7 @@ void Communicator::Impl::blame_first_failure(const PeerFailure& seen) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+  if (seen.rank() >= 0) throw rank_died(seen.rank(), "; rank " + std::to_string(opts.rank) + " saw: " + seen.what());
   throw seen;
 }
 
@@ -414,28 +450,35 @@ Task Communicator::Impl::make_task(std::function<void(Channel&)> body, const Col
 void Communicator::Impl::check_health(const Task& task, int waiting_on) {
   const Description& what = task.what;
   if (aborted.load(std::memory_order_relaxed)) throw_aborted();
+  if (heartbeat_failed.load(std::memory_order_relaxed)) {
+    std::string why;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      why = heartbeat_error;
+    }
+    throw_store_lost(Error(why + "; during " + describe_wait(what, seq, opts.rank, waiting_on)));
+  }
   const auto now = Clock::now();
   int dead = ucx->failed_peer();
   if (dead >= 0) {
-    throw PeerFailure(dead, "rank " + std::to_string(dead) + " failed: its UCX endpoint reported an error during " +
-                                describe_wait(what, opts.rank, waiting_on));
+    throw rank_died(dead, "; its UCX endpoint reported an error during " + describe_wait(what, seq, opts.rank, waiting_on));
   }
   if (now >= next_failure_poll) {
     next_failure_poll = now + opts.failure_poll;
     std::optional<std::string> failed_ranks;
     try {
-      failed_ranks = store->try_get(kFailedRanksKey, now + std::chrono::seconds(2));
+      failed_ranks = store->try_get(kFailedRanksKey, now + store_patience());
     } catch (const Timeout&) {
       // A slow store is not a dead peer; the collective deadline still bounds us.
     } catch (const PeerFailure& e) {
       throw_store_lost(e);
     }
     if (auto r = first_failed_rank(failed_ranks))
-      throw rank_died(*r, " during " + describe_wait(what, opts.rank, waiting_on));
+      throw rank_died(*r, "; during " + describe_wait(what, seq, opts.rank, waiting_on));
   }
   if (now >= task.deadline) {
-    throw Timeout(what.str() + " timed out after " + std::to_string(task.timeout.count()) + " ms on rank " +
-                  std::to_string(opts.rank) + " waiting for rank " + std::to_string(waiting_on) +
+    throw Timeout(describe_wait(what, seq, opts.rank, waiting_on) + " timed out after " +
+                  std::to_string(task.timeout.count()) + " ms" +
                   "; check that every rank calls the same collectives with the same dtype in the same order "
                   "(mismatched calls never match); if the job is just slow, raise CommOptions::timeout "
                   "(TANDEM_TIMEOUT_MS)");
@@ -477,6 +520,11 @@ void Communicator::Impl::connect() {
   }
   store = std::make_unique<StoreClient>(host, port, deadline);
   store->hello(opts.rank, deadline);
+  char hostname[256] = "?";
+  gethostname(hostname, sizeof hostname - 1);
+  store->set(key("host/" + std::to_string(opts.rank)),
+             "host " + std::string(hostname) + ", pid " + std::to_string(getpid()), deadline);
+  if (opts.heartbeat.count() > 0) start_heartbeat(host, port, deadline);
   if (opts.host_store) store->set(key("store_host"), std::to_string(opts.rank), deadline);
   // Interface selection (netif.h): every rank takes part; it logs the decision.
   network = select_interface(*store, opts, deadline);
@@ -492,6 +540,49 @@ void Communicator::Impl::connect() {
   store_barrier("connected", deadline);
   transports = ucx->describe();
   if (shm) transports += cma ? " + shared memory, cross-memory attach" : " + shared memory";
+}
+
+void Communicator::Impl::start_heartbeat(const std::string& host, uint16_t port, Deadline deadline) {
+  heartbeat_store = std::make_unique<StoreClient>(host, port, deadline);
+  heartbeat_store->heartbeat(opts.rank, opts.heartbeat, deadline);  // registered before any collective
+  heartbeat_thread = std::thread([this] {
+    std::unique_lock<std::mutex> lock(mu);
+    for (;;) {
+      if (cv_heartbeat.wait_for(lock, opts.heartbeat / 2, [&] { return heartbeat_stopping; })) return;
+      lock.unlock();
+      std::string error;
+      try {
+        heartbeat_store->heartbeat(opts.rank, opts.heartbeat, Clock::now() + opts.heartbeat);
+      } catch (const std::exception& e) {
+        error = std::string("rank ") + std::to_string(opts.rank) + " cannot reach the store to send its heartbeat (" +
+                e.what() + ")";
+      }
+      lock.lock();
+      if (!error.empty()) {
+        heartbeat_error = error;
+        heartbeat_failed = true;
+        return;
+      }
+    }
+  });
+}
+
+void Communicator::Impl::stop_heartbeat() {
+  if (!heartbeat_thread.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    heartbeat_stopping = true;
+  }
+  cv_heartbeat.notify_all();
+  heartbeat_thread.join();
+  if (!heartbeat_failed) {
+    try {
+      heartbeat_store->goodbye(Clock::now() + std::chrono::seconds(2));
+    } catch (const std::exception& e) {
+      spdlog::debug("tandem rank {}: heartbeat goodbye: {}", opts.rank, e.what());
+    }
+  }
+  heartbeat_store.reset();
 }
 
 // Every rank reaches the same verdict from the same store keys: all ranks on
@@ -702,6 +793,10 @@ std::unique_ptr<Communicator> Communicator::create(const CommOptions& options, s
     throw InvalidArgument("world size " + std::to_string(options.size) +
                           " needs a store address: run under `tandem launch`, or set TANDEM_STORE_ADDR=host:port");
   }
+  if (options.heartbeat.count() < 0 || (options.heartbeat.count() > 0 && options.heartbeat < std::chrono::milliseconds(100))) {
+    throw InvalidArgument("CommOptions::heartbeat of " + std::to_string(options.heartbeat.count()) +
+                          " ms: use 0 (off) or at least 100 ms (TANDEM_HEARTBEAT_MS)");
+  }
   auto impl = std::make_unique<Impl>();
   impl->opts = options;
   impl->algorithms = std::move(algorithms);
@@ -722,6 +817,11 @@ Communicator::~Communicator() {
   if (impl_->engine.joinable()) impl_->engine.join();
   for (auto& t : impl_->queue) t.state->finish(std::make_exception_ptr(Aborted("communicator destroyed")));
   impl_->finalize();
+  impl_->stop_heartbeat();
+  // After a failure a peer may never acknowledge a flush: close at once.
+  if (impl_->ucx && (impl_->failed || impl_->aborted)) {
+    impl_->ucx->close_endpoints(Clock::now() + std::chrono::seconds(2), /*force=*/true);
+  }
   impl_->ucx.reset();
   impl_->shm.reset();
   impl_->allocations.reset();

@@ -180,14 +180,14 @@ void UcxTransport::cancel(Pending& p) {
   ucp_worker_progress(worker_);  // lets the cancellation complete
 }
 
-void UcxTransport::close_endpoints(Deadline deadline) {
+void UcxTransport::close_endpoints(Deadline deadline, bool force) {
   std::vector<void*> closing;
   for (auto& ep : endpoints_) {
     if (!ep) continue;
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     // A dead peer cannot acknowledge a flush; force-close then.
-    param.flags = failed_peer() >= 0 ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    param.flags = force || failed_peer() >= 0 ? UCP_EP_CLOSE_FLAG_FORCE : 0;
     ucs_status_ptr_t req = ucp_ep_close_nbx(ep, &param);
     if (req && !UCS_PTR_IS_ERR(req)) closing.push_back(req);
     ep = nullptr;
