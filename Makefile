@@ -2,6 +2,7 @@
 #   make demo           setup, build, then a 2-rank all-reduce sweep
 #   make test           setup, build, quick test tier (what CI runs)
 #   make test-full      every test label
+#   make test-tsan      the gradient-sync engine under ThreadSanitizer (CI runs it)
 #   make bench-kernels  reduction-kernel microbenchmarks
 #   make build | configure | setup | clean
 BUILD_DIR ?= build
@@ -16,7 +17,7 @@ endif
 
 TANDEM := $(BUILD_DIR)/bin/tandem
 
-.PHONY: all setup configure build demo test test-full bench-kernels clean
+.PHONY: all setup configure build demo test test-full test-tsan bench-kernels clean
 
 all: build
 
@@ -42,6 +43,16 @@ test: build
 
 test-full: build
 	ctest --test-dir $(BUILD_DIR) $(CTEST_FLAGS)
+
+# ThreadSanitizer build of the engine's tests (ranks as threads, no UCX traffic).
+# UCX's memory hooks crash TSan-built programs, so they are switched off.
+TSAN_DIR ?= $(BUILD_DIR)-tsan
+test-tsan: setup
+	cmake -S . -B $(TSAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTANDEM_WITH_CUDA=OFF -DTANDEM_BUILD_BENCH=OFF \
+	  -DCMAKE_CXX_FLAGS="-fsanitize=thread -O1"
+	ninja -C $(TSAN_DIR) -j $(JOBS) fusion_test
+	UCX_MEM_EVENTS=no UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none TSAN_OPTIONS=halt_on_error=1 \
+	  $(TSAN_DIR)/tests/fusion_test
 
 bench-kernels: $(BUILD_DIR)/build.ninja
 	ninja -C $(BUILD_DIR) -j $(JOBS) tandem-kernels-bench
