@@ -62,24 +62,63 @@ struct Description {
   size_t count = 0;
   std::optional<DataType> dtype;
   std::optional<ReduceOp> op;
+  int root = -1;  // broadcast only
 
-  // 3 bits of collective kind, 3 of dtype.
-  uint32_t signature() const {
+  // 1 + the index in kKinds.
+  uint32_t kind() const {
     static constexpr const char* kKinds[] = {"allreduce", "reduce_scatter", "allgather", "broadcast", "barrier"};
-    uint32_t kind = 0;
     for (uint32_t i = 0; i < 5; ++i) {
-      if (std::strcmp(name, kKinds[i]) == 0) kind = i + 1;
+      if (std::strcmp(name, kKinds[i]) == 0) return i + 1;
     }
-    return (kind << 3) | (dtype ? uint32_t(*dtype) + 1 : 0);
+    return 0;
   }
+  // 3 bits of collective kind, 3 of dtype.
+  uint32_t signature() const { return (kind() << 3) | (dtype ? uint32_t(*dtype) + 1 : 0); }
 
   std::string str() const {
     if (!dtype) return name;
     std::string s = std::string(name) + "(" + std::to_string(count) + " x " + std::string(to_string(*dtype));
     if (op) s += ", " + std::string(to_string(*op));
+    if (root >= 0) s += ", root " + std::to_string(root);
     return s + ")";
   }
 };
+
+// What a rank says it is calling, sent to its ring successor before a
+// collective's first UCX message (the shared-memory path compares calls in its
+// slot headers instead). Plain bytes; both ends are the same build.
+struct Fingerprint {
+  uint32_t seq = 0;
+  uint8_t kind = 0, dtype = 0, op = 0;  // dtype and op + 1; 0: none
+  uint8_t unused = 0;
+  int32_t root = -1;
+  uint64_t count = 0;
+
+  static Fingerprint of(const Description& d, uint32_t seq) {
+    return {seq, uint8_t(d.kind()), uint8_t(d.dtype ? uint8_t(*d.dtype) + 1 : 0), uint8_t(d.op ? uint8_t(*d.op) + 1 : 0),
+            0, d.root, d.count};
+  }
+  Description description() const {
+    static constexpr const char* kKinds[] = {"?", "allreduce", "reduce_scatter", "allgather", "broadcast", "barrier"};
+    Description d{kKinds[kind <= 5 ? kind : 0], size_t(count), std::nullopt, std::nullopt, root};
+    if (dtype) d.dtype = DataType(dtype - 1);
+    if (op) d.op = ReduceOp(op - 1);
+    return d;
+  }
+  // The first field that differs, in the order a reader would check them; nullptr if none.
+  const char* differing(const Fingerprint& o) const {
+    if (seq != o.seq) return "sequence number";
+    if (kind != o.kind) return "kind";
+    if (op != o.op) return "op";
+    if (dtype != o.dtype) return "dtype";
+    if (count != o.count) return "count";
+    if (root != o.root) return "root";
+    return nullptr;
+  }
+};
+static_assert(sizeof(Fingerprint) == 24);
+// The tag signature of fingerprints: kind 7, dtype 7, which no collective has.
+constexpr uint32_t kFingerprintSignature = (1u << kSignatureBits) - 1;
 
 // "allreduce #12 (1024 x f32, sum) on rank 0 (waiting for rank 1)": seq numbers the communicator's collectives from 1.
 std::string describe_wait(const Description& what, uint32_t seq, int rank, int peer) {
@@ -170,6 +209,14 @@ struct Task {
   Description what;
 };
 
+// "mismatched collectives at call #5 (the count differs): rank 0 called allreduce(100 x f32, sum), rank 1 called ...".
+std::string mismatch_text(uint32_t seq, const char* field, int rank_a, const Description& a, int rank_b,
+                          const Description& b) {
+  return "mismatched collectives at call #" + std::to_string(seq) + " (the " + field + " differs): rank " +
+         std::to_string(rank_a) + " called " + a.str() + ", rank " + std::to_string(rank_b) + " called " + b.str() +
+         "; every rank must issue the same collectives with the same arguments in the same order";
+}
+
 struct Communicator::Impl {
   CommOptions opts;
   std::shared_ptr<Algorithms> algorithms;
@@ -228,6 +275,11 @@ struct Communicator::Impl {
   Task make_task(std::function<void(Channel&)> body, const CollectiveOptions& o, const Description& what) const;
   std::string arrive(const std::string& barrier, Deadline deadline);
   [[noreturn]] void blame_first_failure(const PeerFailure& seen);
+  // A mismatch found by one rank, published so that every rank fails in that call.
+  void publish_mismatch(const std::string& text);
+  void check_calls_match(const Task& task, int waiting_on, Deadline until);
+  // Throws the mismatch another rank published, waiting up to a second for it.
+  void explain_mismatch();
   PeerFailure rank_died(int rank, const std::string& detail);
   // How long a store request may take before the store counts as silent.
   std::chrono::milliseconds store_patience() const {
@@ -248,7 +300,11 @@ struct Communicator::Impl {
 class EngineChannel final : public Channel {
  public:
   EngineChannel(Communicator::Impl& impl, const Task& task)
-      : impl_(impl), task_(task), signature_(task.what.signature()) {}
+      : impl_(impl), task_(task), signature_(task.what.signature()) {
+    // Without shared memory every collective goes over UCX: post at once (a
+    // zero-count call sends nothing, yet must be checked).
+    if (!impl_.shm && impl_.opts.size > 1) post_fingerprint();
+  }
   ~EngineChannel() override {
     // Anything still posted belongs to a collective that failed: cancel it so
     // UCX never touches the caller's buffers after we return.
@@ -259,9 +315,11 @@ class EngineChannel final : public Channel {
   int size() const override { return impl_.opts.size; }
 
   Pending send(int peer, Tag tag, const void* data, size_t bytes) override {
+    if (!fingerprint_posted_) post_fingerprint();
     return blaming_first_failure([&] { return track(impl_.ucx->send(peer, full_tag(rank(), tag), data, bytes)); });
   }
   Pending recv(int peer, Tag tag, void* data, size_t bytes) override {
+    if (!fingerprint_posted_) post_fingerprint();
     return track(impl_.ucx->recv(peer, full_tag(peer, tag), data, bytes));
   }
 
@@ -274,6 +332,15 @@ class EngineChannel final : public Channel {
     } catch (const PeerFailure& e) {
       untrack(handle);  // poll() released the request
       impl_.blame_first_failure(e);
+    } catch (const CollectiveMismatch&) {
+      // A message of the wrong size: the fingerprint says which field differs.
+      untrack(handle);
+      if (fingerprint_posted_ && !fingerprint_compared_) {
+        wait(fp_in_);
+        compare_fingerprint();
+      }
+      impl_.explain_mismatch();  // the predecessor agrees: another rank differs
+      throw;
     } catch (...) {
       untrack(handle);
       throw;
@@ -297,6 +364,7 @@ class EngineChannel final : public Channel {
     }
     // Sleep on the worker's event fd, waking for the next health check at the latest.
     while (!test(p)) {
+      poll_fingerprint();  // a stalled wait is what a mismatch looks like
       impl_.check_health(task_, p.peer());
       impl_.ucx->sleep(impl_.until_next_check(task_));
     }
@@ -316,7 +384,10 @@ class EngineChannel final : public Channel {
   }
 
   void idle(int peer, unsigned spins) override {
-    if (spins % 128 == 0) impl_.check_health(task_, peer);
+    if (spins % 128 == 0) {
+      impl_.check_health(task_, peer);
+      if (spins % 1024 == 0) watch_for_fingerprints();
+    }
     const bool yield_soon = impl_.oversubscribed && spins > kSpinsBeforeYield;
     if (spins <= kIdleSpins && !yield_soon) {
       _mm_pause();  // spinning on another core's cache line
@@ -348,11 +419,80 @@ class EngineChannel final : public Channel {
     if ((impl_.oversubscribed && spins > kSpinsBeforeYield) || spins % 65536 == 0) std::this_thread::yield();
   }
 
-  Tag full_tag(int sender, Tag local) const {
+  Tag full_tag(int sender, Tag local, uint32_t signature) const {
     if (local >> kLocalBits) throw InvalidArgument("algorithm tag exceeds 32 bits");
     static_assert(kSignatureBits + kSeqBits + kRankBits + kLocalBits == 64);
-    return (Tag(signature_) << (kSeqBits + kRankBits + kLocalBits)) |
+    return (Tag(signature) << (kSeqBits + kRankBits + kLocalBits)) |
            (Tag(impl_.seq & ((1u << kSeqBits) - 1)) << (kRankBits + kLocalBits)) | (Tag(sender) << kLocalBits) | local;
+  }
+  Tag full_tag(int sender, Tag local) const { return full_tag(sender, local, signature_); }
+
+  // Fingerprints (collective calls over UCX). Each rank sends its call's
+  // fingerprint to its ring successor with its first message and compares the
+  // predecessor's when a wait stalls, and in any case before the call may
+  // succeed (finish()): in a matching call it has long arrived by then, so
+  // the check costs no round trip. Ranks in a mismatched call fail inside it:
+  // those that see the mismatch at once, the others when the store tells them
+  // (check_health). The fingerprint signature matches whatever the
+  // predecessor called, unlike the data tags.
+  void post_fingerprint() {
+    fingerprint_posted_ = true;
+    const int n = size(), r = rank();
+    prev_ = (r + n - 1) % n;
+    mine_ = Fingerprint::of(task_.what, impl_.seq);
+    fp_in_ = track(impl_.ucx->recv(prev_, full_tag(prev_, 0, kFingerprintSignature), &theirs_, sizeof theirs_));
+    fp_out_ = blaming_first_failure([&] {
+      return track(impl_.ucx->send((r + 1) % n, full_tag(r, 0, kFingerprintSignature), &mine_, sizeof mine_));
+    });
+  }
+  void poll_fingerprint() {
+    if (fingerprint_posted_ && !fingerprint_compared_ && test(fp_in_)) compare_fingerprint();
+  }
+  void compare_fingerprint() {
+    fingerprint_compared_ = true;
+    compare(prev_, theirs_);
+  }
+
+ public:
+  // After the algorithm: the call succeeds only once the predecessor's
+  // fingerprint matched and this rank's has left.
+  void finish() {
+    if (!fingerprint_posted_) return;
+    if (!fingerprint_compared_) {
+      wait(fp_in_);
+      if (!fingerprint_compared_) compare_fingerprint();
+    }
+    wait(fp_out_);
+  }
+
+ private:
+  // On the shared-memory path, now and then during a long wait: a peer that
+  // sent a fingerprint for this call runs it over UCX, so it called something else.
+  void watch_for_fingerprints() {
+    if (fingerprint_posted_) return;
+    impl_.ucx->progress();
+    const Tag mask = ~((Tag(1) << (kRankBits + kLocalBits)) - 1);  // signature and sequence number, any sender
+    if (!impl_.ucx->probe(full_tag(0, 0, kFingerprintSignature), mask)) return;
+    for (int p = 0; p < size(); ++p) {
+      if (p == rank() || !impl_.ucx->probe(full_tag(p, 0, kFingerprintSignature), ~Tag(0))) continue;
+      fingerprint_posted_ = fingerprint_compared_ = true;
+      mine_ = Fingerprint::of(task_.what, impl_.seq);
+      Pending in = track(impl_.ucx->recv(p, full_tag(p, 0, kFingerprintSignature), &theirs_, sizeof theirs_));
+      wait(in);
+      compare(p, theirs_);
+      throw CollectiveMismatch("call #" + std::to_string(impl_.seq) + ": rank " + std::to_string(p) + " runs " +
+                               theirs_.description().str() + " over UCX while rank " + std::to_string(rank()) +
+                               " runs it through shared memory; TANDEM_SHM, TANDEM_SHM_CHUNK_BYTES and TANDEM_ALGO "
+                               "must agree on every rank");
+    }
+  }
+
+  void compare(int peer, const Fingerprint& theirs) {
+    if (const char* field = mine_.differing(theirs)) {
+      const Description other = theirs.description();
+      if (rank() < peer) throw CollectiveMismatch(mismatch_text(impl_.seq, field, rank(), task_.what, peer, other));
+      throw CollectiveMismatch(mismatch_text(impl_.seq, field, peer, other, rank(), task_.what));
+    }
   }
   Pending track(Pending p) {
     // Keep a shadow handle so a failed collective can cancel what it posted.
@@ -374,6 +514,10 @@ class EngineChannel final : public Channel {
   const Task& task_;
   uint32_t signature_;
   std::vector<Pending> live_;
+  bool fingerprint_posted_ = false, fingerprint_compared_ = false;
+  int prev_ = 0;
+  Pending fp_in_, fp_out_;
+  Fingerprint mine_, theirs_;  // sent and received in place: they outlive the messages
 };
 
 namespace {
@@ -429,6 +573,52 @@ void Communicator::Impl::blame_first_failure(const PeerFailure& seen) {
   throw seen;
 }
 
+void Communicator::Impl::publish_mismatch(const std::string& text) {
+  if (!store) return;
+  try {
+    const Deadline until = Clock::now() + std::chrono::milliseconds(500);
+    if (!store->try_get(key("mismatch"), until)) store->set(key("mismatch"), text, until);  // the first finding stays
+  } catch (const Error& e) {
+    spdlog::debug("tandem rank {}: could not publish the mismatch: {}", opts.rank, e.what());
+  }
+}
+
+// What other ranks found out about this call: a mismatch, or a rank that
+// left the communicator after the previous call (it skipped this one).
+void Communicator::Impl::check_calls_match(const Task& task, int waiting_on, Deadline until) {
+  std::optional<std::string> mismatch, left;
+  try {
+    mismatch = store->try_get(key("mismatch"), until);
+    if (seq > 1) left = store->try_get(key("left/" + std::to_string(seq - 1)), until);
+  } catch (const Timeout&) {
+    return;  // a slow store: ask again at the next poll
+  } catch (const PeerFailure& e) {
+    throw_store_lost(e);
+  }
+  const std::string during = describe_wait(task.what, seq, opts.rank, waiting_on);
+  if (mismatch) throw CollectiveMismatch(*mismatch + " (rank " + std::to_string(opts.rank) + " learned it during " + during + ")");
+  if (left) {
+    throw CollectiveMismatch("rank " + *left + " skipped call #" + std::to_string(seq) +
+                             ": it destroyed its communicator after call #" + std::to_string(seq - 1) + ", while " +
+                             during + "; every rank must issue the same collectives in the same order");
+  }
+}
+
+void Communicator::Impl::explain_mismatch() {
+  if (!store) return;
+  const Deadline until = Clock::now() + std::chrono::seconds(1);
+  while (Clock::now() < until) {
+    std::optional<std::string> found;
+    try {
+      found = store->try_get(key("mismatch"), until);
+    } catch (const Error&) {
+      return;
+    }
+    if (found) throw CollectiveMismatch(*found + " (rank " + std::to_string(opts.rank) + " learned it from the store)");
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
 void Communicator::Impl::throw_aborted() {
   std::lock_guard<std::mutex> lock(mu);
   throw Aborted("communicator aborted: " + abort_reason);
@@ -475,6 +665,7 @@ void Communicator::Impl::check_health(const Task& task, int waiting_on) {
     }
     if (auto r = first_failed_rank(failed_ranks))
       throw rank_died(*r, "; during " + describe_wait(what, seq, opts.rank, waiting_on));
+    check_calls_match(task, waiting_on, now + store_patience());
   }
   if (now >= task.deadline) {
     throw Timeout(describe_wait(what, seq, opts.rank, waiting_on) + " timed out after " +
@@ -664,7 +855,17 @@ void Communicator::Impl::execute(Task& task) {
     if (aborted) throw_aborted();
     EngineChannel channel(*this, task);
     task.body(channel);
+    channel.finish();
     task.state->finish(nullptr);
+  } catch (const CollectiveMismatch& e) {
+    // The shared-memory path does not know the call's number.
+    std::string text = e.what();
+    if (text.find("call #") == std::string::npos) text = "call #" + std::to_string(seq) + ": " + text;
+    spdlog::error("tandem rank {}: {}", opts.rank, text);
+    publish_mismatch(text);
+    sticky = std::make_exception_ptr(CollectiveMismatch(text));
+    failed = true;
+    task.state->finish(sticky);
   } catch (const std::exception& e) {
     // Any failure leaves peers in an unknown state (a mismatched collective
     // too): sticky. Only a mismatch is logged here, as nothing else names it.
@@ -740,6 +941,8 @@ void Communicator::Impl::finalize() {
   if (!store) return;
   const Deadline deadline = Clock::now() + std::chrono::seconds(10);
   try {
+    // A rank still waiting in a later call learns that this one skipped it.
+    store->set(key("left/" + std::to_string(seq)), std::to_string(opts.rank), deadline);
     if (failed || aborted) {
       // Tell the others not to wait for us at the finalize barrier.
       store->set(key("abandoned"), std::to_string(opts.rank), deadline);
@@ -924,13 +1127,13 @@ std::function<void(Channel&)> Communicator::broadcast_body(const void* input, vo
 Request Communicator::broadcast_async(const void* input, void* output, size_t count, DataType dtype, int root,
                                       const CollectiveOptions& opts) {
   return Request(impl_->enqueue(broadcast_body(input, output, count, dtype, root, opts), opts,
-                                describe("broadcast", count, dtype)));
+                                Description{"broadcast", count, dtype, std::nullopt, root}));
 }
 
 void Communicator::broadcast(const void* input, void* output, size_t count, DataType dtype, int root,
                              const CollectiveOptions& opts) {
   impl_->run_blocking(broadcast_body(input, output, count, dtype, root, opts), opts,
-                      describe("broadcast", count, dtype));
+                      Description{"broadcast", count, dtype, std::nullopt, root});
 }
 
 Request Communicator::barrier_async(const CollectiveOptions& opts) {

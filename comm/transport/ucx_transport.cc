@@ -158,7 +158,7 @@ bool UcxTransport::poll(Pending& p) {
   const size_t expected = p.bytes();
   p.mark_done();
   if (s == UCS_ERR_MESSAGE_TRUNCATED || (s == UCS_OK && received != expected)) {
-    throw InvalidArgument("collective mismatch: rank " + std::to_string(rank_) + " expected a " +
+    throw CollectiveMismatch("collective mismatch: rank " + std::to_string(rank_) + " expected a " +
                           std::to_string(expected) +
                           "-byte message but got a larger or smaller one; every rank "
                           "must call the same collectives in the same order with the same count and dtype");
@@ -170,6 +170,11 @@ bool UcxTransport::poll(Pending& p) {
                                " on a message with rank " + std::to_string(peer));
   }
   return true;
+}
+
+bool UcxTransport::probe(Tag tag, Tag mask) {
+  ucp_tag_recv_info_t info{};
+  return ucp_tag_probe_nb(worker_, tag, mask, 0, &info) != nullptr;
 }
 
 void UcxTransport::cancel(Pending& p) {

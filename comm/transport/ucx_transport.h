@@ -54,6 +54,9 @@ class UcxTransport {
   // InvalidArgument when a received message has an unexpected size (a
   // collective mismatched across ranks).
   bool poll(Pending& p);
+  // Whether a message whose tag matches `tag` under `mask` has arrived and
+  // waits for a receive (left in place).
+  bool probe(Tag tag, Tag mask);
   // Cancels an unfinished request and releases it (after an error or timeout).
   void cancel(Pending& p);
 
