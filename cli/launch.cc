@@ -193,9 +193,12 @@ std::optional<std::string> resolve_command(const std::string& name, int& exit_co
 }
 
 // The parent's environment minus stale TANDEM_* job variables, plus this rank's.
-std::vector<std::string> rank_environment(int rank, int world, const std::string& store_addr) {
-  static const char* const kOwned[] = {"TANDEM_RANK=", "TANDEM_WORLD_SIZE=", "TANDEM_LOCAL_RANK=",
-                                       "TANDEM_LOCAL_WORLD_SIZE=", "TANDEM_STORE_ADDR="};
+// The job secret travels in the environment (readable by this user only), never on a command line.
+std::vector<std::string> rank_environment(int rank, int world, const std::string& store_addr,
+                                          const std::string& secret) {
+  static const char* const kOwned[] = {"TANDEM_RANK=",       "TANDEM_WORLD_SIZE=", "TANDEM_LOCAL_RANK=",
+                                       "TANDEM_LOCAL_WORLD_SIZE=", "TANDEM_STORE_ADDR=", "TANDEM_SECRET=",
+                                       "TANDEM_SECRET_FILE="};
   std::vector<std::string> env;
   for (char** e = environ; e && *e; ++e) {
     std::string_view kv(*e);
@@ -207,6 +210,7 @@ std::vector<std::string> rank_environment(int rank, int world, const std::string
   env.push_back("TANDEM_LOCAL_RANK=" + std::to_string(rank));  // every rank is local
   env.push_back("TANDEM_LOCAL_WORLD_SIZE=" + std::to_string(world));
   env.push_back("TANDEM_STORE_ADDR=" + store_addr);
+  env.push_back("TANDEM_SECRET=" + secret);
   return env;
 }
 
@@ -260,8 +264,9 @@ struct Pipe {
 
 // Starts one rank. Returns 0, or the launcher exit code with `error` set.
 int spawn_rank(Rank& r, int world, const std::string& path, const std::vector<std::string>& command,
-               const std::string& store_addr, const rlimit& child_files, std::string& error) {
-  std::vector<std::string> env = rank_environment(r.rank, world, store_addr);
+               const std::string& store_addr, const std::string& secret, const rlimit& child_files,
+               std::string& error) {
+  std::vector<std::string> env = rank_environment(r.rank, world, store_addr, secret);
   std::vector<char*> argv, envp;
   for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -375,8 +380,12 @@ class Launcher {
       return 1;
     }
     std::unique_ptr<StoreServer> store;
+    std::string secret;
     try {
-      store = std::make_unique<StoreServer>(StoreServerOptions{});
+      secret = new_job_secret();
+      StoreServerOptions so;  // 127.0.0.1 only: every rank runs on this host
+      so.secret = secret;
+      store = std::make_unique<StoreServer>(so);
     } catch (const std::exception& e) {
       say(std::string("cannot start the bootstrap store: ") + e.what());
       return 1;
@@ -391,7 +400,7 @@ class Launcher {
     ranks_.resize(static_cast<size_t>(opts_.nprocs));
     for (int i = 0; i < opts_.nprocs; ++i) {
       ranks_[i].rank = i;
-      int rc = spawn_rank(ranks_[i], opts_.nprocs, *path, opts_.command, store_addr, child_files, error);
+      int rc = spawn_rank(ranks_[i], opts_.nprocs, *path, opts_.command, store_addr, secret, child_files, error);
       if (rc != 0) {
         say("rank " + std::to_string(i) + ": " + error);
         spawn_failure_ = rc;

@@ -8,10 +8,15 @@
 // - detect_launcher() returns "none" when no launcher is recognised.
 // - TANDEM_HOST_STORE=1 makes rank 0 host the store at TANDEM_STORE_ADDR under
 //   any launcher (ranks in separate hosts or network namespaces, no `tandem launch`).
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <string_view>
 
+#include "job_secret.h"
 #include "tandem/bootstrap.h"
 #include "tandem/errors.h"
 #include "tandem/netif.h"
@@ -285,6 +290,40 @@ std::string detect_launcher(const EnvLookup& env) {
   return "none";
 }
 
+// TANDEM_SECRET, else the file TANDEM_SECRET_FILE names (readable by its owner
+// only, like an ssh key), else none.
+std::string read_secret(const EnvLookup& env) {
+  std::string secret, source = "TANDEM_SECRET";
+  if (auto v = env("TANDEM_SECRET")) {
+    secret = *v;
+  } else if (auto path = env("TANDEM_SECRET_FILE")) {
+    source = "TANDEM_SECRET_FILE='" + *path + "'";
+    struct stat st{};
+    if (::stat(path->c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+      throw InvalidArgument("tandem: " + source + " is not a readable file; point it at a file holding the job secret");
+    }
+    if (st.st_mode & 077) {
+      char mode[8];
+      std::snprintf(mode, sizeof mode, "%04o", unsigned(st.st_mode & 07777));
+      throw InvalidArgument("tandem: " + source + " has mode " + mode +
+                            ": others may read the job secret; chmod 600 it");
+    }
+    std::ifstream f(*path);
+    std::stringstream text;
+    text << f.rdbuf();
+    secret = text.str();
+    while (!secret.empty() && (secret.back() == '\n' || secret.back() == '\r')) secret.pop_back();
+  } else {
+    return {};
+  }
+  if (secret.size() < kMinSecretChars) {
+    throw InvalidArgument("tandem: the job secret in " + source + " has " + std::to_string(secret.size()) +
+                          " characters; use at least " + std::to_string(kMinSecretChars) +
+                          " (e.g. the output of `openssl rand -hex 32`)");
+  }
+  return secret;
+}
+
 CommOptions options_from_env(const EnvLookup& env) {
   const std::string launcher = detect_launcher(env);
   CommOptions o;
@@ -299,6 +338,7 @@ CommOptions options_from_env(const EnvLookup& env) {
   }
   read_tuning(env, o);
   read_network(env, o);
+  o.secret = read_secret(env);
   // A job on one host keeps UCX's TCP transport on loopback unless the user
   // chose devices; multi-host selection belongs to interface discovery.
   if (o.local_size == o.size && !env("UCX_NET_DEVICES")) o.ucx_net_devices = "lo";

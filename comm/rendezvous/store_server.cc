@@ -12,6 +12,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "job_secret.h"
 #include "store_protocol.h"
 #include "tandem/errors.h"
 #include "tandem/store.h"
@@ -98,6 +99,10 @@ struct StoreServer::Impl::Connection : std::enable_shared_from_this<Connection> 
   bool said_goodbye = false;
   std::chrono::milliseconds heartbeat_interval{0};  // > 0 once the rank beats on this connection
   Clock::time_point last_beat;
+  // With a secret: nothing but the handshake until the proof checks out.
+  bool authenticated = false;
+  std::string nonce;                // this connection's challenge, once asked for
+  bool close_after_write = false;   // rejected: the error reply goes out, then the connection closes
 
   // At most one parked request: the client is synchronous, later frames wait in rbuf.
   bool parked = false;
@@ -143,7 +148,7 @@ struct StoreServer::Impl::Connection : std::enable_shared_from_this<Connection> 
   // Handles every complete frame in rbuf, stopping at a partial one or a parked request.
   void process() {
     size_t pos = 0;
-    while (!closed && !parked && rbuf.size() - pos >= sp::kHeaderBytes) {
+    while (!closed && !parked && !close_after_write && rbuf.size() - pos >= sp::kHeaderBytes) {
       sp::Header h = sp::decode_header(rbuf.data() + pos);
       // Validate as soon as the header is here, before waiting for a (possibly huge) body.
       if (auto why = sp::validate_header(h, /*expect_request=*/true)) {
@@ -210,6 +215,7 @@ struct StoreServer::Impl::Connection : std::enable_shared_from_this<Connection> 
   }
 
   void flush() {
+    if (!closed && wpending.empty() && close_after_write) close("rejected: " + peer, false);
     if (closed || wpending.empty()) return;
     writing = true;
     winflight.clear();
@@ -227,7 +233,43 @@ struct StoreServer::Impl::Connection : std::enable_shared_from_this<Connection> 
 
   void error_reply(const std::string& message) { reply(sp::Op::error, {}, message); }
 
+  // Closes the connection once the error reply is out; no state has changed.
+  void reject(const std::string& message) {
+    spdlog::warn("tandem store: rejected {}: {}", peer, message);
+    close_after_write = true;
+    error_reply(message);
+  }
+
+  // The handshake (job_secret.h); false if `op` may not run yet.
+  bool admit(sp::Op op, std::string_view value) {
+    const std::string& secret = server.options.secret;
+    if (op == sp::Op::auth_begin) {
+      if (!secret.empty() && !authenticated) nonce = random_bytes(kNonceBytes);
+      reply(sp::Op::value, {}, authenticated ? std::string() : nonce);
+      return false;
+    }
+    if (secret.empty() || authenticated) {
+      if (op == sp::Op::auth) error_reply("auth: no challenge pending");
+      return op != sp::Op::auth;
+    }
+    if (op != sp::Op::auth) {
+      reject(fmt::format("{}: this store requires the job secret; set TANDEM_SECRET or TANDEM_SECRET_FILE to the "
+                         "job's secret (tandem launch sets it for its ranks)",
+                         sp::op_name(uint16_t(op))));
+    } else if (nonce.empty()) {
+      reject("auth: no challenge was asked for on this connection");
+    } else if (!same_proof(value, auth_proof(secret, nonce))) {
+      reject("auth: wrong job secret");
+    } else {
+      authenticated = true;
+      reply(sp::Op::ok, {}, {});
+    }
+    nonce.clear();  // one proof per challenge
+    return false;
+  }
+
   void handle(sp::Op op, const std::string& key, std::string_view value) {
+    if (!admit(op, value)) return;
     switch (op) {
       case sp::Op::set:
         server.data[key] = std::string(value);

@@ -707,9 +707,10 @@ void Communicator::Impl::connect() {
     StoreServerOptions so;
     so.host = host;
     so.port = port;
+    so.secret = opts.secret;
     server = std::make_unique<StoreServer>(so);
   }
-  store = std::make_unique<StoreClient>(host, port, deadline);
+  store = std::make_unique<StoreClient>(host, port, deadline, opts.secret);
   store->hello(opts.rank, deadline);
   char hostname[256] = "?";
   gethostname(hostname, sizeof hostname - 1);
@@ -734,7 +735,7 @@ void Communicator::Impl::connect() {
 }
 
 void Communicator::Impl::start_heartbeat(const std::string& host, uint16_t port, Deadline deadline) {
-  heartbeat_store = std::make_unique<StoreClient>(host, port, deadline);
+  heartbeat_store = std::make_unique<StoreClient>(host, port, deadline, opts.secret);
   heartbeat_store->heartbeat(opts.rank, opts.heartbeat, deadline);  // registered before any collective
   heartbeat_thread = std::thread([this] {
     std::unique_lock<std::mutex> lock(mu);

@@ -33,6 +33,9 @@ struct CommOptions {
   std::string store_address;      // "host:port" of the bootstrap store
   bool host_store = false;        // this rank (rank 0) starts the store itself (mpirun, Slurm)
   std::string prefix = "tandem";  // namespace for this communicator's store keys
+  // The job secret (TANDEM_SECRET or TANDEM_SECRET_FILE; tandem launch makes
+  // one): the store admits only connections that prove they know it.
+  std::string secret;
   // Default deadline of every collective; each call may override it.
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(60)};

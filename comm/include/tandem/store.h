@@ -38,11 +38,17 @@ inline constexpr int kSilentHeartbeats = 2;
 // Where the store keeps why a rank was recorded as failed (text).
 inline std::string failure_reason_key(int rank) { return "tandem/failure/" + std::to_string(rank); }
 
+// A fresh job secret: 32 random bytes (OpenSSL RAND_bytes) as 64 hex characters.
+std::string new_job_secret();
+
 struct StoreServerOptions {
   std::string host = "127.0.0.1";  // local runs never listen beyond loopback
   uint16_t port = 0;               // 0 picks a free port
   std::chrono::milliseconds first_frame_timeout{10000};
   std::chrono::milliseconds frame_timeout{10000};
+  // The job secret (TANDEM_SECRET): when set, a connection must prove it knows
+  // it (HMAC-SHA256 challenge-response) before anything else.
+  std::string secret;
 };
 
 // Runs its own I/O thread; stops and joins in the destructor.
@@ -71,7 +77,8 @@ class StoreServer {
 class StoreClient {
  public:
   // Retries the connection until the deadline (the server may start later).
-  StoreClient(const std::string& host, uint16_t port, Deadline deadline);
+  // With a secret, proves it to the store right after connecting.
+  StoreClient(const std::string& host, uint16_t port, Deadline deadline, const std::string& secret = {});
   ~StoreClient();
   StoreClient(const StoreClient&) = delete;
   StoreClient& operator=(const StoreClient&) = delete;
