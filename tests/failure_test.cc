@@ -204,6 +204,47 @@ INSTANTIATE_TEST_SUITE_P(All, FaultMatrixFull,
                                             ::testing::Values(SIGKILL, SIGSTOP), ::testing::Values(0, 5, 50),
                                             ::testing::Bool()));
 
+// A job with a secret completes while clients without it, with a wrong one,
+// or replaying nothing but a bare write are turned away, changing nothing.
+TEST(JobSecret, SecuredJobCompletesWhileIntrudersAreRejected) {
+  CommOptions base;
+  base.secret = std::string(64, 'k');
+  RankGroup group(
+      3,
+      [](const CommOptions& o) {
+        auto comm = ring::connect(o);
+        std::vector<float> x(4096, 1.0f);
+        for (int i = 0; i < 2000; ++i) {  // outlasts the intruders below
+          std::fill(x.begin(), x.end(), 1.0f);
+          comm->allreduce(x.data(), x.size(), DataType::f32, ReduceOp::sum);
+          if (x[0] != 3.0f) return 9;
+        }
+        return 0;
+      },
+      base);
+  const uint16_t port = group.store().port();
+  int missing = 0, wrong = 0;
+  for (int i = 0; i < 20; ++i) {
+    try {
+      StoreClient intruder("127.0.0.1", port, Clock::now() + 2s);
+      intruder.set(kFailedRanksKey, "0", Clock::now() + 2s);
+    } catch (const InvalidArgument& e) {
+      missing += std::string(e.what()).find("requires the job secret") != std::string::npos;
+    }
+    try {
+      StoreClient intruder("127.0.0.1", port, Clock::now() + 2s, std::string(64, 'x'));
+      intruder.hello(1, Clock::now() + 2s);
+    } catch (const InvalidArgument& e) {
+      wrong += std::string(e.what()).find("wrong job secret") != std::string::npos;
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  group.expect_success(60s);
+  EXPECT_EQ(missing, 20);
+  EXPECT_EQ(wrong, 20);
+  EXPECT_TRUE(group.store().failed_ranks().empty());
+}
+
 std::string read_file(const std::string& path) {
   std::ifstream f(path);
   std::stringstream s;

@@ -61,6 +61,7 @@ class RankGroup {
   RankGroup(int size, const std::function<int(const CommOptions&)>& body, CommOptions base = {}) {
     StoreServerOptions store_options;
     store_options.port = free_loopback_port();
+    store_options.secret = base.secret;  // a job with a secret gets a store that demands it
     const std::string address = store_options.host + ":" + std::to_string(store_options.port);
     for (int r = 0; r < size; ++r) {
       CommOptions o = base;
