@@ -198,7 +198,7 @@ std::vector<std::string> rank_environment(int rank, int world, const std::string
                                           const std::string& secret) {
   static const char* const kOwned[] = {"TANDEM_RANK=",       "TANDEM_WORLD_SIZE=", "TANDEM_LOCAL_RANK=",
                                        "TANDEM_LOCAL_WORLD_SIZE=", "TANDEM_STORE_ADDR=", "TANDEM_SECRET=",
-                                       "TANDEM_SECRET_FILE="};
+                                       "TANDEM_SECRET_FILE=", "TANDEM_JOB_ID="};
   std::vector<std::string> env;
   for (char** e = environ; e && *e; ++e) {
     std::string_view kv(*e);
@@ -211,6 +211,7 @@ std::vector<std::string> rank_environment(int rank, int world, const std::string
   env.push_back("TANDEM_LOCAL_WORLD_SIZE=" + std::to_string(world));
   env.push_back("TANDEM_STORE_ADDR=" + store_addr);
   env.push_back("TANDEM_SECRET=" + secret);
+  env.push_back("TANDEM_JOB_ID=launch-" + std::to_string(::getpid()));  // the launcher's pid: one per job on this host
   return env;
 }
 

@@ -203,6 +203,40 @@ TEST_P(Fingerprint, MatchingCallsSucceed) {
   group.expect_success(60s);
 }
 
+// Start-up: (protocol, build, world size, job) must agree; a rank that
+// differs fails every rank within 5 s, naming both values.
+void expect_startup_mismatch(const std::function<void(CommOptions&)>& odd_rank_1,
+                             const std::vector<std::string>& needles) {
+  RankGroup group(2, [&](const CommOptions& given) {
+    CommOptions o = given;
+    o.job_id = "job-a";
+    if (o.rank == 1) odd_rank_1(o);
+    const auto start = Clock::now();
+    try {
+      auto comm = ring::connect(o);
+      return kNoError;
+    } catch (const InvalidArgument& e) {
+      fprintf(stderr, "[rank %d] %s\n", o.rank, e.what());
+      EXPECT_LT(Clock::now() - start, 5s) << e.what();
+      for (const auto& needle : needles) EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << needle;
+      return 0;
+    }
+  });
+  const auto codes = group.wait(60s);
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+
+TEST(StartupCheck, WorldSizeMismatchIsNamedOnEveryRank) {
+  expect_startup_mismatch([](CommOptions& o) { o.size = 3; },
+                          {"ranks disagree at start-up: rank 0 has protocol ", ", world size 2, job job-a; rank 1 has",
+                           ", world size 3, job job-a; every rank must run the same tandem build"});
+}
+
+TEST(StartupCheck, JobMismatchIsNamedOnEveryRank) {
+  expect_startup_mismatch([](CommOptions& o) { o.job_id = "job-b"; },
+                          {"world size 2, job job-a; rank 1 has protocol ", "world size 2, job job-b"});
+}
+
 INSTANTIATE_TEST_SUITE_P(Paths, Fingerprint, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "SharedMemory" : "Ucx"; });
 

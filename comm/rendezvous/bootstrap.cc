@@ -339,6 +339,11 @@ CommOptions options_from_env(const EnvLookup& env) {
   read_tuning(env, o);
   read_network(env, o);
   o.secret = read_secret(env);
+  if (auto job = env("TANDEM_JOB_ID")) {
+    o.job_id = *job;
+  } else if (auto slurm = env("SLURM_JOB_ID")) {
+    o.job_id = "slurm:" + *slurm + "." + env("SLURM_STEP_ID").value_or("0");
+  }
   // A job on one host keeps UCX's TCP transport on loopback unless the user
   // chose devices; multi-host selection belongs to interface discovery.
   if (o.local_size == o.size && !env("UCX_NET_DEVICES")) o.ucx_net_devices = "lo";

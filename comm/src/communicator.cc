@@ -34,6 +34,12 @@ constexpr int kSeqBits = 14;
 constexpr int kRankBits = 12;
 constexpr int kLocalBits = 32;
 constexpr int kMaxRanks = 1 << kRankBits;
+// What ranks must agree on to talk at all (tags, fingerprints, store keys);
+// raised whenever any of them changes. Checked at start-up with the build id.
+constexpr int kWireProtocol = 2;
+#ifndef TANDEM_BUILD_ID
+#define TANDEM_BUILD_ID "unknown"
+#endif
 // Waiting has three phases, so that a short wait stays fast and a long one
 // leaves the core to the threads that have work (the backward pass):
 //  - spin: poll (UCX: progress the worker; shared memory: re-read a flag);
@@ -287,6 +293,7 @@ struct Communicator::Impl {
                                       : std::chrono::seconds(2);
   }
   void start_heartbeat(const std::string& host, uint16_t port, Deadline deadline);
+  void check_versions(Deadline deadline);
   void stop_heartbeat();
   void* scratch_buffer(size_t bytes, int slot, MemoryType memory);
   std::shared_ptr<Request::State> enqueue(std::function<void(Channel&)> body, const CollectiveOptions& o,
@@ -716,6 +723,7 @@ void Communicator::Impl::connect() {
   gethostname(hostname, sizeof hostname - 1);
   store->set(key("host/" + std::to_string(opts.rank)),
              "host " + std::string(hostname) + ", pid " + std::to_string(getpid()), deadline);
+  check_versions(deadline);
   if (opts.heartbeat.count() > 0) start_heartbeat(host, port, deadline);
   if (opts.host_store) store->set(key("store_host"), std::to_string(opts.rank), deadline);
   // Interface selection (netif.h): every rank takes part; it logs the decision.
@@ -732,6 +740,32 @@ void Communicator::Impl::connect() {
   store_barrier("connected", deadline);
   transports = ucx->describe();
   if (shm) transports += cma ? " + shared memory, cross-memory attach" : " + shared memory";
+}
+
+// Rank 0 compares every rank's (protocol, build, world size, job) with its
+// own and publishes the verdict; every rank waits for it, so a mismatch fails
+// them all as soon as the odd rank has announced itself, naming both values.
+void Communicator::Impl::check_versions(Deadline deadline) {
+  const std::string mine = "protocol " + std::to_string(kWireProtocol) + ", build " + TANDEM_BUILD_ID +
+                           ", world size " + std::to_string(opts.size) +
+                           ", job " + (opts.job_id.empty() ? "(none)" : opts.job_id);
+  store->set(key("version/" + std::to_string(opts.rank)), mine, deadline);
+  const std::string verdict_key = key("version/verdict");
+  if (opts.rank == 0) {
+    std::string verdict = "ok";
+    for (int p = 1; p < opts.size && verdict == "ok"; ++p) {
+      const std::string theirs = store->get(key("version/" + std::to_string(p)), deadline);
+      if (theirs != mine) {
+        verdict = "ranks disagree at start-up: rank 0 has " + mine + "; rank " + std::to_string(p) + " has " + theirs +
+                  "; every rank must run the same tandem build, in the same job, with the same world size";
+      }
+    }
+    store->set(verdict_key, verdict, deadline);
+    if (verdict != "ok") throw InvalidArgument(verdict);
+    return;
+  }
+  const std::string verdict = store->get(verdict_key, deadline);
+  if (verdict != "ok") throw InvalidArgument(verdict);
 }
 
 void Communicator::Impl::start_heartbeat(const std::string& host, uint16_t port, Deadline deadline) {

@@ -36,6 +36,9 @@ struct CommOptions {
   // The job secret (TANDEM_SECRET or TANDEM_SECRET_FILE; tandem launch makes
   // one): the store admits only connections that prove they know it.
   std::string secret;
+  // The job's id (TANDEM_JOB_ID, set by tandem launch; else Slurm's job and
+  // step): ranks of different jobs that meet at one store fail at start-up.
+  std::string job_id;
   // Default deadline of every collective; each call may override it.
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(60)};
