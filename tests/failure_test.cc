@@ -121,9 +121,10 @@ void run_fault_case(const FaultCase& c, std::chrono::milliseconds heartbeat = kT
         close(ready[0]);
         auto comm = ring::connect(o);
         std::vector<float> data(std::max<size_t>(1, c.bytes / sizeof(float)), 1.0f);
-        comm->allreduce(data.data(), data.size(), DataType::f32, ReduceOp::sum);
-        if (comm->rank() == 0) (void)!write(ready[1], "x", 1);
         try {
+          // Rank 0 signals after its first call; the others may still be in theirs.
+          comm->allreduce(data.data(), data.size(), DataType::f32, ReduceOp::sum);
+          if (comm->rank() == 0) (void)!write(ready[1], "x", 1);
           for (;;) comm->allreduce(data.data(), data.size(), DataType::f32, ReduceOp::sum);
         } catch (const PeerFailure& e) {
           report->caught_ns[o.rank] = now_ns();

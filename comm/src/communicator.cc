@@ -27,8 +27,9 @@ namespace {
 
 // Tag layout: collective signature | sequence number | sending rank |
 // algorithm's own tag. The signature (which collective, which dtype) keeps
-// mismatched calls from ever matching each other: they time out instead of
-// silently mixing data. Sequence numbers wrap; collectives are strictly ordered.
+// mismatched calls from ever matching each other's data; the fingerprints
+// (signature kFingerprintSignature) then say what differs. Sequence numbers
+// wrap; collectives are strictly ordered.
 constexpr int kSignatureBits = 6;
 constexpr int kSeqBits = 14;
 constexpr int kRankBits = 12;
@@ -280,7 +281,7 @@ struct Communicator::Impl {
   void check_open_locked() const;  // caller holds mu
   Task make_task(std::function<void(Channel&)> body, const CollectiveOptions& o, const Description& what) const;
   std::string arrive(const std::string& barrier, Deadline deadline);
-  [[noreturn]] void blame_first_failure(const PeerFailure& seen);
+  [[noreturn]] void blame_first_failure(const PeerFailure& seen, const Task& task);
   // A mismatch found by one rank, published so that every rank fails in that call.
   void publish_mismatch(const std::string& text);
   void check_calls_match(const Task& task, int waiting_on, Deadline until);
@@ -338,7 +339,7 @@ class EngineChannel final : public Channel {
       if (!impl_.ucx->poll(p)) return false;
     } catch (const PeerFailure& e) {
       untrack(handle);  // poll() released the request
-      impl_.blame_first_failure(e);
+      impl_.blame_first_failure(e, task_);
     } catch (const CollectiveMismatch&) {
       // A message of the wrong size: the fingerprint says which field differs.
       untrack(handle);
@@ -416,7 +417,7 @@ class EngineChannel final : public Channel {
     try {
       return f();
     } catch (const PeerFailure& e) {
-      impl_.blame_first_failure(e);
+      impl_.blame_first_failure(e, task_);
     }
   }
 
@@ -562,7 +563,8 @@ void Communicator::Impl::throw_store_lost(const std::exception& e) {
 // A transport error names the peer at the other end of one message, which may
 // only have died because another rank did (and then exited on its own error).
 // The store knows which rank died first; name that one when it says so.
-void Communicator::Impl::blame_first_failure(const PeerFailure& seen) {
+void Communicator::Impl::blame_first_failure(const PeerFailure& seen, const Task& task) {
+  const std::string during = "; during " + describe_wait(task.what, seq, opts.rank, std::max(0, seen.rank()));
   const Deadline until = Clock::now() + std::chrono::seconds(1);
   while (Clock::now() < until) {
     std::optional<std::string> failed;
@@ -572,11 +574,11 @@ void Communicator::Impl::blame_first_failure(const PeerFailure& seen) {
       break;
     }
     if (auto r = first_failed_rank(failed)) {
-      throw rank_died(*r, "; rank " + std::to_string(opts.rank) + " saw: " + seen.what());
+      throw rank_died(*r, during + "; rank " + std::to_string(opts.rank) + " saw: " + seen.what());
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  if (seen.rank() >= 0) throw rank_died(seen.rank(), "; rank " + std::to_string(opts.rank) + " saw: " + seen.what());
+  if (seen.rank() >= 0) throw rank_died(seen.rank(), during + "; rank " + std::to_string(opts.rank) + " saw: " + seen.what());
   throw seen;
 }
 
