@@ -193,9 +193,12 @@ std::optional<std::string> resolve_command(const std::string& name, int& exit_co
 }
 
 // The parent's environment minus stale TANDEM_* job variables, plus this rank's.
-std::vector<std::string> rank_environment(int rank, int world, const std::string& store_addr) {
-  static const char* const kOwned[] = {"TANDEM_RANK=", "TANDEM_WORLD_SIZE=", "TANDEM_LOCAL_RANK=",
-                                       "TANDEM_LOCAL_WORLD_SIZE=", "TANDEM_STORE_ADDR="};
+// The job secret travels in the environment (readable by this user only), never on a command line.
+std::vector<std::string> rank_environment(int rank, int world, const std::string& store_addr,
+                                          const std::string& secret) {
+  static const char* const kOwned[] = {"TANDEM_RANK=",       "TANDEM_WORLD_SIZE=", "TANDEM_LOCAL_RANK=",
+                                       "TANDEM_LOCAL_WORLD_SIZE=", "TANDEM_STORE_ADDR=", "TANDEM_SECRET=",
+                                       "TANDEM_SECRET_FILE=", "TANDEM_JOB_ID="};
   std::vector<std::string> env;
   for (char** e = environ; e && *e; ++e) {
     std::string_view kv(*e);
@@ -207,6 +210,8 @@ std::vector<std::string> rank_environment(int rank, int world, const std::string
   env.push_back("TANDEM_LOCAL_RANK=" + std::to_string(rank));  // every rank is local
   env.push_back("TANDEM_LOCAL_WORLD_SIZE=" + std::to_string(world));
   env.push_back("TANDEM_STORE_ADDR=" + store_addr);
+  env.push_back("TANDEM_SECRET=" + secret);
+  env.push_back("TANDEM_JOB_ID=launch-" + std::to_string(::getpid()));  // the launcher's pid: one per job on this host
   return env;
 }
 
@@ -260,8 +265,9 @@ struct Pipe {
 
 // Starts one rank. Returns 0, or the launcher exit code with `error` set.
 int spawn_rank(Rank& r, int world, const std::string& path, const std::vector<std::string>& command,
-               const std::string& store_addr, const rlimit& child_files, std::string& error) {
-  std::vector<std::string> env = rank_environment(r.rank, world, store_addr);
+               const std::string& store_addr, const std::string& secret, const rlimit& child_files,
+               std::string& error) {
+  std::vector<std::string> env = rank_environment(r.rank, world, store_addr, secret);
   std::vector<char*> argv, envp;
   for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -375,8 +381,12 @@ class Launcher {
       return 1;
     }
     std::unique_ptr<StoreServer> store;
+    std::string secret;
     try {
-      store = std::make_unique<StoreServer>(StoreServerOptions{});
+      secret = new_job_secret();
+      StoreServerOptions so;  // 127.0.0.1 only: every rank runs on this host
+      so.secret = secret;
+      store = std::make_unique<StoreServer>(so);
     } catch (const std::exception& e) {
       say(std::string("cannot start the bootstrap store: ") + e.what());
       return 1;
@@ -391,7 +401,7 @@ class Launcher {
     ranks_.resize(static_cast<size_t>(opts_.nprocs));
     for (int i = 0; i < opts_.nprocs; ++i) {
       ranks_[i].rank = i;
-      int rc = spawn_rank(ranks_[i], opts_.nprocs, *path, opts_.command, store_addr, child_files, error);
+      int rc = spawn_rank(ranks_[i], opts_.nprocs, *path, opts_.command, store_addr, secret, child_files, error);
       if (rc != 0) {
         say("rank " + std::to_string(i) + ": " + error);
         spawn_failure_ = rc;
@@ -517,7 +527,7 @@ class Launcher {
       say("rank " + std::to_string(it->rank) + " " + describe(status));
       if (!first_failure_ && !stopping() && spawn_failure_ == 0) {
         first_failure_ = &*it;
-        record_failure_in_store(it->rank);
+        record_failure_in_store(it->rank, describe(status));
         if (std::any_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.running; })) {
           say("waiting up to " + seconds_text(opts_.grace_seconds) + " for the other ranks to exit");
         }
@@ -529,11 +539,11 @@ class Launcher {
 
   // Lets ranks blocked in a collective fail fast with PeerFailure naming the
   // rank, instead of waiting for their timeout.
-  void record_failure_in_store(int rank) {
+  void record_failure_in_store(int rank, const std::string& how) {
     if (!store_) return;
     try {
       auto failed = store_->failed_ranks();
-      if (std::find(failed.begin(), failed.end(), rank) == failed.end()) store_->mark_failed(rank);
+      if (std::find(failed.begin(), failed.end(), rank) == failed.end()) store_->mark_failed(rank, how);
     } catch (const std::exception& e) {
       say(std::string("could not record the failure in the store: ") + e.what());
     }

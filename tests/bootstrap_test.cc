@@ -2,6 +2,8 @@
 // table for what must parse and one for what must fail, with the variable the
 // error message has to name.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <map>
 
@@ -226,6 +228,39 @@ TEST(Bootstrap, ProcessEnvReadsRealEnvironment) {
   EXPECT_EQ(env("TANDEM_BOOTSTRAP_TEST_VAR"), std::optional<std::string>("hello"));
   EXPECT_EQ(env("TANDEM_BOOTSTRAP_TEST_VAR_UNSET_XYZ"), std::nullopt);
   ::unsetenv("TANDEM_BOOTSTRAP_TEST_VAR");
+}
+
+// The job secret: from the variable, or a file only its owner may read.
+TEST(Bootstrap, SecretFromVariableOrPrivateFile) {
+  const std::string secret(40, 's');
+  EXPECT_EQ(read_secret(lookup({})), "");
+  EXPECT_EQ(read_secret(lookup({{"TANDEM_SECRET", secret}})), secret);
+  try {
+    read_secret(lookup({{"TANDEM_SECRET", "short"}}));
+    ADD_FAILURE() << "a 5-character secret was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("the job secret in TANDEM_SECRET has 5 characters; use at least 32"),
+              std::string::npos)
+        << e.what();
+  }
+  char path[] = "/tmp/tandem_secret_XXXXXX";
+  const int fd = ::mkstemp(path);  // mode 0600
+  ASSERT_GE(fd, 0);
+  const std::string text = secret + "\n";
+  ASSERT_EQ(::write(fd, text.data(), text.size()), ssize_t(text.size()));
+  ::close(fd);
+  EXPECT_EQ(read_secret(lookup({{"TANDEM_SECRET_FILE", path}})), secret);
+  ::chmod(path, 0644);
+  try {
+    read_secret(lookup({{"TANDEM_SECRET_FILE", path}}));
+    ADD_FAILURE() << "a world-readable secret file was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("has mode 0644: others may read the job secret; chmod 600 it"),
+              std::string::npos)
+        << e.what();
+  }
+  ::unlink(path);
+  EXPECT_THROW(read_secret(lookup({{"TANDEM_SECRET_FILE", path}})), InvalidArgument);
 }
 
 }  // namespace

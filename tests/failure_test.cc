@@ -3,6 +3,7 @@
 // non-zero naming it.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mman.h>
 
 #include <array>
 #include <cstdio>
@@ -69,6 +70,180 @@ TEST(PeerFailure, KilledRankIsNamedWithinTenSeconds) {
       }
     }
   }
+}
+
+// ---- Fault-injection matrix ------------------------------------------------
+//
+// One case: n ranks loop on all-reduces of `bytes`; after `delay` the test
+// sends `sig` to the last rank. Every survivor must fail with a PeerFailure
+// naming that rank within 3 heartbeats of the fault (a stopped rank is only
+// found by its silence), and none may report success. A hard wall-clock guard
+// kills everything on a hang.
+
+struct FaultCase {
+  int ranks;
+  size_t bytes;
+  int sig;
+  int delay_ms;
+  bool shared_memory;
+  std::string name() const {
+    return std::to_string(ranks) + "ranks_" + std::to_string(bytes) + "B_" + (sig == SIGKILL ? "KILL" : "STOP") +
+           "_" + std::to_string(delay_ms) + "ms_" + (shared_memory ? "shm" : "ucx");
+  }
+};
+
+constexpr auto kTestHeartbeat = 1000ms;
+
+// What the ranks report back, in memory shared across fork().
+struct FaultReport {
+  std::atomic<int64_t> caught_ns[8];  // steady-clock time each rank caught its failure
+  char message[8][512];
+};
+
+int64_t now_ns() { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); }
+
+void run_fault_case(const FaultCase& c, std::chrono::milliseconds heartbeat = kTestHeartbeat) {
+  SCOPED_TRACE(c.name());
+  auto* report = static_cast<FaultReport*>(
+      mmap(nullptr, sizeof(FaultReport), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(report, MAP_FAILED);
+  new (report) FaultReport{};
+  const int victim = c.ranks - 1;
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  CommOptions base;
+  base.heartbeat = heartbeat;
+  base.shared_memory = c.shared_memory;
+  base.timeout = 60s;  // far beyond the bound: only liveness can name the rank in time
+  RankGroup group(
+      c.ranks,
+      [&](const CommOptions& o) {
+        close(ready[0]);
+        auto comm = ring::connect(o);
+        std::vector<float> data(std::max<size_t>(1, c.bytes / sizeof(float)), 1.0f);
+        try {
+          // Rank 0 signals after its first call; the others may still be in theirs.
+          comm->allreduce(data.data(), data.size(), DataType::f32, ReduceOp::sum);
+          if (comm->rank() == 0) (void)!write(ready[1], "x", 1);
+          for (;;) comm->allreduce(data.data(), data.size(), DataType::f32, ReduceOp::sum);
+        } catch (const PeerFailure& e) {
+          report->caught_ns[o.rank] = now_ns();
+          fprintf(stderr, "[rank %d] %s\n", o.rank, e.what());
+          snprintf(report->message[o.rank], sizeof report->message[o.rank], "%s", e.what());
+          return kNamedVictim + std::max(0, e.rank());
+        } catch (const std::exception& e) {
+          snprintf(report->message[o.rank], sizeof report->message[o.rank], "%s", e.what());
+          return 6;
+        }
+      },
+      base);
+  close(ready[1]);
+  char x;
+  ASSERT_EQ(read(ready[0], &x, 1), 1);
+  close(ready[0]);
+  std::this_thread::sleep_for(std::chrono::milliseconds(c.delay_ms));
+  const int64_t fault_ns = now_ns();
+  kill(group.pid(victim), c.sig);
+  const auto codes = group.wait_for_all_but(victim, 30s);
+  for (int r = 0; r < c.ranks; ++r) {
+    if (r != victim && report->caught_ns[r] > 0)
+      fprintf(stderr, "%s (heartbeat %lld ms): rank %d named the failure %lld ms after the fault\n", c.name().c_str(),
+              (long long)heartbeat.count(), r, (long long)((report->caught_ns[r] - fault_ns) / 1000000));
+  }
+  for (int r = 0; r < c.ranks; ++r) {
+    if (r == victim) continue;
+    EXPECT_EQ(codes[r], kNamedVictim + victim) << "rank " << r << ": " << report->message[r];
+    const int64_t caught = report->caught_ns[r].load();
+    EXPECT_GT(caught, 0) << "rank " << r << " never caught a PeerFailure: " << report->message[r];
+    if (caught > 0) {
+      EXPECT_LT(caught - fault_ns, 3 * std::chrono::nanoseconds(heartbeat).count())
+          << "rank " << r << " named the failure after " << (caught - fault_ns) / 1000000 << " ms: "
+          << report->message[r];
+    }
+    const std::string msg = report->message[r];
+    EXPECT_NE(msg.find("rank " + std::to_string(victim) + " (host "), std::string::npos) << msg;
+    EXPECT_NE(msg.find("allreduce #"), std::string::npos) << msg;
+    if (c.sig == SIGSTOP && codes[r] == kNamedVictim + victim) {
+      EXPECT_NE(msg.find("no heartbeat"), std::string::npos) << msg;
+    }
+  }
+  munmap(report, sizeof(FaultReport));
+}
+
+// The quick subset: {2, 3 ranks} x {4 B, 16 MiB} x {SIGKILL, SIGSTOP}; the
+// path and the delay alternate so that each signal meets both paths.
+TEST(FaultMatrix, QuickSubset) {
+  int i = 0;
+  for (int ranks : {2, 3}) {
+    for (size_t bytes : {size_t(4), size_t(16) << 20}) {
+      for (int sig : {SIGKILL, SIGSTOP}) {
+        const bool shared = ((i >> 1) ^ i) & 1;
+        run_fault_case(FaultCase{ranks, bytes, sig, std::array{0, 5, 50}[i % 3], shared});
+        ++i;
+      }
+    }
+  }
+}
+
+// With the default heartbeat (2 s), a stopped rank is named within 6 s, on
+// the shared-memory path and with shared memory off (TANDEM_SHM=0).
+TEST(Liveness, StoppedRankIsNamedWithinThreeDefaultHeartbeats) {
+  ASSERT_EQ(CommOptions{}.heartbeat, 2s);
+  for (bool shared : {true, false}) run_fault_case(FaultCase{2, 1 << 20, SIGSTOP, 5, shared}, CommOptions{}.heartbeat);
+}
+
+// The whole matrix: ctest -L full (fault_matrix_full), about 108 cases.
+class FaultMatrixFull : public ::testing::TestWithParam<std::tuple<int, size_t, int, int, bool>> {};
+
+TEST_P(FaultMatrixFull, DISABLED_EverySurvivorNamesTheFaultyRank) {
+  auto [ranks, bytes, sig, delay, shared] = GetParam();
+  run_fault_case(FaultCase{ranks, bytes, sig, delay, shared});
+}
+
+INSTANTIATE_TEST_SUITE_P(All, FaultMatrixFull,
+                         ::testing::Combine(::testing::Values(2, 3, 4), ::testing::Values(size_t(4), size_t(1024), size_t(16) << 20),
+                                            ::testing::Values(SIGKILL, SIGSTOP), ::testing::Values(0, 5, 50),
+                                            ::testing::Bool()));
+
+// A job with a secret completes while clients without it, with a wrong one,
+// or replaying nothing but a bare write are turned away, changing nothing.
+TEST(JobSecret, SecuredJobCompletesWhileIntrudersAreRejected) {
+  CommOptions base;
+  base.secret = std::string(64, 'k');
+  RankGroup group(
+      3,
+      [](const CommOptions& o) {
+        auto comm = ring::connect(o);
+        std::vector<float> x(4096, 1.0f);
+        for (int i = 0; i < 2000; ++i) {  // outlasts the intruders below
+          std::fill(x.begin(), x.end(), 1.0f);
+          comm->allreduce(x.data(), x.size(), DataType::f32, ReduceOp::sum);
+          if (x[0] != 3.0f) return 9;
+        }
+        return 0;
+      },
+      base);
+  const uint16_t port = group.store().port();
+  int missing = 0, wrong = 0;
+  for (int i = 0; i < 20; ++i) {
+    try {
+      StoreClient intruder("127.0.0.1", port, Clock::now() + 2s);
+      intruder.set(kFailedRanksKey, "0", Clock::now() + 2s);
+    } catch (const InvalidArgument& e) {
+      missing += std::string(e.what()).find("requires the job secret") != std::string::npos;
+    }
+    try {
+      StoreClient intruder("127.0.0.1", port, Clock::now() + 2s, std::string(64, 'x'));
+      intruder.hello(1, Clock::now() + 2s);
+    } catch (const InvalidArgument& e) {
+      wrong += std::string(e.what()).find("wrong job secret") != std::string::npos;
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  group.expect_success(60s);
+  EXPECT_EQ(missing, 20);
+  EXPECT_EQ(wrong, 20);
+  EXPECT_TRUE(group.store().failed_ranks().empty());
 }
 
 std::string read_file(const std::string& path) {

@@ -20,12 +20,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "tandem/bootstrap.h"
 #include "tandem/store.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 struct RunResult {
   int exit_code = -1;  // shell-style: 128 + signal when killed
@@ -154,6 +156,26 @@ TEST_F(LaunchTest, SetsRankEnvironmentAndPrefixesEachLine) {
   EXPECT_GT(port, 0);
   EXPECT_LT(port, 65536);
   EXPECT_THAT(r.out, HasSubstr("[2] store 127.0.0.1:" + std::to_string(port) + "\n")) << "one store for all ranks";
+}
+
+// A fresh 32-byte secret per job, in the ranks' environment only: never on
+// the launcher's or a rank's command line; the store admits only its holders.
+TEST_F(LaunchTest, JobSecretTravelsInTheEnvironmentOnly) {
+  RunResult r = run_tandem({"launch", "-n", "2", "--", "sh", "-c",
+                            "echo secret $TANDEM_SECRET; "
+                            "tr '\\0' ' ' < /proc/$PPID/cmdline; echo; tr '\\0' ' ' < /proc/$$/cmdline; echo"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(\[0\] secret ([0-9a-f]+)\n)"))) << describe(r);
+  const std::string secret = m[1];
+  EXPECT_EQ(secret.size(), 64u);
+  EXPECT_THAT(r.out, HasSubstr("[1] secret " + secret + "\n")) << "one secret for all ranks";
+  size_t seen = 0;
+  for (size_t at = r.out.find(secret); at != std::string::npos; at = r.out.find(secret, at + 1)) ++seen;
+  EXPECT_EQ(seen, 2u) << "only where echoed, not in a command line\n" << describe(r);
+  EXPECT_THAT(r.out, HasSubstr(" launch -n 2 -- sh -c")) << "the launcher's command line was printed\n" << describe(r);
+  RunResult again = run_tandem({"launch", "-n", "1", "--", "sh", "-c", "echo secret $TANDEM_SECRET"});
+  EXPECT_THAT(again.out, Not(HasSubstr(secret))) << "a new secret per job";
 }
 
 TEST_F(LaunchTest, CommandMayCarryItsOwnFlagsWithoutDoubleDash) {
@@ -307,7 +329,7 @@ TEST(LaunchChild, DISABLED_StoreProbe) {
   if (std::string(rank) == "1") std::_Exit(3);
   auto [host, port] = tandem::parse_host_port(addr);
   auto deadline = Clock::now() + std::chrono::seconds(10);
-  tandem::StoreClient client(host, port, deadline);
+  tandem::StoreClient client(host, port, deadline, tandem::read_secret());  // the job secret tandem launch set
   std::string failed = client.get(tandem::kFailedRanksKey, deadline);
   std::printf("failed_ranks=%s\n", failed.c_str());
   std::fflush(stdout);

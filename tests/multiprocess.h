@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -60,6 +61,7 @@ class RankGroup {
   RankGroup(int size, const std::function<int(const CommOptions&)>& body, CommOptions base = {}) {
     StoreServerOptions store_options;
     store_options.port = free_loopback_port();
+    store_options.secret = base.secret;  // a job with a secret gets a store that demands it
     const std::string address = store_options.host + ":" + std::to_string(store_options.port);
     for (int r = 0; r < size; ++r) {
       CommOptions o = base;
@@ -105,7 +107,7 @@ class RankGroup {
   std::vector<int> wait(std::chrono::seconds guard) {
     const auto deadline = std::chrono::steady_clock::now() + guard;
     std::vector<int> codes(pids_.size(), -1);
-    size_t left = pids_.size();
+    size_t left = std::count_if(pids_.begin(), pids_.end(), [](pid_t p) { return p > 0; });
     while (left > 0 && std::chrono::steady_clock::now() < deadline) {
       for (size_t r = 0; r < pids_.size(); ++r) {
         if (pids_[r] <= 0) continue;
@@ -126,6 +128,19 @@ class RankGroup {
         pids_[r] = 0;
       }
     }
+    return codes;
+  }
+
+  // Waits for every rank but `left_running` (e.g. one stopped with SIGSTOP),
+  // then kills and reaps that one. Codes as wait().
+  std::vector<int> wait_for_all_but(int left_running, std::chrono::seconds guard) {
+    const pid_t spared = pids_[left_running];
+    pids_[left_running] = 0;
+    auto codes = wait(guard);
+    kill(spared, SIGKILL);
+    int status = 0;
+    waitpid(spared, &status, 0);
+    codes[left_running] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     return codes;
   }
 

@@ -18,6 +18,7 @@
 #include <mutex>
 #include <thread>
 
+#include "rendezvous/job_secret.h"
 #include "tandem/errors.h"
 #include "tandem/store.h"
 
@@ -108,6 +109,31 @@ class RawSocket {
       if (n <= 0) return true;  // EOF or reset
     }
     return false;
+  }
+
+  // Reads one whole reply frame: its opcode (-1 on EOF/timeout) and value.
+  std::pair<int, std::string> read_reply(Clock::duration limit) {
+    std::string got;
+    auto deadline = Clock::now() + limit;
+    char buf[256];
+    while (Clock::now() < deadline) {
+      if (got.size() >= 16) {
+        uint32_t key_len, value_len;
+        std::memcpy(&key_len, got.data() + 8, 4);
+        std::memcpy(&value_len, got.data() + 12, 4);
+        if (got.size() >= 16 + key_len + value_len) {
+          uint16_t op;
+          std::memcpy(&op, got.data() + 6, 2);
+          return {op, got.substr(16 + key_len, value_len)};
+        }
+      }
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      got.append(buf, n);
+    }
+    return {-1, {}};
   }
 
   // Reads one reply frame header; returns its opcode (or -1 on EOF/timeout).
@@ -419,6 +445,165 @@ TEST_F(StoreTest, MarkFailedDedupesAndPublishes) {
   }
   std::this_thread::sleep_for(200ms);
   EXPECT_EQ(server.failed_ranks(), (std::vector<int>{5, 2}));  // still deduped
+}
+
+// ---- Authenticated store (job secret) ----------------------------------------
+
+constexpr uint16_t kOpHello = 8;
+constexpr uint16_t kOpAuthBegin = 11;
+constexpr uint16_t kOpAuth = 12;
+constexpr int kReplyOk = 100, kReplyValue = 101, kReplyError = 103;
+const std::string kSecret(64, 'a');
+
+class SecretStoreTest : public StoreTest {
+ protected:
+  StoreServerOptions opts() {
+    auto o = StoreTest::opts();
+    o.secret = kSecret;
+    return o;
+  }
+  // A client with the right secret: nothing below may have changed the store.
+  void expect_untouched(const StoreServer& s) {
+    StoreClient c("127.0.0.1", s.port(), soon(), kSecret);
+    EXPECT_EQ(c.try_get(kFailedRanksKey, soon()), std::nullopt);
+    EXPECT_EQ(c.try_get("x", soon()), std::nullopt);
+    EXPECT_TRUE(s.failed_ranks().empty());
+  }
+};
+
+TEST_F(SecretStoreTest, RightSecretIsAdmitted) {
+  StoreServer server(opts());
+  StoreClient c("127.0.0.1", server.port(), soon(), kSecret);
+  c.hello(0, soon());
+  c.set("k", "v", soon());
+  EXPECT_EQ(c.get("k", soon()), "v");
+  c.goodbye(soon());
+}
+
+TEST_F(SecretStoreTest, MissingSecretIsRejectedNamingTheFix) {
+  StoreServer server(opts());
+  StoreClient c("127.0.0.1", server.port(), soon());
+  try {
+    c.set("x", "1", soon());
+    ADD_FAILURE() << "a client without the secret could set a key";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("set: this store requires the job secret; set TANDEM_SECRET or "
+                                         "TANDEM_SECRET_FILE"),
+              std::string::npos)
+        << e.what();
+  }
+  expect_untouched(server);
+}
+
+TEST_F(SecretStoreTest, WrongSecretIsRejected) {
+  StoreServer server(opts());
+  try {
+    StoreClient c("127.0.0.1", server.port(), soon(), std::string(64, 'b'));
+    ADD_FAILURE() << "a wrong secret was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("auth: wrong job secret"), std::string::npos) << e.what();
+  }
+  expect_untouched(server);
+}
+
+// A proof is bound to its connection's nonce: recorded and replayed on
+// another connection it fails, and the connection is closed.
+TEST_F(SecretStoreTest, ReplayedHandshakeIsRejected) {
+  StoreServer server(opts());
+  RawSocket first(server.port());
+  first.send(frame(kStoreMagic, kStoreVersion, kOpAuthBegin, 0, 0));
+  auto [op, nonce] = first.read_reply(2s);
+  ASSERT_EQ(op, kReplyValue);
+  ASSERT_EQ(nonce.size(), kNonceBytes);
+  const std::string recorded = frame(kStoreMagic, kStoreVersion, kOpAuth, 0, kProofBytes, auth_proof(kSecret, nonce));
+  first.send(recorded);
+  EXPECT_EQ(first.read_reply(2s).first, kReplyOk);  // the genuine handshake
+
+  RawSocket replay(server.port());
+  replay.send(frame(kStoreMagic, kStoreVersion, kOpAuthBegin, 0, 0));
+  auto [op2, nonce2] = replay.read_reply(2s);
+  ASSERT_EQ(op2, kReplyValue);
+  EXPECT_NE(nonce2, nonce);
+  replay.send(recorded);
+  auto [op3, why] = replay.read_reply(2s);
+  EXPECT_EQ(op3, kReplyError);
+  EXPECT_EQ(why, "auth: wrong job secret");
+  EXPECT_TRUE(replay.closed_within(2s));
+
+  RawSocket no_challenge(server.port());  // a proof without asking for a challenge
+  no_challenge.send(recorded);
+  EXPECT_EQ(no_challenge.read_reply(2s).first, kReplyError);
+  EXPECT_TRUE(no_challenge.closed_within(2s));
+  expect_untouched(server);
+}
+
+// Without the secret nobody can mark ranks failed, directly or by
+// registering as a rank and hanging up.
+TEST_F(SecretStoreTest, RawClientCannotWriteFailedRanks) {
+  StoreServer server(opts());
+  {
+    RawSocket raw(server.port());
+    const std::string key = kFailedRanksKey;
+    raw.send(frame(kStoreMagic, kStoreVersion, kOpSet, key.size(), 1, key + "0"));
+    auto [op, why] = raw.read_reply(2s);
+    EXPECT_EQ(op, kReplyError);
+    EXPECT_NE(why.find("requires the job secret"), std::string::npos) << why;
+    EXPECT_TRUE(raw.closed_within(2s));
+  }
+  {
+    RawSocket raw(server.port());
+    raw.send(frame(kStoreMagic, kStoreVersion, kOpHello, 0, 1, "3"));
+    EXPECT_EQ(raw.read_reply(2s).first, kReplyError);
+  }  // hangs up without goodbye: it never was rank 3
+  std::this_thread::sleep_for(200ms);
+  expect_untouched(server);
+}
+
+// A rank that beats and then falls silent (stopped, hung, cut off) is
+// recorded as failed after kSilentHeartbeats intervals, with the reason.
+TEST_F(StoreTest, SilentHeartbeatMarksRankFailedWithReason) {
+  StoreServer server(opts());
+  auto watcher = client(server);
+  auto beating = client(server);
+  const auto start = Clock::now();
+  beating->heartbeat(4, 200ms, soon());
+  EXPECT_EQ(watcher->get(kFailedRanksKey, soon()), "4");
+  const auto ms = elapsed_ms(start);
+  EXPECT_GE(ms, 400);  // two silent intervals
+  EXPECT_LT(ms, 700);  // plus at most a check tick (a tenth) and scheduling
+  const auto reason = watcher->get(failure_reason_key(4), soon());
+  EXPECT_NE(reason.find("no heartbeat for 0."), std::string::npos) << reason;
+  EXPECT_NE(reason.find(" s, 2 intervals of 200 ms (the process is stopped, hung or cut off from the store)"),
+            std::string::npos)
+      << reason;
+  EXPECT_EQ(server.failed_ranks(), std::vector<int>{4});
+}
+
+TEST_F(StoreTest, BeatingRankIsNeverFailedAndGoodbyeEndsTheWatch) {
+  StoreServer server(opts());
+  auto beating = client(server);
+  for (int i = 0; i < 8; ++i) {
+    beating->heartbeat(1, 200ms, soon());
+    std::this_thread::sleep_for(100ms);
+  }
+  beating->goodbye(soon());
+  std::this_thread::sleep_for(600ms);  // silent, but it said goodbye
+  EXPECT_TRUE(server.failed_ranks().empty());
+}
+
+TEST_F(StoreTest, BadHeartbeatsAreRefusedNamingTheFormat) {
+  StoreServer server(opts());
+  auto c = client(server);
+  EXPECT_THROW(c->heartbeat(-1, 200ms, soon()), InvalidArgument);
+  EXPECT_THROW(c->heartbeat(1, 0ms, soon()), InvalidArgument);
+  c->hello(2, soon());
+  try {
+    c->heartbeat(3, 200ms, soon());  // this connection is rank 2's
+    ADD_FAILURE() << "a heartbeat for another rank was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("already registered as rank 2"), std::string::npos) << e.what();
+  }
+  c->goodbye(soon());
 }
 
 TEST_F(StoreTest, ServerGoneGivesPeerFailureNotHang) {

@@ -8,10 +8,15 @@
 // - detect_launcher() returns "none" when no launcher is recognised.
 // - TANDEM_HOST_STORE=1 makes rank 0 host the store at TANDEM_STORE_ADDR under
 //   any launcher (ranks in separate hosts or network namespaces, no `tandem launch`).
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <string_view>
 
+#include "job_secret.h"
 #include "tandem/bootstrap.h"
 #include "tandem/errors.h"
 #include "tandem/netif.h"
@@ -103,6 +108,13 @@ void read_tuning(const EnvLookup& env, CommOptions& o) {
   };
   if (auto t = positive("TANDEM_TIMEOUT_MS")) o.timeout = *t;
   if (auto t = positive("TANDEM_CONNECT_TIMEOUT_MS")) o.connect_timeout = *t;
+  if (auto v = optional_int(env, "TANDEM_HEARTBEAT_MS", "set it to milliseconds between heartbeats (0 turns them off)")) {
+    if (*v > 0 && *v < 100) {
+      throw InvalidArgument("tandem: TANDEM_HEARTBEAT_MS='" + std::to_string(*v) +
+                            "' is too short (the store would spend its time checking); use 0 (off) or at least 100");
+    }
+    o.heartbeat = std::chrono::milliseconds(*v);
+  }
   if (auto v = optional_int(env, "TANDEM_SEGMENT_BYTES", "set it to the ring's message size in bytes (>= 4096)")) {
     o.segment_bytes = size_t(*v);
   }
@@ -278,6 +290,40 @@ std::string detect_launcher(const EnvLookup& env) {
   return "none";
 }
 
+// TANDEM_SECRET, else the file TANDEM_SECRET_FILE names (readable by its owner
+// only, like an ssh key), else none.
+std::string read_secret(const EnvLookup& env) {
+  std::string secret, source = "TANDEM_SECRET";
+  if (auto v = env("TANDEM_SECRET")) {
+    secret = *v;
+  } else if (auto path = env("TANDEM_SECRET_FILE")) {
+    source = "TANDEM_SECRET_FILE='" + *path + "'";
+    struct stat st{};
+    if (::stat(path->c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+      throw InvalidArgument("tandem: " + source + " is not a readable file; point it at a file holding the job secret");
+    }
+    if (st.st_mode & 077) {
+      char mode[8];
+      std::snprintf(mode, sizeof mode, "%04o", unsigned(st.st_mode & 07777));
+      throw InvalidArgument("tandem: " + source + " has mode " + mode +
+                            ": others may read the job secret; chmod 600 it");
+    }
+    std::ifstream f(*path);
+    std::stringstream text;
+    text << f.rdbuf();
+    secret = text.str();
+    while (!secret.empty() && (secret.back() == '\n' || secret.back() == '\r')) secret.pop_back();
+  } else {
+    return {};
+  }
+  if (secret.size() < kMinSecretChars) {
+    throw InvalidArgument("tandem: the job secret in " + source + " has " + std::to_string(secret.size()) +
+                          " characters; use at least " + std::to_string(kMinSecretChars) +
+                          " (e.g. the output of `openssl rand -hex 32`)");
+  }
+  return secret;
+}
+
 CommOptions options_from_env(const EnvLookup& env) {
   const std::string launcher = detect_launcher(env);
   CommOptions o;
@@ -292,6 +338,12 @@ CommOptions options_from_env(const EnvLookup& env) {
   }
   read_tuning(env, o);
   read_network(env, o);
+  o.secret = read_secret(env);
+  if (auto job = env("TANDEM_JOB_ID")) {
+    o.job_id = *job;
+  } else if (auto slurm = env("SLURM_JOB_ID")) {
+    o.job_id = "slurm:" + *slurm + "." + env("SLURM_STEP_ID").value_or("0");
+  }
   // A job on one host keeps UCX's TCP transport on loopback unless the user
   // chose devices; multi-host selection belongs to interface discovery.
   if (o.local_size == o.size && !env("UCX_NET_DEVICES")) o.ucx_net_devices = "lo";

@@ -26,6 +26,7 @@
 #include <mutex>
 #include <thread>
 
+#include "job_secret.h"
 #include "store_protocol.h"
 #include "tandem/errors.h"
 #include "tandem/store.h"
@@ -306,9 +307,18 @@ struct StoreClient::Impl {
   }
 };
 
-StoreClient::StoreClient(const std::string& host, uint16_t port, Deadline deadline)
+StoreClient::StoreClient(const std::string& host, uint16_t port, Deadline deadline, const std::string& secret)
     : impl_(std::make_unique<Impl>(host, port)) {
   impl_->connect(deadline);
+  if (secret.empty()) return;
+  const std::string nonce = impl_->simple(sp::Op::auth_begin, {}, {}, deadline, "authentication").value;
+  if (nonce.empty()) return;  // the store has no secret
+  try {
+    impl_->simple(sp::Op::auth, {}, auth_proof(secret, nonce), deadline, "authentication");
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(std::string(e.what()) +
+                          "; the ranks and the store must share one job secret (TANDEM_SECRET or TANDEM_SECRET_FILE)");
+  }
 }
 
 StoreClient::~StoreClient() = default;
@@ -384,6 +394,14 @@ void StoreClient::hello(int rank, Deadline deadline) {
 }
 
 void StoreClient::goodbye(Deadline deadline) { impl_->simple(sp::Op::goodbye, {}, {}, deadline, "goodbye"); }
+
+void StoreClient::heartbeat(int rank, std::chrono::milliseconds interval, Deadline deadline) {
+  if (rank < 0 || interval.count() <= 0) {
+    throw InvalidArgument("tandem store: heartbeat needs a rank >= 0 and a positive interval");
+  }
+  impl_->simple(sp::Op::heartbeat, {}, std::to_string(rank) + ":" + std::to_string(interval.count()), deadline,
+                "heartbeat of rank " + std::to_string(rank));
+}
 
 std::pair<std::string, uint16_t> parse_host_port(const std::string& address) {
   auto bad = [&](const std::string& why) {

@@ -21,7 +21,7 @@ uint64_t get_le(const unsigned char* p, int bytes) {
 }  // namespace
 
 bool is_request(uint16_t opcode) {
-  return opcode >= static_cast<uint16_t>(Op::set) && opcode <= static_cast<uint16_t>(Op::goodbye);
+  return opcode >= static_cast<uint16_t>(Op::set) && opcode <= static_cast<uint16_t>(Op::auth);
 }
 
 bool is_response(uint16_t opcode) {
@@ -39,6 +39,9 @@ const char* op_name(uint16_t opcode) {
     case Op::erase: return "delete";
     case Op::hello: return "hello";
     case Op::goodbye: return "goodbye";
+    case Op::heartbeat: return "heartbeat";
+    case Op::auth_begin: return "auth_begin";
+    case Op::auth: return "auth";
     case Op::ok: return "ok";
     case Op::value: return "value";
     case Op::not_found: return "not_found";

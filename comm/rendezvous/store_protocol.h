@@ -11,6 +11,13 @@
 //   DELETE   key
 //   HELLO    value = rank as decimal text
 //   GOODBYE  (empty)
+//   HEARTBEAT value = "<rank>:<interval ms>"; registers the connection as that
+//            rank's (as HELLO) and says it will beat at least every interval
+//   AUTH_BEGIN (empty); VALUE reply = this connection's nonce (empty: the
+//            store has no secret)
+//   AUTH     value = HMAC-SHA256(secret, context || nonce); OK, or ERROR and
+//            the connection is closed. A store with a secret answers every
+//            other request before a good AUTH with ERROR and closes.
 // A key list is u32 count, then per key u32 length + bytes.
 // A parked GET/WAIT that expires on the server is answered NOT_FOUND, with the
 // missing keys (comma-separated) in the value, so the connection stays in step.
@@ -36,6 +43,9 @@ enum class Op : uint16_t {
   erase = 7,
   hello = 8,
   goodbye = 9,
+  heartbeat = 10,
+  auth_begin = 11,  // asks for this connection's challenge (a nonce)
+  auth = 12,        // value = the proof (job_secret.h)
   // responses
   ok = 100,
   value = 101,

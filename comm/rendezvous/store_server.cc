@@ -12,6 +12,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "job_secret.h"
 #include "store_protocol.h"
 #include "tandem/errors.h"
 #include "tandem/store.h"
@@ -53,6 +54,8 @@ struct StoreServer::Impl {
   asio::executor_work_guard<asio::io_context::executor_type> work{io.get_executor()};
   tcp::acceptor acceptor{io};
   asio::steady_timer accept_retry{io};
+  asio::steady_timer heartbeat_timer{io};
+  std::chrono::milliseconds heartbeat_tick{0};  // 0 until a rank beats
   uint16_t port = 0;
   std::thread thread;
 
@@ -70,7 +73,10 @@ struct StoreServer::Impl {
   void listen();
   void accept();
   void notify(const std::string& key);
-  void record_failure(int rank);
+  void record_failure(int rank, const std::string& reason);
+  // Checks heartbeats every tenth of the shortest interval seen.
+  void watch_heartbeats(std::chrono::milliseconds interval);
+  void check_heartbeats();
   bool has(const std::string& key) const { return data.count(key) != 0; }
 };
 
@@ -89,8 +95,14 @@ struct StoreServer::Impl::Connection : std::enable_shared_from_this<Connection> 
   bool closed = false;
   bool got_first_frame = false;
   bool frame_timer_armed = false;  // armed for a partial frame (or for the first frame)
-  int rank = -1;                   // registered by HELLO
+  int rank = -1;                   // registered by HELLO or HEARTBEAT
   bool said_goodbye = false;
+  std::chrono::milliseconds heartbeat_interval{0};  // > 0 once the rank beats on this connection
+  Clock::time_point last_beat;
+  // With a secret: nothing but the handshake until the proof checks out.
+  bool authenticated = false;
+  std::string nonce;                // this connection's challenge, once asked for
+  bool close_after_write = false;   // rejected: the error reply goes out, then the connection closes
 
   // At most one parked request: the client is synchronous, later frames wait in rbuf.
   bool parked = false;
@@ -136,7 +148,7 @@ struct StoreServer::Impl::Connection : std::enable_shared_from_this<Connection> 
   // Handles every complete frame in rbuf, stopping at a partial one or a parked request.
   void process() {
     size_t pos = 0;
-    while (!closed && !parked && rbuf.size() - pos >= sp::kHeaderBytes) {
+    while (!closed && !parked && !close_after_write && rbuf.size() - pos >= sp::kHeaderBytes) {
       sp::Header h = sp::decode_header(rbuf.data() + pos);
       // Validate as soon as the header is here, before waiting for a (possibly huge) body.
       if (auto why = sp::validate_header(h, /*expect_request=*/true)) {
@@ -203,6 +215,7 @@ struct StoreServer::Impl::Connection : std::enable_shared_from_this<Connection> 
   }
 
   void flush() {
+    if (!closed && wpending.empty() && close_after_write) close("rejected: " + peer, false);
     if (closed || wpending.empty()) return;
     writing = true;
     winflight.clear();
@@ -220,7 +233,43 @@ struct StoreServer::Impl::Connection : std::enable_shared_from_this<Connection> 
 
   void error_reply(const std::string& message) { reply(sp::Op::error, {}, message); }
 
+  // Closes the connection once the error reply is out; no state has changed.
+  void reject(const std::string& message) {
+    spdlog::warn("tandem store: rejected {}: {}", peer, message);
+    close_after_write = true;
+    error_reply(message);
+  }
+
+  // The handshake (job_secret.h); false if `op` may not run yet.
+  bool admit(sp::Op op, std::string_view value) {
+    const std::string& secret = server.options.secret;
+    if (op == sp::Op::auth_begin) {
+      if (!secret.empty() && !authenticated) nonce = random_bytes(kNonceBytes);
+      reply(sp::Op::value, {}, authenticated ? std::string() : nonce);
+      return false;
+    }
+    if (secret.empty() || authenticated) {
+      if (op == sp::Op::auth) error_reply("auth: no challenge pending");
+      return op != sp::Op::auth;
+    }
+    if (op != sp::Op::auth) {
+      reject(fmt::format("{}: this store requires the job secret; set TANDEM_SECRET or TANDEM_SECRET_FILE to the "
+                         "job's secret (tandem launch sets it for its ranks)",
+                         sp::op_name(uint16_t(op))));
+    } else if (nonce.empty()) {
+      reject("auth: no challenge was asked for on this connection");
+    } else if (!same_proof(value, auth_proof(secret, nonce))) {
+      reject("auth: wrong job secret");
+    } else {
+      authenticated = true;
+      reply(sp::Op::ok, {}, {});
+    }
+    nonce.clear();  // one proof per challenge
+    return false;
+  }
+
   void handle(sp::Op op, const std::string& key, std::string_view value) {
+    if (!admit(op, value)) return;
     switch (op) {
       case sp::Op::set:
         server.data[key] = std::string(value);
@@ -280,6 +329,21 @@ struct StoreServer::Impl::Connection : std::enable_shared_from_this<Connection> 
       case sp::Op::goodbye:
         said_goodbye = true;
         return reply(sp::Op::ok, {}, {});
+      case sp::Op::heartbeat: {
+        const auto colon = value.find(':');
+        auto r = colon == std::string_view::npos ? std::nullopt : sp::parse_int64(value.substr(0, colon));
+        auto ms = colon == std::string_view::npos ? std::nullopt : sp::parse_int64(value.substr(colon + 1));
+        if (!r || *r < 0 || *r > INT32_MAX || !ms || *ms <= 0 || *ms > int64_t(kMaxParkMs))
+          return error_reply(fmt::format("heartbeat: expected '<rank>:<interval ms>', got '{}'", value));
+        if (rank >= 0 && rank != *r)
+          return error_reply(fmt::format("heartbeat: connection already registered as rank {}", rank));
+        rank = static_cast<int>(*r);
+        said_goodbye = false;
+        heartbeat_interval = std::chrono::milliseconds(*ms);
+        last_beat = Clock::now();
+        server.watch_heartbeats(heartbeat_interval);
+        return reply(sp::Op::ok, {}, {});
+      }
       default:
         // validate_header already rejected everything else.
         return error_reply("unexpected opcode");
@@ -355,7 +419,7 @@ struct StoreServer::Impl::Connection : std::enable_shared_from_this<Connection> 
     server.connections.erase(self);
     if (rank >= 0 && !said_goodbye && !server.stopping) {
       spdlog::warn("tandem store: rank {} ({}) disconnected without goodbye: {}", rank, peer, reason);
-      server.record_failure(rank);
+      server.record_failure(rank, "its process exited or lost its connection to the store (" + reason + ")");
     }
   }
 };
@@ -383,6 +447,7 @@ StoreServer::Impl::~Impl() {
     boost::system::error_code ignored;
     acceptor.close(ignored);
     accept_retry.cancel();
+    heartbeat_timer.cancel();
     auto all = connections;  // close() erases from the set
     for (auto& c : all) c->close("server shutting down", false);
     done.set_value();
@@ -441,7 +506,36 @@ void StoreServer::Impl::notify(const std::string& key) {
   for (auto& c : parked) c->try_complete();
 }
 
-void StoreServer::Impl::record_failure(int rank) {
+void StoreServer::Impl::watch_heartbeats(std::chrono::milliseconds interval) {
+  const auto tick = std::max(std::chrono::milliseconds(1), interval / 10);
+  const bool running = heartbeat_tick.count() > 0;
+  if (running && heartbeat_tick <= tick) return;
+  heartbeat_tick = tick;
+  if (!running) check_heartbeats();
+}
+
+void StoreServer::Impl::check_heartbeats() {
+  if (stopping) return;
+  const auto now = Clock::now();
+  for (const auto& c : connections) {
+    if (c->closed || c->said_goodbye || c->heartbeat_interval.count() == 0) continue;
+    const auto silent = now - c->last_beat;
+    if (silent <= kSilentHeartbeats * c->heartbeat_interval) continue;
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(silent).count();
+    spdlog::warn("tandem store: rank {} ({}) sent no heartbeat for {} ms (interval {} ms)", c->rank, c->peer, ms,
+                 c->heartbeat_interval.count());
+    record_failure(c->rank, fmt::format("no heartbeat for {}.{} s, {} intervals of {} ms (the process is stopped, "
+                                        "hung or cut off from the store)",
+                                        ms / 1000, ms % 1000 / 100, kSilentHeartbeats, c->heartbeat_interval.count()));
+    c->heartbeat_interval = std::chrono::milliseconds(0);  // reported once
+  }
+  heartbeat_timer.expires_after(heartbeat_tick);
+  heartbeat_timer.async_wait([this](boost::system::error_code ec) {
+    if (!ec) check_heartbeats();
+  });
+}
+
+void StoreServer::Impl::record_failure(int rank, const std::string& reason) {
   std::string csv;
   {
     std::lock_guard lock(failed_mu);
@@ -449,6 +543,7 @@ void StoreServer::Impl::record_failure(int rank) {
     failed.push_back(rank);
     for (size_t i = 0; i < failed.size(); ++i) csv += (i ? "," : "") + std::to_string(failed[i]);
   }
+  data[failure_reason_key(rank)] = reason;
   data[kFailedRanksKey] = csv;
   notify(kFailedRanksKey);
 }
@@ -466,15 +561,15 @@ std::vector<int> StoreServer::failed_ranks() const {
   return impl_->failed;
 }
 
-void StoreServer::mark_failed(int rank) {
+void StoreServer::mark_failed(int rank, const std::string& reason) {
   if (impl_->io.get_executor().running_in_this_thread()) {
-    impl_->record_failure(rank);
+    impl_->record_failure(rank, reason);
     return;
   }
   // Run on the io thread (it owns the data and the waiters) and return once the key is visible.
   std::promise<void> done;
-  asio::post(impl_->io, [this, rank, &done] {
-    impl_->record_failure(rank);
+  asio::post(impl_->io, [this, rank, &reason, &done] {
+    impl_->record_failure(rank, reason);
     done.set_value();
   });
   done.get_future().wait();

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <immintrin.h>
 #include <sched.h>
+#include <unistd.h>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -26,13 +27,20 @@ namespace {
 
 // Tag layout: collective signature | sequence number | sending rank |
 // algorithm's own tag. The signature (which collective, which dtype) keeps
-// mismatched calls from ever matching each other: they time out instead of
-// silently mixing data. Sequence numbers wrap; collectives are strictly ordered.
+// mismatched calls from ever matching each other's data; the fingerprints
+// (signature kFingerprintSignature) then say what differs. Sequence numbers
+// wrap; collectives are strictly ordered.
 constexpr int kSignatureBits = 6;
 constexpr int kSeqBits = 14;
 constexpr int kRankBits = 12;
 constexpr int kLocalBits = 32;
 constexpr int kMaxRanks = 1 << kRankBits;
+// What ranks must agree on to talk at all (tags, fingerprints, store keys);
+// raised whenever any of them changes. Checked at start-up with the build id.
+constexpr int kWireProtocol = 2;
+#ifndef TANDEM_BUILD_ID
+#define TANDEM_BUILD_ID "unknown"
+#endif
 // Waiting has three phases, so that a short wait stays fast and a long one
 // leaves the core to the threads that have work (the backward pass):
 //  - spin: poll (UCX: progress the worker; shared memory: re-read a flag);
@@ -62,27 +70,71 @@ struct Description {
   size_t count = 0;
   std::optional<DataType> dtype;
   std::optional<ReduceOp> op;
+  int root = -1;  // broadcast only
 
-  // 3 bits of collective kind, 3 of dtype.
-  uint32_t signature() const {
+  // 1 + the index in kKinds.
+  uint32_t kind() const {
     static constexpr const char* kKinds[] = {"allreduce", "reduce_scatter", "allgather", "broadcast", "barrier"};
-    uint32_t kind = 0;
     for (uint32_t i = 0; i < 5; ++i) {
-      if (std::strcmp(name, kKinds[i]) == 0) kind = i + 1;
+      if (std::strcmp(name, kKinds[i]) == 0) return i + 1;
     }
-    return (kind << 3) | (dtype ? uint32_t(*dtype) + 1 : 0);
+    return 0;
   }
+  // 3 bits of collective kind, 3 of dtype.
+  uint32_t signature() const { return (kind() << 3) | (dtype ? uint32_t(*dtype) + 1 : 0); }
 
   std::string str() const {
     if (!dtype) return name;
     std::string s = std::string(name) + "(" + std::to_string(count) + " x " + std::string(to_string(*dtype));
     if (op) s += ", " + std::string(to_string(*op));
+    if (root >= 0) s += ", root " + std::to_string(root);
     return s + ")";
   }
 };
 
-std::string describe_wait(const Description& what, int rank, int peer) {
-  return what.str() + " on rank " + std::to_string(rank) + " (waiting for rank " + std::to_string(peer) + ")";
+// What a rank says it is calling, sent to its ring successor before a
+// collective's first UCX message (the shared-memory path compares calls in its
+// slot headers instead). Plain bytes; both ends are the same build.
+struct Fingerprint {
+  uint32_t seq = 0;
+  uint8_t kind = 0, dtype = 0, op = 0;  // dtype and op + 1; 0: none
+  uint8_t unused = 0;
+  int32_t root = -1;
+  uint64_t count = 0;
+
+  static Fingerprint of(const Description& d, uint32_t seq) {
+    return {seq, uint8_t(d.kind()), uint8_t(d.dtype ? uint8_t(*d.dtype) + 1 : 0), uint8_t(d.op ? uint8_t(*d.op) + 1 : 0),
+            0, d.root, d.count};
+  }
+  Description description() const {
+    static constexpr const char* kKinds[] = {"?", "allreduce", "reduce_scatter", "allgather", "broadcast", "barrier"};
+    Description d{kKinds[kind <= 5 ? kind : 0], size_t(count), std::nullopt, std::nullopt, root};
+    if (dtype) d.dtype = DataType(dtype - 1);
+    if (op) d.op = ReduceOp(op - 1);
+    return d;
+  }
+  // The first field that differs, in the order a reader would check them; nullptr if none.
+  const char* differing(const Fingerprint& o) const {
+    if (seq != o.seq) return "sequence number";
+    if (kind != o.kind) return "kind";
+    if (op != o.op) return "op";
+    if (dtype != o.dtype) return "dtype";
+    if (count != o.count) return "count";
+    if (root != o.root) return "root";
+    return nullptr;
+  }
+};
+static_assert(sizeof(Fingerprint) == 24);
+// The tag signature of fingerprints: kind 7, dtype 7, which no collective has.
+constexpr uint32_t kFingerprintSignature = (1u << kSignatureBits) - 1;
+
+// "allreduce #12 (1024 x f32, sum) on rank 0 (waiting for rank 1)": seq numbers the communicator's collectives from 1.
+std::string describe_wait(const Description& what, uint32_t seq, int rank, int peer) {
+  std::string call = what.str();
+  const auto paren = call.find('(');
+  call = paren == std::string::npos ? call + " #" + std::to_string(seq)
+                                    : call.substr(0, paren) + " #" + std::to_string(seq) + " " + call.substr(paren);
+  return call + " on rank " + std::to_string(rank) + " (waiting for rank " + std::to_string(peer) + ")";
 }
 
 // One reusable scratch buffer, grown on demand.
@@ -165,6 +217,14 @@ struct Task {
   Description what;
 };
 
+// "mismatched collectives at call #5 (the count differs): rank 0 called allreduce(100 x f32, sum), rank 1 called ...".
+std::string mismatch_text(uint32_t seq, const char* field, int rank_a, const Description& a, int rank_b,
+                          const Description& b) {
+  return "mismatched collectives at call #" + std::to_string(seq) + " (the " + field + " differs): rank " +
+         std::to_string(rank_a) + " called " + a.str() + ", rank " + std::to_string(rank_b) + " called " + b.str() +
+         "; every rank must issue the same collectives with the same arguments in the same order";
+}
+
 struct Communicator::Impl {
   CommOptions opts;
   std::shared_ptr<Algorithms> algorithms;
@@ -190,9 +250,21 @@ struct Communicator::Impl {
   std::exception_ptr sticky;  // engine thread only
   std::atomic<bool> failed{false};
 
+  // Liveness: a thread beats on its own store connection every heartbeat / 2;
+  // the store records a rank silent for kSilentHeartbeats intervals as failed.
+  std::thread heartbeat_thread;
+  std::condition_variable cv_heartbeat;
+  std::unique_ptr<StoreClient> heartbeat_store;
+  bool heartbeat_stopping = false;     // guarded by mu
+  std::string heartbeat_error;         // guarded by mu
+  std::atomic<bool> heartbeat_failed{false};
+
   uint32_t seq = 0;                                         // engine thread only
   std::vector<ScratchBuffer> host_scratch, device_scratch;  // by slot
   Clock::time_point next_failure_poll{};
+
+  // A create() that fails after the heartbeat started must still join it.
+  ~Impl() { stop_heartbeat(); }
 
   std::string key(const std::string& k) const { return opts.prefix + "/" + k; }
   void store_barrier(const std::string& name, Deadline deadline);
@@ -210,7 +282,21 @@ struct Communicator::Impl {
   void check_open_locked() const;  // caller holds mu
   Task make_task(std::function<void(Channel&)> body, const CollectiveOptions& o, const Description& what) const;
   std::string arrive(const std::string& barrier, Deadline deadline);
-  [[noreturn]] void blame_first_failure(const PeerFailure& seen);
+  [[noreturn]] void blame_first_failure(const PeerFailure& seen, const Task& task);
+  // A mismatch found by one rank, published so that every rank fails in that call.
+  void publish_mismatch(const std::string& text);
+  void check_calls_match(const Task& task, int waiting_on, Deadline until);
+  // Throws the mismatch another rank published, waiting up to a second for it.
+  void explain_mismatch();
+  PeerFailure rank_died(int rank, const std::string& detail);
+  // How long a store request may take before the store counts as silent.
+  std::chrono::milliseconds store_patience() const {
+    return opts.heartbeat.count() > 0 ? std::min<std::chrono::milliseconds>(opts.heartbeat, std::chrono::seconds(2))
+                                      : std::chrono::seconds(2);
+  }
+  void start_heartbeat(const std::string& host, uint16_t port, Deadline deadline);
+  void check_versions(Deadline deadline);
+  void stop_heartbeat();
   void* scratch_buffer(size_t bytes, int slot, MemoryType memory);
   std::shared_ptr<Request::State> enqueue(std::function<void(Channel&)> body, const CollectiveOptions& o,
                                           const Description& what);
@@ -223,7 +309,11 @@ struct Communicator::Impl {
 class EngineChannel final : public Channel {
  public:
   EngineChannel(Communicator::Impl& impl, const Task& task)
-      : impl_(impl), task_(task), signature_(task.what.signature()) {}
+      : impl_(impl), task_(task), signature_(task.what.signature()) {
+    // Without shared memory every collective goes over UCX: post at once (a
+    // zero-count call sends nothing, yet must be checked).
+    if (!impl_.shm && impl_.opts.size > 1) post_fingerprint();
+  }
   ~EngineChannel() override {
     // Anything still posted belongs to a collective that failed: cancel it so
     // UCX never touches the caller's buffers after we return.
@@ -234,9 +324,11 @@ class EngineChannel final : public Channel {
   int size() const override { return impl_.opts.size; }
 
   Pending send(int peer, Tag tag, const void* data, size_t bytes) override {
+    if (!fingerprint_posted_) post_fingerprint();
     return blaming_first_failure([&] { return track(impl_.ucx->send(peer, full_tag(rank(), tag), data, bytes)); });
   }
   Pending recv(int peer, Tag tag, void* data, size_t bytes) override {
+    if (!fingerprint_posted_) post_fingerprint();
     return track(impl_.ucx->recv(peer, full_tag(peer, tag), data, bytes));
   }
 
@@ -248,7 +340,16 @@ class EngineChannel final : public Channel {
       if (!impl_.ucx->poll(p)) return false;
     } catch (const PeerFailure& e) {
       untrack(handle);  // poll() released the request
-      impl_.blame_first_failure(e);
+      impl_.blame_first_failure(e, task_);
+    } catch (const CollectiveMismatch&) {
+      // A message of the wrong size: the fingerprint says which field differs.
+      untrack(handle);
+      if (fingerprint_posted_ && !fingerprint_compared_) {
+        wait(fp_in_);
+        compare_fingerprint();
+      }
+      impl_.explain_mismatch();  // the predecessor agrees: another rank differs
+      throw;
     } catch (...) {
       untrack(handle);
       throw;
@@ -276,6 +377,7 @@ class EngineChannel final : public Channel {
     // otherwise wait out the whole health-check interval (200 ms stalls on a
     // shaped link).
     while (!test(p)) {
+      poll_fingerprint();  // a stalled wait is what a mismatch looks like
       impl_.check_health(task_, p.peer());
       impl_.ucx->sleep(std::min(impl_.until_next_check(task_), kUcxSleepSlice));
     }
@@ -295,7 +397,10 @@ class EngineChannel final : public Channel {
   }
 
   void idle(int peer, unsigned spins) override {
-    if (spins % 128 == 0) impl_.check_health(task_, peer);
+    if (spins % 128 == 0) {
+      impl_.check_health(task_, peer);
+      if (spins % 1024 == 0) watch_for_fingerprints();
+    }
     const bool yield_soon = impl_.oversubscribed && spins > kSpinsBeforeYield;
     if (spins <= kIdleSpins && !yield_soon) {
       _mm_pause();  // spinning on another core's cache line
@@ -317,7 +422,7 @@ class EngineChannel final : public Channel {
     try {
       return f();
     } catch (const PeerFailure& e) {
-      impl_.blame_first_failure(e);
+      impl_.blame_first_failure(e, task_);
     }
   }
 
@@ -327,11 +432,80 @@ class EngineChannel final : public Channel {
     if ((impl_.oversubscribed && spins > kSpinsBeforeYield) || spins % 65536 == 0) std::this_thread::yield();
   }
 
-  Tag full_tag(int sender, Tag local) const {
+  Tag full_tag(int sender, Tag local, uint32_t signature) const {
     if (local >> kLocalBits) throw InvalidArgument("algorithm tag exceeds 32 bits");
     static_assert(kSignatureBits + kSeqBits + kRankBits + kLocalBits == 64);
-    return (Tag(signature_) << (kSeqBits + kRankBits + kLocalBits)) |
+    return (Tag(signature) << (kSeqBits + kRankBits + kLocalBits)) |
            (Tag(impl_.seq & ((1u << kSeqBits) - 1)) << (kRankBits + kLocalBits)) | (Tag(sender) << kLocalBits) | local;
+  }
+  Tag full_tag(int sender, Tag local) const { return full_tag(sender, local, signature_); }
+
+  // Fingerprints (collective calls over UCX). Each rank sends its call's
+  // fingerprint to its ring successor with its first message and compares the
+  // predecessor's when a wait stalls, and in any case before the call may
+  // succeed (finish()): in a matching call it has long arrived by then, so
+  // the check costs no round trip. Ranks in a mismatched call fail inside it:
+  // those that see the mismatch at once, the others when the store tells them
+  // (check_health). The fingerprint signature matches whatever the
+  // predecessor called, unlike the data tags.
+  void post_fingerprint() {
+    fingerprint_posted_ = true;
+    const int n = size(), r = rank();
+    prev_ = (r + n - 1) % n;
+    mine_ = Fingerprint::of(task_.what, impl_.seq);
+    fp_in_ = track(impl_.ucx->recv(prev_, full_tag(prev_, 0, kFingerprintSignature), &theirs_, sizeof theirs_));
+    fp_out_ = blaming_first_failure([&] {
+      return track(impl_.ucx->send((r + 1) % n, full_tag(r, 0, kFingerprintSignature), &mine_, sizeof mine_));
+    });
+  }
+  void poll_fingerprint() {
+    if (fingerprint_posted_ && !fingerprint_compared_ && test(fp_in_)) compare_fingerprint();
+  }
+  void compare_fingerprint() {
+    fingerprint_compared_ = true;
+    compare(prev_, theirs_);
+  }
+
+ public:
+  // After the algorithm: the call succeeds only once the predecessor's
+  // fingerprint matched and this rank's has left.
+  void finish() {
+    if (!fingerprint_posted_) return;
+    if (!fingerprint_compared_) {
+      wait(fp_in_);
+      if (!fingerprint_compared_) compare_fingerprint();
+    }
+    wait(fp_out_);
+  }
+
+ private:
+  // On the shared-memory path, now and then during a long wait: a peer that
+  // sent a fingerprint for this call runs it over UCX, so it called something else.
+  void watch_for_fingerprints() {
+    if (fingerprint_posted_) return;
+    impl_.ucx->progress();
+    const Tag mask = ~((Tag(1) << (kRankBits + kLocalBits)) - 1);  // signature and sequence number, any sender
+    if (!impl_.ucx->probe(full_tag(0, 0, kFingerprintSignature), mask)) return;
+    for (int p = 0; p < size(); ++p) {
+      if (p == rank() || !impl_.ucx->probe(full_tag(p, 0, kFingerprintSignature), ~Tag(0))) continue;
+      fingerprint_posted_ = fingerprint_compared_ = true;
+      mine_ = Fingerprint::of(task_.what, impl_.seq);
+      Pending in = track(impl_.ucx->recv(p, full_tag(p, 0, kFingerprintSignature), &theirs_, sizeof theirs_));
+      wait(in);
+      compare(p, theirs_);
+      throw CollectiveMismatch("call #" + std::to_string(impl_.seq) + ": rank " + std::to_string(p) + " runs " +
+                               theirs_.description().str() + " over UCX while rank " + std::to_string(rank()) +
+                               " runs it through shared memory; TANDEM_SHM, TANDEM_SHM_CHUNK_BYTES and TANDEM_ALGO "
+                               "must agree on every rank");
+    }
+  }
+
+  void compare(int peer, const Fingerprint& theirs) {
+    if (const char* field = mine_.differing(theirs)) {
+      const Description other = theirs.description();
+      if (rank() < peer) throw CollectiveMismatch(mismatch_text(impl_.seq, field, rank(), task_.what, peer, other));
+      throw CollectiveMismatch(mismatch_text(impl_.seq, field, peer, other, rank(), task_.what));
+    }
   }
   Pending track(Pending p) {
     // Keep a shadow handle so a failed collective can cancel what it posted.
@@ -353,6 +527,10 @@ class EngineChannel final : public Channel {
   const Task& task_;
   uint32_t signature_;
   std::vector<Pending> live_;
+  bool fingerprint_posted_ = false, fingerprint_compared_ = false;
+  int prev_ = 0;
+  Pending fp_in_, fp_out_;
+  Fingerprint mine_, theirs_;  // sent and received in place: they outlive the messages
 };
 
 namespace {
@@ -363,12 +541,21 @@ std::optional<int> first_failed_rank(const std::optional<std::string>& failed_ra
   return std::atoi(failed_ranks->c_str());
 }
 
-PeerFailure rank_died(int rank, const std::string& detail) {
-  return PeerFailure(rank,
-                     "rank " + std::to_string(rank) + " failed (its process exited or lost its connection)" + detail);
-}
-
 }  // namespace
+
+// "rank 1 (host vm, pid 42) failed: <why the store recorded it><detail>".
+PeerFailure Communicator::Impl::rank_died(int rank, const std::string& detail) {
+  const Deadline until = Clock::now() + std::chrono::milliseconds(500);
+  std::optional<std::string> host, why;
+  try {
+    host = store->try_get(key("host/" + std::to_string(rank)), until);
+    why = store->try_get(failure_reason_key(rank), until);
+  } catch (const Error&) {
+    // The store may be going away too; name what we know.
+  }
+  return PeerFailure(rank, "rank " + std::to_string(rank) + (host ? " (" + *host + ")" : std::string()) +
+                               " failed: " + (why ? *why : "its process exited or lost its connection") + detail);
+}
 
 void Communicator::Impl::throw_store_lost(const std::exception& e) {
   if (store_host_rank >= 0) {
@@ -381,7 +568,8 @@ void Communicator::Impl::throw_store_lost(const std::exception& e) {
 // A transport error names the peer at the other end of one message, which may
 // only have died because another rank did (and then exited on its own error).
 // The store knows which rank died first; name that one when it says so.
-void Communicator::Impl::blame_first_failure(const PeerFailure& seen) {
+void Communicator::Impl::blame_first_failure(const PeerFailure& seen, const Task& task) {
+  const std::string during = "; during " + describe_wait(task.what, seq, opts.rank, std::max(0, seen.rank()));
   const Deadline until = Clock::now() + std::chrono::seconds(1);
   while (Clock::now() < until) {
     std::optional<std::string> failed;
@@ -391,11 +579,58 @@ void Communicator::Impl::blame_first_failure(const PeerFailure& seen) {
       break;
     }
     if (auto r = first_failed_rank(failed)) {
-      throw rank_died(*r, "; rank " + std::to_string(opts.rank) + " saw: " + seen.what());
+      throw rank_died(*r, during + "; rank " + std::to_string(opts.rank) + " saw: " + seen.what());
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+  if (seen.rank() >= 0) throw rank_died(seen.rank(), during + "; rank " + std::to_string(opts.rank) + " saw: " + seen.what());
   throw seen;
+}
+
+void Communicator::Impl::publish_mismatch(const std::string& text) {
+  if (!store) return;
+  try {
+    const Deadline until = Clock::now() + std::chrono::milliseconds(500);
+    if (!store->try_get(key("mismatch"), until)) store->set(key("mismatch"), text, until);  // the first finding stays
+  } catch (const Error& e) {
+    spdlog::debug("tandem rank {}: could not publish the mismatch: {}", opts.rank, e.what());
+  }
+}
+
+// What other ranks found out about this call: a mismatch, or a rank that
+// left the communicator after the previous call (it skipped this one).
+void Communicator::Impl::check_calls_match(const Task& task, int waiting_on, Deadline until) {
+  std::optional<std::string> mismatch, left;
+  try {
+    mismatch = store->try_get(key("mismatch"), until);
+    if (seq > 1) left = store->try_get(key("left/" + std::to_string(seq - 1)), until);
+  } catch (const Timeout&) {
+    return;  // a slow store: ask again at the next poll
+  } catch (const PeerFailure& e) {
+    throw_store_lost(e);
+  }
+  const std::string during = describe_wait(task.what, seq, opts.rank, waiting_on);
+  if (mismatch) throw CollectiveMismatch(*mismatch + " (rank " + std::to_string(opts.rank) + " learned it during " + during + ")");
+  if (left) {
+    throw CollectiveMismatch("rank " + *left + " skipped call #" + std::to_string(seq) +
+                             ": it destroyed its communicator after call #" + std::to_string(seq - 1) + ", while " +
+                             during + "; every rank must issue the same collectives in the same order");
+  }
+}
+
+void Communicator::Impl::explain_mismatch() {
+  if (!store) return;
+  const Deadline until = Clock::now() + std::chrono::seconds(1);
+  while (Clock::now() < until) {
+    std::optional<std::string> found;
+    try {
+      found = store->try_get(key("mismatch"), until);
+    } catch (const Error&) {
+      return;
+    }
+    if (found) throw CollectiveMismatch(*found + " (rank " + std::to_string(opts.rank) + " learned it from the store)");
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
 }
 
 void Communicator::Impl::throw_aborted() {
@@ -419,28 +654,36 @@ Task Communicator::Impl::make_task(std::function<void(Channel&)> body, const Col
 void Communicator::Impl::check_health(const Task& task, int waiting_on) {
   const Description& what = task.what;
   if (aborted.load(std::memory_order_relaxed)) throw_aborted();
+  if (heartbeat_failed.load(std::memory_order_relaxed)) {
+    std::string why;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      why = heartbeat_error;
+    }
+    throw_store_lost(Error(why + "; during " + describe_wait(what, seq, opts.rank, waiting_on)));
+  }
   const auto now = Clock::now();
   int dead = ucx->failed_peer();
   if (dead >= 0) {
-    throw PeerFailure(dead, "rank " + std::to_string(dead) + " failed: its UCX endpoint reported an error during " +
-                                describe_wait(what, opts.rank, waiting_on));
+    throw rank_died(dead, "; its UCX endpoint reported an error during " + describe_wait(what, seq, opts.rank, waiting_on));
   }
   if (now >= next_failure_poll) {
     next_failure_poll = now + opts.failure_poll;
     std::optional<std::string> failed_ranks;
     try {
-      failed_ranks = store->try_get(kFailedRanksKey, now + std::chrono::seconds(2));
+      failed_ranks = store->try_get(kFailedRanksKey, now + store_patience());
     } catch (const Timeout&) {
       // A slow store is not a dead peer; the collective deadline still bounds us.
     } catch (const PeerFailure& e) {
       throw_store_lost(e);
     }
     if (auto r = first_failed_rank(failed_ranks))
-      throw rank_died(*r, " during " + describe_wait(what, opts.rank, waiting_on));
+      throw rank_died(*r, "; during " + describe_wait(what, seq, opts.rank, waiting_on));
+    check_calls_match(task, waiting_on, now + store_patience());
   }
   if (now >= task.deadline) {
-    throw Timeout(what.str() + " timed out after " + std::to_string(task.timeout.count()) + " ms on rank " +
-                  std::to_string(opts.rank) + " waiting for rank " + std::to_string(waiting_on) +
+    throw Timeout(describe_wait(what, seq, opts.rank, waiting_on) + " timed out after " +
+                  std::to_string(task.timeout.count()) + " ms" +
                   "; check that every rank calls the same collectives with the same dtype in the same order "
                   "(mismatched calls never match); if the job is just slow, raise CommOptions::timeout "
                   "(TANDEM_TIMEOUT_MS)");
@@ -478,10 +721,17 @@ void Communicator::Impl::connect() {
     StoreServerOptions so;
     so.host = host;
     so.port = port;
+    so.secret = opts.secret;
     server = std::make_unique<StoreServer>(so);
   }
-  store = std::make_unique<StoreClient>(host, port, deadline);
+  store = std::make_unique<StoreClient>(host, port, deadline, opts.secret);
   store->hello(opts.rank, deadline);
+  char hostname[256] = "?";
+  gethostname(hostname, sizeof hostname - 1);
+  store->set(key("host/" + std::to_string(opts.rank)),
+             "host " + std::string(hostname) + ", pid " + std::to_string(getpid()), deadline);
+  check_versions(deadline);
+  if (opts.heartbeat.count() > 0) start_heartbeat(host, port, deadline);
   if (opts.host_store) store->set(key("store_host"), std::to_string(opts.rank), deadline);
   // Interface selection (netif.h): every rank takes part; it logs the decision.
   network = select_interface(*store, opts, deadline);
@@ -497,6 +747,75 @@ void Communicator::Impl::connect() {
   store_barrier("connected", deadline);
   transports = ucx->describe();
   if (shm) transports += cma ? " + shared memory, cross-memory attach" : " + shared memory";
+}
+
+// Rank 0 compares every rank's (protocol, build, world size, job) with its
+// own and publishes the verdict; every rank waits for it, so a mismatch fails
+// them all as soon as the odd rank has announced itself, naming both values.
+void Communicator::Impl::check_versions(Deadline deadline) {
+  const std::string mine = "protocol " + std::to_string(kWireProtocol) + ", build " + TANDEM_BUILD_ID +
+                           ", world size " + std::to_string(opts.size) +
+                           ", job " + (opts.job_id.empty() ? "(none)" : opts.job_id);
+  store->set(key("version/" + std::to_string(opts.rank)), mine, deadline);
+  const std::string verdict_key = key("version/verdict");
+  if (opts.rank == 0) {
+    std::string verdict = "ok";
+    for (int p = 1; p < opts.size && verdict == "ok"; ++p) {
+      const std::string theirs = store->get(key("version/" + std::to_string(p)), deadline);
+      if (theirs != mine) {
+        verdict = "ranks disagree at start-up: rank 0 has " + mine + "; rank " + std::to_string(p) + " has " + theirs +
+                  "; every rank must run the same tandem build, in the same job, with the same world size";
+      }
+    }
+    store->set(verdict_key, verdict, deadline);
+    if (verdict != "ok") throw InvalidArgument(verdict);
+    return;
+  }
+  const std::string verdict = store->get(verdict_key, deadline);
+  if (verdict != "ok") throw InvalidArgument(verdict);
+}
+
+void Communicator::Impl::start_heartbeat(const std::string& host, uint16_t port, Deadline deadline) {
+  heartbeat_store = std::make_unique<StoreClient>(host, port, deadline, opts.secret);
+  heartbeat_store->heartbeat(opts.rank, opts.heartbeat, deadline);  // registered before any collective
+  heartbeat_thread = std::thread([this] {
+    std::unique_lock<std::mutex> lock(mu);
+    for (;;) {
+      if (cv_heartbeat.wait_for(lock, opts.heartbeat / 2, [&] { return heartbeat_stopping; })) return;
+      lock.unlock();
+      std::string error;
+      try {
+        heartbeat_store->heartbeat(opts.rank, opts.heartbeat, Clock::now() + opts.heartbeat);
+      } catch (const std::exception& e) {
+        error = std::string("rank ") + std::to_string(opts.rank) + " cannot reach the store to send its heartbeat (" +
+                e.what() + ")";
+      }
+      lock.lock();
+      if (!error.empty()) {
+        heartbeat_error = error;
+        heartbeat_failed = true;
+        return;
+      }
+    }
+  });
+}
+
+void Communicator::Impl::stop_heartbeat() {
+  if (!heartbeat_thread.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    heartbeat_stopping = true;
+  }
+  cv_heartbeat.notify_all();
+  heartbeat_thread.join();
+  if (!heartbeat_failed) {
+    try {
+      heartbeat_store->goodbye(Clock::now() + std::chrono::seconds(2));
+    } catch (const std::exception& e) {
+      spdlog::debug("tandem rank {}: heartbeat goodbye: {}", opts.rank, e.what());
+    }
+  }
+  heartbeat_store.reset();
 }
 
 // Every rank reaches the same verdict from the same store keys: all ranks on
@@ -578,7 +897,17 @@ void Communicator::Impl::execute(Task& task) {
     if (aborted) throw_aborted();
     EngineChannel channel(*this, task);
     task.body(channel);
+    channel.finish();
     task.state->finish(nullptr);
+  } catch (const CollectiveMismatch& e) {
+    // The shared-memory path does not know the call's number.
+    std::string text = e.what();
+    if (text.find("call #") == std::string::npos) text = "call #" + std::to_string(seq) + ": " + text;
+    spdlog::error("tandem rank {}: {}", opts.rank, text);
+    publish_mismatch(text);
+    sticky = std::make_exception_ptr(CollectiveMismatch(text));
+    failed = true;
+    task.state->finish(sticky);
   } catch (const std::exception& e) {
     // Any failure leaves peers in an unknown state (a mismatched collective
     // too): sticky. Only a mismatch is logged here, as nothing else names it.
@@ -654,6 +983,8 @@ void Communicator::Impl::finalize() {
   if (!store) return;
   const Deadline deadline = Clock::now() + std::chrono::seconds(10);
   try {
+    // A rank still waiting in a later call learns that this one skipped it.
+    store->set(key("left/" + std::to_string(seq)), std::to_string(opts.rank), deadline);
     if (failed || aborted) {
       // Tell the others not to wait for us at the finalize barrier.
       store->set(key("abandoned"), std::to_string(opts.rank), deadline);
@@ -707,6 +1038,10 @@ std::unique_ptr<Communicator> Communicator::create(const CommOptions& options, s
     throw InvalidArgument("world size " + std::to_string(options.size) +
                           " needs a store address: run under `tandem launch`, or set TANDEM_STORE_ADDR=host:port");
   }
+  if (options.heartbeat.count() < 0 || (options.heartbeat.count() > 0 && options.heartbeat < std::chrono::milliseconds(100))) {
+    throw InvalidArgument("CommOptions::heartbeat of " + std::to_string(options.heartbeat.count()) +
+                          " ms: use 0 (off) or at least 100 ms (TANDEM_HEARTBEAT_MS)");
+  }
   auto impl = std::make_unique<Impl>();
   impl->opts = options;
   impl->algorithms = std::move(algorithms);
@@ -727,6 +1062,11 @@ Communicator::~Communicator() {
   if (impl_->engine.joinable()) impl_->engine.join();
   for (auto& t : impl_->queue) t.state->finish(std::make_exception_ptr(Aborted("communicator destroyed")));
   impl_->finalize();
+  impl_->stop_heartbeat();
+  // After a failure a peer may never acknowledge a flush: close at once.
+  if (impl_->ucx && (impl_->failed || impl_->aborted)) {
+    impl_->ucx->close_endpoints(Clock::now() + std::chrono::seconds(2), /*force=*/true);
+  }
   impl_->ucx.reset();
   impl_->shm.reset();
   impl_->allocations.reset();
@@ -829,13 +1169,13 @@ std::function<void(Channel&)> Communicator::broadcast_body(const void* input, vo
 Request Communicator::broadcast_async(const void* input, void* output, size_t count, DataType dtype, int root,
                                       const CollectiveOptions& opts) {
   return Request(impl_->enqueue(broadcast_body(input, output, count, dtype, root, opts), opts,
-                                describe("broadcast", count, dtype)));
+                                Description{"broadcast", count, dtype, std::nullopt, root}));
 }
 
 void Communicator::broadcast(const void* input, void* output, size_t count, DataType dtype, int root,
                              const CollectiveOptions& opts) {
   impl_->run_blocking(broadcast_body(input, output, count, dtype, root, opts), opts,
-                      describe("broadcast", count, dtype));
+                      Description{"broadcast", count, dtype, std::nullopt, root});
 }
 
 Request Communicator::barrier_async(const CollectiveOptions& opts) {

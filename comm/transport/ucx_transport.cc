@@ -158,7 +158,7 @@ bool UcxTransport::poll(Pending& p) {
   const size_t expected = p.bytes();
   p.mark_done();
   if (s == UCS_ERR_MESSAGE_TRUNCATED || (s == UCS_OK && received != expected)) {
-    throw InvalidArgument("collective mismatch: rank " + std::to_string(rank_) + " expected a " +
+    throw CollectiveMismatch("collective mismatch: rank " + std::to_string(rank_) + " expected a " +
                           std::to_string(expected) +
                           "-byte message but got a larger or smaller one; every rank "
                           "must call the same collectives in the same order with the same count and dtype");
@@ -172,6 +172,11 @@ bool UcxTransport::poll(Pending& p) {
   return true;
 }
 
+bool UcxTransport::probe(Tag tag, Tag mask) {
+  ucp_tag_recv_info_t info{};
+  return ucp_tag_probe_nb(worker_, tag, mask, 0, &info) != nullptr;
+}
+
 void UcxTransport::cancel(Pending& p) {
   if (p.done()) return;
   ucp_request_cancel(worker_, p.handle());
@@ -180,14 +185,14 @@ void UcxTransport::cancel(Pending& p) {
   ucp_worker_progress(worker_);  // lets the cancellation complete
 }
 
-void UcxTransport::close_endpoints(Deadline deadline) {
+void UcxTransport::close_endpoints(Deadline deadline, bool force) {
   std::vector<void*> closing;
   for (auto& ep : endpoints_) {
     if (!ep) continue;
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     // A dead peer cannot acknowledge a flush; force-close then.
-    param.flags = failed_peer() >= 0 ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    param.flags = force || failed_peer() >= 0 ? UCP_EP_CLOSE_FLAG_FORCE : 0;
     ucs_status_ptr_t req = ucp_ep_close_nbx(ep, &param);
     if (req && !UCS_PTR_IS_ERR(req)) closing.push_back(req);
     ep = nullptr;

@@ -54,14 +54,18 @@ class UcxTransport {
   // InvalidArgument when a received message has an unexpected size (a
   // collective mismatched across ranks).
   bool poll(Pending& p);
+  // Whether a message whose tag matches `tag` under `mask` has arrived and
+  // waits for a receive (left in place).
+  bool probe(Tag tag, Tag mask);
   // Cancels an unfinished request and releases it (after an error or timeout).
   void cancel(Pending& p);
 
   // Peer whose endpoint reported an error, or -1.
   int failed_peer() const { return failed_peer_.load(std::memory_order_relaxed); }
 
-  // Flushes and closes every endpoint, bounded by deadline (peers may be dead).
-  void close_endpoints(Deadline deadline);
+  // Flushes and closes every endpoint, bounded by deadline (peers may be dead);
+  // `force` closes without a flush (after a failure, peers may never answer).
+  void close_endpoints(Deadline deadline, bool force = false);
 
   // Whether UCX can move CUDA device memory in this build and machine.
   bool supports_cuda_memory() const;

@@ -300,9 +300,15 @@ class Segments {
 
   void check_same_call(int peer, const Call& theirs) const {
     if (theirs == call_) return;
-    throw InvalidArgument("mismatched collectives: rank " + std::to_string(peer) + " called " + theirs.str() +
-                          " while rank " + std::to_string(r_) + " called " + call_.str() +
-                          "; every rank must issue the same collectives with the same arguments");
+    const char* field = theirs.kind != call_.kind     ? "kind"
+                        : theirs.op != call_.op       ? "op"
+                        : theirs.dtype != call_.dtype ? "dtype"
+                        : theirs.count != call_.count ? "count"
+                                                      : "root";
+    throw CollectiveMismatch("mismatched collectives (the " + std::string(field) + " differs): rank " +
+                             std::to_string(peer) + " called " + theirs.str() + " while rank " + std::to_string(r_) +
+                             " called " + call_.str() +
+                             "; every rank must issue the same collectives with the same arguments in the same order");
   }
 
   Channel& ch_;

@@ -25,6 +25,11 @@ EnvLookup process_env();
 // is incomplete or contradictory (e.g. rank >= world size).
 CommOptions options_from_env(const EnvLookup& env = process_env());
 
+// The job secret: TANDEM_SECRET, else the contents of TANDEM_SECRET_FILE
+// (mode 0600 or stricter), else "" (a store without a secret). Throws
+// InvalidArgument for a short secret or a file others may read.
+std::string read_secret(const EnvLookup& env = process_env());
+
 // Which launcher the options came from: "tandem", "openmpi", "slurm".
 std::string detect_launcher(const EnvLookup& env = process_env());
 

@@ -33,6 +33,12 @@ struct CommOptions {
   std::string store_address;      // "host:port" of the bootstrap store
   bool host_store = false;        // this rank (rank 0) starts the store itself (mpirun, Slurm)
   std::string prefix = "tandem";  // namespace for this communicator's store keys
+  // The job secret (TANDEM_SECRET or TANDEM_SECRET_FILE; tandem launch makes
+  // one): the store admits only connections that prove they know it.
+  std::string secret;
+  // The job's id (TANDEM_JOB_ID, set by tandem launch; else Slurm's job and
+  // step): ranks of different jobs that meet at one store fail at start-up.
+  std::string job_id;
   // Default deadline of every collective; each call may override it.
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(60)};
@@ -55,6 +61,13 @@ struct CommOptions {
   // How often a waiting rank asks the store whether some rank died. The store
   // learns of a death when the rank's connection drops, on any transport.
   std::chrono::milliseconds failure_poll{std::chrono::milliseconds(200)};
+  // Liveness (TANDEM_HEARTBEAT_MS; 0 = off): each rank beats to the store
+  // every heartbeat / 2 on its own connection; a rank silent for two
+  // intervals (stopped, hung, cut off) is recorded as failed, and every rank
+  // waiting in a collective fails with PeerFailure naming it within three.
+  // The same bound applies to the store itself: a store that does not answer
+  // a failure poll within min(heartbeat, 2 s) counts as gone.
+  std::chrono::milliseconds heartbeat{std::chrono::seconds(2)};
   // UCX peer error handling on every endpoint. Off by default: UCX 1.13
   // excludes its shared-memory transports from endpoints in that mode, which
   // forces TCP even between processes on one host; the store already names

@@ -18,6 +18,15 @@ class InvalidArgument : public Error {
   using Error::Error;
 };
 
+// Ranks called different collectives, or the same one with different
+// arguments (or one skipped a call): what() names the call's sequence number,
+// the field that differs (kind, op, dtype, count, root) and the ranks. Every
+// rank in that collective fails with it.
+class CollectiveMismatch : public InvalidArgument {
+ public:
+  using InvalidArgument::InvalidArgument;
+};
+
 // A deadline passed before the operation completed.
 class Timeout : public Error {
  public:

@@ -10,7 +10,10 @@
 //
 // Ranks register with hello(rank); if such a connection drops without a
 // goodbye(), the server records the rank under kFailedRanksKey so the others
-// can fail fast with PeerFailure naming it.
+// can fail fast with PeerFailure naming it. A rank that sends heartbeat(rank,
+// interval) and then falls silent for kSilentHeartbeats intervals (stopped,
+// hung, or cut off from the store) is recorded the same way. Why a rank was
+// recorded is kept under failure_reason_key(rank).
 #pragma once
 
 #include <chrono>
@@ -30,12 +33,22 @@ inline constexpr uint32_t kMaxKeyBytes = 4096;
 inline constexpr uint32_t kMaxValueBytes = 64u << 20;
 // Comma-separated ranks whose registered connection dropped without goodbye, in order of detection.
 inline constexpr const char* kFailedRanksKey = "tandem/failed_ranks";
+// A rank whose heartbeats stop for this many intervals is recorded as failed.
+inline constexpr int kSilentHeartbeats = 2;
+// Where the store keeps why a rank was recorded as failed (text).
+inline std::string failure_reason_key(int rank) { return "tandem/failure/" + std::to_string(rank); }
+
+// A fresh job secret: 32 random bytes (OpenSSL RAND_bytes) as 64 hex characters.
+std::string new_job_secret();
 
 struct StoreServerOptions {
   std::string host = "127.0.0.1";  // local runs never listen beyond loopback
   uint16_t port = 0;               // 0 picks a free port
   std::chrono::milliseconds first_frame_timeout{10000};
   std::chrono::milliseconds frame_timeout{10000};
+  // The job secret (TANDEM_SECRET): when set, a connection must prove it knows
+  // it (HMAC-SHA256 challenge-response) before anything else.
+  std::string secret;
 };
 
 // Runs its own I/O thread; stops and joins in the destructor.
@@ -50,8 +63,9 @@ class StoreServer {
   std::string address() const;  // "host:port"
   // Ranks recorded as failed so far (registered connection lost without goodbye).
   std::vector<int> failed_ranks() const;
-  // Record a failure seen from outside (a launcher watching its children).
-  void mark_failed(int rank);
+  // Record a failure seen from outside (a launcher watching its children);
+  // `reason` is kept under failure_reason_key(rank).
+  void mark_failed(int rank, const std::string& reason = "reported failed by the launcher");
 
  private:
   struct Impl;
@@ -63,7 +77,8 @@ class StoreServer {
 class StoreClient {
  public:
   // Retries the connection until the deadline (the server may start later).
-  StoreClient(const std::string& host, uint16_t port, Deadline deadline);
+  // With a secret, proves it to the store right after connecting.
+  StoreClient(const std::string& host, uint16_t port, Deadline deadline, const std::string& secret = {});
   ~StoreClient();
   StoreClient(const StoreClient&) = delete;
   StoreClient& operator=(const StoreClient&) = delete;
@@ -82,6 +97,9 @@ class StoreClient {
 
   void hello(int rank, Deadline deadline);
   void goodbye(Deadline deadline);
+  // Registers this connection as rank's heartbeat: the rank promises another
+  // beat within `interval` (see kSilentHeartbeats).
+  void heartbeat(int rank, std::chrono::milliseconds interval, Deadline deadline);
 
  private:
   struct Impl;
