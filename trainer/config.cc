@@ -74,8 +74,14 @@ class Reader {
 
   // Unknown keys of a map, with a did-you-mean among `known`.
   void check_keys(const YAML::Node& map, const std::string& path, const std::vector<std::string>& known) {
+    std::vector<std::string> seen;
     for (const auto& kv : map) {
       const std::string key = kv.first.as<std::string>();
+      if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
+        error(path.empty() ? key : path + "." + key, "given twice (only the first would count); keep one");
+        continue;
+      }
+      seen.push_back(key);
       if (std::find(known.begin(), known.end(), key) != known.end()) continue;
       const std::string full = path.empty() ? key : path + "." + key;
       std::string hint = did_you_mean(key, known);

@@ -60,12 +60,13 @@ Dataset load_fashion_mnist(const std::string& dir, bool train) {
   return load_idx(p + "-images-idx3-ubyte.gz", p + "-labels-idx1-ubyte.gz");
 }
 
-Dataset synthetic_dataset(int64_t size, uint64_t seed) {
+Dataset synthetic_dataset(int64_t size, uint64_t seed, bool train) {
   Dataset d;
   d.size = size;
-  std::mt19937_64 rng(seed ^ 0x5eedda7aULL);
+  std::mt19937_64 template_rng(seed ^ 0x5eedda7aULL);
   std::vector<uint8_t> templates(10 * d.pixels());
-  for (auto& t : templates) t = static_cast<uint8_t>(rng() % 256);
+  for (auto& t : templates) t = static_cast<uint8_t>(template_rng() % 256);
+  std::mt19937_64 rng(seed * 2 + (train ? 0 : 1));
   d.images.resize(size * d.pixels());
   d.labels.resize(size);
   for (int64_t i = 0; i < size; ++i) {

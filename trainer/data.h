@@ -33,8 +33,9 @@ Dataset load_idx(const std::string& images_path, const std::string& labels_path)
 Dataset load_fashion_mnist(const std::string& dir, bool train);
 
 // Learnable stand-in of the same shape: each class a fixed random template
-// plus per-record noise (tells data loading apart from communication).
-Dataset synthetic_dataset(int64_t size, uint64_t seed);
+// plus per-record noise (tells data loading apart from communication). The
+// train and test splits share the templates, not the records.
+Dataset synthetic_dataset(int64_t size, uint64_t seed, bool train);
 
 class BatchPlan {
  public:

@@ -198,8 +198,8 @@ int run_worker(const WorkerOptions& wo) {
   const auto t_load = SteadyClock::now();
   Dataset train, test;
   if (cfg.data == "synthetic") {
-    train = synthetic_dataset(cfg.records_per_epoch > 0 ? cfg.records_per_epoch : 60000, cfg.seed);
-    test = synthetic_dataset(10000, cfg.seed + 1);
+    train = synthetic_dataset(cfg.records_per_epoch > 0 ? cfg.records_per_epoch : 60000, cfg.seed, true);
+    test = synthetic_dataset(10000, cfg.seed, false);
   } else {
     train = load_fashion_mnist(cfg.data_path, true);
     test = load_fashion_mnist(cfg.data_path, false);
