@@ -25,6 +25,7 @@
 
 #include "tandem/bench/buffers.h"
 #include "tandem/bench/check.h"
+#include "tandem/bench/plot.h"
 #include "tandem/tandem.h"
 
 namespace tandem::bench {
@@ -274,22 +275,8 @@ void print_json(const SweepOptions& o, int nranks, const Result& r) {
   fflush(stdout);
 }
 
-// Runs gnuplot on a script file (not -e: no shell quoting in between).
 void run_gnuplot(const SweepOptions& o, const std::string& data, const std::string& body) {
-  const std::string script = o.plot + ".gp";
-  {
-    std::ofstream f(script);
-    f << "set terminal pngcairo size 900,540\nset output '" << o.plot << "'\nset grid\nset yrange [0:*]\n" << body;
-  }
-  const std::string cmd = "gnuplot '" + script + "' 2>&1";
-  const int rc = std::system(cmd.c_str());
-  std::remove(data.c_str());
-  std::remove(script.c_str());
-  if (rc != 0) {
-    fprintf(stderr, "tandem bench: gnuplot failed to write %s (is gnuplot-nox installed?)\n", o.plot.c_str());
-  } else {
-    fprintf(stderr, "tandem bench: wrote %s\n", o.plot.c_str());
-  }
+  bench::run_gnuplot(o.plot, data, body);
 }
 
 // busbw against size, out-of-place and in-place (barrier: its time).

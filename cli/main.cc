@@ -1,6 +1,7 @@
 // The `tandem` executable: parses flags and calls the libraries.
 //   tandem launch -n N [--timeout S] [--grace S] [--] cmd args...
 //   tandem bench <collective> [nccl-tests flags]
+//   tandem bench overlap [--model M] [--modes ...]
 //   tandem info
 //   tandem netif [--format table|json]
 //   tandem train exp.yaml [flags]   (execs tandem-train from this executable's directory)
@@ -19,12 +20,14 @@
 #include <iostream>
 #include <limits>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
 
 #include "launch.h"
+#include "tandem/bench/overlap.h"
 #include "tandem/bench/sweep.h"
 #include "tandem/bootstrap.h"
 #include "tandem/errors.h"
@@ -153,11 +156,11 @@ tandem::bench::SweepOptions to_sweep_options(const BenchFlags& f) {
   return o;
 }
 
-void add_bench(CLI::App& app, BenchFlags& f) {
+CLI::App* add_bench(CLI::App& app, BenchFlags& f) {
   auto* b = app.add_subcommand("bench", "Sweep one collective over message sizes (nccl-tests flags); run it under `tandem launch`");
   std::string valid;
   for (const char* c : kCollectives) valid += (valid.empty() ? "" : ", ") + std::string(c);
-  b->add_option("collective", f.collective, "Collective: " + valid)->required()->check(CLI::IsMember(
+  b->add_option("collective", f.collective, "Collective: " + valid + " (or the overlap subcommand)")->check(CLI::IsMember(
       std::vector<std::string>(std::begin(kCollectives), std::end(kCollectives))));
   b->add_option("-b,--minbytes", f.min_bytes, "Smallest message, bytes with K/M/G suffix")->capture_default_str();
   b->add_option("-e,--maxbytes", f.max_bytes, "Largest message")->capture_default_str();
@@ -175,6 +178,81 @@ void add_bench(CLI::App& app, BenchFlags& f) {
       ->capture_default_str();
   b->add_option("--format", f.format, "Output: table, csv or json")->capture_default_str();
   b->add_option("--plot", f.plot, "Write busbw vs size to this PNG (needs gnuplot)");
+  return b;
+}
+
+struct OverlapFlags {
+  std::string model = "resnet50", modes = "none,overlap,autotune", compute = "auto";
+  double scale = 1.0;
+  int steps = 20, warmup = 3, steps_per_sample = 2, samples = 16, grid_steps = 2;
+  std::string threshold = "25M", first_bucket = "1M", chunk = "0";
+  std::string start = "1M,4M,64K";
+  std::string format = "table", plot, timeline, autotune_log;
+};
+
+tandem::fusion::FusionSettings settings_flag(const std::string& flag, const std::string& t, const std::string& f,
+                                             const std::string& c) {
+  return {size_flag(flag, t), size_flag(flag, f), size_flag(flag, c)};
+}
+
+tandem::bench::OverlapOptions to_overlap_options(const OverlapFlags& f) {
+  tandem::bench::OverlapOptions o;
+  o.model = f.model;
+  o.scale = f.scale;
+  if (f.compute != "auto") {
+    char* end = nullptr;
+    o.compute_ms = std::strtod(f.compute.c_str(), &end);
+    if (*end != '\0' || o.compute_ms < 0)
+      throw UsageError("--compute-ms: '" + f.compute + "' is neither 'auto' nor a number of milliseconds >= 0");
+  }
+  o.steps = f.steps;
+  o.warmup = f.warmup;
+  o.steps_per_sample = f.steps_per_sample;
+  o.autotune_samples = f.samples;
+  o.grid_steps = f.grid_steps;
+  o.modes.clear();
+  std::stringstream modes(f.modes);
+  for (std::string m; std::getline(modes, m, ',');) o.modes.push_back(m);
+  o.fixed = settings_flag("--threshold/--first-bucket/--chunk", f.threshold, f.first_bucket, f.chunk);
+  std::stringstream start(f.start);
+  std::string parts[3];
+  for (auto& p : parts) std::getline(start, p, ',');
+  o.autotune_start = settings_flag("--autotune-start", parts[0], parts[1], parts[2]);
+  const std::string format = lower(f.format);
+  if (format != "table" && format != "json") throw UsageError("--format: unknown '" + f.format + "'; valid: table, json");
+  o.format = format;
+  if (!f.plot.empty() && lower(f.plot).ends_with(".png") == false)
+    throw UsageError("--plot expects a .png file name (got '" + f.plot + "')");
+  o.plot = f.plot;
+  o.timeline = f.timeline;
+  o.autotune_log = f.autotune_log;
+  return o;
+}
+
+CLI::App* add_overlap(CLI::App& bench, OverlapFlags& f) {
+  auto* b = bench.add_subcommand(
+      "overlap", "How much gradient communication the gradient-sync engine hides behind a synthetic backward pass");
+  b->add_option("--model", f.model, "resnet50, vgg16, uniform:COUNT:MIN:MAX (bytes), or a file of sizes (f32 elements)")
+      ->capture_default_str();
+  b->add_option("--scale", f.scale, "Multiply every gradient's size")->capture_default_str();
+  b->add_option("--compute-ms", f.compute, "Backward compute per step in ms, or auto (= no-overlap communication)")
+      ->capture_default_str();
+  b->add_option("--modes", f.modes, "Comma list of none, overlap, autotune, per-gradient, grid")->capture_default_str();
+  b->add_option("--steps", f.steps, "Measured steps per mode")->capture_default_str();
+  b->add_option("--warmup", f.warmup, "Warm-up steps per mode")->capture_default_str();
+  b->add_option("--threshold", f.threshold, "Fusion threshold (bucket cap)")->capture_default_str();
+  b->add_option("--first-bucket", f.first_bucket, "First bucket's cap")->capture_default_str();
+  b->add_option("--chunk", f.chunk, "All-reduce pipeline chunk (0 = the communicator's)")->capture_default_str();
+  b->add_option("--autotune-start", f.start, "THRESHOLD,FIRST,CHUNK the autotuner starts from")->capture_default_str();
+  b->add_option("--steps-per-sample", f.steps_per_sample, "Autotune: steps per trial")->capture_default_str();
+  b->add_option("--autotune-samples", f.samples, "Autotune: trials before settling")->capture_default_str();
+  b->add_option("--grid-steps", f.grid_steps, "Grid mode: measured steps per grid point")->capture_default_str();
+  b->add_option("--format", f.format, "Output: table or json")->capture_default_str();
+  b->add_option("--plot", f.plot, "Write compute and exposed communication per mode to this PNG");
+  b->add_option("--timeline", f.timeline, "Chrome trace of the overlap mode (rank 0)");
+  b->add_option("--autotune-log", f.autotune_log, "JSON lines of the autotuner's trials");
+  b->footer("Example: tandem launch -n 2 -- tandem bench overlap --model resnet50 --plot overlap.png");
+  return b;
 }
 
 // ---------------------------------------------------------------- launch
@@ -332,7 +410,9 @@ int main(int argc, char** argv) {
   tandem::cli::LaunchOptions launch;
   BenchFlags bench;
   add_launch(app, launch);
-  add_bench(app, bench);
+  auto* bench_cmd = add_bench(app, bench);
+  OverlapFlags overlap;
+  auto* overlap_cmd = add_overlap(*bench_cmd, overlap);
   app.add_subcommand("info", "Show version, kernel ISA and the job environment");
   std::string netif_format = "table";
   auto* netif = app.add_subcommand(
@@ -361,7 +441,11 @@ int main(int argc, char** argv) {
       launch.command = command;
       return tandem::cli::run_launch(launch);
     }
-    if (app.got_subcommand("bench")) return tandem::bench::run_sweep(to_sweep_options(bench));
+    if (overlap_cmd->parsed()) return tandem::bench::run_overlap(to_overlap_options(overlap));
+    if (app.got_subcommand("bench")) {
+      if (bench.collective.empty()) throw UsageError("bench: name a collective or the overlap subcommand");
+      return tandem::bench::run_sweep(to_sweep_options(bench));
+    }
     if (app.got_subcommand("info")) return run_info();
     if (app.got_subcommand("netif")) return run_netif(netif_format);
   } catch (const UsageError& e) {

@@ -4,7 +4,7 @@
 
 #include <map>
 
-#include "netif_select.h"
+#include "netif/netif_select.h"
 #include "tandem/bootstrap.h"
 #include "tandem/errors.h"
 #include "tandem/netif.h"

@@ -58,7 +58,6 @@ class Exchange {
   virtual void zero() = 0;
 };
 
-#ifdef TANDEM_TRAINER_WITH_FUSION
 class OverlappedExchange : public Exchange {
  public:
   OverlappedExchange(Communicator& comm, fusion::GradientSyncOptions o, const std::vector<torch::Tensor>& params,
@@ -82,7 +81,6 @@ class OverlappedExchange : public Exchange {
  private:
   fusion::GradientSync sync_;
 };
-#endif
 
 // Gradients in one allocate_shared buffer, reduced after backward; metrics by a
 // second small all-reduce. Aggregation as the overlapped sync: local batches
@@ -254,7 +252,6 @@ int run_worker(const WorkerOptions& wo) {
   // Exchange and gradient views
   const int metric_slots = 2 + world;
   std::unique_ptr<Exchange> exchange;
-#ifdef TANDEM_TRAINER_WITH_FUSION
   if (wo.overlap) {
     fusion::GradientSyncOptions so;
     so.fusion.fusion_threshold_bytes = static_cast<size_t>(opt.tensor_fusion_threshold_mb) << 20;
@@ -265,9 +262,9 @@ int run_worker(const WorkerOptions& wo) {
     so.autotune.enabled = opt.auto_tune_tensor_fusion;
     if (chief && opt.auto_tune_tensor_fusion) so.autotune.log_path = wo.output_dir + "/autotune.jsonl";
     exchange = std::make_unique<OverlappedExchange>(*comm, so, params, names);
+  } else {
+    exchange = std::make_unique<PlainExchange>(*comm, params, k, opt.average_aggregated_gradients, metric_slots);
   }
-#endif
-  if (!exchange) exchange = std::make_unique<PlainExchange>(*comm, params, k, opt.average_aggregated_gradients, metric_slots);
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;  // kept alive: they hold the hooks
   for (size_t i = 0; i < params.size(); ++i) {
     params[i].mutable_grad() = torch::from_blob(exchange->storage(static_cast<int>(i)), params[i].sizes(), torch::kFloat32);
@@ -360,7 +357,7 @@ int run_worker(const WorkerOptions& wo) {
       std::vector<Metric> m(static_cast<size_t>(metric_slots));
       m[0] = {loss.item<double>() * n, n};
       m[1] = {logits.argmax(1).eq(y).sum().item<double>(), n};
-      m[static_cast<size_t>(2 + rank)] = {previous_arrival, 1.0 / world};
+      if (batch % k == 0) m[static_cast<size_t>(2 + rank)] = {previous_arrival, 1.0 / world};
       exchange->report(m);
       own_loss = m[0].mean(), own_accuracy = m[1].mean();
     }

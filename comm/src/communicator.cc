@@ -16,8 +16,8 @@
 #include "tandem/netif.h"
 #include "tandem/reduce.h"
 #include "tandem/store.h"
-#include "shared_segments.h"
-#include "ucx_transport.h"
+#include "transport/shared_segments.h"
+#include "transport/ucx_transport.h"
 
 namespace tandem {
 
@@ -700,7 +700,11 @@ Description describe(const char* what, size_t count, DataType dtype, ReduceOp op
 std::function<void(Channel&)> Communicator::allreduce_body(const void* input, void* output, size_t count,
                                                            DataType dtype, ReduceOp op, const CollectiveOptions& opts) {
   require_buffers("allreduce", input, output, count);
-  AllreduceArgs args{input, output, count, dtype, op, impl_->memory_type(opts)};
+  if (opts.chunk_bytes != 0 && opts.chunk_bytes < 4096) {
+    throw InvalidArgument("allreduce: CollectiveOptions::chunk_bytes must be 0 (the communicator's) or >= 4096 (got " +
+                          std::to_string(opts.chunk_bytes) + ")");
+  }
+  AllreduceArgs args{input, output, count, dtype, op, impl_->memory_type(opts), opts.chunk_bytes};
   return [algorithms = impl_->algorithms, args](Channel& ch) { algorithms->allreduce(ch, args); };
 }
 

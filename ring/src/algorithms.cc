@@ -3,6 +3,7 @@
 // host memory). Otherwise all-reduce takes recursive doubling up to
 // small_message_bytes (latency-bound) and the pipelined ring above
 // (bandwidth-bound), unless one is forced; the others take their ring or chain.
+#include <algorithm>
 #include <string>
 
 #include "collectives.h"
@@ -20,7 +21,7 @@ class RingAlgorithms final : public Algorithms {
     const auto forced = options_.allreduce;
     if (forced == AllreduceAlgorithm::automatic || forced == AllreduceAlgorithm::shared_memory) {
       if (shared(ch, args.memory)) {
-        shm_allreduce(ch, args, options_.shm_chunk_bytes);
+        shm_allreduce(ch, args, shm_chunk(ch, args.chunk_bytes));
         return;
       }
       if (forced == AllreduceAlgorithm::shared_memory && ch.size() > 1) {
@@ -34,6 +35,10 @@ class RingAlgorithms final : public Algorithms {
                        (options_.allreduce == AllreduceAlgorithm::automatic && bytes <= options_.small_message_bytes);
     if (small) {
       recursive_doubling_allreduce(ch, args);
+    } else if (args.chunk_bytes != 0) {
+      RingOptions per_call = options_;
+      per_call.segment_bytes = args.chunk_bytes;
+      ring_allreduce(ch, args, per_call);
     } else {
       ring_allreduce(ch, args, options_);
     }
@@ -60,6 +65,14 @@ class RingAlgorithms final : public Algorithms {
   bool shared(const Channel& ch, MemoryType memory) const {
     return ch.shared_segments() && ch.size() > 1 && memory == MemoryType::host &&
            size_t(ch.size()) * 8 <= options_.shm_chunk_bytes;
+  }
+
+  // A per-call chunk fits the slots sized for the configured one, whole cache
+  // lines, and holds a piece of every rank.
+  size_t shm_chunk(const Channel& ch, size_t requested) const {
+    if (requested == 0) return options_.shm_chunk_bytes;
+    const size_t floor = std::max<size_t>(4096, size_t(ch.size()) * 64);
+    return std::clamp(requested / 64 * 64, floor, options_.shm_chunk_bytes);
   }
 
   RingOptions options_;

@@ -186,7 +186,9 @@ class Segments {
  private:
   Control* control(int rank) const { return reinterpret_cast<Control*>(seg_.segment[size_t(rank)]); }
   SlotHeader* header(int rank, uint64_t g) const {
-    const size_t slot_bytes = kHeaderBytes + chunk_bytes_;  // the same for every dtype
+    // Slots are laid out for the communicator's chunk, whatever this call's
+    // (a smaller per-call chunk must not move slots a peer may still read).
+    const size_t slot_bytes = (seg_.bytes - kControlBytes) / kSlots;
     return reinterpret_cast<SlotHeader*>(seg_.segment[size_t(rank)] + kControlBytes + (g % kSlots) * slot_bytes);
   }
   static std::byte* data(SlotHeader* h) { return reinterpret_cast<std::byte*>(h) + kHeaderBytes; }

@@ -79,6 +79,11 @@ struct CollectiveOptions {
   // kernels; it needs a CUDA build and a UCX with CUDA memory support, and is
   // rejected with InvalidArgument otherwise.
   MemoryType memory = MemoryType::host;
+  // All-reduce only: the pipeline chunk of this call, the same on every rank:
+  // the ring's segment, or the shared-memory chunk (at most the communicator's,
+  // whose slots are sized for it). 0 = the communicator's; else >= 4096.
+  // The gradient-sync autotuner moves it.
+  size_t chunk_bytes = 0;
 };
 
 struct AllreduceArgs {
@@ -88,6 +93,7 @@ struct AllreduceArgs {
   DataType dtype = DataType::f32;
   ReduceOp op = ReduceOp::sum;
   MemoryType memory = MemoryType::host;
+  size_t chunk_bytes = 0;  // CollectiveOptions::chunk_bytes
 };
 
 // Rank r reduces block r: input holds size() blocks of `count` elements,

@@ -113,8 +113,9 @@ class Collectives {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual void allreduce(void* data, size_t count, DataType dtype, ReduceOp op, const CollectiveOptions& opts) = 0;
-  virtual void allgather(const void* input, void* output, size_t count, DataType dtype) = 0;
-  virtual void broadcast(void* data, size_t count, DataType dtype, int root) = 0;
+  virtual void allgather(const void* input, void* output, size_t count, DataType dtype,
+                         const CollectiveOptions& opts) = 0;
+  virtual void broadcast(void* data, size_t count, DataType dtype, int root, const CollectiveOptions& opts) = 0;
   virtual void* allocate_shared(size_t bytes) = 0;
   virtual void free_shared(void* p) = 0;
 };

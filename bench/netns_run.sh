@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# netns_run.sh: run one tandem rank per network namespace, the namespaces
+# joined by a real (optionally rate-limited) link, to benchmark collectives
+# between "hosts" on one machine.
+#
+#   bench/netns_run.sh -n 2 --rate 1gbit -- tandem bench allreduce -b 1M -e 64M
+#
+# Topology. 2 ranks: one veth pair, rank 0 in namespace h0 (10.77.0.1/24),
+# rank 1 in h1 (10.77.0.2/24). More ranks: a bridge in a separate "switch"
+# namespace and one veth per host (rank r at 10.77.0.<r+1>). The root
+# namespace's interfaces are never touched. --rate limits every link in both
+# directions with tc tbf (this kernel has no netem; tbf is enough for a rate).
+#
+# Bootstrap. Each rank gets TANDEM_RANK, TANDEM_WORLD_SIZE,
+# TANDEM_LOCAL_RANK=0, TANDEM_LOCAL_WORLD_SIZE=1 and
+# TANDEM_STORE_ADDR=10.77.0.1:<port> with TANDEM_HOST_STORE=1: rank 0 hosts
+# the bootstrap store on its own veth address, so the store traffic crosses
+# the link as well. Each rank also gets its own UTS namespace and hostname
+# (node0, node1, ...).
+#
+# Why the link is real. Network namespaces share the IPC namespace, so UCX
+# would otherwise move data between them through sysv/cma shared memory and
+# never touch the veth. The script sets UCX_TLS=tcp,self and TANDEM_SHM=0
+# (tandem already counts ranks in different namespaces as different hosts;
+# the variable makes it explicit), prints that, and prints the bytes every
+# veth carried when the job ends.
+#
+# Output: every line of rank r is prefixed "[r] ". Exit code: 0 when every
+# rank exits 0, else the first failing rank's code (124: --timeout hit).
+# Cleanup: on exit, error or Ctrl-C the script kills what still runs in its
+# namespaces and deletes them (namespaces are named tnr<pid>h<r>, tnr<pid>sw;
+# ones left by a killed run, whose pid is gone, are deleted by the next run).
+# Needs root, iproute2 (ip, tc) and util-linux (unshare).
+set -euo pipefail
+
+usage() {
+  cat <<'EOF'
+usage: bench/netns_run.sh [options] -- command [args...]
+  -n, --nranks N      ranks, one per network namespace (>= 2; default 2)
+  --rate RATE         limit every link in both directions with tc tbf (e.g. 1gbit, 200mbit)
+  --burst SIZE        tbf burst (default 256kb; must exceed one GSO packet, 64 KiB)
+  --port P            store port on rank 0 (default 29400)
+  --net A.B.C         /24 of the link (default 10.77.0)
+  --timeout S         kill the ranks after S seconds (exit 124; default 0 = none)
+  --env K=V           extra environment for every rank (repeatable); may override the defaults
+  -h, --help          this text
+The command runs in each namespace with TANDEM_RANK etc. set; a bare `tandem`
+is found in ./build/bin when it is not on PATH.
+EOF
+}
+
+nranks=2 rate="" burst="256kb" port=29400 net="10.77.0" timeout_s=0
+extra_env=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    -n|--nranks) nranks="$2"; shift 2 ;;
+    --rate) rate="$2"; shift 2 ;;
+    --burst) burst="$2"; shift 2 ;;
+    --port) port="$2"; shift 2 ;;
+    --net) net="$2"; shift 2 ;;
+    --timeout) timeout_s="$2"; shift 2 ;;
+    --env) extra_env+=("$2"); shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    --) shift; break ;;
+    *) echo "netns_run: unknown option '$1'" >&2; usage >&2; exit 2 ;;
+  esac
+done
+if [[ $# -eq 0 ]]; then echo "netns_run: no command given (put it after --)" >&2; usage >&2; exit 2; fi
+if ! [[ "$nranks" =~ ^[0-9]+$ ]] || (( nranks < 2 || nranks > 200 )); then
+  echo "netns_run: -n must be an integer in 2..200 (got '$nranks')" >&2; exit 2
+fi
+if ! [[ "$timeout_s" =~ ^[0-9]+$ ]]; then echo "netns_run: --timeout must be whole seconds" >&2; exit 2; fi
+if (( EUID != 0 )); then echo "netns_run: needs root (creates network namespaces, veths, qdiscs)" >&2; exit 2; fi
+for tool in ip tc unshare; do
+  command -v "$tool" >/dev/null || { echo "netns_run: '$tool' not found (install iproute2 / util-linux)" >&2; exit 2; }
+done
+
+# A bare `tandem` from the source tree's build when it is not installed.
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+if ! command -v "$1" >/dev/null && [[ -x "$repo/build/bin/$1" ]]; then
+  export PATH="$repo/build/bin:$PATH"
+fi
+command -v "$1" >/dev/null || { echo "netns_run: command '$1' not found" >&2; exit 2; }
+
+base="tnr$$"
+ns() { echo "${base}h$1"; }
+switch_ns="${base}sw"
+tmp="$(mktemp -d /tmp/netns_run.XXXXXX)"
+made=()
+pids=()
+
+# shellcheck disable=SC2317  # reached through the traps
+cleanup() {
+  trap - EXIT INT TERM
+  for n in "${made[@]}"; do  # whatever still runs in our namespaces (the ranks and their children)
+    ip netns pids "$n" 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true
+  done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  for n in "${made[@]}"; do ip netns del "$n" 2>/dev/null || true; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'echo "netns_run: interrupted, cleaning up" >&2; exit 130' INT TERM
+
+# Namespaces of earlier runs whose script is gone.
+for n in $(ip netns list | awk '{print $1}' | grep -E '^tnr[0-9]+(h[0-9]+|sw)$' || true); do
+  pid="${n#tnr}"; pid="${pid%%[hs]*}"
+  if ! kill -0 "$pid" 2>/dev/null; then ip netns del "$n" 2>/dev/null || true; fi
+done
+
+shape() {  # namespace device: tbf on its egress (a short queue keeps the rate honest)
+  [[ -z "$rate" ]] || tc -n "$1" qdisc add dev "$2" root tbf rate "$rate" burst "$burst" latency 20ms
+}
+
+for ((r = 0; r < nranks; ++r)); do
+  ip netns add "$(ns $r)"; made+=("$(ns $r)")
+  ip -n "$(ns $r)" link set lo up
+done
+links=()  # "namespace device" of each host's end, for the byte counts at the end
+if (( nranks == 2 )); then
+  ip link add tnr$$a netns "$(ns 0)" type veth peer name tnr$$b netns "$(ns 1)"
+  ip -n "$(ns 0)" link set tnr$$a name eth0
+  ip -n "$(ns 1)" link set tnr$$b name eth0
+  topology="one veth pair"
+else
+  ip netns add "$switch_ns"; made+=("$switch_ns")
+  ip -n "$switch_ns" link add br0 type bridge
+  ip -n "$switch_ns" link set br0 up
+  for ((r = 0; r < nranks; ++r)); do
+    ip -n "$switch_ns" link add "p$r" type veth peer name eth0 netns "$(ns $r)"
+    ip -n "$switch_ns" link set "p$r" master br0 up
+    shape "$switch_ns" "p$r"
+  done
+  topology="a bridge (namespace $switch_ns) and one veth per host"
+fi
+for ((r = 0; r < nranks; ++r)); do
+  ip -n "$(ns $r)" addr add "$net.$((r + 1))/24" dev eth0
+  ip -n "$(ns $r)" link set eth0 up
+  shape "$(ns $r)" eth0
+  links+=("$(ns $r)")
+done
+
+store="$net.1:$port"
+rank_env() {
+  echo TANDEM_RANK="$1" TANDEM_WORLD_SIZE="$nranks" TANDEM_LOCAL_RANK=0 TANDEM_LOCAL_WORLD_SIZE=1 \
+    TANDEM_STORE_ADDR="$store" TANDEM_HOST_STORE=1 UCX_TLS=tcp,self TANDEM_SHM=0
+}
+echo "netns_run: $nranks ranks in namespaces $(ns 0)..$(ns $((nranks - 1))), joined by $topology, subnet $net.0/24"
+echo "netns_run: link rate: ${rate:-unlimited}${rate:+ per direction (tc tbf, burst $burst)}"
+echo "netns_run: store on rank 0 at $store (TANDEM_HOST_STORE=1)"
+echo "netns_run: UCX_TLS=tcp,self and TANDEM_SHM=0: data crosses the veth over TCP, not UCX or tandem shared memory"
+[[ ${#extra_env[@]} -eq 0 ]] || echo "netns_run: extra environment: ${extra_env[*]}"
+echo "netns_run: command: $*"
+
+limit=()
+(( timeout_s == 0 )) || limit=(timeout --kill-after=5 "$timeout_s")
+for ((r = 0; r < nranks; ++r)); do
+  # shellcheck disable=SC2046  # rank_env's words are K=V pairs without spaces
+  ( set +e
+    # shellcheck disable=SC2016  # $0 and $@ belong to the inner sh
+    ip netns exec "$(ns $r)" unshare --uts sh -c 'hostname "$0" && exec "$@"' "node$r" \
+      env $(rank_env $r) "${extra_env[@]}" "${limit[@]}" "$@" 2>&1
+    echo $? > "$tmp/rc$r"
+  ) | sed -u "s/^/[$r] /" &
+  pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p" || true; done
+pids=()
+
+code=0
+for ((r = 0; r < nranks; ++r)); do
+  rc="$(cat "$tmp/rc$r" 2>/dev/null || echo 1)"
+  if [[ "$rc" != 0 ]]; then
+    echo "netns_run: rank $r exited with $rc" >&2
+    (( code != 0 )) || code="$rc"
+  fi
+done
+for ((r = 0; r < nranks; ++r)); do
+  tx=$(ip netns exec "${links[$r]}" cat /sys/class/net/eth0/statistics/tx_bytes)
+  rx=$(ip netns exec "${links[$r]}" cat /sys/class/net/eth0/statistics/rx_bytes)
+  echo "netns_run: node$r eth0 ($net.$((r + 1))) sent $tx bytes, received $rx bytes"
+done
+exit "$code"

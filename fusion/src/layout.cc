@@ -1,0 +1,53 @@
+#include "layout.h"
+
+#include <map>
+
+namespace tandem::fusion {
+namespace {
+size_t padded_bytes(const TensorSpec& t) {
+  const size_t raw = t.count * dtype_size(t.dtype);
+  return (raw + kAlignBytes - 1) / kAlignBytes * kAlignBytes;
+}
+}  // namespace
+
+ArenaLayout lay_out(const std::vector<TensorSpec>& tensors) {
+  ArenaLayout out;
+  out.placement.resize(tensors.size());
+  std::map<DataType, int> arena_of;
+  for (size_t i = tensors.size(); i-- > 0;) {
+    const TensorSpec& t = tensors[i];
+    auto [it, added] = arena_of.emplace(t.dtype, int(out.dtypes.size()));
+    if (added) {
+      out.dtypes.push_back(t.dtype);
+      out.bytes.push_back(0);
+    }
+    Placement& p = out.placement[i];
+    p.arena = it->second;
+    p.offset = out.bytes[size_t(p.arena)];
+    p.padded = padded_bytes(t);
+    out.bytes[size_t(p.arena)] += p.padded;
+  }
+  return out;
+}
+
+std::vector<Bucket> cut_buckets(const std::vector<TensorSpec>& tensors, const ArenaLayout& layout,
+                                const FusionSettings& settings) {
+  std::vector<Bucket> buckets;
+  for (size_t i = tensors.size(); i-- > 0;) {
+    const Placement& p = layout.placement[i];
+    Bucket* open = buckets.empty() ? nullptr : &buckets.back();
+    // The open bucket is the first one while there is only one.
+    const size_t limit = buckets.size() == 1 ? settings.first_bucket_bytes : settings.fusion_threshold_bytes;
+    const bool fits = open && open->arena == p.arena && open->offset + open->bytes == p.offset &&
+                      open->bytes + p.padded <= limit;
+    if (!fits) {
+      buckets.push_back(Bucket{{}, p.arena, p.offset, 0, tensors[i].dtype});
+      open = &buckets.back();
+    }
+    open->ids.push_back(int(i));
+    open->bytes += p.padded;
+  }
+  return buckets;
+}
+
+}  // namespace tandem::fusion
