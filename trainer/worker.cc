@@ -99,10 +99,7 @@ class PlainExchange : public Exchange {
   ~PlainExchange() override { comm_.free_shared(buffer_); }
   float* storage(int id) override { return buffer_ + offsets_[id]; }
   void mark_ready(int) override {}
-  void report(std::span<const Metric> m) override {
-    for (size_t i = 0; i < m.size() && i < pending_.size(); ++i)
-      pending_[i].sum += m[i].sum, pending_[i].count += m[i].count;
-  }
+  void report(std::span<const Metric> m) override { std::copy_n(m.begin(), std::min(m.size(), pending_.size()), pending_.begin()); }
   Exchanged finish(Deadline) override {
     if (++local_ < k_) return {false, 0, 0};
     local_ = 0;
@@ -337,6 +334,7 @@ int run_worker(const WorkerOptions& wo) {
   double pending_median = 0;
   bool stall_pending = false;
   double own_loss = 0, own_accuracy = 0;
+  std::vector<Metric> unreported(static_cast<size_t>(metric_slots));
   const Deadline far = Clock::now() + std::chrono::hours(24 * 365);
   for (int64_t batch = start + 1; batch <= total; ++batch) {
     if (batch == wo.fail_at_batch && rank == wo.fail_rank && wo.attempt == 0) {
@@ -354,12 +352,16 @@ int run_worker(const WorkerOptions& wo) {
     {
       torch::NoGradGuard no_grad;
       const double n = static_cast<double>(per_slot);
-      std::vector<Metric> m(static_cast<size_t>(metric_slots));
-      m[0] = {loss.item<double>() * n, n};
-      m[1] = {logits.argmax(1).eq(y).sum().item<double>(), n};
-      if (batch % k == 0) m[static_cast<size_t>(2 + rank)] = {previous_arrival, 1.0 / world};
-      exchange->report(m);
-      own_loss = m[0].mean(), own_accuracy = m[1].mean();
+      const Metric batch_loss{loss.item<double>() * n, n}, batch_correct{logits.argmax(1).eq(y).sum().item<double>(), n};
+      own_loss = batch_loss.mean(), own_accuracy = batch_correct.mean();
+      // Reported once per communicating batch, summed over aggregation's local batches.
+      unreported[0].sum += batch_loss.sum, unreported[0].count += n;
+      unreported[1].sum += batch_correct.sum, unreported[1].count += n;
+      if (batch % k == 0) {
+        unreported[static_cast<size_t>(2 + rank)] = {previous_arrival, 1.0 / world};
+        exchange->report(unreported);
+        std::fill(unreported.begin(), unreported.end(), Metric{});
+      }
     }
     loss.backward();
     const double before_wait = seconds_since(ts);
