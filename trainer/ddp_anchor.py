@@ -2,7 +2,12 @@
 """PyTorch DDP (gloo) training the same experiment as `tandem train`: the anchor.
 
     /usr/bin/python3 trainer/ddp_anchor.py exp.yaml [--slots N] [--output DIR]
-        [--max-batches N] [--fp16-hook]
+        [--max-batches N] [--per-slot-batch N] [--fp16-hook] [--from-env]
+
+It forks its ranks on this host; with --from-env it is one rank of a job
+started by something else (bench/netns_run.sh, mpirun): rank and world size
+from TANDEM_RANK/TANDEM_WORLD_SIZE, the rendezvous at TANDEM_STORE_ADDR's
+host on the next port (set GLOO_SOCKET_IFNAME to the link's interface).
 
 Same model (the dataset package's convnet or the MLP), same data (Fashion-MNIST
 IDX files or the synthetic set's shape), same global batch split over the
@@ -16,6 +21,7 @@ validation, end) to DIR/metrics.jsonl, so `tandem train --anchor` reads both.
 Debian's torch 1.13 runs only under /usr/bin/python3.
 """
 import argparse
+import datetime
 import gzip
 import json
 import os
@@ -88,15 +94,15 @@ def length_in_batches(length, global_batch, records_per_epoch):
     return -(-int(value) * records_per_epoch // global_batch)
 
 
-def worker(rank, world, args, port):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+def worker(rank, world, args, addr, port):
+    os.environ.update(MASTER_ADDR=addr, MASTER_PORT=str(port))
     torch.set_num_threads(1)
     torch.set_num_interop_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(minutes=5))
     cfg = yaml.safe_load(open(args.config))
     hp = cfg["hyperparameters"]
     seed = cfg.get("reproducibility", {}).get("experiment_seed", 0)
-    per_slot = hp["global_batch_size"] // world
+    per_slot = args.per_slot_batch or hp["global_batch_size"] // world
     global_batch = per_slot * world
     data = cfg.get("data", "fashion-mnist")
     data = data.get("type", "fashion-mnist") if isinstance(data, dict) else data
@@ -176,7 +182,12 @@ def worker(rank, world, args, port):
         if (validate_every and batch % validate_every == 0) or batch == total:
             validate(batch, time.perf_counter() - t0)
     emit(kind="end", batch=total, time=time.perf_counter() - t0)
-    dist.destroy_process_group()
+    dist.barrier()
+    if log:
+        log.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # an orderly exit of a forked rank can hang in gloo's threads
 
 
 def main():
@@ -185,16 +196,23 @@ def main():
     p.add_argument("--slots", type=int, default=0, help="ranks (default resources.slots_per_trial)")
     p.add_argument("--output", default="", help="directory for metrics.jsonl (default runs/<name>-ddp)")
     p.add_argument("--max-batches", type=int, default=0)
+    p.add_argument("--per-slot-batch", type=int, default=0,
+                   help="samples per rank per batch; the global batch is this times the ranks")
     p.add_argument("--fp16-hook", action="store_true", help="DDP's fp16_compress_hook on every bucket")
+    p.add_argument("--from-env", action="store_true", help="be one rank: TANDEM_RANK, TANDEM_WORLD_SIZE, TANDEM_STORE_ADDR")
     args = p.parse_args()
     cfg = yaml.safe_load(open(args.config))
     world = args.slots or cfg.get("resources", {}).get("slots_per_trial", 1)
     args.output = args.output or os.path.join("runs", cfg.get("name", "experiment") + "-ddp")
     os.makedirs(args.output, exist_ok=True)
+    if args.from_env:
+        host, port = os.environ["TANDEM_STORE_ADDR"].rsplit(":", 1)
+        worker(int(os.environ["TANDEM_RANK"]), int(os.environ["TANDEM_WORLD_SIZE"]), args, host, int(port) + 1)
+        return
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.start_processes(worker, args=(world, args, port), nprocs=world, start_method="fork")
+    mp.start_processes(worker, args=(world, args, "127.0.0.1", port), nprocs=world, start_method="fork")
     print(f"ddp anchor: {world} rank(s), metrics in {args.output}/metrics.jsonl", file=sys.stderr)
 
 

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -44,6 +45,7 @@ pid_t spawn(const std::vector<std::string>& argv, const std::vector<std::pair<st
 
 struct Trial {
   int slots = 0;
+  std::string system = "tandem";
   std::string dir, checkpoint_dir;
   TrialSummary summary;
   bool ok = false;
@@ -56,7 +58,8 @@ class Driver {
   }
 
   Trial run_trial(int slots, const std::string& dir, const std::string& checkpoint_dir) {
-    Trial t{slots, dir, checkpoint_dir, {}, false};
+    Trial t;
+    t.slots = slots, t.dir = dir, t.checkpoint_dir = checkpoint_dir;
     ExperimentConfig cfg = cfg_;
     set_slots(cfg, slots);
     for (const auto& w : cfg.warnings) std::fprintf(stderr, "tandem train: warning: %s\n", w.c_str());
@@ -115,6 +118,29 @@ class Driver {
     return t;
   }
 
+  // The same experiment under PyTorch DDP (gloo), metrics in the same format.
+  Trial run_anchor(int slots, const std::string& dir) {
+    Trial t;
+    t.slots = slots, t.dir = dir, t.system = o_.anchor_fp16 ? "DDP gloo + fp16 hook" : "DDP gloo";
+    fs::create_directories(dir);
+    std::vector<std::string> argv = {"/usr/bin/python3", o_.anchor_script, o_.worker.config_path, "--slots",
+                                     std::to_string(slots), "--output", dir};
+    if (o_.worker.max_batches > 0) argv.insert(argv.end(), {"--max-batches", std::to_string(o_.worker.max_batches)});
+    if (o_.anchor_fp16) argv.push_back("--fp16-hook");
+    const pid_t pid = spawn(argv, {});
+    int status = 0;
+    for (;;) {
+      if (::waitpid(pid, &status, WNOHANG) == pid) break;
+      if (tty_) show_progress(dir + "/metrics.jsonl", o_.worker.max_batches);
+      std::this_thread::sleep_for(std::chrono::milliseconds(tty_ ? 500 : 100));
+    }
+    if (tty_) std::fprintf(stderr, "\r\033[K");
+    t.ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (!t.ok) std::fprintf(stderr, "tandem train: the DDP anchor failed (see its output above)\n");
+    t.summary = read_metrics(dir + "/metrics.jsonl");
+    return t;
+  }
+
   const std::string& network_interface() const { return network_interface_; }
   std::string network_interface_;
 
@@ -148,42 +174,56 @@ void report_trial(const Trial& t, double target, bool quiet) {
   std::fflush(stdout);
 }
 
-void report_scaling(const std::vector<Trial>& trials, const std::string& dir, double target) {
+// One row per trial; speed-up and efficiency against the first trial of the same system.
+void report_comparison(const std::vector<Trial>& trials, const std::string& dir, double target) {
   if (trials.empty()) return;
-  const double base_sps = trials[0].summary.samples_per_s();
-  const int base_slots = trials[0].slots;
   std::ostringstream table;
-  char buf[256];
-  std::snprintf(buf, sizeof buf, "| slots | global batch | samples/s | speed-up | efficiency | time to %.0f%% (s) | final val acc |\n",
+  char buf[320];
+  std::snprintf(buf, sizeof buf,
+                "| system | slots | global batch | samples/s | speed-up | efficiency | time to %.0f%% (s) | final val acc |\n",
                 100 * target);
-  table << buf << "|---:|---:|---:|---:|---:|---:|---:|\n";
-  std::ofstream dat(dir + "/scaling.dat");
+  table << buf << "|---|---:|---:|---:|---:|---:|---:|---:|\n";
+  std::map<std::string, std::ofstream> dats;
+  std::vector<std::string> systems;
   for (const auto& t : trials) {
+    const Trial* base = &t;
+    for (const auto& b : trials)
+      if (b.system == t.system) {
+        base = &b;
+        break;
+      }
+    const double base_sps = base->summary.samples_per_s();
     const double sps = t.summary.samples_per_s();
     const double speedup = base_sps > 0 ? sps / base_sps : 0;
-    const double eff = speedup * base_slots / t.slots;
+    const double eff = speedup * base->slots / t.slots;
     const double tt = t.summary.time_to_accuracy(target);
-    std::snprintf(buf, sizeof buf, "| %d | %lld | %.1f | %.2f | %.2f | %s | %.4f |\n", t.slots,
+    std::snprintf(buf, sizeof buf, "| %s | %d | %lld | %.1f | %.2f | %.2f | %s | %.4f |\n", t.system.c_str(), t.slots,
                   static_cast<long long>(t.summary.global_batch), sps, speedup, eff,
                   tt >= 0 ? std::to_string(static_cast<int>(tt + 0.5)).c_str() : "not reached", t.summary.final_accuracy());
     table << buf;
-    dat << t.slots << ' ' << sps << ' ' << base_sps * t.slots / base_slots << '\n';
+    if (!dats.count(t.system)) {
+      systems.push_back(t.system);
+      dats[t.system].open(dir + "/scaling-" + std::to_string(systems.size()) + ".dat");
+    }
+    dats[t.system] << t.slots << ' ' << sps << ' ' << base_sps * t.slots / base->slots << '\n';
   }
-  std::printf("\nscaling study\n%s", table.str().c_str());
+  for (auto& [name, f] : dats) f.close();
+  std::printf("\ncomparison\n%s", table.str().c_str());
   std::ofstream(dir + "/scaling.md") << table.str();
   std::ostringstream g;
   g << "set terminal pngcairo size 1100,420 noenhanced\nset output '" << dir << "/scaling.png'\nset grid\n"
-    << "set multiplot layout 1,2\nset xlabel 'slots'\nset ylabel 'samples/s'\nset key top left\n"
-    << "plot '" << dir << "/scaling.dat' using 1:2 with linespoints title 'tandem' lc rgb '#cc3311', '' using 1:3 "
-    << "with lines dt 2 title 'perfect scaling' lc rgb '#888888'\n"
-    << "set xlabel 'seconds'\nset ylabel 'validation accuracy'\nset key bottom right\nplot ";
+    << "set multiplot layout 1,2\nset xlabel 'slots'\nset ylabel 'samples/s'\nset key top left\nplot ";
+  for (size_t i = 0; i < systems.size(); ++i)
+    g << (i ? ", " : "") << "'" << dir << "/scaling-" << i + 1 << ".dat' using 1:2 with linespoints title '"
+      << systems[i] << "', '' using 1:3 with lines dt 2 title '" << systems[i] << " perfect scaling'";
+  g << "\nset xlabel 'seconds'\nset ylabel 'validation accuracy'\nset key bottom right\nplot ";
   for (size_t i = 0; i < trials.size(); ++i)
     g << (i ? ", " : "") << "'" << trials[i].dir << "/metrics-validation.dat' using 2:4 with linespoints title '"
-      << trials[i].slots << " slot" << (trials[i].slots == 1 ? "" : "s") << "'";
+      << trials[i].system << ", " << trials[i].slots << " slot" << (trials[i].slots == 1 ? "" : "s") << "'";
   g << "\nunset multiplot\n";
   std::string err = run_gnuplot(g.str());
   if (err.empty()) std::printf("  plot: %s/scaling.png\n  table: %s/scaling.md\n", dir.c_str(), dir.c_str());
-  else std::fprintf(stderr, "tandem train: warning: no scaling plot: %s\n", err.c_str());
+  else std::fprintf(stderr, "tandem train: warning: no comparison plot: %s\n", err.c_str());
 }
 
 }  // namespace
@@ -228,22 +268,31 @@ int run_driver(DriverOptions o) {
     if (cfg.checkpoint_dir.empty()) return dir + "/checkpoints";
     return cfg.checkpoint_dir + (o.scaling.empty() ? "" : "/slots-" + std::to_string(slots));
   };
-  if (o.scaling.empty()) {
+  if (o.scaling.empty() && !o.anchor) {
     Trial t = driver.run_trial(counts[0], o.output_dir, checkpoint_dir(o.output_dir, counts[0]));
     report_trial(t, o.target_accuracy, o.quiet);
     return t.ok ? 0 : 1;
   }
-  std::vector<Trial> trials;
+  std::vector<Trial> trials, anchors;
   for (int s : counts) {
     const std::string dir = o.output_dir + "/slots-" + std::to_string(s);
-    std::printf("\n== %s: %d slot%s ==\n", cfg.name.c_str(), s, s == 1 ? "" : "s");
+    std::printf("\n== %s: tandem, %d slot%s ==\n", cfg.name.c_str(), s, s == 1 ? "" : "s");
     std::fflush(stdout);
     Trial t = driver.run_trial(s, dir, checkpoint_dir(dir, s));
     report_trial(t, o.target_accuracy, o.quiet);
     if (!t.ok) return 1;
     trials.push_back(std::move(t));
+    if (o.anchor) {
+      std::printf("\n== %s: PyTorch DDP (gloo), %d rank%s ==\n", cfg.name.c_str(), s, s == 1 ? "" : "s");
+      std::fflush(stdout);
+      Trial a = driver.run_anchor(s, o.output_dir + "/ddp-slots-" + std::to_string(s));
+      report_trial(a, o.target_accuracy, o.quiet);
+      if (!a.ok) return 1;
+      anchors.push_back(std::move(a));
+    }
   }
-  report_scaling(trials, o.output_dir, o.target_accuracy);
+  trials.insert(trials.end(), std::make_move_iterator(anchors.begin()), std::make_move_iterator(anchors.end()));
+  report_comparison(trials, o.output_dir, o.target_accuracy);
   return 0;
 }
 

@@ -22,6 +22,10 @@ struct DriverOptions {
   bool quiet = false;               // no progress line, no summary
   std::string tandem_bin;           // the launcher; default: `tandem` beside this executable
   std::string self;                 // this executable
+  // Also train each slot count with the PyTorch DDP (gloo) anchor script and compare.
+  bool anchor = false;
+  bool anchor_fp16 = false;         // with DDP's fp16_compress_hook
+  std::string anchor_script;        // default: trainer/ddp_anchor.py of the source tree
 };
 
 int run_driver(DriverOptions options);

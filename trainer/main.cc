@@ -35,6 +35,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--dump-params", w.dump_params, "Write the final parameters (float32, model order) to this file");
   app.add_flag("--quiet", o.quiet, "No progress line and no summary");
+  app.add_flag("--anchor", o.anchor, "Also train each slot count with PyTorch DDP (gloo) and compare in one table");
+  app.add_flag("--anchor-fp16", o.anchor_fp16, "The anchor with DDP's fp16 compression hook (implies --anchor)");
   // Internal: what the driver passes to each slot.
   app.add_flag("--worker", worker, "")->group("");
   app.add_option("--checkpoint-dir", w.checkpoint_dir, "")->group("");
@@ -50,6 +52,8 @@ int main(int argc, char** argv) {
       return tr::run_worker(w);
     }
     if (!scaling.empty()) o.scaling = tr::parse_slot_list(scaling);
+    o.anchor = o.anchor || o.anchor_fp16;
+    o.anchor_script = TANDEM_ANCHOR_SCRIPT;
     char self[PATH_MAX];
     ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
     o.self = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string(argv[0]);
