@@ -2,7 +2,9 @@
 #   make demo           setup, build, train 2 slots on Fashion-MNIST (tandem train), then a 2-rank all-reduce sweep
 #   make test           setup, build, quick test tier (what CI runs)
 #   make test-full      every test label
+#   make test-tsan      the gradient-sync engine under ThreadSanitizer (CI runs it)
 #   make bench-kernels  reduction-kernel microbenchmarks
+#   make install        PREFIX=/usr/local: libtandem.so, headers, CMake and pkg-config packages, tandem
 #   make build | configure | setup | clean
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
@@ -16,7 +18,7 @@ endif
 
 TANDEM := $(BUILD_DIR)/bin/tandem
 
-.PHONY: all setup configure build demo test test-full bench-kernels clean
+.PHONY: all setup configure build demo test test-full test-tsan bench-kernels install clean
 
 all: build
 
@@ -46,11 +48,26 @@ test: build
 test-full: build
 	ctest --test-dir $(BUILD_DIR) $(CTEST_FLAGS)
 
+# ThreadSanitizer build of the engine's tests (ranks as threads, no UCX traffic).
+# UCX's memory hooks crash TSan-built programs, so they are switched off.
+TSAN_DIR ?= $(BUILD_DIR)-tsan
+test-tsan: setup
+	cmake -S . -B $(TSAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTANDEM_WITH_CUDA=OFF -DTANDEM_BUILD_BENCH=OFF \
+	  -DCMAKE_CXX_FLAGS="-fsanitize=thread -O1"
+	ninja -C $(TSAN_DIR) -j $(JOBS) fusion_test
+	UCX_MEM_EVENTS=no UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none TSAN_OPTIONS=halt_on_error=1 \
+	  $(TSAN_DIR)/tests/fusion_test
+
 bench-kernels: $(BUILD_DIR)/build.ninja
 	ninja -C $(BUILD_DIR) -j $(JOBS) tandem-kernels-bench
 	@bin=$$(find $(BUILD_DIR) -name tandem-kernels-bench -type f -perm -u+x | head -n 1); \
 	  test -n "$$bin" || { echo "tandem-kernels-bench not found under $(BUILD_DIR)" >&2; exit 1; }; \
 	  echo "$$bin"; "$$bin"
+
+# Library, headers, CMake package, pkg-config file and the tandem executable.
+PREFIX ?= /usr/local
+install: build
+	cmake --install $(BUILD_DIR) --prefix $(PREFIX)
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -39,6 +39,8 @@ usage: bench/netns_run.sh [options] -- command [args...]
   -n, --nranks N      ranks, one per network namespace (>= 2; default 2)
   --rate RATE         limit every link in both directions with tc tbf (e.g. 1gbit, 200mbit)
   --burst SIZE        tbf burst (default 256kb; must exceed one GSO packet, 64 KiB)
+  --queue TIME        tbf queue as the longest wait a packet may have (default 20ms); packets
+                      beyond it are dropped, and TCP's retransmissions then show in the timings
   --port P            store port on rank 0 (default 29400)
   --net A.B.C         /24 of the link (default 10.77.0)
   --timeout S         kill the ranks after S seconds (exit 124; default 0 = none)
@@ -49,13 +51,14 @@ is found in ./build/bin when it is not on PATH.
 EOF
 }
 
-nranks=2 rate="" burst="256kb" port=29400 net="10.77.0" timeout_s=0
+nranks=2 rate="" burst="256kb" queue="20ms" port=29400 net="10.77.0" timeout_s=0
 extra_env=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -n|--nranks) nranks="$2"; shift 2 ;;
     --rate) rate="$2"; shift 2 ;;
     --burst) burst="$2"; shift 2 ;;
+    --queue) queue="$2"; shift 2 ;;
     --port) port="$2"; shift 2 ;;
     --net) net="$2"; shift 2 ;;
     --timeout) timeout_s="$2"; shift 2 ;;
@@ -109,7 +112,7 @@ for n in $(ip netns list | awk '{print $1}' | grep -E '^tnr[0-9]+(h[0-9]+|sw)$' 
 done
 
 shape() {  # namespace device: tbf on its egress (a short queue keeps the rate honest)
-  [[ -z "$rate" ]] || tc -n "$1" qdisc add dev "$2" root tbf rate "$rate" burst "$burst" latency 20ms
+  [[ -z "$rate" ]] || tc -n "$1" qdisc add dev "$2" root tbf rate "$rate" burst "$burst" latency "$queue"
 }
 
 for ((r = 0; r < nranks; ++r)); do
@@ -140,13 +143,24 @@ for ((r = 0; r < nranks; ++r)); do
   links+=("$(ns $r)")
 done
 
+# Carrier comes up asynchronously; ranks that list interfaces too early see
+# theirs down and leave it out of the interface selection.
+for ((r = 0; r < nranks; ++r)); do
+  for ((try = 0; try < 100; ++try)); do
+    [[ "$(ip netns exec "$(ns $r)" cat /sys/class/net/eth0/operstate)" == up ]] && break
+    sleep 0.05
+  done
+  [[ "$(ip netns exec "$(ns $r)" cat /sys/class/net/eth0/operstate)" == up ]] ||
+    { echo "netns_run: eth0 of node$r did not come up" >&2; exit 1; }
+done
+
 store="$net.1:$port"
 rank_env() {
   echo TANDEM_RANK="$1" TANDEM_WORLD_SIZE="$nranks" TANDEM_LOCAL_RANK=0 TANDEM_LOCAL_WORLD_SIZE=1 \
     TANDEM_STORE_ADDR="$store" TANDEM_HOST_STORE=1 UCX_TLS=tcp,self TANDEM_SHM=0
 }
 echo "netns_run: $nranks ranks in namespaces $(ns 0)..$(ns $((nranks - 1))), joined by $topology, subnet $net.0/24"
-echo "netns_run: link rate: ${rate:-unlimited}${rate:+ per direction (tc tbf, burst $burst)}"
+echo "netns_run: link rate: ${rate:-unlimited}${rate:+ per direction (tc tbf, burst $burst, queue $queue)}"
 echo "netns_run: store on rank 0 at $store (TANDEM_HOST_STORE=1)"
 echo "netns_run: UCX_TLS=tcp,self and TANDEM_SHM=0: data crosses the veth over TCP, not UCX or tandem shared memory"
 [[ ${#extra_env[@]} -eq 0 ]] || echo "netns_run: extra environment: ${extra_env[*]}"
@@ -180,4 +194,10 @@ for ((r = 0; r < nranks; ++r)); do
   rx=$(ip netns exec "${links[$r]}" cat /sys/class/net/eth0/statistics/rx_bytes)
   echo "netns_run: node$r eth0 ($net.$((r + 1))) sent $tx bytes, received $rx bytes"
 done
+if [[ -n "$rate" ]]; then  # drops at the shaper mean TCP retransmissions: timings then carry their stalls
+  for ((r = 0; r < nranks; ++r)); do
+    drops=$(tc -s -n "$(ns $r)" qdisc show dev eth0 | sed -n 's/.*dropped \([0-9]*\).*/\1/p' | head -1)
+    echo "netns_run: node$r tbf dropped ${drops:-?} packets"
+  done
+fi
 exit "$code"

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "tandem/bench/plot.h"
+#include "tandem/compression/compression.h"
 #include "tandem/tandem.h"
 
 namespace tandem::bench {
@@ -169,6 +170,8 @@ struct ModeResult {
   int buckets = 0;
   long wrong = 0;
   FusionSettings settings;
+  double saved = 0;  // median estimated ms compression saved per step (StepStats::compression_saved)
+  bool compressed = false;
 };
 
 struct Run {
@@ -176,10 +179,12 @@ struct Run {
   const OverlapOptions& o;
   std::vector<GradientSpec> grads;
   std::vector<size_t> work;  // kernel iterations per gradient's layer
+  std::unique_ptr<compression::CompressedAllreduce> compressor;
 
   GradientSyncOptions sync_options(const FusionSettings& s) const {
     GradientSyncOptions so;
     so.fusion = s;
+    so.compression = compressor.get();
     return so;
   }
 
@@ -189,7 +194,7 @@ struct Run {
     GradientSync sync(comm, so);
     for (const auto& g : grads) sync.register_gradient(g.name, g.count);
     sync.finalize(Clock::now() + std::chrono::minutes(2));
-    std::vector<double> step, compute, communication, exposed, hidden;
+    std::vector<double> step, compute, communication, exposed, hidden, saved;
     long wrong = 0;
     comm.barrier();
     for (int s = 0; s < warmup + steps; ++s) {
@@ -215,11 +220,19 @@ struct Run {
       communication.push_back(st.communication * 1e3);
       exposed.push_back(st.exposed * 1e3);
       hidden.push_back(st.hidden_fraction);
+      saved.push_back(st.compression_saved * 1e3);
     }
     return ModeResult{mode,           median(step),   median(compute), median(communication), median(exposed),
-                      median(hidden), int(sync.buckets().size()), wrong, sync.settings()};
+                      median(hidden), int(sync.buckets().size()), wrong, sync.settings(), median(saved)};
   }
 };
+
+// One backward pass's compute alone (no gradient sync), in ms.
+double backward_ms(const Run& run) {
+  const int64_t t0 = now_ns();
+  for (size_t i = run.grads.size(); i-- > 0;) g_sink = work_kernel(run.work[i]);
+  return ms(now_ns() - t0);
+}
 
 std::string human(size_t b) {
   char buf[32];
@@ -241,8 +254,9 @@ nlohmann::json to_json(const ModeResult& r, double baseline) {
           {"exposed_ms", r.exposed},
           {"hidden_fraction", r.hidden},
           {"step_over_max", r.step / std::max(r.compute, r.communication)},
-          {"speedup_vs_none", baseline > 0 ? baseline / r.step : 0},
+          {"speedup_vs_first_mode", baseline > 0 ? baseline / r.step : 0},
           {"buckets", r.buckets},
+          {"compression_saved_estimate_ms", r.saved},
           {"wrong", r.wrong},
           {"fusion_threshold_bytes", r.settings.fusion_threshold_bytes},
           {"first_bucket_bytes", r.settings.first_bucket_bytes},
@@ -250,9 +264,11 @@ nlohmann::json to_json(const ModeResult& r, double baseline) {
 }
 
 void print_row(const ModeResult& r, double baseline) {
-  printf("%-13s %9.1f %10.1f %9.1f %10.1f %7.0f%% %9.2f %8.2f %7d %7ld  %s\n", r.mode.c_str(), r.step, r.compute,
+  char saved[32] = "-";
+  if (r.compressed) snprintf(saved, sizeof saved, "%.1f", r.saved);
+  printf("%-15s %9.1f %10.1f %9.1f %10.1f %7.0f%% %9.2f %8.2f %7d %7ld %9s  %s\n", r.mode.c_str(), r.step, r.compute,
          r.communication, r.exposed, 100 * r.hidden, r.step / std::max(r.compute, r.communication),
-         baseline > 0 ? baseline / r.step : 0.0, r.buckets, r.wrong, describe(r.settings).c_str());
+         baseline > 0 ? baseline / r.step : 0.0, r.buckets, r.wrong, saved, describe(r.settings).c_str());
   fflush(stdout);
 }
 
@@ -298,12 +314,28 @@ int run_overlap(const OverlapOptions& o) {
       throw InvalidArgument("tandem bench overlap: unknown mode '" + m +
                             "'; valid: none, overlap, autotune, per-gradient, grid");
   auto comm = ring::connect_from_env();
-  Run run{*comm, o, model_gradients(o.model, o.scale), {}};
+  Run run{*comm, o, model_gradients(o.model, o.scale), {}, nullptr};
+  // --compress none,fp16: every mode once per codec, in one run (the first codec sizes the compute).
+  std::vector<std::pair<std::string, compression::Codec>> codecs;
+  for (std::string rest = o.compress + ","; !rest.empty();) {
+    const std::string name = rest.substr(0, rest.find(','));
+    rest.erase(0, rest.find(',') + 1);
+    const auto codec = compression::parse_codec(name);
+    if (!codec) throw InvalidArgument("tandem bench overlap: --compress '" + name + "': use none, fp16 or bf16 (a list: none,fp16)");
+    codecs.emplace_back(name, *codec);
+  }
+  auto use_codec = [&](compression::Codec c) {
+    run.compressor.reset();
+    if (c != compression::Codec::none)
+      run.compressor = std::make_unique<compression::CompressedAllreduce>(*comm, compression::CompressionOptions{c});
+  };
+  use_codec(codecs.front().second);
   const bool printer = comm->rank() == 0;
   size_t elements = 0;
   for (const auto& g : run.grads) elements += g.count;
 
-  // Calibrate (rank 0's rate for everyone), then size the backward pass.
+  // Calibrate (rank 0's rate for everyone), then size the backward pass and
+  // check it against a timed backward pass without communication.
   double rate = calibrate();
   comm->broadcast(&rate, 1, DataType::f64, 0);
   double compute_ms = o.compute_ms;
@@ -313,24 +345,39 @@ int run_overlap(const OverlapOptions& o) {
     compute_ms = probe.communication;
     comm->broadcast(&compute_ms, 1, DataType::f64, 0);
   }
-  for (const auto& g : run.grads) run.work.push_back(size_t(rate * compute_ms * double(g.count) / double(elements)));
+  auto size_work = [&] {
+    run.work.clear();
+    for (const auto& g : run.grads) run.work.push_back(size_t(rate * compute_ms * double(g.count) / double(elements)));
+  };
+  size_work();
+  if (compute_ms > 0) {
+    double took = 0;
+    for (int i = 0; i < 3; ++i) took += backward_ms(run) / 3;
+    rate *= compute_ms / std::max(took, 1e-3);
+    comm->broadcast(&rate, 1, DataType::f64, 0);
+    size_work();
+  }
 
   const bool table = o.format != "json";
   if (printer && table) {
     printf("# tandem bench overlap: model %s (%zu gradients, %.1f MiB f32), %d ranks\n", o.model.c_str(),
            run.grads.size(), double(elements) * 4 / (1 << 20), comm->size());
-    printf("# transport: %s\n", comm->transport_summary().c_str());
+    printf("# transport: %s; gradients on the wire: %s\n", comm->transport_summary().c_str(),
+           o.compress == "none" ? "f32" : o.compress.c_str());
     printf("# backward compute %.1f ms per step%s; %d steps after %d warm-up; medians of rank 0\n", compute_ms,
            o.compute_ms < 0 ? " (set to the no-overlap communication time)" : "", o.steps, o.warmup);
-    printf("# settings: fusion threshold / first bucket / chunk\n");
-    printf("%-13s %9s %10s %9s %10s %8s %9s %8s %7s %7s  %s\n", "mode", "step_ms", "compute_ms", "comm_ms",
-           "exposed_ms", "hidden", "step/max", "speedup", "buckets", "wrong", "settings");
+    printf("# settings: fusion threshold / first bucket / chunk; speedup: against the first mode (%s)\n",
+           o.modes.front().c_str());
+    if (o.compress != "none")
+      printf("# saved_ms: estimated communication compression saved per step (StepStats::compression_saved)\n");
+    printf("%-15s %9s %10s %9s %10s %8s %9s %8s %7s %7s %9s  %s\n", "mode", "step_ms", "compute_ms", "comm_ms",
+           "exposed_ms", "hidden", "step/max", "speedup", "buckets", "wrong", "saved_ms", "settings");
   }
   std::vector<ModeResult> results;
   double baseline = 0;
   long wrong = 0;
   auto report = [&](const ModeResult& r) {
-    if (r.mode == "none") baseline = r.step;
+    if (results.empty()) baseline = r.step;  // speed-ups are against the first mode run
     wrong += r.wrong;
     results.push_back(r);
     if (!printer) return;
@@ -338,7 +385,11 @@ int run_overlap(const OverlapOptions& o) {
     else printf("%s\n", to_json(r, baseline).dump().c_str());
     fflush(stdout);
   };
-  for (const auto& mode : o.modes) {
+  for (const auto& [codec_name, codec] : codecs)
+  for (const auto& mode_name : o.modes) {
+    use_codec(codec);
+    const std::string mode = mode_name;
+    const std::string label = codecs.size() > 1 && codec != compression::Codec::none ? mode + "+" + codec_name : mode;
     GradientSyncOptions so = run.sync_options(o.fixed);
     if (mode == "per-gradient") so.fusion = {4096, 4096, o.fixed.chunk_bytes};
     if (mode == "overlap" && printer) so.timeline_path = o.timeline;
@@ -353,6 +404,8 @@ int run_overlap(const OverlapOptions& o) {
         if (printer && table) printf("#   grid %-22s step %8.1f ms, exposed %8.1f ms\n", describe(s).c_str(), r.step, r.exposed);
         if (best.mode.empty() || r.exposed < best.exposed) best = r;
       }
+      best.mode = label;
+      best.compressed = codec != compression::Codec::none;
       report(best);
       continue;
     }
@@ -366,9 +419,12 @@ int run_overlap(const OverlapOptions& o) {
       so.autotune.log_path = printer ? (o.autotune_log.empty() ? "/tmp/tandem-autotune-" + std::to_string(getpid()) + ".jsonl"
                                                                : o.autotune_log)
                                      : "";
-      warmup = o.warmup + o.steps_per_sample * o.autotune_samples;  // measure once settled
+      warmup = o.warmup + o.steps_per_sample * (o.autotune_samples + 2);  // measure once settled (+2: the confirmations)
     }
-    report(run.run(mode, so, warmup, o.steps));
+    ModeResult r = run.run(mode, so, warmup, o.steps);
+    r.mode = label;
+    r.compressed = codec != compression::Codec::none;
+    report(r);
     if (mode == "autotune" && printer) {
       std::ifstream in(so.autotune.log_path);
       int step = o.warmup;

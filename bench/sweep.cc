@@ -7,17 +7,32 @@
 // reduce_scatter and allgather that is nranks blocks of `count` elements (the
 // count column is per rank); for allreduce and broadcast it is count elements.
 // barrier moves no data: it is timed once, whatever the sizes.
+//
+// --compress fp16|bf16 (all-reduce, f32, sum or avg) runs every all-reduce
+// through compression::CompressedAllreduce. Sizes, algbw and busbw still count
+// the f32 bytes handed in, so they compare directly with an uncompressed run;
+// the wire column gives the 16-bit bytes reduced per operation. The compressed
+// all-reduce works in place, so out-of-place is a copy of the input into the
+// output followed by it. Inputs are gradient-like values in [-1, 1] (the
+// closed-form integers would travel exactly), and the check compares the
+// result with a plain f32 all-reduce of the same inputs: max and mean
+// absolute error, and #wrong = elements beyond compression::error_bound.
+// The timed in-place loop runs avg when sum was asked for: repeated in-place
+// sums grow N-fold per call and would overflow fp16 within a few calls, and
+// avg is the same work (only the postscale constant differs).
 #include "tandem/bench/sweep.h"
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -39,6 +54,12 @@ struct Result {
   double algbw = 0;
   double busbw = 0;
   long wrong = -1;  // -1: not checked
+  // --compress: bytes reduced per timed operation (16-bit, plus f32 after a
+  // fallback), fallbacks in the timed loop, and the checked run's error
+  // against the f32 result (-1: not checked).
+  double wire_bytes = 0;
+  uint64_t fallbacks = 0;
+  double max_error = -1, mean_error = -1;
 };
 
 enum class Kind { allreduce, reduce_scatter, allgather, broadcast, barrier };
@@ -86,6 +107,15 @@ std::vector<size_t> sizes_of(const SweepOptions& o, size_t unit) {
   return sizes;
 }
 
+bool compressing(const SweepOptions& o) { return o.compress != compression::Codec::none; }
+
+// --compress inputs: gradient-like values in [-1, 1] of mixed magnitudes.
+float gradient_value(int rank, size_t i) {
+  const uint32_t h = static_cast<uint32_t>((rank + 1) * 2654435761u) ^ static_cast<uint32_t>(i * 40503u + 7);
+  const float magnitude[] = {1.0f, 0.1f, 1e-3f, 1e-5f};
+  return float(int(h % 20001) - 10000) / 10000.0f * magnitude[(h >> 16) % 4];
+}
+
 // One timed measurement: `iters` back-to-back operations between barriers.
 double time_per_op_us(Communicator& comm, const std::function<void()>& op, int iters) {
   comm.barrier();
@@ -100,9 +130,10 @@ double time_per_op_us(Communicator& comm, const std::function<void()>& op, int i
 // fill them, the call itself and its data check.
 class Case {
  public:
-  Case(Communicator& comm, const SweepOptions& o, size_t count, bool inplace, char* in, char* out)
+  Case(Communicator& comm, const SweepOptions& o, size_t count, bool inplace, char* in, char* out,
+       compression::CompressedAllreduce* compressed)
       : comm_(comm), o_(o), kind_(kind_of(o.collective)), n_(comm.size()), r_(comm.rank()), count_(count),
-        block_(count * dtype_size(o.dtype)), in_(in), out_(out) {
+        block_(count * dtype_size(o.dtype)), in_(in), out_(out), compressed_(compressed), op_(o.op) {
     switch (kind_) {
       case Kind::allreduce:
       case Kind::barrier:
@@ -133,6 +164,10 @@ class Case {
 
   void fill() {
     const DataType t = o_.dtype;
+    if (compressed_) {
+      for (size_t i = 0; i < count_; ++i) reinterpret_cast<float*>(in_)[i] = gradient_value(r_, i);
+      return;
+    }
     switch (kind_) {
       case Kind::allreduce:
         for (size_t i = 0; i < count_; ++i) store_element(t, in_, i, input_value(o_.op, t, r_, i));
@@ -152,6 +187,11 @@ class Case {
   }
 
   void run() {
+    if (compressed_) {
+      if (src_ != dst_) std::memcpy(dst_, src_, block_);
+      compressed_->allreduce(reinterpret_cast<float*>(dst_), count_, op_);
+      return;
+    }
     switch (kind_) {
       case Kind::allreduce: comm_.allreduce(src_, dst_, count_, o_.dtype, o_.op); break;
       case Kind::reduce_scatter: comm_.reduce_scatter(src_, dst_, count_, o_.dtype, o_.op); break;
@@ -160,6 +200,12 @@ class Case {
       case Kind::barrier: comm_.barrier(); break;
     }
   }
+
+  // The all-reduce op of run() (--compress timing may swap sum for avg).
+  void use_op(ReduceOp op) { op_ = op; }
+  size_t count() const { return count_; }
+  const float* input_f32() const { return reinterpret_cast<const float*>(src_); }
+  const float* output_f32() const { return reinterpret_cast<const float*>(dst_); }
 
   // Wrong elements on this rank.
   long wrong() const {
@@ -189,26 +235,67 @@ class Case {
   char* const out_;
   char* src_ = nullptr;
   char* dst_ = nullptr;
+  compression::CompressedAllreduce* const compressed_;  // --compress, else null
+  ReduceOp op_;
 };
 
-Result measure(Communicator& comm, const SweepOptions& o, size_t bytes, bool inplace, char* in, char* out) {
+// The checked run under --compress: the same inputs through a plain f32
+// all-reduce give the reference, and sum |x| over ranks the error bound.
+// Every rank ends with the same bits, so rank-local errors are everyone's.
+void check_compressed(Communicator& comm, const SweepOptions& o, compression::CompressedAllreduce& compressed,
+                      Case& c, Result& r) {
+  const size_t n = c.count();
+  std::vector<float> reference(c.input_f32(), c.input_f32() + n), magnitude(n);
+  for (size_t i = 0; i < n; ++i) magnitude[i] = std::fabs(reference[i]);
+  comm.allreduce(reference.data(), n, DataType::f32, o.op);
+  comm.allreduce(magnitude.data(), n, DataType::f32, ReduceOp::sum);
+  c.run();
+  const double divisor = o.op == ReduceOp::avg ? comm.size() : 1;
+  double max_error = 0, sum_error = 0;
+  long wrong = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double error = std::fabs(double(c.output_f32()[i]) - reference[i]);
+    const double bound = compression::error_bound(o.compress, comm.size(), compressed.predivide(), magnitude[i]) /
+                         divisor;
+    max_error = std::max(max_error, error);
+    sum_error += error;
+    if (!(error <= bound + 4 * 0x1p-24 * std::fabs(reference[i]))) ++wrong;  // + the reference's own rounding
+  }
+  comm.allreduce(&wrong, 1, DataType::i64, ReduceOp::sum);
+  r.wrong = wrong;
+  r.max_error = max_error;
+  r.mean_error = n ? sum_error / double(n) : 0;
+}
+
+Result measure(Communicator& comm, const SweepOptions& o, size_t bytes, bool inplace, char* in, char* out,
+               compression::CompressedAllreduce* compressed = nullptr) {
   const Kind kind = kind_of(o.collective);
   const size_t count = bytes / dtype_size(o.dtype) / blocks(kind, comm.size());
-  Case c(comm, o, count, inplace, in, out);
+  Case c(comm, o, count, inplace, in, out, compressed);
   Result r;
   r.bytes = bytes;
   r.count = count;
   r.inplace = inplace;
   if (o.check && kind != Kind::barrier) {
     c.fill_for_check();
-    c.run();
-    long wrong = c.wrong();
-    comm.allreduce(&wrong, 1, DataType::i64, ReduceOp::sum);
-    r.wrong = wrong;
+    if (compressed) {
+      check_compressed(comm, o, *compressed, c, r);
+    } else {
+      c.run();
+      long wrong = c.wrong();
+      comm.allreduce(&wrong, 1, DataType::i64, ReduceOp::sum);
+      r.wrong = wrong;
+    }
   }
   c.fill();  // keep values bounded across repeated in-place operations
+  if (compressed && inplace && o.op == ReduceOp::sum) c.use_op(ReduceOp::avg);
   for (int i = 0; i < o.warmup; ++i) c.run();
+  const compression::CompressionStats before = compressed ? compressed->stats() : compression::CompressionStats{};
   r.time_us = time_per_op_us(comm, [&] { c.run(); }, std::max(1, o.iters));
+  if (compressed) {
+    r.wire_bytes = double(compressed->stats().wire_bytes - before.wire_bytes) / std::max(1, o.iters);
+    r.fallbacks = compressed->stats().fallbacks - before.fallbacks;
+  }
   r.algbw = r.time_us > 0 ? double(bytes) / r.time_us / 1e3 : 0;
   r.busbw = r.algbw * bus_factor(kind, comm.size());
   return r;
@@ -225,30 +312,57 @@ void print_table_header(const SweepOptions& o, Communicator& comm) {
   }
   printf("# transports: %s; reduce kernels: %s; buffers: %s\n", comm.transport_summary().c_str(),
          std::string(reduce_isa()).c_str(), o.registered ? "registered (allocate_shared)" : "heap");
+  if (compressing(o)) {
+    printf("# compression: %s on the wire, f32 accumulation, predivide %d (world size); sizes and bandwidths count "
+           "f32 bytes; out-of-place = copy + in-place; timed in-place loop: avg%s; errors vs a plain f32 all-reduce\n",
+           std::string(compression::to_string(o.compress)).c_str(), comm.size(),
+           o.op == ReduceOp::sum ? " (sum grows N-fold per repeated call)" : "");
+  }
   if (barrier) {
     printf("#\n#%11s\n#%11s\n", "time", "(us)");
     return;
   }
   printf("#\n#%64s%36s\n", "out-of-place", "in-place");
-  printf("#%11s %12s %6s %6s %6s %10s %8s %8s %6s %10s %8s %8s %6s\n", "size", "count", "type", "redop", "root",
-         "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
-  printf("#%11s %12s %6s %6s %6s %10s %8s %8s %6s %10s %8s %8s %6s\n", "(B)", "(elements)", "", "", "", "(us)",
+  printf("#%11s %12s %6s %6s %6s %10s %8s %8s %6s %10s %8s %8s %6s", "size", "count", "type", "redop", "root", "time",
+         "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
+  if (compressing(o)) printf(" %12s %9s %9s %6s", "wire", "max err", "mean err", "fallbk");
+  printf("\n#%11s %12s %6s %6s %6s %10s %8s %8s %6s %10s %8s %8s %6s", "(B)", "(elements)", "", "", "", "(us)",
          "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+  if (compressing(o)) printf(" %12s %9s %9s %6s", "(B/op)", "", "", "");
+  printf("\n");
+}
+
+std::string error_text(double e) {
+  if (e < 0) return "N/A";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2e", e);
+  return buf;
 }
 
 std::string wrong_text(long w) { return w < 0 ? "N/A" : std::to_string(w); }
 
 void print_csv(const SweepOptions& o, const Result& r) {
-  printf("%s,%zu,%zu,%s,%s,%d,%d,%.3f,%.4f,%.4f,%ld\n", o.collective.c_str(), r.bytes, r.count,
+  printf("%s,%zu,%zu,%s,%s,%d,%d,%.3f,%.4f,%.4f,%ld", o.collective.c_str(), r.bytes, r.count,
          std::string(to_string(o.dtype)).c_str(), op_name(o).c_str(), root_of(o), r.inplace ? 1 : 0, r.time_us,
          r.algbw, r.busbw, r.wrong);
+  if (compressing(o)) {
+    printf(",%s,%.0f,%.6g,%.6g,%llu", std::string(compression::to_string(o.compress)).c_str(), r.wire_bytes,
+           r.max_error, r.mean_error, static_cast<unsigned long long>(r.fallbacks));
+  }
+  printf("\n");
 }
 
 void print_row(const SweepOptions& o, const Result& oop, const Result& ip) {
   if (o.format == Format::table) {
-    printf("%12zu %12zu %6s %6s %6d %10.2f %8.2f %8.2f %6s %10.2f %8.2f %8.2f %6s\n", oop.bytes, oop.count,
+    printf("%12zu %12zu %6s %6s %6d %10.2f %8.2f %8.2f %6s %10.2f %8.2f %8.2f %6s", oop.bytes, oop.count,
            std::string(to_string(o.dtype)).c_str(), op_name(o).c_str(), root_of(o), oop.time_us, oop.algbw,
            oop.busbw, wrong_text(oop.wrong).c_str(), ip.time_us, ip.algbw, ip.busbw, wrong_text(ip.wrong).c_str());
+    // Both placements reduce the same inputs to the same bits: one error and wire figure per row.
+    if (compressing(o)) {
+      printf(" %12.0f %9s %9s %6llu", ip.wire_bytes, error_text(ip.max_error).c_str(), error_text(ip.mean_error).c_str(),
+             static_cast<unsigned long long>(oop.fallbacks + ip.fallbacks));
+    }
+    printf("\n");
   } else if (o.format == Format::csv) {
     print_csv(o, oop);
     print_csv(o, ip);
@@ -271,6 +385,15 @@ void print_json(const SweepOptions& o, int nranks, const Result& r) {
                       {"busbw_gbps", r.busbw},
                       {"wrong", r.wrong < 0 ? 0 : r.wrong},
                       {"checked", r.wrong >= 0}};
+  if (compressing(o)) {
+    j["compress"] = std::string(compression::to_string(o.compress));
+    j["wire_bytes"] = r.wire_bytes;
+    j["fallbacks"] = r.fallbacks;
+    if (r.max_error >= 0) {
+      j["max_abs_error"] = r.max_error;
+      j["mean_abs_error"] = r.mean_error;
+    }
+  }
   printf("%s\n", j.dump().c_str());
   fflush(stdout);
 }
@@ -337,6 +460,10 @@ int run_sweep(const SweepOptions& o) {
   if (o.increment == 0 && o.factor <= 1.0) throw InvalidArgument("tandem bench: -f must be > 1 (or use -i)");
   if (o.iters < 1 || o.warmup < 0) throw InvalidArgument("tandem bench: -n must be >= 1 and -w >= 0");
 
+  if (compressing(o) && (kind != Kind::allreduce || o.dtype != DataType::f32 ||
+                         (o.op != ReduceOp::sum && o.op != ReduceOp::avg))) {
+    throw InvalidArgument("tandem bench: --compress works on allreduce of f32 with op sum or avg");
+  }
   auto comm = ring::connect_from_env();
   if (kind == Kind::broadcast && (o.root < 0 || o.root >= comm->size())) {
     throw InvalidArgument("tandem bench: -r " + std::to_string(o.root) + " is not a rank of this " +
@@ -346,7 +473,8 @@ int run_sweep(const SweepOptions& o) {
   const size_t esize = dtype_size(o.dtype);
   if (printer && o.format == Format::table) print_table_header(o, *comm);
   if (printer && o.format == Format::csv) {
-    printf("collective,bytes,count,dtype,op,root,inplace,time_us,algbw_gbps,busbw_gbps,wrong\n");
+    printf("collective,bytes,count,dtype,op,root,inplace,time_us,algbw_gbps,busbw_gbps,wrong%s\n",
+           compressing(o) ? ",compress,wire_bytes,max_abs_error,mean_abs_error,fallbacks" : "");
   }
 
   std::vector<Result> results;
@@ -360,9 +488,12 @@ int run_sweep(const SweepOptions& o) {
   int rows = 0;
   // Sizes are whole buffers: whole elements, and for reduce_scatter and allgather whole blocks per rank.
   Buffers buffers(*comm, o.max_bytes + esize, o.registered);
+  std::optional<compression::CompressedAllreduce> compressed;
+  if (compressing(o)) compressed.emplace(*comm, compression::CompressionOptions{o.compress});
+  compression::CompressedAllreduce* codec = compressed ? &*compressed : nullptr;
   for (size_t bytes : sizes_of(o, esize * blocks(kind, comm->size()))) {
-    Result oop = measure(*comm, o, bytes, false, buffers.in, buffers.out);
-    Result ip = measure(*comm, o, bytes, true, buffers.in, buffers.out);
+    Result oop = measure(*comm, o, bytes, false, buffers.in, buffers.out, codec);
+    Result ip = measure(*comm, o, bytes, true, buffers.in, buffers.out, codec);
     total_wrong += std::max(0L, oop.wrong) + std::max(0L, ip.wrong);
     busbw_sum += oop.busbw + ip.busbw;
     rows += 2;

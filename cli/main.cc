@@ -99,7 +99,7 @@ struct BenchFlags {
   std::string min_bytes = "32M", max_bytes = "32M", increment = "0";
   double factor = 2.0;
   int iters = 20, warmup = 5, check = 1, root = 0, registered = 0;
-  std::string dtype = "float", op = "sum", format = "table", plot;
+  std::string dtype = "float", op = "sum", format = "table", plot, compress = "none";
 };
 
 const char* const kCollectives[] = {"allreduce", "reduce_scatter", "allgather", "broadcast", "barrier"};
@@ -140,6 +140,10 @@ tandem::bench::SweepOptions to_sweep_options(const BenchFlags& f) {
   if (!op) throw UsageError("-o/--op: unknown '" + f.op + "'; valid: " + join_names(tandem::kAllReduceOps));
   o.op = *op;
 
+  auto codec = tandem::compression::parse_codec(f.compress);
+  if (!codec) throw UsageError("--compress: unknown '" + f.compress + "'; valid: fp16, bf16, none");
+  o.compress = *codec;
+
   std::string format = lower(f.format);
   if (format == "table") o.format = tandem::bench::Format::table;
   else if (format == "csv") o.format = tandem::bench::Format::csv;
@@ -177,6 +181,10 @@ CLI::App* add_bench(CLI::App& app, BenchFlags& f) {
                 "then reduce straight from each other's buffers)")
       ->capture_default_str();
   b->add_option("--format", f.format, "Output: table, csv or json")->capture_default_str();
+  b->add_option("--compress", f.compress,
+                "All-reduce f32 (sum/avg) through the fp16 or bf16 codec: 16-bit values on the wire, f32 "
+                "accumulation; adds wire bytes and the error against the f32 result")
+      ->capture_default_str();
   b->add_option("--plot", f.plot, "Write busbw vs size to this PNG (needs gnuplot)");
   return b;
 }
@@ -187,7 +195,7 @@ struct OverlapFlags {
   int steps = 20, warmup = 3, steps_per_sample = 2, samples = 16, grid_steps = 2;
   std::string threshold = "25M", first_bucket = "1M", chunk = "0";
   std::string start = "1M,4M,64K";
-  std::string format = "table", plot, timeline, autotune_log;
+  std::string format = "table", plot, timeline, autotune_log, compress = "none";
 };
 
 tandem::fusion::FusionSettings settings_flag(const std::string& flag, const std::string& t, const std::string& f,
@@ -226,6 +234,7 @@ tandem::bench::OverlapOptions to_overlap_options(const OverlapFlags& f) {
   o.plot = f.plot;
   o.timeline = f.timeline;
   o.autotune_log = f.autotune_log;
+  o.compress = f.compress;
   return o;
 }
 
@@ -247,6 +256,7 @@ CLI::App* add_overlap(CLI::App& bench, OverlapFlags& f) {
   b->add_option("--steps-per-sample", f.steps_per_sample, "Autotune: steps per trial")->capture_default_str();
   b->add_option("--autotune-samples", f.samples, "Autotune: trials before settling")->capture_default_str();
   b->add_option("--grid-steps", f.grid_steps, "Grid mode: measured steps per grid point")->capture_default_str();
+  b->add_option("--compress", f.compress, "Gradients on the wire: none, fp16 or bf16; a list (none,fp16) runs every mode with each")->capture_default_str();
   b->add_option("--format", f.format, "Output: table or json")->capture_default_str();
   b->add_option("--plot", f.plot, "Write compute and exposed communication per mode to this PNG");
   b->add_option("--timeline", f.timeline, "Chrome trace of the overlap mode (rank 0)");

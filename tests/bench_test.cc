@@ -120,6 +120,36 @@ TEST(Bench, EveryCollectiveUnderTandemLaunch) {
   EXPECT_EQ(rows[0]["bytes"], 0);
 }
 
+// --compress: the same contract, plus 16-bit wire bytes and the error against
+// the f32 result, within compression::error_bound (#wrong counts the elements beyond it).
+TEST(Bench, CompressedAllreduceReportsWireBytesAndError) {
+  if (bin().empty()) GTEST_SKIP() << "TANDEM_BIN is not set (run under ctest)";
+  for (const char* codec : {"fp16", "bf16"}) {
+    SCOPED_TRACE(codec);
+    Output o = run(bin() + " launch -n 2 -- " + bin() + " bench allreduce -b 4K -e 1M -f 16 -n 3 -w 1 -c 1 -o avg" +
+                   " --compress " + codec + " --format json");
+    ASSERT_EQ(o.status, 0) << o.text;
+    auto rows = json_rows(o.text);
+    expect_contract(rows, 2, 3);
+    for (const auto& r : rows) {
+      EXPECT_EQ(r["compress"], codec);
+      EXPECT_EQ(r["wire_bytes"].get<double>(), r["bytes"].get<double>() / 2) << r.dump();
+      EXPECT_EQ(r["fallbacks"], 0);
+      // Inputs in [-1, 1]: a rounding error shows, and stays far below one input's size.
+      EXPECT_GT(r["max_abs_error"].get<double>(), 0) << r.dump();
+      EXPECT_LT(r["max_abs_error"].get<double>(), std::string(codec) == "fp16" ? 2e-3 : 2e-2) << r.dump();
+      EXPECT_LE(r["mean_abs_error"].get<double>(), r["max_abs_error"].get<double>());
+    }
+  }
+  Output table = run(bin() + " launch -n 2 -- " + bin() + " bench allreduce -b 64K -e 64K -n 2 -w 1 --compress fp16");
+  ASSERT_EQ(table.status, 0) << table.text;
+  EXPECT_NE(table.text.find("# compression: fp16 on the wire"), std::string::npos) << table.text;
+  EXPECT_NE(table.text.find("max err"), std::string::npos) << table.text;
+  Output bad = run(bin() + " launch -n 1 -- " + bin() + " bench allgather --compress fp16");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.text.find("--compress works on allreduce of f32"), std::string::npos) << bad.text;
+}
+
 TEST(Bench, UnderMpirun) {
   if (bin().empty()) GTEST_SKIP() << "TANDEM_BIN is not set (run under ctest)";
   if (std::system("command -v mpirun >/dev/null 2>&1") != 0) {
@@ -160,6 +190,65 @@ TEST(Bench, RejectsBadFlags) {
   EXPECT_NE(o.text.find("f32"), std::string::npos) << "the error should list valid dtypes: " << o.text;
   Output e = run(bin() + " bench allreduce -b 1M -e 1K");
   EXPECT_NE(e.status, 0) << e.text;
+}
+
+}  // namespace
+
+namespace {
+
+// The overlap bench end to end: every mode reports, the data check passes,
+// fused buckets are fewer than gradients, per-gradient has one each.
+TEST(BenchOverlap, EveryModeReportsWithCorrectGradients) {
+  const auto out = run(bin() + " launch -n 2 -- " + bin() +
+                           " bench overlap --model uniform:24:4K:64K --compute-ms 5 --steps 3 --warmup 1"
+                           " --modes none,overlap,per-gradient,autotune,grid --grid-steps 1 --autotune-samples 2"
+                           " --steps-per-sample 1 --threshold 256K --first-bucket 64K --format json",
+                       240);
+  ASSERT_EQ(out.status, 0) << out.text;
+  std::vector<nlohmann::json> modes;
+  for (const auto& r : json_rows(out.text))
+    if (r.contains("mode")) modes.push_back(r);
+  ASSERT_EQ(modes.size(), 5u) << out.text;
+  const char* names[] = {"none", "overlap", "per-gradient", "autotune", "grid"};
+  for (size_t i = 0; i < modes.size(); ++i) {
+    const auto& m = modes[i];
+    EXPECT_EQ(m["mode"], names[i]);
+    EXPECT_EQ(m["wrong"], 0) << m.dump();
+    EXPECT_GT(m["step_ms"].get<double>(), 0.0);
+    EXPECT_GE(m["hidden_fraction"].get<double>(), 0.0);
+    EXPECT_LE(m["hidden_fraction"].get<double>(), 1.0);
+  }
+  EXPECT_EQ(modes[2]["buckets"], 24);  // one all-reduce per gradient
+  EXPECT_LT(modes[1]["buckets"].get<int>(), 24);
+  EXPECT_DOUBLE_EQ(modes[0]["speedup_vs_first_mode"].get<double>(), 1.0);
+}
+
+TEST(BenchOverlap, CompressionListRunsEveryModeWithEachCodec) {
+  const auto out = run(bin() + " launch -n 2 -- " + bin() +
+                           " bench overlap --model uniform:16:4K:64K --compute-ms 2 --steps 2 --warmup 1"
+                           " --modes none,overlap --compress none,fp16 --format json",
+                       120);
+  ASSERT_EQ(out.status, 0) << out.text;
+  std::vector<std::string> names;
+  for (const auto& r : json_rows(out.text))
+    if (r.contains("mode")) {
+      names.push_back(r["mode"]);
+      EXPECT_EQ(r["wrong"], 0) << r.dump();
+      EXPECT_TRUE(r.contains("compression_saved_estimate_ms"));
+    }
+  EXPECT_EQ(names, (std::vector<std::string>{"none", "overlap", "none+fp16", "overlap+fp16"})) << out.text;
+  const auto bad = run(bin() + " launch -n 1 -- " + bin() + " bench overlap --compress none,fp8", 60);
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.text.find("--compress 'fp8'"), std::string::npos) << bad.text;
+}
+
+TEST(BenchOverlap, BadModelAndModeAreNamed) {
+  auto out = run(bin() + " launch -n 1 -- " + bin() + " bench overlap --model uniform:0:4K", 60);
+  EXPECT_NE(out.status, 0);
+  EXPECT_NE(out.text.find("uniform:COUNT:MIN:MAX"), std::string::npos) << out.text;
+  out = run(bin() + " launch -n 1 -- " + bin() + " bench overlap --modes none,fast", 60);
+  EXPECT_NE(out.status, 0);
+  EXPECT_NE(out.text.find("unknown mode 'fast'"), std::string::npos) << out.text;
 }
 
 }  // namespace

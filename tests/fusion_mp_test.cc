@@ -5,11 +5,13 @@
 // way); registration mismatches and unused gradients fail every rank by name.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <thread>
 
 #include "multiprocess.h"
+#include "tandem/compression/compression.h"
 #include "tandem/fusion/gradient_sync.h"
 #include "tandem/ring/ring.h"
 
@@ -40,10 +42,12 @@ std::vector<float> values(int rank, int grad, size_t count, int step) {
 }
 
 // Backward from `hooks` threads in a random order; returns each gradient's input.
+// poison: gradient 0 starts with 1e30, which fp16 cannot carry.
 std::vector<std::vector<float>> backward(GradientSync& sync, const std::vector<size_t>& counts, int rank, int step,
-                                         int hooks) {
+                                         int hooks, bool poison = false) {
   std::vector<std::vector<float>> inputs(counts.size());
   for (size_t g = 0; g < counts.size(); ++g) inputs[g] = values(rank, int(g), counts[g], step);
+  if (poison) inputs[0][0] = 1e30f;
   std::vector<int> order(counts.size());
   for (size_t g = 0; g < order.size(); ++g) order[g] = int(g);
   std::shuffle(order.begin(), order.end(), std::mt19937(uint32_t(rank * 31 + step)));
@@ -126,6 +130,60 @@ TEST(FusionProcesses, UcxBucketsMatchTheClosedForm) {
     return 0;
   }, base);
   group.expect_success(kGuard);
+}
+
+// fp16 buckets: within fp16's rounding of the f32 result, half the bytes on
+// the wire, metrics still exact (their tail travels in f32); a bucket holding
+// a value fp16 cannot carry falls back to f32 and is then bitwise exact.
+TEST(FusionProcesses, CompressedBucketsStayCloseAndFallBackExactly) {
+  for (const bool shm : {true, false}) {
+    CommOptions base;
+    base.shared_memory = shm;
+    RankGroup group(2, [](const CommOptions& o) {
+      auto comm = ring::connect(o);
+      compression::CompressedAllreduce fp16(*comm, {compression::Codec::fp16, 0, false});
+      const auto counts = sizes(12);
+      GradientSyncOptions so;
+      so.fusion = {256 << 10, 64 << 10, 0};
+      so.compression = &fp16;
+      so.metric_slots = 1;
+      GradientSync sync(*comm, so);
+      for (size_t g = 0; g < counts.size(); ++g) sync.register_gradient("g" + std::to_string(g), counts[g]);
+      sync.finalize(soon());
+      for (int s = 1; s <= 2; ++s) {
+        const Metric m[1] = {{double(comm->rank() + s), 4.0}};
+        sync.report_metrics(m);
+        auto inputs = backward(sync, counts, comm->rank(), s, 2, s == 2);  // step 2's bucket 0 must fall back
+        sync.wait(soon());
+        const StepStats& st = sync.last_step();
+        EXPECT_EQ(st.compression_fallbacks, s == 2 ? 1u : 0u);
+        EXPECT_LT(st.wire_bytes, st.bytes_reduced * (s == 2 ? 0.9 : 0.55));
+        EXPECT_EQ(sync.metrics()[0].sum, double(1 + 2 * s));
+        EXPECT_EQ(sync.metrics()[0].count, 8.0);
+        for (size_t g = 0; g < counts.size(); ++g) {
+          std::vector<float> want = inputs[g];
+          comm->allreduce(want.data(), counts[g], DataType::f32, ReduceOp::avg);
+          const float* got = sync.data_as<float>(int(g));
+          for (size_t i = 0; i < counts[g]; ++i) {
+            // |x| <= 1 per rank: fp16 keeps 11 bits, one rounding each way and per fold
+            if (std::abs(got[i] - want[i]) > 2e-3f * std::max(1.0f, std::abs(want[i]))) {
+              ADD_FAILURE() << "step " << s << " g" << g << "[" << i << "] = " << got[i] << ", want " << want[i];
+              return 1;
+            }
+          }
+        }
+        // The fallen-back bucket (gradient 0's) is exact.
+        std::vector<float> want = inputs[0];
+        comm->allreduce(want.data(), counts[0], DataType::f32, ReduceOp::avg);
+        if (s == 2) {
+          EXPECT_EQ(std::memcmp(want.data(), sync.data(0), counts[0] * sizeof(float)), 0);
+        }
+        sync.zero_gradients();
+      }
+      return 0;
+    }, base);
+    group.expect_success(kGuard);
+  }
 }
 
 // Exit codes say which error each rank saw.

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <immintrin.h>
+#include <sched.h>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -32,9 +33,26 @@ constexpr int kSeqBits = 14;
 constexpr int kRankBits = 12;
 constexpr int kLocalBits = 32;
 constexpr int kMaxRanks = 1 << kRankBits;
+// Waiting has three phases, so that a short wait stays fast and a long one
+// leaves the core to the threads that have work (the backward pass):
+//  - spin: poll (UCX: progress the worker; shared memory: re-read a flag);
+//  - UCX: arm the worker and sleep on its event fd, woken by the next message;
+//    shared memory, which has no event to sleep on: sched_yield a while, then
+//    sleep kIdleSleep per turn.
 // Ranks outnumber cores: the rank we wait for may need our core, so yield soon
 // (16 spins measured 2-3x faster than 256 for small all-reduces, 4 ranks on 2 cores).
 constexpr unsigned kSpinsBeforeYield = 16;
+// UCX waits spin this long before sleeping on the event fd.
+constexpr auto kUcxSpin = std::chrono::microseconds(40);
+// Shared-memory waits: pause this many turns (tens of microseconds), then yield
+// kIdleYields turns, then sleep kIdleSleep per turn; after kIdleShortSleeps
+// such turns (over 20 ms: the peer is late, not slow) kIdleLongSleep, which
+// costs at most that much latency on a wait already a hundred times longer.
+constexpr unsigned kIdleSpins = 2048;
+constexpr unsigned kIdleYields = 64;
+constexpr unsigned kIdleShortSleeps = 400;
+constexpr auto kIdleSleep = std::chrono::microseconds(50);
+constexpr auto kIdleLongSleep = std::chrono::microseconds(250);
 
 // What a collective is, for error messages; formatted only when one is thrown,
 // since building strings would cost more than a small collective.
@@ -184,6 +202,8 @@ struct Communicator::Impl {
   MemoryType memory_type(const CollectiveOptions& o) const;
   void execute(Task& task);
   void check_health(const Task& task, int waiting_on);
+  // How long a sleeping wait may last before the next check_health is due.
+  std::chrono::microseconds until_next_check(const Task& task) const;
   [[noreturn]] void throw_store_lost(const std::exception& e);
   [[noreturn]] void throw_aborted();
   void check_open_locked() const;  // caller holds mu
@@ -237,7 +257,23 @@ class EngineChannel final : public Channel {
   }
 
   void wait(Pending& p) override {
-    for (unsigned spins = 1; !test(p); ++spins) back_off(p.peer(), spins);
+    // Spin: small messages land within microseconds.
+    Clock::time_point spin_until{};
+    for (unsigned spins = 1; !test(p); ++spins) {
+      back_off(p.peer(), spins);
+      if (spins % 16 != 0) continue;
+      const auto now = Clock::now();
+      if (spin_until == Clock::time_point{}) {
+        spin_until = now + kUcxSpin;
+      } else if (now >= spin_until) {
+        break;
+      }
+    }
+    // Sleep on the worker's event fd, waking for the next health check at the latest.
+    while (!test(p)) {
+      impl_.check_health(task_, p.peer());
+      impl_.ucx->sleep(impl_.until_next_check(task_));
+    }
   }
 
   const SharedSegments* shared_segments() const override { return impl_.shm ? &impl_.shm->view() : nullptr; }
@@ -254,8 +290,16 @@ class EngineChannel final : public Channel {
   }
 
   void idle(int peer, unsigned spins) override {
-    _mm_pause();  // spinning on another core's cache line
-    back_off(peer, spins);
+    if (spins % 128 == 0) impl_.check_health(task_, peer);
+    const bool yield_soon = impl_.oversubscribed && spins > kSpinsBeforeYield;
+    if (spins <= kIdleSpins && !yield_soon) {
+      _mm_pause();  // spinning on another core's cache line
+    } else if (spins <= kIdleSpins + kIdleYields || (yield_soon && spins <= kIdleSpins)) {
+      sched_yield();
+    } else {
+      // A long wait: leave the core to the process's other threads.
+      std::this_thread::sleep_for(spins <= kIdleSpins + kIdleYields + kIdleShortSleeps ? kIdleSleep : kIdleLongSleep);
+    }
   }
 
   void* scratch(size_t bytes, int slot) override { return impl_.scratch_buffer(bytes, slot, MemoryType::host); }
@@ -396,6 +440,12 @@ void Communicator::Impl::check_health(const Task& task, int waiting_on) {
                   "(mismatched calls never match); if the job is just slow, raise CommOptions::timeout "
                   "(TANDEM_TIMEOUT_MS)");
   }
+}
+
+std::chrono::microseconds Communicator::Impl::until_next_check(const Task& task) const {
+  const auto now = Clock::now();
+  const auto next = std::min({task.deadline, next_failure_poll, now + opts.failure_poll});
+  return std::max(std::chrono::microseconds(0), std::chrono::duration_cast<std::chrono::microseconds>(next - now));
 }
 
 void* Communicator::Impl::scratch_buffer(size_t bytes, int slot, MemoryType memory) {
@@ -801,6 +851,7 @@ void Communicator::abort(const std::string& reason) {
     impl_->aborted = true;
   }
   impl_->cv.notify_all();
+  if (impl_->ucx) impl_->ucx->wake();  // a wait sleeping on the worker sees the abort now
 }
 
 bool Communicator::aborted() const { return impl_->aborted; }

@@ -2,7 +2,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include <poll.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <regex>
 #include <set>
@@ -35,7 +39,8 @@ UcxTransport::UcxTransport(int rank, int size, bool peer_error_handling, const s
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
-  params.features = UCP_FEATURE_TAG;
+  // WAKEUP: long waits sleep on the worker's event fd instead of spinning.
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
   params.name = "tandem";
   ucs_status_t s = ucp_init(&params, config, &context_);
   ucp_config_release(config);
@@ -48,6 +53,13 @@ UcxTransport::UcxTransport(int rank, int size, bool peer_error_handling, const s
   if (s != UCS_OK) {
     ucp_cleanup(context_);
     check(s, "ucp_worker_create");
+  }
+
+  s = ucp_worker_get_efd(worker_, &event_fd_);
+  if (s != UCS_OK) {
+    ucp_worker_destroy(worker_);
+    ucp_cleanup(context_);
+    check(s, "ucp_worker_get_efd");
   }
 
   ucp_worker_attr_t attr{};
@@ -65,6 +77,22 @@ UcxTransport::~UcxTransport() {
   if (worker_) ucp_worker_destroy(worker_);
   if (context_) ucp_cleanup(context_);
 }
+
+void UcxTransport::sleep(std::chrono::microseconds timeout) {
+  // Drain what is already there; arming is refused (BUSY) while events are pending.
+  while (ucp_worker_progress(worker_) != 0) {
+  }
+  const ucs_status_t s = ucp_worker_arm(worker_);
+  if (s == UCS_ERR_BUSY) return;
+  check(s, "ucp_worker_arm");
+  pollfd pfd{event_fd_, POLLIN, 0};
+  const timespec ts{time_t(timeout.count() / 1000000), long(timeout.count() % 1000000) * 1000};
+  if (ppoll(&pfd, 1, &ts, nullptr) < 0 && errno != EINTR) {
+    throw Error(std::string("poll on the UCX event fd failed: ") + std::strerror(errno));
+  }
+}
+
+void UcxTransport::wake() { ucp_worker_signal(worker_); }
 
 void UcxTransport::on_endpoint_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
   auto* ctx = static_cast<ErrorContext*>(arg);

@@ -6,11 +6,16 @@
 // peer wins) and every request to that peer completes with an error, which
 // poll() turns into PeerFailure. Without it, the communicator learns of dead
 // peers from the store.
+//
+// The context has UCP_FEATURE_WAKEUP: a waiter that has spun long enough arms
+// the worker and sleeps on its event fd (sleep()) instead of burning a core;
+// wake() interrupts that sleep from any thread.
 #pragma once
 
 #include <ucp/api/ucp.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -36,8 +41,15 @@ class UcxTransport {
   Pending send(int peer, Tag tag, const void* data, size_t bytes);
   Pending recv(int peer, Tag tag, void* data, size_t bytes);
 
-  // One pass of the worker's progress engine.
-  void progress() { ucp_worker_progress(worker_); }
+  // One pass of the worker's progress engine; true if it made progress.
+  bool progress() { return ucp_worker_progress(worker_) != 0; }
+  // Sleeps until the worker has an event (a message arrived, a send
+  // completed), wake() is called, or `timeout` passes. Arms the worker first;
+  // returns at once, without sleeping, when events are already pending (the
+  // caller progresses and tests again either way).
+  void sleep(std::chrono::microseconds timeout);
+  // Interrupts sleep() on another thread (abort). Thread-safe.
+  void wake();
   // True once p has completed; throws PeerFailure on a transport error and
   // InvalidArgument when a received message has an unexpected size (a
   // collective mismatched across ranks).
@@ -69,6 +81,7 @@ class UcxTransport {
   bool peer_error_handling_;
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
+  int event_fd_ = -1;  // the worker's wake-up fd (ucp_worker_get_efd)
   std::string address_;
   std::vector<ucp_ep_h> endpoints_;
   std::vector<ErrorContext> error_contexts_;

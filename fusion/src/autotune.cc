@@ -16,9 +16,9 @@ const std::vector<size_t> kThresholds = {1 * MiB, 2 * MiB, 4 * MiB, 8 * MiB, 16 
 const std::vector<size_t> kFirstBuckets = {128 * KiB, 256 * KiB, 512 * KiB, 1 * MiB, 2 * MiB, 4 * MiB};
 const std::vector<size_t> kChunks = {64 * KiB, 128 * KiB, 256 * KiB, 512 * KiB, 1 * MiB, 2 * MiB, 4 * MiB};
 constexpr int kExploreTrials = 3;      // random grid points after the start, before the GP leads
-constexpr double kNoise = 0.05;        // observation noise, in units of the scores' variance
+constexpr double kScoreFloor = 1e-3;   // seconds added before the log: a fully hidden step scores ~0
 constexpr double kXi = 0.01;           // EI's exploration margin (standardised units)
-constexpr double kDriftFloor = 0.5e-3; // drifts smaller than this (seconds) are noise
+constexpr double kDriftFloor = 1e-3;   // step-time drifts smaller than this (seconds) are noise
 
 double scaled(size_t v, const std::vector<size_t>& axis) {
   const double lo = std::log2(double(axis.front())), hi = std::log2(double(axis.back()));
@@ -35,39 +35,56 @@ double kernel(const std::array<double, 3>& a, const std::array<double, 3>& b, do
 
 }  // namespace
 
-std::vector<double> expected_improvement(const std::vector<std::array<double, 3>>& x, const std::vector<double>& y,
-                                         const std::vector<std::array<double, 3>>& candidates) {
+GaussianProcess::GaussianProcess(const std::vector<std::array<double, 3>>& x, const std::vector<double>& y,
+                                 const std::vector<int>& repeats)
+    : x_(x) {
   const Eigen::Index n = Eigen::Index(x.size());
+  // Log scores: step timings are noisy by a factor, not by an offset.
   Eigen::VectorXd yv(n);
-  for (Eigen::Index i = 0; i < n; ++i) yv(i) = y[size_t(i)];
+  for (Eigen::Index i = 0; i < n; ++i) yv(i) = std::log(y[size_t(i)] + kScoreFloor);
   const double mean = yv.mean();
   const double sd = n > 1 ? std::sqrt((yv.array() - mean).square().sum() / double(n - 1)) : 1.0;
-  const Eigen::VectorXd ys = (yv.array() - mean) / (sd > 0 ? sd : 1.0);
+  ys_ = (yv.array() - mean) / (sd > 0 ? sd : 1.0);
 
-  // Length scale by marginal likelihood over a few values.
-  double best_length = 0.3, best_lml = -std::numeric_limits<double>::infinity();
-  Eigen::LLT<Eigen::MatrixXd> best_llt;
-  for (double length : {0.1, 0.2, 0.4, 0.8}) {
-    Eigen::MatrixXd K(n, n);
-    for (Eigen::Index i = 0; i < n; ++i)
-      for (Eigen::Index j = 0; j < n; ++j) K(i, j) = kernel(x[size_t(i)], x[size_t(j)], length) + (i == j ? kNoise : 0);
-    Eigen::LLT<Eigen::MatrixXd> llt(K);
-    if (llt.info() != Eigen::Success) continue;
-    const Eigen::VectorXd alpha = llt.solve(ys);
-    const double logdet = 2 * llt.matrixL().toDenseMatrix().diagonal().array().log().sum();
-    const double lml = -0.5 * ys.dot(alpha) - 0.5 * logdet;
-    if (lml > best_lml) best_lml = lml, best_length = length, best_llt = llt;
+  // Length scale and observation noise (in units of the scores' variance) by
+  // marginal likelihood; a point measured k times has 1/k of the noise.
+  double best_lml = -std::numeric_limits<double>::infinity();
+  for (double length : {0.1, 0.2, 0.4, 0.8, 1.6}) {
+    for (double noise : {0.02, 0.1, 0.3, 0.6}) {
+      Eigen::MatrixXd K(n, n);
+      for (Eigen::Index i = 0; i < n; ++i)
+        for (Eigen::Index j = 0; j < n; ++j)
+          K(i, j) = kernel(x[size_t(i)], x[size_t(j)], length) +
+                    (i == j ? noise / (repeats.empty() ? 1 : std::max(1, repeats[size_t(i)])) : 0);
+      Eigen::LLT<Eigen::MatrixXd> llt(K);
+      if (llt.info() != Eigen::Success) continue;
+      const Eigen::VectorXd alpha = llt.solve(ys_);
+      const double logdet = 2 * llt.matrixL().toDenseMatrix().diagonal().array().log().sum();
+      const double lml = -0.5 * ys_.dot(alpha) - 0.5 * logdet;
+      if (lml > best_lml) best_lml = lml, length_ = length, llt_ = llt, alpha_ = alpha;
+    }
   }
-  const Eigen::VectorXd alpha = best_llt.solve(ys);
-  const double incumbent = ys.minCoeff();
+}
 
+std::pair<double, double> GaussianProcess::predict(const std::array<double, 3>& at) const {
+  const Eigen::Index n = Eigen::Index(x_.size());
+  Eigen::VectorXd k(n);
+  for (Eigen::Index i = 0; i < n; ++i) k(i) = kernel(at, x_[size_t(i)], length_);
+  const double var = std::max(1e-12, 1.0 - k.dot(llt_.solve(k)));
+  return {k.dot(alpha_), std::sqrt(var)};
+}
+
+std::vector<double> expected_improvement(const std::vector<std::array<double, 3>>& x, const std::vector<double>& y,
+                                         const std::vector<int>& repeats,
+                                         const std::vector<std::array<double, 3>>& candidates) {
+  const GaussianProcess gp(x, y, repeats);
+  // The incumbent is the best predicted mean where we measured, not the luckiest measurement.
+  double incumbent = std::numeric_limits<double>::infinity();
+  for (const auto& xi : x) incumbent = std::min(incumbent, gp.predict(xi).first);
   std::vector<double> ei(candidates.size());
   for (size_t c = 0; c < candidates.size(); ++c) {
-    Eigen::VectorXd k(n);
-    for (Eigen::Index i = 0; i < n; ++i) k(i) = kernel(candidates[c], x[size_t(i)], best_length);
-    const double mu = k.dot(alpha);
-    const double var = std::max(1e-12, 1.0 - k.dot(best_llt.solve(k)));
-    const double s = std::sqrt(var), gain = incumbent - mu - kXi, z = gain / s;
+    const auto [mu, s] = gp.predict(candidates[c]);
+    const double gain = incumbent - mu - kXi, z = gain / s;
     const double cdf = 0.5 * std::erfc(-z / std::sqrt(2.0)), pdf = std::exp(-0.5 * z * z) / std::sqrt(2 * M_PI);
     ei[c] = gain * cdf + s * pdf;
   }
@@ -104,52 +121,106 @@ void Autotuner::record(const FusionSettings& s, double score) {
   points_.push_back(Point{coordinates(s), s, score, 1});
 }
 
+GaussianProcess Autotuner::fit() const {
+  std::vector<std::array<double, 3>> x;
+  std::vector<double> y;
+  std::vector<int> repeats;
+  for (const Point& p : points_) x.push_back(p.x), y.push_back(p.mean()), repeats.push_back(p.n);
+  return GaussianProcess(x, y, repeats);
+}
+
 std::pair<FusionSettings, double> Autotuner::best() const {
+  // By the GP's mean where we measured: it pools neighbours, so one lucky trial does not win.
+  if (points_.empty()) return {current_, 0.0};
+  const GaussianProcess gp = fit();
   const Point* best = nullptr;
-  for (const Point& p : points_)
-    if (!best || p.mean() < best->mean()) best = &p;
-  return best ? std::pair{best->settings, best->mean()} : std::pair{current_, 0.0};
+  double best_mu = 0;
+  for (const Point& p : points_) {
+    const double mu = gp.predict(p.x).first;
+    if (!best || mu < best_mu) best = &p, best_mu = mu;
+  }
+  return {best->settings, best->mean()};
 }
 
 FusionSettings Autotuner::propose() {
   const auto candidates = grid();
   if (samples_ <= kExploreTrials) {
-    std::uniform_int_distribution<size_t> pick(0, candidates.size() - 1);
-    return candidates[pick(rng_)];
+    // Spread the first trials: the grid point farthest from every point tried (ties at random).
+    std::vector<size_t> farthest;
+    double far = -1;
+    for (size_t c = 0; c < candidates.size(); ++c) {
+      const auto cx = coordinates(candidates[c]);
+      double nearest = std::numeric_limits<double>::infinity();
+      for (const Point& p : points_) {
+        double d2 = 0;
+        for (int i = 0; i < 3; ++i) d2 += (cx[i] - p.x[i]) * (cx[i] - p.x[i]);
+        nearest = std::min(nearest, d2);
+      }
+      if (nearest > far + 1e-12) far = nearest, farthest.clear();
+      if (nearest > far - 1e-12) farthest.push_back(c);
+    }
+    std::uniform_int_distribution<size_t> pick(0, farthest.size() - 1);
+    return candidates[farthest[pick(rng_)]];
   }
   std::vector<std::array<double, 3>> x, cx;
   std::vector<double> y;
-  for (const Point& p : points_) x.push_back(p.x), y.push_back(p.mean());
-  for (const auto& c : candidates) cx.push_back(coordinates(c));
-  const auto ei = expected_improvement(x, y, cx);
-  return candidates[size_t(std::max_element(ei.begin(), ei.end()) - ei.begin())];
+  std::vector<int> repeats;
+  for (const Point& p : points_) x.push_back(p.x), y.push_back(p.mean()), repeats.push_back(p.n);
+  // Only settings not tried yet: with noisy scores EI would keep re-measuring the
+  // incumbent; the confirmations re-measure at the end instead.
+  std::vector<FusionSettings> untried;
+  for (const auto& c : candidates)
+    if (std::none_of(points_.begin(), points_.end(), [&](const Point& p) { return p.settings == c; }))
+      untried.push_back(c), cx.push_back(coordinates(c));
+  if (untried.empty()) return best().first;
+  const auto ei = expected_improvement(x, y, repeats, cx);
+  return untried[size_t(std::max_element(ei.begin(), ei.end()) - ei.begin())];
 }
 
-FusionSettings Autotuner::next(double score) {
+FusionSettings Autotuner::next(double score, double step_time) {
   if (settled_) {
-    // Watch for drift: two trials in a row off the settled score re-open the search.
-    const double off = std::abs(score - settled_score_);
-    drifted_ = options_.retune_drift > 0 && off > kDriftFloor && off > options_.retune_drift * settled_score_
+    // Watch the step time: two trials in a row off the settled one re-open the search.
+    if (settled_step_ == 0) settled_step_ = step_time;
+    const double off = std::abs(step_time - settled_step_);
+    drifted_ = options_.retune_drift > 0 && off > kDriftFloor && off > options_.retune_drift * settled_step_
                    ? drifted_ + 1
                    : 0;
     log(Trial{current_, score, "settled"});
     if (drifted_ < 2) return current_;
     settled_ = false;
     drifted_ = 0;
+    settled_step_ = 0;
     points_.clear();
     samples_ = 0;
     log(Trial{current_, score, "retune"});
   }
   record(current_, score);
-  const std::string phase = samples_ == 0 ? "start" : samples_ <= kExploreTrials ? "explore" : "bayes";
+  const std::string phase = confirming_     ? "confirm"
+                            : samples_ == 0 ? "start"
+                            : samples_ <= kExploreTrials ? "explore"
+                                                         : "bayes";
   log(Trial{current_, score, phase});
   ++samples_;
-  if (samples_ >= options_.max_samples) {
-    auto [settings, mean] = best();
+  if (!confirming_ && samples_ >= options_.max_samples) {
+    // Measure again the two settings of the grid the GP predicts best (tried or not).
+    const GaussianProcess gp = fit();
+    std::vector<std::pair<double, FusionSettings>> ranked;
+    for (const auto& c : grid()) ranked.emplace_back(gp.predict(coordinates(c)).first, c);
+    std::partial_sort(ranked.begin(), ranked.begin() + 2, ranked.end(),
+                      [](const auto& a, const auto& b) { return a.first < b.first; });
+    confirm_ = {ranked[0].second, ranked[1].second};
+    confirming_ = true;
+  }
+  if (confirming_) {
+    if (!confirm_.empty()) {
+      current_ = confirm_.front();
+      confirm_.erase(confirm_.begin());
+      return current_;
+    }
+    confirming_ = false;
     settled_ = true;
-    settled_score_ = mean;
-    current_ = settings;
-    log(Trial{current_, mean, "chosen"});
+    current_ = best().first;
+    log(Trial{current_, best().second, "chosen"});
     return current_;
   }
   current_ = propose();

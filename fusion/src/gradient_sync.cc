@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "autotune.h"
+#include "tandem/compression/compression.h"
 #include "layout.h"
 #include "tandem/reduce.h"
 #include "timeline.h"
@@ -102,6 +103,7 @@ struct GradientSync::Impl {
   size_t tail_floats = 0;
   bool tail_rides = false;  // the tail extends the last bucket's range
   bool tail_owned = false;  // allocated on its own
+  std::vector<std::vector<float>> residual;  // per arena: error feedback of compressed f32 buckets
 
   FusionSettings settings;
   std::vector<Bucket> buckets;
@@ -135,16 +137,21 @@ struct GradientSync::Impl {
   std::vector<Timing> timings;  // per bucket of the current step, written by the engine
   Timing tail_timing;
   uint64_t wire_bytes = 0;
+  uint64_t fallbacks = 0;  // compressed buckets re-sent in f32 this step
+  double cast_seconds = 0;  // this step's compression casts
+  double saved_seconds = 0; // estimated: see StepStats::compression_saved
 
   uint64_t step = 0, communicated = 0;
   int64_t step_begin = 0;
-  int first_unused = -1;  // this rank's first unused gradient since the last communicating step
+  int first_unused = -1;             // this rank's first unused gradient of the step
+  std::vector<bool> used_in_window;  // marked ready in some step since the last communicating one
   StepStats last;
   std::vector<Metric> metrics;
 
   std::unique_ptr<Timeline> timeline;
   std::unique_ptr<Autotuner> tuner;  // rank 0 only
   std::vector<double> sample;        // exposed seconds of the trial's steps
+  std::vector<double> sample_steps;  // their step times (wait() return to wait() return)
 
   Impl(std::shared_ptr<Collectives> c, GradientSyncOptions o) : coll(std::move(c)), opt(std::move(o)) {
     rank = coll->rank();
@@ -155,7 +162,6 @@ struct GradientSync::Impl {
                             std::to_string(opt.aggregation_frequency) + ")");
     if (opt.metric_slots < 0) throw InvalidArgument("gradient sync: metric_slots must be >= 0");
     check_settings(settings);
-    if (opt.compression) throw InvalidArgument("gradient sync: compression is not built in this version");
     if (opt.autotune.enabled && (opt.autotune.steps_per_sample < 1 || opt.autotune.max_samples < 1 ||
                                  opt.autotune.warmup_steps < 0))
       throw InvalidArgument(
@@ -297,10 +303,15 @@ struct GradientSync::Impl {
       std::memset(tail, 0, tail_floats * sizeof(float));
       tail_owned = true;
     }
+    residual.resize(arena.size());
+    for (size_t a = 0; a < arena.size(); ++a)
+      if (opt.compression && opt.compression->options().error_feedback && layout.dtypes[a] == DataType::f32)
+        residual[a].assign(layout.bytes[a] / sizeof(float), 0.0f);
     pending = std::make_unique<std::atomic<int>[]>(std::max<size_t>(tensors.size(), 1));
     state = std::make_unique<std::atomic<uint8_t>[]>(std::max<size_t>(tensors.size(), 1));
     ready_at = std::make_unique<std::atomic<int64_t>[]>(std::max<size_t>(tensors.size(), 1));
     metrics.assign(size_t(opt.metric_slots), Metric{});
+    used_in_window.assign(tensors.size(), false);
     cut();
     timeline = std::make_unique<Timeline>(opt.timeline_path, rank);
     if (opt.autotune.enabled && rank == 0) tuner = std::make_unique<Autotuner>(opt.autotune, settings);
@@ -344,6 +355,9 @@ struct GradientSync::Impl {
 
   void run_step() {
     wire_bytes = 0;
+    fallbacks = 0;
+    cast_seconds = 0;
+    saved_seconds = 0;
     for (size_t b = 0; b < buckets.size(); ++b) {
       const bool last = b + 1 == buckets.size();
       if (!engine_wait([&] { return pending[b].load() == 0 && (!last || !tail_rides || gate_open()); })) return;
@@ -370,8 +384,24 @@ struct GradientSync::Impl {
     const size_t count = bk.bytes / dtype_size(bk.dtype);
     CollectiveOptions o;
     o.chunk_bytes = settings.chunk_bytes;
-    coll->allreduce(base, count + (with_tail ? tail_floats : 0), bk.dtype, op(), o);
-    wire_bytes += bk.bytes + (with_tail ? tail_floats * sizeof(float) : 0);
+    if (compressed(bk)) {
+      auto& feedback = residual[size_t(bk.arena)];
+      const compression::CompressionStats before = opt.compression->stats();
+      const int64_t begin = now_ns();
+      if (!opt.compression->allreduce(reinterpret_cast<float*>(base), count, op(), o,
+                                      feedback.empty() ? nullptr : feedback.data() + bk.offset / sizeof(float)))
+        ++fallbacks;
+      const compression::CompressionStats& after = opt.compression->stats();
+      const uint64_t wire = after.wire_bytes - before.wire_bytes;
+      const double cast = after.cast_seconds - before.cast_seconds;
+      wire_bytes += wire;
+      cast_seconds += cast;
+      // The reduction part, had it carried f32: scaled by the bytes saved; the casts are the cost.
+      if (wire > 0) saved_seconds += (seconds(now_ns() - begin) - cast) * (double(bk.bytes) / double(wire) - 1) - cast;
+    } else {
+      coll->allreduce(base, count + (with_tail ? tail_floats : 0), bk.dtype, op(), o);
+      wire_bytes += bk.bytes + (with_tail ? tail_floats * sizeof(float) : 0);
+    }
     if (post_divisor() > 1) scale_avg(bk.dtype, base, count, post_divisor());
     for (int id : bk.ids)
       if (external[size_t(id)]) std::memcpy(external[size_t(id)], arena_ptr(id), bytes_of(id));
@@ -413,17 +443,27 @@ struct GradientSync::Impl {
     }
   }
 
-  // Gradients nobody marked ready: claimed here so a late hook cannot race the zeroing.
-  void claim_unused() {
+  // Gradients nobody marked ready this step: claimed here, so a late hook
+  // cannot race what follows. A gradient is *unused* when no step of the
+  // aggregation window marked it: on the communicating step its storage is
+  // reduced as zeros (what earlier micro-steps accumulated is kept) and,
+  // without allow_unused, flagged in the tail for every rank to report.
+  void claim_unused(bool comm_step) {
     std::vector<int> claimed;
     for (size_t i = 0; i < tensors.size(); ++i) {
       uint8_t expected = kPending;
-      if (!state[i].compare_exchange_strong(expected, kUnused, std::memory_order_acq_rel)) continue;
-      std::memset(storage(int(i)), 0, bytes_of(int(i)));
-      if (!opt.allow_unused && first_unused < 0) first_unused = int(i);
-      claimed.push_back(int(i));
+      if (state[i].compare_exchange_strong(expected, kUnused, std::memory_order_acq_rel)) claimed.push_back(int(i));
+      else used_in_window[i] = true;
     }
-    if (communicates(step + 1) && first_unused >= 0) tail[flag_base() + size_t(rank)] = float(first_unused + 1);
+    if (comm_step) {
+      for (int id : claimed) {
+        if (used_in_window[size_t(id)]) continue;
+        std::memset(storage(id), 0, bytes_of(id));
+        if (!opt.allow_unused && first_unused < 0) first_unused = id;
+      }
+      if (first_unused >= 0) tail[flag_base() + size_t(rank)] = float(first_unused + 1);
+      std::fill(used_in_window.begin(), used_in_window.end(), false);
+    }
     for (int id : claimed) pending[size_t(bucket_of[size_t(id)])].fetch_sub(1, std::memory_order_acq_rel);
   }
 
@@ -436,7 +476,7 @@ struct GradientSync::Impl {
     const int64_t entered = now_ns();
     const uint64_t step_no = step + 1;
     const bool comm_step = communicates(step_no);
-    claim_unused();
+    claim_unused(comm_step);
     closing.store(true);
     poke();
     if (comm_step) {
@@ -476,6 +516,9 @@ struct GradientSync::Impl {
       if (!tail_rides) s.communication += seconds(tail_timing.end - tail_timing.start);
       for (const Bucket& b : buckets) s.bytes_reduced += b.bytes;
       s.wire_bytes = wire_bytes;
+      s.compression_fallbacks = fallbacks;
+      s.compression_casts = cast_seconds;
+      s.compression_saved = saved_seconds;
       s.hidden_fraction = s.communication > 0 ? std::clamp(1 - s.exposed / s.communication, 0.0, 1.0) : 1.0;
       unused_error = decode_tail(step_no);
       ++communicated;
@@ -567,14 +610,16 @@ struct GradientSync::Impl {
     const int64_t c = int64_t(communicated);
     if (c <= a.warmup_steps) return;
     sample.push_back(s.exposed);
+    sample_steps.push_back(s.compute + s.exposed);
     if ((c - a.warmup_steps) % a.steps_per_sample != 0) return;
     uint64_t next[3] = {settings.fusion_threshold_bytes, settings.first_bucket_bytes, settings.chunk_bytes};
     if (tuner) {
-      const double score = std::accumulate(sample.begin(), sample.end(), 0.0) / double(sample.size());
-      const FusionSettings n = tuner->next(score);
+      const auto mean = [](const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / double(v.size()); };
+      const FusionSettings n = tuner->next(mean(sample), mean(sample_steps));
       next[0] = n.fusion_threshold_bytes, next[1] = n.first_bucket_bytes, next[2] = n.chunk_bytes;
     }
     sample.clear();
+    sample_steps.clear();
     coll->broadcast(next, 3, DataType::i64, 0, {});  // rank 0 decides
     const FusionSettings chosen{next[0], next[1], next[2]};
     if (chosen == settings) return;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "tandem/compression/compression.h"
 #include "tandem/types.h"
 
 namespace tandem::bench {
@@ -25,6 +26,9 @@ struct SweepOptions {
   ReduceOp op = ReduceOp::sum;     // -o
   int root = 0;                    // -r
   bool registered = false;         // -R: buffers from Communicator::allocate_shared
+  // --compress: all-reduce f32 through compression::CompressedAllreduce (sum
+  // or avg); adds wire bytes and the error against the f32 result.
+  compression::Codec compress = compression::Codec::none;
   Format format = Format::table;
   std::string plot;  // PNG path for busbw vs size (gnuplot), empty = none
 };

@@ -24,7 +24,10 @@
 // rank registered the same tensors), then per step call mark_ready(id) from
 // the autograd hooks as gradients are produced, and wait() before the
 // optimizer step. A bucket's all-reduce starts on the sync's engine thread the
-// moment its last gradient is ready, in bucket order on every rank.
+// moment its last gradient is ready, in bucket order on every rank. While a
+// step is open (from its first mark_ready to wait() returning) the engine
+// owns the communicator: issue no other collective on it then, or ranks may
+// order them differently (the rule NCCL and Horovod have for one stream).
 #pragma once
 
 #include <chrono>
@@ -56,8 +59,8 @@ struct AutotuneOptions {
   int warmup_steps = 3;   // communicating steps ignored before the first sample
   int steps_per_sample = 3;
   int max_samples = 20;   // Bayesian-optimisation trials before settling
-  // After settling, retune when the median exposed communication of a window
-  // of steps drifts from the settled score by more than this fraction (0 = never).
+  // After settling, retune when the mean step time of two trials in a row
+  // drifts from the settled one by more than this fraction (0 = never).
   double retune_drift = 0.5;
   std::string log_path;  // every trial and the choice as JSON lines; empty = none
 };
@@ -79,7 +82,10 @@ struct GradientSyncOptions {
   int metric_slots = 0;
   AutotuneOptions autotune;
   std::string timeline_path;  // Chrome trace-event JSON (Perfetto, chrome://tracing); empty = off
-  // fp16/bf16 on the wire for f32 buckets (owned by the caller, outlives the sync); null = none.
+  // fp16/bf16 on the wire for f32 buckets (owned by the caller, outlives the
+  // sync; needs the sync created on a Communicator); null = none. With its
+  // error_feedback option the sync keeps a residual per f32 gradient element.
+  // The metrics tail then travels on its own, in f32.
   compression::CompressedAllreduce* compression = nullptr;
 };
 
@@ -101,6 +107,13 @@ struct StepStats {
   double hidden_fraction = 0; // 1 - exposed / communication, in [0, 1]
   uint64_t bytes_reduced = 0; // payload bytes of this step's buckets
   uint64_t wire_bytes = 0;    // bytes actually reduced (less with compression)
+  uint64_t compression_fallbacks = 0;  // compressed buckets re-sent in f32 (inf/NaN in 16 bits)
+  double compression_casts = 0;  // seconds encoding, scanning and decoding compressed buckets
+  // Estimated seconds of communication compression saved this step: each compressed
+  // bucket's time less its casts, scaled by the bytes it did not send, less the casts.
+  // Negative where copies, not a link, bound the time (one host). Measure with
+  // `tandem bench overlap --compress none,fp16` to see the real difference.
+  double compression_saved = 0;
   int buckets = 0;
   FusionSettings settings;    // in force during this step
 };
