@@ -106,6 +106,46 @@ searcher: {max_length: {batches: 10}}
   expect_error("name: [unclosed\n", {"not valid YAML"});
 }
 
+TEST(TrainerConfig, GradientCompressionAsDetermined) {
+  auto codec = [](const std::string& v) {
+    return parse_config(kBase + "optimizations: {gradient_compression: " + v + "}\n").optimizations.gradient_compression;
+  };
+  EXPECT_EQ(parse_config(kBase).optimizations.gradient_compression, "none");
+  EXPECT_EQ(codec("true"), "fp16");  // Determined's boolean
+  EXPECT_EQ(codec("false"), "none");
+  EXPECT_EQ(codec("fp16"), "fp16");
+  EXPECT_EQ(codec("bf16"), "bf16");
+  EXPECT_EQ(codec("BF16"), "bf16");
+  EXPECT_EQ(codec("none"), "none");
+  auto c = parse_config(kBase + "optimizations: {gradient_compression: bf16, gradient_predivide_factor: 2, error_feedback: true}\n");
+  EXPECT_DOUBLE_EQ(c.optimizations.gradient_predivide_factor, 2.0);
+  EXPECT_TRUE(c.optimizations.error_feedback);
+  EXPECT_TRUE(c.warnings.empty());
+  EXPECT_DOUBLE_EQ(parse_config(kBase).optimizations.gradient_predivide_factor, 1.0);  // Determined's default
+
+  expect_error(kBase + "optimizations: {gradient_compression: [fp16]}\n",
+               {"optimizations.gradient_compression", "a list is not a codec", "false or none"});
+  expect_error(kBase + "optimizations: {gradient_compression: fp16, gradient_predivide_factor: 0}\n",
+               {"optimizations.gradient_predivide_factor", "'0' is out of range", "use a positive factor"});
+  expect_error(kBase + "optimizations: {gradient_compression: fp16, gradient_predivide_factor: half}\n",
+               {"optimizations.gradient_predivide_factor", "'half' is not a number"});
+  expect_error(kBase + "optimizations: {gradient_compression: false, error_feedback: true}\n",
+               {"optimizations.error_feedback", "'true' needs a compressed gradient"});
+  expect_error(kBase + "optimizations: {error_feedback: yes please}\n",
+               {"optimizations.error_feedback", "'yes please' is not true or false"});
+  expect_error(kBase + "optimizations: {gradient_compresion: true}\n",
+               {"optimizations.gradient_compresion", "did you mean 'gradient_compression'?"});
+
+  // A predivide factor without compression changes nothing: a warning, kept when the slot count changes.
+  auto w = parse_config(kBase + "optimizations: {gradient_predivide_factor: 4}\n");
+  ASSERT_EQ(w.warnings.size(), 1u);
+  EXPECT_NE(w.warnings[0].find("gradient_predivide_factor acts only on compressed gradients"), std::string::npos);
+  set_slots(w, 3);  // 64 over 3 slots adds the remainder warning
+  ASSERT_EQ(w.warnings.size(), 2u);
+  EXPECT_NE(w.warnings[0].find("gradient_predivide_factor"), std::string::npos);
+  EXPECT_NE(w.warnings[1].find("1 dropped per step"), std::string::npos);
+}
+
 TEST(TrainerConfig, MissingRequiredKeys) {
   expect_error("name: x\nsearcher: {max_length: {batches: 10}}\n", {"hyperparameters: missing", "global_batch_size"});
   expect_error("hyperparameters: {global_batch_size: 8}\n", {"searcher.max_length: missing", "max_length: {epochs: 1}"});

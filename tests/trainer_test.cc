@@ -39,7 +39,9 @@ const fs::path& work_dir() {
   return dir;
 }
 
-std::string config(int slots, int global_batch, int aggregation, const std::string& extra = "") {
+// `optimizations` adds keys to that map, `extra` top-level lines.
+std::string config(int slots, int global_batch, int aggregation, const std::string& extra = "",
+                   const std::string& optimizations = "") {
   std::ostringstream o;
   o << "name: t\n"
     << "hyperparameters: {global_batch_size: " << global_batch
@@ -47,7 +49,7 @@ std::string config(int slots, int global_batch, int aggregation, const std::stri
     << "resources: {slots_per_trial: " << slots << "}\n"
     << "searcher: {name: single, metric: validation_accuracy, max_length: {batches: 20}}\n"
     << "records_per_epoch: 2048\n"
-    << "optimizations: {aggregation_frequency: " << aggregation << "}\n"
+    << "optimizations: {aggregation_frequency: " << aggregation << optimizations << "}\n"
     << "reproducibility: {experiment_seed: 3}\n"
     << "data: synthetic\n"
     << extra;
@@ -94,6 +96,7 @@ const Trial& reference(const std::string& name) {
 }
 
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return INFINITY;
   double d = 0;
   for (size_t i = 0; i < a.size(); ++i) d = std::max(d, static_cast<double>(std::fabs(a[i] - b[i])));
   return d;
@@ -136,6 +139,31 @@ TEST(Trainer, AggregationFrequencyTwoEqualsTwiceTheBatch) {
   ASSERT_EQ(s.train.size(), 40u);
   EXPECT_FALSE(s.train[0].communicated);
   EXPECT_TRUE(s.train[1].communicated);
+}
+
+TEST(Trainer, GradientCompressionPutsHalfTheBytesOnTheWire) {
+  // fp16 through the overlapped engine, with error feedback and a predivide factor; the
+  // same SGD as the f32 run up to fp16's rounding of the averaged gradients.
+  Trial fp16 = train("2slot-fp16",
+                     config(2, 32, 1, "", ", gradient_compression: true, gradient_predivide_factor: 2, error_feedback: true"));
+  expect_same_params(reference("1slot-b32"), fp16, 1e-3);  // measured 2.3e-4
+  EXPECT_GT(max_abs_diff(reference("1slot-b32").params, fp16.params), 0.0);  // rounded, so not bitwise equal
+  auto s = read_metrics((fp16.dir / "out/metrics.jsonl").string());
+  EXPECT_EQ(s.compression, "fp16");
+  ASSERT_GT(s.gradient_bytes, 0u);
+  EXPECT_EQ(s.gradient_bytes % (20 * 4), 0u);  // 20 steps of f32 gradients
+  // Half, give or take the 16-bit staging's alignment.
+  EXPECT_GE(s.wire_bytes * 2, s.gradient_bytes);
+  EXPECT_LE(s.wire_bytes * 2, s.gradient_bytes + s.gradient_bytes / 100);
+  EXPECT_EQ(s.compression_fallbacks, 0u);
+
+  // Without overlap (one all-reduce after backward), bf16.
+  Trial bf16 = train("2slot-bf16-plain", config(2, 32, 1, "", ", gradient_compression: bf16"),
+                     "--no-overlap");
+  expect_same_params(reference("1slot-b32"), bf16, 1e-2);  // measured 2.4e-3
+  auto b = read_metrics((bf16.dir / "out/metrics.jsonl").string());
+  EXPECT_EQ(b.compression, "bf16");
+  EXPECT_EQ(b.wire_bytes * 2, b.gradient_bytes);
 }
 
 TEST(Trainer, KilledWorkerRestartsFromTheCheckpointAndEndsAtTheSameStep) {

@@ -2,6 +2,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "tandem/compression/compression.h"
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -307,15 +309,17 @@ ExperimentConfig parse_config(const std::string& yaml_text) {
     r.boolean(opt["average_training_metrics"], "optimizations.average_training_metrics", o.average_training_metrics);
     if (const auto gc = opt["gradient_compression"]; gc && !gc.IsNull()) {
       // Determined's key is a boolean (true = fp16); tandem also takes the codec's name.
-      const std::string v = gc.IsScalar() ? gc.Scalar() : "";
-      if (v == "true" || v == "True" || v == "fp16") o.gradient_compression = "fp16";
-      else if (v == "false" || v == "False" || v == "none") o.gradient_compression = "none";
-      else if (v == "bf16") o.gradient_compression = "bf16";
+      const auto codec = gc.IsScalar() ? compression::parse_codec(gc.Scalar()) : std::nullopt;
+      if (codec) o.gradient_compression = std::string(compression::to_string(*codec));
       else r.error("optimizations.gradient_compression",
                    Reader::show(gc) + " is not a codec; use true (fp16), fp16, bf16, false or none");
     }
     r.number(opt["gradient_predivide_factor"], "optimizations.gradient_predivide_factor", o.gradient_predivide_factor,
              1e-6, 1e6, "use a positive factor, e.g. 1.0 (divide before summing, the rest after)");
+    // The factor only changes what a 16-bit sum can hold; f32 gradients are averaged exactly as they are.
+    if (opt["gradient_predivide_factor"] && o.gradient_compression == "none")
+      c.notes.push_back("optimizations.gradient_predivide_factor acts only on compressed gradients; "
+                        "it has no effect while optimizations.gradient_compression is off");
     r.boolean(opt["error_feedback"], "optimizations.error_feedback", o.error_feedback);
     r.boolean(opt["auto_tune_tensor_fusion"], "optimizations.auto_tune_tensor_fusion", o.auto_tune_tensor_fusion);
     r.integer(opt["tensor_fusion_threshold"], "optimizations.tensor_fusion_threshold", o.tensor_fusion_threshold_mb, 1,
@@ -368,6 +372,7 @@ ExperimentConfig parse_config(const std::string& yaml_text) {
     }
   }
 
+  c.warnings = c.notes;
   if (r.errors.empty()) validate_slots(c, r.errors);
   if (!r.errors.empty()) fail(r.errors);
   return c;
@@ -387,7 +392,7 @@ ExperimentConfig load_config(const std::string& path) {
 
 void set_slots(ExperimentConfig& c, int slots) {
   c.slots_per_trial = slots;
-  c.warnings.clear();
+  c.warnings = c.notes;
   std::vector<std::string> errors;
   validate_slots(c, errors);
   if (!errors.empty()) fail(errors);

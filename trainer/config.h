@@ -40,9 +40,11 @@ struct Optimizations {
   int aggregation_frequency = 1;
   bool average_aggregated_gradients = true;
   bool average_training_metrics = true;
-  std::string gradient_compression = "none";  // none | fp16 | bf16 (true = fp16)
+  std::string gradient_compression = "none";  // none | fp16 | bf16 (Determined's true = fp16)
+  // Horovod's and Determined's: compressed gradients are divided by it before
+  // the sum and multiplied back after (so 16-bit partial sums stay in range).
   double gradient_predivide_factor = 1.0;
-  bool error_feedback = false;
+  bool error_feedback = false;  // what rounding to 16 bits dropped is sent with the next step
   bool auto_tune_tensor_fusion = false;
   int tensor_fusion_threshold_mb = 64;  // Determined's unit and default
   int tensor_fusion_cycle_time_ms = 5;
@@ -77,7 +79,8 @@ struct ExperimentConfig {
   std::string data = "fashion-mnist";  // fashion-mnist | synthetic
   std::string data_path = "/usr/share/datasets/fashion-mnist";
 
-  std::vector<std::string> warnings;  // found while parsing (e.g. batch remainder)
+  std::vector<std::string> warnings;  // notes, then the slot-dependent ones (e.g. batch remainder)
+  std::vector<std::string> notes;     // found while parsing, independent of the slot count
 
   int64_t per_slot_batch() const { return global_batch_size / slots_per_trial; }
   // The global batch actually trained: per-slot batch times slots.

@@ -138,8 +138,12 @@ TrialSummary read_metrics(const std::string& path) {
       s.slots = j.value("slots", 0);
       s.global_batch = j.value("global_batch", int64_t{0});
       if (j.value("resumed_from", int64_t{-1}) >= 0) ++s.restarts;
+      s.compression = j.value("gradient_compression", std::string("none"));
     } else if (kind == "end") {
       s.wall_time = j.value("time", 0.0);
+      s.gradient_bytes = j.value("gradient_bytes", uint64_t{0});
+      s.wire_bytes = j.value("wire_bytes", uint64_t{0});
+      s.compression_fallbacks = j.value("compression_fallbacks", uint64_t{0});
     }
   }
   return s;
@@ -186,6 +190,10 @@ std::string summary_table(const TrialSummary& s, double target) {
   row("  compute", num("%.1f ms", 1e3 * compute) + " (" + share(compute) + ")");
   row("  exposed communication", num("%.1f ms", 1e3 * exposed) + " (" + share(exposed) + ")");
   row("communication hidden", num("%.1f%%", 100 * s.hidden_fraction()));
+  if (s.gradient_bytes > 0)
+    row("gradients on the wire", s.compression + ", " + num("%.0f%%", 100.0 * s.wire_bytes / s.gradient_bytes) +
+                                     " of their f32 bytes, " + std::to_string(s.compression_fallbacks) +
+                                     " f32 fallback" + (s.compression_fallbacks == 1 ? "" : "s"));
   if (!s.train.empty()) row("final training loss", num("%.4f", s.train.back().loss));
   if (!s.validation.empty()) {
     row("final validation loss", num("%.4f", s.validation.back().loss));

@@ -78,6 +78,8 @@ struct TrialSummary {
   int slots = 0;
   int64_t global_batch = 0;
   double wall_time = 0;  // of the "end" line
+  std::string compression = "none";  // gradients on the wire (start line)
+  uint64_t gradient_bytes = 0, wire_bytes = 0, compression_fallbacks = 0;  // end line: the last attempt's
   // Derived
   double samples_per_s() const;  // median over batches after the first 10%
   double mean(double TrainRecord::*field) const;

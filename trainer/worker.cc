@@ -4,7 +4,9 @@
 //    fusion buffers and each AccumulateGrad node's post-hook marking the
 //    gradient ready, so buckets are reduced while backward continues.
 //    Not overlapped (--no-overlap): the same views into one shared buffer,
-//    reduced by one all-reduce after backward.
+//    reduced by one all-reduce after backward. Either way a
+//    compression::CompressedAllreduce puts fp16/bf16 on the wire when
+//    optimizations.gradient_compression asks for it.
 //  - metric slots: what travels with the gradients each communicating batch:
 //    summed loss and correct predictions with their sample counts, then one
 //    slot per rank holding that rank's previous batch time before its wait
@@ -28,6 +30,7 @@
 #include "data.h"
 #include "metrics.h"
 #include "model.h"
+#include "tandem/compression/compression.h"
 #include "tandem/fusion/gradient_sync.h"
 #include "tandem/ring/ring.h"
 
@@ -45,6 +48,7 @@ double seconds_since(SteadyClock::time_point t) {
 struct Exchanged {
   bool communicated = false;
   double exposed = 0, communication = 0;
+  uint64_t payload_bytes = 0, wire_bytes = 0, fallbacks = 0;  // of the gradients
 };
 
 class Exchange {
@@ -73,7 +77,7 @@ class OverlappedExchange : public Exchange {
   Exchanged finish(Deadline deadline) override {
     sync_.wait(deadline);
     const auto& s = sync_.last_step();
-    return {s.communicated, s.exposed, s.communication};
+    return {s.communicated, s.exposed, s.communication, s.bytes_reduced, s.wire_bytes, s.compression_fallbacks};
   }
   std::span<const Metric> metrics() const override { return sync_.metrics(); }
   void zero() override { sync_.zero_gradients(); }
@@ -88,13 +92,14 @@ class OverlappedExchange : public Exchange {
 class PlainExchange : public Exchange {
  public:
   PlainExchange(Communicator& comm, const std::vector<torch::Tensor>& params, int aggregation, bool average_aggregated,
-                int metric_slots)
-      : comm_(comm), k_(aggregation), average_aggregated_(average_aggregated), pending_(metric_slots),
-        result_(metric_slots) {
+                int metric_slots, compression::CompressedAllreduce* compressor)
+      : comm_(comm), k_(aggregation), average_aggregated_(average_aggregated), compressor_(compressor),
+        pending_(metric_slots), result_(metric_slots) {
     size_t total = 0;
     for (const auto& p : params) offsets_.push_back(total), total += (static_cast<size_t>(p.numel()) + 15) / 16 * 16;
     count_ = total;
     buffer_ = static_cast<float*>(comm_.allocate_shared(total * sizeof(float)));
+    if (compressor_ && compressor_->options().error_feedback) residual_.assign(count_, 0.0f);
   }
   ~PlainExchange() override { comm_.free_shared(buffer_); }
   float* storage(int id) override { return buffer_ + offsets_[id]; }
@@ -104,7 +109,16 @@ class PlainExchange : public Exchange {
     if (++local_ < k_) return {false, 0, 0};
     local_ = 0;
     const auto t = SteadyClock::now();
-    comm_.allreduce(buffer_, count_, DataType::f32, ReduceOp::avg);
+    Exchanged ex{true};
+    ex.payload_bytes = ex.wire_bytes = count_ * sizeof(float);
+    if (compressor_) {
+      const auto before = compressor_->stats();
+      compressor_->allreduce(buffer_, count_, ReduceOp::avg, {}, residual_.empty() ? nullptr : residual_.data());
+      ex.wire_bytes = compressor_->stats().wire_bytes - before.wire_bytes;
+      ex.fallbacks = compressor_->stats().fallbacks - before.fallbacks;
+    } else {
+      comm_.allreduce(buffer_, count_, DataType::f32, ReduceOp::avg);
+    }
     if (k_ > 1 && average_aggregated_) {
       const float scale = 1.0f / static_cast<float>(k_);
       for (size_t i = 0; i < count_; ++i) buffer_[i] *= scale;
@@ -113,8 +127,8 @@ class PlainExchange : public Exchange {
     for (size_t i = 0; i < pending_.size(); ++i) m[2 * i] = pending_[i].sum, m[2 * i + 1] = pending_[i].count;
     comm_.allreduce(m.data(), m.size(), DataType::f64, ReduceOp::sum);
     for (size_t i = 0; i < pending_.size(); ++i) result_[i] = {m[2 * i], m[2 * i + 1]}, pending_[i] = {};
-    const double seconds = seconds_since(t);
-    return {true, seconds, seconds};
+    ex.exposed = ex.communication = seconds_since(t);
+    return ex;
   }
   std::span<const Metric> metrics() const override { return result_; }
   void zero() override { std::fill(buffer_, buffer_ + count_, 0.0f); }
@@ -123,6 +137,8 @@ class PlainExchange : public Exchange {
   Communicator& comm_;
   int k_;
   bool average_aggregated_;
+  compression::CompressedAllreduce* compressor_;
+  std::vector<float> residual_;  // error feedback
   int local_ = 0;
   std::vector<size_t> offsets_;
   size_t count_ = 0;
@@ -248,6 +264,11 @@ int run_worker(const WorkerOptions& wo) {
 
   // Exchange and gradient views
   const int metric_slots = 2 + world;
+  const compression::Codec codec = *compression::parse_codec(opt.gradient_compression);  // checked by the config
+  std::unique_ptr<compression::CompressedAllreduce> compressor;  // outlives the exchange
+  if (codec != compression::Codec::none)
+    compressor = std::make_unique<compression::CompressedAllreduce>(
+        *comm, compression::CompressionOptions{codec, opt.gradient_predivide_factor, opt.error_feedback});
   std::unique_ptr<Exchange> exchange;
   if (wo.overlap) {
     fusion::GradientSyncOptions so;
@@ -256,11 +277,13 @@ int run_worker(const WorkerOptions& wo) {
     so.average_aggregated_gradients = opt.average_aggregated_gradients;
     so.cycle_time = std::chrono::milliseconds(opt.tensor_fusion_cycle_time_ms);
     so.metric_slots = metric_slots;
+    so.compression = compressor.get();
     so.autotune.enabled = opt.auto_tune_tensor_fusion;
     if (chief && opt.auto_tune_tensor_fusion) so.autotune.log_path = wo.output_dir + "/autotune.jsonl";
     exchange = std::make_unique<OverlappedExchange>(*comm, so, params, names);
   } else {
-    exchange = std::make_unique<PlainExchange>(*comm, params, k, opt.average_aggregated_gradients, metric_slots);
+    exchange = std::make_unique<PlainExchange>(*comm, params, k, opt.average_aggregated_gradients, metric_slots,
+                                               compressor.get());
   }
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;  // kept alive: they hold the hooks
   for (size_t i = 0; i < params.size(); ++i) {
@@ -278,6 +301,9 @@ int run_worker(const WorkerOptions& wo) {
                              {"global_batch", cfg.effective_global_batch()}, {"per_slot_batch", per_slot},
                              {"model", cfg.model}, {"data", cfg.data}, {"total_batches", total},
                              {"overlap", wo.overlap}, {"attempt", wo.attempt},
+                             {"gradient_compression", opt.gradient_compression},
+                             {"gradient_predivide_factor", opt.gradient_predivide_factor},
+                             {"error_feedback", opt.error_feedback},
                              {"transport", comm->transport_summary()},
                              {"load_seconds", seconds_since(t_load)},
                              {"resumed_from", start > 0 ? start : -1}}
@@ -335,6 +361,7 @@ int run_worker(const WorkerOptions& wo) {
   bool stall_pending = false;
   double own_loss = 0, own_accuracy = 0;
   std::vector<Metric> unreported(static_cast<size_t>(metric_slots));
+  uint64_t payload_bytes = 0, wire_bytes = 0, fallbacks = 0;  // gradients, this attempt
   const Deadline far = Clock::now() + std::chrono::hours(24 * 365);
   for (int64_t batch = start + 1; batch <= total; ++batch) {
     if (batch == wo.fail_at_batch && rank == wo.fail_rank && wo.attempt == 0) {
@@ -367,6 +394,7 @@ int run_worker(const WorkerOptions& wo) {
     const double before_wait = seconds_since(ts);
     const Exchanged ex = exchange->finish(far);
     previous_arrival = before_wait;
+    payload_bytes += ex.payload_bytes, wire_bytes += ex.wire_bytes, fallbacks += ex.fallbacks;
     if (ex.communicated) {
       optimizer.step();
       exchange->zero();
@@ -423,7 +451,11 @@ int run_worker(const WorkerOptions& wo) {
       out.write(reinterpret_cast<const char*>(c.data_ptr<float>()), static_cast<std::streamsize>(c.numel() * sizeof(float)));
     }
   }
-  if (log) log->line(nlohmann::json{{"kind", "end"}, {"batch", total}, {"time", elapsed_before + seconds_since(t0)}}.dump());
+  if (log)
+    log->line(nlohmann::json{{"kind", "end"}, {"batch", total}, {"time", elapsed_before + seconds_since(t0)},
+                             {"gradient_bytes", payload_bytes}, {"wire_bytes", wire_bytes},
+                             {"compression_fallbacks", fallbacks}}
+                  .dump());
   comm->barrier();
   return 0;
 }
