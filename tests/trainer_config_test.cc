@@ -169,6 +169,10 @@ searcher: {max_length: {batches: 10}}
   set_slots(c, 4);
   EXPECT_EQ(c.per_slot_batch(), 25);
   EXPECT_TRUE(c.warnings.empty());
+  set_slots(c, 3, 32);  // --per-slot-batch: the global batch follows the slots
+  EXPECT_EQ(c.global_batch_size, 96);
+  EXPECT_EQ(c.per_slot_batch(), 32);
+  EXPECT_TRUE(c.warnings.empty());
 }
 
 TEST(TrainerConfig, MoreSlotsThanSamplesIsAnError) {

@@ -205,6 +205,27 @@ TEST(Trainer, ResumeContinuesAStoppedRunAndNeverLoadsATornCheckpoint) {
   expect_same_params(reference("2slot-b32"), again, 1e-6);
 }
 
+TEST(Trainer, PerSlotBatchOverridesTheGlobalBatchAndCompareTabulatesRuns) {
+  // 16 per slot on 2 slots is the global batch of 32 whatever the file says.
+  Trial r = train("2slot-per-slot-16", config(2, 64, 1), "--per-slot-batch 16");
+  expect_same_params(reference("2slot-b32"), r, 1e-6);
+  auto s = read_metrics((r.dir / "out/metrics.jsonl").string());
+  EXPECT_EQ(s.global_batch, 32);
+
+  // Efficiency against the first run whose label is a prefix: 2 slots at the same samples/s as 1 slot is 0.50.
+  const std::string one = (reference("1slot-b32").dir / "out").string(), two = (r.dir / "out").string();
+  const fs::path dir = work_dir() / "compare";
+  const std::string cmd = "timeout -k 5 60 " + trainer_bin() + " " + (r.dir / "exp.yaml").string() +
+                          " --compare 'tandem=" + one + "' --compare 'tandem, 2 slots=" + two + "' --output " +
+                          dir.string() + " > " + (dir.string() + ".txt") + " 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  std::ifstream table(dir / "scaling.md");
+  std::string text((std::istreambuf_iterator<char>(table)), {});
+  EXPECT_NE(text.find("| tandem | 1 | 32 |"), std::string::npos) << text;
+  EXPECT_NE(text.find("| tandem, 2 slots | 2 | 32 |"), std::string::npos) << text;
+  EXPECT_NE(text.find("| 1.00 | 1.00 |"), std::string::npos) << text;  // the base against itself
+}
+
 TEST(Trainer, BadConfigFailsBeforeAnyWorkerStarts) {
   Trial r = train("bad", config(2, 32, 1, "max_restart: 1\n"));
   EXPECT_EQ(r.exit_code, 2);

@@ -390,8 +390,9 @@ ExperimentConfig load_config(const std::string& path) {
   }
 }
 
-void set_slots(ExperimentConfig& c, int slots) {
+void set_slots(ExperimentConfig& c, int slots, int64_t per_slot_batch) {
   c.slots_per_trial = slots;
+  if (per_slot_batch > 0) c.global_batch_size = per_slot_batch * slots;
   c.warnings = c.notes;
   std::vector<std::string> errors;
   validate_slots(c, errors);

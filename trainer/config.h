@@ -93,8 +93,9 @@ struct ExperimentConfig {
 ExperimentConfig parse_config(const std::string& yaml_text);
 ExperimentConfig load_config(const std::string& path);
 
-// Re-applies the slot-dependent checks after a flag changed slots_per_trial.
-void set_slots(ExperimentConfig& config, int slots);
+// Re-applies the slot-dependent checks after a flag changed slots_per_trial;
+// per_slot_batch > 0 also sets the global batch to per_slot_batch * slots.
+void set_slots(ExperimentConfig& config, int slots, int64_t per_slot_batch = 0);
 
 // Levenshtein distance; the closest of `candidates` within a small distance, or "".
 size_t edit_distance(const std::string& a, const std::string& b);

@@ -61,7 +61,7 @@ class Driver {
     Trial t;
     t.slots = slots, t.dir = dir, t.checkpoint_dir = checkpoint_dir;
     ExperimentConfig cfg = cfg_;
-    set_slots(cfg, slots);
+    set_slots(cfg, slots, o_.worker.per_slot_batch);
     for (const auto& w : cfg.warnings) std::fprintf(stderr, "tandem train: warning: %s\n", w.c_str());
     fs::create_directories(dir);
     if (!o_.worker.resume) {
@@ -82,6 +82,8 @@ class Driver {
       if (o_.worker.resume || attempt > 0) argv.push_back("--resume");
       if (!o_.worker.overlap) argv.push_back("--no-overlap");
       if (o_.worker.max_batches > 0) argv.insert(argv.end(), {"--max-batches", std::to_string(o_.worker.max_batches)});
+      if (o_.worker.per_slot_batch > 0)
+        argv.insert(argv.end(), {"--per-slot-batch", std::to_string(o_.worker.per_slot_batch)});
       if (o_.worker.fail_at_batch >= 0)
         argv.insert(argv.end(), {"--fail-at-batch", std::to_string(o_.worker.fail_at_batch), "--fail-rank",
                                  std::to_string(o_.worker.fail_rank)});
@@ -126,6 +128,8 @@ class Driver {
     std::vector<std::string> argv = {"/usr/bin/python3", o_.anchor_script, o_.worker.config_path, "--slots",
                                      std::to_string(slots), "--output", dir};
     if (o_.worker.max_batches > 0) argv.insert(argv.end(), {"--max-batches", std::to_string(o_.worker.max_batches)});
+    if (o_.worker.per_slot_batch > 0)
+      argv.insert(argv.end(), {"--per-slot-batch", std::to_string(o_.worker.per_slot_batch)});
     if (o_.anchor_fp16) argv.push_back("--fp16-hook");
     const pid_t pid = spawn(argv, {});
     int status = 0;
@@ -174,7 +178,8 @@ void report_trial(const Trial& t, double target, bool quiet) {
   std::fflush(stdout);
 }
 
-// One row per trial; speed-up and efficiency against the first trial of the same system.
+// One row per trial; speed-up and efficiency against the first trial whose
+// system names a prefix of its own ("tandem" is the base of "tandem + fp16").
 void report_comparison(const std::vector<Trial>& trials, const std::string& dir, double target) {
   if (trials.empty()) return;
   std::ostringstream table;
@@ -188,7 +193,7 @@ void report_comparison(const std::vector<Trial>& trials, const std::string& dir,
   for (const auto& t : trials) {
     const Trial* base = &t;
     for (const auto& b : trials)
-      if (b.system == t.system) {
+      if (t.system.starts_with(b.system)) {
         base = &b;
         break;
       }
@@ -244,11 +249,33 @@ std::vector<int> parse_slot_list(const std::string& text) {
 
 int run_driver(DriverOptions o) {
   ExperimentConfig cfg = load_config(o.worker.config_path);
+  if (!o.compare.empty()) {
+    std::vector<Trial> trials;
+    for (const auto& c : o.compare) {
+      const auto eq = c.find('=');
+      if (eq == std::string::npos || eq == 0)
+        throw ConfigError("--compare: '" + c + "' is not LABEL=DIR (e.g. 'tandem=runs/x/slots-1')");
+      Trial t;
+      t.system = c.substr(0, eq), t.dir = c.substr(eq + 1);
+      if (!fs::exists(t.dir + "/metrics.jsonl"))
+        throw ConfigError("--compare: " + t.dir + "/metrics.jsonl does not exist (a finished run's directory)");
+      t.summary = read_metrics(t.dir + "/metrics.jsonl");
+      t.slots = t.summary.slots;
+      t.ok = true;
+      std::string error;
+      plot_metrics(t.summary, t.dir + "/metrics", &error);
+      trials.push_back(std::move(t));
+    }
+    if (o.output_dir.empty()) o.output_dir = "runs/" + cfg.name;
+    fs::create_directories(o.output_dir);
+    report_comparison(trials, o.output_dir, o.target_accuracy);
+    return 0;
+  }
   // Every slot count is checked before anything starts.
   std::vector<int> counts = o.scaling.empty() ? std::vector<int>{o.worker.slots > 0 ? o.worker.slots : cfg.slots_per_trial} : o.scaling;
   for (int s : counts) {
     ExperimentConfig c = cfg;
-    set_slots(c, s);
+    set_slots(c, s, o.worker.per_slot_batch);
   }
   if (o.output_dir.empty()) o.output_dir = "runs/" + cfg.name;
   fs::create_directories(o.output_dir);

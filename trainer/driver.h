@@ -26,6 +26,8 @@ struct DriverOptions {
   bool anchor = false;
   bool anchor_fp16 = false;         // with DDP's fp16_compress_hook
   std::string anchor_script;        // default: trainer/ddp_anchor.py of the source tree
+  // Only tabulate finished runs: "LABEL=DIR" each (DIR holds metrics.jsonl).
+  std::vector<std::string> compare;
 };
 
 int run_driver(DriverOptions options);

@@ -29,6 +29,11 @@ int main(int argc, char** argv) {
   app.add_option("--dtrain-network-interface", o.network_interface,
                  "Interface(s) for the slots (as dtrain_network_interface; else TANDEM_NETWORK_INTERFACE, else the config)");
   app.add_option("--max-batches", w.max_batches, "Stop after this many batches (overrides searcher.max_length)");
+  app.add_option("--per-slot-batch", w.per_slot_batch,
+                 "Samples per slot per batch at every slot count: the global batch grows with the slots "
+                 "(overrides hyperparameters.global_batch_size)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  app.add_option("--compare", o.compare, "Only tabulate finished runs: LABEL=DIR (repeatable; DIR holds metrics.jsonl)");
   app.add_option("--target-accuracy", o.target_accuracy, "Validation accuracy the time-to-accuracy figures use")
       ->capture_default_str();
   app.add_option("--stall-factor", w.stall_factor, "Report a batch slower than this many times the running median")

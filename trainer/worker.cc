@@ -192,7 +192,7 @@ std::pair<torch::Tensor, torch::Tensor> make_batch(const Dataset& d, const int64
 
 int run_worker(const WorkerOptions& wo) {
   ExperimentConfig cfg = load_config(wo.config_path);
-  if (wo.slots > 0) set_slots(cfg, wo.slots);
+  if (wo.slots > 0 || wo.per_slot_batch > 0) set_slots(cfg, wo.slots > 0 ? wo.slots : cfg.slots_per_trial, wo.per_slot_batch);
   torch::set_num_threads(1);
   at::set_num_interop_threads(1);
 

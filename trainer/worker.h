@@ -13,6 +13,7 @@ struct WorkerOptions {
   std::string output_dir;      // metrics.jsonl (chief), params dump
   std::string checkpoint_dir;  // ckpt-<batch>.tck
   int slots = 0;               // overrides resources.slots_per_trial when > 0
+  int64_t per_slot_batch = 0;  // when > 0: the global batch is this times the slots (weak scaling)
   bool resume = false;         // continue from the newest intact checkpoint
   bool overlap = true;         // false: one all-reduce of every gradient after backward
   int attempt = 0;             // 0 on the first start, then restarts
