@@ -1,5 +1,5 @@
 # Entry points; CMake + Ninja do the real work.
-#   make demo           setup, build, then a 2-rank all-reduce sweep
+#   make demo           setup, build, train 2 slots on Fashion-MNIST (tandem train), then a 2-rank all-reduce sweep
 #   make test           setup, build, quick test tier (what CI runs)
 #   make test-full      every test label
 #   make test-tsan      the gradient-sync engine under ThreadSanitizer (CI runs it)
@@ -36,6 +36,9 @@ build: $(BUILD_DIR)/build.ninja
 	ninja -C $(BUILD_DIR) -j $(JOBS)
 
 demo: build
+	@if [ -x $(BUILD_DIR)/bin/tandem-train ]; then \
+	  $(TANDEM) train trainer/examples/fashion_mnist.yaml --output $(BUILD_DIR)/demo-train; \
+	else echo "tandem-train not built (needs libtorch-dev): skipping the training demo"; fi
 	$(TANDEM) launch -n 2 -- $(TANDEM) bench allreduce -b 4K -e 64M -f 4 -n 20 -w 5 -c 1 \
 	  --plot $(BUILD_DIR)/allreduce_busbw.png
 

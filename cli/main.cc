@@ -4,12 +4,17 @@
 //   tandem bench overlap [--model M] [--modes ...]
 //   tandem info
 //   tandem netif [--format table|json]
+//   tandem train exp.yaml [flags]   (execs tandem-train from this executable's directory)
 // Exit codes: 0 success, 2 usage error, otherwise what the subcommand returns.
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <unistd.h>
+
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -381,6 +386,24 @@ int run_netif(const std::string& format_flag) {
   return 0;
 }
 
+// ---------------------------------------------------------------- train
+
+// `tandem train ...` is `tandem-train ...`: the trainer links LibTorch, this executable never does.
+int exec_trainer(const char* argv0, const std::vector<std::string>& args) {
+  char self[4096];
+  ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  std::string dir = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string(argv0);
+  dir = dir.substr(0, dir.find_last_of('/') + 1);
+  const std::string trainer = dir + "tandem-train";
+  std::vector<char*> argv{const_cast<char*>(trainer.c_str())};
+  for (size_t i = 1; i < args.size(); ++i) argv.push_back(const_cast<char*>(args[i].c_str()));
+  argv.push_back(nullptr);
+  ::execv(trainer.c_str(), argv.data());
+  std::fprintf(stderr, "tandem: error: cannot run %s: %s (was tandem built with the trainer? it needs libtorch-dev; "
+               "see TANDEM_BUILD_TRAINER)\n", trainer.c_str(), std::strerror(errno));
+  return 127;
+}
+
 // Library errors often name tandem already; avoid "tandem: tandem: ...".
 std::string with_prefix(std::string_view message) {
   if (message.starts_with("tandem")) return std::string(message);
@@ -407,6 +430,8 @@ int main(int argc, char** argv) {
   netif->add_option("--format", netif_format, "Output: table or json")->capture_default_str();
 
   std::vector<std::string> args(argv + 1, argv + argc);
+  if (!args.empty() && args[0] == "train") return exec_trainer(argv[0], args);
+  app.add_subcommand("train", "Train a Determined-style experiment (exp.yaml) through tandem; see `tandem train --help`");
   std::vector<std::string> command;
   if (!args.empty() && args[0] == "launch") command = split_launch_command(args);
   std::vector<char*> parse_argv{argv[0]};

@@ -10,6 +10,7 @@ PACKAGES=(
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev libspdlog-dev libeigen3-dev libssl-dev
   gnuplot-nox iproute2 openmpi-bin libopenmpi-dev python3
   pybind11-dev python3-dev python3-numpy
+  libtorch-dev python3-torch python3-yaml dataset-fashion-mnist zlib1g-dev
 )
 
 die() { echo "setup.sh: error: $*" >&2; exit 1; }

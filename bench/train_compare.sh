@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# train_compare.sh: tandem train beside PyTorch DDP (gloo) on one experiment,
+# in one run, as the trainer's benchmark figures are measured:
+#
+#   1. one host: tandem and DDP at 1 and 2 slots (`tandem train --scaling 1,2 --anchor`);
+#   2. two network namespaces over a tbf-limited veth (bench/netns_run.sh):
+#      tandem with overlap and fp16 gradients, DDP-gloo, DDP with its fp16 hook;
+#   3. one table over all of them (`tandem-train --compare`): samples/s,
+#      speed-up and scaling efficiency against the same system's 1-slot run,
+#      time to the target validation accuracy, final accuracy.
+#
+# Every rank trains the same per-slot batch (--per-slot-batch, weak scaling:
+# the global batch grows with the slots) for the same number of records
+# (--records), so every run sees the same data and time to accuracy compares.
+# Needs root for the namespaces (step 2 is skipped otherwise, with a message).
+set -euo pipefail
+
+usage() {
+  cat <<'EOF'
+usage: bench/train_compare.sh [options]
+  --config FILE        experiment (default trainer/examples/fashion_mnist.yaml)
+  --per-slot-batch N   samples per slot per batch (default 32)
+  --records N          training records per run (default 38400)
+  --validate N         validate every N records (default 12800)
+  --rate RATE          link rate between the namespaces (default 1gbit)
+  --target ACC         target validation accuracy (default 0.85)
+  --output DIR         results (default build/train-compare)
+  --skip-local         only the namespace runs (still compared against 1-slot runs in DIR, if any)
+  -h, --help           this text
+EOF
+}
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+config="$repo/trainer/examples/fashion_mnist.yaml" per_slot=32 records=38400 validate=12800 rate=1gbit
+target=0.85 out="$repo/build/train-compare" skip_local=0
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --config) config="$2"; shift 2 ;;
+    --per-slot-batch) per_slot="$2"; shift 2 ;;
+    --records) records="$2"; shift 2 ;;
+    --validate) validate="$2"; shift 2 ;;
+    --rate) rate="$2"; shift 2 ;;
+    --target) target="$2"; shift 2 ;;
+    --output) out="$2"; shift 2 ;;
+    --skip-local) skip_local=1; shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "train_compare: unknown option '$1'" >&2; usage >&2; exit 2 ;;
+  esac
+done
+train="$repo/build/bin/tandem-train"
+[[ -x "$train" ]] || { echo "train_compare: $train not built (needs libtorch-dev)" >&2; exit 2; }
+mkdir -p "$out"
+out="$(cd "$out" && pwd)"
+
+# The experiment with the lengths in records (the same data at every slot count)
+# and, for tandem over the link, fp16 gradients.
+/usr/bin/python3 - "$config" "$out" "$records" "$validate" <<'EOF'
+import sys, yaml
+src, out, records, validate = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+cfg = yaml.safe_load(open(src))
+cfg["searcher"]["max_length"] = {"records": records}
+cfg["min_validation_period"] = {"records": validate}
+cfg.pop("min_checkpoint_period", None)
+cfg.pop("checkpoint_storage", None)  # checkpoints into each run's own directory
+cfg.setdefault("optimizations", {})["gradient_compression"] = False
+yaml.safe_dump(cfg, open(f"{out}/exp.yaml", "w"), sort_keys=False)
+cfg["optimizations"]["gradient_compression"] = "fp16"
+yaml.safe_dump(cfg, open(f"{out}/exp-fp16.yaml", "w"), sort_keys=False)
+EOF
+
+common=(--per-slot-batch "$per_slot" --target-accuracy "$target")
+if (( ! skip_local )); then
+  echo "== one host: tandem and DDP (gloo), 1 and 2 slots"
+  "$train" "$out/exp.yaml" --scaling 1,2 --anchor "${common[@]}" --output "$out/local"
+fi
+
+compare=("tandem=$out/local/slots-1" "tandem, one host=$out/local/slots-2"
+         "DDP gloo=$out/local/ddp-slots-1" "DDP gloo, one host=$out/local/ddp-slots-2")
+if (( EUID != 0 )); then
+  echo "train_compare: not root: skipping the runs between network namespaces" >&2
+else
+  netns=("$repo/bench/netns_run.sh" -n 2 --rate "$rate" --timeout 1800)
+  echo "== two namespaces over a $rate link: tandem (overlap + fp16)"
+  rm -rf "$out/link-tandem-fp16"
+  "${netns[@]}" -- "$train" --worker "$out/exp-fp16.yaml" --slots 2 --per-slot-batch "$per_slot" \
+    --output "$out/link-tandem-fp16" --checkpoint-dir "$out/link-tandem-fp16/checkpoints"
+  compare+=("tandem overlap + fp16, $rate=$out/link-tandem-fp16")
+  for hook in "" --fp16-hook; do
+    name="link-ddp${hook:+-fp16}"
+    echo "== two namespaces over a $rate link: DDP gloo ${hook}"
+    rm -rf "$out/$name"
+    "${netns[@]}" --env GLOO_SOCKET_IFNAME=eth0 -- /usr/bin/python3 "$repo/trainer/ddp_anchor.py" "$out/exp.yaml" \
+      --from-env --per-slot-batch "$per_slot" --output "$out/$name" $hook
+    compare+=("DDP gloo${hook:+ + fp16 hook}, $rate=$out/$name")
+  done
+fi
+
+args=()
+for c in "${compare[@]}"; do args+=(--compare "$c"); done
+"$train" "$out/exp.yaml" "${args[@]}" --target-accuracy "$target" --output "$out"

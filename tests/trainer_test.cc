@@ -1,0 +1,246 @@
+// Whole trials through tandem-train (the driver, `tandem launch`, real rank
+// processes): synchronous data parallelism is the same SGD at any slot count,
+// gradient aggregation equals a larger batch, a killed worker's trial restarts
+// from its checkpoint and ends where an uninterrupted one does, --resume
+// continues a stopped run, and a torn checkpoint is never loaded.
+// Small MLP on synthetic data, no dropout: seconds per trial. Every command
+// runs under `timeout` so a hang fails the test instead of stalling CI.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <cstring>
+#include <map>
+#include <sstream>
+
+#include "checkpoint.h"
+#include "metrics.h"
+
+namespace tandem::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string trainer_bin() {
+  const char* b = std::getenv("TANDEM_TRAIN_BIN");
+  return b ? b : TANDEM_TRAIN_BIN_DEFAULT;
+}
+
+const fs::path& work_dir() {
+  static const fs::path dir = [] {
+    fs::path d = fs::temp_directory_path() / ("tandem_trainer_test_" + std::to_string(::getpid()));
+    fs::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
+// `optimizations` adds keys to that map, `extra` top-level lines.
+std::string config(int slots, int global_batch, int aggregation, const std::string& extra = "",
+                   const std::string& optimizations = "") {
+  std::ostringstream o;
+  o << "name: t\n"
+    << "hyperparameters: {global_batch_size: " << global_batch
+    << ", learning_rate: 0.05, momentum: 0.9, model: mlp, mlp_hidden: 64, dropout: 0}\n"
+    << "resources: {slots_per_trial: " << slots << "}\n"
+    << "searcher: {name: single, metric: validation_accuracy, max_length: {batches: 20}}\n"
+    << "records_per_epoch: 2048\n"
+    << "optimizations: {aggregation_frequency: " << aggregation << optimizations << "}\n"
+    << "reproducibility: {experiment_seed: 3}\n"
+    << "data: synthetic\n"
+    << extra;
+  return o.str();
+}
+
+struct Trial {
+  int exit_code = -1;
+  std::string output;
+  std::vector<float> params;
+  fs::path dir;
+};
+
+// Runs tandem-train on `yaml` in its own directory named `name`.
+Trial train(const std::string& name, const std::string& yaml, const std::string& flags = "") {
+  Trial r;
+  r.dir = work_dir() / name;
+  fs::create_directories(r.dir);
+  std::ofstream(r.dir / "exp.yaml") << yaml;
+  const std::string cmd = "timeout -k 5 150 " + trainer_bin() + " " + (r.dir / "exp.yaml").string() + " --output " +
+                          (r.dir / "out").string() + " --dump-params " + (r.dir / "params.bin").string() +
+                          " --quiet " + flags + " > " + (r.dir / "log.txt").string() + " 2>&1";
+  fs::remove(r.dir / "params.bin");
+  const int status = std::system(cmd.c_str());
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream log(r.dir / "log.txt");
+  r.output.assign(std::istreambuf_iterator<char>(log), {});
+  std::ifstream p(r.dir / "params.bin", std::ios::binary);
+  std::vector<char> bytes(std::istreambuf_iterator<char>(p), {});
+  r.params.resize(bytes.size() / sizeof(float));
+  std::memcpy(r.params.data(), bytes.data(), r.params.size() * sizeof(float));
+  return r;
+}
+
+// The reference runs several tests compare against, trained once.
+const Trial& reference(const std::string& name) {
+  static std::map<std::string, Trial> runs;
+  auto it = runs.find(name);
+  if (it != runs.end()) return it->second;
+  Trial r;
+  if (name == "1slot-b32") r = train(name, config(1, 32, 1));
+  else if (name == "2slot-b32") r = train(name, config(2, 32, 1));
+  return runs.emplace(name, std::move(r)).first->second;
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return INFINITY;
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, static_cast<double>(std::fabs(a[i] - b[i])));
+  return d;
+}
+
+void expect_same_params(const Trial& a, const Trial& b, double tolerance) {
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  ASSERT_EQ(a.params.size(), 784u * 64 + 64 + 64 * 64 + 64 + 64 * 10 + 10);
+  ASSERT_EQ(a.params.size(), b.params.size());
+  const double d = max_abs_diff(a.params, b.params);
+  EXPECT_LE(d, tolerance) << a.dir << " vs " << b.dir;
+  // Training moved the parameters away from their start (the test is not vacuous).
+  std::vector<float> zero(a.params.size(), 0.0f);
+  EXPECT_GT(max_abs_diff(a.params, zero), 0.01);
+}
+
+TEST(Trainer, OneSlotAndTwoSlotsTrainTheSameParameters) {
+  const Trial& one = reference("1slot-b32");
+  const Trial& two = reference("2slot-b32");
+  expect_same_params(one, two, 1e-4);
+  auto s = read_metrics((two.dir / "out/metrics.jsonl").string());
+  ASSERT_EQ(s.train.size(), 20u);
+  EXPECT_EQ(s.slots, 2);
+  EXPECT_EQ(s.global_batch, 32);
+  ASSERT_EQ(s.validation.size(), 1u);
+  EXPECT_EQ(s.validation[0].records, 10000);  // the whole test set, split over the slots
+  EXPECT_GT(s.validation[0].accuracy, 0.5);   // synthetic classes are easy
+  auto s1 = read_metrics((one.dir / "out/metrics.jsonl").string());
+  // Averaged training metrics over 2 slots equal the 1-slot loss on the same global batch.
+  EXPECT_NEAR(s.train[0].loss, s1.train[0].loss, 1e-4);
+  EXPECT_NEAR(s.validation[0].accuracy, s1.validation[0].accuracy, 2e-4);
+}
+
+TEST(Trainer, AggregationFrequencyTwoEqualsTwiceTheBatch) {
+  // Two slots, global batch 16, two batches per optimizer step == one slot at 32.
+  Trial agg = train("2slot-b16-agg2", config(2, 16, 2), "--max-batches 40");
+  expect_same_params(reference("1slot-b32"), agg, 1e-4);
+  auto s = read_metrics((agg.dir / "out/metrics.jsonl").string());
+  ASSERT_EQ(s.train.size(), 40u);
+  EXPECT_FALSE(s.train[0].communicated);
+  EXPECT_TRUE(s.train[1].communicated);
+}
+
+TEST(Trainer, GradientCompressionPutsHalfTheBytesOnTheWire) {
+  // fp16 through the overlapped engine, with error feedback and a predivide factor; the
+  // same SGD as the f32 run up to fp16's rounding of the averaged gradients.
+  Trial fp16 = train("2slot-fp16",
+                     config(2, 32, 1, "", ", gradient_compression: true, gradient_predivide_factor: 2, error_feedback: true"));
+  expect_same_params(reference("1slot-b32"), fp16, 1e-3);  // measured 2.3e-4
+  EXPECT_GT(max_abs_diff(reference("1slot-b32").params, fp16.params), 0.0);  // rounded, so not bitwise equal
+  auto s = read_metrics((fp16.dir / "out/metrics.jsonl").string());
+  EXPECT_EQ(s.compression, "fp16");
+  ASSERT_GT(s.gradient_bytes, 0u);
+  EXPECT_EQ(s.gradient_bytes % (20 * 4), 0u);  // 20 steps of f32 gradients
+  // Half, give or take the 16-bit staging's alignment.
+  EXPECT_GE(s.wire_bytes * 2, s.gradient_bytes);
+  EXPECT_LE(s.wire_bytes * 2, s.gradient_bytes + s.gradient_bytes / 100);
+  EXPECT_EQ(s.compression_fallbacks, 0u);
+
+  // Without overlap (one all-reduce after backward), bf16.
+  Trial bf16 = train("2slot-bf16-plain", config(2, 32, 1, "", ", gradient_compression: bf16"),
+                     "--no-overlap");
+  expect_same_params(reference("1slot-b32"), bf16, 1e-2);  // measured 2.4e-3
+  auto b = read_metrics((bf16.dir / "out/metrics.jsonl").string());
+  EXPECT_EQ(b.compression, "bf16");
+  EXPECT_EQ(b.wire_bytes * 2, b.gradient_bytes);
+}
+
+TEST(Trainer, KilledWorkerRestartsFromTheCheckpointAndEndsAtTheSameStep) {
+  Trial r = train("2slot-killed", config(2, 32, 1, "min_checkpoint_period: {batches: 10}\nmax_restarts: 2\n"),
+                "--fail-at-batch 15 --fail-rank 1");
+  EXPECT_NE(r.output.find("fault injection: rank 1 killed at batch 15"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("restart 1 of 2 from the checkpoint at batch 10"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("resuming from"), std::string::npos) << r.output;
+  auto s = read_metrics((r.dir / "out/metrics.jsonl").string());
+  ASSERT_FALSE(s.train.empty());
+  EXPECT_EQ(s.train.back().batch, 20);
+  EXPECT_EQ(s.train.size(), 20u);  // batches 11..14 of the failed attempt are not counted twice
+  EXPECT_EQ(s.restarts, 1);
+  // Same data position, optimizer state and randomness: the uninterrupted run's parameters.
+  expect_same_params(reference("2slot-b32"), r, 1e-6);
+}
+
+TEST(Trainer, NoRestartsLeftFailsTheTrial) {
+  Trial r = train("2slot-no-restarts", config(2, 32, 1, "max_restarts: 0\n"), "--fail-at-batch 3 --fail-rank 0");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("after 0 restarts (max_restarts 0)"), std::string::npos) << r.output;
+}
+
+TEST(Trainer, ResumeContinuesAStoppedRunAndNeverLoadsATornCheckpoint) {
+  const std::string yaml = config(2, 32, 1, "min_checkpoint_period: {batches: 5}\n");
+  Trial first = train("2slot-resume", yaml, "--max-batches 10");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  Trial resumed = train("2slot-resume", yaml, "--max-batches 20 --resume");
+  EXPECT_NE(resumed.output.find("(batch 10)"), std::string::npos) << resumed.output;
+  expect_same_params(reference("2slot-b32"), resumed, 1e-6);
+
+  // Tear the newest checkpoint (batch 20): a resume skips it for the one at 15.
+  const std::string newest = checkpoint_path((resumed.dir / "out/checkpoints").string(), 20);
+  ASSERT_TRUE(fs::exists(newest));
+  fs::resize_file(newest, fs::file_size(newest) / 2);
+  Trial again = train("2slot-resume", yaml, "--max-batches 20 --resume");
+  EXPECT_NE(again.output.find("rejected: torn"), std::string::npos) << again.output;
+  EXPECT_NE(again.output.find("(batch 15)"), std::string::npos) << again.output;
+  expect_same_params(reference("2slot-b32"), again, 1e-6);
+}
+
+TEST(Trainer, PerSlotBatchOverridesTheGlobalBatchAndCompareTabulatesRuns) {
+  // 16 per slot on 2 slots is the global batch of 32 whatever the file says.
+  Trial r = train("2slot-per-slot-16", config(2, 64, 1), "--per-slot-batch 16");
+  expect_same_params(reference("2slot-b32"), r, 1e-6);
+  auto s = read_metrics((r.dir / "out/metrics.jsonl").string());
+  EXPECT_EQ(s.global_batch, 32);
+
+  // Efficiency against the first run whose label is a prefix: 2 slots at the same samples/s as 1 slot is 0.50.
+  const std::string one = (reference("1slot-b32").dir / "out").string(), two = (r.dir / "out").string();
+  const fs::path dir = work_dir() / "compare";
+  const std::string cmd = "timeout -k 5 60 " + trainer_bin() + " " + (r.dir / "exp.yaml").string() +
+                          " --compare 'tandem=" + one + "' --compare 'tandem, 2 slots=" + two + "' --output " +
+                          dir.string() + " > " + (dir.string() + ".txt") + " 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  std::ifstream table(dir / "scaling.md");
+  std::string text((std::istreambuf_iterator<char>(table)), {});
+  EXPECT_NE(text.find("| tandem | 1 | 32 |"), std::string::npos) << text;
+  EXPECT_NE(text.find("| tandem, 2 slots | 2 | 32 |"), std::string::npos) << text;
+  EXPECT_NE(text.find("| 1.00 | 1.00 |"), std::string::npos) << text;  // the base against itself
+}
+
+TEST(Trainer, BadConfigFailsBeforeAnyWorkerStarts) {
+  Trial r = train("bad", config(2, 32, 1, "max_restart: 1\n"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("max_restart: unknown key; did you mean 'max_restarts'?"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("[0]"), std::string::npos) << "a worker started: " << r.output;
+}
+
+// The trials' directories go when the suite ends.
+struct CleanUp : ::testing::Environment {
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(work_dir(), ec);
+  }
+};
+const auto* const kCleanUp = ::testing::AddGlobalTestEnvironment(new CleanUp);
+
+}  // namespace
+}  // namespace tandem::trainer

@@ -1,0 +1,106 @@
+// The experiment configuration of `tandem train`, in the shape of a
+// Determined experiment YAML (name, hyperparameters, resources, searcher,
+// min_validation_period, records_per_epoch, optimizations,
+// checkpoint_storage, max_restarts, reproducibility, dtrain_network_interface)
+// plus `data`.
+//
+// Terms:
+//  - slot: one worker process (one rank); slots_per_trial of them train together.
+//  - global batch: the samples of one optimizer step over all slots;
+//    per-slot batch = global_batch_size / slots_per_trial, the remainder
+//    dropped (Determined's rule).
+//  - length: a count in batches, records or epochs (searcher.max_length,
+//    min_validation_period, min_checkpoint_period), converted to batches
+//    (optimizer steps) with the global batch and records_per_epoch.
+//
+// Every check runs before a worker starts: parse_config() throws ConfigError
+// listing every problem, each naming the key, the value and the fix.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace tandem::trainer {
+
+struct ConfigError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+enum class LengthUnit { batches, records, epochs };
+
+struct Length {
+  LengthUnit unit = LengthUnit::batches;
+  int64_t value = 0;
+  bool set() const { return value > 0; }
+};
+
+struct Optimizations {
+  int aggregation_frequency = 1;
+  bool average_aggregated_gradients = true;
+  bool average_training_metrics = true;
+  std::string gradient_compression = "none";  // none | fp16 | bf16 (Determined's true = fp16)
+  // Horovod's and Determined's: compressed gradients are divided by it before
+  // the sum and multiplied back after (so 16-bit partial sums stay in range).
+  double gradient_predivide_factor = 1.0;
+  bool error_feedback = false;  // what rounding to 16 bits dropped is sent with the next step
+  bool auto_tune_tensor_fusion = false;
+  int tensor_fusion_threshold_mb = 64;  // Determined's unit and default
+  int tensor_fusion_cycle_time_ms = 5;
+};
+
+struct ExperimentConfig {
+  std::string name = "experiment";
+  std::string description;
+  // hyperparameters
+  int64_t global_batch_size = 0;
+  double learning_rate = 0.01;
+  double momentum = 0.9;
+  double weight_decay = 0.0;
+  std::string model = "convnet";  // convnet | mlp
+  int mlp_hidden = 256;
+  double dropout = 0.4;  // before the last layer, as the dataset's convnet
+  // resources
+  int slots_per_trial = 1;
+  int slots_per_host = 0;          // 0 = every slot on this host
+  std::vector<std::string> hosts;  // multi-host layout; empty = this host
+  // lengths
+  Length max_length;
+  Length min_validation_period;
+  Length min_checkpoint_period;
+  int64_t records_per_epoch = 0;  // 0 = the training set's size
+  Optimizations optimizations;
+  // checkpoint_storage (shared_fs)
+  std::string checkpoint_dir;  // host_path / storage_path
+  int max_restarts = 5;
+  uint64_t seed = 0;
+  std::string network_interface;  // dtrain_network_interface
+  std::string data = "fashion-mnist";  // fashion-mnist | synthetic
+  std::string data_path = "/usr/share/datasets/fashion-mnist";
+
+  std::vector<std::string> warnings;  // notes, then the slot-dependent ones (e.g. batch remainder)
+  std::vector<std::string> notes;     // found while parsing, independent of the slot count
+
+  int64_t per_slot_batch() const { return global_batch_size / slots_per_trial; }
+  // The global batch actually trained: per-slot batch times slots.
+  int64_t effective_global_batch() const { return per_slot_batch() * slots_per_trial; }
+  // A length in optimizer steps; records_per_epoch must be known (> 0).
+  int64_t to_batches(const Length& l, int64_t records_per_epoch) const;
+};
+
+// Parses and validates; throws ConfigError listing every problem.
+ExperimentConfig parse_config(const std::string& yaml_text);
+ExperimentConfig load_config(const std::string& path);
+
+// Re-applies the slot-dependent checks after a flag changed slots_per_trial;
+// per_slot_batch > 0 also sets the global batch to per_slot_batch * slots.
+void set_slots(ExperimentConfig& config, int slots, int64_t per_slot_batch = 0);
+
+// Levenshtein distance; the closest of `candidates` within a small distance, or "".
+size_t edit_distance(const std::string& a, const std::string& b);
+std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);
+
+const char* to_string(LengthUnit u);
+
+}  // namespace tandem::trainer

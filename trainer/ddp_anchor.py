@@ -1,0 +1,220 @@
+#!/usr/bin/python3
+"""PyTorch DDP (gloo) training the same experiment as `tandem train`: the anchor.
+
+    /usr/bin/python3 trainer/ddp_anchor.py exp.yaml [--slots N] [--output DIR]
+        [--max-batches N] [--per-slot-batch N] [--fp16-hook] [--from-env]
+
+It forks its ranks on this host; with --from-env it is one rank of a job
+started by something else (bench/netns_run.sh, mpirun): rank and world size
+from TANDEM_RANK/TANDEM_WORLD_SIZE, the rendezvous at TANDEM_STORE_ADDR's
+host on the next port (set GLOO_SOCKET_IFNAME to the link's interface).
+
+Same model (the dataset package's convnet or the MLP), same data (Fashion-MNIST
+IDX files or the synthetic set's shape), same global batch split over the
+slots, same SGD settings and seed, one compute thread per rank, validation over
+the whole test set split across ranks. The epoch order comes from numpy's
+generator, so the records of a batch differ from tandem's (the distribution is
+the same). Writes the same JSON-lines metrics as tandem (kind start, train,
+validation, end) to DIR/metrics.jsonl, so `tandem train --anchor` reads both.
+--fp16-hook registers DDP's fp16_compress_hook (gradient_compression: fp16).
+
+Debian's torch 1.13 runs only under /usr/bin/python3.
+"""
+import argparse
+import datetime
+import gzip
+import json
+import os
+import socket
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn as nn
+import torch.nn.functional as F
+import yaml
+
+
+def load_idx(images, labels):
+    with gzip.open(images, "rb") as f:
+        img = np.frombuffer(f.read(), dtype=np.uint8, offset=16)
+    with gzip.open(labels, "rb") as f:
+        lab = np.frombuffer(f.read(), dtype=np.uint8, offset=8)
+    return img.reshape(-1, 28, 28), lab
+
+
+def synthetic(size, seed, train):
+    t = np.random.default_rng(seed).integers(0, 256, size=(10, 28, 28))
+    rng = np.random.default_rng(seed * 2 + (0 if train else 1))
+    labels = rng.integers(0, 10, size=size).astype(np.uint8)
+    images = (t[labels] // 2 + rng.integers(0, 128, size=(size, 28, 28))).astype(np.uint8)
+    return images, labels
+
+
+def to_tensors(images, labels):
+    x = torch.from_numpy(((images.astype(np.float32) / 255.0 - 0.2860) / 0.3530)[:, None, :, :].copy())
+    return x, torch.from_numpy(labels.astype(np.int64))
+
+
+class ConvNet(nn.Module):  # benchmark/convnet.py of dataset-fashion-mnist
+    def __init__(self, dropout):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, 5, padding=2)
+        self.conv2 = nn.Conv2d(32, 64, 5, padding=2)
+        self.fc1 = nn.Linear(7 * 7 * 64, 1024)
+        self.fc2 = nn.Linear(1024, 10)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc2(self.drop(F.relu(self.fc1(x.flatten(1)))))
+
+
+class Mlp(nn.Module):
+    def __init__(self, hidden, dropout):
+        super().__init__()
+        self.fc1, self.fc2, self.fc3 = nn.Linear(784, hidden), nn.Linear(hidden, hidden), nn.Linear(hidden, 10)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x):
+        x = F.relu(self.fc2(F.relu(self.fc1(x.flatten(1)))))
+        return self.fc3(self.drop(x))
+
+
+def length_in_batches(length, global_batch, records_per_epoch):
+    (unit, value), = length.items()
+    if unit == "batches":
+        return int(value)
+    if unit == "records":
+        return -(-int(value) // global_batch)
+    return -(-int(value) * records_per_epoch // global_batch)
+
+
+def worker(rank, world, args, addr, port):
+    os.environ.update(MASTER_ADDR=addr, MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    torch.set_num_interop_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(minutes=5))
+    cfg = yaml.safe_load(open(args.config))
+    hp = cfg["hyperparameters"]
+    seed = cfg.get("reproducibility", {}).get("experiment_seed", 0)
+    per_slot = args.per_slot_batch or hp["global_batch_size"] // world
+    global_batch = per_slot * world
+    data = cfg.get("data", "fashion-mnist")
+    data = data.get("type", "fashion-mnist") if isinstance(data, dict) else data
+    if data == "synthetic":
+        train = synthetic(cfg.get("records_per_epoch", 60000), seed, True)
+        test = synthetic(10000, seed, False)
+    else:
+        d = "/usr/share/datasets/fashion-mnist"
+        train = load_idx(f"{d}/train-images-idx3-ubyte.gz", f"{d}/train-labels-idx1-ubyte.gz")
+        test = load_idx(f"{d}/t10k-images-idx3-ubyte.gz", f"{d}/t10k-labels-idx1-ubyte.gz")
+    records = min(cfg.get("records_per_epoch", len(train[1])), len(train[1]))
+    xs, ys = to_tensors(*train)
+    xt, yt = to_tensors(*test)
+    total = args.max_batches or length_in_batches(cfg["searcher"]["max_length"], global_batch, records)
+    period = cfg.get("min_validation_period")
+    validate_every = length_in_batches(period, global_batch, records) if period else 0
+
+    torch.manual_seed(seed)
+    dropout = hp.get("dropout", 0.4)
+    model = Mlp(hp.get("mlp_hidden", 256), dropout) if hp.get("model", "convnet") == "mlp" else ConvNet(dropout)
+    ddp = nn.parallel.DistributedDataParallel(model)
+    if args.fp16_hook:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=hp.get("learning_rate", 0.01), momentum=hp.get("momentum", 0.9),
+                          weight_decay=hp.get("weight_decay", 0.0))
+    log = open(os.path.join(args.output, "metrics.jsonl"), "w") if rank == 0 else None
+
+    def emit(**kw):
+        if log:
+            log.write(json.dumps(kw) + "\n")
+            log.flush()
+
+    emit(kind="start", batch=0, time=0.0, slots=world, global_batch=global_batch, per_slot_batch=per_slot,
+         model=hp.get("model", "convnet"), data=data, total_batches=total, resumed_from=-1,
+         anchor="pytorch-ddp-gloo" + ("+fp16-hook" if args.fp16_hook else ""))
+
+    def validate(batch, now):
+        ddp.eval()
+        n = len(yt)
+        lo, hi = n * rank // world, n * (rank + 1) // world
+        sums = torch.zeros(3, dtype=torch.float64)
+        with torch.no_grad():
+            for i in range(lo, hi, 500):
+                logits = model(xt[i:min(i + 500, hi)])
+                y = yt[i:min(i + 500, hi)]
+                sums += torch.tensor([F.cross_entropy(logits, y, reduction="sum").item(),
+                                      (logits.argmax(1) == y).sum().item(), len(y)], dtype=torch.float64)
+        dist.all_reduce(sums)
+        ddp.train()
+        emit(kind="validation", batch=batch, time=now, loss=sums[0].item() / sums[2].item(),
+             accuracy=sums[1].item() / sums[2].item(), records=int(sums[2].item()))
+
+    per_epoch = records // global_batch
+    order, order_epoch = None, -1
+    t0 = time.perf_counter()
+    for batch in range(1, total + 1):
+        ts = time.perf_counter()
+        epoch = (batch - 1) // per_epoch
+        if epoch != order_epoch:
+            order, order_epoch = np.random.default_rng([seed, epoch]).permutation(records), epoch
+        start = ((batch - 1) % per_epoch) * global_batch + rank * per_slot
+        idx = torch.from_numpy(order[start:start + per_slot])
+        x, y = xs[idx], ys[idx]
+        data_s = time.perf_counter() - ts
+        opt.zero_grad(set_to_none=False)
+        logits = ddp(x)
+        loss = F.cross_entropy(logits, y)
+        loss.backward()  # DDP all-reduces buckets during backward and waits at its end
+        opt.step()
+        m = torch.tensor([loss.item(), (logits.argmax(1) == y).float().mean().item()])
+        dist.all_reduce(m)  # averaged training metrics, as tandem's average_training_metrics
+        step = time.perf_counter() - ts
+        emit(kind="train", batch=batch, epoch=epoch, time=time.perf_counter() - t0, loss=m[0].item() / world,
+             accuracy=m[1].item() / world, samples_per_s=global_batch / step, step=step, data=data_s,
+             compute=step - data_s, exposed=0.0, communication=0.0, communicated=True)
+        if (validate_every and batch % validate_every == 0) or batch == total:
+            validate(batch, time.perf_counter() - t0)
+    emit(kind="end", batch=total, time=time.perf_counter() - t0)
+    dist.barrier()
+    if log:
+        log.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # an orderly exit of a forked rank can hang in gloo's threads
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("config")
+    p.add_argument("--slots", type=int, default=0, help="ranks (default resources.slots_per_trial)")
+    p.add_argument("--output", default="", help="directory for metrics.jsonl (default runs/<name>-ddp)")
+    p.add_argument("--max-batches", type=int, default=0)
+    p.add_argument("--per-slot-batch", type=int, default=0,
+                   help="samples per rank per batch; the global batch is this times the ranks")
+    p.add_argument("--fp16-hook", action="store_true", help="DDP's fp16_compress_hook on every bucket")
+    p.add_argument("--from-env", action="store_true", help="be one rank: TANDEM_RANK, TANDEM_WORLD_SIZE, TANDEM_STORE_ADDR")
+    args = p.parse_args()
+    cfg = yaml.safe_load(open(args.config))
+    world = args.slots or cfg.get("resources", {}).get("slots_per_trial", 1)
+    args.output = args.output or os.path.join("runs", cfg.get("name", "experiment") + "-ddp")
+    os.makedirs(args.output, exist_ok=True)
+    if args.from_env:
+        host, port = os.environ["TANDEM_STORE_ADDR"].rsplit(":", 1)
+        worker(int(os.environ["TANDEM_RANK"]), int(os.environ["TANDEM_WORLD_SIZE"]), args, host, int(port) + 1)
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.start_processes(worker, args=(world, args, "127.0.0.1", port), nprocs=world, start_method="fork")
+    print(f"ddp anchor: {world} rank(s), metrics in {args.output}/metrics.jsonl", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

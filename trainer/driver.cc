@@ -1,0 +1,326 @@
+// Terms: a trial is one training run at one slot count; an attempt is one
+// start of its slots by the launcher (the first, then each restart).
+#include "driver.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "checkpoint.h"
+#include "config.h"
+#include "metrics.h"
+
+namespace tandem::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Starts argv with `env` added; returns the pid.
+pid_t spawn(const std::vector<std::string>& argv, const std::vector<std::pair<std::string, std::string>>& env) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    std::fprintf(stderr, "tandem train: cannot run %s: %s\n", args[0], std::strerror(errno));
+    ::_exit(127);
+  }
+  return pid;
+}
+
+struct Trial {
+  int slots = 0;
+  std::string system = "tandem";
+  std::string dir, checkpoint_dir;
+  TrialSummary summary;
+  bool ok = false;
+};
+
+class Driver {
+ public:
+  Driver(DriverOptions o, ExperimentConfig cfg) : o_(std::move(o)), cfg_(std::move(cfg)) {
+    tty_ = ::isatty(STDERR_FILENO) && !o_.quiet;
+  }
+
+  Trial run_trial(int slots, const std::string& dir, const std::string& checkpoint_dir) {
+    Trial t;
+    t.slots = slots, t.dir = dir, t.checkpoint_dir = checkpoint_dir;
+    ExperimentConfig cfg = cfg_;
+    set_slots(cfg, slots, o_.worker.per_slot_batch);
+    for (const auto& w : cfg.warnings) std::fprintf(stderr, "tandem train: warning: %s\n", w.c_str());
+    fs::create_directories(dir);
+    if (!o_.worker.resume) {
+      // A fresh trial: no stale checkpoints or metrics.
+      std::error_code ec;
+      fs::remove_all(checkpoint_dir, ec);
+      fs::remove(dir + "/metrics.jsonl", ec);
+    }
+    fs::create_directories(checkpoint_dir);
+    const std::string metrics = dir + "/metrics.jsonl";
+    const int64_t total = o_.worker.max_batches;  // 0: the progress line reads the chief's start line
+    for (int attempt = 0;; ++attempt) {
+      std::vector<std::string> argv = {o_.tandem_bin, "launch", "-n", std::to_string(slots), "--grace", "5", "--",
+                                       o_.self,       "--worker", o_.worker.config_path, "--output", dir,
+                                       "--checkpoint-dir", checkpoint_dir, "--slots", std::to_string(slots),
+                                       "--attempt", std::to_string(attempt), "--stall-factor",
+                                       std::to_string(o_.worker.stall_factor)};
+      if (o_.worker.resume || attempt > 0) argv.push_back("--resume");
+      if (!o_.worker.overlap) argv.push_back("--no-overlap");
+      if (o_.worker.max_batches > 0) argv.insert(argv.end(), {"--max-batches", std::to_string(o_.worker.max_batches)});
+      if (o_.worker.per_slot_batch > 0)
+        argv.insert(argv.end(), {"--per-slot-batch", std::to_string(o_.worker.per_slot_batch)});
+      if (o_.worker.fail_at_batch >= 0)
+        argv.insert(argv.end(), {"--fail-at-batch", std::to_string(o_.worker.fail_at_batch), "--fail-rank",
+                                 std::to_string(o_.worker.fail_rank)});
+      if (!o_.worker.dump_params.empty()) argv.insert(argv.end(), {"--dump-params", o_.worker.dump_params});
+      std::vector<std::pair<std::string, std::string>> env;
+      if (!network_interface().empty()) env.emplace_back("TANDEM_NETWORK_INTERFACE", network_interface());
+      const pid_t pid = spawn(argv, env);
+      int status = 0;
+      for (;;) {
+        pid_t r = ::waitpid(pid, &status, WNOHANG);
+        if (r == pid) break;
+        if (tty_) show_progress(metrics, total);
+        std::this_thread::sleep_for(std::chrono::milliseconds(tty_ ? 500 : 100));
+      }
+      if (tty_) std::fprintf(stderr, "\r\033[K");
+      const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      if (code == 0) {
+        t.ok = true;
+        break;
+      }
+      if (attempt >= cfg.max_restarts) {
+        std::fprintf(stderr, "tandem train: trial failed (exit %d) after %d restart%s (max_restarts %d)\n", code,
+                     attempt, attempt == 1 ? "" : "s", cfg.max_restarts);
+        break;
+      }
+      std::vector<std::string> warnings;
+      auto found = latest_checkpoint(checkpoint_dir, &warnings);
+      for (const auto& w : warnings) std::fprintf(stderr, "tandem train: warning: %s\n", w.c_str());
+      std::fprintf(stderr, "tandem train: a worker failed (exit %d); restart %d of %d from %s\n", code, attempt + 1,
+                   cfg.max_restarts,
+                   found ? ("the checkpoint at batch " + std::to_string(found->batch)).c_str() : "the start");
+    }
+    t.summary = read_metrics(metrics);
+    return t;
+  }
+
+  // The same experiment under PyTorch DDP (gloo), metrics in the same format.
+  Trial run_anchor(int slots, const std::string& dir) {
+    Trial t;
+    t.slots = slots, t.dir = dir, t.system = o_.anchor_fp16 ? "DDP gloo + fp16 hook" : "DDP gloo";
+    fs::create_directories(dir);
+    std::vector<std::string> argv = {"/usr/bin/python3", o_.anchor_script, o_.worker.config_path, "--slots",
+                                     std::to_string(slots), "--output", dir};
+    if (o_.worker.max_batches > 0) argv.insert(argv.end(), {"--max-batches", std::to_string(o_.worker.max_batches)});
+    if (o_.worker.per_slot_batch > 0)
+      argv.insert(argv.end(), {"--per-slot-batch", std::to_string(o_.worker.per_slot_batch)});
+    if (o_.anchor_fp16) argv.push_back("--fp16-hook");
+    const pid_t pid = spawn(argv, {});
+    int status = 0;
+    for (;;) {
+      if (::waitpid(pid, &status, WNOHANG) == pid) break;
+      if (tty_) show_progress(dir + "/metrics.jsonl", o_.worker.max_batches);
+      std::this_thread::sleep_for(std::chrono::milliseconds(tty_ ? 500 : 100));
+    }
+    if (tty_) std::fprintf(stderr, "\r\033[K");
+    t.ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (!t.ok) std::fprintf(stderr, "tandem train: the DDP anchor failed (see its output above)\n");
+    t.summary = read_metrics(dir + "/metrics.jsonl");
+    return t;
+  }
+
+  const std::string& network_interface() const { return network_interface_; }
+  std::string network_interface_;
+
+ private:
+  void show_progress(const std::string& metrics, int64_t total) {
+    if (total <= 0) {
+      std::ifstream in(metrics);
+      std::string first;
+      std::getline(in, first);
+      auto at = first.find("\"total_batches\":");
+      if (at == std::string::npos) return;
+      total = std::atoll(first.c_str() + at + 16);
+    }
+    std::fprintf(stderr, "\r\033[K%s", progress_line(read_metrics(metrics), total).c_str());
+    std::fflush(stderr);
+  }
+
+  DriverOptions o_;
+  ExperimentConfig cfg_;
+  bool tty_ = false;
+};
+
+void report_trial(const Trial& t, double target, bool quiet) {
+  if (quiet) return;
+  std::printf("%s", summary_table(t.summary, target).c_str());
+  std::string error;
+  auto files = plot_metrics(t.summary, t.dir + "/metrics", &error);
+  for (const auto& f : files) std::printf("  plot: %s\n", f.c_str());
+  if (!error.empty()) std::fprintf(stderr, "tandem train: warning: no plots: %s\n", error.c_str());
+  std::printf("  metrics: %s/metrics.jsonl\n", t.dir.c_str());
+  std::fflush(stdout);
+}
+
+// One row per trial; speed-up and efficiency against the first trial whose
+// system names a prefix of its own ("tandem" is the base of "tandem + fp16").
+void report_comparison(const std::vector<Trial>& trials, const std::string& dir, double target) {
+  if (trials.empty()) return;
+  std::ostringstream table;
+  char buf[320];
+  std::snprintf(buf, sizeof buf,
+                "| system | slots | global batch | samples/s | speed-up | efficiency | time to %.0f%% (s) | final val acc |\n",
+                100 * target);
+  table << buf << "|---|---:|---:|---:|---:|---:|---:|---:|\n";
+  std::map<std::string, std::ofstream> dats;
+  std::vector<std::string> systems;
+  for (const auto& t : trials) {
+    const Trial* base = &t;
+    for (const auto& b : trials)
+      if (t.system.starts_with(b.system)) {
+        base = &b;
+        break;
+      }
+    const double base_sps = base->summary.samples_per_s();
+    const double sps = t.summary.samples_per_s();
+    const double speedup = base_sps > 0 ? sps / base_sps : 0;
+    const double eff = speedup * base->slots / t.slots;
+    const double tt = t.summary.time_to_accuracy(target);
+    std::snprintf(buf, sizeof buf, "| %s | %d | %lld | %.1f | %.2f | %.2f | %s | %.4f |\n", t.system.c_str(), t.slots,
+                  static_cast<long long>(t.summary.global_batch), sps, speedup, eff,
+                  tt >= 0 ? std::to_string(static_cast<int>(tt + 0.5)).c_str() : "not reached", t.summary.final_accuracy());
+    table << buf;
+    if (!dats.count(t.system)) {
+      systems.push_back(t.system);
+      dats[t.system].open(dir + "/scaling-" + std::to_string(systems.size()) + ".dat");
+    }
+    dats[t.system] << t.slots << ' ' << sps << ' ' << base_sps * t.slots / base->slots << '\n';
+  }
+  for (auto& [name, f] : dats) f.close();
+  std::printf("\ncomparison\n%s", table.str().c_str());
+  std::ofstream(dir + "/scaling.md") << table.str();
+  std::ostringstream g;
+  g << "set terminal pngcairo size 1100,420 noenhanced\nset output '" << dir << "/scaling.png'\nset grid\n"
+    << "set multiplot layout 1,2\nset xlabel 'slots'\nset ylabel 'samples/s'\nset key top left\nplot ";
+  for (size_t i = 0; i < systems.size(); ++i)
+    g << (i ? ", " : "") << "'" << dir << "/scaling-" << i + 1 << ".dat' using 1:2 with linespoints title '"
+      << systems[i] << "', '' using 1:3 with lines dt 2 title '" << systems[i] << " perfect scaling'";
+  g << "\nset xlabel 'seconds'\nset ylabel 'validation accuracy'\nset key bottom right\nplot ";
+  for (size_t i = 0; i < trials.size(); ++i)
+    g << (i ? ", " : "") << "'" << trials[i].dir << "/metrics-validation.dat' using 2:4 with linespoints title '"
+      << trials[i].system << ", " << trials[i].slots << " slot" << (trials[i].slots == 1 ? "" : "s") << "'";
+  g << "\nunset multiplot\n";
+  std::string err = run_gnuplot(g.str());
+  if (err.empty()) std::printf("  plot: %s/scaling.png\n  table: %s/scaling.md\n", dir.c_str(), dir.c_str());
+  else std::fprintf(stderr, "tandem train: warning: no comparison plot: %s\n", err.c_str());
+}
+
+}  // namespace
+
+std::vector<int> parse_slot_list(const std::string& text) {
+  std::vector<int> out;
+  std::stringstream ss(text);
+  for (std::string item; std::getline(ss, item, ',');) {
+    char* end = nullptr;
+    long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 1 || v > 1024)
+      throw ConfigError("--scaling: '" + item + "' is not a slot count; use a comma-separated list like 1,2,4");
+    out.push_back(static_cast<int>(v));
+  }
+  if (out.empty()) throw ConfigError("--scaling: empty list; use a comma-separated list like 1,2,4");
+  return out;
+}
+
+int run_driver(DriverOptions o) {
+  ExperimentConfig cfg = load_config(o.worker.config_path);
+  if (!o.compare.empty()) {
+    std::vector<Trial> trials;
+    for (const auto& c : o.compare) {
+      const auto eq = c.find('=');
+      if (eq == std::string::npos || eq == 0)
+        throw ConfigError("--compare: '" + c + "' is not LABEL=DIR (e.g. 'tandem=runs/x/slots-1')");
+      Trial t;
+      t.system = c.substr(0, eq), t.dir = c.substr(eq + 1);
+      if (!fs::exists(t.dir + "/metrics.jsonl"))
+        throw ConfigError("--compare: " + t.dir + "/metrics.jsonl does not exist (a finished run's directory)");
+      t.summary = read_metrics(t.dir + "/metrics.jsonl");
+      t.slots = t.summary.slots;
+      t.ok = true;
+      std::string error;
+      plot_metrics(t.summary, t.dir + "/metrics", &error);
+      trials.push_back(std::move(t));
+    }
+    if (o.output_dir.empty()) o.output_dir = "runs/" + cfg.name;
+    fs::create_directories(o.output_dir);
+    report_comparison(trials, o.output_dir, o.target_accuracy);
+    return 0;
+  }
+  // Every slot count is checked before anything starts.
+  std::vector<int> counts = o.scaling.empty() ? std::vector<int>{o.worker.slots > 0 ? o.worker.slots : cfg.slots_per_trial} : o.scaling;
+  for (int s : counts) {
+    ExperimentConfig c = cfg;
+    set_slots(c, s, o.worker.per_slot_batch);
+  }
+  if (o.output_dir.empty()) o.output_dir = "runs/" + cfg.name;
+  fs::create_directories(o.output_dir);
+  o.worker.config_path = fs::absolute(o.worker.config_path).string();
+  o.output_dir = fs::absolute(o.output_dir).string();
+  if (!o.worker.dump_params.empty()) o.worker.dump_params = fs::absolute(o.worker.dump_params).string();
+
+  Driver driver(o, cfg);
+  const char* env_if = std::getenv("TANDEM_NETWORK_INTERFACE");
+  driver.network_interface_ = !o.network_interface.empty() ? o.network_interface
+                              : env_if && *env_if            ? std::string(env_if)
+                                                             : cfg.network_interface;
+  if (!driver.network_interface().empty())
+    std::fprintf(stderr, "tandem train: dtrain_network_interface = %s\n", driver.network_interface().c_str());
+
+  auto checkpoint_dir = [&](const std::string& dir, int slots) {
+    if (cfg.checkpoint_dir.empty()) return dir + "/checkpoints";
+    return cfg.checkpoint_dir + (o.scaling.empty() ? "" : "/slots-" + std::to_string(slots));
+  };
+  if (o.scaling.empty() && !o.anchor) {
+    Trial t = driver.run_trial(counts[0], o.output_dir, checkpoint_dir(o.output_dir, counts[0]));
+    report_trial(t, o.target_accuracy, o.quiet);
+    return t.ok ? 0 : 1;
+  }
+  std::vector<Trial> trials, anchors;
+  for (int s : counts) {
+    const std::string dir = o.output_dir + "/slots-" + std::to_string(s);
+    std::printf("\n== %s: tandem, %d slot%s ==\n", cfg.name.c_str(), s, s == 1 ? "" : "s");
+    std::fflush(stdout);
+    Trial t = driver.run_trial(s, dir, checkpoint_dir(dir, s));
+    report_trial(t, o.target_accuracy, o.quiet);
+    if (!t.ok) return 1;
+    trials.push_back(std::move(t));
+    if (o.anchor) {
+      std::printf("\n== %s: PyTorch DDP (gloo), %d rank%s ==\n", cfg.name.c_str(), s, s == 1 ? "" : "s");
+      std::fflush(stdout);
+      Trial a = driver.run_anchor(s, o.output_dir + "/ddp-slots-" + std::to_string(s));
+      report_trial(a, o.target_accuracy, o.quiet);
+      if (!a.ok) return 1;
+      anchors.push_back(std::move(a));
+    }
+  }
+  trials.insert(trials.end(), std::make_move_iterator(anchors.begin()), std::make_move_iterator(anchors.end()));
+  report_comparison(trials, o.output_dir, o.target_accuracy);
+  return 0;
+}
+
+}  // namespace tandem::trainer

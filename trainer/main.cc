@@ -1,0 +1,74 @@
+// tandem-train: `tandem train` execs it.
+//   tandem-train exp.yaml [--slots N | --scaling 1,2,4] [--resume] [--output DIR] [--no-overlap] ...
+// and, under `tandem launch`, each slot runs `tandem-train --worker exp.yaml ...`.
+// Exit codes: 0 success, 2 bad configuration or flags, 1 the trial failed.
+#include <CLI/CLI.hpp>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdio>
+#include <filesystem>
+
+#include "config.h"
+#include "driver.h"
+#include "worker.h"
+
+int main(int argc, char** argv) {
+  namespace tr = tandem::trainer;
+  CLI::App app{"tandem train: a Determined-style experiment trained through tandem"};
+  tr::DriverOptions o;
+  tr::WorkerOptions& w = o.worker;
+  bool worker = false, no_overlap = false;
+  std::string scaling;
+  app.add_option("config", w.config_path, "Experiment configuration (YAML)")->required();
+  app.add_option("--slots", w.slots, "Slots for this run (overrides resources.slots_per_trial)");
+  app.add_option("--scaling", scaling, "Run once per slot count, e.g. 1,2,4, and compare");
+  app.add_flag("--resume", w.resume, "Continue from the newest intact checkpoint");
+  app.add_option("--output", o.output_dir, "Directory for metrics, plots and checkpoints (default runs/<name>)");
+  app.add_flag("--no-overlap", no_overlap, "Reduce all gradients in one all-reduce after backward (no wait-free backprop)");
+  app.add_option("--dtrain-network-interface", o.network_interface,
+                 "Interface(s) for the slots (as dtrain_network_interface; else TANDEM_NETWORK_INTERFACE, else the config)");
+  app.add_option("--max-batches", w.max_batches, "Stop after this many batches (overrides searcher.max_length)");
+  app.add_option("--per-slot-batch", w.per_slot_batch,
+                 "Samples per slot per batch at every slot count: the global batch grows with the slots "
+                 "(overrides hyperparameters.global_batch_size)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  app.add_option("--compare", o.compare, "Only tabulate finished runs: LABEL=DIR (repeatable; DIR holds metrics.jsonl)");
+  app.add_option("--target-accuracy", o.target_accuracy, "Validation accuracy the time-to-accuracy figures use")
+      ->capture_default_str();
+  app.add_option("--stall-factor", w.stall_factor, "Report a batch slower than this many times the running median")
+      ->capture_default_str();
+  app.add_option("--dump-params", w.dump_params, "Write the final parameters (float32, model order) to this file");
+  app.add_flag("--quiet", o.quiet, "No progress line and no summary");
+  app.add_flag("--anchor", o.anchor, "Also train each slot count with PyTorch DDP (gloo) and compare in one table");
+  app.add_flag("--anchor-fp16", o.anchor_fp16, "The anchor with DDP's fp16 compression hook (implies --anchor)");
+  // Internal: what the driver passes to each slot.
+  app.add_flag("--worker", worker, "")->group("");
+  app.add_option("--checkpoint-dir", w.checkpoint_dir, "")->group("");
+  app.add_option("--attempt", w.attempt, "")->group("");
+  app.add_option("--fail-at-batch", w.fail_at_batch, "")->group("");
+  app.add_option("--fail-rank", w.fail_rank, "")->group("");
+  CLI11_PARSE(app, argc, argv);
+  w.overlap = !no_overlap;
+
+  try {
+    if (worker) {
+      if (w.output_dir.empty()) w.output_dir = o.output_dir;
+      return tr::run_worker(w);
+    }
+    if (!scaling.empty()) o.scaling = tr::parse_slot_list(scaling);
+    o.anchor = o.anchor || o.anchor_fp16;
+    o.anchor_script = TANDEM_ANCHOR_SCRIPT;
+    char self[PATH_MAX];
+    ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+    o.self = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string(argv[0]);
+    o.tandem_bin = (std::filesystem::path(o.self).parent_path() / "tandem").string();
+    return tr::run_driver(o);
+  } catch (const tr::ConfigError& e) {
+    std::fprintf(stderr, "tandem train: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tandem train: error: %s\n", e.what());
+    return 1;
+  }
+}

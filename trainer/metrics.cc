@@ -1,0 +1,252 @@
+#include "metrics.h"
+
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+namespace tandem::trainer {
+
+using nlohmann::json;
+
+MetricsWriter::MetricsWriter(const std::string& path, int64_t keep_upto_batch) {
+  std::vector<std::string> kept;
+  if (keep_upto_batch >= 0) {
+    std::ifstream in(path);
+    for (std::string l; std::getline(in, l);) {
+      auto j = json::parse(l, nullptr, false);
+      if (j.is_discarded()) continue;  // a line cut by the crash
+      if (j.value("batch", int64_t{0}) <= keep_upto_batch) kept.push_back(l);
+    }
+  }
+  f_ = std::fopen(path.c_str(), "w");
+  if (!f_) throw std::runtime_error("cannot write metrics file '" + path + "'");
+  for (const auto& l : kept) std::fprintf(f_, "%s\n", l.c_str());
+  std::fflush(f_);
+}
+
+MetricsWriter::~MetricsWriter() {
+  if (f_) std::fclose(f_);
+}
+
+void MetricsWriter::line(const std::string& s) {
+  if (!f_) return;
+  std::fprintf(f_, "%s\n", s.c_str());
+  std::fflush(f_);
+}
+
+namespace {
+json to_json(const TrainRecord& r) {
+  return json{{"kind", "train"},   {"batch", r.batch},
+              {"epoch", r.epoch},  {"time", r.time},
+              {"loss", r.loss},    {"accuracy", r.accuracy},
+              {"samples_per_s", r.samples_per_s}, {"step", r.step},
+              {"data", r.data},    {"compute", r.compute},
+              {"exposed", r.exposed}, {"communication", r.communication},
+              {"communicated", r.communicated}};
+}
+}  // namespace
+
+void MetricsWriter::train(const TrainRecord& r) { line(to_json(r).dump()); }
+
+void MetricsWriter::validation(const ValidationRecord& r) {
+  line(json{{"kind", "validation"}, {"batch", r.batch}, {"time", r.time}, {"loss", r.loss}, {"accuracy", r.accuracy},
+            {"records", r.records}}
+           .dump());
+}
+
+void MetricsWriter::stall(const TrainRecord& r, double median, int last_rank, double last_rank_compute) {
+  json j = to_json(r);
+  j["kind"] = "stall";
+  j["median_step"] = median;
+  j["last_rank"] = last_rank;
+  j["last_rank_compute"] = last_rank_compute;
+  line(j.dump());
+}
+
+bool StallDetector::add(double seconds) {
+  bool stalled = recent_.size() >= 10 && seconds > factor_ * median_;
+  recent_.push_back(seconds);
+  if (recent_.size() > window_) recent_.pop_front();
+  std::vector<double> v(recent_.begin(), recent_.end());
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  median_ = v[v.size() / 2];
+  return stalled;
+}
+
+double TrialSummary::samples_per_s() const {
+  if (train.empty()) return 0;
+  std::vector<double> v;
+  for (size_t i = train.size() / 10; i < train.size(); ++i) v.push_back(train[i].samples_per_s);
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
+double TrialSummary::mean(double TrainRecord::*field) const {
+  if (train.empty()) return 0;
+  double s = 0;
+  for (const auto& r : train) s += r.*field;
+  return s / static_cast<double>(train.size());
+}
+
+double TrialSummary::hidden_fraction() const {
+  double comm = 0, exposed = 0;
+  for (const auto& r : train)
+    if (r.communicated) comm += r.communication, exposed += r.exposed;
+  return comm > 0 ? std::clamp(1 - exposed / comm, 0.0, 1.0) : 0;
+}
+
+double TrialSummary::time_to_accuracy(double target) const {
+  for (const auto& v : validation)
+    if (v.accuracy >= target) return v.time;
+  return -1;
+}
+
+double TrialSummary::final_accuracy() const { return validation.empty() ? 0 : validation.back().accuracy; }
+
+TrialSummary read_metrics(const std::string& path) {
+  TrialSummary s;
+  std::ifstream in(path);
+  for (std::string l; std::getline(in, l);) {
+    auto j = json::parse(l, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) continue;
+    const std::string kind = j.value("kind", "");
+    if (kind == "train") {
+      TrainRecord r;
+      r.batch = j.value("batch", int64_t{0});
+      r.epoch = j.value("epoch", int64_t{0});
+      r.time = j.value("time", 0.0);
+      r.loss = j.value("loss", 0.0);
+      r.accuracy = j.value("accuracy", 0.0);
+      r.samples_per_s = j.value("samples_per_s", 0.0);
+      r.step = j.value("step", 0.0);
+      r.data = j.value("data", 0.0);
+      r.compute = j.value("compute", 0.0);
+      r.exposed = j.value("exposed", 0.0);
+      r.communication = j.value("communication", 0.0);
+      r.communicated = j.value("communicated", true);
+      s.train.push_back(r);
+    } else if (kind == "validation") {
+      s.validation.push_back({j.value("batch", int64_t{0}), j.value("time", 0.0), j.value("loss", 0.0),
+                              j.value("accuracy", 0.0), j.value("records", int64_t{0})});
+    } else if (kind == "stall") {
+      ++s.stalls;
+    } else if (kind == "start") {
+      s.slots = j.value("slots", 0);
+      s.global_batch = j.value("global_batch", int64_t{0});
+      if (j.value("resumed_from", int64_t{-1}) >= 0) ++s.restarts;
+      s.compression = j.value("gradient_compression", std::string("none"));
+    } else if (kind == "end") {
+      s.wall_time = j.value("time", 0.0);
+      s.gradient_bytes = j.value("gradient_bytes", uint64_t{0});
+      s.wire_bytes = j.value("wire_bytes", uint64_t{0});
+      s.compression_fallbacks = j.value("compression_fallbacks", uint64_t{0});
+    }
+  }
+  return s;
+}
+
+std::string progress_line(const TrialSummary& s, int64_t total) {
+  if (s.train.empty()) return "starting...";
+  const auto& r = s.train.back();
+  char buf[256];
+  int n = std::snprintf(buf, sizeof buf, "batch %lld/%lld  epoch %lld  loss %.4f  acc %.3f  %.0f samples/s  %.1fs",
+                        static_cast<long long>(r.batch), static_cast<long long>(total),
+                        static_cast<long long>(r.epoch), r.loss, r.accuracy, r.samples_per_s, r.time);
+  std::string out(buf, static_cast<size_t>(n));
+  if (!s.validation.empty()) {
+    std::snprintf(buf, sizeof buf, "  val acc %.4f", s.validation.back().accuracy);
+    out += buf;
+  }
+  return out;
+}
+
+std::string summary_table(const TrialSummary& s, double target) {
+  std::ostringstream o;
+  char buf[256];
+  auto row = [&](const char* name, const std::string& value) {
+    std::snprintf(buf, sizeof buf, "  %-34s %s\n", name, value.c_str());
+    o << buf;
+  };
+  auto num = [&](const char* fmt, double v) {
+    std::snprintf(buf, sizeof buf, fmt, v);
+    return std::string(buf);
+  };
+  const double step = s.mean(&TrainRecord::step);
+  auto share = [&](double v) { return step > 0 ? num("%.1f%%", 100 * v / step) : std::string("-"); };
+  o << "summary\n";
+  row("slots", std::to_string(s.slots));
+  row("global batch", std::to_string(s.global_batch));
+  row("batches trained", std::to_string(s.train.empty() ? 0 : s.train.back().batch));
+  row("wall time", num("%.1f s", s.wall_time > 0 ? s.wall_time : (s.train.empty() ? 0 : s.train.back().time)));
+  row("throughput (median)", num("%.1f samples/s", s.samples_per_s()));
+  row("step time (mean)", num("%.1f ms", 1e3 * step));
+  const double data = s.mean(&TrainRecord::data), compute = s.mean(&TrainRecord::compute),
+               exposed = s.mean(&TrainRecord::exposed);
+  row("  data loading", num("%.1f ms", 1e3 * data) + " (" + share(data) + ")");
+  row("  compute", num("%.1f ms", 1e3 * compute) + " (" + share(compute) + ")");
+  row("  exposed communication", num("%.1f ms", 1e3 * exposed) + " (" + share(exposed) + ")");
+  row("communication hidden", num("%.1f%%", 100 * s.hidden_fraction()));
+  if (s.gradient_bytes > 0)
+    row("gradients on the wire", s.compression + ", " + num("%.0f%%", 100.0 * s.wire_bytes / s.gradient_bytes) +
+                                     " of their f32 bytes, " + std::to_string(s.compression_fallbacks) +
+                                     " f32 fallback" + (s.compression_fallbacks == 1 ? "" : "s"));
+  if (!s.train.empty()) row("final training loss", num("%.4f", s.train.back().loss));
+  if (!s.validation.empty()) {
+    row("final validation loss", num("%.4f", s.validation.back().loss));
+    row("final validation accuracy", num("%.4f", s.final_accuracy()));
+  }
+  const double t = s.time_to_accuracy(target);
+  std::snprintf(buf, sizeof buf, "time to %.1f%% validation accuracy", 100 * target);
+  const std::string label = buf;
+  row(label.c_str(), t >= 0 ? num("%.1f s", t) : std::string("not reached"));
+  row("stalls", std::to_string(s.stalls));
+  row("restarts", std::to_string(s.restarts));
+  return o.str();
+}
+
+std::string run_gnuplot(const std::string& script) {
+  FILE* p = ::popen("gnuplot 2>&1", "w");
+  if (!p) return "cannot run gnuplot";
+  std::fputs(script.c_str(), p);
+  int rc = ::pclose(p);
+  return rc == 0 ? "" : "gnuplot failed (is gnuplot-nox installed?)";
+}
+
+std::vector<std::string> plot_metrics(const TrialSummary& s, const std::string& prefix, std::string* error) {
+  if (s.train.empty()) return {};
+  const std::string dat = prefix + ".dat", vdat = prefix + "-validation.dat";
+  {
+    std::ofstream d(dat);
+    for (const auto& r : s.train) d << r.batch << ' ' << r.time << ' ' << r.loss << ' ' << r.accuracy << '\n';
+    std::ofstream v(vdat);
+    for (const auto& r : s.validation) v << r.batch << ' ' << r.time << ' ' << r.loss << ' ' << r.accuracy << '\n';
+    if (s.validation.empty()) v << "0 0 NaN NaN\n";
+  }
+  std::vector<std::string> files;
+  std::ostringstream g;
+  g << "set terminal pngcairo size 1100,420 noenhanced\nset grid\nset key bottom right\n";
+  for (auto [x, col, label] : {std::tuple{"time", 2, "seconds"}, std::tuple{"batches", 1, "batches"}}) {
+    const std::string png = prefix + "-" + x + ".png";
+    files.push_back(png);
+    g << "set output '" << png << "'\nset multiplot layout 1,2 title 'loss and accuracy against " << x << "'\n"
+      << "set xlabel '" << label << "'\nset ylabel 'loss'\nset logscale y\n"
+      << "plot '" << dat << "' using " << col << ":3 with lines title 'training' lc rgb '#88aadd', '" << vdat
+      << "' using " << col << ":3 with linespoints title 'validation' lc rgb '#cc3311'\n"
+      << "unset logscale y\nset ylabel 'accuracy'\nset yrange [0:1]\n"
+      << "plot '" << dat << "' using " << col << ":4 with lines title 'training' lc rgb '#88aadd', '" << vdat
+      << "' using " << col << ":4 with linespoints title 'validation' lc rgb '#cc3311'\n"
+      << "set autoscale y\nunset multiplot\n";
+  }
+  std::string err = run_gnuplot(g.str());
+  if (!err.empty()) {
+    if (error) *error = err;
+    return {};
+  }
+  return files;
+}
+
+}  // namespace tandem::trainer

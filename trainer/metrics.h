@@ -1,0 +1,101 @@
+// Trial metrics: the JSON-lines file the chief writes, the stall detector,
+// and what is made of the file afterwards (progress line, summary, plots).
+//
+// Terms:
+//  - batch: one backward pass of the global batch (searcher.max_length counts
+//    these); with aggregation_frequency k an optimizer step is k batches.
+//  - step time: wall time of one batch on the chief, split into data
+//    (loading the shard), compute (forward + backward, less data),
+//    exposed (blocked waiting for communication) and the rest.
+//  - hidden: 1 - exposed / communication time, over communicating batches.
+//  - stall: a batch slower than k times the median of the recent ones.
+//
+// Line kinds ("kind"): train, validation, stall, checkpoint, restart, end.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <deque>
+#include <string>
+#include <vector>
+
+namespace tandem::trainer {
+
+struct TrainRecord {
+  int64_t batch = 0;  // 1-based count of batches trained
+  int64_t epoch = 0;
+  double time = 0;  // seconds since the trial started (across restarts)
+  double loss = 0, accuracy = 0;
+  double samples_per_s = 0;
+  double step = 0, data = 0, compute = 0, exposed = 0, communication = 0;
+  bool communicated = true;
+};
+
+struct ValidationRecord {
+  int64_t batch = 0;
+  double time = 0;
+  double loss = 0, accuracy = 0;
+  int64_t records = 0;
+};
+
+class MetricsWriter {
+ public:
+  MetricsWriter() = default;
+  // Appends; keeps the lines of batches <= keep_upto_batch (a resumed run), or truncates when < 0.
+  MetricsWriter(const std::string& path, int64_t keep_upto_batch);
+  ~MetricsWriter();
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
+  void train(const TrainRecord& r);
+  void validation(const ValidationRecord& r);
+  void stall(const TrainRecord& r, double median, int last_rank, double last_rank_compute);
+  void line(const std::string& json);  // any other kind, already JSON
+
+ private:
+  FILE* f_ = nullptr;
+};
+
+class StallDetector {
+ public:
+  StallDetector(double factor, size_t window) : factor_(factor), window_(window) {}
+  // Records a step time; true when it exceeds factor x the median of the window (once it has 10 samples).
+  bool add(double seconds);
+  double median() const { return median_; }
+
+ private:
+  double factor_;
+  size_t window_;
+  std::deque<double> recent_;
+  double median_ = 0;
+};
+
+// What a metrics file says.
+struct TrialSummary {
+  std::vector<TrainRecord> train;
+  std::vector<ValidationRecord> validation;
+  int stalls = 0;
+  int restarts = 0;
+  int slots = 0;
+  int64_t global_batch = 0;
+  double wall_time = 0;  // of the "end" line
+  std::string compression = "none";  // gradients on the wire (start line)
+  uint64_t gradient_bytes = 0, wire_bytes = 0, compression_fallbacks = 0;  // end line: the last attempt's
+  // Derived
+  double samples_per_s() const;  // median over batches after the first 10%
+  double mean(double TrainRecord::*field) const;
+  double hidden_fraction() const;
+  double time_to_accuracy(double target) const;  // first validation reaching it; < 0 = never
+  double final_accuracy() const;
+};
+
+TrialSummary read_metrics(const std::string& path);
+std::string progress_line(const TrialSummary& s, int64_t total_batches);
+std::string summary_table(const TrialSummary& s, double target_accuracy);
+// loss/accuracy against time and against batches, as PNGs `prefix`-time.png and `prefix`-batches.png.
+// Returns the files written, or an error message in *error (gnuplot missing...).
+std::vector<std::string> plot_metrics(const TrialSummary& s, const std::string& prefix, std::string* error);
+
+// Runs gnuplot on a script; returns "" or what went wrong.
+std::string run_gnuplot(const std::string& script);
+
+}  // namespace tandem::trainer
