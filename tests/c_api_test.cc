@@ -21,7 +21,14 @@ int count(const std::string& text, const std::string& what) {
   return n;
 }
 
-class CApi : public ::testing::TestWithParam<std::pair<int, std::string>> {};
+// The worlds both the C and the Python checks run in: ranks, and extra environment.
+using World = std::pair<int, std::string>;
+const auto kWorlds = ::testing::Values(World{1, ""}, World{2, ""}, World{3, ""}, World{2, "TANDEM_SHM=0"});
+std::string world_name(const ::testing::TestParamInfo<World>& info) {
+  return std::to_string(info.param.first) + "_ranks" + (info.param.second.empty() ? "" : "_ucx_only");
+}
+
+class CApi : public ::testing::TestWithParam<World> {};
 
 TEST_P(CApi, EveryEntryPointAndItsErrors) {
   const auto [ranks, extra_env] = GetParam();
@@ -34,15 +41,9 @@ TEST_P(CApi, EveryEntryPointAndItsErrors) {
   EXPECT_EQ(count(out.text, "failed"), 0) << out.text;
 }
 
-INSTANTIATE_TEST_SUITE_P(Worlds, CApi,
-                         ::testing::Values(std::pair{1, std::string()}, std::pair{2, std::string()},
-                                           std::pair{3, std::string()}, std::pair{2, std::string("TANDEM_SHM=0")}),
-                         [](const auto& info) {
-                           return std::to_string(info.param.first) + "_ranks" +
-                                  (info.param.second.empty() ? "" : "_ucx_only");
-                         });
+INSTANTIATE_TEST_SUITE_P(Worlds, CApi, kWorlds, world_name);
 
-class Python : public ::testing::TestWithParam<std::pair<int, std::string>> {};
+class Python : public ::testing::TestWithParam<World> {};
 
 TEST_P(Python, CollectivesGradientSyncAndErrorsFromNumpyAndTorch) {
   if (env("TANDEM_PYTHONPATH").empty()) GTEST_SKIP() << "the Python package was not built (needs pybind11-dev, python3-dev)";
@@ -57,13 +58,7 @@ TEST_P(Python, CollectivesGradientSyncAndErrorsFromNumpyAndTorch) {
   EXPECT_EQ(count(out.text, "checks passed"), ranks) << out.text;
 }
 
-INSTANTIATE_TEST_SUITE_P(Worlds, Python,
-                         ::testing::Values(std::pair{1, std::string()}, std::pair{2, std::string()},
-                                           std::pair{3, std::string()}, std::pair{2, std::string("TANDEM_SHM=0")}),
-                         [](const auto& info) {
-                           return std::to_string(info.param.first) + "_ranks" +
-                                  (info.param.second.empty() ? "" : "_ucx_only");
-                         });
+INSTANTIATE_TEST_SUITE_P(Worlds, Python, kWorlds, world_name);
 
 // DDP with its buckets through tandem (the comm hook) against DDP over gloo: same
 // seed, data and model (the Fashion-MNIST convnet), 10 steps, parameters compared.

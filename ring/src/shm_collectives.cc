@@ -176,23 +176,11 @@ class Segments {
   // gather(i, p, slot) copies rank p's reduced slice out of p's slot.
   template <class Stage, class Reduce, class Gather>
   void staged_split(size_t chunks, Stage stage, Reduce reduce, Gather gather) {
-    const uint64_t first = self_->next;
-    self_->next = first + chunks;
-    for (size_t i = 0; i < chunks; ++i) {
-      if (i == 0) stage_chunk(first, 0, stage);
-      if (i + 1 < chunks) stage_chunk(first + i + 1, i + 1, stage);
+    const uint64_t first = self_->next;  // staged() numbers this call's chunks from here
+    staged(chunks, -1, stage, [&](size_t i, auto slot_of) {
       const uint64_t g = first + i;
-      for (int p = 0; p < n_; ++p) {
-        if (p == r_) continue;
-        SlotHeader* h = header(p, g);
-        const Control* c = control(p);
-        await(p, h->stamp, g + 1, [&]() -> const Call* {
-          return load_acquire(c->arrived) > self_->direct_calls ? &c->call : nullptr;
-        });
-        check_same_call(p, h->call);
-      }
       SlotHeader* own = header(r_, g);
-      reduce(i, [&](int p) -> const std::byte* { return data(header(p, g)); }, data(own));
+      reduce(i, slot_of, data(own));
       store_release(own->reduced, g + 1);
       for (int p = 0; p < n_; ++p) {
         if (p == r_) continue;
@@ -200,8 +188,7 @@ class Segments {
         await(p, h->reduced, g + 1);
         gather(i, p, data(h));
       }
-      store_release(self_->consumed, g + 1);
-    }
+    });
   }
 
   // Publishes this call and its buffers and waits for every rank's; then
