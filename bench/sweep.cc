@@ -119,16 +119,6 @@ float gradient_value(int rank, size_t i) {
   return float(int(h % 20001) - 10000) / 10000.0f * magnitude[(h >> 16) % 4];
 }
 
-// One timed measurement: `iters` back-to-back operations between barriers.
-double time_per_op_us(Communicator& comm, const std::function<void()>& op, int iters) {
-  comm.barrier();
-  auto t0 = Clock::now();
-  for (int i = 0; i < iters; ++i) op();
-  double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / iters;
-  comm.allreduce(&us, 1, DataType::f64, ReduceOp::max);  // the slowest rank decides
-  return us;
-}
-
 // One size and placement of one collective: where its buffers are, how to
 // fill them, the call itself and its data check.
 class Case {
@@ -463,6 +453,15 @@ void run_barrier(Communicator& comm, const SweepOptions& o, std::vector<Result>&
 }
 
 }  // namespace
+
+double time_per_op_us(Communicator& comm, const std::function<void()>& op, int iters) {
+  comm.barrier();
+  auto t0 = Clock::now();
+  for (int i = 0; i < iters; ++i) op();
+  double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / iters;
+  comm.allreduce(&us, 1, DataType::f64, ReduceOp::max);  // the slowest rank decides
+  return us;
+}
 
 int run_sweep(const SweepOptions& o) {
   const Kind kind = kind_of(o.collective);

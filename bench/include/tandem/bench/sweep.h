@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "tandem/compression/compression.h"
@@ -32,6 +33,10 @@ struct SweepOptions {
   Format format = Format::table;
   std::string plot;  // PNG path for busbw vs size (gnuplot), empty = none
 };
+
+// One timed measurement: `iters` back-to-back operations after a barrier; the
+// slowest rank's microseconds per operation (every rank returns the same).
+double time_per_op_us(Communicator& comm, const std::function<void()>& op, int iters);
 
 // Runs the sweep as one rank of a job (environment from bootstrap.h); rank 0
 // prints. Returns a process exit code: 0, or 1 if any result was wrong.

@@ -1,0 +1,124 @@
+#pragma once
+// The scale model: an alpha-beta-gamma cost model of all-reduce.
+//
+// Terms. A *link* is one kind of path between two ranks (shared memory on a
+// host, TCP between hosts, ...). alpha is its per-message latency in seconds,
+// beta its seconds per byte for one rank sending while receiving (full
+// duplex). gamma is seconds per byte to reduce one f32 stream into another on
+// one core. N is the message in bytes; H hosts, L ranks per host, p = H * L.
+// A link is *cpu-bound* when its beta is the cores' cost of moving bytes
+// (copies, the TCP stack) rather than a wire's rate: ranks then slow each
+// other down once a host runs more of them than it has cores.
+//
+// Algorithms (every rank ends with the sum):
+//  ring               2(p-1) steps of N/p; every step limited by the slowest
+//                     edge, which is inter-host once H > 1 (host-major order).
+//  recursive doubling ceil(log2 p) exchanges of N (+2 for a non-power of two).
+//  hierarchical       intra-host reduce-scatter, H-rank rings of N/L (one per
+//                     local rank, all L sharing the host's NIC), intra-host
+//                     allgather.
+//  shared memory      tandem's one-host path: traffic * N bytes moved per
+//                     rank through memory at the calibrated beta of that size,
+//                     plus a synchronisation per call.
+//  parameter server   p workers push N and pull N; S = H servers on hosts of
+//                     their own sum p*N/S each.
+#include <map>
+#include <string>
+#include <vector>
+
+namespace tandem::bench {
+
+struct Link {
+  double alpha = 0;      // s per message
+  double beta = 0;       // s per byte
+  bool cpu_bound = false;
+};
+
+// The one-host path at each calibrated size (interpolated in log size, held
+// flat beyond the ends). beta is per size because a working set that fits the
+// caches moves several times faster than one that streams through DRAM.
+struct SharedMemoryCost {
+  double alpha = 0;                  // s per call (synchronisation)
+  std::map<double, double> beta;     // bytes -> s per byte of one rank's memory traffic
+  std::map<double, double> traffic;  // bytes -> memory traffic per byte reduced, one rank
+  double beta_at(double bytes) const;
+  double traffic_at(double bytes) const;
+};
+
+struct Calibration {
+  int cores = 2;                         // cores per host
+  double gamma = 0;                      // s per byte reduced (f32 sum, one core)
+  SharedMemoryCost shm;                  // one host
+  std::map<std::string, Link> links;     // inter-host links by name
+  std::string describe() const;
+};
+
+enum class Algorithm { ring, recursive_doubling, hierarchical, shared_memory, parameter_server };
+const char* to_string(Algorithm a);
+
+struct Topology {
+  int hosts = 1;
+  int ranks_per_host = 1;
+  int ranks() const { return hosts * ranks_per_host; }
+  // Ranks that share one host's cores (namespaces on one machine share them all).
+  int ranks_on_cores = 0;  // 0 = ranks_per_host
+};
+
+// Predicted seconds for one all-reduce of `bytes`; inter is the inter-host link
+// (ignored when hosts == 1). Throws InvalidArgument for an algorithm that does
+// not apply (e.g. hierarchical on one host).
+double predict(const Calibration& c, const Link& inter, const Topology& t, Algorithm a, double bytes);
+bool applies(Algorithm a, const Topology& t);
+// The algorithm tandem's automatic choice would run (what `validate` compares against).
+Algorithm tandem_choice(const Topology& t, double bytes, double small_message_bytes);
+// Fastest applicable algorithm (parameter server excluded: it needs extra hosts).
+Algorithm fastest(const Calibration& c, const Link& inter, const Topology& t, double bytes);
+// nccl-tests bus bandwidth of an all-reduce: bytes / time * 2(p-1)/p, GB/s.
+double busbw_gbps(const Topology& t, double bytes, double seconds);
+
+// Least-squares fit of time = a + b * bytes (a, b >= 0).
+struct LineFit { double a = 0, b = 0; };
+LineFit fit_line(const std::vector<double>& bytes, const std::vector<double>& seconds);
+
+Calibration load_calibration(const std::string& path);  // throws with the path and the problem
+void save_calibration(const Calibration& c, const std::string& path);
+const Link& link_named(const Calibration& c, const std::string& name);  // throws naming the known links
+
+// `tandem model ...` entry points (cli/ parses flags).
+struct CalibrateOptions {
+  std::string output = "tandem-model.json";
+  std::string link;        // empty = shared memory (one host); else the inter-host link's name
+  bool cpu_bound = false;  // the link's cost is the cores' (veth without a rate limit), not a wire's
+  std::vector<double> sizes;
+  int iters = 10;
+};
+int run_calibrate(const CalibrateOptions& o);  // one rank of a 2-rank job; rank 0 writes
+
+struct PredictOptions {
+  std::string calibration;
+  std::string link;  // inter-host link name, or "GBPS:ALPHA_US" for a hypothetical one
+  std::vector<Topology> topologies;
+  std::vector<double> sizes;
+  std::string format = "table";
+  std::string plot;
+};
+int run_predict(const PredictOptions& o);
+
+struct ValidateCase {
+  Topology topology;
+  std::string link;   // empty for one host
+  std::string file;   // `tandem bench allreduce --format json` lines
+};
+struct ValidateOptions {
+  std::string calibration;
+  std::vector<ValidateCase> cases;
+  double tolerance = 0.25;
+  double small_message_bytes = 64 << 10;
+  bool one_machine = true;  // every case's ranks share this machine's cores (namespaces)
+  std::string format = "table";
+};
+int run_validate(const ValidateOptions& o);
+ValidateCase parse_case(const std::string& text);  // "HxL[:LINK]=FILE"
+Link parse_hypothetical_link(const std::string& text);  // "GBPS:ALPHA_US"
+
+}  // namespace tandem::bench

@@ -1,0 +1,264 @@
+// The scale model's arithmetic and its calibration file; terms in model.h.
+#include "tandem/bench/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "tandem/errors.h"
+
+namespace tandem::bench {
+namespace {
+
+double log2_ceil(int p) { return std::ceil(std::log2(double(std::max(p, 1)))); }
+bool power_of_two(int p) { return p > 0 && (p & (p - 1)) == 0; }
+
+// Ranks sharing a host's cores slow a cpu-bound cost by their excess over the cores.
+double contention(const Calibration& c, const Topology& t) {
+  const int on_cores = t.ranks_on_cores > 0 ? t.ranks_on_cores : t.ranks_per_host;
+  return std::max(1.0, double(on_cores) / std::max(c.cores, 1));
+}
+
+double link_beta(const Calibration& c, const Link& l, const Topology& t) {
+  return l.cpu_bound ? l.beta * contention(c, t) : l.beta;
+}
+
+// Shared-memory all-reduce of `bytes` among L ranks on one host.
+double shared_memory_time(const Calibration& c, const Topology& t, double bytes) {
+  if (t.ranks_per_host < 2) return 0;
+  const double per_rank = c.shm.traffic_at(bytes) * bytes;
+  return (c.shm.alpha + per_rank * c.shm.beta_at(bytes)) * contention(c, t);
+}
+
+// A ring of n ranks over one link, each step moving `bytes`/n; shared = how
+// many such rings share the link's bandwidth.
+double ring_time(const Calibration& c, double alpha, double beta, int n, double bytes, double gamma_scale) {
+  if (n < 2) return 0;
+  const double steps = 2.0 * (n - 1);
+  return steps * alpha + steps * (bytes / n) * beta + (n - 1) * (bytes / n) * c.gamma * gamma_scale;
+}
+
+}  // namespace
+
+// Piecewise linear in log(bytes), flat beyond the ends.
+double interpolate(const std::map<double, double>& table, double bytes, double fallback) {
+  if (table.empty()) return fallback;
+  if (bytes <= table.begin()->first) return table.begin()->second;
+  if (bytes >= table.rbegin()->first) return table.rbegin()->second;
+  auto hi = table.lower_bound(bytes);
+  auto lo = std::prev(hi);
+  const double w = (std::log(bytes) - std::log(lo->first)) / (std::log(hi->first) - std::log(lo->first));
+  return lo->second + w * (hi->second - lo->second);
+}
+
+double SharedMemoryCost::beta_at(double bytes) const { return interpolate(beta, bytes, 0.0); }
+// 5: the staged path's figure (ring/src/shm_collectives.cc).
+double SharedMemoryCost::traffic_at(double bytes) const { return interpolate(traffic, bytes, 5.0); }
+
+const char* to_string(Algorithm a) {
+  switch (a) {
+    case Algorithm::ring: return "ring";
+    case Algorithm::recursive_doubling: return "recursive_doubling";
+    case Algorithm::hierarchical: return "hierarchical";
+    case Algorithm::shared_memory: return "shared_memory";
+    case Algorithm::parameter_server: return "parameter_server";
+  }
+  return "?";
+}
+
+bool applies(Algorithm a, const Topology& t) {
+  switch (a) {
+    case Algorithm::shared_memory: return t.hosts == 1;
+    case Algorithm::hierarchical: return t.hosts > 1 && t.ranks_per_host > 1;
+    case Algorithm::parameter_server: return t.hosts > 1;
+    default: return t.ranks() > 1 && t.hosts > 1;
+  }
+}
+
+double predict(const Calibration& c, const Link& inter, const Topology& t, Algorithm a, double bytes) {
+  if (t.hosts < 1 || t.ranks_per_host < 1) throw InvalidArgument("tandem model: hosts and ranks per host must be >= 1");
+  if (!applies(a, t)) {
+    throw InvalidArgument(std::string("tandem model: ") + to_string(a) + " does not apply to " +
+                          std::to_string(t.hosts) + " host(s) x " + std::to_string(t.ranks_per_host) + " rank(s)");
+  }
+  const int p = t.ranks();
+  const double beta = link_beta(c, inter, t);
+  const double cpu = contention(c, t);
+  switch (a) {
+    case Algorithm::shared_memory:
+      return shared_memory_time(c, t, bytes);
+    case Algorithm::ring:
+      // Host-major: each host has one outgoing inter-host edge, the slowest on every step.
+      return ring_time(c, inter.alpha, beta, p, bytes, cpu);
+    case Algorithm::recursive_doubling: {
+      const double rounds = log2_ceil(p) - (power_of_two(p) ? 0 : 1) + (power_of_two(p) ? 0 : 2);
+      return rounds * (inter.alpha + bytes * beta + bytes * c.gamma * cpu);
+    }
+    case Algorithm::hierarchical: {
+      // Reduce-scatter then allgather on the host cost about one shared-memory all-reduce;
+      // L rings of N/L share the NIC, so each sees L times beta on a wire.
+      const int L = t.ranks_per_host;
+      const double ring_beta = inter.cpu_bound ? beta : beta * L;
+      return shared_memory_time(c, t, bytes) + ring_time(c, inter.alpha, ring_beta, t.hosts, bytes / L, cpu);
+    }
+    case Algorithm::parameter_server: {
+      // S = H servers; a worker's NIC carries N each way, a server's p*N/S each way.
+      const double servers = t.hosts;
+      const double server_bytes = p * bytes / servers;
+      const double wire = std::max(bytes * t.ranks_per_host, server_bytes) * inter.beta;
+      return 2 * inter.alpha + wire + (p - 1) * (bytes / servers) * c.gamma;
+    }
+  }
+  return 0;
+}
+
+Algorithm tandem_choice(const Topology& t, double bytes, double small_message_bytes) {
+  if (t.hosts == 1) return Algorithm::shared_memory;
+  return bytes <= small_message_bytes ? Algorithm::recursive_doubling : Algorithm::ring;
+}
+
+Algorithm fastest(const Calibration& c, const Link& inter, const Topology& t, double bytes) {
+  if (t.hosts == 1) return Algorithm::shared_memory;
+  Algorithm best = Algorithm::ring;
+  double best_time = predict(c, inter, t, best, bytes);
+  for (Algorithm a : {Algorithm::recursive_doubling, Algorithm::hierarchical}) {
+    if (!applies(a, t)) continue;
+    const double time = predict(c, inter, t, a, bytes);
+    if (time < best_time) best = a, best_time = time;
+  }
+  return best;
+}
+
+double busbw_gbps(const Topology& t, double bytes, double seconds) {
+  const int p = t.ranks();
+  if (seconds <= 0 || p < 2) return 0;
+  return bytes / seconds * 2.0 * (p - 1) / p / 1e9;
+}
+
+LineFit fit_line(const std::vector<double>& x, const std::vector<double>& y) {
+  if (x.size() != y.size() || x.size() < 2) throw InvalidArgument("tandem model: a line fit needs two or more sizes");
+  // Relative least squares (weights 1/y^2): small and large sizes count alike.
+  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double w = 1.0 / (y[i] * y[i]);
+    sw += w, sx += w * x[i], sy += w * y[i], sxx += w * x[i] * x[i], sxy += w * x[i] * y[i];
+  }
+  const double det = sw * sxx - sx * sx;
+  LineFit f;
+  if (det > 0) {
+    f.b = (sw * sxy - sx * sy) / det;
+    f.a = (sy - f.b * sx) / sw;
+  }
+  if (f.b < 0) f.b = 0, f.a = sy / sw;
+  if (f.a < 0) f.a = 0, f.b = sxy / sxx;
+  return f;
+}
+
+std::string Calibration::describe() const {
+  std::ostringstream s;
+  s << "cores " << cores << ", gamma " << gamma * 1e9 << " ns/B, shared memory alpha " << shm.alpha * 1e6
+    << " us, beta " << shm.beta_at(0) * 1e9 << " ns/B (smallest size) to " << shm.beta_at(1e15) * 1e9
+    << " ns/B (largest)";
+  for (const auto& [name, l] : links) {
+    s << "; " << name << " alpha " << l.alpha * 1e6 << " us beta " << l.beta * 1e9 << " ns/B"
+      << (l.cpu_bound ? " (cpu-bound)" : "");
+  }
+  return s.str();
+}
+
+Calibration load_calibration(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw InvalidArgument("tandem model: cannot read calibration '" + path + "' (run `tandem model calibrate`)");
+  Calibration c;
+  try {
+    const auto j = nlohmann::json::parse(f);
+    c.cores = j.value("cores", 2);
+    c.gamma = j.value("gamma_s_per_byte", 0.0);
+    if (j.contains("shared_memory")) {
+      const auto& s = j["shared_memory"];
+      c.shm.alpha = s.value("alpha_s", 0.0);
+      const auto beta = s.value("beta_s_per_byte", nlohmann::json::object());
+      for (const auto& [bytes, b] : beta.items()) c.shm.beta[std::stod(bytes)] = b.get<double>();
+      const auto traffic = s.value("traffic_per_byte", nlohmann::json::object());
+      for (const auto& [bytes, t] : traffic.items()) c.shm.traffic[std::stod(bytes)] = t.get<double>();
+    }
+    const auto links = j.value("links", nlohmann::json::object());
+    for (const auto& [name, l] : links.items()) {
+      c.links[name] = Link{l.value("alpha_s", 0.0), l.value("beta_s_per_byte", 0.0), l.value("cpu_bound", false)};
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw InvalidArgument("tandem model: calibration '" + path + "' is not valid: " + e.what());
+  }
+  return c;
+}
+
+void save_calibration(const Calibration& c, const std::string& path) {
+  auto by_size = [](const std::map<double, double>& table) {
+    nlohmann::json j = nlohmann::json::object();
+    for (const auto& [bytes, v] : table) j[std::to_string(uint64_t(bytes))] = v;
+    return j;
+  };
+  nlohmann::json links = nlohmann::json::object();
+  for (const auto& [name, l] : c.links) {
+    links[name] = {{"alpha_s", l.alpha}, {"beta_s_per_byte", l.beta}, {"cpu_bound", l.cpu_bound}};
+  }
+  nlohmann::json j = {{"cores", c.cores},
+                      {"gamma_s_per_byte", c.gamma},
+                      {"shared_memory",
+                       {{"alpha_s", c.shm.alpha}, {"beta_s_per_byte", by_size(c.shm.beta)}, {"traffic_per_byte", by_size(c.shm.traffic)}}},
+                      {"links", links}};
+  std::ofstream f(path);
+  if (!(f << j.dump(2) << '\n')) throw InvalidArgument("tandem model: cannot write '" + path + "'");
+}
+
+const Link& link_named(const Calibration& c, const std::string& name) {
+  auto it = c.links.find(name);
+  if (it != c.links.end()) return it->second;
+  std::string known;
+  for (const auto& [n, l] : c.links) known += (known.empty() ? "" : ", ") + n;
+  throw InvalidArgument("tandem model: no link '" + name + "' in the calibration (known: " +
+                        (known.empty() ? "none; calibrate one with --link NAME" : known) + ")");
+}
+
+Link parse_hypothetical_link(const std::string& text) {
+  const auto colon = text.find(':');
+  try {
+    if (colon == std::string::npos) throw std::invalid_argument("no colon");
+    size_t used = 0;
+    const double gbps = std::stod(text.substr(0, colon), &used);
+    const double alpha_us = std::stod(text.substr(colon + 1));
+    if (gbps <= 0 || alpha_us < 0) throw std::invalid_argument("range");
+    return Link{alpha_us * 1e-6, 8.0 / (gbps * 1e9), false};
+  } catch (const std::exception&) {
+    throw InvalidArgument("tandem model: link '" + text +
+                          "' is neither a calibrated link nor GBPS:ALPHA_US (e.g. 100:5 for 100 Gbit/s, 5 us)");
+  }
+}
+
+ValidateCase parse_case(const std::string& text) {
+  // HxL[:LINK]=FILE
+  const auto eq = text.find('=');
+  const auto x = text.find('x');
+  ValidateCase v;
+  try {
+    if (eq == std::string::npos || x == std::string::npos || x > eq) throw std::invalid_argument("shape");
+    v.topology.hosts = std::stoi(text.substr(0, x));
+    const std::string rest = text.substr(x + 1, eq - x - 1);
+    const auto colon = rest.find(':');
+    v.topology.ranks_per_host = std::stoi(rest.substr(0, colon));
+    if (colon != std::string::npos) v.link = rest.substr(colon + 1);
+    v.file = text.substr(eq + 1);
+    if (v.topology.hosts < 1 || v.topology.ranks_per_host < 1 || v.file.empty()) throw std::invalid_argument("range");
+    if (v.topology.hosts > 1 && v.link.empty()) throw std::invalid_argument("link");
+  } catch (const std::exception&) {
+    throw InvalidArgument("tandem model: --case '" + text +
+                          "' must be HOSTSxRANKS[:LINK]=FILE, e.g. 1x4=shm4.json or 2x1:veth=veth2.json "
+                          "(LINK is needed for more than one host)");
+  }
+  return v;
+}
+
+}  // namespace tandem::bench

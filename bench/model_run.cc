@@ -1,0 +1,251 @@
+// `tandem model calibrate | predict | validate`: measure alpha, beta and gamma
+// here, predict any topology from them, and compare predictions with sweeps.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tandem/bench/model.h"
+#include "tandem/bench/plot.h"
+#include "tandem/bench/sweep.h"
+#include "tandem/bootstrap.h"
+#include "tandem/errors.h"
+#include "tandem/reduce.h"
+#include "tandem/ring/ring.h"
+
+namespace tandem::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+// Seconds per output byte of a one-core f32 sum, the reduction kernels' steady state.
+double measure_gamma() {
+  const size_t count = 4 << 20;  // 16 MiB per operand: beyond the caches, as large messages are
+  std::vector<float> a(count, 1.0f), b(count, 2.0f), dst(count);
+  std::vector<double> t;
+  for (int i = 0; i < 7; ++i) {
+    const auto start = Clock::now();
+    reduce(DataType::f32, ReduceOp::sum, dst.data(), a.data(), b.data(), count);
+    t.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  return median(t) / double(count * sizeof(float));
+}
+
+// Seconds per all-reduce of `bytes`, timed as `tandem bench` times it (the
+// median of three loops of back-to-back calls after two warm-up calls).
+double time_allreduce(Communicator& comm, std::vector<char>& buffer, size_t bytes, int iters) {
+  const size_t count = bytes / sizeof(float);
+  auto call = [&] { comm.allreduce(buffer.data(), count, DataType::f32, ReduceOp::sum); };
+  call(), call();
+  std::vector<double> t;
+  for (int i = 0; i < 3; ++i) t.push_back(time_per_op_us(comm, call, iters) * 1e-6);
+  return median(t);
+}
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "K", "M", "G", "T"};
+  int u = 0;
+  while (b >= 1024 && u < 4) b /= 1024, ++u;
+  std::ostringstream s;
+  s << b << units[u];
+  return s.str();
+}
+
+Link resolve_link(const Calibration& c, const std::string& name) {
+  if (c.links.count(name)) return c.links.at(name);
+  if (name.find(':') != std::string::npos) return parse_hypothetical_link(name);
+  return link_named(c, name);  // throws, naming the known links
+}
+
+}  // namespace
+
+int run_calibrate(const CalibrateOptions& o) {
+  CommOptions options = options_from_env();
+  // Pin the algorithm being measured: the one-host path, or the ring over UCX.
+  options.algorithm = o.link.empty() ? "shared_memory" : "ring";
+  auto comm = ring::connect(options);
+  if (comm->size() != 2) {
+    throw InvalidArgument("tandem model calibrate: run it with exactly 2 ranks (got " + std::to_string(comm->size()) +
+                          "), e.g. `tandem launch -n 2 -- tandem model calibrate` on one host");
+  }
+  const std::vector<double> sizes =
+      o.sizes.empty() ? std::vector<double>{4096, 16384, 65536, 262144, 1 << 20, 4 << 20, 16 << 20, 64 << 20} : o.sizes;
+  std::vector<char> buffer(size_t(*std::max_element(sizes.begin(), sizes.end())) + 64);
+  const double gamma = measure_gamma();
+
+  std::vector<double> x, seconds;
+  std::map<double, double> traffic;
+  for (double bytes : sizes) {
+    const uint64_t before = ring::shared_memory_traffic();
+    const double s = time_allreduce(*comm, buffer, size_t(bytes), o.iters);
+    if (o.link.empty()) {
+      const double moved = double(ring::shared_memory_traffic() - before) / (3 * o.iters + 2) / bytes;
+      traffic[bytes] = moved;
+      x.push_back(moved * bytes);  // beta is per byte of memory traffic
+    } else {
+      x.push_back(bytes);
+    }
+    seconds.push_back(s);
+    if (comm->rank() == 0) fprintf(stderr, "tandem model calibrate: %8s  %10.1f us\n", human_bytes(bytes).c_str(), s * 1e6);
+  }
+  if (comm->rank() != 0) return 0;
+
+  Calibration c;
+  try {
+    c = load_calibration(o.output);  // add to what is there: links are calibrated one at a time
+  } catch (const InvalidArgument&) {
+  }
+  c.cores = int(std::thread::hardware_concurrency());
+  c.gamma = gamma;
+  // One host: alpha from the small sizes alone (beyond them beta changes with the caches).
+  const size_t fitted = o.link.empty() ? std::min<size_t>(3, x.size()) : x.size();
+  const LineFit fit = fit_line({x.begin(), x.begin() + fitted}, {seconds.begin(), seconds.begin() + fitted});
+  if (o.link.empty()) {
+    // alpha from the fit (small sizes); beta per size from what is left of each time.
+    c.shm = SharedMemoryCost{fit.a, {}, traffic};
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      c.shm.beta[sizes[i]] = std::max(seconds[i] - fit.a, 0.0) / x[i];
+    }
+  } else {
+    // Two ranks on a ring: 2 steps of N/2, i.e. time = 2 alpha + N beta + N/2 gamma.
+    c.links[o.link] = Link{fit.a / 2, std::max(0.0, fit.b - gamma / 2), o.cpu_bound};
+  }
+  save_calibration(c, o.output);
+  printf("tandem model calibrate: wrote %s\n  %s\n", o.output.c_str(), c.describe().c_str());
+  return 0;
+}
+
+int run_predict(const PredictOptions& o) {
+  const Calibration c = load_calibration(o.calibration);
+  const Link inter = o.link.empty() ? Link{} : resolve_link(c, o.link);
+  const std::vector<Algorithm> all = {Algorithm::shared_memory, Algorithm::recursive_doubling, Algorithm::ring,
+                                      Algorithm::hierarchical, Algorithm::parameter_server};
+  std::ostringstream plot_data;
+  std::vector<std::string> plot_titles;
+  for (const Topology& t : o.topologies) {
+    if (t.hosts > 1 && o.link.empty()) throw InvalidArgument("tandem model predict: more than one host needs --link");
+    if (o.format == "table") {
+      printf("# %d host(s) x %d rank(s), link %s\n#  %10s", t.hosts, t.ranks_per_host,
+             t.hosts > 1 ? o.link.c_str() : "shared memory", "size");
+      for (Algorithm a : all) {
+        if (applies(a, t)) printf(" %18s", (std::string(to_string(a)) + " us").c_str());
+      }
+      printf(" %14s %s\n", "best busbw GB/s", "best");
+    }
+    std::map<Algorithm, std::vector<std::pair<double, double>>> curves;
+    Algorithm previous{};
+    bool first = true;
+    for (double bytes : o.sizes) {
+      const Algorithm best = fastest(c, inter, t, bytes);
+      const double best_time = predict(c, inter, t, best, bytes);
+      nlohmann::json row = {{"hosts", t.hosts}, {"ranks_per_host", t.ranks_per_host}, {"bytes", bytes},
+                            {"best", to_string(best)}, {"best_busbw_gbps", busbw_gbps(t, bytes, best_time)}};
+      if (o.format == "table") printf("   %10s", human_bytes(bytes).c_str());
+      for (Algorithm a : all) {
+        if (!applies(a, t)) continue;
+        const double s = predict(c, inter, t, a, bytes);
+        row[std::string(to_string(a)) + "_us"] = s * 1e6;
+        curves[a].push_back({bytes, busbw_gbps(t, bytes, s)});
+        if (o.format == "table") printf(" %18.1f", s * 1e6);
+      }
+      if (o.format == "table") {
+        printf(" %14.2f %s\n", busbw_gbps(t, bytes, best_time), to_string(best));
+      } else {
+        printf("%s\n", row.dump().c_str());
+      }
+      if (!first && best != previous && o.format == "table") {
+        printf("#  crossover: %s wins from %s\n", to_string(best), human_bytes(bytes).c_str());
+      }
+      previous = best, first = false;
+    }
+    for (const auto& [a, points] : curves) {
+      for (const auto& [bytes, busbw] : points) plot_data << bytes << ' ' << busbw << '\n';
+      plot_data << "\n\n";
+      plot_titles.push_back(std::to_string(t.hosts) + "x" + std::to_string(t.ranks_per_host) + " " + to_string(a));
+    }
+  }
+  if (!o.plot.empty()) {
+    const std::string data = o.plot + ".dat";
+    std::ofstream(data) << plot_data.str();
+    std::ostringstream body;
+    body << "set logscale x 2\nset format x '%.0b %BB'\nset xlabel 'message size'\nset ylabel 'predicted bus "
+            "bandwidth (GB/s)'\nset key left top\nset title 'tandem model: all-reduce, link "
+         << (o.link.empty() ? "shared memory" : o.link) << "'\nplot ";
+    for (size_t i = 0; i < plot_titles.size(); ++i) {
+      body << (i ? ", \\\n     " : "") << "'" << data << "' index " << i << " using 1:2 with linespoints title '"
+           << plot_titles[i] << "'";
+    }
+    body << "\n";
+    if (!run_gnuplot(o.plot, data, body.str())) return 1;
+  }
+  return 0;
+}
+
+int run_validate(const ValidateOptions& o) {
+  const Calibration c = load_calibration(o.calibration);
+  int within = 0, total = 0;
+  std::vector<double> errors;
+  if (o.format == "table") {
+    printf("# %-18s %10s %12s %12s %8s %s\n", "case", "size", "measured us", "predicted us", "error", "algorithm");
+  }
+  for (ValidateCase v : o.cases) {
+    if (o.one_machine) v.topology.ranks_on_cores = v.topology.ranks();
+    const Link inter = v.link.empty() ? Link{} : resolve_link(c, v.link);
+    std::ifstream f(v.file);
+    if (!f) throw InvalidArgument("tandem model validate: cannot read '" + v.file + "'");
+    std::map<double, std::vector<double>> measured;  // bytes -> time_us of every row
+    std::string line;
+    while (std::getline(f, line)) {
+      // Rows as printed, or with the launchers' "[rank] " prefix.
+      if (!line.empty() && line[0] == '[' && line.find("] {") != std::string::npos) line = line.substr(line.find("] {") + 2);
+      if (line.empty() || line[0] != '{') continue;
+      const auto j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_discarded() || j.value("collective", "") != "allreduce") continue;
+      if (j.value("nranks", 0) != v.topology.ranks()) {
+        throw InvalidArgument("tandem model validate: '" + v.file + "' has " + std::to_string(j.value("nranks", 0)) +
+                              " ranks but its case says " + std::to_string(v.topology.ranks()));
+      }
+      measured[j.value("bytes", 0.0)].push_back(j.value("time_us", 0.0));
+    }
+    if (measured.empty()) throw InvalidArgument("tandem model validate: no all-reduce rows in '" + v.file + "'");
+    const std::string label = std::to_string(v.topology.hosts) + "x" + std::to_string(v.topology.ranks_per_host) +
+                              (v.link.empty() ? " shm" : " " + v.link);
+    for (const auto& [bytes, times] : measured) {
+      const Algorithm a = tandem_choice(v.topology, bytes, o.small_message_bytes);
+      const double predicted = predict(c, inter, v.topology, a, bytes) * 1e6;
+      const double m = median(times);
+      const double error = (predicted - m) / m;
+      const bool ok = std::abs(error) <= o.tolerance;
+      within += ok, ++total;
+      errors.push_back(std::abs(error));
+      if (o.format == "table") {
+        printf("  %-18s %10s %12.1f %12.1f %+7.0f%% %s%s\n", label.c_str(), human_bytes(bytes).c_str(), m, predicted,
+               error * 100, to_string(a), ok ? "" : "  (outside)");
+      } else {
+        printf("%s\n", nlohmann::json{{"case", label}, {"bytes", bytes}, {"measured_us", m}, {"predicted_us", predicted},
+                                      {"error", error}, {"algorithm", to_string(a)}, {"within", ok}}
+                           .dump()
+                           .c_str());
+      }
+    }
+  }
+  printf("# within %.0f%%: %d of %d configurations (%.0f%%), median |error| %.0f%%\n", o.tolerance * 100, within, total,
+         total ? 100.0 * within / total : 0.0, median(errors) * 100);
+  return 0;
+}
+
+}  // namespace tandem::bench

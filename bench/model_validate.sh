@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# model_validate.sh: calibrate the scale model on this machine, measure every
+# configuration it can run, and compare (tandem model validate).
+#
+#   sudo bench/model_validate.sh [OUT_DIR]        (default: build/model)
+#
+# Calibration (2 ranks each): shared memory on one host; a veth link between
+# two network namespaces without a rate limit (cpu-bound: the kernel's TCP
+# work on the same cores); the same link at 1 Gbit/s (tc tbf).
+# Measured: 2, 3, 4 ranks on one host; 2, 3, 4 namespaces on each link;
+# `tandem bench allreduce -b 4K -e 64M -f 4` each, JSON lines in OUT_DIR.
+# Namespace cases need root; without it only the one-host cases run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=$(realpath -m "${1:-build/model}")
+tandem=${TANDEM:-build/bin/tandem}
+mkdir -p "$out"
+cal="$out/calibration.json"
+rm -f "$cal"
+sweep=(bench allreduce -b 4K -e 64M -f 4 -n 8 -w 2 -c 0 --format json)
+iters=${MODEL_ITERS:-8}
+
+echo "== calibrate: shared memory (2 ranks)"
+"$tandem" launch -n 2 -- "$tandem" model calibrate -o "$cal" -n "$iters"
+cases=()
+for n in 2 3 4; do
+  echo "== measure: $n ranks, one host"
+  "$tandem" launch -n "$n" -- "$tandem" "${sweep[@]}" > "$out/shm$n.json"
+  cases+=(--case "1x$n=$out/shm$n.json")
+done
+
+if (( EUID == 0 )) && command -v ip >/dev/null; then
+  for link in veth 1gbit; do
+    rate=(); cpu=(--cpu-bound)
+    if [[ $link == 1gbit ]]; then rate=(--rate 1gbit); cpu=(); fi
+    echo "== calibrate: $link (2 namespaces)"
+    bench/netns_run.sh -n 2 "${rate[@]}" -- "$tandem" model calibrate -o "$cal" --link "$link" "${cpu[@]}" -n "$iters" \
+      | grep -v '^\[1\]' || true
+    for n in 2 3 4; do
+      echo "== measure: $n namespaces, $link"
+      bench/netns_run.sh -n "$n" "${rate[@]}" -- "$tandem" "${sweep[@]}" | grep "^\[0\] {" > "$out/$link$n.json"
+      cases+=(--case "${n}x1:$link=$out/$link$n.json")
+    done
+  done
+else
+  echo "model_validate: not root (or no iproute2): namespace cases skipped" >&2
+fi
+
+echo "== validate"
+"$tandem" model validate -c "$cal" "${cases[@]}" | tee "$out/validation.txt"

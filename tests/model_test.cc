@@ -1,0 +1,170 @@
+// The scale model: closed forms of each algorithm, the calibration fit, the
+// file round trip, and the CLI end to end (calibrate on 2 ranks, predict, validate).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "command.h"
+#include "tandem/bench/model.h"
+#include "tandem/errors.h"
+
+namespace tandem::bench {
+namespace {
+
+Calibration example() {
+  Calibration c;
+  c.cores = 2;
+  c.gamma = 0.1e-9;
+  c.shm.alpha = 2e-6;
+  c.shm.beta = {{4096, 0.05e-9}, {1 << 20, 0.05e-9}, {64 << 20, 0.2e-9}};
+  c.shm.traffic = {{4096, 5.0}, {64 << 20, 3.0}};
+  c.links["wire"] = Link{10e-6, 8e-9, false};  // 1 Gbit/s
+  c.links["cpu"] = Link{20e-6, 1e-9, true};
+  return c;
+}
+
+TEST(Model, RingClosedForm) {
+  const Calibration c = example();
+  const Link& l = c.links.at("wire");
+  for (int p : {2, 3, 8, 1000}) {
+    const double n = 64 << 20;
+    const double expected = 2.0 * (p - 1) * l.alpha + 2.0 * (p - 1) / p * n * l.beta + double(p - 1) / p * n * c.gamma;
+    EXPECT_NEAR(predict(c, l, Topology{p, 1}, Algorithm::ring, n), expected, expected * 1e-12) << p;
+  }
+}
+
+TEST(Model, RecursiveDoublingRounds) {
+  const Calibration c = example();
+  const Link& l = c.links.at("wire");
+  const double n = 1024, round = l.alpha + n * l.beta + n * c.gamma;
+  EXPECT_NEAR(predict(c, l, Topology{8, 1}, Algorithm::recursive_doubling, n), 3 * round, 1e-15);
+  // 6 ranks: fold to 4 (2 rounds) plus the fold and unfold.
+  EXPECT_NEAR(predict(c, l, Topology{6, 1}, Algorithm::recursive_doubling, n), 4 * round, 1e-15);
+}
+
+TEST(Model, HierarchicalMovesLessOverTheWireThanTheFlatRing) {
+  const Calibration c = example();
+  const Link& l = c.links.at("wire");
+  const Topology t{2, 4};
+  const double n = 16 << 20;
+  const double flat = predict(c, l, t, Algorithm::ring, n);
+  const double hier = predict(c, l, t, Algorithm::hierarchical, n);
+  // The NIC carries 2(p-1)/p N flat and 2(H-1)/H N hierarchical: 1.75 N against 1 N.
+  const double wire_flat = 2.0 * 7 / 8 * n * l.beta, wire_hier = 1.0 * n * l.beta;
+  EXPECT_GT(flat, wire_flat);
+  EXPECT_GT(hier, wire_hier);
+  EXPECT_LT(hier, flat);
+  EXPECT_EQ(fastest(c, l, t, n), Algorithm::hierarchical);
+  // Latency-bound: recursive doubling wins tiny messages.
+  EXPECT_EQ(fastest(c, l, Topology{64, 1}, 8), Algorithm::recursive_doubling);
+}
+
+TEST(Model, CpuBoundLinksSlowDownPastTheCores) {
+  const Calibration c = example();
+  const Link& l = c.links.at("cpu");
+  Topology alone{4, 1};
+  Topology shared{4, 1};
+  shared.ranks_on_cores = 4;  // four "hosts" on one 2-core machine
+  const double n = 64 << 20;
+  const double t1 = predict(c, l, alone, Algorithm::ring, n), t2 = predict(c, l, shared, Algorithm::ring, n);
+  EXPECT_GT(t2, 1.9 * t1);
+  EXPECT_LT(t2, 2.0 * t1 + 1e-9);
+}
+
+TEST(Model, SharedMemoryInterpolatesPerSize) {
+  const Calibration c = example();
+  EXPECT_DOUBLE_EQ(c.shm.traffic_at(1), 5.0);
+  EXPECT_DOUBLE_EQ(c.shm.traffic_at(1e12), 3.0);
+  EXPECT_NEAR(c.shm.traffic_at(std::sqrt(4096.0 * (64 << 20))), 4.0, 1e-9);  // halfway in log size
+  const Topology two{1, 2};
+  const double n = 64 << 20;
+  EXPECT_NEAR(predict(c, Link{}, two, Algorithm::shared_memory, n), c.shm.alpha + 3.0 * n * 0.2e-9, 1e-12);
+  Topology four{1, 4};
+  EXPECT_NEAR(predict(c, Link{}, four, Algorithm::shared_memory, n), 2 * (c.shm.alpha + 3.0 * n * 0.2e-9), 1e-12);
+  EXPECT_THROW(predict(c, Link{}, two, Algorithm::hierarchical, n), InvalidArgument);
+}
+
+TEST(Model, FitRecoversALine) {
+  std::vector<double> x, y;
+  for (double b = 4096; b <= (64 << 20); b *= 4) x.push_back(b), y.push_back(25e-6 + b * 3e-9);
+  const LineFit f = fit_line(x, y);
+  EXPECT_NEAR(f.a, 25e-6, 1e-9);
+  EXPECT_NEAR(f.b, 3e-9, 1e-13);
+}
+
+TEST(Model, CalibrationFileRoundTrip) {
+  const std::string path = ::testing::TempDir() + "tandem_model_roundtrip.json";
+  save_calibration(example(), path);
+  const Calibration c = load_calibration(path);
+  EXPECT_EQ(c.cores, 2);
+  EXPECT_DOUBLE_EQ(c.gamma, 0.1e-9);
+  EXPECT_DOUBLE_EQ(c.shm.beta_at(64 << 20), 0.2e-9);
+  EXPECT_DOUBLE_EQ(link_named(c, "wire").beta, 8e-9);
+  EXPECT_TRUE(link_named(c, "cpu").cpu_bound);
+  try {
+    link_named(c, "ib");
+    FAIL() << "an unknown link must throw";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("known: cpu, wire"), std::string::npos) << e.what();
+  }
+  std::remove(path.c_str());
+}
+
+TEST(Model, ParsesCasesAndHypotheticalLinks) {
+  const ValidateCase v = parse_case("2x3:veth=/tmp/a.json");
+  EXPECT_EQ(v.topology.hosts, 2);
+  EXPECT_EQ(v.topology.ranks_per_host, 3);
+  EXPECT_EQ(v.link, "veth");
+  EXPECT_EQ(v.file, "/tmp/a.json");
+  EXPECT_EQ(parse_case("1x4=shm.json").link, "");
+  EXPECT_THROW(parse_case("2x2=f.json"), InvalidArgument);  // two hosts need a link
+  EXPECT_THROW(parse_case("banana"), InvalidArgument);
+  const Link l = parse_hypothetical_link("100:5");
+  EXPECT_DOUBLE_EQ(l.alpha, 5e-6);
+  EXPECT_DOUBLE_EQ(l.beta, 8.0 / 100e9);
+  EXPECT_THROW(parse_hypothetical_link("fast"), InvalidArgument);
+}
+
+// Calibrate on 2 real ranks, then predict and validate against a sweep measured here.
+TEST(Model, CalibratePredictValidateEndToEnd) {
+  const std::string tandem = testing::env("TANDEM_BIN");
+  if (tandem.empty()) GTEST_SKIP() << "TANDEM_BIN is not set (run under ctest)";
+  const std::string dir = ::testing::TempDir();
+  const std::string cal = dir + "tandem_model_e2e.json", sweep = dir + "tandem_model_e2e_sweep.json";
+  std::remove(cal.c_str());
+  auto r = testing::run(tandem + " launch -n 2 --timeout 120 -- " + tandem +
+                            " model calibrate -o " + cal + " --sizes 4K,64K,1M -n 3",
+                        150);
+  ASSERT_EQ(r.status, 0) << r.text;
+  const Calibration c = load_calibration(cal);
+  EXPECT_GT(c.gamma, 0);
+  EXPECT_EQ(c.shm.beta.size(), 3u);
+  for (const auto& [bytes, traffic] : c.shm.traffic) EXPECT_GT(traffic, 1.0) << bytes;
+
+  r = testing::run(tandem + " model predict -c " + cal +
+                       " --link 100:5 -t 8x8 -t 64x8 --sizes 1M,256M",
+                   30);
+  ASSERT_NE(r.text.find("hierarchical"), std::string::npos) << r.text;
+  ASSERT_NE(r.text.find("64 host(s) x 8 rank(s)"), std::string::npos) << r.text;
+
+  r = testing::run(tandem + " launch -n 2 --timeout 120 -- " + tandem +
+                       " bench allreduce -b 4K -e 1M -f 16 -n 3 -w 1 -c 0 --format json > " + sweep,
+                   150);
+  ASSERT_EQ(r.status, 0) << r.text;
+  r = testing::run(tandem + " model validate -c " + cal + " --case 1x2=" + sweep, 30);
+  ASSERT_EQ(r.status, 0) << r.text;
+  EXPECT_NE(r.text.find("configurations"), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("1x2 shm"), std::string::npos) << r.text;
+
+  r = testing::run(tandem + " model validate -c " + cal + " --case 1x3=" + sweep + "", 30);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.text.find("has 2 ranks but its case says 3"), std::string::npos) << r.text;
+  std::remove(cal.c_str());
+  std::remove(sweep.c_str());
+}
+
+}  // namespace
+}  // namespace tandem::bench
