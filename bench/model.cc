@@ -33,12 +33,18 @@ double shared_memory_time(const Calibration& c, const Topology& t, double bytes)
   return (c.shm.alpha + per_rank * c.shm.beta_at(bytes)) * contention(c, t);
 }
 
-// A ring of n ranks over one link, each step moving `bytes`/n; shared = how
-// many such rings share the link's bandwidth.
-double ring_time(const Calibration& c, double alpha, double beta, int n, double bytes, double gamma_scale) {
+// Reducing a received segment overlaps the next segment's transfer when
+// different resources do the two (a NIC moves, a core reduces); when the
+// cores also move the bytes (cpu-bound), they add up.
+double transfer_and_reduce(const Link& l, double beta, double gamma) {
+  return l.cpu_bound ? beta + gamma : std::max(beta, gamma);
+}
+
+// A pipelined ring of n ranks: n-1 reduce-scatter steps of N/n (transfer and
+// reduce), n-1 allgather steps (transfer).
+double ring_time(const Link& l, double beta, double gamma, int n, double bytes) {
   if (n < 2) return 0;
-  const double steps = 2.0 * (n - 1);
-  return steps * alpha + steps * (bytes / n) * beta + (n - 1) * (bytes / n) * c.gamma * gamma_scale;
+  return 2.0 * (n - 1) * l.alpha + (n - 1) * (bytes / n) * (transfer_and_reduce(l, beta, gamma) + beta);
 }
 
 }  // namespace
@@ -92,7 +98,7 @@ double predict(const Calibration& c, const Link& inter, const Topology& t, Algor
       return shared_memory_time(c, t, bytes);
     case Algorithm::ring:
       // Host-major: each host has one outgoing inter-host edge, the slowest on every step.
-      return ring_time(c, inter.alpha, beta, p, bytes, cpu);
+      return ring_time(inter, beta, c.gamma * cpu, p, bytes);
     case Algorithm::recursive_doubling: {
       const double rounds = log2_ceil(p) - (power_of_two(p) ? 0 : 1) + (power_of_two(p) ? 0 : 2);
       return rounds * (inter.alpha + bytes * beta + bytes * c.gamma * cpu);
@@ -102,7 +108,7 @@ double predict(const Calibration& c, const Link& inter, const Topology& t, Algor
       // L rings of N/L share the NIC, so each sees L times beta on a wire.
       const int L = t.ranks_per_host;
       const double ring_beta = inter.cpu_bound ? beta : beta * L;
-      return shared_memory_time(c, t, bytes) + ring_time(c, inter.alpha, ring_beta, t.hosts, bytes / L, cpu);
+      return shared_memory_time(c, t, bytes) + ring_time(inter, ring_beta, c.gamma * cpu, t.hosts, bytes / L);
     }
     case Algorithm::parameter_server: {
       // S = H servers; a worker's NIC carries N each way, a server's p*N/S each way.
@@ -136,6 +142,12 @@ double busbw_gbps(const Topology& t, double bytes, double seconds) {
   const int p = t.ranks();
   if (seconds <= 0 || p < 2) return 0;
   return bytes / seconds * 2.0 * (p - 1) / p / 1e9;
+}
+
+double beta_from_two_rank_slope(double b, double gamma, bool cpu_bound) {
+  // Two ranks: b = (transfer_and_reduce(beta, gamma) + beta) / 2.
+  if (cpu_bound) return std::max(0.0, b - gamma / 2);
+  return b >= gamma ? b : std::max(0.0, 2 * b - gamma);
 }
 
 LineFit fit_line(const std::vector<double>& x, const std::vector<double>& y) {

@@ -121,8 +121,8 @@ int run_calibrate(const CalibrateOptions& o) {
       c.shm.beta[sizes[i]] = std::max(seconds[i] - fit.a, 0.0) / x[i];
     }
   } else {
-    // Two ranks on a ring: 2 steps of N/2, i.e. time = 2 alpha + N beta + N/2 gamma.
-    c.links[o.link] = Link{fit.a / 2, std::max(0.0, fit.b - gamma / 2), o.cpu_bound};
+    // Two ranks on a ring: 2 steps of N/2, i.e. time = 2 alpha + b N.
+    c.links[o.link] = Link{fit.a / 2, beta_from_two_rank_slope(fit.b, gamma, o.cpu_bound), o.cpu_bound};
   }
   save_calibration(c, o.output);
   printf("tandem model calibrate: wrote %s\n  %s\n", o.output.c_str(), c.describe().c_str());
@@ -130,7 +130,8 @@ int run_calibrate(const CalibrateOptions& o) {
 }
 
 int run_predict(const PredictOptions& o) {
-  const Calibration c = load_calibration(o.calibration);
+  Calibration c = load_calibration(o.calibration);
+  if (o.cores > 0) c.cores = o.cores;
   const Link inter = o.link.empty() ? Link{} : resolve_link(c, o.link);
   const std::vector<Algorithm> all = {Algorithm::shared_memory, Algorithm::recursive_doubling, Algorithm::ring,
                                       Algorithm::hierarchical, Algorithm::parameter_server};
@@ -149,6 +150,7 @@ int run_predict(const PredictOptions& o) {
     std::map<Algorithm, std::vector<std::pair<double, double>>> curves;
     Algorithm previous{};
     bool first = true;
+    double ring_from = 0;  // the smallest size where the ring beats recursive doubling
     for (double bytes : o.sizes) {
       const Algorithm best = fastest(c, inter, t, bytes);
       const double best_time = predict(c, inter, t, best, bytes);
@@ -170,7 +172,16 @@ int run_predict(const PredictOptions& o) {
       if (!first && best != previous && o.format == "table") {
         printf("#  crossover: %s wins from %s\n", to_string(best), human_bytes(bytes).c_str());
       }
+      if (t.hosts > 1 && ring_from == 0 &&
+          predict(c, inter, t, Algorithm::ring, bytes) < predict(c, inter, t, Algorithm::recursive_doubling, bytes)) {
+        ring_from = bytes;
+      }
       previous = best, first = false;
+    }
+    if (t.hosts > 1 && ring_from > 0 && o.format == "table") {
+      // What the automatic choice between the two takes as its threshold.
+      printf("#  recursive doubling below %s: TANDEM_SMALL_MESSAGE_BYTES=%.0f for this topology\n",
+             human_bytes(ring_from).c_str(), ring_from / 2);
     }
     for (const auto& [a, points] : curves) {
       for (const auto& [bytes, busbw] : points) plot_data << bytes << ' ' << busbw << '\n';

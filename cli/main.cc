@@ -274,7 +274,7 @@ struct ModelFlags {
   std::string calibration = "tandem-model.json", link, sizes, format = "table", plot;
   std::vector<std::string> topologies, cases;
   bool cpu_bound = false, separate_hosts = false;
-  int iters = 10;
+  int iters = 10, cores = 0;
   double tolerance = 0.25;
   std::string small = "64K";
 };
@@ -322,6 +322,7 @@ void add_model(CLI::App& app, ModelFlags& f) {
   f.predict->add_option("--sizes", f.sizes, "Sizes, LOW:HIGH (factor 4) or a list (default 4K:1G)");
   f.predict->add_option("--format", f.format, "table or json")->capture_default_str();
   f.predict->add_option("--plot", f.plot, "Write predicted busbw vs size to this PNG");
+  f.predict->add_option("--cores", f.cores, "Cores per host assumed (default: the calibrated machine's)");
   f.validate = m->add_subcommand("validate", "Compare predictions with `tandem bench allreduce --format json` sweeps");
   f.validate->add_option("-c,--calibration", f.calibration, "Calibration file")->capture_default_str();
   f.validate->add_option("--case", f.cases, "HOSTSxRANKS[:LINK]=FILE, repeatable")->required();
@@ -340,7 +341,8 @@ int run_model(const ModelFlags& f) {
     return b::run_calibrate(o);
   }
   if (f.predict->parsed()) {
-    b::PredictOptions o{f.calibration, f.link, {}, size_list("--sizes", f.sizes.empty() ? "4K:1G" : f.sizes), f.format, f.plot};
+    b::PredictOptions o{f.calibration, f.link, {}, size_list("--sizes", f.sizes.empty() ? "4K:1G" : f.sizes), f.format, f.plot,
+                         f.cores};
     for (const auto& t : f.topologies) o.topologies.push_back(topology_flag(t));
     return b::run_predict(o);
   }

@@ -31,8 +31,23 @@ TEST(Model, RingClosedForm) {
   const Link& l = c.links.at("wire");
   for (int p : {2, 3, 8, 1000}) {
     const double n = 64 << 20;
-    const double expected = 2.0 * (p - 1) * l.alpha + 2.0 * (p - 1) / p * n * l.beta + double(p - 1) / p * n * c.gamma;
+    // Wire-bound: the reduction hides behind the transfer (gamma < beta).
+    const double expected = 2.0 * (p - 1) * l.alpha + 2.0 * (p - 1) / p * n * l.beta;
     EXPECT_NEAR(predict(c, l, Topology{p, 1}, Algorithm::ring, n), expected, expected * 1e-12) << p;
+  }
+}
+
+TEST(Model, CpuBoundRingPaysForTheReductionToo) {
+  const Calibration c = example();
+  const Link& l = c.links.at("cpu");
+  const double n = 64 << 20, p = 4;
+  const double expected = 2 * (p - 1) * l.alpha + (p - 1) / p * n * (2 * l.beta + c.gamma);
+  EXPECT_NEAR(predict(c, l, Topology{4, 1}, Algorithm::ring, n), expected, expected * 1e-12);
+  // The calibration inverts the 2-rank slope for both kinds of link.
+  for (bool cpu : {false, true}) {
+    const Link k{0, cpu ? 1e-9 : 8e-9, cpu};
+    const double b = (predict(c, k, Topology{2, 1}, Algorithm::ring, n)) / n;
+    EXPECT_NEAR(beta_from_two_rank_slope(b, c.gamma, cpu), k.beta, 1e-15) << cpu;
   }
 }
 

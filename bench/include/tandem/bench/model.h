@@ -11,8 +11,10 @@
 // other down once a host runs more of them than it has cores.
 //
 // Algorithms (every rank ends with the sum):
-//  ring               2(p-1) steps of N/p; every step limited by the slowest
-//                     edge, which is inter-host once H > 1 (host-major order).
+//  ring               2(p-1) steps of N/p, pipelined in segments; every step
+//                     limited by the slowest edge, inter-host once H > 1
+//                     (host-major order). Reduction overlaps transfer unless
+//                     the link is cpu-bound (the same cores do both).
 //  recursive doubling ceil(log2 p) exchanges of N (+2 for a non-power of two).
 //  hierarchical       intra-host reduce-scatter, H-rank rings of N/L (one per
 //                     local rank, all L sharing the host's NIC), intra-host
@@ -76,6 +78,9 @@ Algorithm fastest(const Calibration& c, const Link& inter, const Topology& t, do
 // nccl-tests bus bandwidth of an all-reduce: bytes / time * 2(p-1)/p, GB/s.
 double busbw_gbps(const Topology& t, double bytes, double seconds);
 
+// beta of a link from the slope b of a 2-rank ring's time (time = 2 alpha + b N).
+double beta_from_two_rank_slope(double b, double gamma, bool cpu_bound);
+
 // Least-squares fit of time = a + b * bytes (a, b >= 0).
 struct LineFit { double a = 0, b = 0; };
 LineFit fit_line(const std::vector<double>& bytes, const std::vector<double>& seconds);
@@ -101,6 +106,7 @@ struct PredictOptions {
   std::vector<double> sizes;
   std::string format = "table";
   std::string plot;
+  int cores = 0;  // cores per host assumed; 0 = the calibration's
 };
 int run_predict(const PredictOptions& o);
 
