@@ -1,7 +1,14 @@
 """PyTorch DistributedDataParallel on Fashion-MNIST, gradients through tandem or gloo.
 
+    tandem launch -n 2 -- /usr/bin/python3 examples/ddp_fashion_mnist.py --allreduce backend
     tandem launch -n 2 -- /usr/bin/python3 examples/ddp_fashion_mnist.py --allreduce tandem
     tandem launch -n 2 -- /usr/bin/python3 examples/ddp_fashion_mnist.py --allreduce gloo
+
+--allreduce backend: DDP unmodified on the process group of torch.distributed's
+"tandem" backend (tandem.c10d); tandem: DDP over gloo with a communication hook
+that sends every bucket through tandem; gloo: DDP over gloo. Under torchrun
+(RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set) the group comes from env://;
+under tandem launch it is rendezvoused through tandem.
 
 The model is the dataset package's convnet (conv32 5x5, pool, conv64 5x5, pool,
 fc1024, fc10: 3.27 M parameters); one compute thread per rank; each rank reads
@@ -9,6 +16,7 @@ its own shard of every global batch. Prints one JSON line per step (rank 0) and
 a summary; --dump writes the final parameters (.npy) for comparisons.
 """
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -27,7 +35,7 @@ from fashion_mnist import ConvNet, load  # noqa: E402
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--allreduce", choices=["tandem", "gloo"], default="tandem")
+    p.add_argument("--allreduce", choices=["backend", "tandem", "gloo"], default="backend")
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--batch", type=int, default=32, help="per rank")
     p.add_argument("--lr", type=float, default=0.05)
@@ -38,11 +46,20 @@ def main():
 
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
-    comm = tandem.init()
-    tandem.ddp.init_process_group(comm)
-    rank, size = comm.rank, comm.size
+    backend = "tandem" if args.allreduce == "backend" else "gloo"
+    if backend == "tandem":
+        importlib.import_module("tandem.c10d")  # registers the backend
+    comm = None
+    if "MASTER_ADDR" in os.environ:  # torchrun or the like: env://
+        dist.init_process_group(backend)
+    else:
+        comm = tandem.init()
+        tandem.ddp.init_process_group(comm, backend=backend)
+    rank, size = dist.get_rank(), dist.get_world_size()
     model = nn.parallel.DistributedDataParallel(ConvNet())
     if args.allreduce == "tandem":
+        if comm is None:
+            sys.exit("--allreduce tandem (the communication hook) runs under tandem launch")
         tandem.ddp.register(model, comm)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     images, labels = load("train")

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
+#include <unistd.h>
 
 #include "command.h"
 
@@ -60,8 +62,52 @@ TEST_P(Python, CollectivesGradientSyncAndErrorsFromNumpyAndTorch) {
 
 INSTANTIATE_TEST_SUITE_P(Worlds, Python, kWorlds, world_name);
 
-// DDP with its buckets through tandem (the comm hook) against DDP over gloo: same
-// seed, data and model (the Fashion-MNIST convnet), 10 steps, parameters compared.
+// torch.distributed's "tandem" backend (tandem.c10d, a C++ ProcessGroup) from Python.
+std::string c10d_skip_reason() {
+  if (env("TANDEM_PYTHONPATH").empty()) return "the Python package was not built (needs pybind11-dev, python3-dev)";
+  if (run("test -e " + env("TANDEM_PYTHONPATH") + "/tandem/_c10d*.so", 10).status != 0)
+    return "the torch backend was not built (needs libtorch-dev)";
+  if (run("/usr/bin/python3 -c \"import torch\"", 120).status != 0) return "/usr/bin/python3 has no torch (python3-torch)";
+  return "";
+}
+
+class C10d : public ::testing::TestWithParam<World> {};
+
+// Under tandem launch, the group rendezvouses through a file:// init method.
+TEST_P(C10d, EveryCollectiveAgainstClosedForms) {
+  if (auto why = c10d_skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  const auto [ranks, extra_env] = GetParam();
+  const std::string file = ::testing::TempDir() + "tandem-c10d-" + std::to_string(getpid()) + "-" + std::to_string(ranks);
+  run("rm -f " + file, 10);
+  const Output out = run(extra_env + " TANDEM_C10D_FILE=" + file + " PYTHONPATH=" + env("TANDEM_PYTHONPATH") + " " +
+                             env("TANDEM_BIN") + " launch -n " + std::to_string(ranks) + " -- /usr/bin/python3 " +
+                             env("TANDEM_SOURCE_DIR") + "/tests/python/check_c10d.py",
+                         300);
+  EXPECT_EQ(out.status, 0) << out.text;
+  EXPECT_EQ(count(out.text, "file:// c10d checks passed"), ranks) << out.text;
+  run("rm -f " + file, 10);
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, C10d, kWorlds, world_name);
+
+// torchrun's contract (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT; env://),
+// with the ranks started by hand: Debian's torchrun 1.13 fails on Python 3.11 before starting any.
+TEST(C10dEnv, TorchrunVariablesJustWork) {
+  if (auto why = c10d_skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  const std::string port = std::to_string(20000 + getpid() % 20000);
+  std::string ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks += "RANK=" + std::to_string(r) + " LOCAL_RANK=" + std::to_string(r) +
+             " WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " PYTHONPATH=" + env("TANDEM_PYTHONPATH") +
+             " /usr/bin/python3 " + env("TANDEM_SOURCE_DIR") + "/tests/python/check_c10d.py & ";
+  }
+  const Output out = run(ranks + "wait", 240);
+  EXPECT_EQ(count(out.text, "env:// c10d checks passed"), 2) << out.text;
+}
+
+// DDP on tandem's backend and with its buckets through tandem (the comm hook),
+// each against DDP over gloo: same seed, data and model (the Fashion-MNIST
+// convnet), 10 steps, parameters compared.
 TEST(PythonDdp, BucketsThroughTandemGiveGloosParameters) {
   if (env("TANDEM_PYTHONPATH").empty()) GTEST_SKIP() << "the Python package was not built (needs pybind11-dev, python3-dev)";
   if (run("/usr/bin/python3 -c \"import torch, numpy\"", 120).status != 0)
@@ -69,24 +115,29 @@ TEST(PythonDdp, BucketsThroughTandemGiveGloosParameters) {
   if (run("test -r /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", 10).status != 0)
     GTEST_SKIP() << "no Fashion-MNIST (dataset-fashion-mnist)";
   const std::string tmp = ::testing::TempDir() + "tandem-ddp-" + std::to_string(getpid());
-  for (const char* allreduce : {"gloo", "tandem"}) {
+  const bool backend = c10d_skip_reason().empty();
+  std::vector<std::string> modes = {"gloo", "tandem"};
+  if (backend) modes.push_back("backend");
+  for (const std::string& allreduce : modes) {
     const Output out = run("PYTHONPATH=" + env("TANDEM_PYTHONPATH") + " " + env("TANDEM_BIN") + " launch -n 2 -- /usr/bin/python3 " +
                                env("TANDEM_SOURCE_DIR") + "/examples/ddp_fashion_mnist.py --steps 10 --allreduce " +
                                allreduce + " --dump " + tmp + "-" + allreduce + ".npy",
                            300);
     ASSERT_EQ(out.status, 0) << out.text;
-    EXPECT_NE(out.text.find("\"allreduce\": \"" + std::string(allreduce) + "\""), std::string::npos) << out.text;
+    EXPECT_NE(out.text.find("\"allreduce\": \"" + allreduce + "\""), std::string::npos) << out.text;
   }
-  const Output cmp = run("/usr/bin/python3 -c \"import numpy as np; a = np.load(\\\"" + tmp + "-gloo.npy\\\"); b = np.load(\\\"" + tmp +
-                             "-tandem.npy\\\"); print(a.size, float(np.abs(a - b).max()))\"",
-                         60);
-  ASSERT_EQ(cmp.status, 0) << cmp.text;
-  size_t n = 0;
-  double diff = 1;
-  ASSERT_EQ(std::sscanf(cmp.text.c_str(), "%zu %lf", &n, &diff), 2) << cmp.text;
-  EXPECT_EQ(n, 3274634u);  // the convnet's parameters
-  EXPECT_LE(diff, 1e-5) << "largest parameter difference after 10 steps";
-  run("rm -f " + tmp + "-gloo.npy " + tmp + "-tandem.npy", 10);
+  for (size_t m = 1; m < modes.size(); ++m) {
+    const Output cmp = run("/usr/bin/python3 -c \"import numpy as np; a = np.load(\\\"" + tmp + "-gloo.npy\\\"); b = np.load(\\\"" +
+                               tmp + "-" + modes[m] + ".npy\\\"); print(a.size, float(np.abs(a - b).max()))\"",
+                           60);
+    ASSERT_EQ(cmp.status, 0) << cmp.text;
+    size_t n = 0;
+    double diff = 1;
+    ASSERT_EQ(std::sscanf(cmp.text.c_str(), "%zu %lf", &n, &diff), 2) << cmp.text;
+    EXPECT_EQ(n, 3274634u);  // the convnet's parameters
+    EXPECT_LE(diff, 1e-5) << "largest parameter difference after 10 steps, " << modes[m] << " against gloo";
+  }
+  for (const auto& m : modes) run("rm -f " + tmp + "-" + m + ".npy", 10);
 }
 
 TEST(InstalledPackage, AnOutOfTreeConsumerBuildsAndRuns) {
