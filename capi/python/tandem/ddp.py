@@ -8,11 +8,11 @@ group (DDP keeps using the process group only for its start-up broadcasts).
     model = torch.nn.parallel.DistributedDataParallel(net)
     tandem.ddp.register(model, comm)             # buckets now travel through tandem
 
-Why a hook and not a `torch.distributed` backend: Debian's python3-torch 1.13
-can register a backend, but only one written as a C++ c10d::ProcessGroup
-extension compiled against the same torch; the hook gives DDP the same
-overlap (buckets are reduced asynchronously while backward goes on) with
-nothing but the Python package.
+The hook and the "tandem" torch.distributed backend (tandem.c10d) are two
+ways to the same end: the backend needs tandem built against libtorch-dev
+and runs DDP unmodified; the hook needs only the Python package and leaves
+DDP's start-up broadcasts on gloo. Buckets are reduced asynchronously while
+backward goes on either way.
 """
 import queue
 import threading
