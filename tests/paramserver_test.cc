@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "command.h"
 #include "multiprocess.h"
 #include "tandem/paramserver.h"
 #include "tandem/tandem.h"
@@ -275,6 +276,21 @@ TEST(ParamServer, KilledServerIsNamedWithinTenSeconds) {
   for (int r = 0; r < kWorkers; ++r) EXPECT_EQ(codes[r], kNamed + kVictim) << "worker " << r << " did not name server rank " << kVictim;
   // The other server is left waiting on its workers: it fails too, naming someone, or is still serving.
   EXPECT_NE(codes[kVictim - 1], 0);
+}
+
+// tandem launch --servers starts the server ranks (tandem ps serve); the bench
+// checks its own results (ok: the pulled sums are the workers' count).
+TEST(ParamServer, LaunchWithServersRunsTheBench) {
+  const std::string bin = env("TANDEM_BIN");
+  if (bin.empty()) GTEST_SKIP() << "TANDEM_BIN is not set (run under ctest)";
+  const auto out = run(bin + " launch -n 2 --servers 2 -- " + bin +
+                           " bench ps -b 64K -e 1M -n 2 --rows 20000 --cols 16 --steps 2",
+                       120);
+  EXPECT_EQ(out.status, 0) << out.text;
+  EXPECT_NE(out.text.find("2 workers, 2 server(s)"), std::string::npos) << out.text;
+  EXPECT_NE(out.text.find("sparse"), std::string::npos) << out.text;
+  EXPECT_EQ(out.text.find("BAD"), std::string::npos) << out.text;
+  EXPECT_NE(out.text.find("tandem ps serve: rank 3 applied"), std::string::npos) << out.text;
 }
 
 }  // namespace
