@@ -13,6 +13,7 @@
 #include "command.h"
 #include "multiprocess.h"
 #include "tandem/paramserver.h"
+#include "routed_sync.h"
 #include "tandem/tandem.h"
 
 namespace tandem::testing {
@@ -276,6 +277,54 @@ TEST(ParamServer, KilledServerIsNamedWithinTenSeconds) {
   for (int r = 0; r < kWorkers; ++r) EXPECT_EQ(codes[r], kNamed + kVictim) << "worker " << r << " did not name server rank " << kVictim;
   // The other server is left waiting on its workers: it fails too, naming someone, or is still serving.
   EXPECT_NE(codes[kVictim - 1], 0);
+}
+
+// One step over both routes: an embedding by name to the parameter server
+// (only its non-zero rows pushed), the rest through the all-reduce buckets
+// of a workers-only communicator; every gradient leaves wait() averaged.
+TEST(ParamServer, RoutedSyncReducesBothRoutesInOneStep) {
+  const int workers = 2;
+  ps::Options options;
+  options.servers = 1;
+  run_job(workers, 1, options, [&](Communicator& world, int w) {
+    CommOptions wo = world.options();
+    wo.size = workers;
+    wo.local_size = workers;
+    wo.prefix += "/workers";
+    auto comm = ring::connect(wo);
+    trainer::RoutedSyncOptions ro;
+    ro.ps = options;
+    ro.ps_names = {"embedding"};
+    trainer::RoutedSync sync(*comm, world, ro);
+    const int dense = sync.register_gradient("dense", 1000);
+    const int emb = sync.register_gradient("embedding", 100, 4);
+    const int bias = sync.register_gradient("bias", 10);
+    sync.finalize(Clock::now() + 30s);
+    EXPECT_TRUE(sync.routed(emb));
+    EXPECT_FALSE(sync.routed(dense));
+    for (int step = 1; step <= 2; ++step) {
+      std::fill(sync.data(dense), sync.data(dense) + 1000, float(w + 1));
+      std::fill(sync.data(bias), sync.data(bias) + 10, float(step));
+      const std::vector<int64_t> rows = {w, 50, 99};
+      for (int64_t r : rows)
+        for (int c = 0; c < 4; ++c) sync.data(emb)[r * 4 + c] = float((w + 1) * (r + 1) * step);
+      sync.mark_ready(bias);
+      sync.mark_ready(emb);
+      sync.mark_ready(dense);
+      sync.wait(Clock::now() + 30s);
+      for (int i = 0; i < 1000; ++i) EXPECT_EQ(sync.data(dense)[i], 1.5f);
+      for (int i = 0; i < 10; ++i) EXPECT_EQ(sync.data(bias)[i], float(step));
+      for (int64_t r = 0; r < 100; ++r) {
+        float expected = 0;
+        if (r == 0) expected = 1.0f * step / 2;
+        if (r == 1) expected = 2.0f * 2 * step / 2;
+        if (r == 50 || r == 99) expected = 3.0f * float(r + 1) * step / 2;
+        for (int c = 0; c < 4; ++c) EXPECT_EQ(sync.data(emb)[r * 4 + c], expected) << "row " << r << ", step " << step;
+      }
+      sync.zero_gradients();
+    }
+    return 0;
+  });
 }
 
 // tandem launch --servers starts the server ranks (tandem ps serve); the bench
