@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -147,6 +148,21 @@ TEST(ParamServer, SparseOverlappingRowsSum) {
       std::vector<float> dense(1000 * 8, -1.0f);
       EXPECT_EQ(client.pull("emb", dense.data(), dense.size(), DataType::f32), step);
       EXPECT_EQ(std::memcmp(dense.data(), expected.data(), dense.size() * sizeof(float)), 0) << "dense pull, step " << step;
+      // pull_touched: exactly the rows some worker pushed this step, with their sums.
+      std::vector<int64_t> touched;
+      std::vector<std::byte> touched_rows;
+      EXPECT_EQ(client.pull_touched("emb", touched, touched_rows), step);
+      std::vector<float> rebuilt(1000 * 8, 0.0f);
+      if (touched_rows.size() != touched.size() * 8 * sizeof(float)) {
+        ADD_FAILURE() << touched_rows.size() << " bytes for " << touched.size() << " rows";
+        return 1;
+      }
+      for (size_t i = 0; i < touched.size(); ++i) std::memcpy(&rebuilt[size_t(touched[i]) * 8], &touched_rows[i * 32], 32);
+      EXPECT_EQ(std::memcmp(rebuilt.data(), expected.data(), rebuilt.size() * sizeof(float)), 0) << "pull_touched, step " << step;
+      std::set<int64_t> all;
+      for (int v = 0; v < workers; ++v)
+        for (int64_t id : rows_of(v, step)) all.insert(id);
+      EXPECT_EQ(touched.size(), all.size());
       std::vector<int64_t> ask = {999, 0, ids[3], ids[3], 512};
       std::vector<float> got(ask.size() * 8, -1.0f);
       EXPECT_EQ(client.pull_rows("emb", ask.data(), ask.size(), got.data(), DataType::f32), step);

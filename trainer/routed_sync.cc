@@ -88,10 +88,22 @@ void RoutedSync::wait(Deadline deadline) {
     }
     e.marked = false;
     e.push.wait(deadline);
-    client_->pull(e.name, e.data.data(), e.data.size(), DataType::f32);
-    if (options_.sync.average) {
-      const float scale = 1.0f / float(workers_);
+    const float scale = options_.sync.average ? 1.0f / float(workers_) : 1.0f;
+    if (!options_.sparse_rows) {
+      client_->pull(e.name, e.data.data(), e.data.size(), DataType::f32);
       for (float& x : e.data) x *= scale;
+      continue;
+    }
+    // Only the rows some worker pushed cross the network; the others hold
+    // zeros already, except this worker's own, which the sums replace.
+    std::vector<int64_t> ids;
+    std::vector<std::byte> rows;
+    client_->pull_touched(e.name, ids, rows);
+    for (int64_t r : e.ids) std::fill_n(e.data.data() + size_t(r) * e.cols, e.cols, 0.0f);
+    const float* sums = reinterpret_cast<const float*>(rows.data());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      float* row = e.data.data() + size_t(ids[i]) * e.cols;
+      for (size_t c = 0; c < e.cols; ++c) row[c] = sums[i * e.cols + c] * scale;
     }
   }
 }

@@ -9,8 +9,11 @@
 // engine while backward continues): all rows, or with sparse_rows only the
 // rows holding a non-zero element (an embedding's gradient touches the rows
 // of the batch). wait() waits for the buckets, then pulls every routed
-// gradient's sum (all rows) and divides by the workers if averaging, so every
-// gradient leaves wait() reduced in place, as with GradientSync alone.
+// gradient's sum (with sparse_rows only the rows some worker pushed, by
+// Client::pull_touched) and divides by the workers if averaging, so every
+// gradient leaves wait() reduced in place, as with GradientSync alone. With
+// sparse_rows a routed gradient must be all zeros outside the rows this
+// worker wrote (zero_gradients() after each step, as usual).
 #pragma once
 
 #include <functional>

@@ -298,6 +298,52 @@ Request Client::pull_rows_async(const std::string& key, const int64_t* ids, size
       call_options());
 }
 
+uint64_t Client::pull_touched(const std::string& key, std::vector<int64_t>& ids, std::vector<std::byte>& rows) {
+  const KeyLayout& l = layout_[index(key, "pull_touched")];
+  if (closed_) throw InvalidArgument("pull_touched: the Client is closed");
+  if (l.spec.rule != UpdateRule::sum) {
+    throw InvalidArgument("pull_touched '" + key + "': the key uses the sgd rule; pull_touched reads sum keys (use pull_rows)");
+  }
+  const uint32_t k = uint32_t(&l - layout_.data());
+  const Header h{Op::pull_touched, k, steps_[k], 0, next_request_++, 0};
+  uint64_t step = std::numeric_limits<uint64_t>::max();
+  ids.clear();
+  rows.clear();
+  comm_.exchange(
+      [&](Channel& ch) {
+        const size_t row_bytes = l.spec.cols * dtype_size(l.spec.dtype);
+        const size_t servers = l.shard_rows.size();
+        std::vector<uint64_t> applied(servers, std::numeric_limits<uint64_t>::max()), count(servers, 0);
+        std::vector<Pending> posted;
+        for (int s = 0; s < int(servers); ++s) {
+          if (l.shard_rows[s] == 0) continue;
+          posted.push_back(ch.recv(workers_ + s, tag(detail::kStep, h.request), &applied[s], sizeof(uint64_t)));
+          posted.push_back(ch.recv(workers_ + s, tag(detail::kCount, h.request), &count[s], sizeof(uint64_t)));
+        }
+        for (int s = 0; s < int(servers); ++s) {
+          if (l.shard_rows[s] == 0) continue;
+          posted.push_back(ch.send(workers_ + s, tag(detail::kHeader, 0), &h, sizeof h));
+        }
+        ch.wait_all(posted);
+        posted.clear();
+        size_t total = 0;
+        for (uint64_t c : count) total += c;
+        ids.resize(total);
+        rows.resize(total * row_bytes);
+        size_t at = 0;
+        for (int s = 0; s < int(servers); ++s) {
+          if (count[s] == 0) continue;
+          posted.push_back(ch.recv(workers_ + s, tag(detail::kReplyIds, h.request), ids.data() + at, count[s] * sizeof(int64_t)));
+          posted.push_back(ch.recv(workers_ + s, tag(detail::kReplyRows, h.request), rows.data() + at * row_bytes, count[s] * row_bytes));
+          at += count[s];
+        }
+        ch.wait_all(posted);
+        step = *std::min_element(applied.begin(), applied.end());
+      },
+      call_options());
+  return step;
+}
+
 uint64_t Client::pull_rows(const std::string& key, const int64_t* ids, size_t n, void* out, DataType dtype) {
   uint64_t step = 0;
   pull_rows_async(key, ids, n, out, dtype, &step).wait();

@@ -16,7 +16,7 @@
 
 namespace tandem::ps::detail {
 
-enum class Op : uint32_t { declare = 1, push = 2, push_rows = 3, pull = 4, pull_rows = 5, set = 6, close = 7 };
+enum class Op : uint32_t { declare = 1, push = 2, push_rows = 3, pull = 4, pull_rows = 5, set = 6, close = 7, pull_touched = 8 };
 
 enum Kind : uint32_t {
   kHeader = 1,
@@ -29,6 +29,8 @@ enum Kind : uint32_t {
   kTable = 8,      // worker -> server: the key declarations (text)
   kVerdict = 9,    // server -> worker: verdict length (uint64), then kVerdictText
   kVerdictText = 10,
+  kCount = 11,     // server -> worker: how many rows follow (pull_touched)
+  kReplyIds = 12,  // server -> worker: their ids
 };
 
 struct Header {

@@ -110,7 +110,8 @@ class Server {
       case Op::set:
         return receive_dense(w, h, s, s.value.data());
       case Op::pull:
-      case Op::pull_rows: {
+      case Op::pull_rows:
+      case Op::pull_touched: {
         WaitingPull p{w, h, {}};
         if (h.op == Op::pull_rows && h.count > 0) {
           p.ids.resize(h.count);
@@ -346,6 +347,8 @@ class Server {
         sent.push_back(ch_.send(p.worker, tag(detail::kReplyPart, p.h.request, j),
                                 s.value.data() + part.shard_row * s.row_bytes, part.rows * s.row_bytes));
       }
+    } else if (p.h.op == Op::pull_touched) {
+      return answer_touched(s, p, sent);
     } else if (!p.ids.empty()) {
       reply_.resize(p.ids.size() * s.row_bytes);
       for (size_t i = 0; i < p.ids.size(); ++i) {
@@ -354,6 +357,37 @@ class Server {
       sent.push_back(ch_.send(p.worker, tag(detail::kReplyRows, p.h.request), reply_.data(), reply_.size()));
     }
     ch_.wait_all(sent);  // the value may change with the next request
+  }
+
+  // The rows the last applied step wrote: count, then ids and rows (sent after the applied step in `sent`).
+  void answer_touched(Shard& s, const WaitingPull& p, std::vector<Pending>& sent) {
+    touched_ids_.clear();
+    if (s.last_dense) {
+      for (size_t j : s.part_index) {
+        const Part& part = s.key->parts[j];
+        for (size_t r = 0; r < part.rows; ++r) touched_ids_.push_back(int64_t(part.first_row + r));
+      }
+    } else {
+      for (size_t r : s.last_rows) {
+        // The part holding shard row r: the last whose shard_row <= r.
+        auto it = std::upper_bound(s.part_index.begin(), s.part_index.end(), r,
+                                   [&](size_t row, size_t j) { return row < s.key->parts[j].shard_row; });
+        const Part& part = s.key->parts[*(it - 1)];
+        touched_ids_.push_back(int64_t(part.first_row + (r - part.shard_row)));
+      }
+    }
+    const uint64_t count = s.applied == 0 ? 0 : touched_ids_.size();
+    sent.push_back(ch_.send(p.worker, tag(detail::kCount, p.h.request), &count, sizeof count));
+    if (count > 0) {
+      reply_.resize(count * s.row_bytes);
+      for (size_t i = 0; i < count; ++i) {
+        std::memcpy(reply_.data() + i * s.row_bytes, s.value.data() + shard_row(s, touched_ids_[i]) * s.row_bytes,
+                    s.row_bytes);
+      }
+      sent.push_back(ch_.send(p.worker, tag(detail::kReplyIds, p.h.request), touched_ids_.data(), count * sizeof(int64_t)));
+      sent.push_back(ch_.send(p.worker, tag(detail::kReplyRows, p.h.request), reply_.data(), reply_.size()));
+    }
+    ch_.wait_all(sent);
   }
 
   Channel& ch_;
@@ -367,7 +401,7 @@ class Server {
   std::vector<Shard> shards_;
   std::vector<WaitingPull> waiting_;
   std::vector<std::byte> scratch_, reply_;
-  std::vector<int64_t> ids_;
+  std::vector<int64_t> ids_, touched_ids_;
   uint64_t steps_applied_ = 0;
 };
 

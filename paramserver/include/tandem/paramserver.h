@@ -121,6 +121,11 @@ class Client {
   uint64_t pull_rows(const std::string& key, const int64_t* ids, size_t n, void* out, DataType dtype);
   Request pull_rows_async(const std::string& key, const int64_t* ids, size_t n, void* out, DataType dtype,
                           uint64_t* step = nullptr);
+  // Sum-rule keys: the rows the last applied step wrote (every row some
+  // worker pushed in it; all rows after a dense push), as global ids and
+  // rows (cols elements each, in the key's dtype), grouped by server. The
+  // sparse counterpart of pull: only touched rows cross the network.
+  uint64_t pull_touched(const std::string& key, std::vector<int64_t>& ids, std::vector<std::byte>& rows);
   // Overwrites the server's value of a key (worker 0 initialising parameters);
   // not a step. Ordered with this worker's other requests only.
   void set(const std::string& key, const void* data, size_t count, DataType dtype);
