@@ -295,6 +295,41 @@ TEST(ParamServer, KilledServerIsNamedWithinTenSeconds) {
   EXPECT_NE(codes[kVictim - 1], 0);
 }
 
+// A worker that gives up (abort, then its communicator ends) while the
+// others wait for its push: the waiting worker and the server fail naming it.
+TEST(ParamServer, WorkerThatGivesUpIsNamed) {
+  constexpr int kNamed = 20, kTooSlow = 5;
+  ps::Options options;
+  options.servers = 1;
+  RankGroup group(3, [&](const CommOptions& o) {
+    auto comm = ring::connect(o);
+    const auto t0 = Clock::now();
+    try {
+      if (ps::is_server(o.rank, o.size, options)) {
+        ps::serve(*comm, options);
+        return 0;
+      }
+      ps::Client client(*comm, {{"k", 16}}, options);
+      std::vector<float> v(16, 1.0f);
+      if (o.rank == 1) {
+        comm->abort("the test gives up");
+        return 0;
+      }
+      client.push("k", v.data(), v.size(), DataType::f32);
+      client.pull("k", v.data(), v.size(), DataType::f32);  // waits for rank 1's push
+      return 1;
+    } catch (const PeerFailure& e) {
+      fprintf(stderr, "[rank %d] %s\n", o.rank, e.what());
+      if (Clock::now() - t0 > 10s) return kTooSlow;
+      return kNamed + e.rank();
+    }
+  });
+  auto codes = group.wait(60s);
+  EXPECT_EQ(codes[0], kNamed + 1) << "worker 0";
+  EXPECT_EQ(codes[1], 0);
+  EXPECT_EQ(codes[2], kNamed + 1) << "the server";
+}
+
 // One step over both routes: an embedding by name to the parameter server
 // (only its non-zero rows pushed), the rest through the all-reduce buckets
 // of a workers-only communicator; every gradient leaves wait() averaged.

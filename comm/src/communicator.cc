@@ -611,9 +611,11 @@ void Communicator::Impl::publish_mismatch(const std::string& text) {
 // What other ranks found out about this call: a mismatch, or a rank that
 // left the communicator after the previous call (it skipped this one).
 void Communicator::Impl::check_calls_match(const Task& task, int waiting_on, Deadline until) {
-  std::optional<std::string> mismatch, left;
+  std::optional<std::string> mismatch, left, abandoned;
   try {
     mismatch = store->try_get(key("mismatch"), until);
+    // An exchange has no call numbers: a peer that gave up after an error is all it can learn.
+    if (task.what.point_to_point()) abandoned = store->try_get(key("abandoned"), until);
     if (seq > 1 && !task.what.point_to_point()) left = store->try_get(key("left/" + std::to_string(seq - 1)), until);
   } catch (const Timeout&) {
     return;  // a slow store: ask again at the next poll
@@ -622,6 +624,10 @@ void Communicator::Impl::check_calls_match(const Task& task, int waiting_on, Dea
   }
   const std::string during = describe_wait(task.what, seq, opts.rank, waiting_on);
   if (mismatch) throw CollectiveMismatch(*mismatch + " (rank " + std::to_string(opts.rank) + " learned it during " + during + ")");
+  if (abandoned) {
+    throw PeerFailure(std::atoi(abandoned->c_str()), "rank " + *abandoned +
+                                                         " left the communicator after an error or abort(), during " + during);
+  }
   if (left) {
     throw CollectiveMismatch("rank " + *left + " skipped call #" + std::to_string(seq) +
                              ": it destroyed its communicator after call #" + std::to_string(seq - 1) + ", while " +
@@ -998,7 +1004,8 @@ void Communicator::Impl::finalize() {
     store->set(key("left/" + std::to_string(seq)), std::to_string(opts.rank), deadline);
     if (failed || aborted) {
       // Tell the others not to wait for us at the finalize barrier.
-      store->set(key("abandoned"), std::to_string(opts.rank), deadline);
+      // The first rank to give up stays named (exchanges report it).
+      if (!store->try_get(key("abandoned"), deadline)) store->set(key("abandoned"), std::to_string(opts.rank), deadline);
     } else if (finalize_barrier(deadline)) {
       // Everyone has finished its last collective before endpoints go away.
       ucx->close_endpoints(deadline);
