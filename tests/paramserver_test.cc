@@ -393,5 +393,21 @@ TEST(ParamServer, LaunchWithServersRunsTheBench) {
   EXPECT_NE(out.text.find("tandem ps serve: rank 3 applied"), std::string::npos) << out.text;
 }
 
+// Under mpirun the roles come from TANDEM_SERVERS alone: the last rank serves inside the bench.
+TEST(ParamServer, BenchUnderMpirunWithTandemServers) {
+  const std::string bin = env("TANDEM_BIN");
+  if (bin.empty()) GTEST_SKIP() << "TANDEM_BIN is not set (run under ctest)";
+  if (std::system("command -v mpirun >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "mpirun not found: install openmpi-bin to run this test";
+  }
+  const auto out = run("mpirun --allow-run-as-root --oversubscribe --mca oob_tcp_if_include lo -n 3 -x TANDEM_SERVERS=1 " +
+                           bin + " bench ps -b 64K -e 256K -n 2 --rows 10000 --cols 16 --steps 2 --format json",
+                       120);
+  EXPECT_EQ(out.status, 0) << out.text;
+  EXPECT_NE(out.text.find("\"servers\": 1"), std::string::npos) << out.text;
+  EXPECT_NE(out.text.find("\"workers\": 2"), std::string::npos) << out.text;
+  EXPECT_EQ(out.text.find("\"ok\": false"), std::string::npos) << out.text;
+}
+
 }  // namespace
 }  // namespace tandem::testing
