@@ -42,9 +42,8 @@ void RoutedSync::finalize(Deadline deadline) {
   }
   bool any_bucketed = std::any_of(entries_.begin(), entries_.end(), [](const Entry& e) { return !e.routed; });
   if (any_bucketed) sync_.finalize(deadline);
-  auto o = options_.ps;
-  o.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-  client_ = std::make_unique<ps::Client>(world_, keys, o);
+  // The client's calls keep options.ps.timeout (the world communicator's by default).
+  client_ = std::make_unique<ps::Client>(world_, keys, options_.ps);
 }
 
 float* RoutedSync::data(int id) const {
