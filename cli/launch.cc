@@ -29,6 +29,7 @@
 #include <exception>
 #include <memory>
 #include <optional>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -195,10 +196,10 @@ std::optional<std::string> resolve_command(const std::string& name, int& exit_co
 // The parent's environment minus stale TANDEM_* job variables, plus this rank's.
 // The job secret travels in the environment (readable by this user only), never on a command line.
 std::vector<std::string> rank_environment(int rank, int world, const std::string& store_addr,
-                                          const std::string& secret) {
+                                          const std::string& secret, int servers) {
   static const char* const kOwned[] = {"TANDEM_RANK=",       "TANDEM_WORLD_SIZE=", "TANDEM_LOCAL_RANK=",
                                        "TANDEM_LOCAL_WORLD_SIZE=", "TANDEM_STORE_ADDR=", "TANDEM_SECRET=",
-                                       "TANDEM_SECRET_FILE=", "TANDEM_JOB_ID="};
+                                       "TANDEM_SECRET_FILE=", "TANDEM_JOB_ID=", "TANDEM_SERVERS="};
   std::vector<std::string> env;
   for (char** e = environ; e && *e; ++e) {
     std::string_view kv(*e);
@@ -212,6 +213,7 @@ std::vector<std::string> rank_environment(int rank, int world, const std::string
   env.push_back("TANDEM_STORE_ADDR=" + store_addr);
   env.push_back("TANDEM_SECRET=" + secret);
   env.push_back("TANDEM_JOB_ID=launch-" + std::to_string(::getpid()));  // the launcher's pid: one per job on this host
+  if (servers > 0) env.push_back("TANDEM_SERVERS=" + std::to_string(servers));
   return env;
 }
 
@@ -266,8 +268,8 @@ struct Pipe {
 // Starts one rank. Returns 0, or the launcher exit code with `error` set.
 int spawn_rank(Rank& r, int world, const std::string& path, const std::vector<std::string>& command,
                const std::string& store_addr, const std::string& secret, const rlimit& child_files,
-               std::string& error) {
-  std::vector<std::string> env = rank_environment(r.rank, world, store_addr, secret);
+               std::string& error, int servers) {
+  std::vector<std::string> env = rank_environment(r.rank, world, store_addr, secret, servers);
   std::vector<char*> argv, envp;
   for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -398,10 +400,16 @@ class Launcher {
     // they are reaped even in containers whose init never reaps.
     ::prctl(PR_SET_CHILD_SUBREAPER, 1);
     start_ = Clock::now();
-    ranks_.resize(static_cast<size_t>(opts_.nprocs));
-    for (int i = 0; i < opts_.nprocs; ++i) {
+    const int world = opts_.nprocs + opts_.servers;
+    // Parameter-server ranks run `tandem ps serve` from this very executable.
+    const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+    const std::vector<std::string> serve = {self, "ps", "serve"};
+    ranks_.resize(static_cast<size_t>(world));
+    for (int i = 0; i < world; ++i) {
       ranks_[i].rank = i;
-      int rc = spawn_rank(ranks_[i], opts_.nprocs, *path, opts_.command, store_addr, secret, child_files, error);
+      const bool server = i >= opts_.nprocs;
+      int rc = spawn_rank(ranks_[i], world, server ? self : *path, server ? serve : opts_.command, store_addr, secret,
+                          child_files, error, opts_.servers);
       if (rc != 0) {
         say("rank " + std::to_string(i) + ": " + error);
         spawn_failure_ = rc;
@@ -605,7 +613,7 @@ class Launcher {
   }
 
   int finish() const {
-    std::string abnormal = std::to_string(failed_) + " of " + std::to_string(opts_.nprocs) +
+    std::string abnormal = std::to_string(failed_) + " of " + std::to_string(opts_.nprocs + opts_.servers) +
                            " rank(s) failed on their own, " + std::to_string(stopped_by_us_) +
                            " stopped by the launcher";
     if (spawn_failure_ != 0) return spawn_failure_;
@@ -645,6 +653,10 @@ std::string validate(const LaunchOptions& o) {
   if (o.nprocs < 1 || o.nprocs > kMaxLocalRanks) {
     return "-n must be between 1 and " + std::to_string(kMaxLocalRanks) + " local ranks (got " +
            std::to_string(o.nprocs) + ")";
+  }
+  if (o.servers < 0 || o.nprocs + o.servers > kMaxLocalRanks) {
+    return "--servers must be between 0 and " + std::to_string(kMaxLocalRanks - o.nprocs) + " (got " +
+           std::to_string(o.servers) + ")";
   }
   auto bad_seconds = [](double s) { return !std::isfinite(s) || s < 0 || s > 1e7; };
   if (bad_seconds(o.timeout_seconds)) return "--timeout must be a number of seconds >= 0 (0 = no limit)";

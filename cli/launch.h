@@ -19,6 +19,9 @@ struct LaunchOptions {
   double grace_seconds = 10;   // after the first failure, before SIGTERM
   double kill_after_seconds = 3;  // after SIGTERM, before SIGKILL
   std::vector<std::string> command;  // argv of every rank; command[0] is looked up in PATH
+  // Parameter-server ranks started after the nprocs workers (ranks nprocs..nprocs+servers-1),
+  // each running `tandem ps serve` from this executable; every rank gets TANDEM_SERVERS.
+  int servers = 0;
 };
 
 inline constexpr int kMaxLocalRanks = 1024;

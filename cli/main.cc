@@ -2,6 +2,8 @@
 //   tandem launch -n N [--timeout S] [--grace S] [--] cmd args...
 //   tandem bench <collective> [nccl-tests flags]
 //   tandem bench overlap [--model M] [--modes ...]
+//   tandem bench ps [...]            (parameter server next to all-reduce; cli/ps.cc)
+//   tandem ps serve                  (a parameter-server rank; cli/ps.cc)
 //   tandem model calibrate|predict|validate ...
 //   tandem info
 //   tandem netif [--format table|json]
@@ -28,6 +30,7 @@
 #include <vector>
 
 #include "launch.h"
+#include "ps.h"
 #include "tandem/bench/model.h"
 #include "tandem/bench/overlap.h"
 #include "tandem/bench/sweep.h"
@@ -366,6 +369,10 @@ void add_launch(CLI::App& app, tandem::cli::LaunchOptions& o) {
       ->capture_default_str();
   l->add_option("--grace", o.grace_seconds, "After a rank fails, seconds the others get to exit before SIGTERM")
       ->capture_default_str();
+  l->add_option("--servers", o.servers,
+                "Also start this many parameter-server ranks (`tandem ps serve`) after the N workers; every rank "
+                "gets TANDEM_SERVERS")
+      ->capture_default_str();
   // Only for --help: main() splits the command off before CLI11 sees it.
   l->add_option("command", o.command, "The command every rank runs, with its arguments (after --)");
   l->footer("Example: tandem launch -n 2 -- tandem bench allreduce -b 8 -e 128M");
@@ -375,7 +382,7 @@ void add_launch(CLI::App& app, tandem::cli::LaunchOptions& o) {
 // the `-n` of `tandem bench`) never reach the launcher's parser. The command
 // starts after "--" or at the first word that is neither a flag nor a flag's value.
 std::vector<std::string> split_launch_command(std::vector<std::string>& args) {
-  static const char* const kFlagsWithValue[] = {"-n", "--nprocs", "--timeout", "--grace"};
+  static const char* const kFlagsWithValue[] = {"-n", "--nprocs", "--timeout", "--grace", "--servers"};
   for (size_t i = 1; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--" || a.empty() || a[0] != '-') {
@@ -514,6 +521,8 @@ int main(int argc, char** argv) {
   auto* bench_cmd = add_bench(app, bench);
   OverlapFlags overlap;
   auto* overlap_cmd = add_overlap(*bench_cmd, overlap);
+  tandem::cli::PsFlags ps_flags;
+  tandem::cli::add_ps(app, *bench_cmd, ps_flags);
   ModelFlags model;
   add_model(app, model);
   app.add_subcommand("info", "Show version, kernel ISA and the job environment");
@@ -545,6 +554,7 @@ int main(int argc, char** argv) {
       return tandem::cli::run_launch(launch);
     }
     if (overlap_cmd->parsed()) return tandem::bench::run_overlap(to_overlap_options(overlap));
+    if (const int rc = tandem::cli::run_ps(ps_flags); rc >= 0) return rc;
     if (app.got_subcommand("bench")) {
       if (bench.collective.empty()) throw UsageError("bench: name a collective or the overlap subcommand");
       return tandem::bench::run_sweep(to_sweep_options(bench));

@@ -74,14 +74,17 @@ struct Description {
 
   // 1 + the index in kKinds.
   uint32_t kind() const {
-    static constexpr const char* kKinds[] = {"allreduce", "reduce_scatter", "allgather", "broadcast", "barrier"};
-    for (uint32_t i = 0; i < 5; ++i) {
+    static constexpr const char* kKinds[] = {"allreduce", "reduce_scatter", "allgather", "broadcast", "barrier",
+                                             "exchange"};
+    for (uint32_t i = 0; i < 6; ++i) {
       if (std::strcmp(name, kKinds[i]) == 0) return i + 1;
     }
     return 0;
   }
   // 3 bits of collective kind, 3 of dtype.
   uint32_t signature() const { return (kind() << 3) | (dtype ? uint32_t(*dtype) + 1 : 0); }
+  // Communicator::exchange: point-to-point messages between the ranks it addresses.
+  bool point_to_point() const { return kind() == 6; }
 
   std::string str() const {
     if (!dtype) return name;
@@ -130,6 +133,9 @@ constexpr uint32_t kFingerprintSignature = (1u << kSignatureBits) - 1;
 
 // "allreduce #12 (1024 x f32, sum) on rank 0 (waiting for rank 1)": seq numbers the communicator's collectives from 1.
 std::string describe_wait(const Description& what, uint32_t seq, int rank, int peer) {
+  if (what.point_to_point()) {
+    return "point-to-point exchange on rank " + std::to_string(rank) + " (waiting for rank " + std::to_string(peer) + ")";
+  }
   std::string call = what.str();
   const auto paren = call.find('(');
   call = paren == std::string::npos ? call + " #" + std::to_string(seq)
@@ -309,10 +315,12 @@ struct Communicator::Impl {
 class EngineChannel final : public Channel {
  public:
   EngineChannel(Communicator::Impl& impl, const Task& task)
-      : impl_(impl), task_(task), signature_(task.what.signature()) {
+      : impl_(impl), task_(task), signature_(task.what.signature()), point_to_point_(task.what.point_to_point()) {
+    // An exchange has no fingerprints: only the ranks it addresses take part.
+    fingerprint_posted_ = fingerprint_compared_ = point_to_point_;
     // Without shared memory every collective goes over UCX: post at once (a
     // zero-count call sends nothing, yet must be checked).
-    if (!impl_.shm && impl_.opts.size > 1) post_fingerprint();
+    if (!impl_.shm && impl_.opts.size > 1 && !point_to_point_) post_fingerprint();
   }
   ~EngineChannel() override {
     // Anything still posted belongs to a collective that failed: cancel it so
@@ -399,7 +407,7 @@ class EngineChannel final : public Channel {
   void idle(int peer, unsigned spins) override {
     if (spins % 128 == 0) {
       impl_.check_health(task_, peer);
-      if (spins % 1024 == 0) watch_for_fingerprints();
+      if (spins % 1024 == 0 && !point_to_point_) watch_for_fingerprints();
     }
     const bool yield_soon = impl_.oversubscribed && spins > kSpinsBeforeYield;
     if (spins <= kIdleSpins && !yield_soon) {
@@ -435,8 +443,10 @@ class EngineChannel final : public Channel {
   Tag full_tag(int sender, Tag local, uint32_t signature) const {
     if (local >> kLocalBits) throw InvalidArgument("algorithm tag exceeds 32 bits");
     static_assert(kSignatureBits + kSeqBits + kRankBits + kLocalBits == 64);
-    return (Tag(signature) << (kSeqBits + kRankBits + kLocalBits)) |
-           (Tag(impl_.seq & ((1u << kSeqBits) - 1)) << (kRankBits + kLocalBits)) | (Tag(sender) << kLocalBits) | local;
+    // Exchanges are not numbered: their tags are their own, across calls.
+    const Tag seq = point_to_point_ ? 0 : impl_.seq & ((1u << kSeqBits) - 1);
+    return (Tag(signature) << (kSeqBits + kRankBits + kLocalBits)) | (seq << (kRankBits + kLocalBits)) |
+           (Tag(sender) << kLocalBits) | local;
   }
   Tag full_tag(int sender, Tag local) const { return full_tag(sender, local, signature_); }
 
@@ -470,7 +480,7 @@ class EngineChannel final : public Channel {
   // After the algorithm: the call succeeds only once the predecessor's
   // fingerprint matched and this rank's has left.
   void finish() {
-    if (!fingerprint_posted_) return;
+    if (!fingerprint_posted_ || point_to_point_) return;
     if (!fingerprint_compared_) {
       wait(fp_in_);
       if (!fingerprint_compared_) compare_fingerprint();
@@ -526,6 +536,7 @@ class EngineChannel final : public Channel {
   Communicator::Impl& impl_;
   const Task& task_;
   uint32_t signature_;
+  bool point_to_point_;
   std::vector<Pending> live_;
   bool fingerprint_posted_ = false, fingerprint_compared_ = false;
   int prev_ = 0;
@@ -600,10 +611,12 @@ void Communicator::Impl::publish_mismatch(const std::string& text) {
 // What other ranks found out about this call: a mismatch, or a rank that
 // left the communicator after the previous call (it skipped this one).
 void Communicator::Impl::check_calls_match(const Task& task, int waiting_on, Deadline until) {
-  std::optional<std::string> mismatch, left;
+  std::optional<std::string> mismatch, left, abandoned;
   try {
     mismatch = store->try_get(key("mismatch"), until);
-    if (seq > 1) left = store->try_get(key("left/" + std::to_string(seq - 1)), until);
+    // An exchange has no call numbers: a peer that gave up after an error is all it can learn.
+    if (task.what.point_to_point()) abandoned = store->try_get(key("abandoned"), until);
+    if (seq > 1 && !task.what.point_to_point()) left = store->try_get(key("left/" + std::to_string(seq - 1)), until);
   } catch (const Timeout&) {
     return;  // a slow store: ask again at the next poll
   } catch (const PeerFailure& e) {
@@ -611,6 +624,10 @@ void Communicator::Impl::check_calls_match(const Task& task, int waiting_on, Dea
   }
   const std::string during = describe_wait(task.what, seq, opts.rank, waiting_on);
   if (mismatch) throw CollectiveMismatch(*mismatch + " (rank " + std::to_string(opts.rank) + " learned it during " + during + ")");
+  if (abandoned) {
+    throw PeerFailure(std::atoi(abandoned->c_str()), "rank " + *abandoned +
+                                                         " left the communicator after an error or abort(), during " + during);
+  }
   if (left) {
     throw CollectiveMismatch("rank " + *left + " skipped call #" + std::to_string(seq) +
                              ": it destroyed its communicator after call #" + std::to_string(seq - 1) + ", while " +
@@ -888,7 +905,7 @@ std::shared_ptr<Request::State> Communicator::Impl::enqueue(std::function<void(C
 }
 
 void Communicator::Impl::execute(Task& task) {
-  ++seq;
+  if (!task.what.point_to_point()) ++seq;  // exchanges are not collectives: other ranks do not count them
   if (sticky) {
     task.state->finish(sticky);
     return;
@@ -987,7 +1004,8 @@ void Communicator::Impl::finalize() {
     store->set(key("left/" + std::to_string(seq)), std::to_string(opts.rank), deadline);
     if (failed || aborted) {
       // Tell the others not to wait for us at the finalize barrier.
-      store->set(key("abandoned"), std::to_string(opts.rank), deadline);
+      // The first rank to give up stays named (exchanges report it).
+      if (!store->try_get(key("abandoned"), deadline)) store->set(key("abandoned"), std::to_string(opts.rank), deadline);
     } else if (finalize_barrier(deadline)) {
       // Everyone has finished its last collective before endpoints go away.
       ucx->close_endpoints(deadline);
@@ -1197,6 +1215,16 @@ void Communicator::abort(const std::string& reason) {
   }
   impl_->cv.notify_all();
   if (impl_->ucx) impl_->ucx->wake();  // a wait sleeping on the worker sees the abort now
+}
+
+Request Communicator::exchange_async(std::function<void(Channel&)> body, const CollectiveOptions& opts) {
+  if (!body) throw InvalidArgument("exchange: empty body");
+  return Request(impl_->enqueue(std::move(body), opts, Description{"exchange", 0, std::nullopt, std::nullopt}));
+}
+
+void Communicator::exchange(std::function<void(Channel&)> body, const CollectiveOptions& opts) {
+  if (!body) throw InvalidArgument("exchange: empty body");
+  impl_->run_blocking(std::move(body), opts, Description{"exchange", 0, std::nullopt, std::nullopt});
 }
 
 bool Communicator::aborted() const { return impl_->aborted; }

@@ -222,6 +222,15 @@ class Communicator {
   void* allocate_shared(size_t bytes);
   void free_shared(void* p);
 
+  // Point-to-point messages for libraries built on comm (paramserver/): body
+  // runs on the engine in issue order, like a collective, and talks through a
+  // Channel, but only the ranks it addresses take part (no other rank calls
+  // anything), its tags are its own across calls, and it is not counted among
+  // the collectives. Deadline, abort and dead-rank detection as for collectives;
+  // a failure is sticky. Body tags must stay clear of concurrent exchanges'.
+  void exchange(std::function<void(Channel&)> body, const CollectiveOptions& opts = {});
+  Request exchange_async(std::function<void(Channel&)> body, const CollectiveOptions& opts = {});
+
   // Unblocks every pending call on this communicator with Aborted; sticky.
   void abort(const std::string& reason = "abort() called");
   bool aborted() const;
