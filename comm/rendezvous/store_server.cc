@@ -19,7 +19,7 @@
 #include <thread>
 #include <unordered_map>
 
-#include "job_secret.h"
+#include "rendezvous/store_admission.h"
 #include "store_protocol.h"
 #include "tandem/errors.h"
 #include "tandem/store.h"
@@ -120,8 +120,7 @@ struct StoreServer::Impl::Connection : std::enable_shared_from_this<Connection> 
   std::chrono::milliseconds heartbeat_interval{0};  // > 0 once the rank beats on this connection
   Clock::time_point last_beat;
   // With a secret: nothing but the handshake until the proof checks out.
-  bool authenticated = false;
-  std::string nonce;                // this connection's challenge, once asked for
+  Admission admission{server.options.secret};
   bool close_after_write = false;   // rejected: the error reply goes out, then the connection closes
 
   // At most one parked request: the client is synchronous, later frames wait in rbuf.
@@ -132,7 +131,7 @@ struct StoreServer::Impl::Connection : std::enable_shared_from_this<Connection> 
   Connection(Impl& s, tcp::socket sock)
       : server(s), socket(std::move(sock)), frame_timer(s.io), park_timer(s.io), write_timer(s.io) {}
 
-  bool identified() const { return got_first_frame && (server.options.secret.empty() || authenticated); }
+  bool identified() const { return got_first_frame && admission.authenticated(); }
 
   // Brings server.buffered up to date with this connection's buffers. Past
   // the budget, the connections holding the most are closed until it fits;
@@ -287,31 +286,15 @@ struct StoreServer::Impl::Connection : std::enable_shared_from_this<Connection> 
     error_reply(message);
   }
 
-  // The handshake (job_secret.h); false if `op` may not run yet.
+  // The handshake (store_admission.h); false if `op` may not run yet.
   bool admit(sp::Op op, std::string_view value) {
-    const std::string& secret = server.options.secret;
-    if (op == sp::Op::auth_begin) {
-      if (!secret.empty() && !authenticated) nonce = random_bytes(kNonceBytes);
-      reply(sp::Op::value, {}, authenticated ? std::string() : nonce);
-      return false;
-    }
-    if (secret.empty() || authenticated) {
-      if (op == sp::Op::auth) error_reply("auth: no challenge pending");
-      return op != sp::Op::auth;
-    }
-    if (op != sp::Op::auth) {
-      reject(fmt::format("{}: this store requires the job secret; set TANDEM_SECRET or TANDEM_SECRET_FILE to the "
-                         "job's secret (tandem launch sets it for its ranks)",
-                         sp::op_name(uint16_t(op))));
-    } else if (nonce.empty()) {
-      reject("auth: no challenge was asked for on this connection");
-    } else if (!same_proof(value, auth_proof(secret, nonce))) {
-      reject("auth: wrong job secret");
+    AdmissionStep step = admission.on(op, value);
+    if (step.run) return true;
+    if (step.close) {
+      reject(step.value);
     } else {
-      authenticated = true;
-      reply(sp::Op::ok, {}, {});
+      reply(step.reply, {}, step.value);
     }
-    nonce.clear();  // one proof per challenge
     return false;
   }
 
