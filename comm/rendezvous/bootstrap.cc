@@ -115,6 +115,9 @@ void read_tuning(const EnvLookup& env, CommOptions& o) {
     }
     o.heartbeat = std::chrono::milliseconds(*v);
   }
+  if (auto v = optional_int(env, "TANDEM_FLIGHT_ENTRIES", "set it to how many collectives the flight recorder keeps (0 turns it off)"))
+    o.flight_entries = size_t(*v);
+  if (auto v = env("TANDEM_FLIGHT_DIR")) o.flight_dir = *v;
   if (auto v = optional_int(env, "TANDEM_SEGMENT_BYTES", "set it to the ring's message size in bytes (>= 4096)")) {
     o.segment_bytes = size_t(*v);
   }

@@ -2,6 +2,8 @@
 // thread that runs collectives in issue order.
 #include "tandem/communicator.h"
 
+#include "flight_recorder.h"
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -234,6 +236,7 @@ struct Communicator::Impl {
   std::unique_ptr<SharedSegmentSet> shm;  // when all ranks share this host
   bool cma = false;                        // and every rank may copy from every other's memory
   std::unique_ptr<SharedAllocations> allocations;  // allocate_shared()
+  std::unique_ptr<FlightRecorder> flight;          // the last collectives, for `tandem doctor`
   int store_host_rank = -1;     // the rank hosting the store, if a rank does
   std::string transports;       // what UCX chose, read once after wire-up
   NetifDecision network;        // the interface selection's decision
@@ -274,6 +277,8 @@ struct Communicator::Impl {
   void run_blocking(std::function<void(Channel&)> body, const CollectiveOptions& o, const Description& what);
   MemoryType memory_type(const CollectiveOptions& o) const;
   void execute(Task& task);
+  void record_begin(const Task& task);
+  void record_failure(const std::string& error, const char* reason);  // and dump
   void check_health(const Task& task, int waiting_on);
   // How long a sleeping wait may last before the next check_health is due.
   std::chrono::microseconds until_next_check(const Task& task) const;
@@ -889,8 +894,10 @@ std::shared_ptr<Request::State> Communicator::Impl::enqueue(std::function<void(C
 
 void Communicator::Impl::execute(Task& task) {
   ++seq;
+  record_begin(task);
   if (sticky) {
     task.state->finish(sticky);
+    flight->end(seq, false, "not run: an earlier call failed");
     return;
   }
   try {
@@ -899,6 +906,7 @@ void Communicator::Impl::execute(Task& task) {
     task.body(channel);
     channel.finish();
     task.state->finish(nullptr);
+    flight->end(seq, true);
   } catch (const CollectiveMismatch& e) {
     // The shared-memory path does not know the call's number.
     std::string text = e.what();
@@ -907,6 +915,7 @@ void Communicator::Impl::execute(Task& task) {
     publish_mismatch(text);
     sticky = std::make_exception_ptr(CollectiveMismatch(text));
     failed = true;
+    record_failure(text, "mismatch");
     task.state->finish(sticky);
   } catch (const std::exception& e) {
     // Any failure leaves peers in an unknown state (a mismatched collective
@@ -914,8 +923,31 @@ void Communicator::Impl::execute(Task& task) {
     if (dynamic_cast<const InvalidArgument*>(&e)) spdlog::error("tandem rank {}: {}", opts.rank, e.what());
     sticky = std::current_exception();
     failed = true;
+    record_failure(e.what(), dynamic_cast<const Timeout*>(&e)        ? "timeout"
+                             : dynamic_cast<const Aborted*>(&e)      ? "abort"
+                             : dynamic_cast<const PeerFailure*>(&e) ? "peer failure"
+                                                                      : "failure");
     task.state->finish(sticky);
   }
+}
+
+void Communicator::Impl::record_begin(const Task& task) {
+  std::vector<int> peers;
+  const int n = opts.size;
+  if (shm) {
+    for (int p = 0; p < n; ++p)
+      if (p != opts.rank) peers.push_back(p);
+  } else if (n > 1) {
+    peers = {(opts.rank + n - 1) % n, (opts.rank + 1) % n};
+    if (peers[0] == peers[1]) peers.pop_back();
+  }
+  const Description& d = task.what;
+  flight->begin(seq, {d.name, d.dtype, d.op, d.count, d.root}, std::move(peers), shm ? "shared_memory" : "ucx");
+}
+
+void Communicator::Impl::record_failure(const std::string& error, const char* reason) {
+  flight->end(seq, false, error);
+  flight->dump(std::string(reason) + " at call #" + std::to_string(seq));
 }
 
 MemoryType Communicator::Impl::memory_type(const CollectiveOptions& o) const {
@@ -1048,6 +1080,7 @@ std::unique_ptr<Communicator> Communicator::create(const CommOptions& options, s
   impl->oversubscribed = ranks_outnumber_cores(options);
   if (options.size > 1) impl->connect();
   impl->allocations = std::make_unique<SharedAllocations>(impl->shm != nullptr);
+  impl->flight = std::make_unique<FlightRecorder>(options, options.flight_entries, options.flight_dir);
   Impl* raw = impl.get();
   impl->engine = std::thread([raw] { raw->run_engine(); });
   return std::unique_ptr<Communicator>(new Communicator(std::move(impl)));
@@ -1197,6 +1230,7 @@ void Communicator::abort(const std::string& reason) {
   }
   impl_->cv.notify_all();
   if (impl_->ucx) impl_->ucx->wake();  // a wait sleeping on the worker sees the abort now
+  impl_->flight->dump("abort: " + reason);
 }
 
 bool Communicator::aborted() const { return impl_->aborted; }
