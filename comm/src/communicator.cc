@@ -742,7 +742,8 @@ void Communicator::Impl::connect() {
   network = select_interface(*store, opts, deadline);
   if (!opts.ucx_net_devices_pinned && !network.chosen.empty()) opts.ucx_net_devices = network.chosen;
 
-  ucx = std::make_unique<UcxTransport>(opts.rank, opts.size, opts.ucx_peer_error_handling, opts.ucx_net_devices);
+  ucx = std::make_unique<UcxTransport>(opts.rank, opts.size, opts.ucx_peer_error_handling, opts.ucx_net_devices,
+                                       opts.heartbeat);
   store->set(key("ucx/" + std::to_string(opts.rank)), ucx->worker_address(), deadline);
   for (int p = 0; p < opts.size; ++p) {
     ucx->connect(p, store->get(key("ucx/" + std::to_string(p)), deadline));
@@ -766,7 +767,16 @@ void Communicator::Impl::check_versions(Deadline deadline) {
   if (opts.rank == 0) {
     std::string verdict = "ok";
     for (int p = 1; p < opts.size && verdict == "ok"; ++p) {
-      const std::string theirs = store->get(key("version/" + std::to_string(p)), deadline);
+      std::string theirs;
+      try {
+        theirs = store->get(key("version/" + std::to_string(p)), deadline);
+      } catch (const Timeout& e) {
+        throw Timeout("rendezvous: rank " + std::to_string(p) + " never arrived within the connect timeout (" +
+                      std::to_string(opts.connect_timeout.count()) +
+                      " ms): it did not start, failed before connecting, or uses another store address or job "
+                      "(TANDEM_STORE_ADDR, TANDEM_JOB_ID); raise TANDEM_CONNECT_TIMEOUT_MS if ranks start slowly (" +
+                      e.what() + ")");
+      }
       if (theirs != mine) {
         verdict = "ranks disagree at start-up: rank 0 has " + mine + "; rank " + std::to_string(p) + " has " + theirs +
                   "; every rank must run the same tandem build, in the same job, with the same world size";
@@ -776,7 +786,15 @@ void Communicator::Impl::check_versions(Deadline deadline) {
     if (verdict != "ok") throw InvalidArgument(verdict);
     return;
   }
-  const std::string verdict = store->get(verdict_key, deadline);
+  std::string verdict;
+  try {
+    verdict = store->get(verdict_key, deadline);
+  } catch (const Timeout& e) {
+    throw Timeout("rendezvous: rank 0 did not finish the start-up check within the connect timeout (" +
+                  std::to_string(opts.connect_timeout.count()) +
+                  " ms): rank 0 or another rank never arrived; raise TANDEM_CONNECT_TIMEOUT_MS if ranks start "
+                  "slowly (" + e.what() + ")");
+  }
   if (verdict != "ok") throw InvalidArgument(verdict);
 }
 
