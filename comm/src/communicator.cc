@@ -658,6 +658,7 @@ Task Communicator::Impl::make_task(std::function<void(Channel&)> body, const Col
 
 void Communicator::Impl::check_health(const Task& task, int waiting_on) {
   const Description& what = task.what;
+  flight->waiting_on(waiting_on);
   if (aborted.load(std::memory_order_relaxed)) throw_aborted();
   if (heartbeat_failed.load(std::memory_order_relaxed)) {
     std::string why;
@@ -950,17 +951,8 @@ void Communicator::Impl::execute(Task& task) {
 }
 
 void Communicator::Impl::record_begin(const Task& task) {
-  std::vector<int> peers;
-  const int n = opts.size;
-  if (shm) {
-    for (int p = 0; p < n; ++p)
-      if (p != opts.rank) peers.push_back(p);
-  } else if (n > 1) {
-    peers = {(opts.rank + n - 1) % n, (opts.rank + 1) % n};
-    if (peers[0] == peers[1]) peers.pop_back();
-  }
   const Description& d = task.what;
-  flight->begin(seq, {d.name, d.dtype, d.op, d.count, d.root}, std::move(peers), shm ? "shared_memory" : "ucx");
+  flight->begin(seq, {d.name, d.dtype, d.op, d.count, d.root}, shm != nullptr);
 }
 
 void Communicator::Impl::record_failure(const std::string& error, const char* reason) {

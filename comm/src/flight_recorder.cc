@@ -13,7 +13,9 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <string_view>
 #include <thread>
+#include <vector>
 
 #include "transport/shared_segments.h"
 
@@ -113,22 +115,23 @@ FlightRecorder::~FlightRecorder() {
   if (capacity_ > 0) unregister_recorder(this);
 }
 
-void FlightRecorder::begin(uint64_t seq, const Call& what, std::vector<int> peers, const char* path) {
+void FlightRecorder::begin(uint64_t seq, const Call& what, bool shared_memory) {
   if (capacity_ == 0) return;
-  Entry e;
-  e.seq = seq;
-  e.kind = what.kind;
-  if (what.dtype) e.dtype = std::string(to_string(*what.dtype));
-  if (what.op) e.op = std::string(to_string(*what.op));
-  e.count = what.count;
-  e.root = what.root;
-  e.peers = std::move(peers);
-  e.path = path;
-  e.state = "running";
-  e.started_us = now_us();
+  const int64_t now = now_us();
   waiting_on_.store(-1, std::memory_order_relaxed);
   std::lock_guard lock(mu_);
-  ring_[seq % capacity_] = std::move(e);
+  Entry& e = ring_[seq % capacity_];
+  e.seq = seq;
+  e.kind = what.kind;
+  e.dtype = what.dtype;
+  e.op = what.op;
+  e.count = what.count;
+  e.root = what.root;
+  e.shared_memory = shared_memory;
+  e.state = "running";
+  e.started_us = now;
+  e.finished_us = 0;
+  e.error.clear();
   last_ = std::max(last_, seq);
 }
 
@@ -139,7 +142,7 @@ void FlightRecorder::end(uint64_t seq, bool ok, const std::string& error) {
   if (e.seq != seq) return;
   e.state = ok ? "completed" : "failed";
   e.finished_us = now_us();
-  e.error = error;
+  if (!ok) e.error = error;
 }
 
 std::string FlightRecorder::json(const std::string& reason) const {
@@ -157,14 +160,23 @@ std::string FlightRecorder::json(const std::string& reason) const {
   for (uint64_t s = first; s <= last_ && capacity_ > 0; ++s) {
     const Entry& e = ring_[s % capacity_];
     if (e.seq != s) continue;
-    nlohmann::json x = {{"seq", e.seq},           {"kind", e.kind},   {"count", e.count},
-                        {"root", e.root},         {"peers", e.peers}, {"path", e.path},
-                        {"state", e.state},       {"started_us", e.started_us}};
-    if (!e.dtype.empty()) x["dtype"] = e.dtype;
-    if (!e.op.empty()) x["op"] = e.op;
+    // Shared memory: every rank reads every other's segment; UCX: the ring neighbours.
+    std::vector<int> peers;
+    if (e.shared_memory) {
+      for (int p = 0; p < size_; ++p)
+        if (p != rank_) peers.push_back(p);
+    } else if (size_ > 1) {
+      peers = {(rank_ + size_ - 1) % size_, (rank_ + 1) % size_};
+      if (peers[0] == peers[1]) peers.pop_back();
+    }
+    nlohmann::json x = {{"seq", e.seq},     {"kind", e.kind},   {"count", e.count},
+                        {"root", e.root},   {"peers", peers},   {"path", e.shared_memory ? "shared_memory" : "ucx"},
+                        {"state", e.state}, {"started_us", e.started_us}};
+    if (e.dtype) x["dtype"] = std::string(to_string(*e.dtype));
+    if (e.op) x["op"] = std::string(to_string(*e.op));
     if (e.finished_us) x["finished_us"] = e.finished_us;
     if (!e.error.empty()) x["error"] = e.error;
-    if (e.state == "running" && waiting_on_.load() >= 0) x["waiting_on"] = waiting_on_.load();
+    if (std::string_view(e.state) == "running" && waiting_on_.load() >= 0) x["waiting_on"] = waiting_on_.load();
     j["entries"].push_back(std::move(x));
   }
   return j.dump(1);

@@ -29,15 +29,17 @@ namespace tandem {
 
 class FlightRecorder {
  public:
+  // Recording costs a lock and a few stores per call (no allocation): the
+  // strings are static, and the peers are derived from the path when dumping.
   struct Entry {
     uint64_t seq = 0;
-    std::string kind;
-    std::string dtype, op;  // empty when the collective has none
+    const char* kind = "";
+    std::optional<DataType> dtype;
+    std::optional<ReduceOp> op;
     uint64_t count = 0;
     int root = -1;
-    std::vector<int> peers;  // the ranks this call exchanges data with
-    std::string path;        // "shared_memory" or "ucx"
-    std::string state;       // running | completed | failed
+    bool shared_memory = false;   // else UCX
+    const char* state = "";       // running | completed | failed
     int64_t started_us = 0, finished_us = 0;
     std::string error;
   };
@@ -56,7 +58,8 @@ class FlightRecorder {
     size_t count = 0;
     int root = -1;
   };
-  void begin(uint64_t seq, const Call& what, std::vector<int> peers, const char* path);
+  // `what.kind` must be a string literal (it is kept, not copied).
+  void begin(uint64_t seq, const Call& what, bool shared_memory);
   void end(uint64_t seq, bool ok, const std::string& error = {});
   // The peer a running call waits for now (shown in the dump).
   void waiting_on(int peer) { waiting_on_.store(peer, std::memory_order_relaxed); }
