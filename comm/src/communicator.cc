@@ -2,8 +2,6 @@
 // thread that runs collectives in issue order.
 #include "tandem/communicator.h"
 
-#include "flight_recorder.h"
-
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -17,6 +15,7 @@
 #include <mutex>
 #include <thread>
 
+#include "flight_recorder.h"
 #include "tandem/netif.h"
 #include "tandem/reduce.h"
 #include "tandem/store.h"
