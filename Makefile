@@ -3,6 +3,7 @@
 #   make test           setup, build, quick test tier (what CI runs)
 #   make test-full      every test label
 #   make test-tsan      the gradient-sync engine under ThreadSanitizer (CI runs it)
+#   make fuzz           libFuzzer targets (clang, ASan+UBSan), FUZZ_SECONDS each from the checked-in corpus (CI runs it)
 #   make bench-kernels  reduction-kernel microbenchmarks
 #   make install        PREFIX=/usr/local: libtandem.so, headers, CMake and pkg-config packages, tandem
 #   make build | configure | setup | clean
@@ -18,7 +19,7 @@ endif
 
 TANDEM := $(BUILD_DIR)/bin/tandem
 
-.PHONY: all setup configure build demo test test-full test-tsan bench-kernels install clean
+.PHONY: all setup configure build demo test test-full test-tsan fuzz bench-kernels install clean
 
 all: build
 
@@ -57,6 +58,11 @@ test-tsan: setup
 	ninja -C $(TSAN_DIR) -j $(JOBS) fusion_test
 	UCX_MEM_EVENTS=no UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none TSAN_OPTIONS=halt_on_error=1 \
 	  $(TSAN_DIR)/tests/fusion_test
+
+# Fuzzing: every parser of outside bytes, with the seed corpus in fuzz/corpus (see fuzz/run.sh).
+FUZZ_SECONDS ?= 25
+fuzz: setup
+	FUZZ_BUILD_DIR=$(BUILD_DIR)-fuzz JOBS=$(JOBS) ./fuzz/run.sh $(FUZZ_SECONDS)
 
 bench-kernels: $(BUILD_DIR)/build.ninja
 	ninja -C $(BUILD_DIR) -j $(JOBS) tandem-kernels-bench

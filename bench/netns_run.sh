@@ -157,7 +157,7 @@ done
 store="$net.1:$port"
 rank_env() {
   echo TANDEM_RANK="$1" TANDEM_WORLD_SIZE="$nranks" TANDEM_LOCAL_RANK=0 TANDEM_LOCAL_WORLD_SIZE=1 \
-    TANDEM_STORE_ADDR="$store" TANDEM_HOST_STORE=1 UCX_TLS=tcp,self TANDEM_SHM=0
+    TANDEM_STORE_ADDR="$store" TANDEM_HOST_STORE=1 TANDEM_ALLOW_NO_SECRET=1 UCX_TLS=tcp,self TANDEM_SHM=0
 }
 echo "netns_run: $nranks ranks in namespaces $(ns 0)..$(ns $((nranks - 1))), joined by $topology, subnet $net.0/24"
 echo "netns_run: link rate: ${rate:-unlimited}${rate:+ per direction (tc tbf, burst $burst, queue $queue)}"

@@ -217,6 +217,27 @@ std::vector<std::string> rank_environment(int rank, int world, const std::string
   return env;
 }
 
+// The group guard: a process that outlives a SIGKILLed launcher just long
+// enough to kill every rank's process group. PR_SET_PDEATHSIG reaches the
+// ranks themselves, not what they started; the guard, told by its own
+// PR_SET_PDEATHSIG, takes those down too. The launcher kills the guard when
+// the job ends. Between fork and _exit only async-signal-safe calls.
+pid_t spawn_group_guard(const std::vector<pid_t>& groups, pid_t parent) {
+  const pid_t pid = ::fork();
+  if (pid != 0) return pid;  // the launcher (or -1)
+  sigset_t usr1;
+  sigemptyset(&usr1);
+  sigaddset(&usr1, SIGUSR1);
+  ::sigprocmask(SIG_BLOCK, &usr1, nullptr);  // before the death signal can arrive
+  ::prctl(PR_SET_PDEATHSIG, SIGUSR1);
+  if (::getppid() == parent) {  // else the launcher is already gone
+    int sig = 0;
+    ::sigwait(&usr1, &sig);
+  }
+  for (pid_t g : groups) ::killpg(g, SIGKILL);
+  ::_exit(0);
+}
+
 // In the child, between fork and exec: only async-signal-safe calls (the
 // store's I/O thread may hold allocator locks that were copied mid-use).
 [[noreturn]] void exec_child(const char* path, char* const* argv, char* const* envp, int out_w, int err_w,
@@ -419,7 +440,18 @@ class Launcher {
       }
     }
 
+    std::vector<pid_t> groups;
+    for (const Rank& r : ranks_)
+      if (r.pid > 0) groups.push_back(r.pid);  // each rank leads its own process group
+    const pid_t guard = spawn_group_guard(groups, ::getpid());
+    if (guard < 0) say(std::string("cannot start the group guard (fork: ") + std::strerror(errno) +
+                       "); if the launcher is killed, what the ranks started may outlive it");
+
     loop(signals.fd());
+    if (guard > 0) {
+      ::kill(guard, SIGKILL);
+      ::waitpid(guard, nullptr, 0);
+    }
     reap_orphans();
     store_ = nullptr;
     return finish();

@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "doctor.h"
 #include "launch.h"
 #include "ps.h"
 #include "tandem/bench/model.h"
@@ -530,6 +531,10 @@ int main(int argc, char** argv) {
   auto* netif = app.add_subcommand(
       "netif", "List network interfaces; under `tandem launch` (or across hosts) show how the ranks choose one");
   netif->add_option("--format", netif_format, "Output: table or json")->capture_default_str();
+  std::vector<std::string> doctor_dumps;
+  app.add_subcommand("doctor", "Compare the ranks' flight-recorder dumps: the first call where they diverge")
+      ->add_option("dumps", doctor_dumps, "tandem-flight-*.json files, one per rank")
+      ->required();
 
   std::vector<std::string> args(argv + 1, argv + argc);
   if (!args.empty() && args[0] == "train") return exec_trainer(argv[0], args);
@@ -562,6 +567,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("model")) return run_model(model);
     if (app.got_subcommand("info")) return run_info();
     if (app.got_subcommand("netif")) return run_netif(netif_format);
+    if (app.got_subcommand("doctor")) return tandem::cli::run_doctor(doctor_dumps, std::cout);
   } catch (const UsageError& e) {
     std::fprintf(stderr, "tandem: %s\nRun with --help for more information.\n", e.what());
     return kUsageError;

@@ -11,6 +11,7 @@ PACKAGES=(
   gnuplot-nox iproute2 openmpi-bin libopenmpi-dev python3
   pybind11-dev python3-dev python3-numpy
   libtorch-dev python3-torch python3-yaml dataset-fashion-mnist zlib1g-dev
+  clang libclang-rt-14-dev  # make fuzz: libFuzzer, ASan and UBSan runtimes (a recommends, so named here)
 )
 
 die() { echo "setup.sh: error: $*" >&2; exit 1; }

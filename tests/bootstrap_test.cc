@@ -67,7 +67,8 @@ class GoodEnv : public ::testing::TestWithParam<GoodCase> {};
 TEST_P(GoodEnv, Parses) {
   const auto& c = GetParam();
   EXPECT_EQ(detect_launcher(lookup(c.env)), c.launcher);
-  CommOptions o = options_from_env(lookup(c.env));
+  // With the secret a store beyond loopback needs (see Bootstrap.StorePrivacy).
+  CommOptions o = options_from_env(lookup(with(c.env, {{"TANDEM_SECRET", std::string(64, 's')}})));
   EXPECT_EQ(o.rank, c.rank);
   EXPECT_EQ(o.size, c.size);
   EXPECT_EQ(o.local_rank, c.local_rank);
@@ -196,8 +197,31 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"slurm_procid_too_big", slurm(4, 4, 0, 1), {"SLURM_PROCID", "'4'"}},
         BadCase{"slurm_ntasks_missing", without(slurm(0, 4, 0, 1), {"SLURM_NTASKS"}), {"SLURM_NTASKS", "srun -n"}},
         BadCase{"slurm_multi_node_needs_store", slurm(0, 8, 0, 2), {"TANDEM_STORE_ADDR", "srun"}},
-        BadCase{"slurm_no_job_id", without(slurm(0, 4, 0, 1), {"SLURM_JOB_ID"}), {"SLURM_JOB_ID", "TANDEM_STORE_ADDR"}}),
+        BadCase{"slurm_no_job_id", without(slurm(0, 4, 0, 1), {"SLURM_JOB_ID"}), {"SLURM_JOB_ID", "TANDEM_STORE_ADDR"}},
+        // Rendezvous privacy: a store other hosts can reach needs the secret; all addresses need a flag.
+        BadCase{"remote_store_without_secret", with(kTandem2, {{"TANDEM_STORE_ADDR", "10.0.0.1:29500"}}),
+                {"10.0.0.1:29500", "no secret", "TANDEM_SECRET", "TANDEM_ALLOW_NO_SECRET=1"}},
+        BadCase{"master_addr_without_secret",
+                with(openmpi(0, 4, 0, 2), {{"MASTER_ADDR", "node0"}, {"MASTER_PORT", "29400"}}),
+                {"node0:29400", "TANDEM_SECRET"}},
+        BadCase{"store_on_every_address",
+                with(kTandem2, {{"TANDEM_STORE_ADDR", "0.0.0.0:29500"}, {"TANDEM_HOST_STORE", "1"},
+                                {"TANDEM_SECRET", std::string(64, 's')}}),
+                {"every address", "TANDEM_STORE_LISTEN_ALL=1"}}),
     [](const auto& info) { return std::string(info.param.name); });
+
+TEST(Bootstrap, StorePrivacy) {
+  const Env remote = with(kTandem2, {{"TANDEM_STORE_ADDR", "10.0.0.1:29500"}});
+  EXPECT_EQ(options_from_env(lookup(with(remote, {{"TANDEM_ALLOW_NO_SECRET", "1"}}))).secret, "");
+  EXPECT_EQ(options_from_env(lookup(with(remote, {{"TANDEM_SECRET", std::string(40, 'x')}}))).secret,
+            std::string(40, 'x'));
+  for (const char* loopback : {"127.0.0.1:1", "localhost:1", "[::1]:1", "127.1.2.3:1"})
+    EXPECT_NO_THROW(options_from_env(lookup(with(kTandem2, {{"TANDEM_STORE_ADDR", loopback}})))) << loopback;
+  const CommOptions all = options_from_env(lookup(
+      with(remote, {{"TANDEM_STORE_ADDR", "0.0.0.0:29500"}, {"TANDEM_HOST_STORE", "1"},
+                    {"TANDEM_STORE_LISTEN_ALL", "1"}, {"TANDEM_SECRET", std::string(64, 's')}})));
+  EXPECT_TRUE(all.host_store);
+}
 
 TEST(Bootstrap, DetectLauncherWithoutAnyIsNone) { EXPECT_EQ(detect_launcher(lookup({})), "none"); }
 

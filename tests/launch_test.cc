@@ -307,6 +307,52 @@ TEST_F(LaunchTest, DescendantsOfRanksAreCleanedUp) {
   ::rmdir(dir.c_str());
 }
 
+// `tandem launch` itself SIGKILLed: its ranks (PR_SET_PDEATHSIG) and what
+// they started (the group guard kills their process groups) must not outlive it.
+TEST_F(LaunchTest, KilledLauncherLeavesNoRanksOrTheirChildren) {
+  char dir_template[] = "/tmp/tandem-launch-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  const std::string body = "sleep 300 & echo $! > " + dir + "/child$TANDEM_RANK; echo $$ > " + dir +
+                           "/rank$TANDEM_RANK; wait";
+  const std::string bin = tandem_bin();
+  const pid_t launcher = ::fork();
+  if (launcher == 0) {
+    int devnull = ::open("/dev/null", O_WRONLY);
+    ::dup2(devnull, 1);
+    ::dup2(devnull, 2);
+    ::execl(bin.c_str(), bin.c_str(), "launch", "-n", "2", "--", "sh", "-c", body.c_str(), (char*)nullptr);
+    ::_exit(127);
+  }
+  std::vector<std::string> files;
+  for (const char* what : {"rank", "child"})
+    for (int r = 0; r < 2; ++r) files.push_back(dir + "/" + what + std::to_string(r));
+  auto all_written = [&] {
+    for (const auto& f : files) {
+      std::ifstream in(f);
+      pid_t pid = 0;
+      if (!(in >> pid)) return false;
+    }
+    return true;
+  };
+  const auto until = Clock::now() + std::chrono::seconds(20);
+  while (!all_written() && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_TRUE(all_written()) << "the ranks did not start";
+  ::kill(launcher, SIGKILL);
+  ::waitpid(launcher, nullptr, 0);
+  for (const auto& f : files) {
+    std::ifstream in(f);
+    pid_t pid = 0;
+    in >> pid;
+    const auto limit = Clock::now() + std::chrono::seconds(3);
+    while (process_alive(pid) && Clock::now() < limit) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_FALSE(process_alive(pid)) << f << " (pid " << pid << ") outlived the SIGKILLed launcher";
+    if (process_alive(pid)) ::kill(pid, SIGKILL);
+    ::unlink(f.c_str());
+  }
+  ::rmdir(dir.c_str());
+}
+
 // Runs this test binary itself as the ranks: rank 1 fails without ever
 // talking to the store, so only the launcher can have recorded it there.
 TEST_F(LaunchTest, FailureIsRecordedInTheStore) {

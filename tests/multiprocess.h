@@ -58,8 +58,9 @@ inline constexpr int kUncaughtException = 4;
 class RankGroup {
  public:
   // body(options) runs in each child and returns its exit code.
-  RankGroup(int size, const std::function<int(const CommOptions&)>& body, CommOptions base = {}) {
-    StoreServerOptions store_options;
+  // `store_options` sets the store's timeouts and caps; its port and secret are chosen here.
+  RankGroup(int size, const std::function<int(const CommOptions&)>& body, CommOptions base = {},
+            StoreServerOptions store_options = {}) {
     store_options.port = free_loopback_port();
     store_options.secret = base.secret;  // a job with a secret gets a store that demands it
     const std::string address = store_options.host + ":" + std::to_string(store_options.port);

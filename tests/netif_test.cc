@@ -286,7 +286,8 @@ EnvLookup env_of(std::map<std::string, std::string> vars) {
 TEST(NetifEnv, OverrideAndHostStoreAreReadOnce) {
   std::map<std::string, std::string> base = {
       {"TANDEM_RANK", "0"}, {"TANDEM_WORLD_SIZE", "3"}, {"TANDEM_LOCAL_WORLD_SIZE", "1"},
-      {"TANDEM_LOCAL_RANK", "0"}, {"TANDEM_STORE_ADDR", "10.71.1.1:29500"}};
+      {"TANDEM_LOCAL_RANK", "0"}, {"TANDEM_STORE_ADDR", "10.71.1.1:29500"},
+      {"TANDEM_SECRET", std::string(64, 's')}};  // a store beyond loopback needs one
   auto o = options_from_env(env_of(base));
   EXPECT_EQ(o.network_interface, "");
   EXPECT_FALSE(o.host_store);

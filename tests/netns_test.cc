@@ -59,7 +59,7 @@ class NetnsTest : public ::testing::Test {
     for (int h = 0; h < 3; ++h) {
       out.push_back("TANDEM_RANK=" + std::to_string(h) +
                     " TANDEM_WORLD_SIZE=3 TANDEM_LOCAL_RANK=0 TANDEM_LOCAL_WORLD_SIZE=1 TANDEM_STORE_ADDR=" + store +
-                    " TANDEM_HOST_STORE=1 TANDEM_CONNECT_TIMEOUT_MS=20000 TANDEM_TIMEOUT_MS=30000 UCX_TLS=tcp,self " +
+                    " TANDEM_HOST_STORE=1 TANDEM_SECRET=" + std::string(64, 'n') + " TANDEM_CONNECT_TIMEOUT_MS=20000 TANDEM_TIMEOUT_MS=30000 UCX_TLS=tcp,self " +
                     extra);
     }
     return out;

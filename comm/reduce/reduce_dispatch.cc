@@ -1,5 +1,7 @@
 // Public entry points of comm/reduce: validate arguments, then forward to the
 // kernels of the instruction set chosen once at start-up.
+#include <cpuid.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -30,11 +32,17 @@ std::optional<Isa> parse_isa(std::string_view s) {
   return std::nullopt;
 }
 
+// F16C from CPUID leaf 1 (clang before 15 has no "f16c" for __builtin_cpu_supports).
+bool cpu_has_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+}
+
 bool cpu_supports(Isa isa) {
   switch (isa) {
     case Isa::scalar: return true;
     case Isa::avx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
     case Isa::avx512:
       // reduce_avx512.cc is also built with -mavx2/-mfma/-mf16c/-mavx512dq, so require those too.
       return cpu_supports(Isa::avx2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&

@@ -8,6 +8,7 @@
 // - detect_launcher() returns "none" when no launcher is recognised.
 // - TANDEM_HOST_STORE=1 makes rank 0 host the store at TANDEM_STORE_ADDR under
 //   any launcher (ranks in separate hosts or network namespaces, no `tandem launch`).
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
 #include <cstdio>
@@ -115,6 +116,9 @@ void read_tuning(const EnvLookup& env, CommOptions& o) {
     }
     o.heartbeat = std::chrono::milliseconds(*v);
   }
+  if (auto v = optional_int(env, "TANDEM_FLIGHT_ENTRIES", "set it to how many collectives the flight recorder keeps (0 turns it off)"))
+    o.flight_entries = size_t(*v);
+  if (auto v = env("TANDEM_FLIGHT_DIR")) o.flight_dir = *v;
   if (auto v = optional_int(env, "TANDEM_SEGMENT_BYTES", "set it to the ring's message size in bytes (>= 4096)")) {
     o.segment_bytes = size_t(*v);
   }
@@ -347,7 +351,38 @@ CommOptions options_from_env(const EnvLookup& env) {
   // A job on one host keeps UCX's TCP transport on loopback unless the user
   // chose devices; multi-host selection belongs to interface discovery.
   if (o.local_size == o.size && !env("UCX_NET_DEVICES")) o.ucx_net_devices = "lo";
+  check_store_privacy(env, o);
   return o;
+}
+
+bool is_loopback_host(const std::string& host) {
+  if (host == "localhost" || host == "::1" || host == "0:0:0:0:0:0:0:1") return true;
+  return host.rfind("127.", 0) == 0;
+}
+
+void check_store_privacy(const EnvLookup& env, const CommOptions& o) {
+  if (o.size < 2 || o.store_address.empty()) return;
+  const std::string host = parse_host_port(o.store_address).first;
+  if (o.host_store && (host == "0.0.0.0" || host == "::")) {
+    if (env("TANDEM_STORE_LISTEN_ALL").value_or("0") != "1") {
+      throw InvalidArgument("tandem: rank 0 would host the store on every address (" + o.store_address +
+                            "); give TANDEM_STORE_ADDR the address of rank 0's interface the other ranks reach, or "
+                            "set TANDEM_STORE_LISTEN_ALL=1 to listen on all of them");
+    }
+    spdlog::warn("tandem: the store listens on every address ({}; TANDEM_STORE_LISTEN_ALL=1)", o.store_address);
+  }
+  if (is_loopback_host(host) || !o.secret.empty()) return;
+  if (env("TANDEM_ALLOW_NO_SECRET").value_or("0") != "1") {
+    throw InvalidArgument("tandem: the store at " + o.store_address +
+                          " is reachable from other hosts but the job has no secret, so anyone who reaches it could "
+                          "read and write the job's keys; give every rank the same TANDEM_SECRET (or "
+                          "TANDEM_SECRET_FILE), e.g. from `openssl rand -hex 32`, or set TANDEM_ALLOW_NO_SECRET=1 on "
+                          "a trusted network");
+  }
+  if (o.rank == 0)
+    spdlog::warn("tandem: the store at {} has no secret (TANDEM_ALLOW_NO_SECRET=1): anyone who reaches it can read "
+                 "and write the job's keys",
+                 o.store_address);
 }
 
 }  // namespace tandem

@@ -1,6 +1,7 @@
 #include "store_protocol.h"
 
 #include <charconv>
+#include <cstdint>
 #include <cstdio>
 
 #include "tandem/store.h"
@@ -104,6 +105,32 @@ std::optional<std::string> validate_header(const Header& h, bool expect_request)
     return std::string(buf);
   }
   return std::nullopt;
+}
+
+Scan scan_frame(std::string_view buffer, bool expect_request) {
+  Scan s;
+  if (buffer.size() < kHeaderBytes) return s;
+  s.header = decode_header(buffer.data());
+  if (auto why = validate_header(s.header, expect_request)) {
+    s.kind = Scan::broken;
+    s.error = std::move(*why);
+    return s;
+  }
+  // validate_header capped both lengths, so frame_bytes() cannot overflow.
+  if (buffer.size() < s.header.frame_bytes()) return s;
+  s.kind = Scan::complete;
+  s.key = buffer.substr(kHeaderBytes, s.header.key_bytes);
+  s.value = buffer.substr(kHeaderBytes + s.header.key_bytes, s.header.value_bytes);
+  return s;
+}
+
+std::optional<HeartbeatValue> parse_heartbeat(std::string_view value, int64_t max_interval_ms) {
+  const auto colon = value.find(':');
+  if (colon == std::string_view::npos) return std::nullopt;
+  auto r = parse_int64(value.substr(0, colon));
+  auto ms = parse_int64(value.substr(colon + 1));
+  if (!r || *r < 0 || *r > INT32_MAX || !ms || *ms <= 0 || *ms > max_interval_ms) return std::nullopt;
+  return HeartbeatValue{static_cast<int>(*r), *ms};
 }
 
 void append_u64(std::string& out, uint64_t v) { put_le(out, v, 8); }

@@ -79,6 +79,25 @@ Header decode_header(const void* bytes);
 // selects which opcode family is legal in this direction.
 std::optional<std::string> validate_header(const Header& h, bool expect_request);
 
+// The first frame at the front of a receive buffer: a complete frame, a
+// partial one (wait for more bytes), or a broken one (`error` says why). A bad
+// header is reported as soon as its 16 bytes are there, before any body.
+struct Scan {
+  enum Kind { partial, complete, broken } kind = partial;
+  Header header;       // valid when complete
+  std::string error;   // set when broken
+  std::string_view key, value;  // views into the buffer when complete
+};
+Scan scan_frame(std::string_view buffer, bool expect_request);
+
+// "<rank>:<interval ms>" of a HEARTBEAT; nullopt unless 0 <= rank <= INT32_MAX
+// and 0 < interval <= max_interval_ms.
+struct HeartbeatValue {
+  int rank;
+  int64_t interval_ms;
+};
+std::optional<HeartbeatValue> parse_heartbeat(std::string_view value, int64_t max_interval_ms);
+
 // u64 little-endian helpers for the wait field.
 void append_u64(std::string& out, uint64_t v);
 std::optional<uint64_t> read_u64(std::string_view bytes);

@@ -1,6 +1,13 @@
 // Bootstrap store server: one io_context on one thread. All store state
 // (data, waiters, connections) is touched only on that thread, so it needs no
 // locks; the failed-rank list is mirrored under a mutex for failed_ranks().
+//
+// Terms: a connection is "identified" once it has sent a complete frame and,
+// with a secret, proved it; "buffered" bytes are those of frames in transit
+// (received but not yet handled, or replies not yet written), summed over all
+// connections and capped by max_buffered_bytes. Reads go through one scratch
+// buffer owned by the server, so an idle connection costs a socket and a few
+// hundred bytes.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -12,7 +19,7 @@
 #include <thread>
 #include <unordered_map>
 
-#include "job_secret.h"
+#include "rendezvous/store_admission.h"
 #include "store_protocol.h"
 #include "tandem/errors.h"
 #include "tandem/store.h"
@@ -64,6 +71,10 @@ struct StoreServer::Impl {
   std::unordered_map<std::string, std::string> data;
   std::unordered_map<std::string, std::vector<std::shared_ptr<Connection>>> waiters;  // key -> parked requests
   std::set<std::shared_ptr<Connection>> connections;
+  uint64_t accepted = 0;       // connections accepted so far (each one's serial)
+  size_t data_bytes = 0;       // keys + values in `data`
+  size_t buffered = 0;         // see the top of this file
+  std::array<char, 64 * 1024> scratch;  // every read lands here first
 
   mutable std::mutex failed_mu;
   std::vector<int> failed;  // guarded by failed_mu; written on the io thread only
@@ -78,6 +89,13 @@ struct StoreServer::Impl {
   void watch_heartbeats(std::chrono::milliseconds interval);
   void check_heartbeats();
   bool has(const std::string& key) const { return data.count(key) != 0; }
+  // Stores key = value unless that would pass max_data_bytes (then false).
+  bool put(const std::string& key, std::string value, bool over_cap_ok = false);
+  bool erase(const std::string& key);
+  // At max_connections: closes the oldest unidentified connection; false if there is none.
+  bool make_room();
+  // Closes the connections with the most bytes in transit while over max_buffered_bytes.
+  void enforce_budget();
 };
 
 struct StoreServer::Impl::Connection : std::enable_shared_from_this<Connection> {
@@ -86,8 +104,10 @@ struct StoreServer::Impl::Connection : std::enable_shared_from_this<Connection> 
   std::string peer;
   asio::steady_timer frame_timer;  // first-frame deadline, then per-frame completion deadline
   asio::steady_timer park_timer;   // server-side expiry of a parked GET/WAIT
+  asio::steady_timer write_timer;  // a reply must be taken within frame_timeout
   Clock::time_point first_frame_deadline;
-  std::array<char, 64 * 1024> chunk;
+  uint64_t serial = 0;             // order of acceptance
+  size_t counted = 0;              // this connection's share of server.buffered
   std::string rbuf;           // received, not yet processed bytes
   std::string wpending;       // replies queued while a write is in flight
   std::string winflight;      // bytes of the write in flight
@@ -100,8 +120,7 @@ struct StoreServer::Impl::Connection : std::enable_shared_from_this<Connection> 
   std::chrono::milliseconds heartbeat_interval{0};  // > 0 once the rank beats on this connection
   Clock::time_point last_beat;
   // With a secret: nothing but the handshake until the proof checks out.
-  bool authenticated = false;
-  std::string nonce;                // this connection's challenge, once asked for
+  Admission admission{server.options.secret};
   bool close_after_write = false;   // rejected: the error reply goes out, then the connection closes
 
   // At most one parked request: the client is synchronous, later frames wait in rbuf.
@@ -110,32 +129,50 @@ struct StoreServer::Impl::Connection : std::enable_shared_from_this<Connection> 
   std::vector<std::string> parked_keys;
 
   Connection(Impl& s, tcp::socket sock)
-      : server(s), socket(std::move(sock)), frame_timer(s.io), park_timer(s.io) {}
+      : server(s), socket(std::move(sock)), frame_timer(s.io), park_timer(s.io), write_timer(s.io) {}
+
+  bool identified() const { return got_first_frame && admission.authenticated(); }
+
+  // Brings server.buffered up to date with this connection's buffers. Past
+  // the budget, the connections holding the most are closed until it fits;
+  // false if that closed this one.
+  bool account() {
+    const size_t now = closed ? 0 : rbuf.size() + wpending.size() + winflight.size();
+    server.buffered = server.buffered - counted + now;
+    counted = now;
+    if (!closed) server.enforce_budget();
+    return !closed;
+  }
 
   void start() {
     boost::system::error_code ec;
     auto ep = socket.remote_endpoint(ec);
     peer = ec ? std::string("<unknown peer>") : endpoint_text(ep);
     socket.set_option(tcp::no_delay(true), ec);
+    socket.non_blocking(true, ec);
     first_frame_deadline = Clock::now() + server.options.first_frame_timeout;
     arm_frame_timer(first_frame_deadline);
     read();
   }
 
   void read() {
-    socket.async_read_some(asio::buffer(chunk), [self = shared_from_this()](boost::system::error_code ec, size_t n) {
-      self->on_read(ec, n);
+    socket.async_wait(tcp::socket::wait_read, [self = shared_from_this()](boost::system::error_code ec) {
+      self->on_readable(ec);
     });
   }
 
-  void on_read(boost::system::error_code ec, size_t n) {
+  void on_readable(boost::system::error_code ec) {
     if (closed) return;
+    size_t n = 0;
+    if (!ec) n = socket.read_some(asio::buffer(server.scratch), ec);
+    if (ec == asio::error::would_block || ec == asio::error::try_again) return read();
     if (ec) {
       // EOF and resets are how clients leave; not worth a warning.
       close(ec == asio::error::eof ? "peer closed" : ec.message(), false);
       return;
     }
-    rbuf.append(chunk.data(), n);
+    rbuf.append(server.scratch.data(), n);
+    if (!account()) return;
     // A synchronous client never has more than one request outstanding; bound what a pipelining one can queue.
     if (parked && rbuf.size() > sp::kHeaderBytes + kMaxKeyBytes + kMaxValueBytes) {
       close("sent more than one maximal frame while a request was waiting", true);
@@ -148,24 +185,20 @@ struct StoreServer::Impl::Connection : std::enable_shared_from_this<Connection> 
   // Handles every complete frame in rbuf, stopping at a partial one or a parked request.
   void process() {
     size_t pos = 0;
-    while (!closed && !parked && !close_after_write && rbuf.size() - pos >= sp::kHeaderBytes) {
-      sp::Header h = sp::decode_header(rbuf.data() + pos);
-      // Validate as soon as the header is here, before waiting for a (possibly huge) body.
-      if (auto why = sp::validate_header(h, /*expect_request=*/true)) {
-        close(*why, true);
-        return;
-      }
-      if (rbuf.size() - pos < h.frame_bytes()) break;
-      std::string_view frame(rbuf.data() + pos, h.frame_bytes());
-      std::string key(frame.substr(sp::kHeaderBytes, h.key_bytes));
-      std::string_view value = frame.substr(sp::kHeaderBytes + h.key_bytes, h.value_bytes);
+    while (!closed && !parked && !close_after_write) {
+      // A bad header is refused as soon as it is here, before waiting for a (possibly huge) body.
+      sp::Scan scan = sp::scan_frame(std::string_view(rbuf).substr(pos), /*expect_request=*/true);
+      if (scan.kind == sp::Scan::broken) return close(scan.error, true);
+      if (scan.kind == sp::Scan::partial) break;
       got_first_frame = true;
       frame_timer_armed = false;  // the frame being timed is complete
-      handle(static_cast<sp::Op>(h.opcode), key, value);
-      pos += h.frame_bytes();
+      handle(static_cast<sp::Op>(scan.header.opcode), std::string(scan.key), scan.value);
+      pos += scan.header.frame_bytes();
     }
     if (closed) return;
     rbuf.erase(0, pos);
+    if (rbuf.empty() && rbuf.capacity() > sizeof server.scratch) std::string().swap(rbuf);  // after a big frame
+    if (!account()) return;
     update_frame_timer();
   }
 
@@ -210,7 +243,9 @@ struct StoreServer::Impl::Connection : std::enable_shared_from_this<Connection> 
   }
 
   void reply(sp::Op op, std::string_view key, std::string_view value) {
+    if (closed) return;
     sp::append_frame(wpending, op, key, value);
+    if (!account()) return;
     if (!writing) flush();
   }
 
@@ -218,15 +253,26 @@ struct StoreServer::Impl::Connection : std::enable_shared_from_this<Connection> 
     if (!closed && wpending.empty() && close_after_write) close("rejected: " + peer, false);
     if (closed || wpending.empty()) return;
     writing = true;
-    winflight.clear();
+    std::string().swap(winflight);  // a big reply's memory goes with it
     std::swap(winflight, wpending);
+    // A client that stops reading its replies would pin them here: cut it off.
+    write_timer.expires_after(server.options.frame_timeout);
+    write_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      if (ec || self->closed || !self->writing || self->write_timer.expiry() > Clock::now()) return;
+      self->close(fmt::format("left a reply of {} bytes unread for {} ms (frame_timeout)", self->winflight.size(),
+                              self->server.options.frame_timeout.count()),
+                  true);
+    });
     asio::async_write(socket, asio::buffer(winflight), [self = shared_from_this()](boost::system::error_code ec, size_t) {
       self->writing = false;
+      self->write_timer.cancel();
       if (self->closed) return;
       if (ec) {
         self->close("write failed: " + ec.message(), false);
         return;
       }
+      self->winflight.clear();
+      if (!self->account()) return;
       self->flush();
     });
   }
@@ -240,31 +286,15 @@ struct StoreServer::Impl::Connection : std::enable_shared_from_this<Connection> 
     error_reply(message);
   }
 
-  // The handshake (job_secret.h); false if `op` may not run yet.
+  // The handshake (store_admission.h); false if `op` may not run yet.
   bool admit(sp::Op op, std::string_view value) {
-    const std::string& secret = server.options.secret;
-    if (op == sp::Op::auth_begin) {
-      if (!secret.empty() && !authenticated) nonce = random_bytes(kNonceBytes);
-      reply(sp::Op::value, {}, authenticated ? std::string() : nonce);
-      return false;
-    }
-    if (secret.empty() || authenticated) {
-      if (op == sp::Op::auth) error_reply("auth: no challenge pending");
-      return op != sp::Op::auth;
-    }
-    if (op != sp::Op::auth) {
-      reject(fmt::format("{}: this store requires the job secret; set TANDEM_SECRET or TANDEM_SECRET_FILE to the "
-                         "job's secret (tandem launch sets it for its ranks)",
-                         sp::op_name(uint16_t(op))));
-    } else if (nonce.empty()) {
-      reject("auth: no challenge was asked for on this connection");
-    } else if (!same_proof(value, auth_proof(secret, nonce))) {
-      reject("auth: wrong job secret");
+    AdmissionStep step = admission.on(op, value);
+    if (step.run) return true;
+    if (step.close) {
+      reject(step.value);
     } else {
-      authenticated = true;
-      reply(sp::Op::ok, {}, {});
+      reply(step.reply, {}, step.value);
     }
-    nonce.clear();  // one proof per challenge
     return false;
   }
 
@@ -272,7 +302,7 @@ struct StoreServer::Impl::Connection : std::enable_shared_from_this<Connection> 
     if (!admit(op, value)) return;
     switch (op) {
       case sp::Op::set:
-        server.data[key] = std::string(value);
+        if (!server.put(key, std::string(value))) return error_reply(full(key, value.size()));
         reply(sp::Op::ok, {}, {});
         server.notify(key);
         return;
@@ -298,7 +328,7 @@ struct StoreServer::Impl::Connection : std::enable_shared_from_this<Connection> 
         if (__builtin_add_overflow(current, *delta, &total))
           return error_reply(fmt::format("add to key '{}': int64 overflow", key));
         std::string text = std::to_string(total);
-        server.data[key] = text;
+        if (!server.put(key, text)) return error_reply(full(key, text.size()));
         reply(sp::Op::value, key, text);
         server.notify(key);
         return;
@@ -307,16 +337,22 @@ struct StoreServer::Impl::Connection : std::enable_shared_from_this<Connection> 
         auto wait_ms = sp::read_u64(value);
         auto keys = wait_ms ? sp::decode_key_list(value.substr(8)) : std::nullopt;
         if (!keys) return error_reply("wait: malformed key list");
+        if (keys->size() > server.options.max_wait_keys)
+          return error_reply(fmt::format("wait: {} keys, more than the store's max_wait_keys ({})", keys->size(),
+                                         server.options.max_wait_keys));
         if (missing(*keys).empty()) return reply(sp::Op::ok, {}, {});
         return park(sp::Op::wait, std::move(*keys), *wait_ms);
       }
       case sp::Op::check: {
         auto keys = sp::decode_key_list(value);
         if (!keys) return error_reply("check: malformed key list");
+        if (keys->size() > server.options.max_wait_keys)
+          return error_reply(fmt::format("check: {} keys, more than the store's max_wait_keys ({})", keys->size(),
+                                         server.options.max_wait_keys));
         return reply(missing(*keys).empty() ? sp::Op::ok : sp::Op::not_found, {}, {});
       }
       case sp::Op::erase:
-        return reply(server.data.erase(key) ? sp::Op::ok : sp::Op::not_found, key, {});
+        return reply(server.erase(key) ? sp::Op::ok : sp::Op::not_found, key, {});
       case sp::Op::hello: {
         auto r = sp::parse_int64(value);
         if (!r || *r < 0 || *r > INT32_MAX) return error_reply(fmt::format("hello: bad rank '{}'", value));
@@ -330,16 +366,13 @@ struct StoreServer::Impl::Connection : std::enable_shared_from_this<Connection> 
         said_goodbye = true;
         return reply(sp::Op::ok, {}, {});
       case sp::Op::heartbeat: {
-        const auto colon = value.find(':');
-        auto r = colon == std::string_view::npos ? std::nullopt : sp::parse_int64(value.substr(0, colon));
-        auto ms = colon == std::string_view::npos ? std::nullopt : sp::parse_int64(value.substr(colon + 1));
-        if (!r || *r < 0 || *r > INT32_MAX || !ms || *ms <= 0 || *ms > int64_t(kMaxParkMs))
-          return error_reply(fmt::format("heartbeat: expected '<rank>:<interval ms>', got '{}'", value));
-        if (rank >= 0 && rank != *r)
+        auto beat = sp::parse_heartbeat(value, int64_t(kMaxParkMs));
+        if (!beat) return error_reply(fmt::format("heartbeat: expected '<rank>:<interval ms>', got '{}'", value));
+        if (rank >= 0 && rank != beat->rank)
           return error_reply(fmt::format("heartbeat: connection already registered as rank {}", rank));
-        rank = static_cast<int>(*r);
+        rank = beat->rank;
         said_goodbye = false;
-        heartbeat_interval = std::chrono::milliseconds(*ms);
+        heartbeat_interval = std::chrono::milliseconds(beat->interval_ms);
         last_beat = Clock::now();
         server.watch_heartbeats(heartbeat_interval);
         return reply(sp::Op::ok, {}, {});
@@ -348,6 +381,12 @@ struct StoreServer::Impl::Connection : std::enable_shared_from_this<Connection> 
         // validate_header already rejected everything else.
         return error_reply("unexpected opcode");
     }
+  }
+
+  std::string full(const std::string& key, size_t value_bytes) const {
+    return fmt::format("store full: {} more bytes for key '{}' would pass max_data_bytes ({}, {} in use); "
+                       "delete keys the job no longer needs or start the store with a larger cap",
+                       key.size() + value_bytes, key, server.options.max_data_bytes, server.data_bytes);
   }
 
   std::vector<std::string> missing(const std::vector<std::string>& keys) const {
@@ -413,6 +452,10 @@ struct StoreServer::Impl::Connection : std::enable_shared_from_this<Connection> 
     unpark();
     frame_timer.cancel();
     park_timer.cancel();
+    write_timer.cancel();
+    account();  // returns this connection's buffered bytes
+    std::string().swap(rbuf);
+    std::string().swap(wpending);
     boost::system::error_code ignored;
     socket.shutdown(tcp::socket::shutdown_both, ignored);
     socket.close(ignored);
@@ -492,11 +535,66 @@ void StoreServer::Impl::accept() {
       });
       return;
     }
+    if (connections.size() >= options.max_connections && !make_room()) {
+      boost::system::error_code ignored;
+      socket.close(ignored);
+      spdlog::warn("tandem store: refused a connection: {} connections (max_connections), every one identified",
+                   connections.size());
+      accept();
+      return;
+    }
     auto conn = std::make_shared<Connection>(*this, std::move(socket));
+    conn->serial = ++accepted;
     connections.insert(conn);
     conn->start();
     accept();
   });
+}
+
+bool StoreServer::Impl::put(const std::string& key, std::string value, bool over_cap_ok) {
+  auto it = data.find(key);
+  const size_t old_bytes = it == data.end() ? 0 : key.size() + it->second.size();
+  const size_t new_bytes = key.size() + value.size();
+  if (!over_cap_ok && data_bytes - old_bytes + new_bytes > options.max_data_bytes) return false;
+  data_bytes = data_bytes - old_bytes + new_bytes;
+  if (it == data.end()) {
+    data.emplace(key, std::move(value));
+  } else {
+    it->second = std::move(value);
+  }
+  return true;
+}
+
+bool StoreServer::Impl::erase(const std::string& key) {
+  auto it = data.find(key);
+  if (it == data.end()) return false;
+  data_bytes -= key.size() + it->second.size();
+  data.erase(it);
+  return true;
+}
+
+bool StoreServer::Impl::make_room() {
+  std::shared_ptr<Connection> oldest;
+  for (const auto& c : connections)
+    if (!c->closed && !c->identified() && (!oldest || c->serial < oldest->serial)) oldest = c;
+  if (!oldest) return false;
+  oldest->close(fmt::format("evicted: the store is at max_connections ({}) and this connection had not identified "
+                            "itself",
+                            options.max_connections),
+                true);
+  return true;
+}
+
+void StoreServer::Impl::enforce_budget() {
+  while (buffered > options.max_buffered_bytes) {
+    std::shared_ptr<Connection> biggest;
+    for (const auto& c : connections)
+      if (!c->closed && (!biggest || c->counted > biggest->counted)) biggest = c;
+    if (!biggest || biggest->counted == 0) return;
+    biggest->close(fmt::format("holds {} bytes in transit while the store's {} (max_buffered_bytes) are used up",
+                               biggest->counted, options.max_buffered_bytes),
+                   true);
+  }
 }
 
 void StoreServer::Impl::notify(const std::string& key) {
@@ -543,8 +641,8 @@ void StoreServer::Impl::record_failure(int rank, const std::string& reason) {
     failed.push_back(rank);
     for (size_t i = 0; i < failed.size(); ++i) csv += (i ? "," : "") + std::to_string(failed[i]);
   }
-  data[failure_reason_key(rank)] = reason;
-  data[kFailedRanksKey] = csv;
+  put(failure_reason_key(rank), reason, /*over_cap_ok=*/true);  // small, and must never be lost
+  put(kFailedRanksKey, csv, /*over_cap_ok=*/true);
   notify(kFailedRanksKey);
 }
 

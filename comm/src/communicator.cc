@@ -15,6 +15,7 @@
 #include <mutex>
 #include <thread>
 
+#include "flight_recorder.h"
 #include "tandem/netif.h"
 #include "tandem/reduce.h"
 #include "tandem/store.h"
@@ -240,6 +241,7 @@ struct Communicator::Impl {
   std::unique_ptr<SharedSegmentSet> shm;  // when all ranks share this host
   bool cma = false;                        // and every rank may copy from every other's memory
   std::unique_ptr<SharedAllocations> allocations;  // allocate_shared()
+  std::unique_ptr<FlightRecorder> flight;          // the last collectives, for `tandem doctor`
   int store_host_rank = -1;     // the rank hosting the store, if a rank does
   std::string transports;       // what UCX chose, read once after wire-up
   NetifDecision network;        // the interface selection's decision
@@ -280,6 +282,9 @@ struct Communicator::Impl {
   void run_blocking(std::function<void(Channel&)> body, const CollectiveOptions& o, const Description& what);
   MemoryType memory_type(const CollectiveOptions& o) const;
   void execute(Task& task);
+  void record_begin(const Task& task);
+  // Marks the running collective failed (exchanges are not recorded) and dumps.
+  void record_failure(const std::string& error, const char* reason, bool collective);
   void check_health(const Task& task, int waiting_on);
   // How long a sleeping wait may last before the next check_health is due.
   std::chrono::microseconds until_next_check(const Task& task) const;
@@ -670,6 +675,7 @@ Task Communicator::Impl::make_task(std::function<void(Channel&)> body, const Col
 
 void Communicator::Impl::check_health(const Task& task, int waiting_on) {
   const Description& what = task.what;
+  flight->waiting_on(waiting_on);
   if (aborted.load(std::memory_order_relaxed)) throw_aborted();
   if (heartbeat_failed.load(std::memory_order_relaxed)) {
     std::string why;
@@ -754,7 +760,8 @@ void Communicator::Impl::connect() {
   network = select_interface(*store, opts, deadline);
   if (!opts.ucx_net_devices_pinned && !network.chosen.empty()) opts.ucx_net_devices = network.chosen;
 
-  ucx = std::make_unique<UcxTransport>(opts.rank, opts.size, opts.ucx_peer_error_handling, opts.ucx_net_devices);
+  ucx = std::make_unique<UcxTransport>(opts.rank, opts.size, opts.ucx_peer_error_handling, opts.ucx_net_devices,
+                                       opts.heartbeat);
   store->set(key("ucx/" + std::to_string(opts.rank)), ucx->worker_address(), deadline);
   for (int p = 0; p < opts.size; ++p) {
     ucx->connect(p, store->get(key("ucx/" + std::to_string(p)), deadline));
@@ -778,7 +785,16 @@ void Communicator::Impl::check_versions(Deadline deadline) {
   if (opts.rank == 0) {
     std::string verdict = "ok";
     for (int p = 1; p < opts.size && verdict == "ok"; ++p) {
-      const std::string theirs = store->get(key("version/" + std::to_string(p)), deadline);
+      std::string theirs;
+      try {
+        theirs = store->get(key("version/" + std::to_string(p)), deadline);
+      } catch (const Timeout& e) {
+        throw Timeout("rendezvous: rank " + std::to_string(p) + " never arrived within the connect timeout (" +
+                      std::to_string(opts.connect_timeout.count()) +
+                      " ms): it did not start, failed before connecting, or uses another store address or job "
+                      "(TANDEM_STORE_ADDR, TANDEM_JOB_ID); raise TANDEM_CONNECT_TIMEOUT_MS if ranks start slowly (" +
+                      e.what() + ")");
+      }
       if (theirs != mine) {
         verdict = "ranks disagree at start-up: rank 0 has " + mine + "; rank " + std::to_string(p) + " has " + theirs +
                   "; every rank must run the same tandem build, in the same job, with the same world size";
@@ -788,7 +804,15 @@ void Communicator::Impl::check_versions(Deadline deadline) {
     if (verdict != "ok") throw InvalidArgument(verdict);
     return;
   }
-  const std::string verdict = store->get(verdict_key, deadline);
+  std::string verdict;
+  try {
+    verdict = store->get(verdict_key, deadline);
+  } catch (const Timeout& e) {
+    throw Timeout("rendezvous: rank 0 did not finish the start-up check within the connect timeout (" +
+                  std::to_string(opts.connect_timeout.count()) +
+                  " ms): rank 0 or another rank never arrived; raise TANDEM_CONNECT_TIMEOUT_MS if ranks start "
+                  "slowly (" + e.what() + ")");
+  }
   if (verdict != "ok") throw InvalidArgument(verdict);
 }
 
@@ -905,9 +929,16 @@ std::shared_ptr<Request::State> Communicator::Impl::enqueue(std::function<void(C
 }
 
 void Communicator::Impl::execute(Task& task) {
-  if (!task.what.point_to_point()) ++seq;  // exchanges are not collectives: other ranks do not count them
+  // Exchanges are not collectives: other ranks do not count them, and the
+  // flight recorder (compared across ranks) leaves them out.
+  const bool collective = !task.what.point_to_point();
+  if (collective) {
+    ++seq;
+    record_begin(task);
+  }
   if (sticky) {
     task.state->finish(sticky);
+    if (collective) flight->end(seq, false, "not run: an earlier call failed");
     return;
   }
   try {
@@ -916,6 +947,7 @@ void Communicator::Impl::execute(Task& task) {
     task.body(channel);
     channel.finish();
     task.state->finish(nullptr);
+    if (collective) flight->end(seq, true);
   } catch (const CollectiveMismatch& e) {
     // The shared-memory path does not know the call's number.
     std::string text = e.what();
@@ -924,6 +956,7 @@ void Communicator::Impl::execute(Task& task) {
     publish_mismatch(text);
     sticky = std::make_exception_ptr(CollectiveMismatch(text));
     failed = true;
+    record_failure(text, "mismatch", collective);
     task.state->finish(sticky);
   } catch (const std::exception& e) {
     // Any failure leaves peers in an unknown state (a mismatched collective
@@ -931,8 +964,23 @@ void Communicator::Impl::execute(Task& task) {
     if (dynamic_cast<const InvalidArgument*>(&e)) spdlog::error("tandem rank {}: {}", opts.rank, e.what());
     sticky = std::current_exception();
     failed = true;
+    record_failure(e.what(), dynamic_cast<const Timeout*>(&e)        ? "timeout"
+                             : dynamic_cast<const Aborted*>(&e)      ? "abort"
+                             : dynamic_cast<const PeerFailure*>(&e) ? "peer failure"
+                                                                      : "failure",
+                   collective);
     task.state->finish(sticky);
   }
+}
+
+void Communicator::Impl::record_begin(const Task& task) {
+  const Description& d = task.what;
+  flight->begin(seq, {d.name, d.dtype, d.op, d.count, d.root}, shm != nullptr);
+}
+
+void Communicator::Impl::record_failure(const std::string& error, const char* reason, bool collective) {
+  if (collective) flight->end(seq, false, error);
+  flight->dump(std::string(reason) + " at call #" + std::to_string(seq));
 }
 
 MemoryType Communicator::Impl::memory_type(const CollectiveOptions& o) const {
@@ -1066,6 +1114,7 @@ std::unique_ptr<Communicator> Communicator::create(const CommOptions& options, s
   impl->oversubscribed = ranks_outnumber_cores(options);
   if (options.size > 1) impl->connect();
   impl->allocations = std::make_unique<SharedAllocations>(impl->shm != nullptr);
+  impl->flight = std::make_unique<FlightRecorder>(options, options.flight_entries, options.flight_dir);
   Impl* raw = impl.get();
   impl->engine = std::thread([raw] { raw->run_engine(); });
   return std::unique_ptr<Communicator>(new Communicator(std::move(impl)));
@@ -1215,6 +1264,7 @@ void Communicator::abort(const std::string& reason) {
   }
   impl_->cv.notify_all();
   if (impl_->ucx) impl_->ucx->wake();  // a wait sleeping on the worker sees the abort now
+  impl_->flight->dump("abort: " + reason);
 }
 
 Request Communicator::exchange_async(std::function<void(Channel&)> body, const CollectiveOptions& opts) {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -105,17 +106,31 @@ std::string SharedSegmentSet::locator() const {
          std::to_string(uintptr_t(view_.segment[size_t(rank_)]));
 }
 
+std::optional<SegmentLocator> parse_locator(std::string_view text) {
+  SegmentLocator l;
+  const char* p = text.data();
+  const char* end = text.data() + text.size();
+  auto field = [&](auto& out, bool last) {
+    auto [next, ec] = std::from_chars(p, end, out);
+    if (ec != std::errc() || next == p) return false;
+    p = next;
+    if (last) return p == end;
+    if (p == end || *p != ':') return false;
+    ++p;
+    return true;
+  };
+  if (!field(l.pid, false) || !field(l.fd, false) || !field(l.address, true)) return std::nullopt;
+  if (l.pid <= 0 || l.fd < 0) return std::nullopt;
+  return l;
+}
+
 std::string SharedSegmentSet::map_peer(int rank, const std::string& locator) {
-  long pid = 0;
-  int fd = -1;
-  unsigned long long address = 0;
-  if (std::sscanf(locator.c_str(), "%ld:%d:%llu", &pid, &fd, &address) != 3) {
-    return "malformed locator '" + locator + "'";
-  }
-  pids_[size_t(rank)] = pid;
-  remote_address_[size_t(rank)] = address;
+  const auto where = parse_locator(locator);
+  if (!where) return "malformed locator '" + locator + "'";
+  pids_[size_t(rank)] = where->pid;
+  remote_address_[size_t(rank)] = where->address;
   std::string why;
-  view_.segment[size_t(rank)] = map_peer_file(pid, fd, view_.bytes, why);
+  view_.segment[size_t(rank)] = map_peer_file(where->pid, where->fd, view_.bytes, why);
   return why;
 }
 

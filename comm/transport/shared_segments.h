@@ -12,12 +12,23 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tandem/transport.h"
 
 namespace tandem {
+
+// Where a rank's segment is, as its locator() says: "pid:fd:address".
+struct SegmentLocator {
+  long pid = 0;
+  int fd = -1;
+  uint64_t address = 0;
+};
+// Strict: three decimal fields, pid and fd positive; nullopt otherwise.
+std::optional<SegmentLocator> parse_locator(std::string_view text);
 
 // What makes two ranks "the same host" for shared memory: boot, hostname,
 // and the network, PID and IPC namespaces.

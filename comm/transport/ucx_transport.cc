@@ -26,10 +26,17 @@ void check(ucs_status_t s, const char* what) {
 
 }  // namespace
 
-UcxTransport::UcxTransport(int rank, int size, bool peer_error_handling, const std::string& net_devices)
+UcxTransport::UcxTransport(int rank, int size, bool peer_error_handling, const std::string& net_devices,
+                           std::chrono::milliseconds keepalive)
     : rank_(rank), size_(size), peer_error_handling_(peer_error_handling), endpoints_(size, nullptr) {
   ucp_config_t* config = nullptr;
   check(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");  // honours UCX_TLS and friends
+  // Keepalive follows the heartbeat, so an unreachable peer shows up as an endpoint error as soon as the store would name it.
+  if (peer_error_handling && keepalive.count() > 0 && !std::getenv("UCX_KEEPALIVE_INTERVAL")) {
+    const std::string interval = std::to_string(keepalive.count()) + "ms";
+    if (ucp_config_modify(config, "KEEPALIVE_INTERVAL", interval.c_str()) != UCS_OK)
+      spdlog::warn("tandem: UCX rejected KEEPALIVE_INTERVAL={}; keeping its default", interval);
+  }
   if (!net_devices.empty()) {
     ucs_status_t s = ucp_config_modify(config, "NET_DEVICES", net_devices.c_str());
     if (s != UCS_OK) {

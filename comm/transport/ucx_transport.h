@@ -17,6 +17,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -27,7 +28,11 @@ namespace tandem {
 
 class UcxTransport {
  public:
-  UcxTransport(int rank, int size, bool peer_error_handling, const std::string& net_devices);
+  // With peer error handling, UCX also sends keepalives on idle endpoints;
+  // `keepalive` > 0 sets their interval (UCX_KEEPALIVE_INTERVAL, when the
+  // user has not set it; UCX's own default is 20 s).
+  UcxTransport(int rank, int size, bool peer_error_handling, const std::string& net_devices,
+               std::chrono::milliseconds keepalive = std::chrono::milliseconds(0));
   ~UcxTransport();
   UcxTransport(const UcxTransport&) = delete;
   UcxTransport& operator=(const UcxTransport&) = delete;

@@ -30,6 +30,13 @@ CommOptions options_from_env(const EnvLookup& env = process_env());
 // InvalidArgument for a short secret or a file others may read.
 std::string read_secret(const EnvLookup& env = process_env());
 
+// Rendezvous privacy, checked by options_from_env: a store reachable from
+// other hosts (a non-loopback TANDEM_STORE_ADDR or MASTER_ADDR) needs the job
+// secret unless TANDEM_ALLOW_NO_SECRET=1, and rank 0 hosts the store on every
+// address (0.0.0.0, ::) only with TANDEM_STORE_LISTEN_ALL=1; both log a
+// warning when allowed. Throws InvalidArgument naming the fix.
+void check_store_privacy(const EnvLookup& env, const CommOptions& options);
+
 // Which launcher the options came from: "tandem", "openmpi", "slurm".
 std::string detect_launcher(const EnvLookup& env = process_env());
 

@@ -73,6 +73,12 @@ struct CommOptions {
   // forces TCP even between processes on one host; the store already names
   // dead ranks. Turn it on for multi-host runs that want UCX keepalive too.
   bool ucx_peer_error_handling = false;
+  // Flight recorder: the last flight_entries collectives (0: off), written as
+  // JSON to flight_dir (empty: /tmp) on a timeout, a failure, abort() or
+  // SIGUSR1; `tandem doctor` compares the ranks' files. TANDEM_FLIGHT_ENTRIES,
+  // TANDEM_FLIGHT_DIR.
+  size_t flight_entries = 1024;
+  std::string flight_dir;
   // UCX_NET_DEVICES for this communicator's context; empty leaves UCX's choice.
   std::string ucx_net_devices;
   // dtrain_network_interface (TANDEM_NETWORK_INTERFACE): restricts the interface

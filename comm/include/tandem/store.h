@@ -6,7 +6,12 @@
 // breaks the format (bad magic, version, opcode, oversized length) closes that
 // one connection, and the server keeps serving every other client. A
 // connection must send its first frame within StoreServerOptions::first_frame_timeout,
-// and each started frame must complete within frame_timeout.
+// and each started frame must complete within frame_timeout; a client that
+// leaves a reply unread for frame_timeout is cut off too. The server's memory
+// is bounded: max_connections (the oldest connection that has not yet
+// identified itself makes room for a new one), max_data_bytes of stored keys
+// and values, max_buffered_bytes of frames in transit, and at most
+// max_wait_keys keys per wait or check.
 //
 // Ranks register with hello(rank); if such a connection drops without a
 // goodbye(), the server records the rank under kFailedRanksKey so the others
@@ -17,6 +22,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -49,6 +55,11 @@ struct StoreServerOptions {
   // The job secret (TANDEM_SECRET): when set, a connection must prove it knows
   // it (HMAC-SHA256 challenge-response) before anything else.
   std::string secret;
+  // Resource caps (see the top of this file).
+  size_t max_connections = 4096;
+  size_t max_data_bytes = size_t{1} << 30;
+  size_t max_buffered_bytes = size_t{256} << 20;
+  size_t max_wait_keys = size_t{1} << 16;
 };
 
 // Runs its own I/O thread; stops and joins in the destructor.
