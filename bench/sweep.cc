@@ -396,6 +396,7 @@ void print_json(const SweepOptions& o, int nranks, const Result& r) {
                       {"wrong", r.wrong < 0 ? 0 : r.wrong},
                       {"checked", r.wrong >= 0},
                       {"traffic_per_byte", r.traffic}};
+  if (!o.algorithm.empty()) j["algorithm"] = o.algorithm;
   if (compressing(o)) {
     j["compress"] = std::string(compression::to_string(o.compress));
     j["wire_bytes"] = r.wire_bytes;
