@@ -13,7 +13,7 @@ namespace tandem::ring {
 enum class AllreduceAlgorithm { automatic, ring, recursive_doubling, shared_memory, hierarchical };
 
 struct RingOptions {
-  size_t segment_bytes = 1 << 20;  // largest message of the ring pipeline
+  size_t segment_bytes = 2 << 20;  // largest message of the ring pipeline (CommOptions::segment_bytes)
   int segments_in_flight = 4;      // segments walking the ring at once
   // automatic: through shared memory when every rank is on this host (and the
   // buffers are host memory); else recursive doubling up to
