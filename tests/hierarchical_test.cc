@@ -12,13 +12,17 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <map>
+#include <thread>
 #include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "memory_channel.h"
 #include "netns.h"
+#include "tandem/ring/ring.h"
 #include "tandem/transport.h"
 
 namespace {
@@ -61,6 +65,14 @@ Outcome run_hosts(int hosts, int per_host, const std::string& algorithm, int por
   NetnsLab lab(names);
   std::vector<std::string> itf(size_t(hosts), "eth0");
   lab.add_lan("l", "10.73.1", itf);
+  // Carrier comes up asynchronously; ranks that start before it wait out TCP connection retries.
+  for (int h = 0; h < hosts; ++h) {
+    for (int i = 0; i < 100; ++i) {
+      const auto state = tandem::testing::shell("ip netns exec " + lab.ns(h) + " cat /sys/class/net/eth0/operstate");
+      if (state.output.rfind("up", 0) == 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
   std::vector<int> host_of;
   std::vector<std::string> env, commands;
   const int n = hosts * per_host;
@@ -101,6 +113,112 @@ void expect_hierarchical(int hosts, int per_host, const std::string& algorithm, 
       EXPECT_EQ(result.second, reference.at(name).second) << "rank " << i << " case " << name
                                                           << ": result differs from rank 0's bits";
     }
+  }
+}
+
+// A MemoryChannel with a topology and per-host "segments": hosts as groups of threads.
+class HostChannel final : public tandem::Channel {
+ public:
+  HostChannel(tandem::testing::MemoryChannel& inner, tandem::Topology topology, const tandem::SharedSegments* host)
+      : inner_(inner), topology_(std::move(topology)), host_(host) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  tandem::Pending send(int peer, tandem::Tag tag, const void* data, size_t bytes) override {
+    return inner_.send(peer, tag, data, bytes);
+  }
+  tandem::Pending recv(int peer, tandem::Tag tag, void* data, size_t bytes) override {
+    return inner_.recv(peer, tag, data, bytes);
+  }
+  bool test(tandem::Pending& p) override { return inner_.test(p); }
+  void wait(tandem::Pending& p) override { inner_.wait(p); }
+  const tandem::Topology* topology() const override { return &topology_; }
+  const tandem::SharedSegments* host_segments() const override { return host_; }
+  void idle(int peer, unsigned spins) override { inner_.idle(peer, spins); }
+  void* scratch(size_t bytes, int slot) override { return inner_.scratch(bytes, slot); }
+
+ private:
+  tandem::testing::MemoryChannel& inner_;
+  tandem::Topology topology_;
+  const tandem::SharedSegments* host_;
+};
+
+// Hosts x ranks threads, host-major; each host's ranks share heap "segments"
+// unless `shm` is off. f32 input of rank r at i: (r + 1) * (i % 7 + 1) + 0.1 * (i % 3),
+// whose sum rounds differently in different orders: every rank must get the same bits,
+// within 1e-3 of the closed form.
+void thread_case(int hosts, int per_host, size_t count, tandem::ReduceOp op, bool shm, bool in_place) {
+  using namespace tandem;
+  const int n = hosts * per_host;
+  ring::RingOptions o;
+  o.segment_bytes = 4096;
+  o.segments_in_flight = 2;
+  o.allreduce = ring::AllreduceAlgorithm::hierarchical;
+  o.small_message_bytes = 256;
+  o.shm_chunk_bytes = 4096;
+  auto algos = ring::algorithms(o);
+  std::vector<std::unique_ptr<tandem::testing::HeapSegments>> segments;
+  for (int h = 0; h < hosts; ++h) segments.push_back(std::make_unique<tandem::testing::HeapSegments>(per_host, algos->shared_bytes()));
+  std::vector<std::string> ids;
+  for (int r = 0; r < n; ++r) ids.push_back("host" + std::to_string(r / per_host));
+  tandem::testing::Mailbox box;
+  std::vector<std::vector<float>> in(static_cast<size_t>(n), std::vector<float>(count)), out = in;
+  std::vector<std::string> errors(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    for (size_t i = 0; i < count; ++i) in[size_t(r)][i] = float((r + 1) * int(i % 7 + 1)) + 0.1f * float(i % 3);
+    threads.emplace_back([&, r] {
+      try {
+        tandem::testing::MemoryChannel inner(box, r, n);
+        HostChannel ch(inner, make_topology(ids, r), shm ? segments[size_t(r / per_host)]->view() : nullptr);
+        float* dst = in_place ? in[size_t(r)].data() : out[size_t(r)].data();
+        algos->allreduce(ch, AllreduceArgs{in[size_t(r)].data(), dst, count, DataType::f32, op});
+      } catch (const std::exception& e) {
+        errors[size_t(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  const auto& result = in_place ? in : out;
+  for (int r = 0; r < n; ++r) {
+    ASSERT_EQ(errors[size_t(r)], "") << "rank " << r;
+    ASSERT_EQ(std::memcmp(result[size_t(r)].data(), result[0].data(), count * sizeof(float)), 0)
+        << "rank " << r << " differs bitwise from rank 0";
+  }
+  for (size_t i = 0; i < count; ++i) {
+    const double k = double(i % 7 + 1), frac = 0.1 * double(i % 3);
+    const double want = op == ReduceOp::max   ? k * n + frac
+                        : op == ReduceOp::avg ? k * (n + 1) / 2.0 + frac
+                                              : k * n * (n + 1) / 2.0 + n * frac;
+    ASSERT_NEAR(result[0][i], want, 1e-3 * std::max(1.0, want)) << "element " << i;
+  }
+}
+
+TEST(HierarchicalThreads, ExactAndIdenticalOnEveryRank) {
+  for (auto [hosts, per_host] : {std::pair{2, 2}, {3, 1}, {2, 3}, {3, 2}}) {
+    for (size_t count : {size_t(1), size_t(7), size_t(1001), size_t(65536 + 3)}) {
+      for (auto op : {tandem::ReduceOp::sum, tandem::ReduceOp::avg, tandem::ReduceOp::max}) {
+        for (bool shm : {true, false}) {
+          SCOPED_TRACE(std::to_string(hosts) + "x" + std::to_string(per_host) + " count " + std::to_string(count) +
+                       " op " + std::string(tandem::to_string(op)) + (shm ? " shm" : " ring"));
+          ASSERT_NO_FATAL_FAILURE(thread_case(hosts, per_host, count, op, shm, (count == 7 || count == 65539) != shm));
+        }
+      }
+    }
+  }
+}
+
+TEST(HierarchicalThreads, UnevenHostsAreRefusedByName) {
+  using namespace tandem;
+  auto algos = ring::algorithms({4096, 2, ring::AllreduceAlgorithm::hierarchical});
+  tandem::testing::Mailbox box;
+  tandem::testing::MemoryChannel inner(box, 0, 3);
+  HostChannel ch(inner, make_topology({"a", "a", "b"}, 0), nullptr);
+  float x = 1;
+  try {
+    algos->allreduce(ch, AllreduceArgs{&x, &x, 1, DataType::f32, ReduceOp::sum});
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("2 hosts (2, 1 ranks)"), std::string::npos) << e.what();
   }
 }
 
