@@ -37,6 +37,8 @@ usage() {
   cat <<'EOF'
 usage: bench/netns_run.sh [options] -- command [args...]
   -n, --nranks N      ranks, one per network namespace (>= 2; default 2)
+  --per-host K        K ranks per namespace instead (host-major: rank r on host r / K; K divides N);
+                      the ranks of a host keep tandem's shared memory (TANDEM_SHM=1)
   --rate RATE         limit every link in both directions with tc tbf (e.g. 1gbit, 200mbit)
   --burst SIZE        tbf burst (default 256kb; must exceed one GSO packet, 64 KiB)
   --queue TIME        tbf queue as the longest wait a packet may have (default 20ms); packets
@@ -51,11 +53,12 @@ is found in ./build/bin when it is not on PATH.
 EOF
 }
 
-nranks=2 rate="" burst="256kb" queue="20ms" port=29400 net="10.77.0" timeout_s=0
+nranks=2 per_host=1 rate="" burst="256kb" queue="20ms" port=29400 net="10.77.0" timeout_s=0
 extra_env=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -n|--nranks) nranks="$2"; shift 2 ;;
+    --per-host) per_host="$2"; shift 2 ;;
     --rate) rate="$2"; shift 2 ;;
     --burst) burst="$2"; shift 2 ;;
     --queue) queue="$2"; shift 2 ;;
@@ -72,6 +75,10 @@ if [[ $# -eq 0 ]]; then echo "netns_run: no command given (put it after --)" >&2
 if ! [[ "$nranks" =~ ^[0-9]+$ ]] || (( nranks < 2 || nranks > 200 )); then
   echo "netns_run: -n must be an integer in 2..200 (got '$nranks')" >&2; exit 2
 fi
+if ! [[ "$per_host" =~ ^[0-9]+$ ]] || (( per_host < 1 || nranks % per_host != 0 || nranks / per_host < 2 )); then
+  echo "netns_run: --per-host must divide -n and leave at least 2 hosts (got $per_host for $nranks ranks)" >&2; exit 2
+fi
+nhosts=$((nranks / per_host))
 if ! [[ "$timeout_s" =~ ^[0-9]+$ ]]; then echo "netns_run: --timeout must be whole seconds" >&2; exit 2; fi
 if (( EUID != 0 )); then echo "netns_run: needs root (creates network namespaces, veths, qdiscs)" >&2; exit 2; fi
 for tool in ip tc unshare; do
@@ -115,12 +122,12 @@ shape() {  # namespace device: tbf on its egress (a short queue keeps the rate h
   [[ -z "$rate" ]] || tc -n "$1" qdisc add dev "$2" root tbf rate "$rate" burst "$burst" latency "$queue"
 }
 
-for ((r = 0; r < nranks; ++r)); do
+for ((r = 0; r < nhosts; ++r)); do
   ip netns add "$(ns $r)"; made+=("$(ns $r)")
   ip -n "$(ns $r)" link set lo up
 done
 links=()  # "namespace device" of each host's end, for the byte counts at the end
-if (( nranks == 2 )); then
+if (( nhosts == 2 )); then
   ip link add tnr$$a netns "$(ns 0)" type veth peer name tnr$$b netns "$(ns 1)"
   ip -n "$(ns 0)" link set tnr$$a name eth0
   ip -n "$(ns 1)" link set tnr$$b name eth0
@@ -129,14 +136,14 @@ else
   ip netns add "$switch_ns"; made+=("$switch_ns")
   ip -n "$switch_ns" link add br0 type bridge
   ip -n "$switch_ns" link set br0 up
-  for ((r = 0; r < nranks; ++r)); do
+  for ((r = 0; r < nhosts; ++r)); do
     ip -n "$switch_ns" link add "p$r" type veth peer name eth0 netns "$(ns $r)"
     ip -n "$switch_ns" link set "p$r" master br0 up
     shape "$switch_ns" "p$r"
   done
   topology="a bridge (namespace $switch_ns) and one veth per host"
 fi
-for ((r = 0; r < nranks; ++r)); do
+for ((r = 0; r < nhosts; ++r)); do
   ip -n "$(ns $r)" addr add "$net.$((r + 1))/24" dev eth0
   ip -n "$(ns $r)" link set eth0 up
   shape "$(ns $r)" eth0
@@ -145,7 +152,7 @@ done
 
 # Carrier comes up asynchronously; ranks that list interfaces too early see
 # theirs down and leave it out of the interface selection.
-for ((r = 0; r < nranks; ++r)); do
+for ((r = 0; r < nhosts; ++r)); do
   for ((try = 0; try < 100; ++try)); do
     [[ "$(ip netns exec "$(ns $r)" cat /sys/class/net/eth0/operstate)" == up ]] && break
     sleep 0.05
@@ -155,14 +162,20 @@ for ((r = 0; r < nranks; ++r)); do
 done
 
 store="$net.1:$port"
+shm=0
+(( per_host == 1 )) || shm=1
 rank_env() {
-  echo TANDEM_RANK="$1" TANDEM_WORLD_SIZE="$nranks" TANDEM_LOCAL_RANK=0 TANDEM_LOCAL_WORLD_SIZE=1 \
-    TANDEM_STORE_ADDR="$store" TANDEM_HOST_STORE=1 TANDEM_ALLOW_NO_SECRET=1 UCX_TLS=tcp,self TANDEM_SHM=0
+  echo TANDEM_RANK="$1" TANDEM_WORLD_SIZE="$nranks" TANDEM_LOCAL_RANK=$(($1 % per_host)) \
+    TANDEM_LOCAL_WORLD_SIZE="$per_host" TANDEM_STORE_ADDR="$store" TANDEM_HOST_STORE=1 TANDEM_ALLOW_NO_SECRET=1 UCX_TLS=tcp,self TANDEM_SHM=$shm
 }
-echo "netns_run: $nranks ranks in namespaces $(ns 0)..$(ns $((nranks - 1))), joined by $topology, subnet $net.0/24"
+echo "netns_run: $nranks ranks ($per_host per host) in namespaces $(ns 0)..$(ns $((nhosts - 1))), joined by $topology, subnet $net.0/24"
 echo "netns_run: link rate: ${rate:-unlimited}${rate:+ per direction (tc tbf, burst $burst, queue $queue)}"
 echo "netns_run: store on rank 0 at $store (TANDEM_HOST_STORE=1)"
-echo "netns_run: UCX_TLS=tcp,self and TANDEM_SHM=0: data crosses the veth over TCP, not UCX or tandem shared memory"
+if (( per_host == 1 )); then
+  echo "netns_run: UCX_TLS=tcp,self and TANDEM_SHM=0: data crosses the veth over TCP, not UCX or tandem shared memory"
+else
+  echo "netns_run: UCX_TLS=tcp,self: data between hosts crosses the veth over TCP; within a host tandem's shared memory"
+fi
 [[ ${#extra_env[@]} -eq 0 ]] || echo "netns_run: extra environment: ${extra_env[*]}"
 echo "netns_run: command: $*"
 
@@ -172,7 +185,7 @@ for ((r = 0; r < nranks; ++r)); do
   # shellcheck disable=SC2046  # rank_env's words are K=V pairs without spaces
   ( set +e
     # shellcheck disable=SC2016  # $0 and $@ belong to the inner sh
-    ip netns exec "$(ns $r)" unshare --uts sh -c 'hostname "$0" && exec "$@"' "node$r" \
+    ip netns exec "$(ns $((r / per_host)))" unshare --uts sh -c 'hostname "$0" && exec "$@"' "node$((r / per_host))" \
       env $(rank_env $r) "${extra_env[@]}" "${limit[@]}" "$@" 2>&1
     echo $? > "$tmp/rc$r"
   ) | sed -u "s/^/[$r] /" &
@@ -189,13 +202,13 @@ for ((r = 0; r < nranks; ++r)); do
     (( code != 0 )) || code="$rc"
   fi
 done
-for ((r = 0; r < nranks; ++r)); do
+for ((r = 0; r < nhosts; ++r)); do
   tx=$(ip netns exec "${links[$r]}" cat /sys/class/net/eth0/statistics/tx_bytes)
   rx=$(ip netns exec "${links[$r]}" cat /sys/class/net/eth0/statistics/rx_bytes)
   echo "netns_run: node$r eth0 ($net.$((r + 1))) sent $tx bytes, received $rx bytes"
 done
 if [[ -n "$rate" ]]; then  # drops at the shaper mean TCP retransmissions: timings then carry their stalls
-  for ((r = 0; r < nranks; ++r)); do
+  for ((r = 0; r < nhosts; ++r)); do
     drops=$(tc -s -n "$(ns $r)" qdisc show dev eth0 | sed -n 's/.*dropped \([0-9]*\).*/\1/p' | head -1)
     echo "netns_run: node$r tbf dropped ${drops:-?} packets"
   done

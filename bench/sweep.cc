@@ -308,6 +308,7 @@ void print_table_header(const SweepOptions& o, Communicator& comm) {
   }
   printf("# transports: %s; reduce kernels: %s; buffers: %s\n", comm.transport_summary().c_str(),
          std::string(reduce_isa()).c_str(), o.registered ? "registered (allocate_shared)" : "heap");
+  printf("# topology: %s; all-reduce algorithm: %s\n", comm.topology().str().c_str(), comm.options().algorithm.c_str());
   if (compressing(o)) {
     printf("# compression: %s on the wire, f32 accumulation, predivide %d (world size); sizes and bandwidths count "
            "f32 bytes; out-of-place = copy + in-place; timed in-place loop: avg%s; errors vs a plain f32 all-reduce\n",
@@ -385,6 +386,7 @@ void print_json(const SweepOptions& o, int nranks, const Result& r) {
                       {"wrong", r.wrong < 0 ? 0 : r.wrong},
                       {"checked", r.wrong >= 0},
                       {"traffic_per_byte", r.traffic}};
+  if (!o.algorithm.empty()) j["algorithm"] = o.algorithm;
   if (compressing(o)) {
     j["compress"] = std::string(compression::to_string(o.compress));
     j["wire_bytes"] = r.wire_bytes;
@@ -473,7 +475,9 @@ int run_sweep(const SweepOptions& o) {
                          (o.op != ReduceOp::sum && o.op != ReduceOp::avg))) {
     throw InvalidArgument("tandem bench: --compress works on allreduce of f32 with op sum or avg");
   }
-  auto comm = ring::connect_from_env();
+  CommOptions comm_options = options_from_env();
+  if (!o.algorithm.empty()) comm_options.algorithm = o.algorithm;
+  auto comm = ring::connect(comm_options);
   if (kind == Kind::broadcast && (o.root < 0 || o.root >= comm->size())) {
     throw InvalidArgument("tandem bench: -r " + std::to_string(o.root) + " is not a rank of this " +
                           std::to_string(comm->size()) + "-rank job");

@@ -105,7 +105,7 @@ struct BenchFlags {
   std::string min_bytes = "32M", max_bytes = "32M", increment = "0";
   double factor = 2.0;
   int iters = 20, warmup = 5, check = 1, root = 0, registered = 0;
-  std::string dtype = "float", op = "sum", format = "table", plot, compress = "none";
+  std::string dtype = "float", op = "sum", format = "table", plot, compress = "none", algorithm;
 };
 
 const char* const kCollectives[] = {"allreduce", "reduce_scatter", "allgather", "broadcast", "barrier"};
@@ -149,6 +149,10 @@ tandem::bench::SweepOptions to_sweep_options(const BenchFlags& f) {
   auto codec = tandem::compression::parse_codec(f.compress);
   if (!codec) throw UsageError("--compress: unknown '" + f.compress + "'; valid: fp16, bf16, none");
   o.compress = *codec;
+  if (!f.algorithm.empty()) {
+    tandem::ring::parse_allreduce_algorithm(f.algorithm);  // names the valid ones if not
+    o.algorithm = f.algorithm;
+  }
 
   std::string format = lower(f.format);
   if (format == "table") o.format = tandem::bench::Format::table;
@@ -192,6 +196,9 @@ CLI::App* add_bench(CLI::App& app, BenchFlags& f) {
                 "accumulation; adds wire bytes and the error against the f32 result")
       ->capture_default_str();
   b->add_option("--plot", f.plot, "Write busbw vs size to this PNG (needs gnuplot)");
+  b->add_option("--algorithm", f.algorithm,
+                "All-reduce algorithm: auto, ring, recursive_doubling, shared_memory, hierarchical (default: "
+                "TANDEM_ALGO, else auto)");
   return b;
 }
 

@@ -9,6 +9,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev libspdlog-dev libeigen3-dev libssl-dev
   gnuplot-nox iproute2 openmpi-bin libopenmpi-dev python3
+  iperf3  # bench/tcp_line_rate.sh: the line rate the TCP all-reduce is compared with
   pybind11-dev python3-dev python3-numpy
   libtorch-dev python3-torch python3-yaml dataset-fashion-mnist zlib1g-dev
   clang libclang-rt-14-dev  # make fuzz: libFuzzer, ASan and UBSan runtimes (a recommends, so named here)

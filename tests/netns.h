@@ -155,14 +155,24 @@ class NetnsLab {
   // (with its process group) and reported with code -1.
   std::vector<Rank> run(const std::vector<std::string>& env, const std::vector<std::string>& commands,
                         std::chrono::seconds guard) {
+    std::vector<int> host_of;
+    for (int h = 0; h < hosts(); ++h) host_of.push_back(h);
+    return run_ranks(host_of, env, commands, guard);
+  }
+
+  // The same with several processes per host: process i runs commands[i]
+  // with env[i] in host host_of[i]'s namespace (processes of one host share
+  // its network namespace and hostname, as on one machine).
+  std::vector<Rank> run_ranks(const std::vector<int>& host_of, const std::vector<std::string>& env,
+                              const std::vector<std::string>& commands, std::chrono::seconds guard) {
     std::vector<pid_t> pids;
     std::vector<std::string> files;
     const auto start = std::chrono::steady_clock::now();
-    for (int h = 0; h < hosts(); ++h) {
-      files.push_back("/tmp/" + base() + "_run" + std::to_string(runs_) + "_" + std::to_string(h) + ".out");
+    for (size_t i = 0; i < host_of.size(); ++i) {
+      const int h = host_of[i];
+      files.push_back("/tmp/" + base() + "_run" + std::to_string(runs_) + "_" + std::to_string(i) + ".out");
       const std::string cmd = "exec ip netns exec " + ns(h) + " unshare --uts sh -c 'hostname " + hostname(h) +
-                              " && exec env " + env[size_t(h)] + " " + commands[size_t(h)] + "' > " + files.back() +
-                              " 2>&1";
+                              " && exec env " + env[i] + " " + commands[i] + "' > " + files.back() + " 2>&1";
       std::fflush(stdout);
       pid_t pid = ::fork();
       if (pid == 0) {
@@ -189,7 +199,8 @@ class NetnsLab {
       if (left > 0 && std::chrono::steady_clock::now() > deadline) {
         for (size_t h = 0; h < pids.size(); ++h) {
           if (pids[h] <= 0) continue;
-          ADD_FAILURE() << "wall-clock guard (" << guard.count() << " s) killed the rank on " << hostname(int(h));
+          ADD_FAILURE() << "wall-clock guard (" << guard.count() << " s) killed process " << h << " on "
+                        << hostname(host_of[h]);
           ::kill(-pids[h], SIGKILL);
           ::waitpid(pids[h], nullptr, 0);
           pids[h] = 0;

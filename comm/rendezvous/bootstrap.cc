@@ -129,6 +129,7 @@ void read_tuning(const EnvLookup& env, CommOptions& o) {
     o.small_message_bytes = size_t(*v);
   }
   if (auto v = env("TANDEM_ALGO")) o.algorithm = *v;  // checked by the algorithms that use it
+  if (auto v = env("TANDEM_HOST_ID")) o.host_id = *v;
   if (auto v = optional_int(env, "TANDEM_SHM_CHUNK_BYTES", "set it to the shared-memory pipeline chunk in bytes")) {
     o.shm_chunk_bytes = size_t(*v);
   }

@@ -239,6 +239,9 @@ struct Communicator::Impl {
   std::unique_ptr<StoreClient> store;
   std::unique_ptr<UcxTransport> ucx;
   std::unique_ptr<SharedSegmentSet> shm;  // when all ranks share this host
+  Topology topology;                       // which ranks share a host
+  std::unique_ptr<SharedSegmentSet> host_shm;  // when ranks span hosts: this host's ranks' segments
+  SharedSegments host_view;                    // host_shm's segments by local rank
   bool cma = false;                        // and every rank may copy from every other's memory
   std::unique_ptr<SharedAllocations> allocations;  // allocate_shared()
   std::unique_ptr<FlightRecorder> flight;          // the last collectives, for `tandem doctor`
@@ -277,6 +280,7 @@ struct Communicator::Impl {
   std::string key(const std::string& k) const { return opts.prefix + "/" + k; }
   void store_barrier(const std::string& name, Deadline deadline);
   void connect();
+  void learn_topology(Deadline deadline);
   void map_shared_memory(Deadline deadline);
   void run_engine();
   void run_blocking(std::function<void(Channel&)> body, const CollectiveOptions& o, const Description& what);
@@ -397,6 +401,8 @@ class EngineChannel final : public Channel {
   }
 
   const SharedSegments* shared_segments() const override { return impl_.shm ? &impl_.shm->view() : nullptr; }
+  const Topology* topology() const override { return &impl_.topology; }
+  const SharedSegments* host_segments() const override { return impl_.host_shm ? &impl_.host_view : nullptr; }
   bool find_shared(const void* p, size_t bytes, SharedRef& out) const override {
     return impl_.shm && impl_.allocations->find(p, bytes, out);
   }
@@ -767,10 +773,12 @@ void Communicator::Impl::connect() {
     ucx->connect(p, store->get(key("ucx/" + std::to_string(p)), deadline));
   }
   if (auto h = store->try_get(key("store_host"), deadline)) store_host_rank = std::atoi(h->c_str());
+  learn_topology(deadline);
   map_shared_memory(deadline);
   store_barrier("connected", deadline);
   transports = ucx->describe();
   if (shm) transports += cma ? " + shared memory, cross-memory attach" : " + shared memory";
+  if (host_shm) transports += " + shared memory within each host";
 }
 
 // Rank 0 compares every rank's (protocol, build, world size, job) with its
@@ -859,60 +867,83 @@ void Communicator::Impl::stop_heartbeat() {
   heartbeat_store.reset();
 }
 
-// Every rank reaches the same verdict from the same store keys: all ranks on
-// this host, all willing, and every segment mapped everywhere; or no shared
-// memory at all. A rank that turned it off still answers, so the others
-// neither wait for it nor disagree with it.
+// Every rank publishes its host identity (CommOptions::host_id, else boot id,
+// hostname and namespaces) and reads everyone's: the same topology everywhere.
+void Communicator::Impl::learn_topology(Deadline deadline) {
+  store->set(key("topology/" + std::to_string(opts.rank)), opts.host_id.empty() ? host_identity() : opts.host_id,
+             deadline);
+  std::vector<std::string> ids;
+  for (int p = 0; p < opts.size; ++p) ids.push_back(store->get(key("topology/" + std::to_string(p)), deadline));
+  topology = make_topology(ids, opts.rank);
+}
+
+// The ranks of one host map each other's segments. Every rank of the host
+// reaches the same verdict from the same store keys: all of them willing,
+// with equal segment sizes, and every segment mapped everywhere; or no
+// shared memory on that host. A rank that turned it off still answers, so
+// the others neither wait for it nor disagree with it. All ranks on this
+// host: the segments serve every collective (shm); else the hierarchical
+// all-reduce's intra-host steps (host_shm).
 void Communicator::Impl::map_shared_memory(Deadline deadline) {
   const std::string me = std::to_string(opts.rank);
   const size_t bytes = algorithms->shared_bytes();
   const bool willing = opts.shared_memory && bytes > 0;
-  // "<segment bytes>@<host>": segment sizes must agree too, they fix where every slot lies.
-  const std::string host = willing ? host_identity() : "";
-  const std::string here = willing ? std::to_string(bytes) + "@" + host : "off";
-  store->set(key("shm/host/" + me), here, deadline);
-  if (!willing) return;
-  for (int p = 0; p < opts.size; ++p) {
-    const std::string theirs = store->get(key("shm/host/" + std::to_string(p)), deadline);
+  // Segment sizes must agree too: they fix where every slot lies.
+  const std::string here = willing ? std::to_string(bytes) : "off";
+  store->set(key("shm/size/" + me), here, deadline);
+  const std::vector<int>& group = topology.ranks[size_t(topology.host())];
+  if (!willing || group.size() < 2) return;
+  const bool everyone = int(group.size()) == opts.size;
+  for (int p : group) {
+    const std::string theirs = store->get(key("shm/size/" + std::to_string(p)), deadline);
     if (theirs == here) continue;
-    // Ranks span hosts, or one turned shared memory off or sized it differently.
-    const auto at = theirs.find('@');
-    if (opts.rank == 0 && theirs == "off") {
-      spdlog::warn("tandem: rank {} has shared memory off (TANDEM_SHM=0); every rank goes through UCX only", p);
-    } else if (opts.rank == 0 && at != std::string::npos && theirs.substr(at + 1) == host) {
-      spdlog::warn("tandem: rank {} sizes its shared segment differently (TANDEM_SHM_CHUNK_BYTES must agree); "
-                   "every rank goes through UCX only", p);
+    // The lowest other rank of the host says why.
+    if (opts.rank == (p == group[0] ? group[1] : group[0])) {
+      if (theirs == "off") {
+        spdlog::warn("tandem: rank {} has shared memory off (TANDEM_SHM=0); its host's ranks go through UCX only", p);
+      } else {
+        spdlog::warn("tandem: rank {} sizes its shared segment differently (TANDEM_SHM_CHUNK_BYTES must agree); "
+                     "its host's ranks go through UCX only", p);
+      }
     }
     return;
   }
   std::string why;
+  std::unique_ptr<SharedSegmentSet> set;
   try {
-    shm = std::make_unique<SharedSegmentSet>(opts.rank, opts.size, bytes);
+    set = std::make_unique<SharedSegmentSet>(opts.rank, opts.size, bytes);
   } catch (const Error& e) {
     why = "rank " + me + " could not create its segment: " + e.what();
   }
-  store->set(key("shm/at/" + me), shm ? shm->locator() : "", deadline);
-  for (int p = 0; p < opts.size && why.empty(); ++p) {
+  store->set(key("shm/at/" + me), set ? set->locator() : "", deadline);
+  for (size_t i = 0; i < group.size() && why.empty(); ++i) {
+    const int p = group[i];
     if (p == opts.rank) continue;
     const std::string locator = store->get(key("shm/at/" + std::to_string(p)), deadline);
     if (locator.empty()) break;  // that rank says why itself
-    const std::string failed = shm->map_peer(p, locator);
+    const std::string failed = set->map_peer(p, locator);
     if (!failed.empty()) why = "rank " + me + " cannot map rank " + std::to_string(p) + "'s segment: " + failed;
   }
-  bool cma_here = why.empty();
-  for (int p = 0; p < opts.size && cma_here; ++p) cma_here = p == opts.rank || shm->cma_works(p);
+  bool cma_here = why.empty() && everyone;
+  for (size_t i = 0; i < group.size() && cma_here; ++i) cma_here = group[i] == opts.rank || set->cma_works(group[i]);
   store->set(key("shm/ok/" + me), !why.empty() ? why : cma_here ? "ok+cma" : "ok", deadline);
   bool cma_everywhere = true;
-  for (int p = 0; p < opts.size; ++p) {
+  for (int p : group) {
     const std::string verdict = store->get(key("shm/ok/" + std::to_string(p)), deadline);
     if (verdict.rfind("ok", 0) != 0) {
-      if (opts.rank == 0) spdlog::warn("tandem: shared memory off, collectives go through UCX only ({})", verdict);
-      shm.reset();
+      if (opts.rank == group[0]) spdlog::warn("tandem: shared memory off, collectives go through UCX only ({})", verdict);
       return;
     }
     cma_everywhere = cma_everywhere && verdict == "ok+cma";
   }
-  cma = cma_everywhere;
+  if (everyone) {
+    shm = std::move(set);
+    cma = cma_everywhere;
+    return;
+  }
+  host_shm = std::move(set);
+  host_view.bytes = bytes;
+  for (int p : group) host_view.segment.push_back(host_shm->view().segment[size_t(p)]);
 }
 
 std::shared_ptr<Request::State> Communicator::Impl::enqueue(std::function<void(Channel&)> body,
@@ -1112,6 +1143,7 @@ std::unique_ptr<Communicator> Communicator::create(const CommOptions& options, s
   impl->opts = options;
   impl->algorithms = std::move(algorithms);
   impl->oversubscribed = ranks_outnumber_cores(options);
+  impl->topology = make_topology({"this host"}, 0);
   if (options.size > 1) impl->connect();
   impl->allocations = std::make_unique<SharedAllocations>(impl->shm != nullptr);
   impl->flight = std::make_unique<FlightRecorder>(options, options.flight_entries, options.flight_dir);
@@ -1136,6 +1168,7 @@ Communicator::~Communicator() {
   }
   impl_->ucx.reset();
   impl_->shm.reset();
+  impl_->host_shm.reset();
   impl_->allocations.reset();
   impl_->store.reset();
   impl_->server.reset();
@@ -1144,6 +1177,7 @@ Communicator::~Communicator() {
 int Communicator::rank() const { return impl_->opts.rank; }
 int Communicator::size() const { return impl_->opts.size; }
 const CommOptions& Communicator::options() const { return impl_->opts; }
+const Topology& Communicator::topology() const { return impl_->topology; }
 
 namespace {
 

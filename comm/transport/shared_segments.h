@@ -3,8 +3,10 @@
 // /proc/<pid>/fd/<fd>, so nothing is ever named in /dev/shm and nothing
 // outlives the processes, even after a crash.
 //
-// Used only when every rank runs on this host; ranks in different network
-// namespaces count as different hosts (that is how tests model hosts).
+// All ranks on this host: the segments serve every collective. Ranks on
+// several hosts: each host's ranks map each other's, for the hierarchical
+// all-reduce. Ranks in different network namespaces count as different hosts
+// (that is how tests model hosts).
 #pragma once
 
 #include <cstddef>

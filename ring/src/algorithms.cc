@@ -1,8 +1,10 @@
 // ring::algorithms(): picks an algorithm per call. Every collective goes
 // through shared memory when every rank is on this host (and the buffers are
 // host memory). Otherwise all-reduce takes recursive doubling up to
-// small_message_bytes (latency-bound) and the pipelined ring above
-// (bandwidth-bound), unless one is forced; the others take their ring or chain.
+// small_message_bytes (latency-bound) and above it (bandwidth-bound) the
+// hierarchical all-reduce when several hosts run several ranks each (the same
+// number on every host), else the pipelined ring, unless one is forced; the
+// others take their ring or chain.
 #include <algorithm>
 #include <string>
 
@@ -31,6 +33,11 @@ class RingAlgorithms final : public Algorithms {
       }
     }
     const size_t bytes = args.count * dtype_size(args.dtype);
+    if (forced == AllreduceAlgorithm::hierarchical ||
+        (forced == AllreduceAlgorithm::automatic && bytes > options_.small_message_bytes && spans_hosts(ch))) {
+      hierarchical_allreduce(ch, args, options_);
+      return;
+    }
     const bool small = options_.allreduce == AllreduceAlgorithm::recursive_doubling ||
                        (options_.allreduce == AllreduceAlgorithm::automatic && bytes <= options_.small_message_bytes);
     if (small) {
@@ -67,6 +74,12 @@ class RingAlgorithms final : public Algorithms {
            size_t(ch.size()) * 8 <= options_.shm_chunk_bytes;
   }
 
+  // Several hosts, each with the same number (>= 2) of ranks.
+  static bool spans_hosts(const Channel& ch) {
+    const Topology* t = ch.topology();
+    return hierarchical_fits(t) && t->hosts() > 1 && t->local_size() > 1;
+  }
+
   // A per-call chunk fits the slots sized for the configured one, whole cache
   // lines, and holds a piece of every rank.
   size_t shm_chunk(const Channel& ch, size_t requested) const {
@@ -85,8 +98,9 @@ AllreduceAlgorithm parse_allreduce_algorithm(const std::string& name) {
   if (name == "ring") return AllreduceAlgorithm::ring;
   if (name == "recursive_doubling" || name == "rd") return AllreduceAlgorithm::recursive_doubling;
   if (name == "shared_memory" || name == "shm") return AllreduceAlgorithm::shared_memory;
+  if (name == "hierarchical" || name == "hier") return AllreduceAlgorithm::hierarchical;
   throw InvalidArgument("unknown all-reduce algorithm '" + name +
-                        "' (TANDEM_ALGO); use auto, ring, recursive_doubling or shared_memory");
+                        "' (TANDEM_ALGO); use auto, ring, recursive_doubling, shared_memory or hierarchical");
 }
 
 std::shared_ptr<Algorithms> algorithms(const RingOptions& options) {

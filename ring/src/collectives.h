@@ -68,6 +68,11 @@ inline void check_segments(const char* what, size_t segments) {
 void ring_allreduce(Channel& ch, const AllreduceArgs& args, const RingOptions& options);
 // recursive_doubling.cc: latency-optimal, log2(n) exchanges of the whole buffer.
 void recursive_doubling_allreduce(Channel& ch, const AllreduceArgs& args);
+// hierarchical.cc: reduce-scatter within each host, all-reduce of each slice
+// across hosts, allgather within each host. Needs a uniform topology (throws
+// InvalidArgument otherwise); hierarchical_fits() says whether it has one.
+void hierarchical_allreduce(Channel& ch, const AllreduceArgs& args, const RingOptions& options);
+bool hierarchical_fits(const Topology* topology);
 
 // shm_collectives.cc: ranks on one host, through their shared segments.
 void shm_allreduce(Channel& ch, const AllreduceArgs& args, size_t chunk_bytes);

@@ -43,14 +43,19 @@ struct CommOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(60)};
   // Ring pipelining: segment size and how many segments are in flight per step.
-  size_t segment_bytes = 1 << 20;
+  // 2 MiB x 4: 8 MiB in flight keeps a TCP link busy (2 ranks over a veth,
+  // 16 MiB: about 20 % more busbw than 1 MiB x 4; see README, TCP path).
+  size_t segment_bytes = 2 << 20;
   int segments_in_flight = 4;
   // All-reduces up to this many bytes use the latency-optimal algorithm
   // (recursive doubling) instead of the ring (TANDEM_SMALL_MESSAGE_BYTES).
   size_t small_message_bytes = 64 << 10;
-  // Force an all-reduce algorithm: "auto", "ring", "recursive_doubling" or
-  // "shared_memory" (TANDEM_ALGO).
+  // Force an all-reduce algorithm: "auto", "ring", "recursive_doubling",
+  // "shared_memory" or "hierarchical" (TANDEM_ALGO).
   std::string algorithm = "auto";
+  // What makes ranks "one host" for the topology and shared memory
+  // (TANDEM_HOST_ID); empty = boot id, hostname and namespaces.
+  std::string host_id;
   // When every rank runs on this host, map each other's memory and run
   // all-reduces through it instead of UCX messages (TANDEM_SHM=0 turns it off).
   bool shared_memory = true;
@@ -190,6 +195,8 @@ class Communicator {
   int rank() const;
   int size() const;
   const CommOptions& options() const;
+  // Which ranks share a host (learnt at start-up through the store).
+  const Topology& topology() const;
 
   // Out-of-place when input != output; in-place when they are equal.
   void allreduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op,

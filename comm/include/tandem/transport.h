@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "tandem/errors.h"
@@ -76,6 +77,32 @@ struct SharedRef {
   uint64_t offset = 0;  // where the buffer starts inside it
 };
 
+// Which ranks share a host. Host identity comes from every rank through the
+// store (boot id, hostname and the network, PID and IPC namespaces, or
+// CommOptions::host_id); hosts are numbered in the order of their lowest rank,
+// and the ranks of a host in rank order, whatever order a launcher gave them.
+struct Topology {
+  std::vector<int> host_of;             // by rank: its host's number
+  std::vector<int> local_rank_of;       // by rank: its place among its host's ranks
+  std::vector<std::vector<int>> ranks;  // by host: its ranks, ascending
+  int rank = 0;
+
+  int hosts() const { return int(ranks.size()); }
+  int host() const { return host_of[size_t(rank)]; }
+  int local_rank() const { return local_rank_of[size_t(rank)]; }
+  int local_size() const { return int(ranks[size_t(host())].size()); }
+  // Every host runs the same number of ranks.
+  bool uniform() const;
+  // The ranks of host h that hold local rank `local`, one per host, by host
+  // number (for uniform topologies).
+  std::vector<int> peers_with_local_rank(int local) const;
+  // "2 hosts x 2 ranks", or "3 hosts (2, 1, 1 ranks)".
+  std::string str() const;
+};
+
+// The topology of `host_ids` (one string per rank) as seen by `rank`.
+Topology make_topology(const std::vector<std::string>& host_ids, int rank);
+
 class Channel {
  public:
   virtual ~Channel() = default;
@@ -95,6 +122,11 @@ class Channel {
 
   // The ranks' shared segments, or nullptr when they cannot share memory.
   virtual const SharedSegments* shared_segments() const { return nullptr; }
+  // Which ranks share a host; nullptr when unknown (a single rank, a test channel).
+  virtual const Topology* topology() const { return nullptr; }
+  // When ranks span hosts: the segments of this host's ranks, indexed by local
+  // rank (Topology::local_rank), or nullptr when they cannot share memory.
+  virtual const SharedSegments* host_segments() const { return nullptr; }
   // Call on every turn of a loop that spins on shared memory: backs off (and
   // yields when ranks outnumber cores), and every so often checks the deadline,
   // abort and dead ranks, throwing as wait() does. `peer` is whom we wait for.

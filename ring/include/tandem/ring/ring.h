@@ -10,21 +10,23 @@
 
 namespace tandem::ring {
 
-enum class AllreduceAlgorithm { automatic, ring, recursive_doubling, shared_memory };
+enum class AllreduceAlgorithm { automatic, ring, recursive_doubling, shared_memory, hierarchical };
 
 struct RingOptions {
-  size_t segment_bytes = 1 << 20;  // largest message of the ring pipeline
+  size_t segment_bytes = 2 << 20;  // largest message of the ring pipeline (CommOptions::segment_bytes)
   int segments_in_flight = 4;      // segments walking the ring at once
   // automatic: through shared memory when every rank is on this host (and the
   // buffers are host memory); else recursive doubling up to
-  // small_message_bytes, the ring above.
+  // small_message_bytes; above it hierarchical when there are several hosts
+  // with the same number (>= 2) of ranks each, else the ring.
   AllreduceAlgorithm allreduce = AllreduceAlgorithm::automatic;
   size_t small_message_bytes = 64 << 10;
   bool shared_memory = true;         // ask the communicator for shared segments
   size_t shm_chunk_bytes = 256 << 10;  // pipeline chunk of the shared-memory all-reduce
 };
 
-// "auto", "ring", "recursive_doubling" (also "rd"), "shared_memory" (also "shm");
+// "auto", "ring", "recursive_doubling" (also "rd"), "shared_memory" (also "shm"),
+// "hierarchical" (also "hier");
 // throws InvalidArgument listing them.
 AllreduceAlgorithm parse_allreduce_algorithm(const std::string& name);
 
