@@ -123,7 +123,17 @@ double predict(const Calibration& c, const Link& inter, const Topology& t, Algor
 
 Algorithm tandem_choice(const Topology& t, double bytes, double small_message_bytes) {
   if (t.hosts == 1) return Algorithm::shared_memory;
-  return bytes <= small_message_bytes ? Algorithm::recursive_doubling : Algorithm::ring;
+  if (bytes <= small_message_bytes) return Algorithm::recursive_doubling;
+  return t.ranks_per_host > 1 ? Algorithm::hierarchical : Algorithm::ring;
+}
+
+Algorithm parse_algorithm(const std::string& name) {
+  for (Algorithm a : {Algorithm::ring, Algorithm::recursive_doubling, Algorithm::hierarchical, Algorithm::shared_memory,
+                      Algorithm::parameter_server}) {
+    if (name == to_string(a)) return a;
+  }
+  throw InvalidArgument("tandem model: unknown algorithm '" + name +
+                        "' (ring, recursive_doubling, hierarchical, shared_memory, parameter_server)");
 }
 
 Algorithm fastest(const Calibration& c, const Link& inter, const Topology& t, double bytes) {

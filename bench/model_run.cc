@@ -219,6 +219,7 @@ int run_validate(const ValidateOptions& o) {
     std::ifstream f(v.file);
     if (!f) throw InvalidArgument("tandem model validate: cannot read '" + v.file + "'");
     std::map<double, std::vector<double>> measured;  // bytes -> time_us of every row
+    std::string forced;                              // the algorithm the sweep forced, if any
     std::string line;
     while (std::getline(f, line)) {
       // Rows as printed, or with the launchers' "[rank] " prefix.
@@ -231,12 +232,14 @@ int run_validate(const ValidateOptions& o) {
                               " ranks but its case says " + std::to_string(v.topology.ranks()));
       }
       measured[j.value("bytes", 0.0)].push_back(j.value("time_us", 0.0));
+      forced = j.value("algorithm", "");
     }
     if (measured.empty()) throw InvalidArgument("tandem model validate: no all-reduce rows in '" + v.file + "'");
     const std::string label = std::to_string(v.topology.hosts) + "x" + std::to_string(v.topology.ranks_per_host) +
-                              (v.link.empty() ? " shm" : " " + v.link);
+                              (v.link.empty() ? " shm" : " " + v.link) + (forced.empty() ? "" : " " + forced);
     for (const auto& [bytes, times] : measured) {
-      const Algorithm a = tandem_choice(v.topology, bytes, o.small_message_bytes);
+      const Algorithm a = forced.empty() || forced == "auto" ? tandem_choice(v.topology, bytes, o.small_message_bytes)
+                                                             : parse_algorithm(forced);
       const double predicted = predict(c, inter, v.topology, a, bytes) * 1e6;
       const double m = median(times);
       const double error = (predicted - m) / m;

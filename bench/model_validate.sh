@@ -7,7 +7,8 @@
 # Calibration (2 ranks each): shared memory on one host; a veth link between
 # two network namespaces without a rate limit (cpu-bound: the kernel's TCP
 # work on the same cores); the same link at 1 Gbit/s (tc tbf).
-# Measured: 2, 3, 4 ranks on one host; 2, 3, 4 namespaces on each link;
+# Measured: 2, 3, 4 ranks on one host; 2, 3, 4 namespaces on each link; 2
+# namespaces of 2 ranks at 1 Gbit/s, flat ring and hierarchical;
 # `tandem bench allreduce -b 4K -e 64M -f 4` each, JSON lines in OUT_DIR.
 # Namespace cases need root; without it only the one-host cases run.
 set -euo pipefail
@@ -41,6 +42,13 @@ if (( EUID == 0 )) && command -v ip >/dev/null; then
       bench/netns_run.sh -n "$n" "${rate[@]}" -- "$tandem" "${sweep[@]}" | grep "^\[0\] {" > "$out/$link$n.json"
       cases+=(--case "${n}x1:$link=$out/$link$n.json")
     done
+  done
+  # Two hosts of two ranks at 1 Gbit/s: the flat ring and the hierarchical all-reduce.
+  for algo in ring hierarchical; do
+    echo "== measure: 2 hosts x 2 ranks, 1gbit, $algo"
+    bench/netns_run.sh -n 4 --per-host 2 --rate 1gbit -- "$tandem" bench allreduce -b 64K -e 64M -f 4 -n 8 -w 2 -c 0 --format json --algorithm "$algo" \
+      | grep "^\[0\] {" > "$out/1gbit2x2$algo.json"
+    cases+=(--case "2x2:1gbit=$out/1gbit2x2$algo.json")
   done
 else
   echo "model_validate: not root (or no iproute2): namespace cases skipped" >&2

@@ -71,7 +71,9 @@ struct Topology {
 // not apply (e.g. hierarchical on one host).
 double predict(const Calibration& c, const Link& inter, const Topology& t, Algorithm a, double bytes);
 bool applies(Algorithm a, const Topology& t);
-// The algorithm tandem's automatic choice would run (what `validate` compares against).
+Algorithm parse_algorithm(const std::string& name);  // as to_string() writes it
+// The algorithm tandem's automatic choice would run (what `validate` compares
+// against unless a sweep row names the algorithm it forced).
 Algorithm tandem_choice(const Topology& t, double bytes, double small_message_bytes);
 // Fastest applicable algorithm (parameter server excluded: it needs extra hosts).
 Algorithm fastest(const Calibration& c, const Link& inter, const Topology& t, double bytes);
