@@ -154,6 +154,20 @@ double busbw_gbps(const Topology& t, double bytes, double seconds) {
   return bytes / seconds * 2.0 * (p - 1) / p / 1e9;
 }
 
+LineFit fit_bandwidth(const std::vector<double>& x, const std::vector<double>& y, double large) {
+  if (x.size() != y.size() || x.size() < 2) throw InvalidArgument("tandem model: a fit needs two or more sizes");
+  std::vector<double> slopes;
+  for (size_t i = 1; i < x.size(); ++i) {
+    if (x[i] >= large && x[i] > x[0]) slopes.push_back((y[i] - y[0]) / (x[i] - x[0]));
+  }
+  if (slopes.empty()) slopes.push_back((y.back() - y[0]) / (x.back() - x[0]));
+  std::sort(slopes.begin(), slopes.end());
+  LineFit f;
+  f.b = std::max(0.0, slopes[slopes.size() / 2]);
+  f.a = std::max(0.0, y[0] - f.b * x[0]);
+  return f;
+}
+
 double beta_from_two_rank_slope(double b, double gamma, bool cpu_bound) {
   // Two ranks: b = (transfer_and_reduce(beta, gamma) + beta) / 2.
   if (cpu_bound) return std::max(0.0, b - gamma / 2);

@@ -111,9 +111,16 @@ int run_calibrate(const CalibrateOptions& o) {
   }
   c.cores = int(std::thread::hardware_concurrency());
   c.gamma = gamma;
-  // One host: alpha from the small sizes alone (beyond them beta changes with the caches).
-  const size_t fitted = o.link.empty() ? std::min<size_t>(3, x.size()) : x.size();
-  const LineFit fit = fit_line({x.begin(), x.begin() + fitted}, {seconds.begin(), seconds.begin() + fitted});
+  // One host: alpha from the small sizes alone (beyond them beta changes with
+  // the caches). A link: beta from the large sizes (a rate limiter's burst
+  // makes small ones look fast), alpha from the smallest.
+  LineFit fit;
+  if (o.link.empty()) {
+    const size_t fitted = std::min<size_t>(3, x.size());
+    fit = fit_line({x.begin(), x.begin() + fitted}, {seconds.begin(), seconds.begin() + fitted});
+  } else {
+    fit = fit_bandwidth(x, seconds, 1 << 20);
+  }
   if (o.link.empty()) {
     // alpha from the fit (small sizes); beta per size from what is left of each time.
     c.shm = SharedMemoryCost{fit.a, {}, traffic};
@@ -218,7 +225,9 @@ int run_validate(const ValidateOptions& o) {
     const Link inter = v.link.empty() ? Link{} : resolve_link(c, v.link);
     std::ifstream f(v.file);
     if (!f) throw InvalidArgument("tandem model validate: cannot read '" + v.file + "'");
-    std::map<double, std::vector<double>> measured;  // bytes -> time_us of every row
+    // bytes -> time_us of every in-place row (what the calibration times; out-of-place
+    // rows are used only when a sweep has no in-place ones)
+    std::map<double, std::vector<double>> measured, out_of_place;
     std::string forced;                              // the algorithm the sweep forced, if any
     std::string line;
     while (std::getline(f, line)) {
@@ -231,9 +240,10 @@ int run_validate(const ValidateOptions& o) {
         throw InvalidArgument("tandem model validate: '" + v.file + "' has " + std::to_string(j.value("nranks", 0)) +
                               " ranks but its case says " + std::to_string(v.topology.ranks()));
       }
-      measured[j.value("bytes", 0.0)].push_back(j.value("time_us", 0.0));
+      (j.value("inplace", true) ? measured : out_of_place)[j.value("bytes", 0.0)].push_back(j.value("time_us", 0.0));
       forced = j.value("algorithm", "");
     }
+    if (measured.empty()) measured = out_of_place;
     if (measured.empty()) throw InvalidArgument("tandem model validate: no all-reduce rows in '" + v.file + "'");
     const std::string label = std::to_string(v.topology.hosts) + "x" + std::to_string(v.topology.ranks_per_host) +
                               (v.link.empty() ? " shm" : " " + v.link) + (forced.empty() ? "" : " " + forced);

@@ -18,7 +18,7 @@ tandem=${TANDEM:-build/bin/tandem}
 mkdir -p "$out"
 cal="$out/calibration.json"
 rm -f "$cal"
-sweep=(bench allreduce -b 4K -e 64M -f 4 -n 8 -w 2 -c 0 --format json)
+sweep=(bench allreduce -b 4K -e 64M -f 4 -n 8 -w 5 -c 0 --format json)
 iters=${MODEL_ITERS:-8}
 
 echo "== calibrate: shared memory (2 ranks)"
@@ -46,7 +46,7 @@ if (( EUID == 0 )) && command -v ip >/dev/null; then
   # Two hosts of two ranks at 1 Gbit/s: the flat ring and the hierarchical all-reduce.
   for algo in ring hierarchical; do
     echo "== measure: 2 hosts x 2 ranks, 1gbit, $algo"
-    bench/netns_run.sh -n 4 --per-host 2 --rate 1gbit -- "$tandem" bench allreduce -b 64K -e 64M -f 4 -n 8 -w 2 -c 0 --format json --algorithm "$algo" \
+    bench/netns_run.sh -n 4 --per-host 2 --rate 1gbit -- "$tandem" bench allreduce -b 64K -e 64M -f 4 -n 8 -w 5 -c 0 --format json --algorithm "$algo" \
       | grep "^\[0\] {" > "$out/1gbit2x2$algo.json"
     cases+=(--case "2x2:1gbit=$out/1gbit2x2$algo.json")
   done

@@ -30,9 +30,10 @@
 #include <vector>
 
 #include "doctor.h"
+#include "flags.h"
 #include "launch.h"
+#include "model.h"
 #include "ps.h"
-#include "tandem/bench/model.h"
 #include "tandem/bench/overlap.h"
 #include "tandem/bench/sweep.h"
 #include "tandem/bootstrap.h"
@@ -51,51 +52,15 @@ namespace {
 
 constexpr int kUsageError = 2;
 
-// Thrown for flag values CLI11 cannot check by itself; reported like its own errors.
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
+using tandem::cli::lower;
+using tandem::cli::size_flag;
+using tandem::cli::UsageError;
 
 template <typename T, size_t N>
 std::string join_names(const T (&values)[N]) {
   std::string out;
   for (const auto& v : values) out += (out.empty() ? "" : ", ") + std::string(tandem::to_string(v));
   return out;
-}
-
-// nccl-tests sizes: a number with an optional K, M or G suffix (powers of
-// 1024, case-insensitive) and an optional trailing B: 8, 4K, 128M, 1GB.
-std::optional<size_t> parse_size(std::string_view text) {
-  size_t i = 0;
-  size_t value = 0;
-  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) {
-    size_t digit = static_cast<size_t>(text[i] - '0');
-    if (value > (std::numeric_limits<size_t>::max() - digit) / 10) return std::nullopt;
-    value = value * 10 + digit;
-    ++i;
-  }
-  if (i == 0) return std::nullopt;
-  std::string suffix = lower(text.substr(i));
-  if (!suffix.empty() && suffix.back() == 'b') suffix.pop_back();
-  int shift = 0;
-  if (suffix == "k") shift = 10;
-  else if (suffix == "m") shift = 20;
-  else if (suffix == "g") shift = 30;
-  else if (!suffix.empty()) return std::nullopt;
-  if (shift > 0 && value > (std::numeric_limits<size_t>::max() >> shift)) return std::nullopt;
-  return value << shift;
-}
-
-size_t size_flag(const std::string& flag, const std::string& text) {
-  auto v = parse_size(text);
-  if (!v) throw UsageError(flag + ": '" + text + "' is not a size; use bytes with an optional K, M or G suffix (e.g. 8, 4K, 128M)");
-  return *v;
 }
 
 // ---------------------------------------------------------------- bench
@@ -278,95 +243,6 @@ CLI::App* add_overlap(CLI::App& bench, OverlapFlags& f) {
   return b;
 }
 
-// ---------------------------------------------------------------- model
-
-struct ModelFlags {
-  CLI::App *calibrate = nullptr, *predict = nullptr, *validate = nullptr;
-  std::string calibration = "tandem-model.json", link, sizes, format = "table", plot;
-  std::vector<std::string> topologies, cases;
-  bool cpu_bound = false, separate_hosts = false;
-  int iters = 10, cores = 0;
-  double tolerance = 0.25;
-  std::string small = "64K";
-};
-
-// "4K:1G" (every factor of 4 from 4K) or a list "4K,1M,64M".
-std::vector<double> size_list(const std::string& flag, const std::string& text) {
-  std::vector<double> out;
-  if (text.empty()) return out;
-  if (auto colon = text.find(':'); colon != std::string::npos) {
-    const double lo = double(size_flag(flag, text.substr(0, colon))), hi = double(size_flag(flag, text.substr(colon + 1)));
-    if (lo < 1 || hi < lo) throw UsageError(flag + ": '" + text + "' must be LOW:HIGH with 1 <= LOW <= HIGH");
-    for (double b = lo; b <= hi; b *= 4) out.push_back(b);
-    return out;
-  }
-  std::stringstream in(text);
-  for (std::string item; std::getline(in, item, ',');) out.push_back(double(size_flag(flag, item)));
-  return out;
-}
-
-tandem::bench::Topology topology_flag(const std::string& text) {
-  const auto x = text.find('x');
-  try {
-    tandem::bench::Topology t{std::stoi(text.substr(0, x)), std::stoi(text.substr(x + 1))};
-    if (x != std::string::npos && t.hosts >= 1 && t.ranks_per_host >= 1) return t;
-  } catch (const std::exception&) {
-  }
-  throw UsageError("--topology: '" + text + "' must be HOSTSxRANKS_PER_HOST, e.g. 8x8");
-}
-
-void add_model(CLI::App& app, ModelFlags& f) {
-  auto* m = app.add_subcommand("model", "The alpha-beta-gamma scale model of all-reduce: calibrate, predict, validate");
-  m->require_subcommand(1);
-  f.calibrate = m->add_subcommand("calibrate", "Measure alpha, beta (and gamma) between 2 ranks; add them to the file");
-  f.calibrate->add_option("-o,--output", f.calibration, "Calibration file (read, updated, written)")->capture_default_str();
-  f.calibrate->add_option("--link", f.link, "Name of the inter-host link measured (empty: shared memory on one host)");
-  f.calibrate->add_flag("--cpu-bound", f.cpu_bound, "The link's cost is the cores' (e.g. veth without a rate limit)");
-  f.calibrate->add_option("--sizes", f.sizes, "Sizes, LOW:HIGH (factor 4) or a list (default 4K:64M)");
-  f.calibrate->add_option("-n,--iters", f.iters, "Timed iterations per size")->capture_default_str();
-  f.calibrate->footer("Examples: tandem launch -n 2 -- tandem model calibrate\n"
-                      "          bench/netns_run.sh -n 2 --rate 1gbit -- tandem model calibrate --link 1gbit");
-  f.predict = m->add_subcommand("predict", "Predict all-reduce time and busbw per algorithm for any topology");
-  f.predict->add_option("-c,--calibration", f.calibration, "Calibration file")->capture_default_str();
-  f.predict->add_option("--link", f.link, "Inter-host link: a calibrated name or GBPS:ALPHA_US (e.g. 100:5)");
-  f.predict->add_option("-t,--topology", f.topologies, "HOSTSxRANKS_PER_HOST, repeatable (e.g. -t 8x8 -t 64x8)")->required();
-  f.predict->add_option("--sizes", f.sizes, "Sizes, LOW:HIGH (factor 4) or a list (default 4K:1G)");
-  f.predict->add_option("--format", f.format, "table or json")->capture_default_str();
-  f.predict->add_option("--plot", f.plot, "Write predicted busbw vs size to this PNG");
-  f.predict->add_option("--cores", f.cores, "Cores per host assumed (default: the calibrated machine's)");
-  f.validate = m->add_subcommand("validate", "Compare predictions with `tandem bench allreduce --format json` sweeps");
-  f.validate->add_option("-c,--calibration", f.calibration, "Calibration file")->capture_default_str();
-  f.validate->add_option("--case", f.cases, "HOSTSxRANKS[:LINK]=FILE, repeatable")->required();
-  f.validate->add_option("--tolerance", f.tolerance, "Relative error counted as a hit")->capture_default_str();
-  f.validate->add_option("--small-message", f.small, "The communicators' small_message_bytes")->capture_default_str();
-  f.validate->add_flag("--separate-hosts", f.separate_hosts, "Cases ran on separate machines (default: all on this one)");
-  f.validate->add_option("--format", f.format, "table or json")->capture_default_str();
-}
-
-int run_model(const ModelFlags& f) {
-  namespace b = tandem::bench;
-  if (f.format != "table" && f.format != "json") throw UsageError("--format: unknown '" + f.format + "'; valid: table, json");
-  if (f.calibrate->parsed()) {
-    b::CalibrateOptions o{f.calibration, f.link, f.cpu_bound, size_list("--sizes", f.sizes), f.iters};
-    if (o.iters < 1) throw UsageError("--iters must be >= 1");
-    return b::run_calibrate(o);
-  }
-  if (f.predict->parsed()) {
-    b::PredictOptions o{f.calibration, f.link, {}, size_list("--sizes", f.sizes.empty() ? "4K:1G" : f.sizes), f.format, f.plot,
-                         f.cores};
-    for (const auto& t : f.topologies) o.topologies.push_back(topology_flag(t));
-    return b::run_predict(o);
-  }
-  b::ValidateOptions o;
-  o.calibration = f.calibration;
-  for (const auto& c : f.cases) o.cases.push_back(b::parse_case(c));
-  o.tolerance = f.tolerance;
-  o.small_message_bytes = double(size_flag("--small-message", f.small));
-  o.one_machine = !f.separate_hosts;
-  o.format = f.format;
-  return b::run_validate(o);
-}
-
 // ---------------------------------------------------------------- launch
 
 void add_launch(CLI::App& app, tandem::cli::LaunchOptions& o) {
@@ -531,8 +407,8 @@ int main(int argc, char** argv) {
   auto* overlap_cmd = add_overlap(*bench_cmd, overlap);
   tandem::cli::PsFlags ps_flags;
   tandem::cli::add_ps(app, *bench_cmd, ps_flags);
-  ModelFlags model;
-  add_model(app, model);
+  tandem::cli::ModelFlags model;
+  tandem::cli::add_model(app, model);
   app.add_subcommand("info", "Show version, kernel ISA and the job environment");
   std::string netif_format = "table";
   auto* netif = app.add_subcommand(
@@ -571,7 +447,7 @@ int main(int argc, char** argv) {
       if (bench.collective.empty()) throw UsageError("bench: name a collective or the overlap subcommand");
       return tandem::bench::run_sweep(to_sweep_options(bench));
     }
-    if (app.got_subcommand("model")) return run_model(model);
+    if (app.got_subcommand("model")) return tandem::cli::run_model(model);
     if (app.got_subcommand("info")) return run_info();
     if (app.got_subcommand("netif")) return run_netif(netif_format);
     if (app.got_subcommand("doctor")) return tandem::cli::run_doctor(doctor_dumps, std::cout);

@@ -1,6 +1,8 @@
 // `tandem ps serve` and `tandem bench ps` (see ps.h).
 #include "ps.h"
 
+#include "flags.h"
+
 #include <spdlog/spdlog.h>
 
 #include <cstdlib>
@@ -14,17 +16,10 @@ namespace tandem::cli {
 
 namespace {
 
-size_t bytes_flag(const char* flag, const std::string& v) {
-  char* end = nullptr;
-  const double x = std::strtod(v.c_str(), &end);
-  double scale = 1;
-  if (*end == 'K' || *end == 'k') scale = 1024, ++end;
-  else if (*end == 'M' || *end == 'm') scale = 1 << 20, ++end;
-  else if (*end == 'G' || *end == 'g') scale = 1 << 30, ++end;
-  if (end == v.c_str() || *end || !(x > 0)) {
-    throw InvalidArgument(std::string(flag) + " " + v + ": expected a positive number with an optional K/M/G suffix");
-  }
-  return size_t(x * scale);
+size_t positive_size(const char* flag, const std::string& v) {
+  const size_t n = size_flag(flag, v);
+  if (n == 0) throw UsageError(std::string(flag) + ": must be > 0");
+  return n;
 }
 
 int serve_from_env() {
@@ -66,14 +61,14 @@ int run_ps(const PsFlags& f) {
   if (f.serve && f.serve->parsed()) return serve_from_env();
   if (!f.bench || !f.bench->parsed()) return -1;
   bench::PsBenchOptions o;
-  o.min_bytes = bytes_flag("--minbytes", f.min_bytes);
-  o.max_bytes = bytes_flag("--maxbytes", f.max_bytes);
+  o.min_bytes = positive_size("--minbytes", f.min_bytes);
+  o.max_bytes = positive_size("--maxbytes", f.max_bytes);
   if (!(f.factor > 1)) throw InvalidArgument("--stepfactor must be > 1");
   o.factor = f.factor;
   o.iters = f.iters;
   o.warmup = f.warmup;
   o.sparse_steps = f.steps;
-  o.rows = bytes_flag("--rows", f.rows);
+  o.rows = positive_size("--rows", f.rows);
   o.cols = f.cols;
   o.fraction = f.fraction;
   o.dense = f.only != "sparse";

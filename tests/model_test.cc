@@ -110,6 +110,16 @@ TEST(Model, FitRecoversALine) {
   EXPECT_NEAR(f.b, 3e-9, 1e-13);
 }
 
+TEST(Model, BandwidthFitIgnoresABurst) {
+  // A 1 Gbit/s tbf link with a burst: 16 KiB goes through at once.
+  const std::vector<double> x = {4096, 16384, 65536, 1 << 20, 16 << 20, 64 << 20};
+  std::vector<double> y;
+  for (double b : x) y.push_back(50e-6 + (b == 16384 ? 0 : b * 8e-9));
+  const LineFit f = fit_bandwidth(x, y, 1 << 20);
+  EXPECT_NEAR(f.b, 8e-9, 1e-12);
+  EXPECT_NEAR(f.a, 50e-6, 1e-9);
+}
+
 TEST(Model, CalibrationFileRoundTrip) {
   const std::string path = ::testing::TempDir() + "tandem_model_roundtrip.json";
   save_calibration(example(), path);

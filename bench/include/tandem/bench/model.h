@@ -86,6 +86,10 @@ double beta_from_two_rank_slope(double b, double gamma, bool cpu_bound);
 // Least-squares fit of time = a + b * bytes (a, b >= 0).
 struct LineFit { double a = 0, b = 0; };
 LineFit fit_line(const std::vector<double>& bytes, const std::vector<double>& seconds);
+// time = a + b * bytes for a link: b the median slope from the smallest size to
+// each size >= `large` (bandwidth), a what the smallest size leaves (latency).
+// Robust to a rate limiter's burst, which lets small messages through at once.
+LineFit fit_bandwidth(const std::vector<double>& bytes, const std::vector<double>& seconds, double large);
 
 Calibration load_calibration(const std::string& path);  // throws with the path and the problem
 void save_calibration(const Calibration& c, const std::string& path);
