@@ -81,7 +81,7 @@ Outcome run_hosts(int hosts, int per_host, const std::string& algorithm, int por
     env.push_back("TANDEM_RANK=" + std::to_string(r) + " TANDEM_WORLD_SIZE=" + std::to_string(n) +
                   " TANDEM_LOCAL_RANK=" + std::to_string(r % per_host) + " TANDEM_LOCAL_WORLD_SIZE=" +
                   std::to_string(per_host) + " TANDEM_STORE_ADDR=10.73.1.1:" + std::to_string(port) +
-                  " TANDEM_HOST_STORE=1 TANDEM_CONNECT_TIMEOUT_MS=30000 TANDEM_TIMEOUT_MS=60000 UCX_TLS=tcp,self"
+                  " TANDEM_HOST_STORE=1 TANDEM_SECRET=" + std::string(64, 'h') + " TANDEM_CONNECT_TIMEOUT_MS=30000 TANDEM_TIMEOUT_MS=60000 UCX_TLS=tcp,self"
                   " TANDEM_ALGO=" + algorithm + " " + extra);
     commands.push_back(rank_bin());
   }
