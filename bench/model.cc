@@ -13,7 +13,6 @@
 namespace tandem::bench {
 namespace {
 
-double log2_ceil(int p) { return std::ceil(std::log2(double(std::max(p, 1)))); }
 bool power_of_two(int p) { return p > 0 && (p & (p - 1)) == 0; }
 
 // Ranks sharing a host's cores slow a cpu-bound cost by their excess over the cores.
@@ -100,7 +99,8 @@ double predict(const Calibration& c, const Link& inter, const Topology& t, Algor
       // Host-major: each host has one outgoing inter-host edge, the slowest on every step.
       return ring_time(inter, beta, c.gamma * cpu, p, bytes);
     case Algorithm::recursive_doubling: {
-      const double rounds = log2_ceil(p) - (power_of_two(p) ? 0 : 1) + (power_of_two(p) ? 0 : 2);
+      // log2 of the largest power of two <= p, plus the fold and unfold when p is not one.
+      const double rounds = std::floor(std::log2(double(p))) + (power_of_two(p) ? 0 : 2);
       return rounds * (inter.alpha + bytes * beta + bytes * c.gamma * cpu);
     }
     case Algorithm::hierarchical: {
@@ -263,9 +263,11 @@ Link parse_hypothetical_link(const std::string& text) {
   const auto colon = text.find(':');
   try {
     if (colon == std::string::npos) throw std::invalid_argument("no colon");
-    size_t used = 0;
-    const double gbps = std::stod(text.substr(0, colon), &used);
-    const double alpha_us = std::stod(text.substr(colon + 1));
+    size_t gbps_used = 0, alpha_used = 0;
+    const std::string gbps_text = text.substr(0, colon), alpha_text = text.substr(colon + 1);
+    const double gbps = std::stod(gbps_text, &gbps_used);
+    const double alpha_us = std::stod(alpha_text, &alpha_used);
+    if (gbps_used != gbps_text.size() || alpha_used != alpha_text.size()) throw std::invalid_argument("trailing text");
     if (gbps <= 0 || alpha_us < 0) throw std::invalid_argument("range");
     return Link{alpha_us * 1e-6, 8.0 / (gbps * 1e9), false};
   } catch (const std::exception&) {

@@ -14,6 +14,7 @@
 
 #include "tandem/bench/model.h"
 #include "tandem/bench/plot.h"
+#include "tandem/bench/report.h"
 #include "tandem/bench/sweep.h"
 #include "tandem/bootstrap.h"
 #include "tandem/errors.h"
@@ -24,13 +25,6 @@ namespace tandem::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
 
 // Seconds per output byte of a one-core f32 sum, the reduction kernels' steady state.
 double measure_gamma() {
@@ -56,18 +50,9 @@ double time_allreduce(Communicator& comm, std::vector<char>& buffer, size_t byte
   return median(t);
 }
 
-std::string human_bytes(double b) {
-  const char* units[] = {"B", "K", "M", "G", "T"};
-  int u = 0;
-  while (b >= 1024 && u < 4) b /= 1024, ++u;
-  std::ostringstream s;
-  s << b << units[u];
-  return s.str();
-}
-
+// A calibrated link by name, else GBPS:ALPHA_US.
 Link resolve_link(const Calibration& c, const std::string& name) {
-  if (c.links.count(name)) return c.links.at(name);
-  if (name.find(':') != std::string::npos) return parse_hypothetical_link(name);
+  if (!c.links.count(name) && name.find(':') != std::string::npos) return parse_hypothetical_link(name);
   return link_named(c, name);  // throws, naming the known links
 }
 
@@ -85,6 +70,10 @@ int run_calibrate(const CalibrateOptions& o) {
   const std::vector<double> sizes =
       o.sizes.empty() ? std::vector<double>{4096, 16384, 65536, 262144, 1 << 20, 4 << 20, 16 << 20, 64 << 20} : o.sizes;
   std::vector<char> buffer(size_t(*std::max_element(sizes.begin(), sizes.end())) + 64);
+  // Added to what is there (links are calibrated one at a time); a file that
+  // exists but cannot be read stops every rank now, before it is overwritten.
+  Calibration c;
+  if (std::ifstream(o.output)) c = load_calibration(o.output);
   const double gamma = measure_gamma();
 
   std::vector<double> x, seconds;
@@ -104,30 +93,21 @@ int run_calibrate(const CalibrateOptions& o) {
   }
   if (comm->rank() != 0) return 0;
 
-  Calibration c;
-  try {
-    c = load_calibration(o.output);  // add to what is there: links are calibrated one at a time
-  } catch (const InvalidArgument&) {
-  }
   c.cores = int(std::thread::hardware_concurrency());
   c.gamma = gamma;
   // One host: alpha from the small sizes alone (beyond them beta changes with
   // the caches). A link: beta from the large sizes (a rate limiter's burst
   // makes small ones look fast), alpha from the smallest.
-  LineFit fit;
   if (o.link.empty()) {
     const size_t fitted = std::min<size_t>(3, x.size());
-    fit = fit_line({x.begin(), x.begin() + fitted}, {seconds.begin(), seconds.begin() + fitted});
-  } else {
-    fit = fit_bandwidth(x, seconds, 1 << 20);
-  }
-  if (o.link.empty()) {
-    // alpha from the fit (small sizes); beta per size from what is left of each time.
+    const LineFit fit = fit_line({x.begin(), x.begin() + fitted}, {seconds.begin(), seconds.begin() + fitted});
+    // beta per size from what alpha leaves of each time.
     c.shm = SharedMemoryCost{fit.a, {}, traffic};
     for (size_t i = 0; i < sizes.size(); ++i) {
       c.shm.beta[sizes[i]] = std::max(seconds[i] - fit.a, 0.0) / x[i];
     }
   } else {
+    const LineFit fit = fit_bandwidth(x, seconds, 1 << 20);
     // Two ranks on a ring: 2 steps of N/2, i.e. time = 2 alpha + b N.
     c.links[o.link] = Link{fit.a / 2, beta_from_two_rank_slope(fit.b, gamma, o.cpu_bound), o.cpu_bound};
   }

@@ -18,7 +18,7 @@ tandem=${TANDEM:-build/bin/tandem}
 mkdir -p "$out"
 cal="$out/calibration.json"
 rm -f "$cal"
-sweep=(bench allreduce -b 4K -e 64M -f 4 -n 8 -w 5 -c 0 --format json)
+sweep=(-e 64M -f 4 -n 8 -w 5 -c 0 --format json)  # after bench allreduce -b SIZE
 iters=${MODEL_ITERS:-8}
 
 echo "== calibrate: shared memory (2 ranks)"
@@ -26,7 +26,7 @@ echo "== calibrate: shared memory (2 ranks)"
 cases=()
 for n in 2 3 4; do
   echo "== measure: $n ranks, one host"
-  "$tandem" launch -n "$n" -- "$tandem" "${sweep[@]}" > "$out/shm$n.json"
+  "$tandem" launch -n "$n" -- "$tandem" bench allreduce -b 4K "${sweep[@]}" > "$out/shm$n.json"
   cases+=(--case "1x$n=$out/shm$n.json")
 done
 
@@ -39,14 +39,14 @@ if (( EUID == 0 )) && command -v ip >/dev/null; then
       | grep -v '^\[1\]' || true
     for n in 2 3 4; do
       echo "== measure: $n namespaces, $link"
-      bench/netns_run.sh -n "$n" "${rate[@]}" -- "$tandem" "${sweep[@]}" | grep "^\[0\] {" > "$out/$link$n.json"
+      bench/netns_run.sh -n "$n" "${rate[@]}" -- "$tandem" bench allreduce -b 4K "${sweep[@]}" | grep "^\[0\] {" > "$out/$link$n.json"
       cases+=(--case "${n}x1:$link=$out/$link$n.json")
     done
   done
   # Two hosts of two ranks at 1 Gbit/s: the flat ring and the hierarchical all-reduce.
   for algo in ring hierarchical; do
     echo "== measure: 2 hosts x 2 ranks, 1gbit, $algo"
-    bench/netns_run.sh -n 4 --per-host 2 --rate 1gbit -- "$tandem" bench allreduce -b 64K -e 64M -f 4 -n 8 -w 5 -c 0 --format json --algorithm "$algo" \
+    bench/netns_run.sh -n 4 --per-host 2 --rate 1gbit -- "$tandem" bench allreduce -b 64K "${sweep[@]}" --algorithm "$algo" \
       | grep "^\[0\] {" > "$out/1gbit2x2$algo.json"
     cases+=(--case "2x2:1gbit=$out/1gbit2x2$algo.json")
   done

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "tandem/bench/plot.h"
+#include "tandem/bench/report.h"
 #include "tandem/compression/compression.h"
 #include "tandem/tandem.h"
 
@@ -158,12 +159,6 @@ double calibrate() {
   }
 }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-}
-
 struct ModeResult {
   std::string mode;
   double step = 0, compute = 0, communication = 0, exposed = 0, hidden = 0;
@@ -234,16 +229,9 @@ double backward_ms(const Run& run) {
   return ms(now_ns() - t0);
 }
 
-std::string human(size_t b) {
-  char buf[32];
-  if (b >= (1u << 20)) snprintf(buf, sizeof buf, "%gM", double(b) / (1 << 20));
-  else if (b >= 1024) snprintf(buf, sizeof buf, "%gK", double(b) / 1024);
-  else snprintf(buf, sizeof buf, "%zu", b);
-  return buf;
-}
 std::string describe(const FusionSettings& s) {
-  return human(s.fusion_threshold_bytes) + "/" + human(s.first_bucket_bytes) + "/" +
-         (s.chunk_bytes ? human(s.chunk_bytes) : std::string("default"));
+  return human_bytes(s.fusion_threshold_bytes) + "/" + human_bytes(s.first_bucket_bytes) + "/" +
+         (s.chunk_bytes ? human_bytes(s.chunk_bytes) : std::string("default"));
 }
 
 nlohmann::json to_json(const ModeResult& r, double baseline) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tandem/bench/plot.h"
+#include "tandem/bench/report.h"
 #include "tandem/bootstrap.h"
 #include "tandem/paramserver.h"
 #include "tandem/tandem.h"
@@ -44,14 +45,6 @@ double time_ms(Communicator& workers, int warmup, int iters, F&& f) {
   const auto t0 = Clock::now();
   for (int i = 0; i < iters; ++i) f();
   return slowest(workers, Ms(Clock::now() - t0).count() / iters);
-}
-
-std::string human(size_t bytes) {
-  char b[32];
-  if (bytes >= (1u << 20)) std::snprintf(b, sizeof b, "%.0fM", double(bytes) / (1 << 20));
-  else if (bytes >= 1024) std::snprintf(b, sizeof b, "%.0fK", double(bytes) / 1024);
-  else std::snprintf(b, sizeof b, "%zu", bytes);
-  return b;
 }
 
 void plot(const PsBenchOptions& o, const std::vector<PsResult>& results, int workers, int servers) {
@@ -173,8 +166,8 @@ int run_ps_bench(const PsBenchOptions& o) {
     std::printf("%8s %10s %14s %14s %16s %10s %4s\n", "kind", "bytes", "ps (ms)", "allreduce(ms)", "ps moved/worker",
                 "ar/ps", "ok");
     for (const auto& r : results) {
-      std::printf("%8s %10s %14.3f %14.3f %16s %10.2f %4s\n", r.kind.c_str(), human(r.bytes).c_str(), r.ps_ms,
-                  r.allreduce_ms, human(r.ps_bytes).c_str(), r.allreduce_ms / r.ps_ms, r.ok ? "ok" : "BAD");
+      std::printf("%8s %10s %14.3f %14.3f %16s %10.2f %4s\n", r.kind.c_str(), human_bytes(r.bytes).c_str(), r.ps_ms,
+                  r.allreduce_ms, human_bytes(r.ps_bytes).c_str(), r.allreduce_ms / r.ps_ms, r.ok ? "ok" : "BAD");
     }
   }
   if (!o.plot.empty()) plot(o, results, nworkers, popts.servers);

@@ -151,6 +151,7 @@ TEST(Model, ParsesCasesAndHypotheticalLinks) {
   EXPECT_DOUBLE_EQ(l.alpha, 5e-6);
   EXPECT_DOUBLE_EQ(l.beta, 8.0 / 100e9);
   EXPECT_THROW(parse_hypothetical_link("fast"), InvalidArgument);
+  EXPECT_THROW(parse_hypothetical_link("100x:5"), InvalidArgument);
 }
 
 // Calibrate on 2 real ranks, then predict and validate against a sweep measured here.

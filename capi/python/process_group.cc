@@ -156,10 +156,6 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
   ProcessGroupTandem(int rank, int size, std::unique_ptr<tandem::Communicator> comm)
       : c10d::ProcessGroup(rank, size), comm_(std::move(comm)), completer_(std::make_unique<Completer>()) {}
 
-  ~ProcessGroupTandem() override {
-    completer_.reset();  // every issued call completes (or fails by its deadline) first
-  }
-
   const std::string getBackendName() const override { return "tandem"; }
 
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
@@ -274,6 +270,8 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
   }
 
   std::unique_ptr<tandem::Communicator> comm_;
+  // Declared after comm_, so destroyed first: every issued call completes (or
+  // fails by its deadline) before the communicator goes.
   std::unique_ptr<Completer> completer_;
 };
 
