@@ -219,24 +219,65 @@ std::vector<std::string> rank_environment(int rank, int world, const std::string
 
 // The group guard: a process that outlives a SIGKILLed launcher just long
 // enough to kill every rank's process group. PR_SET_PDEATHSIG reaches the
-// ranks themselves, not what they started; the guard, told by its own
-// PR_SET_PDEATHSIG, takes those down too. The launcher kills the guard when
-// the job ends. Between fork and _exit only async-signal-safe calls.
-pid_t spawn_group_guard(const std::vector<pid_t>& groups, pid_t parent) {
-  const pid_t pid = ::fork();
-  if (pid != 0) return pid;  // the launcher (or -1)
-  sigset_t usr1;
-  sigemptyset(&usr1);
-  sigaddset(&usr1, SIGUSR1);
-  ::sigprocmask(SIG_BLOCK, &usr1, nullptr);  // before the death signal can arrive
-  ::prctl(PR_SET_PDEATHSIG, SIGUSR1);
-  if (::getppid() == parent) {  // else the launcher is already gone
-    int sig = 0;
-    ::sigwait(&usr1, &sig);
+// ranks themselves, not what they started; the guard takes those down too.
+// It starts before the first rank and learns each rank's group through a
+// pipe right after that rank's fork, so no rank runs unguarded; the pipe's
+// end of file is the launcher's death (the ranks close their copy at exec).
+// The launcher kills the guard when the job ends.
+class GroupGuard {
+ public:
+  // Between fork and _exit only async-signal-safe calls; `capacity` bounds
+  // the groups the guard remembers (the vector is sized before the fork).
+  bool start(size_t capacity) {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) return false;
+    groups_.assign(capacity, 0);
+    pid_ = ::fork();
+    if (pid_ < 0) {
+      ::close(fds[0]);
+      ::close(fds[1]);
+      return false;
+    }
+    if (pid_ == 0) watch(fds[0], fds[1]);
+    ::close(fds[0]);
+    write_fd_ = fds[1];
+    return true;
   }
-  for (pid_t g : groups) ::killpg(g, SIGKILL);
-  ::_exit(0);
-}
+  void add(pid_t group) {
+    if (write_fd_ >= 0) (void)!::write(write_fd_, &group, sizeof group);  // <= PIPE_BUF: atomic
+  }
+  void stop() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);  // before the pipe closes, or it would kill the groups
+      ::waitpid(pid_, nullptr, 0);
+      pid_ = -1;
+    }
+    if (write_fd_ >= 0) ::close(write_fd_);
+    write_fd_ = -1;
+  }
+  ~GroupGuard() { stop(); }
+
+ private:
+  [[noreturn]] void watch(int read_fd, int write_fd) {
+    ::close(write_fd);
+    size_t n = 0;
+    pid_t group = 0;
+    while (true) {
+      const ssize_t got = ::read(read_fd, &group, sizeof group);
+      if (got == static_cast<ssize_t>(sizeof group)) {
+        if (n < groups_.size()) groups_[n++] = group;
+      } else if (got == 0 || errno != EINTR) {
+        break;  // the launcher is gone
+      }
+    }
+    for (size_t i = 0; i < n; ++i) ::killpg(groups_[i], SIGKILL);
+    ::_exit(0);
+  }
+
+  std::vector<pid_t> groups_;
+  pid_t pid_ = -1;
+  int write_fd_ = -1;
+};
 
 // In the child, between fork and exec: only async-signal-safe calls (the
 // store's I/O thread may hold allocator locks that were copied mid-use).
@@ -289,7 +330,7 @@ struct Pipe {
 // Starts one rank. Returns 0, or the launcher exit code with `error` set.
 int spawn_rank(Rank& r, int world, const std::string& path, const std::vector<std::string>& command,
                const std::string& store_addr, const std::string& secret, const rlimit& child_files,
-               std::string& error, int servers) {
+               std::string& error, int servers, GroupGuard& guard) {
   std::vector<std::string> env = rank_environment(r.rank, world, store_addr, secret, servers);
   std::vector<char*> argv, envp;
   for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
@@ -317,6 +358,7 @@ int spawn_rank(Rank& r, int world, const std::string& path, const std::vector<st
   if (pid == 0) exec_child(path.c_str(), argv.data(), envp.data(), out.w, err.w, report.w, parent, child_files);
 
   ::setpgid(pid, pid);  // also here, so killpg works even before the child ran
+  guard.add(pid);
   ::close(out.w);
   ::close(err.w);
   ::close(report.w);
@@ -426,11 +468,15 @@ class Launcher {
     const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
     const std::vector<std::string> serve = {self, "ps", "serve"};
     ranks_.resize(static_cast<size_t>(world));
+    GroupGuard guard;
+    if (!guard.start(ranks_.size()))
+      say(std::string("cannot start the group guard (") + std::strerror(errno) +
+          "); if the launcher is killed, what the ranks started may outlive it");
     for (int i = 0; i < world; ++i) {
       ranks_[i].rank = i;
       const bool server = i >= opts_.nprocs;
       int rc = spawn_rank(ranks_[i], world, server ? self : *path, server ? serve : opts_.command, store_addr, secret,
-                          child_files, error, opts_.servers);
+                          child_files, error, opts_.servers, guard);
       if (rc != 0) {
         say("rank " + std::to_string(i) + ": " + error);
         spawn_failure_ = rc;
@@ -440,18 +486,8 @@ class Launcher {
       }
     }
 
-    std::vector<pid_t> groups;
-    for (const Rank& r : ranks_)
-      if (r.pid > 0) groups.push_back(r.pid);  // each rank leads its own process group
-    const pid_t guard = spawn_group_guard(groups, ::getpid());
-    if (guard < 0) say(std::string("cannot start the group guard (fork: ") + std::strerror(errno) +
-                       "); if the launcher is killed, what the ranks started may outlive it");
-
     loop(signals.fd());
-    if (guard > 0) {
-      ::kill(guard, SIGKILL);
-      ::waitpid(guard, nullptr, 0);
-    }
+    guard.stop();
     reap_orphans();
     store_ = nullptr;
     return finish();

@@ -280,10 +280,16 @@ TEST_F(LaunchTest, LinesFromDifferentRanksNeverInterleave) {
   EXPECT_EQ(count[2], 200);
 }
 
-bool process_alive(pid_t pid) {
+std::string proc_stat(pid_t pid) {
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
   std::string text;
-  if (!std::getline(stat, text)) return false;
+  std::getline(stat, text);
+  return text;
+}
+
+bool process_alive(pid_t pid) {
+  const std::string text = proc_stat(pid);
+  if (text.empty()) return false;
   auto close_paren = text.rfind(')');
   return close_paren != std::string::npos && close_paren + 2 < text.size() && text[close_paren + 2] != 'Z';
 }
@@ -307,8 +313,9 @@ TEST_F(LaunchTest, DescendantsOfRanksAreCleanedUp) {
   ::rmdir(dir.c_str());
 }
 
-// `tandem launch` itself SIGKILLed: its ranks (PR_SET_PDEATHSIG) and what
-// they started (the group guard kills their process groups) must not outlive it.
+// `tandem launch` itself SIGKILLed, as early as the ranks have started: its
+// ranks (PR_SET_PDEATHSIG) and what they started (the group guard kills their
+// process groups) must not outlive it.
 TEST_F(LaunchTest, KilledLauncherLeavesNoRanksOrTheirChildren) {
   char dir_template[] = "/tmp/tandem-launch-test-XXXXXX";
   ASSERT_NE(::mkdtemp(dir_template), nullptr);
@@ -346,7 +353,8 @@ TEST_F(LaunchTest, KilledLauncherLeavesNoRanksOrTheirChildren) {
     in >> pid;
     const auto limit = Clock::now() + std::chrono::seconds(3);
     while (process_alive(pid) && Clock::now() < limit) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    EXPECT_FALSE(process_alive(pid)) << f << " (pid " << pid << ") outlived the SIGKILLed launcher";
+    EXPECT_FALSE(process_alive(pid)) << f << " (pid " << pid << ") outlived the SIGKILLed launcher; /proc stat: "
+                                     << proc_stat(pid);
     if (process_alive(pid)) ::kill(pid, SIGKILL);
     ::unlink(f.c_str());
   }
