@@ -347,9 +347,15 @@ int run_netif(const std::string& format_flag) {
   const tandem::Deadline deadline = tandem::Clock::now() + o.connect_timeout;
   auto [host, port] = tandem::parse_host_port(o.store_address);
   std::unique_ptr<tandem::StoreServer> server;
-  if (o.host_store) server = std::make_unique<tandem::StoreServer>(tandem::StoreServerOptions{host, port});
+  if (o.host_store) {
+    tandem::StoreServerOptions so;
+    so.host = host;
+    so.port = port;
+    so.secret = o.secret;
+    server = std::make_unique<tandem::StoreServer>(so);
+  }
   // No hello(): a short-lived tool, it needs no failure detection (and so no goodbye race at exit).
-  tandem::StoreClient store(host, port, deadline);
+  tandem::StoreClient store(host, port, deadline, o.secret);
   spdlog::set_level(spdlog::level::warn);  // the decision is printed below, not logged
   tandem::NetifDecision d = tandem::select_interface(store, o, deadline);
   if (format == "json") {

@@ -158,6 +158,14 @@ TEST_F(LaunchTest, SetsRankEnvironmentAndPrefixesEachLine) {
   EXPECT_THAT(r.out, HasSubstr("[2] store 127.0.0.1:" + std::to_string(port) + "\n")) << "one store for all ranks";
 }
 
+// tandem's own tools run as ranks: they authenticate to the job's store.
+TEST_F(LaunchTest, NetifRunsAsRanks) {
+  RunResult r = run_tandem({"launch", "-n", "2", "--timeout", "30", "--", tandem_bin(), "netif"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_THAT(r.out, HasSubstr("[0] tandem network interface selection: 2 ranks on 1 host")) << describe(r);
+  EXPECT_THAT(r.out, HasSubstr("[1] rank 1: lo")) << describe(r);
+}
+
 // A fresh 32-byte secret per job, in the ranks' environment only: never on
 // the launcher's or a rank's command line; the store admits only its holders.
 TEST_F(LaunchTest, JobSecretTravelsInTheEnvironmentOnly) {

@@ -100,7 +100,7 @@ AllreduceAlgorithm parse_allreduce_algorithm(const std::string& name) {
   if (name == "shared_memory" || name == "shm") return AllreduceAlgorithm::shared_memory;
   if (name == "hierarchical" || name == "hier") return AllreduceAlgorithm::hierarchical;
   throw InvalidArgument("unknown all-reduce algorithm '" + name +
-                        "' (TANDEM_ALGO); use auto, ring, recursive_doubling, shared_memory or hierarchical");
+                        "' (TANDEM_ALGO or --algorithm); use auto, ring, recursive_doubling, shared_memory or hierarchical");
 }
 
 std::shared_ptr<Algorithms> algorithms(const RingOptions& options) {
