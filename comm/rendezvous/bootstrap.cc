@@ -133,6 +133,10 @@ void read_tuning(const EnvLookup& env, CommOptions& o) {
   if (auto v = optional_int(env, "TANDEM_SHM_CHUNK_BYTES", "set it to the shared-memory pipeline chunk in bytes")) {
     o.shm_chunk_bytes = size_t(*v);
   }
+  if (auto v = optional_int(env, "TANDEM_SHM_SPLIT_MIN_RANKS",
+                            "set it to a rank count (0 or 1: always split, a large value: never)")) {
+    o.shm_split_min_ranks = *v;
+  }
   if (auto v = switch_value(env, "TANDEM_SHM")) o.shared_memory = *v;
   if (auto v = switch_value(env, "TANDEM_UCX_PEER_ERRORS")) o.ucx_peer_error_handling = *v;
 }

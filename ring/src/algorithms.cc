@@ -23,7 +23,7 @@ class RingAlgorithms final : public Algorithms {
     const auto forced = options_.allreduce;
     if (forced == AllreduceAlgorithm::automatic || forced == AllreduceAlgorithm::shared_memory) {
       if (shared(ch, args.memory)) {
-        shm_allreduce(ch, args, shm_chunk(ch, args.chunk_bytes));
+        shm_allreduce(ch, args, shm_chunk(ch, args.chunk_bytes), options_.shm_split_min_ranks);
         return;
       }
       if (forced == AllreduceAlgorithm::shared_memory && ch.size() > 1) {
@@ -124,6 +124,7 @@ RingOptions ring_options(const CommOptions& options) {
   r.allreduce = parse_allreduce_algorithm(options.algorithm);
   r.shared_memory = options.shared_memory;
   r.shm_chunk_bytes = options.shm_chunk_bytes;
+  r.shm_split_min_ranks = options.shm_split_min_ranks;
   if (r.shm_chunk_bytes == 0) {
     r.shm_chunk_bytes = ranks_outnumber_cores(options) ? 1 << 20 : 256 << 10;
   }

@@ -75,7 +75,8 @@ void hierarchical_allreduce(Channel& ch, const AllreduceArgs& args, const RingOp
 bool hierarchical_fits(const Topology* topology);
 
 // shm_collectives.cc: ranks on one host, through their shared segments.
-void shm_allreduce(Channel& ch, const AllreduceArgs& args, size_t chunk_bytes);
+// The staged all-reduce splits its chunks from split_min_ranks ranks on.
+void shm_allreduce(Channel& ch, const AllreduceArgs& args, size_t chunk_bytes, int split_min_ranks);
 void shm_reduce_scatter(Channel& ch, const ReduceScatterArgs& args, size_t chunk_bytes);
 void shm_allgather(Channel& ch, const AllgatherArgs& args, size_t chunk_bytes);
 void shm_broadcast(Channel& ch, const BroadcastArgs& args, size_t chunk_bytes);

@@ -12,7 +12,7 @@
 //    slots straight into its output (all-reduce and reduce-scatter: folding
 //    them in rank order, so every rank computes bitwise the same), and
 //    publishes consumed = g + 1. One synchronisation per chunk.
-//  - The all-reduce from kSplitMinRanks ranks on *splits* each chunk: rank r
+//  - The all-reduce from split_min_ranks ranks on *splits* each chunk: rank r
 //    folds only its slice of every slot (in rank order, so bitwise the same
 //    result), writes it to its output and over its own slot's slice, stamps
 //    the slot's `reduced`, then copies the other ranks' reduced slices out.
@@ -72,17 +72,6 @@ constexpr size_t kDirectMinBytes = 16 << 10;
 // and the kernel's copy dominate).
 constexpr size_t kCmaMinBytes = 32 << 10;
 constexpr size_t kCmaMaxBytes = 4 << 20;
-// The staged all-reduce splits chunks from this many ranks on (at 2 the
-// redundant fold moves slightly less: 5 S against 5.5 S);
-// TANDEM_SHM_SPLIT_MIN_RANKS overrides it (0 or 1: always; a large value: never).
-int split_min_ranks() {
-  static const int n = [] {
-    const char* v = std::getenv("TANDEM_SHM_SPLIT_MIN_RANKS");
-    return v && *v ? std::atoi(v) : 3;
-  }();
-  return n;
-}
-
 enum class Kind : uint8_t { allreduce = 1, reduce_scatter, allgather, broadcast };
 
 // What a rank called, so one that called something else learns it from the
@@ -447,7 +436,7 @@ void direct_broadcast(Segments& s, Channel& ch, const BroadcastArgs& a, Reach re
 
 size_t shm_segment_bytes(size_t chunk_bytes) { return kControlBytes + kSlots * (kHeaderBytes + chunk_bytes); }
 
-void shm_allreduce(Channel& ch, const AllreduceArgs& a, size_t chunk_bytes) {
+void shm_allreduce(Channel& ch, const AllreduceArgs& a, size_t chunk_bytes, int split_min_ranks) {
   if (a.count == 0) return;
   Segments s(ch, chunk_bytes, call_of(Kind::allreduce, a.count, a.dtype, a.op));
   const size_t esize = dtype_size(a.dtype), bytes = a.count * esize;
@@ -458,7 +447,7 @@ void shm_allreduce(Channel& ch, const AllreduceArgs& a, size_t chunk_bytes) {
     const size_t begin = i * per_chunk;
     counted_copy(slot, bytes_of(a.input) + begin * esize, std::min(per_chunk, a.count - begin) * esize);
   };
-  if (s.size() < split_min_ranks() || s.size() < 2) {
+  if (s.size() < split_min_ranks || s.size() < 2) {
     s.staged(chunks_for(a.count, per_chunk), -1, stage, [&](size_t i, auto slot_of) {
       const size_t begin = i * per_chunk;
       fold(s, a.dtype, a.op, bytes_of(a.output) + begin * esize, slot_of, 0, std::min(per_chunk, a.count - begin));

@@ -63,6 +63,9 @@ struct CommOptions {
   // 0 = 256 KiB, or 1 MiB when ranks outnumber cores (fewer synchronisations
   // for ranks that must take turns; measured steadier there).
   size_t shm_chunk_bytes = 0;
+  // From how many ranks on the staged shared-memory all-reduce splits its
+  // chunks (TANDEM_SHM_SPLIT_MIN_RANKS; 0 or 1: always, a large value: never).
+  int shm_split_min_ranks = 3;
   // How often a waiting rank asks the store whether some rank died. The store
   // learns of a death when the rank's connection drops, on any transport.
   std::chrono::milliseconds failure_poll{std::chrono::milliseconds(200)};

@@ -23,6 +23,10 @@ struct RingOptions {
   size_t small_message_bytes = 64 << 10;
   bool shared_memory = true;         // ask the communicator for shared segments
   size_t shm_chunk_bytes = 256 << 10;  // pipeline chunk of the shared-memory all-reduce
+  // The staged shared-memory all-reduce splits each chunk (every element
+  // reduced once) from this many ranks on; at 2 every rank folding both
+  // slots moves slightly less (5 S against 5.5 S).
+  int shm_split_min_ranks = 3;
 };
 
 // "auto", "ring", "recursive_doubling" (also "rd"), "shared_memory" (also "shm"),
