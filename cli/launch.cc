@@ -29,6 +29,8 @@
 #include <exception>
 #include <memory>
 #include <optional>
+#include <sstream>
+#include <stdexcept>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -193,10 +195,83 @@ std::optional<std::string> resolve_command(const std::string& name, int& exit_co
   return std::nullopt;
 }
 
+// Where a rank runs: its host (empty: this one), its local rank and how many
+// ranks share that host.
+struct Placement {
+  std::string host;
+  int local_rank = 0;
+  int local_size = 1;
+  bool remote() const { return !host.empty(); }
+};
+
+bool is_this_host(const std::string& host) {
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  return host == "localhost" || host == "127.0.0.1" || host == "::1" || host == name;
+}
+
+// Host-major: each host's slots in order; without a host list every rank
+// (parameter servers too) is local.
+std::vector<Placement> place_ranks(const LaunchOptions& o) {
+  std::vector<Placement> out;
+  const int world = o.nprocs + o.servers;
+  if (o.hosts.empty()) {
+    for (int r = 0; r < world; ++r) out.push_back({"", r, world});
+    return out;
+  }
+  for (const HostSlots& h : o.hosts) {
+    const int here = std::min(h.slots, world - int(out.size()));
+    for (int l = 0; l < here; ++l) out.push_back({is_this_host(h.host) ? "" : h.host, l, here});
+  }
+  return out;
+}
+
+// One word for a POSIX shell: single-quoted, embedded quotes closed and escaped.
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// The job variables of one rank, NAME=value.
+std::vector<std::string> job_variables(int rank, int world, const Placement& at, const std::string& store_addr,
+                                       int servers) {
+  std::vector<std::string> v = {
+      "TANDEM_RANK=" + std::to_string(rank),
+      "TANDEM_WORLD_SIZE=" + std::to_string(world),
+      "TANDEM_LOCAL_RANK=" + std::to_string(at.local_rank),
+      "TANDEM_LOCAL_WORLD_SIZE=" + std::to_string(at.local_size),
+      "TANDEM_STORE_ADDR=" + store_addr,
+      "TANDEM_JOB_ID=launch-" + std::to_string(::getpid()),  // the launcher's pid: one per job on this host
+  };
+  if (servers > 0) v.push_back("TANDEM_SERVERS=" + std::to_string(servers));
+  return v;
+}
+
+// How a remote rank starts: `rsh` with the host, then one shell command line
+// that enters the launcher's directory (if the host has it), reads the job
+// secret from its standard input (never a command line) and runs the command.
+std::vector<std::string> remote_command(const std::string& rsh, const std::string& host,
+                                        const std::vector<std::string>& job, const std::vector<std::string>& command) {
+  std::vector<std::string> argv;
+  bool placed = false;
+  std::istringstream words(rsh);
+  for (std::string w; words >> w;) {
+    for (size_t at; (at = w.find("{host}")) != std::string::npos; placed = true) w.replace(at, 6, host);
+    argv.push_back(w);
+  }
+  if (!placed) argv.push_back(host);
+  std::string line = "cd " + shell_quote(std::filesystem::current_path().string()) +
+                     " 2>/dev/null; IFS= read -r TANDEM_SECRET || exit 1; export TANDEM_SECRET; exec env";
+  for (const auto& kv : job) line += " " + shell_quote(kv);
+  for (const auto& a : command) line += " " + shell_quote(a);
+  argv.push_back(line);
+  return argv;
+}
+
 // The parent's environment minus stale TANDEM_* job variables, plus this rank's.
 // The job secret travels in the environment (readable by this user only), never on a command line.
-std::vector<std::string> rank_environment(int rank, int world, const std::string& store_addr,
-                                          const std::string& secret, int servers) {
+std::vector<std::string> rank_environment(const std::vector<std::string>& job, const std::string& secret) {
   static const char* const kOwned[] = {"TANDEM_RANK=",       "TANDEM_WORLD_SIZE=", "TANDEM_LOCAL_RANK=",
                                        "TANDEM_LOCAL_WORLD_SIZE=", "TANDEM_STORE_ADDR=", "TANDEM_SECRET=",
                                        "TANDEM_SECRET_FILE=", "TANDEM_JOB_ID=", "TANDEM_SERVERS="};
@@ -206,14 +281,8 @@ std::vector<std::string> rank_environment(int rank, int world, const std::string
     bool owned = std::any_of(std::begin(kOwned), std::end(kOwned), [&](const char* k) { return kv.starts_with(k); });
     if (!owned) env.emplace_back(kv);
   }
-  env.push_back("TANDEM_RANK=" + std::to_string(rank));
-  env.push_back("TANDEM_WORLD_SIZE=" + std::to_string(world));
-  env.push_back("TANDEM_LOCAL_RANK=" + std::to_string(rank));  // every rank is local
-  env.push_back("TANDEM_LOCAL_WORLD_SIZE=" + std::to_string(world));
-  env.push_back("TANDEM_STORE_ADDR=" + store_addr);
-  env.push_back("TANDEM_SECRET=" + secret);
-  env.push_back("TANDEM_JOB_ID=launch-" + std::to_string(::getpid()));  // the launcher's pid: one per job on this host
-  if (servers > 0) env.push_back("TANDEM_SERVERS=" + std::to_string(servers));
+  env.insert(env.end(), job.begin(), job.end());
+  if (!secret.empty()) env.push_back("TANDEM_SECRET=" + secret);
   return env;
 }
 
@@ -281,8 +350,8 @@ class GroupGuard {
 
 // In the child, between fork and exec: only async-signal-safe calls (the
 // store's I/O thread may hold allocator locks that were copied mid-use).
-[[noreturn]] void exec_child(const char* path, char* const* argv, char* const* envp, int out_w, int err_w,
-                             int report_w, pid_t parent, const rlimit& files) {
+[[noreturn]] void exec_child(const char* path, char* const* argv, char* const* envp, int in_r, int out_w,
+                             int err_w, int report_w, pid_t parent, const rlimit& files) {
   ::setpgid(0, 0);
   ::setrlimit(RLIMIT_NOFILE, &files);  // the launcher's raised limit is its own business
   // If the launcher is SIGKILLed, take the rank down with it instead of leaking it.
@@ -296,8 +365,9 @@ class GroupGuard {
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
 
-  int devnull = ::open("/dev/null", O_RDONLY);  // ranks share no terminal input
-  if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
+  // Ranks share no terminal input; a remote rank's shell reads the secret from in_r.
+  int input = in_r >= 0 ? in_r : ::open("/dev/null", O_RDONLY);
+  if (input >= 0) ::dup2(input, STDIN_FILENO);
   ::dup2(out_w, STDOUT_FILENO);
   ::dup2(err_w, STDERR_FILENO);
   // Nothing else of the launcher's (store sockets, other ranks' pipes) may
@@ -328,19 +398,23 @@ struct Pipe {
 };
 
 // Starts one rank. Returns 0, or the launcher exit code with `error` set.
-int spawn_rank(Rank& r, int world, const std::string& path, const std::vector<std::string>& command,
-               const std::string& store_addr, const std::string& secret, const rlimit& child_files,
-               std::string& error, int servers, GroupGuard& guard) {
-  std::vector<std::string> env = rank_environment(r.rank, world, store_addr, secret, servers);
+// A local rank runs `command` with the job variables in its environment; a
+// remote one runs `command` (already the remote shell's argv) and gets the
+// secret on its standard input.
+int spawn_rank(Rank& r, const std::string& path, const std::vector<std::string>& command,
+               const std::vector<std::string>& env, const std::string& remote_secret, const rlimit& child_files,
+               std::string& error, GroupGuard& guard) {
   std::vector<char*> argv, envp;
   for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
-  for (auto& e : env) envp.push_back(e.data());
+  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
 
-  Pipe out, err, report;
-  if (!out.open() || !err.open() || !report.open()) {
+  const bool remote = !remote_secret.empty();
+  Pipe in, out, err, report;
+  if ((remote && !in.open()) || !out.open() || !err.open() || !report.open()) {
     error = std::string("pipe: ") + std::strerror(errno);
+    in.close_all();
     out.close_all();
     err.close_all();
     report.close_all();
@@ -350,18 +424,24 @@ int spawn_rank(Rank& r, int world, const std::string& path, const std::vector<st
   pid_t pid = ::fork();
   if (pid < 0) {
     error = std::string("fork: ") + std::strerror(errno);
+    in.close_all();
     out.close_all();
     err.close_all();
     report.close_all();
     return 1;
   }
-  if (pid == 0) exec_child(path.c_str(), argv.data(), envp.data(), out.w, err.w, report.w, parent, child_files);
+  if (pid == 0) exec_child(path.c_str(), argv.data(), envp.data(), in.r, out.w, err.w, report.w, parent, child_files);
 
   ::setpgid(pid, pid);  // also here, so killpg works even before the child ran
   guard.add(pid);
   ::close(out.w);
   ::close(err.w);
   ::close(report.w);
+  if (remote) {
+    ::close(in.r);
+    write_all(in.w, remote_secret + "\n");  // 65 bytes: fits the pipe, never blocks
+    ::close(in.w);
+  }
   r.pid = pid;
   r.running = true;
   for (Stream* s : {&r.out, &r.err}) s->prefix = "[" + std::to_string(r.rank) + "] ";
@@ -424,9 +504,21 @@ class Launcher {
   int run() {
     int code = 0;
     std::string error;
-    std::optional<std::string> path = resolve_command(opts_.command[0], code, error);
-    if (!path) {
+    const std::vector<Placement> placement = place_ranks(opts_);
+    const bool any_remote = std::any_of(placement.begin(), placement.end(), [](const Placement& p) { return p.remote(); });
+    const bool any_local = !any_remote || std::any_of(placement.begin(), placement.end(),
+                                                      [](const Placement& p) { return !p.remote(); });
+    // Looked up here, so a missing command or remote shell fails before any rank starts.
+    std::optional<std::string> path, rsh_path;
+    if (any_local && !(path = resolve_command(opts_.command[0], code, error))) {
       say(error);
+      return code;
+    }
+    std::istringstream rsh_words(opts_.rsh);
+    std::string rsh_program;
+    rsh_words >> rsh_program;
+    if (any_remote && !(rsh_path = resolve_command(rsh_program, code, error))) {
+      say("the remote shell (--rsh): " + error);
       return code;
     }
 
@@ -449,15 +541,30 @@ class Launcher {
     std::string secret;
     try {
       secret = new_job_secret();
-      StoreServerOptions so;  // 127.0.0.1 only: every rank runs on this host
-      so.secret = secret;
+      StoreServerOptions so;  // 127.0.0.1 when every rank runs on this host
+      so.secret = secret;       // the store admits only holders of the job secret
+      if (any_remote) {
+        so.host = "0.0.0.0";
+        if (!opts_.store_address.empty() && opts_.store_address.find(':') != std::string::npos)
+          so.port = parse_host_port(opts_.store_address).second;
+      }
       store = std::make_unique<StoreServer>(so);
     } catch (const std::exception& e) {
       say(std::string("cannot start the bootstrap store: ") + e.what());
       return 1;
     }
     store_ = store.get();
-    const std::string store_addr = "127.0.0.1:" + std::to_string(store->port());
+    std::string store_addr = "127.0.0.1:" + std::to_string(store->port());
+    if (any_remote) {
+      char name[256] = {};
+      ::gethostname(name, sizeof name - 1);
+      std::string host = opts_.store_address.empty() ? name : opts_.store_address;
+      if (host.find(':') != std::string::npos) host = parse_host_port(host).first;
+      store_addr = host + ":" + std::to_string(store->port());
+      std::string where;
+      for (const HostSlots& h : opts_.hosts) where += (where.empty() ? "" : ", ") + h.host + ":" + std::to_string(h.slots);
+      say(std::to_string(opts_.nprocs) + " ranks on " + where + " (host-major); store at " + store_addr);
+    }
 
     // Orphaned descendants of the ranks become our children, not init's, so
     // they are reaped even in containers whose init never reaps.
@@ -475,8 +582,13 @@ class Launcher {
     for (int i = 0; i < world; ++i) {
       ranks_[i].rank = i;
       const bool server = i >= opts_.nprocs;
-      int rc = spawn_rank(ranks_[i], world, server ? self : *path, server ? serve : opts_.command, store_addr, secret,
-                          child_files, error, opts_.servers, guard);
+      const Placement& at = placement[size_t(i)];
+      const std::vector<std::string> job = job_variables(i, world, at, store_addr, opts_.servers);
+      int rc = at.remote()
+                   ? spawn_rank(ranks_[i], *rsh_path, remote_command(opts_.rsh, at.host, job, opts_.command),
+                                rank_environment({}, ""), secret, child_files, error, guard)
+                   : spawn_rank(ranks_[i], server ? self : *path, server ? serve : opts_.command,
+                                rank_environment(job, secret), "", child_files, error, guard);
       if (rc != 0) {
         say("rank " + std::to_string(i) + ": " + error);
         spawn_failure_ = rc;
@@ -718,6 +830,17 @@ class Launcher {
 }  // namespace
 
 std::string validate(const LaunchOptions& o) {
+  int slots = 0;
+  for (const HostSlots& h : o.hosts) slots += h.slots;
+  if (!o.hosts.empty()) {
+    if (o.nprocs > slots) {
+      return "-n " + std::to_string(o.nprocs) + " asks for more ranks than the hosts (-H) offer (" +
+             std::to_string(slots) + " slots); add hosts or slots, or leave -n out to use every slot";
+    }
+    if (o.servers > 0) return "--servers cannot be combined with -H yet: start parameter servers with mpirun or by hand";
+  } else if (o.nprocs == -1) {
+    return "say how many ranks: -n/--nprocs N (on this host) or -H host:slots,... (across hosts)";
+  }
   if (o.nprocs < 1 || o.nprocs > kMaxLocalRanks) {
     return "-n must be between 1 and " + std::to_string(kMaxLocalRanks) + " local ranks (got " +
            std::to_string(o.nprocs) + ")";
@@ -736,12 +859,49 @@ std::string validate(const LaunchOptions& o) {
   return "";
 }
 
+std::vector<HostSlots> parse_hosts(const std::string& text) {
+  std::vector<HostSlots> hosts;
+  std::istringstream in(text);
+  for (std::string entry; std::getline(in, entry, ',');) {
+    // "name", "name:slots", "[v6 address]:slots"; a bare v6 address (several colons) has one slot.
+    HostSlots h;
+    h.host = entry;
+    std::string slots;
+    if (!entry.empty() && entry[0] == '[') {
+      const size_t close = entry.find(']');
+      h.host = close == std::string::npos ? "" : entry.substr(1, close - 1);
+      if (close != std::string::npos && close + 1 < entry.size()) {
+        slots = entry[close + 1] == ':' ? entry.substr(close + 2) : "bad";
+      }
+    } else if (std::count(entry.begin(), entry.end(), ':') == 1) {
+      h.host = entry.substr(0, entry.find(':'));
+      slots = entry.substr(entry.find(':') + 1);
+    }
+    if (!slots.empty()) {
+      const bool digits = slots.size() <= 4 && slots.find_first_not_of("0123456789") == std::string::npos;
+      h.slots = digits ? std::atoi(slots.c_str()) : 0;
+    }
+    if (h.host.empty() || h.slots < 1 || h.slots > kMaxLocalRanks) {
+      throw std::invalid_argument("-H entry '" + entry + "' is not host or host:slots with 1.." +
+                                  std::to_string(kMaxLocalRanks) + " slots (e.g. -H node1:4,node2:4)");
+    }
+    hosts.push_back(h);
+  }
+  if (hosts.empty()) throw std::invalid_argument("-H is empty; give host:slots,... (e.g. -H node1:4,node2:4)");
+  return hosts;
+}
+
 int run_launch(const LaunchOptions& options) {
-  if (std::string error = validate(options); !error.empty()) {
+  LaunchOptions o = options;
+  if (o.nprocs == -1 && !o.hosts.empty()) {
+    o.nprocs = 0;
+    for (const HostSlots& h : o.hosts) o.nprocs += h.slots;
+  }
+  if (std::string error = validate(o); !error.empty()) {
     say(error);
     return 2;
   }
-  return Launcher(options).run();
+  return Launcher(o).run();
 }
 
 }  // namespace tandem::cli

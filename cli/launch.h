@@ -1,6 +1,9 @@
-// `tandem launch`: runs N local ranks of a command around a bootstrap store.
+// `tandem launch`: runs N ranks of a command around a bootstrap store, on
+// this host or, with a host list, across hosts (through ssh or another
+// remote shell, as horovodrun -H and mpirun do).
 //
-// The launcher hosts a StoreServer on 127.0.0.1, starts every rank in its own
+// The launcher hosts a StoreServer (on 127.0.0.1 when every rank is local;
+// on every address, behind the job secret, when some are not), starts every rank in its own
 // process group with TANDEM_RANK / TANDEM_WORLD_SIZE / TANDEM_LOCAL_RANK /
 // TANDEM_LOCAL_WORLD_SIZE / TANDEM_STORE_ADDR set, and relays each rank's
 // stdout and stderr line by line with a "[rank] " prefix. The first rank to
@@ -13,8 +16,14 @@
 
 namespace tandem::cli {
 
+// One entry of a host list: "name:slots" ("name" alone: one slot).
+struct HostSlots {
+  std::string host;
+  int slots = 1;
+};
+
 struct LaunchOptions {
-  int nprocs = 1;
+  int nprocs = -1;  // -1 (not given): every slot of `hosts`
   double timeout_seconds = 0;  // whole job; 0 = no limit
   double grace_seconds = 10;   // after the first failure, before SIGTERM
   double kill_after_seconds = 3;  // after SIGTERM, before SIGKILL
@@ -22,7 +31,22 @@ struct LaunchOptions {
   // Parameter-server ranks started after the nprocs workers (ranks nprocs..nprocs+servers-1),
   // each running `tandem ps serve` from this executable; every rank gets TANDEM_SERVERS.
   int servers = 0;
+  // Across hosts: ranks fill each host's slots in order (host-major: the
+  // ranks of one host are consecutive, local ranks 0..slots-1). A host named
+  // localhost, 127.0.0.1 or this machine's hostname runs its ranks directly;
+  // the others through `rsh`.
+  std::vector<HostSlots> hosts;
+  // How to run a command line on another host: these words, then the host
+  // (or the host in place of "{host}"), then one argument holding a shell
+  // command line, as ssh takes it. E.g. "ip netns exec {host} sh -c".
+  std::string rsh = "ssh -o BatchMode=yes";
+  // Where ranks on other hosts reach the launcher's store: "host" or
+  // "host:port" (default: this machine's hostname, any free port).
+  std::string store_address;
 };
+
+// "a:2,b:2" or "a,b" -> host list; throws std::invalid_argument naming the bad entry.
+std::vector<HostSlots> parse_hosts(const std::string& text);
 
 inline constexpr int kMaxLocalRanks = 1024;
 

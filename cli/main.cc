@@ -245,10 +245,19 @@ CLI::App* add_overlap(CLI::App& bench, OverlapFlags& f) {
 
 // ---------------------------------------------------------------- launch
 
-void add_launch(CLI::App& app, tandem::cli::LaunchOptions& o) {
-  auto* l = app.add_subcommand("launch", "Run N local ranks of a command with a bootstrap store");
-  l->add_option("-n,--nprocs", o.nprocs, "Number of ranks (1.." + std::to_string(tandem::cli::kMaxLocalRanks) + ")")
-      ->required();
+void add_launch(CLI::App& app, tandem::cli::LaunchOptions& o, std::string& hosts) {
+  auto* l = app.add_subcommand("launch", "Run N ranks of a command with a bootstrap store, here or across hosts");
+  l->add_option("-n,--nprocs", o.nprocs,
+                "Number of ranks (1.." + std::to_string(tandem::cli::kMaxLocalRanks) +
+                    "; with -H at most the slots, default all of them)");
+  l->add_option("-H,--hosts", hosts,
+                "Across hosts: host:slots,... (horovodrun's -H); ranks fill each host's slots in order");
+  l->add_option("--rsh", o.rsh,
+                "With -H: how to run a command line on a host: these words, the host (or it in place of {host}), "
+                "then the line as one argument")
+      ->capture_default_str();
+  l->add_option("--store-addr", o.store_address,
+                "With -H: HOST[:PORT] at which the other hosts reach this launcher's store (default: this hostname)");
   l->add_option("--timeout", o.timeout_seconds, "Kill the job after this many seconds (0 = no limit)")
       ->capture_default_str();
   l->add_option("--grace", o.grace_seconds, "After a rank fails, seconds the others get to exit before SIGTERM")
@@ -259,14 +268,17 @@ void add_launch(CLI::App& app, tandem::cli::LaunchOptions& o) {
       ->capture_default_str();
   // Only for --help: main() splits the command off before CLI11 sees it.
   l->add_option("command", o.command, "The command every rank runs, with its arguments (after --)");
-  l->footer("Example: tandem launch -n 2 -- tandem bench allreduce -b 8 -e 128M");
+  l->footer(
+      "Examples: tandem launch -n 2 -- tandem bench allreduce -b 8 -e 128M\n"
+      "          tandem launch -H node1:4,node2:4 --store-addr 10.0.0.1 -- tandem bench allreduce -b 1M -e 1G");
 }
 
 // Splits `launch [flags] [--] cmd args...` so the command's own flags (e.g.
 // the `-n` of `tandem bench`) never reach the launcher's parser. The command
 // starts after "--" or at the first word that is neither a flag nor a flag's value.
 std::vector<std::string> split_launch_command(std::vector<std::string>& args) {
-  static const char* const kFlagsWithValue[] = {"-n", "--nprocs", "--timeout", "--grace", "--servers"};
+  static const char* const kFlagsWithValue[] = {"-n",      "--nprocs", "--timeout", "--grace",     "--servers",
+                                                "-H",      "--hosts",  "--rsh",     "--store-addr"};
   for (size_t i = 1; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--" || a.empty() || a[0] != '-') {
@@ -406,8 +418,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   tandem::cli::LaunchOptions launch;
+  std::string launch_hosts;
   BenchFlags bench;
-  add_launch(app, launch);
+  add_launch(app, launch, launch_hosts);
   auto* bench_cmd = add_bench(app, bench);
   OverlapFlags overlap;
   auto* overlap_cmd = add_overlap(*bench_cmd, overlap);
@@ -445,6 +458,14 @@ int main(int argc, char** argv) {
   try {
     if (app.got_subcommand("launch")) {
       launch.command = command;
+      if (!launch_hosts.empty()) {
+        try {
+          launch.hosts = tandem::cli::parse_hosts(launch_hosts);
+        } catch (const std::invalid_argument& e) {
+          std::fprintf(stderr, "tandem launch: %s\n", e.what());
+          return kUsageError;
+        }
+      }
       return tandem::cli::run_launch(launch);
     }
     if (overlap_cmd->parsed()) return tandem::bench::run_overlap(to_overlap_options(overlap));

@@ -58,21 +58,28 @@ struct Outcome {
   }
 };
 
-// Runs `per_host` ranks on each of `hosts` namespaces, host-major (rank = host * per_host + local).
-Outcome run_hosts(int hosts, int per_host, const std::string& algorithm, int port, const std::string& extra) {
+// `hosts` namespaces on one LAN (10.73.1.<h+1> on eth0), carrier up.
+std::unique_ptr<NetnsLab> make_lab(int hosts) {
   std::vector<std::string> names;
   for (int h = 0; h < hosts; ++h) names.push_back("node-" + std::to_string(h));
-  NetnsLab lab(names);
+  auto lab = std::make_unique<NetnsLab>(names);
   std::vector<std::string> itf(size_t(hosts), "eth0");
-  lab.add_lan("l", "10.73.1", itf);
+  lab->add_lan("l", "10.73.1", itf);
   // Carrier comes up asynchronously; ranks that start before it wait out TCP connection retries.
   for (int h = 0; h < hosts; ++h) {
     for (int i = 0; i < 100; ++i) {
-      const auto state = tandem::testing::shell("ip netns exec " + lab.ns(h) + " cat /sys/class/net/eth0/operstate");
+      const auto state = tandem::testing::shell("ip netns exec " + lab->ns(h) + " cat /sys/class/net/eth0/operstate");
       if (state.output.rfind("up", 0) == 0) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   }
+  return lab;
+}
+
+// Runs `per_host` ranks on each of `hosts` namespaces, host-major (rank = host * per_host + local).
+Outcome run_hosts(int hosts, int per_host, const std::string& algorithm, int port, const std::string& extra) {
+  const auto lab_owner = make_lab(hosts);
+  NetnsLab& lab = *lab_owner;
   std::vector<int> host_of;
   std::vector<std::string> env, commands;
   const int n = hosts * per_host;
@@ -88,9 +95,38 @@ Outcome run_hosts(int hosts, int per_host, const std::string& algorithm, int por
   return {lab.run_ranks(host_of, env, commands, kGuard)};
 }
 
+// Runs `tandem launch -H` in host 0's namespace; the launcher starts every
+// rank through `ip netns exec` (its remote shell) in its host's namespace.
+// Each rank's output is its "[rank] " lines; its code, the launcher's.
+Outcome launch_hosts(int hosts, int per_host, const std::string& algorithm) {
+  const auto lab_owner = make_lab(hosts);
+  NetnsLab& lab = *lab_owner;
+  std::string host_list;
+  for (int h = 0; h < hosts; ++h) host_list += (h ? "," : "") + lab.ns(h) + ":" + std::to_string(per_host);
+  const char* bin = std::getenv("TANDEM_BIN");
+  const std::string launch = std::string(bin ? bin : "tandem") + " launch --timeout 100 -H " + host_list +
+                             " --rsh \"ip netns exec {host} sh -c\" --store-addr 10.73.1.1 -- " + rank_bin();
+  const auto run = lab.run_ranks({0}, {"TANDEM_CONNECT_TIMEOUT_MS=30000 TANDEM_TIMEOUT_MS=60000 UCX_TLS=tcp,self TANDEM_ALGO=" +
+                            algorithm},
+                           {launch}, kGuard);
+  Outcome o;
+  o.ranks.resize(size_t(hosts * per_host));
+  std::istringstream in(run[0].output);
+  for (std::string line; std::getline(in, line);) {
+    int r = -1;
+    if (std::sscanf(line.c_str(), "[%d] ", &r) == 1 && r >= 0 && size_t(r) < o.ranks.size())
+      o.ranks[size_t(r)].output += line.substr(line.find("] ") + 2) + "\n";
+  }
+  for (auto& rank : o.ranks) {
+    rank.code = run[0].code;
+    rank.seconds = run[0].seconds;
+  }
+  if (run[0].code != 0) ADD_FAILURE() << "tandem launch:\n" << run[0].output;
+  return o;
+}
+
 // shm: the ranks of a host map each other's segments (else phases 1 and 3 take the UCX ring).
-void expect_hierarchical(int hosts, int per_host, const std::string& algorithm, int port, bool shm = true) {
-  const Outcome o = run_hosts(hosts, per_host, algorithm, port, shm ? "" : "TANDEM_SHM=0");
+void expect_hierarchical(const Outcome& o, int hosts, int per_host, bool shm) {
   const size_t n = o.ranks.size();
   ASSERT_EQ(n, size_t(hosts * per_host));
   const std::string topology = std::to_string(hosts) + " hosts x " + std::to_string(per_host) +
@@ -248,9 +284,16 @@ TEST(Topology, HostsAreNumberedByTheirLowestRank) {
   EXPECT_THROW(tandem::make_topology({"x"}, 1), tandem::InvalidArgument);
 }
 
+void expect_hierarchical(int hosts, int per_host, const std::string& algorithm, int port, bool shm = true) {
+  expect_hierarchical(run_hosts(hosts, per_host, algorithm, port, shm ? "" : "TANDEM_SHM=0"), hosts, per_host, shm);
+}
+
 TEST_F(Hierarchical, TwoHostsTimesTwoRanks) { expect_hierarchical(2, 2, "hierarchical", 29611); }
 // auto picks hierarchical above 64 KiB here, recursive doubling below: the same checks hold.
-TEST_F(Hierarchical, TwoHostsTimesTwoRanksAuto) { expect_hierarchical(2, 2, "auto", 29612); }
+// The ranks are started by `tandem launch -H` across the namespaces (host-major local ranks).
+TEST_F(Hierarchical, TwoHostsTimesTwoRanksAutoUnderLaunch) {
+  expect_hierarchical(launch_hosts(2, 2, "auto"), 2, 2, /*shm=*/true);
+}
 TEST_F(Hierarchical, DISABLED_ThreeHostsTimesOneRank) { expect_hierarchical(3, 1, "hierarchical", 29613); }
 TEST_F(Hierarchical, DISABLED_TwoHostsTimesThreeRanks) { expect_hierarchical(2, 3, "hierarchical", 29614); }
 TEST_F(Hierarchical, DISABLED_TwoHostsTimesTwoRanksWithoutSharedMemory) {

@@ -158,6 +158,43 @@ TEST_F(LaunchTest, SetsRankEnvironmentAndPrefixesEachLine) {
   EXPECT_THAT(r.out, HasSubstr("[2] store 127.0.0.1:" + std::to_string(port) + "\n")) << "one store for all ranks";
 }
 
+// -H: ranks fill each host's slots in order; other hosts run through the
+// remote shell (here a local `sh -c` that records the host), which gets the
+// job variables on its command line and the secret on its standard input only.
+TEST_F(LaunchTest, HostListPlacesRanksHostMajorThroughTheRemoteShell) {
+  RunResult r = run_tandem({"launch", "-H", "alpha:2,beta:1,localhost:1", "--rsh", "env REMOTE_HOST={host} sh -c",
+                            "--store-addr", "127.0.0.1", "--", "sh", "-c",
+                            "echo at ${REMOTE_HOST:-here} $TANDEM_RANK $TANDEM_LOCAL_RANK/$TANDEM_LOCAL_WORLD_SIZE "
+                            "$TANDEM_WORLD_SIZE ${#TANDEM_SECRET} $TANDEM_STORE_ADDR; "
+                            "cat /proc/$$/cmdline /proc/$PPID/cmdline | tr '\\0' ' ' | grep -c \"$TANDEM_SECRET\" || true"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(\[0\] at alpha 0 0/2 4 64 127\.0\.0\.1:(\d+)\n)"))) << describe(r);
+  const std::string store = "127.0.0.1:" + m[1].str();
+  EXPECT_THAT(r.out, HasSubstr("[1] at alpha 1 1/2 4 64 " + store + "\n")) << describe(r);
+  EXPECT_THAT(r.out, HasSubstr("[2] at beta 2 0/1 4 64 " + store + "\n")) << describe(r);
+  EXPECT_THAT(r.out, HasSubstr("[3] at here 3 0/1 4 64 " + store + "\n")) << "localhost runs directly\n" << describe(r);
+  for (int rank = 0; rank < 4; ++rank)
+    EXPECT_THAT(r.out, HasSubstr("[" + std::to_string(rank) + "] 0\n")) << "the secret is on no command line\n"
+                                                                        << describe(r);
+  EXPECT_THAT(r.err, HasSubstr("4 ranks on alpha:2, beta:1, localhost:1 (host-major)")) << describe(r);
+}
+
+TEST_F(LaunchTest, BadHostListsAreUsageErrors) {
+  for (const auto& [args, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"launch", "-H", "a:x", "--", "true"}, "-H entry 'a:x' is not host or host:slots"},
+           {{"launch", "-H", "a:0", "--", "true"}, "-H entry 'a:0'"},
+           {{"launch", "-H", "a:2", "-n", "3", "--", "true"}, "-n 3 asks for more ranks than the hosts (-H) offer (2"},
+           {{"launch", "-H", "a:2", "--servers", "1", "--", "true"}, "--servers cannot be combined with -H"},
+           {{"launch", "--", "true"}, "say how many ranks: -n/--nprocs N"},
+           {{"launch", "-H", "a:1", "--rsh", "no-such-rsh {host}", "--", "true"}, "the remote shell (--rsh): no-such-rsh"},
+       }) {
+    RunResult r = run_tandem(args);
+    EXPECT_NE(r.exit_code, 0) << describe(r);
+    EXPECT_THAT(r.err, HasSubstr(message)) << describe(r);
+  }
+}
+
 // tandem's own tools run as ranks: they authenticate to the job's store.
 TEST_F(LaunchTest, NetifRunsAsRanks) {
   RunResult r = run_tandem({"launch", "-n", "2", "--timeout", "30", "--", tandem_bin(), "netif"});
