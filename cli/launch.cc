@@ -195,6 +195,11 @@ std::optional<std::string> resolve_command(const std::string& name, int& exit_co
   return std::nullopt;
 }
 
+// What the launcher sets per rank: never inherited from its own environment.
+constexpr const char* kOwnedVariables[] = {"TANDEM_RANK=",      "TANDEM_WORLD_SIZE=",   "TANDEM_LOCAL_RANK=",
+                                           "TANDEM_LOCAL_WORLD_SIZE=", "TANDEM_STORE_ADDR=", "TANDEM_SECRET=",
+                                           "TANDEM_SECRET_FILE=", "TANDEM_JOB_ID=",     "TANDEM_SERVERS="};
+
 // Where a rank runs: its host (empty: this one), its local rank and how many
 // ranks share that host.
 struct Placement {
@@ -248,9 +253,26 @@ std::vector<std::string> job_variables(int rank, int world, const Placement& at,
   return v;
 }
 
+// The launcher's own TANDEM_*, DTRAIN_* and UCX_* settings (an interface
+// override, timeouts, transports), which a remote shell would not carry over;
+// the job variables and the secret are set per rank instead.
+std::vector<std::string> forwarded_settings() {
+  std::vector<std::string> out;
+  for (char** e = environ; e && *e; ++e) {
+    const std::string_view kv(*e);
+    if (!(kv.starts_with("TANDEM_") || kv.starts_with("DTRAIN_") || kv.starts_with("UCX_"))) continue;
+    if (std::any_of(std::begin(kOwnedVariables), std::end(kOwnedVariables),
+                    [&](const char* k) { return kv.starts_with(k); }))
+      continue;
+    out.emplace_back(kv);
+  }
+  return out;
+}
+
 // How a remote rank starts: `rsh` with the host, then one shell command line
 // that enters the launcher's directory (if the host has it), reads the job
-// secret from its standard input (never a command line) and runs the command.
+// secret from its standard input (never a command line) and runs the command
+// with the forwarded settings and the job variables.
 std::vector<std::string> remote_command(const std::string& rsh, const std::string& host,
                                         const std::vector<std::string>& job, const std::vector<std::string>& command) {
   std::vector<std::string> argv;
@@ -263,6 +285,7 @@ std::vector<std::string> remote_command(const std::string& rsh, const std::strin
   if (!placed) argv.push_back(host);
   std::string line = "cd " + shell_quote(std::filesystem::current_path().string()) +
                      " 2>/dev/null; IFS= read -r TANDEM_SECRET || exit 1; export TANDEM_SECRET; exec env";
+  for (const auto& kv : forwarded_settings()) line += " " + shell_quote(kv);
   for (const auto& kv : job) line += " " + shell_quote(kv);
   for (const auto& a : command) line += " " + shell_quote(a);
   argv.push_back(line);
@@ -272,13 +295,11 @@ std::vector<std::string> remote_command(const std::string& rsh, const std::strin
 // The parent's environment minus stale TANDEM_* job variables, plus this rank's.
 // The job secret travels in the environment (readable by this user only), never on a command line.
 std::vector<std::string> rank_environment(const std::vector<std::string>& job, const std::string& secret) {
-  static const char* const kOwned[] = {"TANDEM_RANK=",       "TANDEM_WORLD_SIZE=", "TANDEM_LOCAL_RANK=",
-                                       "TANDEM_LOCAL_WORLD_SIZE=", "TANDEM_STORE_ADDR=", "TANDEM_SECRET=",
-                                       "TANDEM_SECRET_FILE=", "TANDEM_JOB_ID=", "TANDEM_SERVERS="};
   std::vector<std::string> env;
   for (char** e = environ; e && *e; ++e) {
     std::string_view kv(*e);
-    bool owned = std::any_of(std::begin(kOwned), std::end(kOwned), [&](const char* k) { return kv.starts_with(k); });
+    bool owned = std::any_of(std::begin(kOwnedVariables), std::end(kOwnedVariables),
+                             [&](const char* k) { return kv.starts_with(k); });
     if (!owned) env.emplace_back(kv);
   }
   env.insert(env.end(), job.begin(), job.end());

@@ -65,14 +65,7 @@ std::unique_ptr<NetnsLab> make_lab(int hosts) {
   auto lab = std::make_unique<NetnsLab>(names);
   std::vector<std::string> itf(size_t(hosts), "eth0");
   lab->add_lan("l", "10.73.1", itf);
-  // Carrier comes up asynchronously; ranks that start before it wait out TCP connection retries.
-  for (int h = 0; h < hosts; ++h) {
-    for (int i = 0; i < 100; ++i) {
-      const auto state = tandem::testing::shell("ip netns exec " + lab->ns(h) + " cat /sys/class/net/eth0/operstate");
-      if (state.output.rfind("up", 0) == 0) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  }
+  lab->wait_up("eth0");
   return lab;
 }
 

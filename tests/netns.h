@@ -135,6 +135,18 @@ class NetnsLab {
     }
   }
 
+  // Carrier comes up asynchronously; ranks that start before it wait out TCP
+  // connection retries. Waits up to 5 s for `itf` to be up on every host.
+  void wait_up(const std::string& itf) const {
+    for (int h = 0; h < hosts(); ++h) {
+      for (int i = 0; i < 100; ++i) {
+        if (shell("ip netns exec " + ns(h) + " cat /sys/class/net/" + itf + "/operstate").output.rfind("up", 0) == 0)
+          break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    }
+  }
+
   // An interface only this host has: a veth in its own subnet whose other end
   // sits unbridged in the switch namespace (up, with carrier, reaching no one).
   // (A dummy device would do, but not every kernel has the module.)

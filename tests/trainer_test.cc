@@ -19,6 +19,7 @@
 
 #include "checkpoint.h"
 #include "metrics.h"
+#include "netns.h"
 
 namespace tandem::trainer {
 namespace {
@@ -64,12 +65,14 @@ struct Trial {
 };
 
 // Runs tandem-train on `yaml` in its own directory named `name`.
-Trial train(const std::string& name, const std::string& yaml, const std::string& flags = "") {
+// `prefix` runs before the command (e.g. entering a network namespace).
+Trial train(const std::string& name, const std::string& yaml, const std::string& flags = "",
+            const std::string& prefix = "") {
   Trial r;
   r.dir = work_dir() / name;
   fs::create_directories(r.dir);
   std::ofstream(r.dir / "exp.yaml") << yaml;
-  const std::string cmd = "timeout -k 5 150 " + trainer_bin() + " " + (r.dir / "exp.yaml").string() + " --output " +
+  const std::string cmd = prefix + "timeout -k 5 150 " + trainer_bin() + " " + (r.dir / "exp.yaml").string() + " --output " +
                           (r.dir / "out").string() + " --dump-params " + (r.dir / "params.bin").string() +
                           " --quiet " + flags + " > " + (r.dir / "log.txt").string() + " 2>&1";
   fs::remove(r.dir / "params.bin");
@@ -129,6 +132,28 @@ TEST(Trainer, OneSlotAndTwoSlotsTrainTheSameParameters) {
   // Averaged training metrics over 2 slots equal the 1-slot loss on the same global batch.
   EXPECT_NEAR(s.train[0].loss, s1.train[0].loss, 1e-4);
   EXPECT_NEAR(s.validation[0].accuracy, s1.validation[0].accuracy, 2e-4);
+}
+
+// resources.hosts: two "hosts" (network namespaces on one LAN), one slot
+// each, started by `tandem launch -H` through `ip netns exec`, the driver in
+// host 0, gradients over TCP: the same parameters as two slots on one host.
+TEST(Trainer, TwoHostsTrainTheSameParametersAsOneHost) {
+  const std::string why = tandem::testing::netns_unavailable();
+  if (!why.empty()) GTEST_SKIP() << why;
+  tandem::testing::NetnsLab lab({"node-0", "node-1"});
+  lab.add_lan("l", "10.74.1", {"eth0", "eth0"});
+  lab.wait_up("eth0");
+  std::string yaml = config(2, 32, 1);
+  const std::string one_host = "resources: {slots_per_trial: 2}";
+  yaml.replace(yaml.find(one_host), one_host.size(),
+               "resources: {slots_per_trial: 2, slots_per_host: 1, hosts: [" + lab.ns(0) + ", " + lab.ns(1) + "]}");
+  const Trial two_hosts = train("2hosts", yaml, "--rsh 'ip netns exec {host} sh -c' --store-addr 10.74.1.1",
+                                "ip netns exec " + lab.ns(0) + " env UCX_TLS=tcp,self ");
+  expect_same_params(reference("2slot-b32"), two_hosts, 1e-4);
+  EXPECT_NE(two_hosts.output.find("2 ranks on " + lab.ns(0) + ":1, " + lab.ns(1) + ":1"), std::string::npos)
+      << two_hosts.output;
+  EXPECT_NE(two_hosts.output.find("chosen: eth0 on rank 0, eth0 on rank 1"), std::string::npos)
+      << "the interface the ranks chose is printed\n" << two_hosts.output;
 }
 
 TEST(Trainer, AggregationFrequencyTwoEqualsTwiceTheBatch) {

@@ -74,11 +74,10 @@ class Driver {
     const std::string metrics = dir + "/metrics.jsonl";
     const int64_t total = o_.worker.max_batches;  // 0: the progress line reads the chief's start line
     for (int attempt = 0;; ++attempt) {
-      std::vector<std::string> argv = {o_.tandem_bin, "launch", "-n", std::to_string(slots), "--grace", "5", "--",
-                                       o_.self,       "--worker", o_.worker.config_path, "--output", dir,
-                                       "--checkpoint-dir", checkpoint_dir, "--slots", std::to_string(slots),
-                                       "--attempt", std::to_string(attempt), "--stall-factor",
-                                       std::to_string(o_.worker.stall_factor)};
+      std::vector<std::string> argv = launch_command(cfg, slots);
+      argv.insert(argv.end(), {o_.self, "--worker", o_.worker.config_path, "--output", dir, "--checkpoint-dir",
+                               checkpoint_dir, "--slots", std::to_string(slots), "--attempt", std::to_string(attempt),
+                               "--stall-factor", std::to_string(o_.worker.stall_factor)});
       if (o_.worker.resume || attempt > 0) argv.push_back("--resume");
       if (!o_.worker.overlap) argv.push_back("--no-overlap");
       if (o_.worker.max_batches > 0) argv.insert(argv.end(), {"--max-batches", std::to_string(o_.worker.max_batches)});
@@ -118,6 +117,27 @@ class Driver {
     }
     t.summary = read_metrics(metrics);
     return t;
+  }
+
+  // `tandem launch ... --`: local slots, or across resources.hosts, whole
+  // hosts of slots_per_host (default: the slots spread evenly) in list order.
+  std::vector<std::string> launch_command(const ExperimentConfig& cfg, int slots) const {
+    std::vector<std::string> argv = {o_.tandem_bin, "launch", "--grace", "5"};
+    if (cfg.hosts.empty()) {
+      argv.insert(argv.end(), {"-n", std::to_string(slots)});
+    } else {
+      const int per_host =
+          cfg.slots_per_host > 0 ? cfg.slots_per_host : std::max(1, slots / int(cfg.hosts.size()));
+      std::string list;
+      for (int h = 0; h * per_host < slots; ++h) {
+        list += (h ? "," : "") + cfg.hosts[size_t(h)] + ":" + std::to_string(std::min(per_host, slots - h * per_host));
+      }
+      argv.insert(argv.end(), {"-H", list});
+      if (!o_.rsh.empty()) argv.insert(argv.end(), {"--rsh", o_.rsh});
+      if (!o_.store_address.empty()) argv.insert(argv.end(), {"--store-addr", o_.store_address});
+    }
+    argv.push_back("--");
+    return argv;
   }
 
   // The same experiment under PyTorch DDP (gloo), metrics in the same format.

@@ -21,6 +21,8 @@ struct DriverOptions {
   double target_accuracy = 0.85;
   bool quiet = false;               // no progress line, no summary
   std::string tandem_bin;           // the launcher; default: `tandem` beside this executable
+  // With resources.hosts: `tandem launch --rsh` and `--store-addr` (empty: the launcher's defaults).
+  std::string rsh, store_address;
   std::string self;                 // this executable
   // Also train each slot count with the PyTorch DDP (gloo) anchor script and compare.
   bool anchor = false;

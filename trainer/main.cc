@@ -28,6 +28,9 @@ int main(int argc, char** argv) {
   app.add_flag("--no-overlap", no_overlap, "Reduce all gradients in one all-reduce after backward (no wait-free backprop)");
   app.add_option("--dtrain-network-interface", o.network_interface,
                  "Interface(s) for the slots (as dtrain_network_interface; else TANDEM_NETWORK_INTERFACE, else the config)");
+  app.add_option("--rsh", o.rsh, "With resources.hosts: how `tandem launch` reaches a host (default ssh)");
+  app.add_option("--store-addr", o.store_address,
+                 "With resources.hosts: HOST[:PORT] where the other hosts reach the launcher's store");
   app.add_option("--max-batches", w.max_batches, "Stop after this many batches (overrides searcher.max_length)");
   app.add_option("--per-slot-batch", w.per_slot_batch,
                  "Samples per slot per batch at every slot count: the global batch grows with the slots "
