@@ -322,8 +322,7 @@ int run_info() {
                 o.store_address.c_str(), o.host_store ? " (hosted by rank 0)" : "");
     const auto ring = tandem::ring::ring_options(o);
     if (o.shared_memory) {
-      std::printf("shared memory: when every rank is on one host; %zu KiB chunks (TANDEM_SHM_CHUNK_BYTES)\n",
-                  ring.shm_chunk_bytes >> 10);
+      std::printf("%s", tandem::ring::shared_memory_plan(ring, o.local_size, tandem::ranks_outnumber_cores(o)).c_str());
     } else {
       std::printf("shared memory: off (TANDEM_SHM=0): every collective goes through UCX\n");
     }

@@ -203,6 +203,21 @@ TEST_F(LaunchTest, NetifRunsAsRanks) {
   EXPECT_THAT(r.out, HasSubstr("[1] rank 1: lo")) << describe(r);
 }
 
+// `tandem info` as a rank prints the shared-memory plan in force, with the
+// variables that change it.
+TEST_F(LaunchTest, InfoPrintsTheSharedMemoryPlanInForce) {
+  RunResult r = run_tandem({"launch", "-n", "3", "--", "sh", "-c",
+                            tandem_bin() + " info; TANDEM_SHM_SPLIT_MIN_RANKS=4 TANDEM_SHM_CHUNK_BYTES=65536 " +
+                                tandem_bin() + " info"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_THAT(r.out, HasSubstr("[0] shared memory for 3 ranks on this host:")) << describe(r);
+  EXPECT_THAT(r.out, HasSubstr("staged all-reduce: split: each rank reduces its slice")) << describe(r);
+  EXPECT_THAT(r.out, HasSubstr("staged all-reduce: every rank folds every slot")) << describe(r);
+  EXPECT_THAT(r.out, HasSubstr("split from 4 ranks (TANDEM_SHM_SPLIT_MIN_RANKS)")) << describe(r);
+  EXPECT_THAT(r.out, HasSubstr("4 slots of 64 KiB per rank")) << describe(r);
+  EXPECT_THAT(r.out, HasSubstr("cross-memory attach from 32 KiB to 4 MiB")) << describe(r);
+}
+
 // A fresh 32-byte secret per job, in the ranks' environment only: never on
 // the launcher's or a rank's command line; the store admits only its holders.
 TEST_F(LaunchTest, JobSecretTravelsInTheEnvironmentOnly) {

@@ -434,6 +434,28 @@ void direct_broadcast(Segments& s, Channel& ch, const BroadcastArgs& a, Reach re
 
 }  // namespace
 
+std::string shared_memory_plan(const RingOptions& o, int local_ranks, bool oversubscribed) {
+  auto kib = [](size_t b) { return b >= (1 << 20) ? std::to_string(b >> 20) + " MiB" : std::to_string(b >> 10) + " KiB"; };
+  std::string s = "shared memory for " + std::to_string(local_ranks) + " ranks on this host:\n";
+  s += "  below " + kib(kDirectMinBytes) + " and for buffers the others cannot read: staged through " +
+       std::to_string(kSlots) + " slots of " + kib(o.shm_chunk_bytes) + " per rank (TANDEM_SHM_CHUNK_BYTES" +
+       (oversubscribed ? "; 1 MiB when ranks outnumber cores: fewer hand-offs" : "") + ")\n";
+  s += "  staged all-reduce: " +
+       std::string(local_ranks >= o.shm_split_min_ranks
+                       ? "split: each rank reduces its slice of every chunk once (about 5 S moved per rank)"
+                       : "every rank folds every slot (at 2 ranks 5 S against the split's 5.5 S)") +
+       "; split from " + std::to_string(o.shm_split_min_ranks) + " ranks (TANDEM_SHM_SPLIT_MIN_RANKS)\n";
+  s += "  from " + kib(kDirectMinBytes) + " (below, the arrival round trip costs more than staging saves): "
+       "allocate_shared buffers are read and written in place; other buffers by cross-memory attach from " +
+       kib(kCmaMinBytes) + " to " + kib(kCmaMaxBytes) +
+       " where the kernel allows it (beyond, page pinning and the kernel's copy cost more than staging)\n";
+  s += std::string("  waits: ") +
+       (oversubscribed ? "ranks outnumber cores: spin briefly, then yield the core to the rank being waited for"
+                       : "spin, then yield, then sleep in short naps") +
+       "\n";
+  return s;
+}
+
 size_t shm_segment_bytes(size_t chunk_bytes) { return kControlBytes + kSlots * (kHeaderBytes + chunk_bytes); }
 
 void shm_allreduce(Channel& ch, const AllreduceArgs& a, size_t chunk_bytes, int split_min_ranks) {

@@ -37,6 +37,10 @@ AllreduceAlgorithm parse_allreduce_algorithm(const std::string& name);
 // Throws InvalidArgument for impossible settings.
 std::shared_ptr<Algorithms> algorithms(const RingOptions& options = {});
 
+// What the shared-memory collectives do with these options for `local_ranks`
+// ranks on one host, each threshold with its reason (for `tandem info`).
+std::string shared_memory_plan(const RingOptions& options, int local_ranks, bool oversubscribed);
+
 // The RingOptions that CommOptions (and so TANDEM_* variables) ask for.
 RingOptions ring_options(const CommOptions& options);
 
