@@ -121,8 +121,9 @@ TEST(C10dLiveness, AStoppedRankIsNamedWithinThreeHeartbeats) {
               env("TANDEM_PYTHONPATH") + " /usr/bin/python3 " + env("TANDEM_SOURCE_DIR") +
               "/tests/python/check_c10d_liveness.py & p" + std::to_string(r) + "=$!; ";
   }
-  // A guard kills every rank should the survivors hang; the stopped rank is killed at the end.
-  script += "(sleep 150; kill -9 $p0 $p1 $p2) 2>/dev/null & g=$!; wait $p0; wait $p2; kill -9 $p1 $g; wait $p1";
+  // A guard kills every rank should the survivors hang (its sleep ends with it); the stopped rank is killed at the end.
+  script += "(trap 'kill $! 2>/dev/null; exit' TERM; sleep 150 & wait $!; kill -9 $p0 $p1 $p2) >/dev/null 2>&1 & g=$!; "
+            "wait $p0; wait $p2; kill -9 $p1; kill $g; wait $p1";
   const Output out = run(script, 180);
   run("rm -f " + file, 10);
   int survivors = 0;
