@@ -15,6 +15,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -78,16 +79,23 @@ tandem::CollectiveOptions with_timeout(std::chrono::milliseconds timeout) {
 // tandem's KeyValueStore over a c10d::Store (TCPStore, FileStore, HashStore,
 // each behind the group's PrefixStore). c10d's get and wait block up to the
 // store's own timeout while holding the store's lock (TCPStore 1.13 serialises
-// every call on one mutex), so blocking calls here poll check() instead, in
-// slices of at most kPollMax: tandem's deadline holds, and the heartbeat's
-// handle, which shares the store (connect_again), is never held up for long.
+// every call on one mutex), so blocking calls here poll check() instead
+// (TCPStore's wait with a timeout would leave its reply in the connection),
+// 1 ms apart, doubling up to world size / 10 ms (2..50 ms): the whole world
+// asks the store at most ~10,000 times a second while it waits, and a small
+// world does not oversleep its start-up. tandem's deadline holds, and the
+// heartbeat's handle, which shares the store (connect_again), is never held
+// up for long.
 // TCPStore, FileStore, HashStore and PrefixStore guard each call with a
 // mutex, so two threads may call them. set/add/check/deleteKey cannot be
 // bounded from outside: they return when the store answers. c10d's errors
 // become PeerFailure(-1) (the store is gone or broken), its timeouts Timeout.
 class C10dStore final : public tandem::KeyValueStore {
  public:
-  explicit C10dStore(c10::intrusive_ptr<c10d::Store> store) : store_(std::move(store)) {}
+  C10dStore(c10::intrusive_ptr<c10d::Store> store, int world_size)
+      : store_(std::move(store)), world_size_(world_size),
+        poll_max_(std::clamp(std::chrono::milliseconds(world_size / 10), std::chrono::milliseconds(2),
+                             std::chrono::milliseconds(50))) {}
 
   void set(const std::string& key, const std::string& value, tandem::Deadline) override {
     guarded("set of key '" + key + "'", [&] { store_->set(key, std::vector<uint8_t>(value.begin(), value.end())); });
@@ -117,7 +125,7 @@ class C10dStore final : public tandem::KeyValueStore {
                               " ms (a rank never set it: it did not start, failed, or joined another group)");
       }
       std::this_thread::sleep_for(std::min<tandem::Clock::duration>(pause, deadline - now));
-      pause = std::min(pause * 2, kPollMax);
+      pause = std::min(pause * 2, poll_max_);
     }
   }
   bool check(const std::vector<std::string>& keys, tandem::Deadline) override {
@@ -129,12 +137,10 @@ class C10dStore final : public tandem::KeyValueStore {
     guarded("delete of key '" + key + "'", [&] { store_->deleteKey(key); });
   }
   std::unique_ptr<tandem::KeyValueStore> connect_again(tandem::Deadline) override {
-    return std::make_unique<C10dStore>(store_);
+    return std::make_unique<C10dStore>(store_, world_size_);
   }
 
  private:
-  static constexpr std::chrono::milliseconds kPollMax{20};
-
   std::string fetch(const std::string& key) {
     std::vector<uint8_t> value;
     guarded("get of key '" + key + "'", [&] { value = store_->get(key); });
@@ -155,6 +161,8 @@ class C10dStore final : public tandem::KeyValueStore {
   }
 
   c10::intrusive_ptr<c10d::Store> store_;
+  int world_size_;
+  std::chrono::milliseconds poll_max_;  // the longest pause between two checks
 };
 
 class TandemWork : public c10d::Work {
@@ -373,7 +381,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> create(const c10::intrusive_ptr<c10d::Sto
     o = tandem::tuning_from_env();
   }
   o.rank = rank, o.size = size;
-  o.store = std::make_shared<C10dStore>(store);  // never tandem's store: store_address and secret go unused
+  o.store = std::make_shared<C10dStore>(store, size);  // never tandem's store: store_address and secret go unused
   o.prefix = "tandem";  // within the group's PrefixStore, apart from c10d's own keys
   o.timeout = std::chrono::milliseconds(int64_t(timeout_s * 1e3));
   std::unique_ptr<tandem::Communicator> comm;
