@@ -105,6 +105,43 @@ TEST(C10dEnv, TorchrunVariablesJustWork) {
   EXPECT_EQ(count(out.text, "env:// c10d checks passed"), 2) << out.text;
 }
 
+// One rank of three stops (SIGSTOP) mid-run; c10d's FileStore is the only
+// store (no tandem store, no launcher), so the ranks watch each other's
+// heartbeats through it. Every survivor must fail within three heartbeat
+// intervals of the stop, naming the stopped rank, its host and the call.
+TEST(C10dLiveness, AStoppedRankIsNamedWithinThreeHeartbeats) {
+  if (auto why = c10d_skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  constexpr int kHeartbeatMs = 1000;
+  const std::string file = ::testing::TempDir() + "tandem-c10d-liveness-" + std::to_string(getpid());
+  run("rm -f " + file, 10);
+  std::string script;
+  for (int r = 0; r < 3; ++r) {
+    script += "RANK=" + std::to_string(r) + " WORLD_SIZE=3 VICTIM=1 TANDEM_FLIGHT_ENTRIES=0 TANDEM_HEARTBEAT_MS=" + std::to_string(kHeartbeatMs) +
+              " TANDEM_C10D_FILE=" + file + " PYTHONPATH=" + env("TANDEM_PYTHONPATH") + " TANDEM_PYTHONPATH=" +
+              env("TANDEM_PYTHONPATH") + " /usr/bin/python3 " + env("TANDEM_SOURCE_DIR") +
+              "/tests/python/check_c10d_liveness.py & p" + std::to_string(r) + "=$!; ";
+  }
+  // A guard kills every rank should the survivors hang (its sleep ends with it); the stopped rank is killed at the end.
+  script += "(trap 'kill $! 2>/dev/null; exit' TERM; sleep 150 & wait $!; kill -9 $p0 $p1 $p2) >/dev/null 2>&1 & g=$!; "
+            "wait $p0; wait $p2; kill -9 $p1; kill $g; wait $p1";
+  const Output out = run(script, 180);
+  run("rm -f " + file, 10);
+  int survivors = 0;
+  for (size_t at = out.text.find(" s after rank 1 stopped: "); at != std::string::npos;
+       at = out.text.find(" s after rank 1 stopped: ", at + 1)) {
+    ++survivors;
+    const size_t line = out.text.rfind("failed ", at);
+    const double took = std::atof(out.text.c_str() + line + 7);
+    const std::string error = out.text.substr(at, out.text.find('\n', at) - at);
+    std::printf("  survivor failed %.2f s after the stop\n", took);
+    EXPECT_LE(took, 3.0 * kHeartbeatMs / 1000) << error;
+    EXPECT_NE(error.find("rank 1 (host "), std::string::npos) << error;
+    EXPECT_NE(error.find("no heartbeat for"), std::string::npos) << error;
+    EXPECT_NE(error.find("during allreduce #"), std::string::npos) << error;
+  }
+  EXPECT_EQ(survivors, 2) << out.text;
+}
+
 // DDP on tandem's backend and with its buckets through tandem (the comm hook),
 // each against DDP over gloo: same seed, data and model (the Fashion-MNIST
 // convnet), 10 steps, parameters compared.

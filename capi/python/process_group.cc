@@ -7,11 +7,15 @@
 // group waits for them in issue order, copies results where a call needed a
 // staging buffer (non-contiguous tensors, allgather into a tensor list), then
 // completes the work and its future, which is what DDP's reducer waits on.
+// The communicator bootstraps through the c10d store the group is handed
+// (C10dStore below), as ProcessGroupGloo does: no store or port of its own.
 // Built against Debian's libtorch-dev and python3-torch (1.13): CPU tensors only.
 #include <torch/extension.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -19,6 +23,7 @@
 #include <mutex>
 #include <thread>
 
+#include "tandem/store.h"
 #include "tandem/tandem.h"
 
 namespace {
@@ -70,6 +75,95 @@ tandem::CollectiveOptions with_timeout(std::chrono::milliseconds timeout) {
   if (timeout != c10d::kUnsetTimeout) o.timeout = timeout;
   return o;
 }
+
+// tandem's KeyValueStore over a c10d::Store (TCPStore, FileStore, HashStore,
+// each behind the group's PrefixStore). c10d's get and wait block up to the
+// store's own timeout while holding the store's lock (TCPStore 1.13 serialises
+// every call on one mutex), so blocking calls here poll check() instead
+// (TCPStore's wait with a timeout would leave its reply in the connection),
+// 1 ms apart, doubling up to world size / 10 ms (2..50 ms): the whole world
+// asks the store at most ~10,000 times a second while it waits, and a small
+// world does not oversleep its start-up. tandem's deadline holds, and the
+// heartbeat's handle, which shares the store (connect_again), is never held
+// up for long.
+// TCPStore, FileStore, HashStore and PrefixStore guard each call with a
+// mutex, so two threads may call them. set/add/check/deleteKey cannot be
+// bounded from outside: they return when the store answers. c10d's errors
+// become PeerFailure(-1) (the store is gone or broken), its timeouts Timeout.
+class C10dStore final : public tandem::KeyValueStore {
+ public:
+  C10dStore(c10::intrusive_ptr<c10d::Store> store, int world_size)
+      : store_(std::move(store)), world_size_(world_size),
+        poll_max_(std::clamp(std::chrono::milliseconds(world_size / 10), std::chrono::milliseconds(2),
+                             std::chrono::milliseconds(50))) {}
+
+  void set(const std::string& key, const std::string& value, tandem::Deadline) override {
+    guarded("set of key '" + key + "'", [&] { store_->set(key, std::vector<uint8_t>(value.begin(), value.end())); });
+  }
+  std::string get(const std::string& key, tandem::Deadline deadline) override {
+    wait({key}, deadline);
+    return fetch(key);
+  }
+  std::optional<std::string> try_get(const std::string& key, tandem::Deadline deadline) override {
+    if (!check({key}, deadline)) return std::nullopt;
+    return fetch(key);
+  }
+  int64_t add(const std::string& key, int64_t delta, tandem::Deadline) override {
+    int64_t total = 0;
+    guarded("add to key '" + key + "'", [&] { total = store_->add(key, delta); });
+    return total;
+  }
+  void wait(const std::vector<std::string>& keys, tandem::Deadline deadline) override {
+    const auto start = tandem::Clock::now();
+    auto pause = std::chrono::milliseconds(1);
+    while (!check(keys, deadline)) {
+      const auto now = tandem::Clock::now();
+      if (now >= deadline) {
+        throw tandem::Timeout("c10d store: wait for " + std::to_string(keys.size()) + " key(s), the first '" +
+                              keys.front() + "', timed out after " +
+                              std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count()) +
+                              " ms (a rank never set it: it did not start, failed, or joined another group)");
+      }
+      std::this_thread::sleep_for(std::min<tandem::Clock::duration>(pause, deadline - now));
+      pause = std::min(pause * 2, poll_max_);
+    }
+  }
+  bool check(const std::vector<std::string>& keys, tandem::Deadline) override {
+    bool all = false;
+    guarded("check of key '" + (keys.empty() ? std::string() : keys.front()) + "'", [&] { all = store_->check(keys); });
+    return all;
+  }
+  void erase(const std::string& key, tandem::Deadline) override {
+    guarded("delete of key '" + key + "'", [&] { store_->deleteKey(key); });
+  }
+  std::unique_ptr<tandem::KeyValueStore> connect_again(tandem::Deadline) override {
+    return std::make_unique<C10dStore>(store_, world_size_);
+  }
+
+ private:
+  std::string fetch(const std::string& key) {
+    std::vector<uint8_t> value;
+    guarded("get of key '" + key + "'", [&] { value = store_->get(key); });
+    return std::string(value.begin(), value.end());
+  }
+
+  template <class F>
+  static void guarded(const std::string& what, F&& call) {
+    try {
+      call();
+    } catch (const std::exception& e) {
+      const std::string text = e.what();
+      if (text.find("imeout") != std::string::npos || text.find("timed out") != std::string::npos) {
+        throw tandem::Timeout("c10d store: " + what + " timed out: " + text);
+      }
+      throw tandem::PeerFailure(-1, "c10d store: " + what + " failed (the store is gone or refused it): " + text);
+    }
+  }
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  int world_size_;
+  std::chrono::milliseconds poll_max_;  // the longest pause between two checks
+};
 
 class TandemWork : public c10d::Work {
  public:
@@ -275,21 +369,20 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
   std::unique_ptr<Completer> completer_;
 };
 
-// The communicator behind a process group: rank 0 hosts tandem's store at
-// `store_address` (tandem/c10d.py agreed on it and the secret through the c10d store).
-c10::intrusive_ptr<c10d::ProcessGroup> create(int rank, int size, const std::string& store_address,
-                                              const std::string& secret, double timeout_s, const std::string& prefix) {
+// The communicator behind a process group, bootstrapped through the group's c10d store.
+c10::intrusive_ptr<c10d::ProcessGroup> create(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                              double timeout_s) {
+  TORCH_CHECK(store, "tandem backend: no c10d store was handed to the process group");
   tandem::CommOptions o;
   try {
     o = tandem::options_from_env();  // TANDEM_* tuning knobs, when a launcher set them
   } catch (const std::exception&) {
-    // Not under tandem launch (e.g. torchrun): the defaults, with what c10d handed us below.
+    // Not under tandem launch (e.g. torchrun): the tuning knobs alone, with what c10d handed us below.
+    o = tandem::tuning_from_env();
   }
   o.rank = rank, o.size = size;
-  o.store_address = store_address;
-  o.host_store = rank == 0;
-  o.secret = secret;
-  o.prefix = prefix;
+  o.store = std::make_shared<C10dStore>(store, size);  // never tandem's store: store_address and secret go unused
+  o.prefix = "tandem";  // within the group's PrefixStore, apart from c10d's own keys
   o.timeout = std::chrono::milliseconds(int64_t(timeout_s * 1e3));
   std::unique_ptr<tandem::Communicator> comm;
   {
@@ -304,6 +397,5 @@ c10::intrusive_ptr<c10d::ProcessGroup> create(int rank, int size, const std::str
 PYBIND11_MODULE(_c10d, m) {
   m.doc() = "tandem's torch.distributed process group (register it with `import tandem.c10d`)";
   py::module::import("torch.distributed");  // c10d's ProcessGroup type, which the result is returned as
-  m.def("create", &create, py::arg("rank"), py::arg("size"), py::arg("store_address"), py::arg("secret"),
-        py::arg("timeout"), py::arg("prefix"));
+  m.def("create", &create, py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"));
 }

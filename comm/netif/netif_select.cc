@@ -353,7 +353,7 @@ void decide(NetifDecision& d) {
 
 namespace {
 
-void store_barrier(StoreClient& store, const std::string& k, int size, Deadline deadline) {
+void store_barrier(KeyValueStore& store, const std::string& k, int size, Deadline deadline) {
   if (store.add(k, 1, deadline) == size) store.set(k + "/done", "1", deadline);
   store.wait({k + "/done"}, deadline);
 }
@@ -362,7 +362,7 @@ void store_barrier(StoreClient& store, const std::string& k, int size, Deadline 
 // it, the rank hosting the store waits (briefly) for the others to reach it
 // too, so they report the real error rather than "lost the store".
 template <typename F>
-void agree_or_throw(StoreClient& store, const CommOptions& o, const std::string& key, Deadline deadline, F&& check) {
+void agree_or_throw(KeyValueStore& store, const CommOptions& o, const std::string& key, Deadline deadline, F&& check) {
   try {
     check();
   } catch (const InvalidArgument&) {
@@ -382,7 +382,7 @@ void agree_or_throw(StoreClient& store, const CommOptions& o, const std::string&
 
 }  // namespace
 
-NetifDecision select_interface(StoreClient& store, const CommOptions& options, Deadline deadline) {
+NetifDecision select_interface(KeyValueStore& store, const CommOptions& options, Deadline deadline) {
   using namespace netif;
   const InterfaceOverride ovr = parse_interface_override(options.network_interface);
   const std::string base = options.prefix + "/netif/";

@@ -333,6 +333,14 @@ std::string read_secret(const EnvLookup& env) {
   return secret;
 }
 
+CommOptions tuning_from_env(const EnvLookup& env) {
+  CommOptions o;
+  read_tuning(env, o);
+  read_network(env, o);
+  o.host_store = false;
+  return o;
+}
+
 CommOptions options_from_env(const EnvLookup& env) {
   const std::string launcher = detect_launcher(env);
   CommOptions o;

@@ -121,6 +121,7 @@ struct StoreClient::Impl {
   std::string host;
   uint16_t port;
   std::string address;  // "host:port" for messages
+  std::string secret;   // for connect_again()
   int fd = -1;
   std::string broken;  // why the connection is unusable; empty while healthy
   std::string wbuf;
@@ -310,6 +311,7 @@ struct StoreClient::Impl {
 StoreClient::StoreClient(const std::string& host, uint16_t port, Deadline deadline, const std::string& secret)
     : impl_(std::make_unique<Impl>(host, port)) {
   impl_->connect(deadline);
+  impl_->secret = secret;
   if (secret.empty()) return;
   const std::string nonce = impl_->simple(sp::Op::auth_begin, {}, {}, deadline, "authentication").value;
   if (nonce.empty()) return;  // the store has no secret
@@ -322,6 +324,10 @@ StoreClient::StoreClient(const std::string& host, uint16_t port, Deadline deadli
 }
 
 StoreClient::~StoreClient() = default;
+
+std::unique_ptr<KeyValueStore> StoreClient::connect_again(Deadline deadline) {
+  return std::make_unique<StoreClient>(impl_->host, impl_->port, deadline, impl_->secret);
+}
 
 void StoreClient::set(const std::string& key, const std::string& value, Deadline deadline) {
   if (value.size() > kMaxValueBytes)

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "flight_recorder.h"
+#include "peer_watch.h"
 #include "tandem/netif.h"
 #include "tandem/reduce.h"
 #include "tandem/store.h"
@@ -236,7 +237,7 @@ struct Communicator::Impl {
   CommOptions opts;
   std::shared_ptr<Algorithms> algorithms;
   std::unique_ptr<StoreServer> server;
-  std::unique_ptr<StoreClient> store;
+  std::shared_ptr<KeyValueStore> store;  // tandem's (StoreClient) or the one handed in
   std::unique_ptr<UcxTransport> ucx;
   std::unique_ptr<SharedSegmentSet> shm;  // when all ranks share this host
   Topology topology;                       // which ranks share a host
@@ -261,11 +262,13 @@ struct Communicator::Impl {
   std::exception_ptr sticky;  // engine thread only
   std::atomic<bool> failed{false};
 
-  // Liveness: a thread beats on its own store connection every heartbeat / 2;
-  // the store records a rank silent for kSilentHeartbeats intervals as failed.
+  // Liveness: a thread beats on its own store handle every heartbeat / 2;
+  // the store records a rank silent for kSilentHeartbeats intervals as
+  // failed, or, if it does not track liveness, the rank's watcher does.
   std::thread heartbeat_thread;
   std::condition_variable cv_heartbeat;
-  std::unique_ptr<StoreClient> heartbeat_store;
+  std::unique_ptr<KeyValueStore> heartbeat_store;
+  std::unique_ptr<PeerWatch> peer_watch;  // when the store does not track liveness
   bool heartbeat_stopping = false;     // guarded by mu
   std::string heartbeat_error;         // guarded by mu
   std::atomic<bool> heartbeat_failed{false};
@@ -309,7 +312,7 @@ struct Communicator::Impl {
     return opts.heartbeat.count() > 0 ? std::min<std::chrono::milliseconds>(opts.heartbeat, std::chrono::seconds(2))
                                       : std::chrono::seconds(2);
   }
-  void start_heartbeat(const std::string& host, uint16_t port, Deadline deadline);
+  void start_heartbeat(Deadline deadline);
   void check_versions(Deadline deadline);
   void stop_heartbeat();
   void* scratch_buffer(size_t bytes, int slot, MemoryType memory);
@@ -584,6 +587,7 @@ void Communicator::Impl::throw_store_lost(const std::exception& e) {
     throw PeerFailure(store_host_rank, "rank " + std::to_string(store_host_rank) +
                                            " failed: the bootstrap store it hosted is gone (" + e.what() + ")");
   }
+  if (opts.store) throw PeerFailure(-1, std::string("lost the store handed to the communicator: ") + e.what());
   throw PeerFailure(-1, std::string("lost the bootstrap store (launcher gone?): ") + e.what());
 }
 
@@ -745,22 +749,26 @@ void Communicator::Impl::store_barrier(const std::string& name, Deadline deadlin
 
 void Communicator::Impl::connect() {
   const Deadline deadline = Clock::now() + opts.connect_timeout;
-  auto [host, port] = parse_host_port(opts.store_address);
-  if (opts.host_store) {
-    StoreServerOptions so;
-    so.host = host;
-    so.port = port;
-    so.secret = opts.secret;
-    server = std::make_unique<StoreServer>(so);
+  if (opts.store) {
+    store = opts.store;
+  } else {
+    auto [host, port] = parse_host_port(opts.store_address);
+    if (opts.host_store) {
+      StoreServerOptions so;
+      so.host = host;
+      so.port = port;
+      so.secret = opts.secret;
+      server = std::make_unique<StoreServer>(so);
+    }
+    store = std::make_shared<StoreClient>(host, port, deadline, opts.secret);
   }
-  store = std::make_unique<StoreClient>(host, port, deadline, opts.secret);
   store->hello(opts.rank, deadline);
   char hostname[256] = "?";
   gethostname(hostname, sizeof hostname - 1);
   store->set(key("host/" + std::to_string(opts.rank)),
              "host " + std::string(hostname) + ", pid " + std::to_string(getpid()), deadline);
   check_versions(deadline);
-  if (opts.heartbeat.count() > 0) start_heartbeat(host, port, deadline);
+  if (opts.heartbeat.count() > 0) start_heartbeat(deadline);
   if (opts.host_store) store->set(key("store_host"), std::to_string(opts.rank), deadline);
   // Interface selection (netif.h): every rank takes part; it logs the decision.
   network = select_interface(*store, opts, deadline);
@@ -824,17 +832,29 @@ void Communicator::Impl::check_versions(Deadline deadline) {
   if (verdict != "ok") throw InvalidArgument(verdict);
 }
 
-void Communicator::Impl::start_heartbeat(const std::string& host, uint16_t port, Deadline deadline) {
-  heartbeat_store = std::make_unique<StoreClient>(host, port, deadline, opts.secret);
-  heartbeat_store->heartbeat(opts.rank, opts.heartbeat, deadline);  // registered before any collective
-  heartbeat_thread = std::thread([this] {
+void Communicator::Impl::start_heartbeat(Deadline deadline) {
+  heartbeat_store = store->connect_again(deadline);
+  // Registered (or the first beat) before any collective.
+  if (heartbeat_store->tracks_liveness()) {
+    heartbeat_store->heartbeat(opts.rank, opts.heartbeat, deadline);
+  } else {
+    peer_watch = std::make_unique<PeerWatch>(*heartbeat_store, opts.prefix, opts.rank, opts.size, opts.heartbeat);
+    peer_watch->beat(deadline);
+  }
+  const auto interval = peer_watch ? peer_watch->step_interval() : opts.heartbeat / 2;
+  heartbeat_thread = std::thread([this, interval] {
     std::unique_lock<std::mutex> lock(mu);
     for (;;) {
-      if (cv_heartbeat.wait_for(lock, opts.heartbeat / 2, [&] { return heartbeat_stopping; })) return;
+      if (cv_heartbeat.wait_for(lock, interval, [&] { return heartbeat_stopping; })) return;
       lock.unlock();
       std::string error;
       try {
-        heartbeat_store->heartbeat(opts.rank, opts.heartbeat, Clock::now() + opts.heartbeat);
+        const Deadline until = Clock::now() + opts.heartbeat;
+        if (peer_watch) {
+          peer_watch->step(Clock::now(), until);
+        } else {
+          heartbeat_store->heartbeat(opts.rank, opts.heartbeat, until);
+        }
       } catch (const std::exception& e) {
         error = std::string("rank ") + std::to_string(opts.rank) + " cannot reach the store to send its heartbeat (" +
                 e.what() + ")";
@@ -859,11 +879,17 @@ void Communicator::Impl::stop_heartbeat() {
   heartbeat_thread.join();
   if (!heartbeat_failed) {
     try {
-      heartbeat_store->goodbye(Clock::now() + std::chrono::seconds(2));
+      const Deadline until = Clock::now() + std::chrono::seconds(2);
+      if (peer_watch) {
+        peer_watch->leave(until);
+      } else {
+        heartbeat_store->goodbye(until);
+      }
     } catch (const std::exception& e) {
       spdlog::debug("tandem rank {}: heartbeat goodbye: {}", opts.rank, e.what());
     }
   }
+  peer_watch.reset();
   heartbeat_store.reset();
 }
 
@@ -1131,7 +1157,7 @@ std::unique_ptr<Communicator> Communicator::create(const CommOptions& options, s
     throw InvalidArgument("rank " + std::to_string(options.rank) + " is out of range for world size " +
                           std::to_string(options.size));
   }
-  if (options.size > 1 && options.store_address.empty()) {
+  if (options.size > 1 && options.store_address.empty() && !options.store) {
     throw InvalidArgument("world size " + std::to_string(options.size) +
                           " needs a store address: run under `tandem launch`, or set TANDEM_STORE_ADDR=host:port");
   }
@@ -1141,6 +1167,7 @@ std::unique_ptr<Communicator> Communicator::create(const CommOptions& options, s
   }
   auto impl = std::make_unique<Impl>();
   impl->opts = options;
+  if (options.store) impl->opts.host_store = false;  // a handed-in store is never hosted
   impl->algorithms = std::move(algorithms);
   impl->oversubscribed = ranks_outnumber_cores(options);
   impl->topology = make_topology({"this host"}, 0);

@@ -1,6 +1,7 @@
 """The "tandem" torch.distributed backend, checked on every rank against closed forms.
 Run under `tandem launch -n N` or with torchrun's variables (RANK, WORLD_SIZE,
 MASTER_ADDR, MASTER_PORT); prints "c10d checks passed" per rank."""
+import datetime
 import os
 import sys
 
@@ -26,6 +27,25 @@ else:  # tandem launch: a file store next to the job, as any init_method would d
     how = "file://"
 rank, n = dist.get_rank(), dist.get_world_size()
 check(dist.get_backend() == "tandem", dist.get_backend())
+
+# The bootstrap went through the store c10d handed the group (its PrefixStore),
+# not a second store: tandem's start-up verdict is there, no bootstrap address.
+c10d = dist.distributed_c10d
+group_store = dist.PrefixStore(c10d._pg_names[c10d._get_default_group()], c10d._get_default_store())
+if n > 1:
+    check(group_store.get("tandem/version/verdict") == b"ok", "tandem's keys are not in the group's c10d store")
+
+
+def absent(store, key):
+    try:
+        store.wait([key], datetime.timedelta(milliseconds=50))
+    except RuntimeError:
+        return True
+    return False
+
+
+check(absent(group_store, "tandem/bootstrap") and absent(c10d._get_default_store(), "tandem/bootstrap"),
+      "a tandem store address was passed through the c10d store")
 tri = n * (n - 1) // 2  # sum of the ranks
 
 # All-reduce: every supported dtype, sum of rank + i over ranks = n*i + tri.
@@ -70,6 +90,16 @@ rs_out = torch.zeros(4)
 dist._reduce_scatter_base(rs_out, torch.arange(4 * n, dtype=torch.float32) + rank)
 check(torch.equal(rs_out, torch.arange(4 * rank, 4 * rank + 4, dtype=torch.float32) * n + tri), f"reduce_scatter: {rs_out}")
 dist.barrier()
+
+# A second tandem group on the same c10d store: its keys stay apart from the first's.
+second = dist.new_group(list(range(n)), backend="tandem")
+y = torch.full((9,), float(rank + 1))
+dist.all_reduce(y, group=second)
+check(torch.all(y == n * (n + 1) // 2), f"all_reduce on a second group: {y}")
+z = torch.full((9,), float(rank))
+dist.all_reduce(z)
+check(torch.all(z == tri), f"all_reduce on the first group after the second's: {z}")
+dist.destroy_process_group(second)
 
 # What tandem cannot do is named.
 c = torch.full((3,), complex(rank, 1.0))  # torch hands complex tensors over as their real views

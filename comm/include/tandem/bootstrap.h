@@ -25,6 +25,12 @@ EnvLookup process_env();
 // is incomplete or contradictory (e.g. rank >= world size).
 CommOptions options_from_env(const EnvLookup& env = process_env());
 
+// Only the tuning and interface knobs (TANDEM_TIMEOUT_MS, TANDEM_HEARTBEAT_MS,
+// TANDEM_SHM, TANDEM_NETWORK_INTERFACE, ...), for a communicator whose rank,
+// size and store come from elsewhere (a framework's store, CommOptions::store).
+// Throws InvalidArgument naming a malformed variable.
+CommOptions tuning_from_env(const EnvLookup& env = process_env());
+
 // The job secret: TANDEM_SECRET, else the contents of TANDEM_SECRET_FILE
 // (mode 0600 or stricter), else "" (a store without a secret). Throws
 // InvalidArgument for a short secret or a file others may read.

@@ -24,6 +24,8 @@
 
 namespace tandem {
 
+class KeyValueStore;  // tandem/store.h
+
 // Where a rank finds its peers; see bootstrap.h for reading it from the environment.
 struct CommOptions {
   int rank = -1;
@@ -33,6 +35,12 @@ struct CommOptions {
   std::string store_address;      // "host:port" of the bootstrap store
   bool host_store = false;        // this rank (rank 0) starts the store itself (mpirun, Slurm)
   std::string prefix = "tandem";  // namespace for this communicator's store keys
+  // A store handed in (a framework's, e.g. c10d's through the torch backend):
+  // when set, the communicator bootstraps through it instead of connecting to
+  // store_address, and never hosts one (host_store and secret are ignored).
+  // Its handle serves the communicator's calling threads; the heartbeat takes
+  // another from connect_again(). Shared: the caller may keep using it.
+  std::shared_ptr<KeyValueStore> store;
   // The job secret (TANDEM_SECRET or TANDEM_SECRET_FILE; tandem launch makes
   // one): the store admits only connections that prove they know it.
   std::string secret;
@@ -73,6 +81,9 @@ struct CommOptions {
   // every heartbeat / 2 on its own connection; a rank silent for two
   // intervals (stopped, hung, cut off) is recorded as failed, and every rank
   // waiting in a collective fails with PeerFailure naming it within three.
+  // tandem's store watches the beats itself; over a handed-in store that does
+  // not (`store` above), each rank watches its ring successor's beats instead
+  // (comm/src/peer_watch.h), with the same bound.
   // The same bound applies to the store itself: a store that does not answer
   // a failure poll within min(heartbeat, 2 s) counts as gone.
   std::chrono::milliseconds heartbeat{std::chrono::seconds(2)};

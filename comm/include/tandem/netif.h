@@ -32,7 +32,7 @@
 
 namespace tandem {
 
-class StoreClient;
+class KeyValueStore;
 
 struct InterfaceAddress {
   std::string address;  // "10.1.0.2", "fd00::2"
@@ -158,7 +158,7 @@ struct NetifDecision {
 // Throws InvalidArgument for an override that matches nothing on some host
 // (naming the host and rank and listing its interfaces) or leaves no interface
 // shared by all ranks; Timeout past the deadline.
-NetifDecision select_interface(StoreClient& store, const CommOptions& options, Deadline deadline);
+NetifDecision select_interface(KeyValueStore& store, const CommOptions& options, Deadline deadline);
 
 // Local view for `tandem netif`: one row per interface.
 std::string interfaces_to_text(const std::vector<NetInterface>& interfaces);

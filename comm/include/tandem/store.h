@@ -83,34 +83,82 @@ class StoreServer {
   std::unique_ptr<Impl> impl_;
 };
 
-// One connection; not thread-safe (one client per thread). Every call takes a
-// deadline and throws Timeout past it, PeerFailure(-1) if the server is gone.
-class StoreClient {
+// The operations a communicator needs from a bootstrap key-value store, so
+// that a store tandem did not write (c10d's, a test's in-memory one) can stand
+// in for StoreClient. Keys and values are byte strings.
+//
+// Contract, every call: it returns or throws by `deadline` as far as the
+// store allows (Timeout past it; PeerFailure(-1) when the store is gone;
+// InvalidArgument for a request the store refuses). One handle serves one
+// thread at a time; a second thread gets its own from connect_again().
+//
+// Liveness is optional. A store that tracks_liveness() (tandem's own,
+// StoreClient) registers ranks with hello/goodbye/heartbeat and records a rank
+// that drops or falls silent under kFailedRanksKey and failure_reason_key(rank)
+// itself. For any other store those three calls do nothing, and the
+// communicator's ranks watch each other through ordinary keys instead (each
+// rank bumps its own beat key, and one other rank watches it; see
+// communicator.h, CommOptions::heartbeat), writing the same two keys. Those
+// keys carry no communicator prefix: a store serves one communicator's
+// liveness (c10d hands each process group a PrefixStore of its own).
+class KeyValueStore {
+ public:
+  virtual ~KeyValueStore() = default;
+
+  virtual void set(const std::string& key, const std::string& value, Deadline deadline) = 0;
+  // Blocks until the key exists or the deadline passes (Timeout).
+  virtual std::string get(const std::string& key, Deadline deadline) = 0;
+  // Returns at once; nullopt if the key does not exist.
+  virtual std::optional<std::string> try_get(const std::string& key, Deadline deadline) = 0;
+  // Atomically adds delta to the integer stored at key (absent = 0); returns the new value.
+  virtual int64_t add(const std::string& key, int64_t delta, Deadline deadline) = 0;
+  // Blocks until every key exists or the deadline passes (Timeout).
+  virtual void wait(const std::vector<std::string>& keys, Deadline deadline) = 0;
+  // Returns at once: whether every key exists.
+  virtual bool check(const std::vector<std::string>& keys, Deadline deadline) = 0;
+  virtual void erase(const std::string& key, Deadline deadline) = 0;
+  // Another handle on the same store, for another thread (the heartbeat's):
+  // calls on the two may overlap. A store that is thread-safe may return a
+  // handle sharing its connection, as long as a blocking get or wait on one
+  // never holds up the other for long.
+  virtual std::unique_ptr<KeyValueStore> connect_again(Deadline deadline) = 0;
+
+  // True when the store itself watches registered ranks (see above).
+  virtual bool tracks_liveness() const { return false; }
+  // Registers this handle as rank's; a registered handle that drops without goodbye() fails the rank.
+  virtual void hello(int /*rank*/, Deadline /*deadline*/) {}
+  virtual void goodbye(Deadline /*deadline*/) {}
+  // Registers this handle as rank's heartbeat: the rank promises another
+  // beat within `interval` (see kSilentHeartbeats).
+  virtual void heartbeat(int /*rank*/, std::chrono::milliseconds /*interval*/, Deadline /*deadline*/) {}
+};
+
+// One connection to a StoreServer; not thread-safe (one client per thread).
+// Every call takes a deadline and throws Timeout past it, PeerFailure(-1) if
+// the server is gone. Tracks liveness (hello, goodbye, heartbeat).
+class StoreClient final : public KeyValueStore {
  public:
   // Retries the connection until the deadline (the server may start later).
   // With a secret, proves it to the store right after connecting.
   StoreClient(const std::string& host, uint16_t port, Deadline deadline, const std::string& secret = {});
-  ~StoreClient();
+  ~StoreClient() override;
   StoreClient(const StoreClient&) = delete;
   StoreClient& operator=(const StoreClient&) = delete;
 
-  void set(const std::string& key, const std::string& value, Deadline deadline);
-  // Blocks until the key exists or the deadline passes.
-  std::string get(const std::string& key, Deadline deadline);
-  // Returns immediately; nullopt if the key does not exist.
-  std::optional<std::string> try_get(const std::string& key, Deadline deadline);
-  // Atomically adds delta to the integer stored at key (absent = 0); returns the new value.
-  int64_t add(const std::string& key, int64_t delta, Deadline deadline);
-  // Blocks until every key exists or the deadline passes.
-  void wait(const std::vector<std::string>& keys, Deadline deadline);
-  bool check(const std::vector<std::string>& keys, Deadline deadline);
-  void erase(const std::string& key, Deadline deadline);
+  void set(const std::string& key, const std::string& value, Deadline deadline) override;
+  std::string get(const std::string& key, Deadline deadline) override;
+  std::optional<std::string> try_get(const std::string& key, Deadline deadline) override;
+  int64_t add(const std::string& key, int64_t delta, Deadline deadline) override;
+  void wait(const std::vector<std::string>& keys, Deadline deadline) override;
+  bool check(const std::vector<std::string>& keys, Deadline deadline) override;
+  void erase(const std::string& key, Deadline deadline) override;
+  // A new connection to the same server, with the same secret.
+  std::unique_ptr<KeyValueStore> connect_again(Deadline deadline) override;
 
-  void hello(int rank, Deadline deadline);
-  void goodbye(Deadline deadline);
-  // Registers this connection as rank's heartbeat: the rank promises another
-  // beat within `interval` (see kSilentHeartbeats).
-  void heartbeat(int rank, std::chrono::milliseconds interval, Deadline deadline);
+  bool tracks_liveness() const override { return true; }
+  void hello(int rank, Deadline deadline) override;
+  void goodbye(Deadline deadline) override;
+  void heartbeat(int rank, std::chrono::milliseconds interval, Deadline deadline) override;
 
  private:
   struct Impl;
