@@ -13,8 +13,6 @@
 namespace tandem::bench {
 namespace {
 
-bool power_of_two(int p) { return p > 0 && (p & (p - 1)) == 0; }
-
 // Ranks sharing a host's cores slow a cpu-bound cost by their excess over the cores.
 double contention(const Calibration& c, const Topology& t) {
   const int on_cores = t.ranks_on_cores > 0 ? t.ranks_on_cores : t.ranks_per_host;
@@ -25,11 +23,23 @@ double link_beta(const Calibration& c, const Link& l, const Topology& t) {
   return l.cpu_bound ? l.beta * contention(c, t) : l.beta;
 }
 
+// Ranks per core on a host (0 when the cores are unknown).
+double ranks_per_core(const Calibration& c, const Topology& t) {
+  const int on_cores = t.ranks_on_cores > 0 ? t.ranks_on_cores : t.ranks_per_host;
+  return double(on_cores) / std::max(c.cores, 1);
+}
+
+// The shared-memory all-reduce makes every rank wait for all the others twice
+// per call: staged (3+ ranks) once for the stamps, once for the reduced
+// slices; direct once to arrive, once to finish.
+constexpr double kShmRendezvousPerCall = 2;
+
 // Shared-memory all-reduce of `bytes` among L ranks on one host.
 double shared_memory_time(const Calibration& c, const Topology& t, double bytes) {
   if (t.ranks_per_host < 2) return 0;
   const double per_rank = c.shm.traffic_at(bytes) * bytes;
-  return (c.shm.alpha + per_rank * c.shm.beta_at(bytes)) * contention(c, t);
+  return (c.shm.alpha + per_rank * c.shm.beta_at(bytes)) * contention(c, t) +
+         kShmRendezvousPerCall * oversubscribed_step(c.shm.step, ranks_per_core(c, t));
 }
 
 // Reducing a received segment overlaps the next segment's transfer when
@@ -40,10 +50,11 @@ double transfer_and_reduce(const Link& l, double beta, double gamma) {
 }
 
 // A pipelined ring of n ranks: n-1 reduce-scatter steps of N/n (transfer and
-// reduce), n-1 allgather steps (transfer).
-double ring_time(const Link& l, double beta, double gamma, int n, double bytes) {
+// reduce), n-1 allgather steps (transfer); each step also pays `wait`, what
+// oversubscribed cores add to it.
+double ring_time(const Link& l, double beta, double gamma, int n, double bytes, double wait) {
   if (n < 2) return 0;
-  return 2.0 * (n - 1) * l.alpha + (n - 1) * (bytes / n) * (transfer_and_reduce(l, beta, gamma) + beta);
+  return 2.0 * (n - 1) * (l.alpha + wait) + (n - 1) * (bytes / n) * (transfer_and_reduce(l, beta, gamma) + beta);
 }
 
 }  // namespace
@@ -57,6 +68,21 @@ double interpolate(const std::map<double, double>& table, double bytes, double f
   auto lo = std::prev(hi);
   const double w = (std::log(bytes) - std::log(lo->first)) / (std::log(hi->first) - std::log(lo->first));
   return lo->second + w * (hi->second - lo->second);
+}
+
+double oversubscribed_step(const StepTable& step, double rho) {
+  if (rho <= 1 || step.empty() || step.rbegin()->first <= 1) return 0;
+  // The unshared step: the entry at the most ranks per core not above 1 (else none).
+  auto base_it = step.upper_bound(1.0);
+  const double base = base_it == step.begin() ? 0.0 : std::prev(base_it)->second;
+  // (rho, extra) points from (1, 0) through every entry above 1.
+  double lo_rho = 1, lo_extra = 0;
+  for (auto it = base_it; it != step.end(); ++it) {
+    const double extra = std::max(0.0, it->second - base);
+    if (rho <= it->first) return lo_extra + (extra - lo_extra) * (rho - lo_rho) / (it->first - lo_rho);
+    lo_rho = it->first, lo_extra = extra;
+  }
+  return lo_extra * (rho - 1) / (lo_rho - 1);  // beyond the largest: in proportion to rho - 1
 }
 
 double SharedMemoryCost::beta_at(double bytes) const { return interpolate(beta, bytes, 0.0); }
@@ -92,30 +118,38 @@ double predict(const Calibration& c, const Link& inter, const Topology& t, Algor
   const int p = t.ranks();
   const double beta = link_beta(c, inter, t);
   const double cpu = contention(c, t);
+  const double wait = oversubscribed_step(inter.step, ranks_per_core(c, t));  // per step over the link
   switch (a) {
     case Algorithm::shared_memory:
       return shared_memory_time(c, t, bytes);
     case Algorithm::ring:
       // Host-major: each host has one outgoing inter-host edge, the slowest on every step.
-      return ring_time(inter, beta, c.gamma * cpu, p, bytes);
+      return ring_time(inter, beta, c.gamma * cpu, p, bytes, wait);
     case Algorithm::recursive_doubling: {
-      // log2 of the largest power of two <= p, plus the fold and unfold when p is not one.
-      const double rounds = std::floor(std::log2(double(p))) + (power_of_two(p) ? 0 : 2);
-      return rounds * (inter.alpha + bytes * beta + bytes * c.gamma * cpu);
+      // log2(q) exchanges among q, the largest power of two <= p, plus the fold
+      // and unfold when p is not one. Only the ranks exchanging compete for the
+      // cores: q of the p in an exchange, the 2(p - q) pairing up in the fold.
+      const int q = 1 << int(std::floor(std::log2(double(p))));
+      const double rho = ranks_per_core(c, t);
+      const double data = bytes * beta + bytes * c.gamma * cpu;
+      const double exchanges = std::log2(double(q)) *
+                               (inter.alpha + oversubscribed_step(inter.step, rho * q / p) + data);
+      if (q == p) return exchanges;
+      return exchanges + 2 * (inter.alpha + oversubscribed_step(inter.step, rho * 2 * (p - q) / p) + data);
     }
     case Algorithm::hierarchical: {
       // Reduce-scatter then allgather on the host cost about one shared-memory all-reduce;
       // L rings of N/L share the NIC, so each sees L times beta on a wire.
       const int L = t.ranks_per_host;
       const double ring_beta = inter.cpu_bound ? beta : beta * L;
-      return shared_memory_time(c, t, bytes) + ring_time(inter, ring_beta, c.gamma * cpu, t.hosts, bytes / L);
+      return shared_memory_time(c, t, bytes) + ring_time(inter, ring_beta, c.gamma * cpu, t.hosts, bytes / L, wait);
     }
     case Algorithm::parameter_server: {
       // S = H servers; a worker's NIC carries N each way, a server's p*N/S each way.
       const double servers = t.hosts;
       const double server_bytes = p * bytes / servers;
       const double wire = std::max(bytes * t.ranks_per_host, server_bytes) * inter.beta;
-      return 2 * inter.alpha + wire + (p - 1) * (bytes / servers) * c.gamma;
+      return 2 * (inter.alpha + wait) + wire + (p - 1) * (bytes / servers) * c.gamma;
     }
   }
   return 0;
@@ -168,12 +202,6 @@ LineFit fit_bandwidth(const std::vector<double>& x, const std::vector<double>& y
   return f;
 }
 
-double beta_from_two_rank_slope(double b, double gamma, bool cpu_bound) {
-  // Two ranks: b = (transfer_and_reduce(beta, gamma) + beta) / 2.
-  if (cpu_bound) return std::max(0.0, b - gamma / 2);
-  return b >= gamma ? b : std::max(0.0, 2 * b - gamma);
-}
-
 LineFit fit_line(const std::vector<double>& x, const std::vector<double>& y) {
   if (x.size() != y.size() || x.size() < 2) throw InvalidArgument("tandem model: a line fit needs two or more sizes");
   // Relative least squares (weights 1/y^2): small and large sizes count alike.
@@ -193,17 +221,45 @@ LineFit fit_line(const std::vector<double>& x, const std::vector<double>& y) {
   return f;
 }
 
+namespace {
+// " step 1: 0.5 us, 1.5: 2.6 us" (ranks per core: seconds per step), or nothing.
+std::string describe_steps(const StepTable& step) {
+  std::ostringstream s;
+  for (const auto& [rho, seconds] : step) s << (s.tellp() > 0 ? ", " : " step ") << rho << ": " << seconds * 1e6 << " us";
+  return s.str();
+}
+}  // namespace
+
 std::string Calibration::describe() const {
   std::ostringstream s;
   s << "cores " << cores << ", gamma " << gamma * 1e9 << " ns/B, shared memory alpha " << shm.alpha * 1e6
     << " us, beta " << shm.beta_at(0) * 1e9 << " ns/B (smallest size) to " << shm.beta_at(1e15) * 1e9
-    << " ns/B (largest)";
+    << " ns/B (largest)" << describe_steps(shm.step);
   for (const auto& [name, l] : links) {
     s << "; " << name << " alpha " << l.alpha * 1e6 << " us beta " << l.beta * 1e9 << " ns/B"
-      << (l.cpu_bound ? " (cpu-bound)" : "");
+      << (l.cpu_bound ? " (cpu-bound)" : "") << describe_steps(l.step);
   }
   return s.str();
 }
+
+namespace {
+// "step_s": {"RANKS_PER_CORE": seconds, ...}
+StepTable step_table(const nlohmann::json& j) {
+  StepTable t;
+  const auto steps = j.value("step_s", nlohmann::json::object());
+  for (const auto& [rho, s] : steps.items()) t[std::stod(rho)] = s.get<double>();
+  return t;
+}
+nlohmann::json step_json(const StepTable& t) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [rho, s] : t) {
+    std::ostringstream key;
+    key << rho;
+    j[key.str()] = s;
+  }
+  return j;
+}
+}  // namespace
 
 Calibration load_calibration(const std::string& path) {
   std::ifstream f(path);
@@ -220,10 +276,12 @@ Calibration load_calibration(const std::string& path) {
       for (const auto& [bytes, b] : beta.items()) c.shm.beta[std::stod(bytes)] = b.get<double>();
       const auto traffic = s.value("traffic_per_byte", nlohmann::json::object());
       for (const auto& [bytes, t] : traffic.items()) c.shm.traffic[std::stod(bytes)] = t.get<double>();
+      c.shm.step = step_table(s);
     }
     const auto links = j.value("links", nlohmann::json::object());
     for (const auto& [name, l] : links.items()) {
-      c.links[name] = Link{l.value("alpha_s", 0.0), l.value("beta_s_per_byte", 0.0), l.value("cpu_bound", false)};
+      c.links[name] = Link{l.value("alpha_s", 0.0), l.value("beta_s_per_byte", 0.0), l.value("cpu_bound", false),
+                           step_table(l)};
     }
   } catch (const nlohmann::json::exception& e) {
     throw InvalidArgument("tandem model: calibration '" + path + "' is not valid: " + e.what());
@@ -239,12 +297,15 @@ void save_calibration(const Calibration& c, const std::string& path) {
   };
   nlohmann::json links = nlohmann::json::object();
   for (const auto& [name, l] : c.links) {
-    links[name] = {{"alpha_s", l.alpha}, {"beta_s_per_byte", l.beta}, {"cpu_bound", l.cpu_bound}};
+    links[name] = {{"alpha_s", l.alpha}, {"beta_s_per_byte", l.beta}, {"cpu_bound", l.cpu_bound}, {"step_s", step_json(l.step)}};
   }
   nlohmann::json j = {{"cores", c.cores},
                       {"gamma_s_per_byte", c.gamma},
                       {"shared_memory",
-                       {{"alpha_s", c.shm.alpha}, {"beta_s_per_byte", by_size(c.shm.beta)}, {"traffic_per_byte", by_size(c.shm.traffic)}}},
+                       {{"alpha_s", c.shm.alpha},
+                        {"beta_s_per_byte", by_size(c.shm.beta)},
+                        {"traffic_per_byte", by_size(c.shm.traffic)},
+                        {"step_s", step_json(c.shm.step)}}},
                       {"links", links}};
   std::ofstream f(path);
   if (!(f << j.dump(2) << '\n')) throw InvalidArgument("tandem model: cannot write '" + path + "'");
@@ -269,7 +330,7 @@ Link parse_hypothetical_link(const std::string& text) {
     const double alpha_us = std::stod(alpha_text, &alpha_used);
     if (gbps_used != gbps_text.size() || alpha_used != alpha_text.size()) throw std::invalid_argument("trailing text");
     if (gbps <= 0 || alpha_us < 0) throw std::invalid_argument("range");
-    return Link{alpha_us * 1e-6, 8.0 / (gbps * 1e9), false};
+    return Link{alpha_us * 1e-6, 8.0 / (gbps * 1e9), false, {}};
   } catch (const std::exception&) {
     throw InvalidArgument("tandem model: link '" + text +
                           "' is neither a calibrated link nor GBPS:ALPHA_US (e.g. 100:5 for 100 Gbit/s, 5 us)");

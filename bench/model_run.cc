@@ -50,6 +50,30 @@ double time_allreduce(Communicator& comm, std::vector<char>& buffer, size_t byte
   return median(t);
 }
 
+// Seconds per allgather of `bytes` in all (bytes / size from each rank), timed as above.
+double time_allgather(Communicator& comm, std::vector<char>& buffer, size_t bytes, int iters) {
+  const size_t count = bytes / sizeof(float) / size_t(comm.size());
+  std::vector<char> input(count * sizeof(float));
+  auto call = [&] { comm.allgather(input.data(), buffer.data(), count, DataType::f32); };
+  call(), call();
+  std::vector<double> t;
+  for (int i = 0; i < 3; ++i) t.push_back(time_per_op_us(comm, call, iters) * 1e-6);
+  return median(t);
+}
+
+// Seconds per synchronisation step: a tiny allgather (4 floats a rank) timed
+// as above with many calls, divided by its steps (shared memory: one
+// rendezvous of all ranks; the ring over UCX: size - 1 steps of one message
+// each way).
+double time_step(Communicator& comm, int steps, int iters) {
+  std::vector<float> in(4, 1.0f), out(4 * size_t(comm.size()));
+  auto call = [&] { comm.allgather(in.data(), out.data(), in.size(), DataType::f32); };
+  for (int i = 0; i < 10; ++i) call();
+  std::vector<double> t;
+  for (int i = 0; i < 5; ++i) t.push_back(time_per_op_us(comm, call, iters) * 1e-6);
+  return median(t) / steps;
+}
+
 // A calibrated link by name, else GBPS:ALPHA_US.
 Link resolve_link(const Calibration& c, const std::string& name) {
   if (!c.links.count(name) && name.find(':') != std::string::npos) return parse_hypothetical_link(name);
@@ -63,9 +87,25 @@ int run_calibrate(const CalibrateOptions& o) {
   // Pin the algorithm being measured: the one-host path, or the ring over UCX.
   options.algorithm = o.link.empty() ? "shared_memory" : "ring";
   auto comm = ring::connect(options);
+  const int cores = int(std::thread::hardware_concurrency());
+  // Ranks per core: every rank of a calibration runs on this machine (namespaces share its cores).
+  const double rho = double(comm->size()) / std::max(cores, 1);
+  if (o.step_only) {
+    if (comm->size() < 2) throw InvalidArgument("tandem model calibrate --step-only: run it with 2 or more ranks");
+    const double step = time_step(*comm, o.link.empty() ? 1 : comm->size() - 1, 200);
+    if (comm->rank() != 0) return 0;
+    Calibration c = load_calibration(o.output);
+    if (!o.link.empty()) link_named(c, o.link);  // throws unless its 2-rank calibration is there
+    StepTable& table = o.link.empty() ? c.shm.step : c.links[o.link].step;
+    table[rho] = step;
+    save_calibration(c, o.output);
+    printf("tandem model calibrate: %d ranks on %d cores (%.2f per core): %.1f us per step; wrote %s\n  %s\n",
+           comm->size(), cores, rho, step * 1e6, o.output.c_str(), c.describe().c_str());
+    return 0;
+  }
   if (comm->size() != 2) {
     throw InvalidArgument("tandem model calibrate: run it with exactly 2 ranks (got " + std::to_string(comm->size()) +
-                          "), e.g. `tandem launch -n 2 -- tandem model calibrate` on one host");
+                          "), e.g. `tandem launch -n 2 -- tandem model calibrate` on one host; --step-only takes any number");
   }
   const std::vector<double> sizes =
       o.sizes.empty() ? std::vector<double>{4096, 16384, 65536, 262144, 1 << 20, 4 << 20, 16 << 20, 64 << 20} : o.sizes;
@@ -75,41 +115,52 @@ int run_calibrate(const CalibrateOptions& o) {
   Calibration c;
   if (std::ifstream(o.output)) c = load_calibration(o.output);
   const double gamma = measure_gamma();
+  const double step = time_step(*comm, 1, 200);  // 2 ranks: one step either way
 
   std::vector<double> x, seconds;
   std::map<double, double> traffic;
   for (double bytes : sizes) {
     const uint64_t before = ring::shared_memory_traffic();
-    const double s = time_allreduce(*comm, buffer, size_t(bytes), o.iters);
+    double s;
     if (o.link.empty()) {
+      // One host: the shared-memory all-reduce itself, per byte of the memory traffic it counts.
+      s = time_allreduce(*comm, buffer, size_t(bytes), o.iters);
       const double moved = double(ring::shared_memory_traffic() - before) / (3 * o.iters + 2) / bytes;
       traffic[bytes] = moved;
-      x.push_back(moved * bytes);  // beta is per byte of memory traffic
+      x.push_back(moved * bytes);
     } else {
-      x.push_back(bytes);
+      // A link: a 2-rank allgather, each rank sending bytes / 2 while it receives as much.
+      s = time_allgather(*comm, buffer, size_t(bytes), o.iters);
+      x.push_back(bytes / 2);
     }
     seconds.push_back(s);
     if (comm->rank() == 0) fprintf(stderr, "tandem model calibrate: %8s  %10.1f us\n", human_bytes(bytes).c_str(), s * 1e6);
   }
   if (comm->rank() != 0) return 0;
 
-  c.cores = int(std::thread::hardware_concurrency());
+  c.cores = cores;
   c.gamma = gamma;
   // One host: alpha from the small sizes alone (beyond them beta changes with
   // the caches). A link: beta from the large sizes (a rate limiter's burst
-  // makes small ones look fast), alpha from the smallest.
+  // makes small ones look fast), alpha the step.
   if (o.link.empty()) {
     const size_t fitted = std::min<size_t>(3, x.size());
     const LineFit fit = fit_line({x.begin(), x.begin() + fitted}, {seconds.begin(), seconds.begin() + fitted});
     // beta per size from what alpha leaves of each time.
-    c.shm = SharedMemoryCost{fit.a, {}, traffic};
+    StepTable steps = c.shm.step;  // oversubscribed entries measured earlier stay
+    c.shm = SharedMemoryCost{fit.a, {}, traffic, steps};
     for (size_t i = 0; i < sizes.size(); ++i) {
       c.shm.beta[sizes[i]] = std::max(seconds[i] - fit.a, 0.0) / x[i];
     }
+    c.shm.step[rho] = step;
   } else {
-    const LineFit fit = fit_bandwidth(x, seconds, 1 << 20);
-    // Two ranks on a ring: 2 steps of N/2, i.e. time = 2 alpha + b N.
-    c.links[o.link] = Link{fit.a / 2, beta_from_two_rank_slope(fit.b, gamma, o.cpu_bound), o.cpu_bound};
+    // beta: the allgather's seconds per byte a rank sends (while it receives
+    // as much), without arithmetic; alpha: the step, one small message each
+    // way, what a recursive-doubling round or a ring step waits for.
+    const LineFit fit = fit_bandwidth(x, seconds, 512 << 10);
+    StepTable steps = c.links.count(o.link) ? c.links[o.link].step : StepTable{};
+    steps[rho] = step;
+    c.links[o.link] = Link{step, fit.b, o.cpu_bound, steps};
   }
   save_calibration(c, o.output);
   printf("tandem model calibrate: wrote %s\n  %s\n", o.output.c_str(), c.describe().c_str());

@@ -45,7 +45,11 @@ void add_model(CLI::App& app, ModelFlags& f) {
   f.calibrate->add_flag("--cpu-bound", f.cpu_bound, "The link's cost is the cores' (e.g. veth without a rate limit)");
   f.calibrate->add_option("--sizes", f.sizes, "Sizes, LOW:HIGH (factor 4) or a list (default 4K:64M)");
   f.calibrate->add_option("-n,--iters", f.iters, "Timed iterations per size")->capture_default_str();
+  f.calibrate->add_flag("--step-only", f.step_only,
+                        "Only time the synchronisation step (a tiny allgather), at any rank count: run it with more "
+                        "ranks than cores to calibrate oversubscription");
   f.calibrate->footer("Examples: tandem launch -n 2 -- tandem model calibrate\n"
+                      "          tandem launch -n 4 -- tandem model calibrate --step-only\n"
                       "          bench/netns_run.sh -n 2 --rate 1gbit -- tandem model calibrate --link 1gbit");
   f.predict = m->add_subcommand("predict", "Predict all-reduce time and busbw per algorithm for any topology");
   f.predict->add_option("-c,--calibration", f.calibration, "Calibration file")->capture_default_str();
@@ -68,7 +72,7 @@ int run_model(const ModelFlags& f) {
   namespace b = tandem::bench;
   if (f.format != "table" && f.format != "json") throw UsageError("--format: unknown '" + f.format + "'; valid: table, json");
   if (f.calibrate->parsed()) {
-    b::CalibrateOptions o{f.calibration, f.link, f.cpu_bound, size_list("--sizes", f.sizes), f.iters};
+    b::CalibrateOptions o{f.calibration, f.link, f.cpu_bound, size_list("--sizes", f.sizes), f.iters, f.step_only};
     if (o.iters < 1) throw UsageError("--iters must be >= 1");
     return b::run_calibrate(o);
   }

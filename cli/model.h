@@ -12,7 +12,7 @@ struct ModelFlags {
   CLI::App *calibrate = nullptr, *predict = nullptr, *validate = nullptr;
   std::string calibration = "tandem-model.json", link, sizes, format = "table", plot;
   std::vector<std::string> topologies, cases;
-  bool cpu_bound = false, separate_hosts = false;
+  bool cpu_bound = false, separate_hosts = false, step_only = false;
   int iters = 10, cores = 0;
   double tolerance = 0.25;
   std::string small = "64K";

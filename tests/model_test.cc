@@ -21,8 +21,8 @@ Calibration example() {
   c.shm.alpha = 2e-6;
   c.shm.beta = {{4096, 0.05e-9}, {1 << 20, 0.05e-9}, {64 << 20, 0.2e-9}};
   c.shm.traffic = {{4096, 5.0}, {64 << 20, 3.0}};
-  c.links["wire"] = Link{10e-6, 8e-9, false};  // 1 Gbit/s
-  c.links["cpu"] = Link{20e-6, 1e-9, true};
+  c.links["wire"] = Link{10e-6, 8e-9, false, {}};  // 1 Gbit/s
+  c.links["cpu"] = Link{20e-6, 1e-9, true, {}};
   return c;
 }
 
@@ -43,12 +43,6 @@ TEST(Model, CpuBoundRingPaysForTheReductionToo) {
   const double n = 64 << 20, p = 4;
   const double expected = 2 * (p - 1) * l.alpha + (p - 1) / p * n * (2 * l.beta + c.gamma);
   EXPECT_NEAR(predict(c, l, Topology{4, 1}, Algorithm::ring, n), expected, expected * 1e-12);
-  // The calibration inverts the 2-rank slope for both kinds of link.
-  for (bool cpu : {false, true}) {
-    const Link k{0, cpu ? 1e-9 : 8e-9, cpu};
-    const double b = (predict(c, k, Topology{2, 1}, Algorithm::ring, n)) / n;
-    EXPECT_NEAR(beta_from_two_rank_slope(b, c.gamma, cpu), k.beta, 1e-15) << cpu;
-  }
 }
 
 TEST(Model, RecursiveDoublingRounds) {
@@ -89,6 +83,48 @@ TEST(Model, CpuBoundLinksSlowDownPastTheCores) {
   EXPECT_LT(t2, 2.0 * t1 + 1e-9);
 }
 
+TEST(Model, OversubscribedStepVanishesWithinTheCores) {
+  const StepTable step = {{1.0, 10e-6}, {1.5, 60e-6}, {2.0, 70e-6}};
+  EXPECT_EQ(oversubscribed_step(step, 0.5), 0);
+  EXPECT_EQ(oversubscribed_step(step, 1.0), 0);
+  EXPECT_NEAR(oversubscribed_step(step, 1.25), 25e-6, 1e-12);  // halfway from (1, 0) to (1.5, 50 us)
+  EXPECT_NEAR(oversubscribed_step(step, 1.5), 50e-6, 1e-12);
+  EXPECT_NEAR(oversubscribed_step(step, 2.0), 60e-6, 1e-12);
+  EXPECT_NEAR(oversubscribed_step(step, 3.0), 120e-6, 1e-12);  // beyond: in proportion to rho - 1
+  EXPECT_EQ(oversubscribed_step({{0.25, 5e-6}}, 4.0), 0);      // nothing measured past the cores
+  EXPECT_EQ(oversubscribed_step({}, 4.0), 0);
+  // The unshared step is the entry at the most ranks per core up to 1.
+  EXPECT_NEAR(oversubscribed_step({{0.5, 4e-6}, {2.0, 10e-6}}, 2.0), 6e-6, 1e-12);
+}
+
+TEST(Model, OversubscribedStepsAddToEverySynchronisation) {
+  Calibration c = example();
+  c.shm.step = {{1.0, 1e-6}, {2.0, 5e-6}};
+  Link l = c.links.at("wire");
+  l.step = {{1.0, 10e-6}, {2.0, 70e-6}};
+  const double n = 4096;
+  // Shared memory, 4 ranks on 2 cores: two rendezvous of 4 us more each.
+  Topology four{1, 4};
+  const Calibration plain = example();
+  EXPECT_NEAR(predict(c, Link{}, four, Algorithm::shared_memory, n) - predict(plain, Link{}, four, Algorithm::shared_memory, n),
+              8e-6, 1e-12);
+  // 4 namespaces on one 2-core machine: a ring's 6 steps, recursive doubling's 2 rounds, 60 us more each.
+  Topology shared{4, 1};
+  shared.ranks_on_cores = 4;
+  const Link bare = c.links.at("wire");
+  EXPECT_NEAR(predict(c, l, shared, Algorithm::ring, n) - predict(c, bare, shared, Algorithm::ring, n), 6 * 60e-6, 1e-12);
+  EXPECT_NEAR(predict(c, l, shared, Algorithm::recursive_doubling, n) -
+                  predict(c, bare, shared, Algorithm::recursive_doubling, n),
+              2 * 60e-6, 1e-12);
+  // 3 namespaces: only 2 ranks run in each of recursive doubling's 3 rounds, within the cores.
+  Topology three{3, 1};
+  three.ranks_on_cores = 3;
+  EXPECT_NEAR(predict(c, l, three, Algorithm::recursive_doubling, n), predict(c, bare, three, Algorithm::recursive_doubling, n),
+              1e-12);
+  // Ranks within the cores pay nothing: 8 hosts of 2 ranks on 2 cores each.
+  EXPECT_NEAR(predict(c, l, Topology{8, 2}, Algorithm::ring, n), predict(c, bare, Topology{8, 2}, Algorithm::ring, n), 1e-12);
+}
+
 TEST(Model, SharedMemoryInterpolatesPerSize) {
   const Calibration c = example();
   EXPECT_DOUBLE_EQ(c.shm.traffic_at(1), 5.0);
@@ -122,13 +158,18 @@ TEST(Model, BandwidthFitIgnoresABurst) {
 
 TEST(Model, CalibrationFileRoundTrip) {
   const std::string path = ::testing::TempDir() + "tandem_model_roundtrip.json";
-  save_calibration(example(), path);
+  Calibration saved = example();
+  saved.shm.step = {{1.0, 1e-6}, {1.5, 3e-6}};
+  saved.links["wire"].step = {{1.0, 10e-6}, {2.0, 70e-6}};
+  save_calibration(saved, path);
   const Calibration c = load_calibration(path);
   EXPECT_EQ(c.cores, 2);
   EXPECT_DOUBLE_EQ(c.gamma, 0.1e-9);
   EXPECT_DOUBLE_EQ(c.shm.beta_at(64 << 20), 0.2e-9);
   EXPECT_DOUBLE_EQ(link_named(c, "wire").beta, 8e-9);
   EXPECT_TRUE(link_named(c, "cpu").cpu_bound);
+  EXPECT_DOUBLE_EQ(c.shm.step.at(1.5), 3e-6);
+  EXPECT_DOUBLE_EQ(link_named(c, "wire").step.at(2.0), 70e-6);
   try {
     link_named(c, "ib");
     FAIL() << "an unknown link must throw";
@@ -169,6 +210,18 @@ TEST(Model, CalibratePredictValidateEndToEnd) {
   EXPECT_GT(c.gamma, 0);
   EXPECT_EQ(c.shm.beta.size(), 3u);
   for (const auto& [bytes, traffic] : c.shm.traffic) EXPECT_GT(traffic, 1.0) << bytes;
+  EXPECT_EQ(c.shm.step.size(), 1u);  // the 2-rank step
+  // The step alone at another rank count adds an entry and keeps the rest.
+  r = testing::run(tandem + " launch -n 3 --timeout 120 -- " + tandem + " model calibrate -o " + cal + " --step-only", 150);
+  ASSERT_EQ(r.status, 0) << r.text;
+  const Calibration stepped = load_calibration(cal);
+  EXPECT_EQ(stepped.shm.step.size(), 2u) << r.text;
+  EXPECT_EQ(stepped.shm.beta, c.shm.beta);
+  r = testing::run(tandem + " launch -n 2 --timeout 120 -- " + tandem + " model calibrate -o " + cal +
+                       " --step-only --link nowhere",
+                   150);
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.text.find("no link 'nowhere'"), std::string::npos) << r.text;
 
   r = testing::run(tandem + " model predict -c " + cal +
                        " --link 100:5 -t 8x8 -t 64x8 --sizes 1M,256M",

@@ -9,6 +9,13 @@
 // A link is *cpu-bound* when its beta is the cores' cost of moving bytes
 // (copies, the TCP stack) rather than a wire's rate: ranks then slow each
 // other down once a host runs more of them than it has cores.
+// Oversubscription: with rho = ranks sharing a host's cores / cores > 1, a
+// rank often waits for one that is not running, and the scheduler hands the
+// core over; every synchronisation step (a ring step, a recursive-doubling
+// round, a shared-memory rendezvous) then costs step(rho) - step(1) more.
+// step(rho) is measured, per path, by timing a tiny allgather (one message
+// each way per step, no arithmetic) with rho * cores processes; it is 0 for
+// rho <= 1 and grows in proportion to rho - 1 beyond the largest measured.
 //
 // Algorithms (every rank ends with the sum):
 //  ring               2(p-1) steps of N/p, pipelined in segments; every step
@@ -30,10 +37,18 @@
 
 namespace tandem::bench {
 
+// Seconds per synchronisation step by ranks per core (the calibrated machine's).
+using StepTable = std::map<double, double>;
+// What a step costs beyond the unshared one at rho ranks per core: 0 for
+// rho <= 1 (or no entry above 1); linear in rho between entries; beyond the
+// largest, in proportion to rho - 1.
+double oversubscribed_step(const StepTable& step, double rho);
+
 struct Link {
   double alpha = 0;      // s per message
   double beta = 0;       // s per byte
   bool cpu_bound = false;
+  StepTable step;        // ranks per core -> s per step of the tiny allgather over this link
 };
 
 // The one-host path at each calibrated size (interpolated in log size, held
@@ -43,6 +58,7 @@ struct SharedMemoryCost {
   double alpha = 0;                  // s per call (synchronisation)
   std::map<double, double> beta;     // bytes -> s per byte of one rank's memory traffic
   std::map<double, double> traffic;  // bytes -> memory traffic per byte reduced, one rank
+  StepTable step;                    // ranks per core -> s per rendezvous of all ranks (tiny allgather)
   double beta_at(double bytes) const;
   double traffic_at(double bytes) const;
 };
@@ -80,9 +96,6 @@ Algorithm fastest(const Calibration& c, const Link& inter, const Topology& t, do
 // nccl-tests bus bandwidth of an all-reduce: bytes / time * 2(p-1)/p, GB/s.
 double busbw_gbps(const Topology& t, double bytes, double seconds);
 
-// beta of a link from the slope b of a 2-rank ring's time (time = 2 alpha + b N).
-double beta_from_two_rank_slope(double b, double gamma, bool cpu_bound);
-
 // Least-squares fit of time = a + b * bytes (a, b >= 0).
 struct LineFit { double a = 0, b = 0; };
 LineFit fit_line(const std::vector<double>& bytes, const std::vector<double>& seconds);
@@ -102,6 +115,9 @@ struct CalibrateOptions {
   bool cpu_bound = false;  // the link's cost is the cores' (veth without a rate limit), not a wire's
   std::vector<double> sizes;
   int iters = 10;
+  // Only the synchronisation step, at any rank count (run with more ranks than
+  // cores: the oversubscription term); the path's 2-rank calibration must exist.
+  bool step_only = false;
 };
 int run_calibrate(const CalibrateOptions& o);  // one rank of a 2-rank job; rank 0 writes
 
