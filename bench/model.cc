@@ -19,14 +19,18 @@ double contention(const Calibration& c, const Topology& t) {
   return std::max(1.0, double(on_cores) / std::max(c.cores, 1));
 }
 
-double link_beta(const Calibration& c, const Link& l, const Topology& t) {
-  return l.cpu_bound ? l.beta * contention(c, t) : l.beta;
-}
-
-// Ranks per core on a host (0 when the cores are unknown).
+// Ranks per core on a host.
 double ranks_per_core(const Calibration& c, const Topology& t) {
   const int on_cores = t.ranks_on_cores > 0 ? t.ranks_on_cores : t.ranks_per_host;
   return double(on_cores) / std::max(c.cores, 1);
+}
+
+// A cpu-bound link slows once its ranks want more cores than the host has:
+// each keeps cpu_share of a core busy (a whole one when not measured).
+double link_beta(const Calibration& c, const Link& l, const Topology& t) {
+  if (!l.cpu_bound) return l.beta;
+  const double share = l.cpu_share > 0 ? l.cpu_share : 1.0;
+  return l.beta * std::max(1.0, ranks_per_core(c, t) * share);
 }
 
 // The shared-memory all-reduce makes every rank wait for all the others twice
@@ -38,8 +42,9 @@ constexpr double kShmRendezvousPerCall = 2;
 double shared_memory_time(const Calibration& c, const Topology& t, double bytes) {
   if (t.ranks_per_host < 2) return 0;
   const double per_rank = c.shm.traffic_at(bytes) * bytes;
-  return (c.shm.alpha + per_rank * c.shm.beta_at(bytes)) * contention(c, t) +
-         kShmRendezvousPerCall * oversubscribed_step(c.shm.step, ranks_per_core(c, t));
+  const double rho = ranks_per_core(c, t);
+  return c.shm.alpha * contention(c, t) + per_rank * c.shm.beta_at(bytes) * copy_stretch(c.shm, rho) +
+         kShmRendezvousPerCall * oversubscribed_step(c.shm.step, rho);
 }
 
 // Reducing a received segment overlaps the next segment's transfer when
@@ -83,6 +88,26 @@ double oversubscribed_step(const StepTable& step, double rho) {
     lo_rho = it->first, lo_extra = extra;
   }
   return lo_extra * (rho - 1) / (lo_rho - 1);  // beyond the largest: in proportion to rho - 1
+}
+
+double copy_stretch(const SharedMemoryCost& shm, double rho) {
+  if (rho <= 1) return 1;
+  auto base_it = shm.copy.upper_bound(1.0);
+  if (base_it == shm.copy.begin() || base_it == shm.copy.end()) return rho;  // nothing to compare
+  const auto step_at = [&](double r) {
+    auto it = shm.step.find(r);
+    return it == shm.step.end() ? 0.0 : it->second;
+  };
+  const auto base = std::prev(base_it);
+  const double unshared = base->second - step_at(base->first);
+  if (unshared <= 0) return rho;
+  double lo_rho = 1, lo = 1;
+  for (auto it = base_it; it != shm.copy.end(); ++it) {
+    const double stretch = std::max(1.0, (it->second - step_at(it->first)) / unshared);
+    if (rho <= it->first) return lo + (stretch - lo) * (rho - lo_rho) / (it->first - lo_rho);
+    lo_rho = it->first, lo = stretch;
+  }
+  return 1 + (lo - 1) * (rho - 1) / (lo_rho - 1);
 }
 
 double SharedMemoryCost::beta_at(double bytes) const { return interpolate(beta, bytes, 0.0); }
@@ -235,18 +260,22 @@ std::string Calibration::describe() const {
   s << "cores " << cores << ", gamma " << gamma * 1e9 << " ns/B, shared memory alpha " << shm.alpha * 1e6
     << " us, beta " << shm.beta_at(0) * 1e9 << " ns/B (smallest size) to " << shm.beta_at(1e15) * 1e9
     << " ns/B (largest)" << describe_steps(shm.step);
+  for (const auto& [rho, seconds] : shm.copy) {
+    if (rho > 1) s << ", copies x" << copy_stretch(shm, rho) << " at " << rho;
+  }
   for (const auto& [name, l] : links) {
-    s << "; " << name << " alpha " << l.alpha * 1e6 << " us beta " << l.beta * 1e9 << " ns/B"
-      << (l.cpu_bound ? " (cpu-bound)" : "") << describe_steps(l.step);
+    s << "; " << name << " alpha " << l.alpha * 1e6 << " us beta " << l.beta * 1e9 << " ns/B";
+    if (l.cpu_bound) s << " (cpu-bound, " << l.cpu_share << " core per rank)";
+    s << describe_steps(l.step);
   }
   return s.str();
 }
 
 namespace {
 // "step_s": {"RANKS_PER_CORE": seconds, ...}
-StepTable step_table(const nlohmann::json& j) {
+StepTable step_table(const nlohmann::json& j, const char* key = "step_s") {
   StepTable t;
-  const auto steps = j.value("step_s", nlohmann::json::object());
+  const auto steps = j.value(key, nlohmann::json::object());
   for (const auto& [rho, s] : steps.items()) t[std::stod(rho)] = s.get<double>();
   return t;
 }
@@ -277,11 +306,12 @@ Calibration load_calibration(const std::string& path) {
       const auto traffic = s.value("traffic_per_byte", nlohmann::json::object());
       for (const auto& [bytes, t] : traffic.items()) c.shm.traffic[std::stod(bytes)] = t.get<double>();
       c.shm.step = step_table(s);
+      c.shm.copy = step_table(s, "copy_s");
     }
     const auto links = j.value("links", nlohmann::json::object());
     for (const auto& [name, l] : links.items()) {
       c.links[name] = Link{l.value("alpha_s", 0.0), l.value("beta_s_per_byte", 0.0), l.value("cpu_bound", false),
-                           step_table(l)};
+                           step_table(l), l.value("cpu_share", 0.0)};
     }
   } catch (const nlohmann::json::exception& e) {
     throw InvalidArgument("tandem model: calibration '" + path + "' is not valid: " + e.what());
@@ -297,7 +327,8 @@ void save_calibration(const Calibration& c, const std::string& path) {
   };
   nlohmann::json links = nlohmann::json::object();
   for (const auto& [name, l] : c.links) {
-    links[name] = {{"alpha_s", l.alpha}, {"beta_s_per_byte", l.beta}, {"cpu_bound", l.cpu_bound}, {"step_s", step_json(l.step)}};
+    links[name] = {{"alpha_s", l.alpha}, {"beta_s_per_byte", l.beta}, {"cpu_bound", l.cpu_bound}, {"step_s", step_json(l.step)},
+                   {"cpu_share", l.cpu_share}};
   }
   nlohmann::json j = {{"cores", c.cores},
                       {"gamma_s_per_byte", c.gamma},
@@ -305,7 +336,8 @@ void save_calibration(const Calibration& c, const std::string& path) {
                        {{"alpha_s", c.shm.alpha},
                         {"beta_s_per_byte", by_size(c.shm.beta)},
                         {"traffic_per_byte", by_size(c.shm.traffic)},
-                        {"step_s", step_json(c.shm.step)}}},
+                        {"step_s", step_json(c.shm.step)},
+                        {"copy_s", step_json(c.shm.copy)}}},
                       {"links", links}};
   std::ofstream f(path);
   if (!(f << j.dump(2) << '\n')) throw InvalidArgument("tandem model: cannot write '" + path + "'");
@@ -330,7 +362,7 @@ Link parse_hypothetical_link(const std::string& text) {
     const double alpha_us = std::stod(alpha_text, &alpha_used);
     if (gbps_used != gbps_text.size() || alpha_used != alpha_text.size()) throw std::invalid_argument("trailing text");
     if (gbps <= 0 || alpha_us < 0) throw std::invalid_argument("range");
-    return Link{alpha_us * 1e-6, 8.0 / (gbps * 1e9), false, {}};
+    return Link{alpha_us * 1e-6, 8.0 / (gbps * 1e9), false, {}, 0};
   } catch (const std::exception&) {
     throw InvalidArgument("tandem model: link '" + text +
                           "' is neither a calibrated link nor GBPS:ALPHA_US (e.g. 100:5 for 100 Gbit/s, 5 us)");

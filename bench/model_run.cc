@@ -61,6 +61,32 @@ double time_allgather(Communicator& comm, std::vector<char>& buffer, size_t byte
   return median(t);
 }
 
+// This machine's cores' busy and total time so far (/proc/stat, all cores; zeros if unreadable).
+struct CpuTime {
+  double busy = 0, total = 0;
+};
+CpuTime cpu_time() {
+  std::ifstream f("/proc/stat");
+  std::string cpu;
+  double user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+  if (!(f >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal) || cpu != "cpu") return {};
+  const double busy = user + nice + system + irq + softirq;
+  return {busy, busy + idle + iowait};
+}
+
+// How many of the communicator's ranks run on this machine (same boot id):
+// namespaces on one machine share its cores.
+int ranks_on_this_machine(Communicator& comm) {
+  std::string id;
+  std::getline(std::ifstream("/proc/sys/kernel/random/boot_id"), id);
+  std::vector<char> mine(64, 0), all(64 * size_t(comm.size()));
+  std::copy_n(id.begin(), std::min<size_t>(id.size(), 63), mine.begin());
+  comm.allgather(mine.data(), all.data(), mine.size(), DataType::u8);
+  int same = 0;
+  for (int r = 0; r < comm.size(); ++r) same += std::equal(mine.begin(), mine.end(), all.begin() + 64 * r);
+  return std::max(same, 1);
+}
+
 // Seconds per synchronisation step: a tiny allgather (4 floats a rank) timed
 // as above with many calls, divided by its steps (shared memory: one
 // rendezvous of all ranks; the ring over UCX: size - 1 steps of one message
@@ -93,11 +119,14 @@ int run_calibrate(const CalibrateOptions& o) {
   if (o.step_only) {
     if (comm->size() < 2) throw InvalidArgument("tandem model calibrate --step-only: run it with 2 or more ranks");
     const double step = time_step(*comm, o.link.empty() ? 1 : comm->size() - 1, 200);
+    std::vector<char> buffer(size_t(kCopyBytes) + 64);
+    const double copy = o.link.empty() ? time_allgather(*comm, buffer, size_t(kCopyBytes), 50) : 0;
     if (comm->rank() != 0) return 0;
     Calibration c = load_calibration(o.output);
     if (!o.link.empty()) link_named(c, o.link);  // throws unless its 2-rank calibration is there
     StepTable& table = o.link.empty() ? c.shm.step : c.links[o.link].step;
     table[rho] = step;
+    if (o.link.empty()) c.shm.copy[rho] = copy;
     save_calibration(c, o.output);
     printf("tandem model calibrate: %d ranks on %d cores (%.2f per core): %.1f us per step; wrote %s\n  %s\n",
            comm->size(), cores, rho, step * 1e6, o.output.c_str(), c.describe().c_str());
@@ -116,11 +145,15 @@ int run_calibrate(const CalibrateOptions& o) {
   if (std::ifstream(o.output)) c = load_calibration(o.output);
   const double gamma = measure_gamma();
   const double step = time_step(*comm, 1, 200);  // 2 ranks: one step either way
+  const int here = ranks_on_this_machine(*comm);
+  const double copy = o.link.empty() ? time_allgather(*comm, buffer, size_t(kCopyBytes), 50) : 0;
 
   std::vector<double> x, seconds;
   std::map<double, double> traffic;
+  CpuTime large_cpu;  // the cores' time while the link moved the large sizes
   for (double bytes : sizes) {
     const uint64_t before = ring::shared_memory_traffic();
+    const CpuTime cpu_before = cpu_time();
     double s;
     if (o.link.empty()) {
       // One host: the shared-memory all-reduce itself, per byte of the memory traffic it counts.
@@ -132,6 +165,10 @@ int run_calibrate(const CalibrateOptions& o) {
       // A link: a 2-rank allgather, each rank sending bytes / 2 while it receives as much.
       s = time_allgather(*comm, buffer, size_t(bytes), o.iters);
       x.push_back(bytes / 2);
+      if (bytes >= (1 << 20)) {
+        const CpuTime cpu_after = cpu_time();
+        large_cpu.busy += cpu_after.busy - cpu_before.busy, large_cpu.total += cpu_after.total - cpu_before.total;
+      }
     }
     seconds.push_back(s);
     if (comm->rank() == 0) fprintf(stderr, "tandem model calibrate: %8s  %10.1f us\n", human_bytes(bytes).c_str(), s * 1e6);
@@ -153,6 +190,7 @@ int run_calibrate(const CalibrateOptions& o) {
       c.shm.beta[sizes[i]] = std::max(seconds[i] - fit.a, 0.0) / x[i];
     }
     c.shm.step[rho] = step;
+    c.shm.copy[rho] = copy;
   } else {
     // beta: the allgather's seconds per byte a rank sends (while it receives
     // as much), without arithmetic; alpha: the step, one small message each
@@ -160,7 +198,10 @@ int run_calibrate(const CalibrateOptions& o) {
     const LineFit fit = fit_bandwidth(x, seconds, 512 << 10);
     StepTable steps = c.links.count(o.link) ? c.links[o.link].step : StepTable{};
     steps[rho] = step;
-    c.links[o.link] = Link{step, fit.b, o.cpu_bound, steps};
+    // The cores the two ranks kept busy (this machine's share of them, when
+    // both ran here) per rank; the whole machine's time counts, the kernel's too.
+    const double busy = large_cpu.total > 0 ? large_cpu.busy / large_cpu.total : 1.0;
+    c.links[o.link] = Link{step, fit.b, o.cpu_bound, steps, busy * cores / here};
   }
   save_calibration(c, o.output);
   printf("tandem model calibrate: wrote %s\n  %s\n", o.output.c_str(), c.describe().c_str());

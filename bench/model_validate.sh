@@ -8,7 +8,8 @@
 # two network namespaces without a rate limit (cpu-bound: the kernel's TCP
 # work on the same cores); the same link at 1 Gbit/s (tc tbf). Then, for
 # each, the oversubscribed synchronisation step (--step-only: a tiny
-# allgather) with 1.5x and 2x as many ranks as cores.
+# allgather; on shared memory also a 1 MiB one) with 1.5x and 2x as many
+# ranks as cores.
 # Measured: 2, 3, 4 ranks on one host; 2, 3, 4 namespaces on each link; 2
 # namespaces of 2 ranks at 1 Gbit/s, flat ring and hierarchical;
 # `tandem bench allreduce -b 4K -e 64M -f 4` each, JSON lines in OUT_DIR.

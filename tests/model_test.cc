@@ -125,6 +125,42 @@ TEST(Model, OversubscribedStepsAddToEverySynchronisation) {
   EXPECT_NEAR(predict(c, l, Topology{8, 2}, Algorithm::ring, n), predict(c, bare, Topology{8, 2}, Algorithm::ring, n), 1e-12);
 }
 
+TEST(Model, SharedMemoryCopiesStretchAsMeasured) {
+  SharedMemoryCost shm;
+  EXPECT_DOUBLE_EQ(copy_stretch(shm, 0.5), 1);
+  EXPECT_DOUBLE_EQ(copy_stretch(shm, 2), 2);  // nothing measured: the cores shared evenly
+  shm.step = {{1.0, 1e-6}, {2.0, 5e-6}};
+  shm.copy = {{1.0, 11e-6}, {2.0, 35e-6}};  // without the rendezvous: 10 us, then 30 us
+  EXPECT_DOUBLE_EQ(copy_stretch(shm, 1), 1);
+  EXPECT_NEAR(copy_stretch(shm, 2), 3, 1e-12);
+  EXPECT_NEAR(copy_stretch(shm, 1.5), 2, 1e-12);
+  EXPECT_NEAR(copy_stretch(shm, 4), 7, 1e-12);  // in proportion to rho - 1
+  // The stretch multiplies the bytes' time only.
+  Calibration c = example();
+  c.shm.copy = shm.copy;
+  c.shm.step = shm.step;
+  const double n = 64 << 20;
+  EXPECT_NEAR(predict(c, Link{}, Topology{1, 4}, Algorithm::shared_memory, n),
+              2 * c.shm.alpha + 3 * (3.0 * n * 0.2e-9) + 2 * 4e-6, 1e-12);
+}
+
+TEST(Model, CpuBoundLinksStretchByTheCoresTheirRanksUse) {
+  const Calibration c = example();
+  Link l = c.links.at("cpu");
+  l.cpu_share = 0.5;  // each rank keeps half a core busy
+  Topology three{3, 1}, four{4, 1};
+  three.ranks_on_cores = 3, four.ranks_on_cores = 4;
+  Link whole = l;
+  whole.cpu_share = 0;
+  const double n = 64 << 20;
+  // 4 ranks want 2 cores of 2: no stretch; a whole core each: twice.
+  const double fits = predict(c, l, four, Algorithm::ring, n), over = predict(c, whole, four, Algorithm::ring, n);
+  const double wire = 2.0 * 3 / 4 * n * l.beta;
+  EXPECT_NEAR(over - fits, wire, wire * 1e-9);
+  EXPECT_NEAR(predict(c, l, three, Algorithm::ring, n),
+              4 * l.alpha + 2.0 / 3 * n * (2 * l.beta + c.gamma * 1.5), 1e-9);
+}
+
 TEST(Model, SharedMemoryInterpolatesPerSize) {
   const Calibration c = example();
   EXPECT_DOUBLE_EQ(c.shm.traffic_at(1), 5.0);

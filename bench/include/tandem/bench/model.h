@@ -49,6 +49,10 @@ struct Link {
   double beta = 0;       // s per byte
   bool cpu_bound = false;
   StepTable step;        // ranks per core -> s per step of the tiny allgather over this link
+  // Cores one rank keeps busy while it moves bytes over the link (measured on
+  // cpu-bound links; 0 = a whole core): L ranks on C cores stretch beta by
+  // max(1, L * cpu_share / C).
+  double cpu_share = 0;
 };
 
 // The one-host path at each calibrated size (interpolated in log size, held
@@ -59,9 +63,19 @@ struct SharedMemoryCost {
   std::map<double, double> beta;     // bytes -> s per byte of one rank's memory traffic
   std::map<double, double> traffic;  // bytes -> memory traffic per byte reduced, one rank
   StepTable step;                    // ranks per core -> s per rendezvous of all ranks (tiny allgather)
+  StepTable copy;                    // ranks per core -> s per allgather of kCopyBytes (memory traffic)
   double beta_at(double bytes) const;
   double traffic_at(double bytes) const;
 };
+
+// The shared-memory allgather timed for `copy`: large enough that its bytes,
+// not its rendezvous, take the time, small enough to stay in the caches.
+constexpr double kCopyBytes = 1 << 20;
+// How much slower shared memory moves a byte at rho ranks per core than within
+// the cores: (copy(rho) - step(rho)) / (copy(1) - step(1)), from (1, 1)
+// linearly between entries, in proportion to rho - 1 beyond the largest; rho
+// itself (the cores shared evenly) when nothing past the cores was measured.
+double copy_stretch(const SharedMemoryCost& shm, double rho);
 
 struct Calibration {
   int cores = 2;                         // cores per host
