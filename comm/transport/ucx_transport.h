@@ -47,7 +47,13 @@ class UcxTransport {
   Pending recv(int peer, Tag tag, void* data, size_t bytes);
 
   // One pass of the worker's progress engine; true if it made progress.
-  bool progress() { return ucp_worker_progress(worker_) != 0; }
+  bool progress() {
+    if (ucp_worker_progress(worker_) == 0) return false;
+    last_progress_ = Clock::now();
+    return true;
+  }
+  // When progress() last made progress: a wait keeps polling while traffic flows.
+  Clock::time_point last_progress() const { return last_progress_; }
   // Sleeps until the worker has an event (a message arrived, a send
   // completed), wake() is called, or `timeout` passes. Arms the worker first;
   // returns at once, without sleeping, when events are already pending (the
@@ -84,6 +90,7 @@ class UcxTransport {
     int peer;
   };
   static void on_endpoint_error(void* arg, ucp_ep_h ep, ucs_status_t status);
+  Clock::time_point last_progress_{};
 
   int rank_;
   int size_;
