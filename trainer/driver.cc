@@ -80,6 +80,7 @@ class Driver {
                                "--stall-factor", std::to_string(o_.worker.stall_factor)});
       if (o_.worker.resume || attempt > 0) argv.push_back("--resume");
       if (!o_.worker.overlap) argv.push_back("--no-overlap");
+      if (o_.worker.timeline) argv.push_back("--timeline");
       if (o_.worker.max_batches > 0) argv.insert(argv.end(), {"--max-batches", std::to_string(o_.worker.max_batches)});
       if (o_.worker.per_slot_batch > 0)
         argv.insert(argv.end(), {"--per-slot-batch", std::to_string(o_.worker.per_slot_batch)});
@@ -187,11 +188,12 @@ class Driver {
   bool tty_ = false;
 };
 
+// The plots are written either way (a comparison plot reads their data); quiet prints nothing.
 void report_trial(const Trial& t, double target, bool quiet) {
-  if (quiet) return;
-  std::printf("%s", summary_table(t.summary, target).c_str());
   std::string error;
   auto files = plot_metrics(t.summary, t.dir + "/metrics", &error);
+  if (quiet) return;
+  std::printf("%s", summary_table(t.summary, target).c_str());
   for (const auto& f : files) std::printf("  plot: %s\n", f.c_str());
   if (!error.empty()) std::fprintf(stderr, "tandem train: warning: no plots: %s\n", error.c_str());
   std::printf("  metrics: %s/metrics.jsonl\n", t.dir.c_str());

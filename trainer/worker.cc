@@ -280,6 +280,10 @@ int run_worker(const WorkerOptions& wo) {
     so.compression = compressor.get();
     so.autotune.enabled = opt.auto_tune_tensor_fusion;
     if (chief && opt.auto_tune_tensor_fusion) so.autotune.log_path = wo.output_dir + "/autotune.jsonl";
+    if (wo.timeline) {
+      std::filesystem::create_directories(wo.output_dir);
+      so.timeline_path = wo.output_dir + "/timeline-rank" + std::to_string(rank) + ".json";
+    }
     exchange = std::make_unique<OverlappedExchange>(*comm, so, params, names);
   } else {
     exchange = std::make_unique<PlainExchange>(*comm, params, k, opt.average_aggregated_gradients, metric_slots,

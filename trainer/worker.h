@@ -23,6 +23,7 @@ struct WorkerOptions {
   int64_t fail_at_batch = -1;
   int fail_rank = 1;
   std::string dump_params;  // the chief writes every parameter, float32, model order, here at the end
+  bool timeline = false;    // each slot writes a Chrome trace to <output_dir>/timeline-rank<r>.json
 };
 
 // Returns the process exit code.
