@@ -138,7 +138,7 @@ int run_calibrate(const CalibrateOptions& o) {
   }
   const std::vector<double> sizes =
       o.sizes.empty() ? std::vector<double>{4096, 16384, 65536, 262144, 1 << 20, 4 << 20, 16 << 20, 64 << 20} : o.sizes;
-  std::vector<char> buffer(size_t(*std::max_element(sizes.begin(), sizes.end())) + 64);
+  std::vector<char> buffer(size_t(std::max(*std::max_element(sizes.begin(), sizes.end()), kCopyBytes)) + 64);
   // Added to what is there (links are calibrated one at a time); a file that
   // exists but cannot be read stops every rank now, before it is overwritten.
   Calibration c;
@@ -184,8 +184,8 @@ int run_calibrate(const CalibrateOptions& o) {
     const size_t fitted = std::min<size_t>(3, x.size());
     const LineFit fit = fit_line({x.begin(), x.begin() + fitted}, {seconds.begin(), seconds.begin() + fitted});
     // beta per size from what alpha leaves of each time.
-    StepTable steps = c.shm.step;  // oversubscribed entries measured earlier stay
-    c.shm = SharedMemoryCost{fit.a, {}, traffic, steps};
+    // Oversubscribed entries measured earlier (--step-only) stay.
+    c.shm = SharedMemoryCost{fit.a, {}, traffic, c.shm.step, c.shm.copy};
     for (size_t i = 0; i < sizes.size(); ++i) {
       c.shm.beta[sizes[i]] = std::max(seconds[i] - fit.a, 0.0) / x[i];
     }

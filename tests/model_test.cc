@@ -246,12 +246,14 @@ TEST(Model, CalibratePredictValidateEndToEnd) {
   EXPECT_GT(c.gamma, 0);
   EXPECT_EQ(c.shm.beta.size(), 3u);
   for (const auto& [bytes, traffic] : c.shm.traffic) EXPECT_GT(traffic, 1.0) << bytes;
-  EXPECT_EQ(c.shm.step.size(), 1u);  // the 2-rank step
+  EXPECT_EQ(c.shm.step.size(), 1u);  // the 2-rank step and 1 MiB allgather
+  EXPECT_EQ(c.shm.copy.size(), 1u);
   // The step alone at another rank count adds an entry and keeps the rest.
   r = testing::run(tandem + " launch -n 3 --timeout 120 -- " + tandem + " model calibrate -o " + cal + " --step-only", 150);
   ASSERT_EQ(r.status, 0) << r.text;
   const Calibration stepped = load_calibration(cal);
   EXPECT_EQ(stepped.shm.step.size(), 2u) << r.text;
+  EXPECT_EQ(stepped.shm.copy.size(), 2u) << r.text;
   EXPECT_EQ(stepped.shm.beta, c.shm.beta);
   r = testing::run(tandem + " launch -n 2 --timeout 120 -- " + tandem + " model calibrate -o " + cal +
                        " --step-only --link nowhere",
