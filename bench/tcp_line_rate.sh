@@ -9,11 +9,12 @@
 #   bench/tcp_line_rate.sh                          # 16 MiB, 3 repetitions, unlimited veth
 #   bench/tcp_line_rate.sh --size 64M --reps 5 --env UCX_TCP_TX_SEG_SIZE=64k
 #   bench/tcp_line_rate.sh --reps 7 --also TANDEM_SEGMENT_BYTES=1048576   # the defaults and a variant, interleaved
+#   bench/tcp_line_rate.sh --rate 1gbit             # the veth limited by tc tbf (a link, not the CPU, is the bound)
 #
 # Needs root (namespaces), iperf3 and python3.
 set -euo pipefail
 size=16M reps=3 seconds=5 iters=20
-env_args=()
+env_args=() rate_args=()
 variants=("X=default")
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -22,8 +23,9 @@ while [[ $# -gt 0 ]]; do
     --seconds) seconds="$2"; shift 2 ;;
     --iters) iters="$2"; shift 2 ;;
     --env) env_args+=(--env "$2"); shift 2 ;;
+    --rate) rate_args=(--rate "$2"); shift 2 ;;
     --also) variants+=("$2"); shift 2 ;;
-    *) echo "tcp_line_rate: unknown option '$1' (--size, --reps, --seconds, --iters, --env K=V, --also 'K=V ...')" >&2; exit 2 ;;
+    *) echo "tcp_line_rate: unknown option '$1' (--size, --reps, --seconds, --iters, --env K=V, --rate RATE, --also 'K=V ...')" >&2; exit 2 ;;
   esac
 done
 command -v iperf3 >/dev/null || { echo "tcp_line_rate: iperf3 not found (apt-get install iperf3)" >&2; exit 2; }
@@ -31,7 +33,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 tandem="$(command -v tandem || echo "$repo/build/bin/tandem")"
 # One line of iperf3's JSON: the received rate of each direction, in GB/s.
 summary='import json,sys; e=json.load(sys.stdin)["end"]; print("iperf3", json.dumps({"up": e["sum_received"]["bits_per_second"]/8e9, "down": e["sum_received_bidir_reverse"]["bits_per_second"]/8e9}))'
-"$repo/bench/netns_run.sh" -n 2 --timeout 900 "${env_args[@]}" -- sh -c "
+"$repo/bench/netns_run.sh" -n 2 --timeout 900 "${rate_args[@]}" "${env_args[@]}" -- sh -c "
   for k in \$(seq $reps); do
     if [ \$TANDEM_RANK = 0 ]; then iperf3 -s -1 -p \$((5300 + k)) >/dev/null;
     else sleep 1; iperf3 -c 10.77.0.1 -p \$((5300 + k)) --bidir -t $seconds -J | python3 -c '$summary'; fi

@@ -100,21 +100,28 @@ class SharedMemoryShapes : public ::testing::TestWithParam<ShmShape> {};
 
 // One set of segments for the whole matrix: every call chains onto the
 // previous one's chunk numbers and slots, as on a long-lived communicator.
+// Each shape runs with the staged all-reduce's chunks split across ranks (each
+// element reduced once) and unsplit (every rank folds every slot), whatever its
+// rank count, so both paths meet every chunk boundary and slice edge.
 TEST_P(SharedMemoryShapes, EveryDtypeOpPlacementIsExactAndIdentical) {
   const ShmShape s = GetParam();
-  ring::RingOptions o;
-  o.allreduce = ring::AllreduceAlgorithm::shared_memory;
-  o.shm_chunk_bytes = s.chunk_bytes;
-  auto algos = ring::algorithms(o);
-  HeapSegments segments(s.ranks, algos->shared_bytes());
-  for (DataType t : kAllDataTypes) {
-    for (ReduceOp op : kAllReduceOps) {
-      for (bool inplace : {false, true}) {
-        for (Reach reach : {Reach::staged, Reach::copy_peer, Reach::registered}) {
-          SCOPED_TRACE(reach == Reach::staged      ? "heap buffers, staged"
-                       : reach == Reach::copy_peer ? "heap buffers, cross-memory attach"
-                                                   : "registered buffers, mapped");
-          ASSERT_NO_FATAL_FAILURE(run_case(s.ranks, s.count, *algos, t, op, inplace, segments.view(), reach));
+  for (int split_from : {1, 1 << 20}) {
+    SCOPED_TRACE(split_from == 1 ? "split chunks" : "unsplit chunks");
+    ring::RingOptions o;
+    o.allreduce = ring::AllreduceAlgorithm::shared_memory;
+    o.shm_chunk_bytes = s.chunk_bytes;
+    o.shm_split_min_ranks = split_from;
+    auto algos = ring::algorithms(o);
+    HeapSegments segments(s.ranks, algos->shared_bytes());
+    for (DataType t : kAllDataTypes) {
+      for (ReduceOp op : kAllReduceOps) {
+        for (bool inplace : {false, true}) {
+          for (Reach reach : {Reach::staged, Reach::copy_peer, Reach::registered}) {
+            SCOPED_TRACE(reach == Reach::staged      ? "heap buffers, staged"
+                         : reach == Reach::copy_peer ? "heap buffers, cross-memory attach"
+                                                     : "registered buffers, mapped");
+            ASSERT_NO_FATAL_FAILURE(run_case(s.ranks, s.count, *algos, t, op, inplace, segments.view(), reach));
+          }
         }
       }
     }
@@ -134,31 +141,35 @@ INSTANTIATE_TEST_SUITE_P(Shapes, SharedMemoryShapes,
 
 // A rank that calls a different all-reduce learns it from the first chunk.
 TEST(SharedMemory, MismatchedCallsFailOnEveryRankNamingBoth) {
-  ring::RingOptions o;
-  o.allreduce = ring::AllreduceAlgorithm::shared_memory;
-  o.shm_chunk_bytes = 4096;
-  auto algos = ring::algorithms(o);
-  HeapSegments segments(2, algos->shared_bytes());
-  Mailbox box;
-  std::vector<float> data[2] = {std::vector<float>(5000, 1.0f), std::vector<float>(5000, 1.0f)};
-  std::string errors[2];
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      MemoryChannel ch(box, r, 2, segments.view());
-      try {
-        algos->allreduce(ch, AllreduceArgs{data[r].data(), data[r].data(), r == 0 ? 5000u : 4000u, DataType::f32,
-                                           ReduceOp::sum, MemoryType::host});
-      } catch (const InvalidArgument& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
-  for (int r = 0; r < 2; ++r) {
-    EXPECT_NE(errors[r].find("mismatched collectives"), std::string::npos) << errors[r];
-    EXPECT_NE(errors[r].find("allreduce(5000 x f32, sum)"), std::string::npos) << errors[r];
-    EXPECT_NE(errors[r].find("allreduce(4000 x f32, sum)"), std::string::npos) << errors[r];
+  for (int split_from : {1, 1 << 20}) {
+    SCOPED_TRACE(split_from == 1 ? "split chunks" : "unsplit chunks");
+    ring::RingOptions o;
+    o.allreduce = ring::AllreduceAlgorithm::shared_memory;
+    o.shm_chunk_bytes = 4096;
+    o.shm_split_min_ranks = split_from;
+    auto algos = ring::algorithms(o);
+    HeapSegments segments(2, algos->shared_bytes());
+    Mailbox box;
+    std::vector<float> data[2] = {std::vector<float>(5000, 1.0f), std::vector<float>(5000, 1.0f)};
+    std::string errors[2];
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        MemoryChannel ch(box, r, 2, segments.view());
+        try {
+          algos->allreduce(ch, AllreduceArgs{data[r].data(), data[r].data(), r == 0 ? 5000u : 4000u, DataType::f32,
+                                             ReduceOp::sum, MemoryType::host});
+        } catch (const InvalidArgument& e) {
+          errors[r] = e.what();
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_NE(errors[r].find("mismatched collectives"), std::string::npos) << errors[r];
+      EXPECT_NE(errors[r].find("allreduce(5000 x f32, sum)"), std::string::npos) << errors[r];
+      EXPECT_NE(errors[r].find("allreduce(4000 x f32, sum)"), std::string::npos) << errors[r];
+    }
   }
 }
 
