@@ -13,16 +13,24 @@
 namespace tandem::bench {
 namespace {
 
-// Ranks sharing a host's cores slow a cpu-bound cost by their excess over the cores.
-double contention(const Calibration& c, const Topology& t) {
-  const int on_cores = t.ranks_on_cores > 0 ? t.ranks_on_cores : t.ranks_per_host;
-  return std::max(1.0, double(on_cores) / std::max(c.cores, 1));
-}
-
 // Ranks per core on a host.
 double ranks_per_core(const Calibration& c, const Topology& t) {
   const int on_cores = t.ranks_on_cores > 0 ? t.ranks_on_cores : t.ranks_per_host;
   return double(on_cores) / std::max(c.cores, 1);
+}
+
+// Ranks sharing a host's cores slow a cpu-bound cost by their excess over the cores.
+double contention(const Calibration& c, const Topology& t) { return std::max(1.0, ranks_per_core(c, t)); }
+
+// The curve through (1, at_one) and `points` (ranks per core above 1, ascending)
+// at rho > 1: linear between points, in proportion to rho - 1 beyond the last.
+double beyond_the_cores(const std::vector<std::pair<double, double>>& points, double at_one, double rho) {
+  double lo_rho = 1, lo = at_one;
+  for (const auto& [r, y] : points) {
+    if (rho <= r) return lo + (y - lo) * (rho - lo_rho) / (r - lo_rho);
+    lo_rho = r, lo = y;
+  }
+  return at_one + (lo - at_one) * (rho - 1) / (lo_rho - 1);
 }
 
 // A cpu-bound link slows once its ranks want more cores than the host has:
@@ -80,14 +88,9 @@ double oversubscribed_step(const StepTable& step, double rho) {
   // The unshared step: the entry at the most ranks per core not above 1 (else none).
   auto base_it = step.upper_bound(1.0);
   const double base = base_it == step.begin() ? 0.0 : std::prev(base_it)->second;
-  // (rho, extra) points from (1, 0) through every entry above 1.
-  double lo_rho = 1, lo_extra = 0;
-  for (auto it = base_it; it != step.end(); ++it) {
-    const double extra = std::max(0.0, it->second - base);
-    if (rho <= it->first) return lo_extra + (extra - lo_extra) * (rho - lo_rho) / (it->first - lo_rho);
-    lo_rho = it->first, lo_extra = extra;
-  }
-  return lo_extra * (rho - 1) / (lo_rho - 1);  // beyond the largest: in proportion to rho - 1
+  std::vector<std::pair<double, double>> extra;  // what each entry above 1 adds to it
+  for (auto it = base_it; it != step.end(); ++it) extra.emplace_back(it->first, std::max(0.0, it->second - base));
+  return beyond_the_cores(extra, 0, rho);
 }
 
 double copy_stretch(const SharedMemoryCost& shm, double rho) {
@@ -101,13 +104,10 @@ double copy_stretch(const SharedMemoryCost& shm, double rho) {
   const auto base = std::prev(base_it);
   const double unshared = base->second - step_at(base->first);
   if (unshared <= 0) return rho;
-  double lo_rho = 1, lo = 1;
-  for (auto it = base_it; it != shm.copy.end(); ++it) {
-    const double stretch = std::max(1.0, (it->second - step_at(it->first)) / unshared);
-    if (rho <= it->first) return lo + (stretch - lo) * (rho - lo_rho) / (it->first - lo_rho);
-    lo_rho = it->first, lo = stretch;
-  }
-  return 1 + (lo - 1) * (rho - 1) / (lo_rho - 1);
+  std::vector<std::pair<double, double>> stretch;
+  for (auto it = base_it; it != shm.copy.end(); ++it)
+    stretch.emplace_back(it->first, std::max(1.0, (it->second - step_at(it->first)) / unshared));
+  return beyond_the_cores(stretch, 1, rho);
 }
 
 double SharedMemoryCost::beta_at(double bytes) const { return interpolate(beta, bytes, 0.0); }
