@@ -62,12 +62,21 @@ constexpr auto kUcxSpin = std::chrono::microseconds(40);
 constexpr auto kUcxBusyWindow = std::chrono::microseconds(1000);
 constexpr auto kUcxSleepSlice = std::chrono::microseconds(1000);
 // Shared-memory waits: pause this many turns (tens of microseconds), then yield
-// kIdleYields turns, then sleep kIdleSleep per turn; after kIdleShortSleeps
-// such turns (over 20 ms: the peer is late, not slow) kIdleLongSleep, which
-// costs at most that much latency on a wait already a hundred times longer.
+// for kIdleYieldWindow, then sleep kIdleSleep per turn; once the wait has lasted
+// kIdleLongWait (the peer is late, not slow) kIdleLongSleep, which costs at
+// most that much latency on a wait already a hundred times longer.
+// The yield window must outlast a peer's sleep (kIdleSleep plus the kernel's
+// 50 us timer slack): with 64 yields (~30 us) a rank waiting on a sleeping
+// peer fell asleep itself, and two ranks could stay in that state for good,
+// every small all-reduce taking ~50 us instead of ~1 (2 ranks, 4 KiB).
 constexpr unsigned kIdleSpins = 2048;
-constexpr unsigned kIdleYields = 64;
-constexpr unsigned kIdleShortSleeps = 400;
+// While pausing, yield every this many turns (a few microseconds): a peer that
+// the scheduler put on this rank's core runs only when this rank lets it. Two
+// ranks on two cores stay that way for seconds once a passing load brings them
+// together (2 ranks, 4 KiB: ~50 us per all-reduce instead of ~1).
+constexpr unsigned kIdlePauseRun = 64;
+constexpr auto kIdleYieldWindow = std::chrono::microseconds(250);
+constexpr auto kIdleLongWait = std::chrono::milliseconds(20);
 constexpr auto kIdleSleep = std::chrono::microseconds(50);
 constexpr auto kIdleLongSleep = std::chrono::microseconds(250);
 
@@ -425,6 +434,7 @@ class EngineChannel final : public Channel {
   void read_peer(int peer, const void* remote, void* local, size_t bytes) override {
     blaming_first_failure([&] { impl_.shm->read_peer(peer, remote, local, bytes); });
   }
+
   void write_peer(int peer, void* remote, const void* local, size_t bytes) override {
     blaming_first_failure([&] { impl_.shm->write_peer(peer, remote, local, bytes); });
   }
@@ -436,12 +446,25 @@ class EngineChannel final : public Channel {
     }
     const bool yield_soon = impl_.oversubscribed && spins > kSpinsBeforeYield;
     if (spins <= kIdleSpins && !yield_soon) {
-      _mm_pause();  // spinning on another core's cache line
-    } else if (spins <= kIdleSpins + kIdleYields || (yield_soon && spins <= kIdleSpins)) {
+      if (spins % kIdlePauseRun == 0) {
+        sched_yield();
+      } else {
+        _mm_pause();  // spinning on another core's cache line
+      }
+      return;
+    }
+    if (yield_soon && spins <= kIdleSpins) {
+      sched_yield();
+      return;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (spins == kIdleSpins + 1) yielding_since_ = now;
+    const auto waited = now - yielding_since_;
+    if (waited < kIdleYieldWindow) {
       sched_yield();
     } else {
       // A long wait: leave the core to the process's other threads.
-      std::this_thread::sleep_for(spins <= kIdleSpins + kIdleYields + kIdleShortSleeps ? kIdleSleep : kIdleLongSleep);
+      std::this_thread::sleep_for(waited < kIdleLongWait ? kIdleSleep : kIdleLongSleep);
     }
   }
 
@@ -562,6 +585,7 @@ class EngineChannel final : public Channel {
   const Task& task_;
   uint32_t signature_;
   bool point_to_point_;
+  std::chrono::steady_clock::time_point yielding_since_;  // when the current shared-memory wait stopped pausing
   std::vector<Pending> live_;
   bool fingerprint_posted_ = false, fingerprint_compared_ = false;
   int prev_ = 0;
