@@ -24,8 +24,8 @@ constexpr int kVictim = 1;
 constexpr int kNamedVictim = 20;
 constexpr int kTooSlow = 5;
 
-// 64 MiB runs staged through the shared segments, 1 MiB by cross-memory
-// attach straight from the peers' buffers.
+// Both sizes run staged through the shared segments: 64 MiB cycles the slots
+// many times per call, 1 MiB fits in them.
 TEST(PeerFailure, KilledRankIsNamedWithinTenSeconds) {
   for (int n : {2, 3}) {
     for (size_t bytes : {size_t(64) << 20, size_t(1) << 20}) {

@@ -435,10 +435,6 @@ class EngineChannel final : public Channel {
     blaming_first_failure([&] { impl_.shm->read_peer(peer, remote, local, bytes); });
   }
 
-  void write_peer(int peer, void* remote, const void* local, size_t bytes) override {
-    blaming_first_failure([&] { impl_.shm->write_peer(peer, remote, local, bytes); });
-  }
-
   void idle(int peer, unsigned spins) override {
     if (spins % 128 == 0) {
       impl_.check_health(task_, peer);

@@ -23,7 +23,7 @@ class RingAlgorithms final : public Algorithms {
     const auto forced = options_.allreduce;
     if (forced == AllreduceAlgorithm::automatic || forced == AllreduceAlgorithm::shared_memory) {
       if (shared(ch, args.memory)) {
-        shm_allreduce(ch, args, shm_chunk(ch, args.chunk_bytes), options_.shm_split_min_ranks);
+        shm_allreduce(ch, args, options_, shm_chunk(ch, args.chunk_bytes));
         return;
       }
       if (forced == AllreduceAlgorithm::shared_memory && ch.size() > 1) {
@@ -51,15 +51,15 @@ class RingAlgorithms final : public Algorithms {
     }
   }
   void reduce_scatter(Channel& ch, const ReduceScatterArgs& args) override {
-    if (shared(ch, args.memory)) return shm_reduce_scatter(ch, args, options_.shm_chunk_bytes);
+    if (shared(ch, args.memory)) return shm_reduce_scatter(ch, args, options_);
     ring_reduce_scatter(ch, args, options_);
   }
   void allgather(Channel& ch, const AllgatherArgs& args) override {
-    if (shared(ch, args.memory)) return shm_allgather(ch, args, options_.shm_chunk_bytes);
+    if (shared(ch, args.memory)) return shm_allgather(ch, args, options_);
     ring_allgather(ch, args, options_);
   }
   void broadcast(Channel& ch, const BroadcastArgs& args) override {
-    if (shared(ch, args.memory)) return shm_broadcast(ch, args, options_.shm_chunk_bytes);
+    if (shared(ch, args.memory)) return shm_broadcast(ch, args, options_);
     pipelined_broadcast(ch, args, options_);
   }
   void barrier(Channel& ch) override { ring::barrier(ch); }
@@ -125,6 +125,7 @@ RingOptions ring_options(const CommOptions& options) {
   r.shared_memory = options.shared_memory;
   r.shm_chunk_bytes = options.shm_chunk_bytes;
   r.shm_split_min_ranks = options.shm_split_min_ranks;
+  r.shm_cma_max_bytes = options.shm_cma_max_bytes;
   if (r.shm_chunk_bytes == 0) {
     r.shm_chunk_bytes = ranks_outnumber_cores(options) ? 1 << 20 : 256 << 10;
   }

@@ -75,11 +75,11 @@ void hierarchical_allreduce(Channel& ch, const AllreduceArgs& args, const RingOp
 bool hierarchical_fits(const Topology* topology);
 
 // shm_collectives.cc: ranks on one host, through their shared segments.
-// The staged all-reduce splits its chunks from split_min_ranks ranks on.
-void shm_allreduce(Channel& ch, const AllreduceArgs& args, size_t chunk_bytes, int split_min_ranks);
-void shm_reduce_scatter(Channel& ch, const ReduceScatterArgs& args, size_t chunk_bytes);
-void shm_allgather(Channel& ch, const AllgatherArgs& args, size_t chunk_bytes);
-void shm_broadcast(Channel& ch, const BroadcastArgs& args, size_t chunk_bytes);
+// Chunks of options.shm_chunk_bytes (the all-reduce: chunk_bytes, at most that).
+void shm_allreduce(Channel& ch, const AllreduceArgs& args, const RingOptions& options, size_t chunk_bytes);
+void shm_reduce_scatter(Channel& ch, const ReduceScatterArgs& args, const RingOptions& options);
+void shm_allgather(Channel& ch, const AllgatherArgs& args, const RingOptions& options);
+void shm_broadcast(Channel& ch, const BroadcastArgs& args, const RingOptions& options);
 // The segment bytes the shm_* functions need per rank.
 size_t shm_segment_bytes(size_t chunk_bytes);
 

@@ -116,7 +116,7 @@ void hierarchical_allreduce(Channel& ch, const AllreduceArgs& a, const RingOptio
     if (input != slice) copy(a.memory, slice, input, c * esize);
   } else {
     const ReduceScatterArgs rs{input, slice, c, a.dtype, combine, a.memory};
-    segments ? shm_reduce_scatter(host, rs, o.shm_chunk_bytes) : ring_reduce_scatter(host, rs, o);
+    segments ? shm_reduce_scatter(host, rs, o) : ring_reduce_scatter(host, rs, o);
   }
   // 2. All-reduce of this slice across hosts.
   if (slices.size() > 1) {
@@ -134,7 +134,7 @@ void hierarchical_allreduce(Channel& ch, const AllreduceArgs& a, const RingOptio
   if (local > 1) {
     const AllgatherArgs ag{slice, work, c, a.dtype, a.memory};
     GroupChannel host_again(ch, t->ranks[size_t(t->host())], 1, segments);
-    segments ? shm_allgather(host_again, ag, o.shm_chunk_bytes) : ring_allgather(host_again, ag, o);
+    segments ? shm_allgather(host_again, ag, o) : ring_allgather(host_again, ag, o);
   }
   if (padded) copy(a.memory, a.output, work, a.count * esize);
 }

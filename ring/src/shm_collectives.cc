@@ -12,12 +12,14 @@
 //    slots straight into its output (all-reduce and reduce-scatter: folding
 //    them in rank order, so every rank computes bitwise the same), and
 //    publishes consumed = g + 1. One synchronisation per chunk.
-//  - The all-reduce from split_min_ranks ranks on *splits* each chunk: rank r
-//    folds only its slice of every slot (in rank order, so bitwise the same
-//    result), writes it to its output and over its own slot's slice, stamps
-//    the slot's `reduced`, then copies the other ranks' reduced slices out.
-//    Each element is reduced once; a rank moves about 5 S bytes for S
-//    reduced, whatever the rank count (folding all slots moves (N + 3) S).
+//  - The all-reduce from split_min_ranks ranks on (default: always) *splits*
+//    each chunk: rank r stages all but its own slice, folds its slice of
+//    every slot and of its own input (in rank order, so bitwise the same
+//    result) into its own slot, stamps the slot's `reduced`, copies the
+//    result to its output, then copies the other ranks' reduced slices out.
+//    Each element is reduced once; a rank moves (5 - 1/N) S bytes for S
+//    reduced (folding all slots moves (N + 3) S; measured 1.3-1.5x slower
+//    at 2 ranks from 4 KiB to 32 MiB, level at 64 MiB).
 //  - A rank stages chunk g only once every peer has consumed chunk
 //    g - kSlots, which freed the slot. It stages one chunk ahead of the one
 //    it consumes, so copying and reducing overlap across ranks.
@@ -33,9 +35,9 @@
 //    its block from every rank's input. Allgather and broadcast: one copy.
 //  - *Mapped*: the buffers come from Communicator::allocate_shared (every
 //    rank's; broadcast: the root's); ranks read and write them in place.
-//  - *Cross-memory attach* (other buffers, kCmaMinBytes to kCmaMaxBytes, when the
-//    kernel allows it): process_vm_readv from the peers' inputs (and
-//    process_vm_writev into their outputs for the all-reduce).
+//  - *Cross-memory attach* (reduce-scatter and allgather of other buffers,
+//    kCmaMinBytes to shm_cma_max_bytes, when the kernel allows it):
+//    process_vm_readv from the peers' inputs.
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -66,12 +68,13 @@ constexpr size_t kControlBytes = 4096;
 constexpr size_t kHeaderBytes = 64;
 // Below this the arrival round trip costs more than the staging copy saves.
 constexpr size_t kDirectMinBytes = 16 << 10;
-// Cross-memory attach beats staging between these (measured, 2 ranks: its
-// system calls cost 2 us more at 16 KiB, level at 32 KiB, 20-30 % ahead from
-// 64 KiB to 1 MiB, level at 4 MiB, 1.5-2x slower at 16 MiB where page pinning
-// and the kernel's copy dominate).
-constexpr size_t kCmaMinBytes = 32 << 10;
-constexpr size_t kCmaMaxBytes = 4 << 20;
+// Cross-memory attach beats staging for the reduce-scatter and the allgather
+// from here to RingOptions::shm_cma_max_bytes (measured, 2 ranks, heap
+// buffers: 30-50 % slower at 32-64 KiB, level at 128 KiB, 5-15 % ahead from
+// 256 KiB to 8 MiB, slower again at 16 MiB where page pinning and the
+// kernel's copy dominate). Never for the all-reduce and the broadcast: staged,
+// they ran 1.1-3.5x faster from 32 KiB to 16 MiB.
+constexpr size_t kCmaMinBytes = 256 << 10;
 enum class Kind : uint8_t { allreduce = 1, reduce_scatter, allgather, broadcast };
 
 // What a rank called, so one that called something else learns it from the
@@ -214,9 +217,8 @@ class Segments {
   }
   std::byte* peer_input(int p) { return ch_.map_shared(p, control(p)->input); }
   std::byte* peer_output(int p) { return ch_.map_shared(p, control(p)->output); }
-  // The peer's buffers by its own addresses, for Channel::read_peer/write_peer.
+  // The peer's input by its own address, for Channel::read_peer.
   const std::byte* peer_input_address(int p) const { return reinterpret_cast<const std::byte*>(control(p)->input_address); }
-  std::byte* peer_output_address(int p) const { return reinterpret_cast<std::byte*>(control(p)->output_address); }
   // Returns once every rank has finished the direct call it arrived for.
   void finish() {
     store_release(self_->finished, arrival_);
@@ -320,15 +322,15 @@ enum class Reach { staged, mapped, cross_memory };
 // mapped when `registrant`'s buffers (every rank's if < 0; outputs too if
 // asked) lie in allocate_shared memory, else by cross-memory attach from
 // kCmaMinBytes to kCmaMaxBytes, else staged.
-Reach arrive_direct(Segments& s, Channel& ch, size_t bytes, const void* in, size_t in_bytes, void* out,
-                    size_t out_bytes, int registrant, bool outputs_too) {
+Reach arrive_direct(Segments& s, Channel& ch, size_t cma_max_bytes, size_t bytes, const void* in, size_t in_bytes,
+                    void* out, size_t out_bytes, int registrant, bool outputs_too) {
   if (bytes < kDirectMinBytes) return Reach::staged;
   SharedRef input, output;
   const bool in_ok = in && ch.find_shared(in, in_bytes, input);
   const bool out_ok = outputs_too && ch.find_shared(out, out_bytes, output);
   s.arrive(in, out, in_ok ? &input : nullptr, out_ok ? &output : nullptr);
   if (s.registered(registrant, outputs_too)) return Reach::mapped;
-  if (bytes >= kCmaMinBytes && bytes < kCmaMaxBytes && ch.can_copy_peer()) return Reach::cross_memory;
+  if (bytes >= kCmaMinBytes && bytes <= cma_max_bytes && ch.can_copy_peer()) return Reach::cross_memory;
   return Reach::staged;
 }
 
@@ -361,10 +363,9 @@ const std::byte* piece_source(Segments& s, Channel& ch, Reach reach, int p, cons
 }
 
 // Rank r reduces its slice of every rank's input, piece by piece, into its own
-// output, and delivers each piece to the others' outputs: by memcpy through
-// the mappings, or by cross-memory attach (3.5 bytes moved per byte reduced
-// instead of staging's 5, plus a system call per piece and peer).
-void direct_allreduce(Segments& s, Channel& ch, const AllreduceArgs& a, Reach reach) {
+// output, and delivers each piece to the others' outputs through the mappings.
+void direct_allreduce(Segments& s, Channel& ch, const AllreduceArgs& a) {
+  constexpr Reach reach = Reach::mapped;
   const int n = s.size(), r = s.rank();
   const size_t esize = dtype_size(a.dtype), piece = s.chunk_bytes() / esize;
   // Rank r >= 2 folding in place would overwrite its input before step r reads it.
@@ -372,7 +373,7 @@ void direct_allreduce(Segments& s, Channel& ch, const AllreduceArgs& a, Reach re
   auto* scratch = static_cast<std::byte*>(ch.scratch(s.chunk_bytes() * size_t(n), 0));
   std::vector<std::byte*> outs(static_cast<size_t>(n));
   for (int p = 0; p < n; ++p) {
-    if (p != r) outs[p] = reach == Reach::mapped ? s.peer_output(p) : s.peer_output_address(p);
+    if (p != r) outs[p] = s.peer_output(p);
   }
   std::vector<const std::byte*> src(static_cast<size_t>(n));
   auto source_of = [&](int p) { return src[p]; };
@@ -386,13 +387,7 @@ void direct_allreduce(Segments& s, Channel& ch, const AllreduceArgs& a, Reach re
     std::byte* result = bytes_of(a.output) + offset;
     fold(s, a.dtype, a.op, result, source_of, 0, count);
     for (int p = 0; p < n; ++p) {
-      if (p == r) continue;
-      if (reach == Reach::mapped) {
-        counted_copy(outs[p] + offset, result, bytes);
-      } else {
-        ch.write_peer(p, outs[p] + offset, result, bytes);
-        count_traffic(2 * bytes);
-      }
+      if (p != r) counted_copy(outs[p] + offset, result, bytes);
     }
   }
   s.finish();
@@ -427,8 +422,8 @@ void direct_allgather(Segments& s, Channel& ch, const AllgatherArgs& a, Reach re
   s.finish();
 }
 
-void direct_broadcast(Segments& s, Channel& ch, const BroadcastArgs& a, Reach reach) {
-  if (s.rank() != a.root) read_input(s, ch, reach, a.root, 0, a.output, a.count * dtype_size(a.dtype));
+void direct_broadcast(Segments& s, Channel& ch, const BroadcastArgs& a) {
+  if (s.rank() != a.root) read_input(s, ch, Reach::mapped, a.root, 0, a.output, a.count * dtype_size(a.dtype));
   s.finish();
 }
 
@@ -442,13 +437,15 @@ std::string shared_memory_plan(const RingOptions& o, int local_ranks, bool overs
        (oversubscribed ? "; 1 MiB when ranks outnumber cores: fewer hand-offs" : "") + ")\n";
   s += "  staged all-reduce: " +
        std::string(local_ranks >= o.shm_split_min_ranks
-                       ? "split: each rank reduces its slice of every chunk once (about 5 S moved per rank)"
-                       : "every rank folds every slot (at 2 ranks 5 S against the split's 5.5 S)") +
+                       ? "split: each rank reduces its slice of every chunk once ((5 - 1/N) S moved per rank)"
+                       : "every rank folds every slot ((N + 3) S moved per rank)") +
        "; split from " + std::to_string(o.shm_split_min_ranks) + " ranks (TANDEM_SHM_SPLIT_MIN_RANKS)\n";
   s += "  from " + kib(kDirectMinBytes) + " (below, the arrival round trip costs more than staging saves): "
-       "allocate_shared buffers are read and written in place; other buffers by cross-memory attach from " +
-       kib(kCmaMinBytes) + " to " + kib(kCmaMaxBytes) +
-       " where the kernel allows it (beyond, page pinning and the kernel's copy cost more than staging)\n";
+       "allocate_shared buffers are read and written in place\n";
+  s += "  reduce-scatter and allgather of other buffers: cross-memory attach from " + kib(kCmaMinBytes) + " to " +
+       (o.shm_cma_max_bytes >= kCmaMinBytes ? kib(o.shm_cma_max_bytes) : std::string("(off)")) +
+       " where the kernel allows it (TANDEM_SHM_CMA_MAX_BYTES; outside, its system calls or page pinning cost more "
+       "than staging; the all-reduce and broadcast always stage: faster at every size)\n";
   s += std::string("  waits: ") +
        (oversubscribed ? "ranks outnumber cores: spin briefly, then yield the core to the rank being waited for"
                        : "spin, then yield, then sleep in short naps") +
@@ -458,18 +455,19 @@ std::string shared_memory_plan(const RingOptions& o, int local_ranks, bool overs
 
 size_t shm_segment_bytes(size_t chunk_bytes) { return kControlBytes + kSlots * (kHeaderBytes + chunk_bytes); }
 
-void shm_allreduce(Channel& ch, const AllreduceArgs& a, size_t chunk_bytes, int split_min_ranks) {
+void shm_allreduce(Channel& ch, const AllreduceArgs& a, const RingOptions& o, size_t chunk_bytes) {
   if (a.count == 0) return;
   Segments s(ch, chunk_bytes, call_of(Kind::allreduce, a.count, a.dtype, a.op));
   const size_t esize = dtype_size(a.dtype), bytes = a.count * esize;
-  const Reach reach = arrive_direct(s, ch, bytes, a.input, bytes, a.output, bytes, -1, true);
-  if (reach != Reach::staged) return direct_allreduce(s, ch, a, reach);
+  if (arrive_direct(s, ch, 0, bytes, a.input, bytes, a.output, bytes, -1, true) == Reach::mapped) {
+    return direct_allreduce(s, ch, a);
+  }
   const size_t per_chunk = chunk_bytes / esize;
   auto stage = [&](size_t i, std::byte* slot) {
     const size_t begin = i * per_chunk;
     counted_copy(slot, bytes_of(a.input) + begin * esize, std::min(per_chunk, a.count - begin) * esize);
   };
-  if (s.size() < split_min_ranks || s.size() < 2) {
+  if (s.size() < o.shm_split_min_ranks || s.size() < 2) {
     s.staged(chunks_for(a.count, per_chunk), -1, stage, [&](size_t i, auto slot_of) {
       const size_t begin = i * per_chunk;
       fold(s, a.dtype, a.op, bytes_of(a.output) + begin * esize, slot_of, 0, std::min(per_chunk, a.count - begin));
@@ -483,15 +481,25 @@ void shm_allreduce(Channel& ch, const AllreduceArgs& a, size_t chunk_bytes, int 
     const size_t lo = std::min(count, per * size_t(p));
     return std::pair{lo, std::min(count, lo + per) - lo};
   };
+  // A rank stages all of a chunk but its own slice, which only it folds,
+  // straight from its input, into that place in its slot (not into its output:
+  // in place, that would overwrite its input before the fold reads it).
   s.staged_split(
-      chunks_for(a.count, per_chunk), stage,
+      chunks_for(a.count, per_chunk),
+      [&](size_t i, std::byte* slot) {
+        const size_t begin = i * per_chunk, count = std::min(per_chunk, a.count - begin);
+        const auto [lo, n] = slice(count, s.rank());
+        const std::byte* in = bytes_of(a.input) + begin * esize;
+        counted_copy(slot, in, lo * esize);
+        counted_copy(slot + (lo + n) * esize, in + (lo + n) * esize, (count - lo - n) * esize);
+      },
       [&](size_t i, auto slot_of, std::byte* own_slot) {
         const size_t begin = i * per_chunk;
         const auto [lo, n] = slice(std::min(per_chunk, a.count - begin), s.rank());
         if (n == 0) return;
-        std::byte* out = bytes_of(a.output) + (begin + lo) * esize;
-        fold(s, a.dtype, a.op, out, slot_of, lo * esize, n);
-        counted_copy(own_slot + lo * esize, out, n * esize);
+        auto source_of = [&](int p) { return p == s.rank() ? bytes_of(a.input) + begin * esize : slot_of(p); };
+        fold(s, a.dtype, a.op, own_slot + lo * esize, source_of, lo * esize, n);
+        counted_copy(bytes_of(a.output) + (begin + lo) * esize, own_slot + lo * esize, n * esize);
       },
       [&](size_t i, int p, const std::byte* slot) {
         const size_t begin = i * per_chunk;
@@ -501,11 +509,12 @@ void shm_allreduce(Channel& ch, const AllreduceArgs& a, size_t chunk_bytes, int 
 }
 
 // Each chunk carries the same run of every block: piece p of the slot holds block p's part.
-void shm_reduce_scatter(Channel& ch, const ReduceScatterArgs& a, size_t chunk_bytes) {
+void shm_reduce_scatter(Channel& ch, const ReduceScatterArgs& a, const RingOptions& o) {
+  const size_t chunk_bytes = o.shm_chunk_bytes;
   if (a.count == 0) return;
   Segments s(ch, chunk_bytes, call_of(Kind::reduce_scatter, a.count, a.dtype, a.op));
   const size_t n = size_t(s.size()), esize = dtype_size(a.dtype), bytes = n * a.count * esize;
-  const Reach reach = arrive_direct(s, ch, bytes, a.input, bytes, a.output, 0, -1, false);
+  const Reach reach = arrive_direct(s, ch, o.shm_cma_max_bytes, bytes, a.input, bytes, a.output, 0, -1, false);
   if (reach != Reach::staged) return direct_reduce_scatter(s, ch, a, reach);
   const size_t per_block = std::max<size_t>(1, chunk_bytes / esize / n);
   s.staged(
@@ -523,13 +532,14 @@ void shm_reduce_scatter(Channel& ch, const ReduceScatterArgs& a, size_t chunk_by
       });
 }
 
-void shm_allgather(Channel& ch, const AllgatherArgs& a, size_t chunk_bytes) {
+void shm_allgather(Channel& ch, const AllgatherArgs& a, const RingOptions& o) {
+  const size_t chunk_bytes = o.shm_chunk_bytes;
   if (a.count == 0) return;
   Segments s(ch, chunk_bytes, call_of(Kind::allgather, a.count, a.dtype));
   const size_t esize = dtype_size(a.dtype), per_chunk = chunk_bytes / esize, block = a.count * esize;
   std::byte* own_block = bytes_of(a.output) + size_t(s.rank()) * block;
   if (bytes_of(a.input) != own_block) counted_copy(own_block, a.input, block);
-  const Reach reach = arrive_direct(s, ch, block * size_t(s.size()), a.input, block, a.output, 0, -1, false);
+  const Reach reach = arrive_direct(s, ch, o.shm_cma_max_bytes, block * size_t(s.size()), a.input, block, a.output, 0, -1, false);
   if (reach != Reach::staged) return direct_allgather(s, ch, a, reach);
   s.staged(
       chunks_for(a.count, per_chunk), -1,
@@ -545,15 +555,17 @@ void shm_allgather(Channel& ch, const AllgatherArgs& a, size_t chunk_bytes) {
       });
 }
 
-void shm_broadcast(Channel& ch, const BroadcastArgs& a, size_t chunk_bytes) {
+void shm_broadcast(Channel& ch, const BroadcastArgs& a, const RingOptions& o) {
+  const size_t chunk_bytes = o.shm_chunk_bytes;
   if (a.count == 0) return;
   Segments s(ch, chunk_bytes, call_of(Kind::broadcast, a.count, a.dtype, ReduceOp::sum, a.root));
   const size_t esize = dtype_size(a.dtype), per_chunk = chunk_bytes / esize;
   const bool root = s.rank() == a.root;
   if (root && a.input != a.output) counted_copy(a.output, a.input, a.count * esize);
   const size_t bytes = a.count * esize;
-  const Reach reach = arrive_direct(s, ch, bytes, root ? a.input : nullptr, bytes, a.output, 0, a.root, false);
-  if (reach != Reach::staged) return direct_broadcast(s, ch, a, reach);
+  if (arrive_direct(s, ch, 0, bytes, root ? a.input : nullptr, bytes, a.output, 0, a.root, false) == Reach::mapped) {
+    return direct_broadcast(s, ch, a);
+  }
   s.staged(
       chunks_for(a.count, per_chunk), a.root,
       [&](size_t i, std::byte* slot) {

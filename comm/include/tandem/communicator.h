@@ -73,7 +73,11 @@ struct CommOptions {
   size_t shm_chunk_bytes = 0;
   // From how many ranks on the staged shared-memory all-reduce splits its
   // chunks (TANDEM_SHM_SPLIT_MIN_RANKS; 0 or 1: always, a large value: never).
-  int shm_split_min_ranks = 3;
+  int shm_split_min_ranks = 2;
+  // The shared-memory reduce-scatter and allgather read buffers outside
+  // allocate_shared memory by cross-memory attach instead of staging them,
+  // from 256 KiB up to this size (TANDEM_SHM_CMA_MAX_BYTES; 0: never).
+  size_t shm_cma_max_bytes = 8 << 20;
   // How often a waiting rank asks the store whether some rank died. The store
   // learns of a death when the rank's connection drops, on any transport.
   std::chrono::milliseconds failure_poll{std::chrono::milliseconds(200)};

@@ -24,9 +24,11 @@ struct RingOptions {
   bool shared_memory = true;         // ask the communicator for shared segments
   size_t shm_chunk_bytes = 256 << 10;  // pipeline chunk of the shared-memory all-reduce
   // The staged shared-memory all-reduce splits each chunk (every element
-  // reduced once) from this many ranks on; at 2 every rank folding both
-  // slots moves slightly less (5 S against 5.5 S).
-  int shm_split_min_ranks = 3;
+  // reduced once) from this many ranks on (CommOptions::shm_split_min_ranks).
+  int shm_split_min_ranks = 2;
+  // Cross-memory attach for buffers other ranks cannot map, up to this size
+  // (CommOptions::shm_cma_max_bytes).
+  size_t shm_cma_max_bytes = 8 << 20;
 };
 
 // "auto", "ring", "recursive_doubling" (also "rd"), "shared_memory" (also "shm"),
