@@ -20,6 +20,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <thread>
@@ -72,6 +73,7 @@ class RankGroup {
       o.local_size = size;
       o.store_address = address;
       o.prefix = prefix_;
+      if (const char* dir = std::getenv("TANDEM_FLIGHT_DIR"); dir && o.flight_dir.empty()) o.flight_dir = dir;
       fflush(stdout);
       fflush(stderr);
       pid_t pid = fork();
