@@ -11,6 +11,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -231,6 +232,25 @@ std::vector<Placement> place_ranks(const LaunchOptions& o) {
   return out;
 }
 
+// The CPUs that rank `local` of `size` ranks on this host runs on: its equal
+// share, in order, of the CPUs the launcher may use; none when they are fewer
+// than the ranks (then the scheduler balances).
+std::optional<cpu_set_t> cpu_share(int local, int size) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (::sched_getaffinity(0, sizeof allowed, &allowed) != 0) return std::nullopt;
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  }
+  if (size < 1 || local < 0 || local >= size || size > int(cpus.size())) return std::nullopt;
+  const size_t per = cpus.size() / size_t(size);
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  for (size_t k = 0; k < per; ++k) CPU_SET(cpus[size_t(local) * per + k], &mine);
+  return mine;
+}
+
 // One word for a POSIX shell: single-quoted, embedded quotes closed and escaped.
 std::string shell_quote(const std::string& s) {
   std::string q = "'";
@@ -372,9 +392,10 @@ class GroupGuard {
 // In the child, between fork and exec: only async-signal-safe calls (the
 // store's I/O thread may hold allocator locks that were copied mid-use).
 [[noreturn]] void exec_child(const char* path, char* const* argv, char* const* envp, int in_r, int out_w,
-                             int err_w, int report_w, pid_t parent, const rlimit& files) {
+                             int err_w, int report_w, pid_t parent, const rlimit& files, const cpu_set_t* cpus) {
   ::setpgid(0, 0);
   ::setrlimit(RLIMIT_NOFILE, &files);  // the launcher's raised limit is its own business
+  if (cpus) ::sched_setaffinity(0, sizeof *cpus, cpus);  // a plain system call; what the rank starts inherits it
   // If the launcher is SIGKILLed, take the rank down with it instead of leaking it.
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) ::_exit(1);
@@ -421,10 +442,10 @@ struct Pipe {
 // Starts one rank. Returns 0, or the launcher exit code with `error` set.
 // A local rank runs `command` with the job variables in its environment; a
 // remote one runs `command` (already the remote shell's argv) and gets the
-// secret on its standard input.
+// secret on its standard input. `cpus`: the local rank's CPUs (null: unbound).
 int spawn_rank(Rank& r, const std::string& path, const std::vector<std::string>& command,
                const std::vector<std::string>& env, const std::string& remote_secret, const rlimit& child_files,
-               std::string& error, GroupGuard& guard) {
+               const cpu_set_t* cpus, std::string& error, GroupGuard& guard) {
   std::vector<char*> argv, envp;
   for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -451,7 +472,9 @@ int spawn_rank(Rank& r, const std::string& path, const std::vector<std::string>&
     report.close_all();
     return 1;
   }
-  if (pid == 0) exec_child(path.c_str(), argv.data(), envp.data(), in.r, out.w, err.w, report.w, parent, child_files);
+  if (pid == 0) {
+    exec_child(path.c_str(), argv.data(), envp.data(), in.r, out.w, err.w, report.w, parent, child_files, cpus);
+  }
 
   ::setpgid(pid, pid);  // also here, so killpg works even before the child ran
   guard.add(pid);
@@ -605,11 +628,13 @@ class Launcher {
       const bool server = i >= opts_.nprocs;
       const Placement& at = placement[size_t(i)];
       const std::vector<std::string> job = job_variables(i, world, at, store_addr, opts_.servers);
+      const std::optional<cpu_set_t> cpus =
+          opts_.bind == "auto" && !at.remote() ? cpu_share(at.local_rank, at.local_size) : std::nullopt;
       int rc = at.remote()
                    ? spawn_rank(ranks_[i], *rsh_path, remote_command(opts_.rsh, at.host, job, opts_.command),
-                                rank_environment({}, ""), secret, child_files, error, guard)
+                                rank_environment({}, ""), secret, child_files, nullptr, error, guard)
                    : spawn_rank(ranks_[i], server ? self : *path, server ? serve : opts_.command,
-                                rank_environment(job, secret), "", child_files, error, guard);
+                                rank_environment(job, secret), "", child_files, cpus ? &*cpus : nullptr, error, guard);
       if (rc != 0) {
         say("rank " + std::to_string(i) + ": " + error);
         spawn_failure_ = rc;
@@ -874,6 +899,7 @@ std::string validate(const LaunchOptions& o) {
   if (bad_seconds(o.timeout_seconds)) return "--timeout must be a number of seconds >= 0 (0 = no limit)";
   if (bad_seconds(o.grace_seconds)) return "--grace must be a number of seconds >= 0";
   if (bad_seconds(o.kill_after_seconds)) return "the SIGTERM-to-SIGKILL delay must be >= 0 seconds";
+  if (o.bind != "auto" && o.bind != "none") return "--bind must be auto or none (got '" + o.bind + "')";
   if (o.command.empty() || o.command[0].empty()) {
     return "no command given; usage: tandem launch -n N [--timeout S] [--grace S] -- command [args...]";
   }

@@ -43,6 +43,11 @@ struct LaunchOptions {
   // Where ranks on other hosts reach the launcher's store: "host" or
   // "host:port" (default: this machine's hostname, any free port).
   std::string store_address;
+  // "auto": each rank on this host runs on its own share of the launcher's
+  // CPUs when there are at least as many CPUs as ranks here (as mpirun binds
+  // to cores); left to the scheduler, two ranks can share one core for
+  // seconds while the other idles. "none": never.
+  std::string bind = "auto";
 };
 
 // "a:2,b:2" or "a,b" -> host list; throws std::invalid_argument naming the bad entry.

@@ -266,6 +266,12 @@ void add_launch(CLI::App& app, tandem::cli::LaunchOptions& o, std::string& hosts
                 "Also start this many parameter-server ranks (`tandem ps serve`) after the N workers; every rank "
                 "gets TANDEM_SERVERS")
       ->capture_default_str();
+  if (const char* bind = std::getenv("TANDEM_BIND")) o.bind = bind;
+  l->add_option("--bind", o.bind,
+                "auto: each rank on this host runs on its own share of the CPUs when there are at least as many "
+                "CPUs as ranks here (as mpirun binds to cores); none: leave placement to the scheduler "
+                "(default: TANDEM_BIND, else auto)")
+      ->capture_default_str();
   // Only for --help: main() splits the command off before CLI11 sees it.
   l->add_option("command", o.command, "The command every rank runs, with its arguments (after --)");
   l->footer(
@@ -278,7 +284,7 @@ void add_launch(CLI::App& app, tandem::cli::LaunchOptions& o, std::string& hosts
 // starts after "--" or at the first word that is neither a flag nor a flag's value.
 std::vector<std::string> split_launch_command(std::vector<std::string>& args) {
   static const char* const kFlagsWithValue[] = {"-n",      "--nprocs", "--timeout", "--grace",     "--servers",
-                                                "-H",      "--hosts",  "--rsh",     "--store-addr"};
+                                                "-H",      "--hosts",  "--rsh",     "--store-addr", "--bind"};
   for (size_t i = 1; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--" || a.empty() || a[0] != '-') {

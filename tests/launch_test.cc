@@ -4,6 +4,7 @@
 // a hard wall-clock limit, so a launcher bug fails a test instead of hanging it.
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -158,6 +159,41 @@ TEST_F(LaunchTest, SetsRankEnvironmentAndPrefixesEachLine) {
   EXPECT_THAT(r.out, HasSubstr("[2] store 127.0.0.1:" + std::to_string(port) + "\n")) << "one store for all ranks";
 }
 
+// --bind auto (the default): ranks on this host get disjoint, equal shares of
+// the launcher's CPUs while there are enough; otherwise, or with --bind none,
+// every rank keeps all of them.
+TEST_F(LaunchTest, RanksAreBoundToTheirShareOfTheCpus) {
+  cpu_set_t allowed;
+  ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+  const int cpus = CPU_COUNT(&allowed);
+  if (cpus < 2) GTEST_SKIP() << "needs at least 2 CPUs (this process may use " << cpus << ")";
+  auto masks = [&](const std::vector<std::string>& args) {
+    RunResult r = run_tandem(args);
+    EXPECT_EQ(r.exit_code, 0) << describe(r);
+    std::vector<std::string> out;
+    const std::regex line(R"(\[(\d+)\] Cpus_allowed_list:\s*(\S+))");
+    std::smatch m;
+    for (auto it = r.out.cbegin(); std::regex_search(it, r.out.cend(), m, line); it = m.suffix().first) {
+      const size_t rank = std::stoul(m[1]);
+      if (out.size() <= rank) out.resize(rank + 1);
+      out[rank] = m[2];
+    }
+    return out;
+  };
+  const std::string show = "grep Cpus_allowed_list /proc/self/status";
+  const auto bound = masks({"launch", "-n", "2", "--", "sh", "-c", show});
+  ASSERT_EQ(bound.size(), 2u);
+  EXPECT_NE(bound[0], bound[1]) << "each rank its own CPUs";
+  const auto unbound = masks({"launch", "-n", "2", "--bind", "none", "--", "sh", "-c", show});
+  ASSERT_EQ(unbound.size(), 2u);
+  EXPECT_EQ(unbound[0], unbound[1]);
+  EXPECT_NE(unbound[0], bound[0]);
+  const auto crowded = masks({"launch", "-n", std::to_string(cpus + 1), "--", "sh", "-c", show});
+  ASSERT_EQ(crowded.size(), size_t(cpus + 1));
+  EXPECT_EQ(crowded.front(), unbound[0]) << "more ranks than CPUs: left to the scheduler";
+  EXPECT_EQ(crowded.back(), unbound[0]);
+}
+
 // -H: ranks fill each host's slots in order; other hosts run through the
 // remote shell (here a local `sh -c` that records the host), which gets the
 // job variables on its command line and the secret on its standard input only.
@@ -308,6 +344,7 @@ TEST_F(LaunchTest, BadFlagsAreUsageErrors) {
       {{"launch", "-n", "2"}, "no command given"},
       {{"launch", "-n", "2", "--grace", "-1", "--", "true"}, "--grace"},
       {{"launch", "-n", "2", "--timeout", "x", "--", "true"}, "timeout"},
+      {{"launch", "-n", "2", "--bind", "socket", "--", "true"}, "--bind must be auto or none"},
   };
   for (const Case& c : cases) {
     RunResult r = run_tandem(c.args);
