@@ -201,7 +201,10 @@ int run_calibrate(const CalibrateOptions& o) {
     // The cores the two ranks kept busy (this machine's share of them, when
     // both ran here) per rank; the whole machine's time counts, the kernel's too.
     const double busy = large_cpu.total > 0 ? large_cpu.busy / large_cpu.total : 1.0;
-    c.links[o.link] = Link{step, fit.b, o.cpu_bound, steps, busy * cores / here};
+    Link& link = c.links[o.link];
+    link = Link{step, fit.b, o.cpu_bound, steps, busy * cores / here, {}};
+    // beta per size: what alpha leaves of each time, per byte a rank sent.
+    for (size_t i = 0; i < sizes.size(); ++i) link.beta_by_size[x[i]] = std::max(seconds[i] - step, 0.0) / x[i];
   }
   save_calibration(c, o.output);
   printf("tandem model calibrate: wrote %s\n  %s\n", o.output.c_str(), c.describe().c_str());
