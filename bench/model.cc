@@ -64,12 +64,21 @@ double transfer_and_reduce(const Link& l, double beta, double gamma) {
   return l.cpu_bound ? beta + gamma : std::max(beta, gamma);
 }
 
+// One step's transfer of `seconds` plus `wait`, what oversubscribed cores add
+// to it. A wire keeps delivering into a rank's socket while the rank waits for
+// a core, so there only the wait beyond the transfer counts; a cpu-bound link
+// needs the cores for the transfer itself, so the two add up.
+double transfer_and_wait(const Link& l, double seconds, double wait) {
+  return l.cpu_bound ? seconds + wait : std::max(seconds, wait);
+}
+
 // A pipelined ring of n ranks: n-1 reduce-scatter steps of N/n (transfer and
-// reduce), n-1 allgather steps (transfer); each step also pays `wait`, what
-// oversubscribed cores add to it.
+// reduce), n-1 allgather steps (transfer), each also paying alpha and `wait`.
 double ring_time(const Link& l, double beta, double gamma, int n, double bytes, double wait) {
   if (n < 2) return 0;
-  return 2.0 * (n - 1) * (l.alpha + wait) + (n - 1) * (bytes / n) * (transfer_and_reduce(l, beta, gamma) + beta);
+  const double chunk = bytes / n;
+  return (n - 1) * (2 * l.alpha + transfer_and_wait(l, chunk * transfer_and_reduce(l, beta, gamma), wait) +
+                    transfer_and_wait(l, chunk * beta, wait));
 }
 
 }  // namespace
@@ -158,11 +167,14 @@ double predict(const Calibration& c, const Link& inter, const Topology& t, Algor
       // cores: q of the p in an exchange, the 2(p - q) pairing up in the fold.
       const int q = 1 << int(std::floor(std::log2(double(p))));
       const double rho = ranks_per_core(c, t);
-      const double data = bytes * link_beta(c, inter, t, bytes) + bytes * c.gamma * cpu;
-      const double exchanges = std::log2(double(q)) *
-                               (inter.alpha + oversubscribed_step(inter.step, rho * q / p) + data);
+      const double transfer = bytes * link_beta(c, inter, t, bytes), reduce = bytes * c.gamma * cpu;
+      const double exchanges =
+          std::log2(double(q)) *
+          (inter.alpha + transfer_and_wait(inter, transfer, oversubscribed_step(inter.step, rho * q / p)) + reduce);
       if (q == p) return exchanges;
-      return exchanges + 2 * (inter.alpha + oversubscribed_step(inter.step, rho * 2 * (p - q) / p) + data);
+      return exchanges +
+             2 * (inter.alpha + transfer_and_wait(inter, transfer, oversubscribed_step(inter.step, rho * 2 * (p - q) / p)) +
+                  reduce);
     }
     case Algorithm::hierarchical: {
       // Reduce-scatter then allgather on the host cost about one shared-memory all-reduce;

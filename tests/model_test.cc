@@ -100,7 +100,7 @@ TEST(Model, OversubscribedStepVanishesWithinTheCores) {
 TEST(Model, OversubscribedStepsAddToEverySynchronisation) {
   Calibration c = example();
   c.shm.step = {{1.0, 1e-6}, {2.0, 5e-6}};
-  Link l = c.links.at("wire");
+  Link l = c.links.at("cpu");  // the cores move its bytes: the waits add to the transfers
   l.step = {{1.0, 10e-6}, {2.0, 70e-6}};
   const double n = 4096;
   // Shared memory, 4 ranks on 2 cores: two rendezvous of 4 us more each.
@@ -111,7 +111,7 @@ TEST(Model, OversubscribedStepsAddToEverySynchronisation) {
   // 4 namespaces on one 2-core machine: a ring's 6 steps, recursive doubling's 2 rounds, 60 us more each.
   Topology shared{4, 1};
   shared.ranks_on_cores = 4;
-  const Link bare = c.links.at("wire");
+  const Link bare = c.links.at("cpu");
   EXPECT_NEAR(predict(c, l, shared, Algorithm::ring, n) - predict(c, bare, shared, Algorithm::ring, n), 6 * 60e-6, 1e-12);
   EXPECT_NEAR(predict(c, l, shared, Algorithm::recursive_doubling, n) -
                   predict(c, bare, shared, Algorithm::recursive_doubling, n),
@@ -123,6 +123,22 @@ TEST(Model, OversubscribedStepsAddToEverySynchronisation) {
               1e-12);
   // Ranks within the cores pay nothing: 8 hosts of 2 ranks on 2 cores each.
   EXPECT_NEAR(predict(c, l, Topology{8, 2}, Algorithm::ring, n), predict(c, bare, Topology{8, 2}, Algorithm::ring, n), 1e-12);
+}
+
+TEST(Model, AWireHidesAnOversubscribedWaitBehindItsTransfer) {
+  const Calibration c = example();
+  Link l = c.links.at("wire");
+  l.step = {{1.0, 10e-6}, {2.0, 70e-6}};  // 60 us more per step at 2 ranks per core
+  const Link bare = c.links.at("wire");
+  Topology shared{4, 1};
+  shared.ranks_on_cores = 4;
+  // 4 KiB: each step's 1 KiB takes 8 us on the wire, so the 60 us wait sets the step.
+  EXPECT_NEAR(predict(c, l, shared, Algorithm::ring, 4096), 6 * (l.alpha + 60e-6), 1e-12);
+  EXPECT_NEAR(predict(c, l, shared, Algorithm::recursive_doubling, 4096),
+              2 * (l.alpha + 60e-6 + 4096 * c.gamma * 2), 1e-12);
+  // 64 MiB: the transfers outlast the waits, which cost nothing.
+  const double n = 64 << 20;
+  EXPECT_NEAR(predict(c, l, shared, Algorithm::ring, n), predict(c, bare, shared, Algorithm::ring, n), 1e-12);
 }
 
 TEST(Model, SharedMemoryCopiesStretchAsMeasured) {
