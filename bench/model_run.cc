@@ -136,8 +136,12 @@ int run_calibrate(const CalibrateOptions& o) {
     throw InvalidArgument("tandem model calibrate: run it with exactly 2 ranks (got " + std::to_string(comm->size()) +
                           "), e.g. `tandem launch -n 2 -- tandem model calibrate` on one host; --step-only takes any number");
   }
-  const std::vector<double> sizes =
-      o.sizes.empty() ? std::vector<double>{4096, 16384, 65536, 262144, 1 << 20, 4 << 20, 16 << 20, 64 << 20} : o.sizes;
+  // A link by factors of 2: its beta can jump between neighbouring sizes (TCP
+  // and UCX change protocol with the message size), too much to interpolate over 4x.
+  std::vector<double> sizes = o.sizes;
+  if (sizes.empty()) {
+    for (double bytes = 4096; bytes <= (64 << 20); bytes *= o.link.empty() ? 4 : 2) sizes.push_back(bytes);
+  }
   std::vector<char> buffer(size_t(std::max(*std::max_element(sizes.begin(), sizes.end()), kCopyBytes)) + 64);
   // Added to what is there (links are calibrated one at a time); a file that
   // exists but cannot be read stops every rank now, before it is overwritten.
