@@ -50,11 +50,14 @@ double time_allreduce(Communicator& comm, std::vector<char>& buffer, size_t byte
   return median(t);
 }
 
-// Seconds per allgather of `bytes` in all (bytes / size from each rank), timed as above.
-double time_allgather(Communicator& comm, std::vector<char>& buffer, size_t bytes, int iters) {
+// Seconds per allgather of `bytes` in all (bytes / size from each rank), timed
+// as above. In place, a rank's own block is already where it belongs: only
+// the transfers count, not a local copy of the block (which a ring step never makes).
+double time_allgather(Communicator& comm, std::vector<char>& buffer, size_t bytes, int iters, bool in_place = false) {
   const size_t count = bytes / sizeof(float) / size_t(comm.size());
-  std::vector<char> input(count * sizeof(float));
-  auto call = [&] { comm.allgather(input.data(), buffer.data(), count, DataType::f32); };
+  std::vector<char> separate(in_place ? 0 : count * sizeof(float));
+  const char* input = in_place ? buffer.data() + size_t(comm.rank()) * count * sizeof(float) : separate.data();
+  auto call = [&] { comm.allgather(input, buffer.data(), count, DataType::f32); };
   call(), call();
   std::vector<double> t;
   for (int i = 0; i < 3; ++i) t.push_back(time_per_op_us(comm, call, iters) * 1e-6);
@@ -167,7 +170,7 @@ int run_calibrate(const CalibrateOptions& o) {
       x.push_back(moved * bytes);
     } else {
       // A link: a 2-rank allgather, each rank sending bytes / 2 while it receives as much.
-      s = time_allgather(*comm, buffer, size_t(bytes), o.iters);
+      s = time_allgather(*comm, buffer, size_t(bytes), o.iters, /*in_place=*/true);
       x.push_back(bytes / 2);
       if (bytes >= (1 << 20)) {
         const CpuTime cpu_after = cpu_time();
