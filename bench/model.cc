@@ -33,12 +33,14 @@ double beyond_the_cores(const std::vector<std::pair<double, double>>& points, do
   return at_one + (lo - at_one) * (rho - 1) / (lo_rho - 1);
 }
 
-// A cpu-bound link slows once its ranks want more cores than the host has:
-// each keeps cpu_share of a core busy (a whole one when not measured).
-double link_beta(const Calibration& c, const Link& l, const Topology& t) {
-  if (!l.cpu_bound) return l.beta;
+// Seconds per byte of messages of `message_bytes` from each rank. A cpu-bound
+// link slows once its ranks want more cores than the host has: each keeps
+// cpu_share of a core busy (a whole one when not measured).
+double link_beta(const Calibration& c, const Link& l, const Topology& t, double message_bytes) {
+  const double beta = l.beta_at(message_bytes);
+  if (!l.cpu_bound) return beta;
   const double share = l.cpu_share > 0 ? l.cpu_share : 1.0;
-  return l.beta * std::max(1.0, ranks_per_core(c, t) * share);
+  return beta * std::max(1.0, ranks_per_core(c, t) * share);
 }
 
 // The shared-memory all-reduce makes every rank wait for all the others twice
@@ -62,12 +64,21 @@ double transfer_and_reduce(const Link& l, double beta, double gamma) {
   return l.cpu_bound ? beta + gamma : std::max(beta, gamma);
 }
 
+// One step's transfer of `seconds` plus `wait`, what oversubscribed cores add
+// to it. A wire keeps delivering into a rank's socket while the rank waits for
+// a core, so there only the wait beyond the transfer counts; a cpu-bound link
+// needs the cores for the transfer itself, so the two add up.
+double transfer_and_wait(const Link& l, double seconds, double wait) {
+  return l.cpu_bound ? seconds + wait : std::max(seconds, wait);
+}
+
 // A pipelined ring of n ranks: n-1 reduce-scatter steps of N/n (transfer and
-// reduce), n-1 allgather steps (transfer); each step also pays `wait`, what
-// oversubscribed cores add to it.
+// reduce), n-1 allgather steps (transfer), each also paying alpha and `wait`.
 double ring_time(const Link& l, double beta, double gamma, int n, double bytes, double wait) {
   if (n < 2) return 0;
-  return 2.0 * (n - 1) * (l.alpha + wait) + (n - 1) * (bytes / n) * (transfer_and_reduce(l, beta, gamma) + beta);
+  const double chunk = bytes / n;
+  return (n - 1) * (2 * l.alpha + transfer_and_wait(l, chunk * transfer_and_reduce(l, beta, gamma), wait) +
+                    transfer_and_wait(l, chunk * beta, wait));
 }
 
 }  // namespace
@@ -111,6 +122,7 @@ double copy_stretch(const SharedMemoryCost& shm, double rho) {
 }
 
 double SharedMemoryCost::beta_at(double bytes) const { return interpolate(beta, bytes, 0.0); }
+double Link::beta_at(double message_bytes) const { return interpolate(beta_by_size, message_bytes, beta); }
 // 5: the staged path's figure (ring/src/shm_collectives.cc).
 double SharedMemoryCost::traffic_at(double bytes) const { return interpolate(traffic, bytes, 5.0); }
 
@@ -141,7 +153,6 @@ double predict(const Calibration& c, const Link& inter, const Topology& t, Algor
                           std::to_string(t.hosts) + " host(s) x " + std::to_string(t.ranks_per_host) + " rank(s)");
   }
   const int p = t.ranks();
-  const double beta = link_beta(c, inter, t);
   const double cpu = contention(c, t);
   const double wait = oversubscribed_step(inter.step, ranks_per_core(c, t));  // per step over the link
   switch (a) {
@@ -149,31 +160,36 @@ double predict(const Calibration& c, const Link& inter, const Topology& t, Algor
       return shared_memory_time(c, t, bytes);
     case Algorithm::ring:
       // Host-major: each host has one outgoing inter-host edge, the slowest on every step.
-      return ring_time(inter, beta, c.gamma * cpu, p, bytes, wait);
+      return ring_time(inter, link_beta(c, inter, t, bytes / p), c.gamma * cpu, p, bytes, wait);
     case Algorithm::recursive_doubling: {
       // log2(q) exchanges among q, the largest power of two <= p, plus the fold
       // and unfold when p is not one. Only the ranks exchanging compete for the
       // cores: q of the p in an exchange, the 2(p - q) pairing up in the fold.
       const int q = 1 << int(std::floor(std::log2(double(p))));
       const double rho = ranks_per_core(c, t);
-      const double data = bytes * beta + bytes * c.gamma * cpu;
-      const double exchanges = std::log2(double(q)) *
-                               (inter.alpha + oversubscribed_step(inter.step, rho * q / p) + data);
+      const double transfer = bytes * link_beta(c, inter, t, bytes), reduce = bytes * c.gamma * cpu;
+      const double exchanges =
+          std::log2(double(q)) *
+          (inter.alpha + transfer_and_wait(inter, transfer, oversubscribed_step(inter.step, rho * q / p)) + reduce);
       if (q == p) return exchanges;
-      return exchanges + 2 * (inter.alpha + oversubscribed_step(inter.step, rho * 2 * (p - q) / p) + data);
+      return exchanges +
+             2 * (inter.alpha + transfer_and_wait(inter, transfer, oversubscribed_step(inter.step, rho * 2 * (p - q) / p)) +
+                  reduce);
     }
     case Algorithm::hierarchical: {
       // Reduce-scatter then allgather on the host cost about one shared-memory all-reduce;
-      // L rings of N/L share the NIC, so each sees L times beta on a wire.
+      // L rings of N/L share the NIC, so on a wire each sees L times beta, the
+      // wire carrying the L chunks of a step as one message of N/H.
       const int L = t.ranks_per_host;
-      const double ring_beta = inter.cpu_bound ? beta : beta * L;
+      const double ring_beta = inter.cpu_bound ? link_beta(c, inter, t, bytes / L / t.hosts)
+                                               : link_beta(c, inter, t, bytes / t.hosts) * L;
       return shared_memory_time(c, t, bytes) + ring_time(inter, ring_beta, c.gamma * cpu, t.hosts, bytes / L, wait);
     }
     case Algorithm::parameter_server: {
       // S = H servers; a worker's NIC carries N each way, a server's p*N/S each way.
       const double servers = t.hosts;
       const double server_bytes = p * bytes / servers;
-      const double wire = std::max(bytes * t.ranks_per_host, server_bytes) * inter.beta;
+      const double wire = std::max(bytes * t.ranks_per_host, server_bytes) * inter.beta_at(bytes / servers);
       return 2 * (inter.alpha + wait) + wire + (p - 1) * (bytes / servers) * c.gamma;
     }
   }
@@ -265,6 +281,9 @@ std::string Calibration::describe() const {
   }
   for (const auto& [name, l] : links) {
     s << "; " << name << " alpha " << l.alpha * 1e6 << " us beta " << l.beta * 1e9 << " ns/B";
+    if (!l.beta_by_size.empty()) {
+      s << " (" << l.beta_at(0) * 1e9 << " ns/B at " << l.beta_by_size.begin()->first << " B messages)";
+    }
     if (l.cpu_bound) s << " (cpu-bound, " << l.cpu_share << " core per rank)";
     s << describe_steps(l.step);
   }
@@ -310,8 +329,12 @@ Calibration load_calibration(const std::string& path) {
     }
     const auto links = j.value("links", nlohmann::json::object());
     for (const auto& [name, l] : links.items()) {
-      c.links[name] = Link{l.value("alpha_s", 0.0), l.value("beta_s_per_byte", 0.0), l.value("cpu_bound", false),
-                           step_table(l), l.value("cpu_share", 0.0)};
+      Link& link = c.links[name];
+      link = Link{l.value("alpha_s", 0.0), l.value("beta_s_per_byte", 0.0), l.value("cpu_bound", false), step_table(l),
+                  l.value("cpu_share", 0.0), {}};
+      // Absent from older calibrations: beta then holds at every size.
+      const auto by_size = l.value("beta_s_per_byte_by_message", nlohmann::json::object());
+      for (const auto& [bytes, b] : by_size.items()) link.beta_by_size[std::stod(bytes)] = b.get<double>();
     }
   } catch (const nlohmann::json::exception& e) {
     throw InvalidArgument("tandem model: calibration '" + path + "' is not valid: " + e.what());
@@ -328,7 +351,7 @@ void save_calibration(const Calibration& c, const std::string& path) {
   nlohmann::json links = nlohmann::json::object();
   for (const auto& [name, l] : c.links) {
     links[name] = {{"alpha_s", l.alpha}, {"beta_s_per_byte", l.beta}, {"cpu_bound", l.cpu_bound}, {"step_s", step_json(l.step)},
-                   {"cpu_share", l.cpu_share}};
+                   {"cpu_share", l.cpu_share}, {"beta_s_per_byte_by_message", by_size(l.beta_by_size)}};
   }
   nlohmann::json j = {{"cores", c.cores},
                       {"gamma_s_per_byte", c.gamma},
@@ -362,7 +385,7 @@ Link parse_hypothetical_link(const std::string& text) {
     const double alpha_us = std::stod(alpha_text, &alpha_used);
     if (gbps_used != gbps_text.size() || alpha_used != alpha_text.size()) throw std::invalid_argument("trailing text");
     if (gbps <= 0 || alpha_us < 0) throw std::invalid_argument("range");
-    return Link{alpha_us * 1e-6, 8.0 / (gbps * 1e9), false, {}, 0};
+    return Link{alpha_us * 1e-6, 8.0 / (gbps * 1e9), false, {}, 0, {}};
   } catch (const std::exception&) {
     throw InvalidArgument("tandem model: link '" + text +
                           "' is neither a calibrated link nor GBPS:ALPHA_US (e.g. 100:5 for 100 Gbit/s, 5 us)");

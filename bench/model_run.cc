@@ -50,11 +50,14 @@ double time_allreduce(Communicator& comm, std::vector<char>& buffer, size_t byte
   return median(t);
 }
 
-// Seconds per allgather of `bytes` in all (bytes / size from each rank), timed as above.
-double time_allgather(Communicator& comm, std::vector<char>& buffer, size_t bytes, int iters) {
+// Seconds per allgather of `bytes` in all (bytes / size from each rank), timed
+// as above. In place, a rank's own block is already where it belongs: only
+// the transfers count, not a local copy of the block (which a ring step never makes).
+double time_allgather(Communicator& comm, std::vector<char>& buffer, size_t bytes, int iters, bool in_place = false) {
   const size_t count = bytes / sizeof(float) / size_t(comm.size());
-  std::vector<char> input(count * sizeof(float));
-  auto call = [&] { comm.allgather(input.data(), buffer.data(), count, DataType::f32); };
+  std::vector<char> separate(in_place ? 0 : count * sizeof(float));
+  const char* input = in_place ? buffer.data() + size_t(comm.rank()) * count * sizeof(float) : separate.data();
+  auto call = [&] { comm.allgather(input, buffer.data(), count, DataType::f32); };
   call(), call();
   std::vector<double> t;
   for (int i = 0; i < 3; ++i) t.push_back(time_per_op_us(comm, call, iters) * 1e-6);
@@ -136,8 +139,12 @@ int run_calibrate(const CalibrateOptions& o) {
     throw InvalidArgument("tandem model calibrate: run it with exactly 2 ranks (got " + std::to_string(comm->size()) +
                           "), e.g. `tandem launch -n 2 -- tandem model calibrate` on one host; --step-only takes any number");
   }
-  const std::vector<double> sizes =
-      o.sizes.empty() ? std::vector<double>{4096, 16384, 65536, 262144, 1 << 20, 4 << 20, 16 << 20, 64 << 20} : o.sizes;
+  // A link by factors of 2: its beta can jump between neighbouring sizes (TCP
+  // and UCX change protocol with the message size), too much to interpolate over 4x.
+  std::vector<double> sizes = o.sizes;
+  if (sizes.empty()) {
+    for (double bytes = 4096; bytes <= (64 << 20); bytes *= o.link.empty() ? 4 : 2) sizes.push_back(bytes);
+  }
   std::vector<char> buffer(size_t(std::max(*std::max_element(sizes.begin(), sizes.end()), kCopyBytes)) + 64);
   // Added to what is there (links are calibrated one at a time); a file that
   // exists but cannot be read stops every rank now, before it is overwritten.
@@ -163,7 +170,7 @@ int run_calibrate(const CalibrateOptions& o) {
       x.push_back(moved * bytes);
     } else {
       // A link: a 2-rank allgather, each rank sending bytes / 2 while it receives as much.
-      s = time_allgather(*comm, buffer, size_t(bytes), o.iters);
+      s = time_allgather(*comm, buffer, size_t(bytes), o.iters, /*in_place=*/true);
       x.push_back(bytes / 2);
       if (bytes >= (1 << 20)) {
         const CpuTime cpu_after = cpu_time();
@@ -201,7 +208,10 @@ int run_calibrate(const CalibrateOptions& o) {
     // The cores the two ranks kept busy (this machine's share of them, when
     // both ran here) per rank; the whole machine's time counts, the kernel's too.
     const double busy = large_cpu.total > 0 ? large_cpu.busy / large_cpu.total : 1.0;
-    c.links[o.link] = Link{step, fit.b, o.cpu_bound, steps, busy * cores / here};
+    Link& link = c.links[o.link];
+    link = Link{step, fit.b, o.cpu_bound, steps, busy * cores / here, {}};
+    // beta per size: what alpha leaves of each time, per byte a rank sent.
+    for (size_t i = 0; i < sizes.size(); ++i) link.beta_by_size[x[i]] = std::max(seconds[i] - step, 0.0) / x[i];
   }
   save_calibration(c, o.output);
   printf("tandem model calibrate: wrote %s\n  %s\n", o.output.c_str(), c.describe().c_str());

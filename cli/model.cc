@@ -43,7 +43,7 @@ void add_model(CLI::App& app, ModelFlags& f) {
   f.calibrate->add_option("-o,--output", f.calibration, "Calibration file (read, updated, written)")->capture_default_str();
   f.calibrate->add_option("--link", f.link, "Name of the inter-host link measured (empty: shared memory on one host)");
   f.calibrate->add_flag("--cpu-bound", f.cpu_bound, "The link's cost is the cores' (e.g. veth without a rate limit)");
-  f.calibrate->add_option("--sizes", f.sizes, "Sizes, LOW:HIGH (factor 4) or a list (default 4K:64M)");
+  f.calibrate->add_option("--sizes", f.sizes, "Sizes, LOW:HIGH (factor 4) or a list (default 4K:64M, by factors of 4 on one host, 2 for a link)");
   f.calibrate->add_option("-n,--iters", f.iters, "Timed iterations per size")->capture_default_str();
   f.calibrate->add_flag("--step-only", f.step_only,
                         "Only time the synchronisation step (a tiny allgather), at any rank count: run it with more "

@@ -21,8 +21,8 @@ Calibration example() {
   c.shm.alpha = 2e-6;
   c.shm.beta = {{4096, 0.05e-9}, {1 << 20, 0.05e-9}, {64 << 20, 0.2e-9}};
   c.shm.traffic = {{4096, 5.0}, {64 << 20, 3.0}};
-  c.links["wire"] = Link{10e-6, 8e-9, false, {}};  // 1 Gbit/s
-  c.links["cpu"] = Link{20e-6, 1e-9, true, {}};
+  c.links["wire"] = Link{10e-6, 8e-9, false, {}, 0, {}};  // 1 Gbit/s
+  c.links["cpu"] = Link{20e-6, 1e-9, true, {}, 0, {}};
   return c;
 }
 
@@ -100,7 +100,7 @@ TEST(Model, OversubscribedStepVanishesWithinTheCores) {
 TEST(Model, OversubscribedStepsAddToEverySynchronisation) {
   Calibration c = example();
   c.shm.step = {{1.0, 1e-6}, {2.0, 5e-6}};
-  Link l = c.links.at("wire");
+  Link l = c.links.at("cpu");  // the cores move its bytes: the waits add to the transfers
   l.step = {{1.0, 10e-6}, {2.0, 70e-6}};
   const double n = 4096;
   // Shared memory, 4 ranks on 2 cores: two rendezvous of 4 us more each.
@@ -111,7 +111,7 @@ TEST(Model, OversubscribedStepsAddToEverySynchronisation) {
   // 4 namespaces on one 2-core machine: a ring's 6 steps, recursive doubling's 2 rounds, 60 us more each.
   Topology shared{4, 1};
   shared.ranks_on_cores = 4;
-  const Link bare = c.links.at("wire");
+  const Link bare = c.links.at("cpu");
   EXPECT_NEAR(predict(c, l, shared, Algorithm::ring, n) - predict(c, bare, shared, Algorithm::ring, n), 6 * 60e-6, 1e-12);
   EXPECT_NEAR(predict(c, l, shared, Algorithm::recursive_doubling, n) -
                   predict(c, bare, shared, Algorithm::recursive_doubling, n),
@@ -123,6 +123,22 @@ TEST(Model, OversubscribedStepsAddToEverySynchronisation) {
               1e-12);
   // Ranks within the cores pay nothing: 8 hosts of 2 ranks on 2 cores each.
   EXPECT_NEAR(predict(c, l, Topology{8, 2}, Algorithm::ring, n), predict(c, bare, Topology{8, 2}, Algorithm::ring, n), 1e-12);
+}
+
+TEST(Model, AWireHidesAnOversubscribedWaitBehindItsTransfer) {
+  const Calibration c = example();
+  Link l = c.links.at("wire");
+  l.step = {{1.0, 10e-6}, {2.0, 70e-6}};  // 60 us more per step at 2 ranks per core
+  const Link bare = c.links.at("wire");
+  Topology shared{4, 1};
+  shared.ranks_on_cores = 4;
+  // 4 KiB: each step's 1 KiB takes 8 us on the wire, so the 60 us wait sets the step.
+  EXPECT_NEAR(predict(c, l, shared, Algorithm::ring, 4096), 6 * (l.alpha + 60e-6), 1e-12);
+  EXPECT_NEAR(predict(c, l, shared, Algorithm::recursive_doubling, 4096),
+              2 * (l.alpha + 60e-6 + 4096 * c.gamma * 2), 1e-12);
+  // 64 MiB: the transfers outlast the waits, which cost nothing.
+  const double n = 64 << 20;
+  EXPECT_NEAR(predict(c, l, shared, Algorithm::ring, n), predict(c, bare, shared, Algorithm::ring, n), 1e-12);
 }
 
 TEST(Model, SharedMemoryCopiesStretchAsMeasured) {
@@ -174,6 +190,46 @@ TEST(Model, SharedMemoryInterpolatesPerSize) {
   EXPECT_THROW(predict(c, Link{}, two, Algorithm::hierarchical, n), InvalidArgument);
 }
 
+TEST(Model, LinkBetaPerMessageSize) {
+  const Calibration c = example();
+  Link l = c.links.at("wire");
+  EXPECT_DOUBLE_EQ(l.beta_at(4096), l.beta);  // nothing per size: beta everywhere
+  l.beta_by_size = {{2048, 2e-9}, {131072, 8e-9}};
+  EXPECT_DOUBLE_EQ(l.beta_at(1024), 2e-9);          // flat beyond the ends
+  EXPECT_DOUBLE_EQ(l.beta_at(1 << 20), 8e-9);
+  EXPECT_NEAR(l.beta_at(16384), 5e-9, 1e-18);       // halfway in log size
+  // 2 ranks: the ring's steps move N/2 from each rank, recursive doubling's exchange N.
+  const Topology two{2, 1};
+  EXPECT_NEAR(predict(c, l, two, Algorithm::ring, 32768), 2 * l.alpha + 16384 * 2 * 5e-9, 1e-15);
+  EXPECT_NEAR(predict(c, l, two, Algorithm::recursive_doubling, 16384), l.alpha + 16384 * (5e-9 + c.gamma), 1e-15);
+  // Hierarchical on a wire: the L chunks of a step travel the NIC together, as one message of N/H.
+  const Topology two_by_two{2, 2};
+  const double n = 65536;
+  Link flat = l;
+  flat.beta_by_size.clear();
+  flat.beta = l.beta_at(n / 2);
+  EXPECT_NEAR(predict(c, l, two_by_two, Algorithm::hierarchical, n),
+              predict(c, flat, two_by_two, Algorithm::hierarchical, n), 1e-15);
+}
+
+TEST(Model, OldCalibrationWithOneLinkBetaLoads) {
+  // Written before links had a beta per size: that beta holds at every size.
+  const std::string path = ::testing::TempDir() + "tandem_model_old.json";
+  std::ofstream(path) << R"({"cores": 2, "gamma_s_per_byte": 1e-10,
+    "links": {"veth": {"alpha_s": 1.2e-05, "beta_s_per_byte": 6.6e-10, "cpu_bound": true, "cpu_share": 1.0,
+                       "step_s": {"1": 1.2e-05, "2": 5.1e-05}}}})";
+  const Calibration c = load_calibration(path);
+  const Link& l = link_named(c, "veth");
+  EXPECT_TRUE(l.beta_by_size.empty());
+  EXPECT_DOUBLE_EQ(l.beta_at(4096), 6.6e-10);
+  EXPECT_DOUBLE_EQ(l.beta_at(64 << 20), 6.6e-10);
+  const Link single{1.2e-05, 6.6e-10, true, {{1, 1.2e-05}, {2, 5.1e-05}}, 1.0, {}};
+  for (double n : {4096.0, 1048576.0}) {
+    EXPECT_DOUBLE_EQ(predict(c, l, Topology{2, 1}, Algorithm::ring, n), predict(c, single, Topology{2, 1}, Algorithm::ring, n));
+  }
+  std::remove(path.c_str());
+}
+
 TEST(Model, FitRecoversALine) {
   std::vector<double> x, y;
   for (double b = 4096; b <= (64 << 20); b *= 4) x.push_back(b), y.push_back(25e-6 + b * 3e-9);
@@ -197,6 +253,7 @@ TEST(Model, CalibrationFileRoundTrip) {
   Calibration saved = example();
   saved.shm.step = {{1.0, 1e-6}, {1.5, 3e-6}};
   saved.links["wire"].step = {{1.0, 10e-6}, {2.0, 70e-6}};
+  saved.links["wire"].beta_by_size = {{2048, 2e-9}, {33554432, 8e-9}};
   save_calibration(saved, path);
   const Calibration c = load_calibration(path);
   EXPECT_EQ(c.cores, 2);
@@ -206,6 +263,8 @@ TEST(Model, CalibrationFileRoundTrip) {
   EXPECT_TRUE(link_named(c, "cpu").cpu_bound);
   EXPECT_DOUBLE_EQ(c.shm.step.at(1.5), 3e-6);
   EXPECT_DOUBLE_EQ(link_named(c, "wire").step.at(2.0), 70e-6);
+  EXPECT_EQ(link_named(c, "wire").beta_by_size, saved.links["wire"].beta_by_size);
+  EXPECT_TRUE(link_named(c, "cpu").beta_by_size.empty());
   try {
     link_named(c, "ib");
     FAIL() << "an unknown link must throw";

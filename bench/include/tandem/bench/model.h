@@ -4,7 +4,8 @@
 // Terms. A *link* is one kind of path between two ranks (shared memory on a
 // host, TCP between hosts, ...). alpha is its per-message latency in seconds,
 // beta its seconds per byte for one rank sending while receiving (full
-// duplex). gamma is seconds per byte to reduce one f32 stream into another on
+// duplex), at the size of the message each rank sends (a ring step N/p, a
+// recursive-doubling exchange N). gamma is seconds per byte to reduce one f32 stream into another on
 // one core. N is the message in bytes; H hosts, L ranks per host, p = H * L.
 // A link is *cpu-bound* when its beta is the cores' cost of moving bytes
 // (copies, the TCP stack) rather than a wire's rate: ranks then slow each
@@ -46,13 +47,19 @@ double oversubscribed_step(const StepTable& step, double rho);
 
 struct Link {
   double alpha = 0;      // s per message
-  double beta = 0;       // s per byte
+  double beta = 0;       // s per byte at large sizes (the bandwidth)
   bool cpu_bound = false;
   StepTable step;        // ranks per core -> s per step of the tiny allgather over this link
   // Cores one rank keeps busy while it moves bytes over the link (measured on
   // cpu-bound links; 0 = a whole core): L ranks on C cores stretch beta by
   // max(1, L * cpu_share / C).
   double cpu_share = 0;
+  // Bytes one rank sends in a message -> s per byte at that size (interpolated
+  // in log size, flat beyond the ends). Mid-size messages can move faster than
+  // the large-size beta (TCP's buffers and a rate limiter's burst absorb them);
+  // empty = beta at every size (calibrations from before it was measured).
+  std::map<double, double> beta_by_size;
+  double beta_at(double message_bytes) const;
 };
 
 // The one-host path at each calibrated size (interpolated in log size, held
