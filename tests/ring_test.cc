@@ -26,7 +26,8 @@ struct Shape {
 // Runs one all-reduce on `ranks` threads and checks every element against its
 // closed form and every rank against rank 0, bitwise.
 // How the shared-memory all-reduce may reach peers' buffers.
-enum class Reach { staged, copy_peer, registered };
+// some_registered: only the even ranks' buffers lie in shared memory.
+enum class Reach { staged, copy_peer, registered, some_registered };
 
 void run_case(int ranks, size_t count, Algorithms& algos, DataType t, ReduceOp op, bool inplace,
               const SharedSegments* shared = nullptr, Reach reach = Reach::staged) {
@@ -40,7 +41,9 @@ void run_case(int ranks, size_t count, Algorithms& algos, DataType t, ReduceOp o
     threads.emplace_back([&, r] {
       try {
         std::vector<std::pair<const void*, size_t>> mine;
-        if (reach == Reach::registered) mine = {{in[r].data(), bytes}, {out[r].data(), bytes}};
+        if (reach == Reach::registered || (reach == Reach::some_registered && r % 2 == 0)) {
+          mine = {{in[r].data(), bytes}, {out[r].data(), bytes}};
+        }
         MemoryChannel ch(box, r, ranks, shared, mine);
         if (reach == Reach::copy_peer) ch.allow_copy_peer();
         void* dst = inplace ? in[r].data() : out[r].data();
@@ -116,10 +119,11 @@ TEST_P(SharedMemoryShapes, EveryDtypeOpPlacementIsExactAndIdentical) {
     for (DataType t : kAllDataTypes) {
       for (ReduceOp op : kAllReduceOps) {
         for (bool inplace : {false, true}) {
-          for (Reach reach : {Reach::staged, Reach::copy_peer, Reach::registered}) {
+          for (Reach reach : {Reach::staged, Reach::copy_peer, Reach::registered, Reach::some_registered}) {
             SCOPED_TRACE(reach == Reach::staged      ? "heap buffers, staged"
-                         : reach == Reach::copy_peer ? "heap buffers, cross-memory attach"
-                                                     : "registered buffers, mapped");
+                         : reach == Reach::copy_peer ? "heap buffers, cross-memory attach allowed"
+                         : reach == Reach::registered ? "registered buffers, mapped"
+                                                      : "even ranks' buffers registered: all stage");
             ASSERT_NO_FATAL_FAILURE(run_case(s.ranks, s.count, *algos, t, op, inplace, segments.view(), reach));
           }
         }

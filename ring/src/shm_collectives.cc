@@ -183,10 +183,14 @@ class Segments {
     });
   }
 
-  // Publishes this call and its buffers and waits for every rank's; then
-  // every rank sees the same answers from registered().
-  void arrive(const void* in, void* out, const SharedRef* input, const SharedRef* output) {
+  // Takes this call's arrival number (every rank does, so the numbers agree)
+  // and, when `present`, publishes the call and its buffers and waits for
+  // every rank's. True once all have arrived: then every rank sees the same
+  // answers from registered(). False as soon as some rank went straight to
+  // staging this call instead of arriving: then every rank stages it.
+  bool arrive(bool present, const void* in, void* out, const SharedRef* input, const SharedRef* output) {
     arrival_ = ++self_->direct_calls;
+    if (!present) return false;
     self_->call = call_;
     self_->input = input ? *input : SharedRef{};
     self_->output = output ? *output : SharedRef{};
@@ -197,11 +201,16 @@ class Segments {
       if (p == r_) continue;
       const Control* c = control(p);
       const SlotHeader* h = header(p, self_->next);
-      await(p, c->arrived, arrival_, [&]() -> const Call* {
-        return load_acquire(h->stamp) == self_->next + 1 ? &h->call : nullptr;
-      });
+      for (unsigned spins = 1; load_acquire(c->arrived) < arrival_; ++spins) {
+        if (load_acquire(h->stamp) == self_->next + 1) {  // p staged the next chunk: this call, or a mismatch
+          check_same_call(p, h->call);
+          return false;
+        }
+        ch_.idle(p, spins);
+      }
       check_same_call(p, c->call);
     }
+    return true;
   }
   // After arrive(): rank p's input (and output) lie in allocate_shared memory;
   // p < 0: every rank's.
@@ -321,16 +330,21 @@ enum class Reach { staged, mapped, cross_memory };
 // Arrives when `bytes` make a direct call worth it and says how it can run:
 // mapped when `registrant`'s buffers (every rank's if < 0; outputs too if
 // asked) lie in allocate_shared memory, else by cross-memory attach from
-// kCmaMinBytes to kCmaMaxBytes, else staged.
+// kCmaMinBytes to cma_max_bytes, else staged.
 Reach arrive_direct(Segments& s, Channel& ch, size_t cma_max_bytes, size_t bytes, const void* in, size_t in_bytes,
                     void* out, size_t out_bytes, int registrant, bool outputs_too) {
   if (bytes < kDirectMinBytes) return Reach::staged;
   SharedRef input, output;
   const bool in_ok = in && ch.find_shared(in, in_bytes, input);
   const bool out_ok = outputs_too && ch.find_shared(out, out_bytes, output);
-  s.arrive(in, out, in_ok ? &input : nullptr, out_ok ? &output : nullptr);
+  const bool cross_memory = bytes >= kCmaMinBytes && bytes <= cma_max_bytes && ch.can_copy_peer();
+  // Where cross-memory attach cannot run, a rank whose own buffers are not
+  // shared rules the direct path out for all: it stages at once, saving
+  // everyone the arrival round trip, and the others follow when they see it.
+  const bool present = cross_memory || registrant >= 0 || (in_ok && (out_ok || !outputs_too));
+  if (!s.arrive(present, in, out, in_ok ? &input : nullptr, out_ok ? &output : nullptr)) return Reach::staged;
   if (s.registered(registrant, outputs_too)) return Reach::mapped;
-  if (bytes >= kCmaMinBytes && bytes <= cma_max_bytes && ch.can_copy_peer()) return Reach::cross_memory;
+  if (cross_memory) return Reach::cross_memory;
   return Reach::staged;
 }
 
