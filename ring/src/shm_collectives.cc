@@ -459,10 +459,10 @@ std::string shared_memory_plan(const RingOptions& o, int local_ranks, bool overs
   s += "  reduce-scatter and allgather of other buffers: cross-memory attach from " + kib(kCmaMinBytes) + " to " +
        (o.shm_cma_max_bytes >= kCmaMinBytes ? kib(o.shm_cma_max_bytes) : std::string("(off)")) +
        " where the kernel allows it (TANDEM_SHM_CMA_MAX_BYTES; outside, its system calls or page pinning cost more "
-       "than staging; the all-reduce and broadcast always stage: faster at every size)\n";
+       "than staging; the all-reduce and broadcast of such buffers always stage, measured faster)\n";
   s += std::string("  waits: ") +
        (oversubscribed ? "ranks outnumber cores: spin briefly, then yield the core to the rank being waited for"
-                       : "spin, then yield, then sleep in short naps") +
+                       : "spin (yielding every 64 turns), then yield for 250 us, then sleep in short naps") +
        "\n";
   return s;
 }
