@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <sched.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -301,6 +302,22 @@ std::vector<std::string> split_launch_command(std::vector<std::string>& args) {
 
 // ---------------------------------------------------------------- info
 
+// "0-1,4": the CPUs this process may run on, as ranges.
+std::string allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return "unknown";
+  std::string out;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (!CPU_ISSET(c, &set)) continue;
+    int last = c;
+    while (last + 1 < CPU_SETSIZE && CPU_ISSET(last + 1, &set)) ++last;
+    out += (out.empty() ? "" : ",") + std::to_string(c) + (last > c ? "-" + std::to_string(last) : "");
+    c = last;
+  }
+  return out;
+}
+
 bool any_set(std::initializer_list<const char*> names) {
   for (const char* n : names)
     if (std::getenv(n)) return true;
@@ -326,6 +343,9 @@ int run_info() {
     std::printf("job environment (%s): rank %d of %d, local rank %d of %d, store %s%s\n",
                 tandem::detect_launcher().c_str(), o.rank, o.size, o.local_rank, o.local_size,
                 o.store_address.c_str(), o.host_store ? " (hosted by rank 0)" : "");
+    std::printf("cpus: %s of this host's %ld (tandem launch binds each rank to its share when there are enough; "
+                "--bind none or TANDEM_BIND=none leaves placement to the scheduler)\n",
+                allowed_cpus().c_str(), ::sysconf(_SC_NPROCESSORS_ONLN));
     const auto ring = tandem::ring::ring_options(o);
     if (o.shared_memory) {
       std::printf("%s", tandem::ring::shared_memory_plan(ring, o.local_size, tandem::ranks_outnumber_cores(o)).c_str());

@@ -252,6 +252,7 @@ TEST_F(LaunchTest, InfoPrintsTheSharedMemoryPlanInForce) {
   EXPECT_THAT(r.out, HasSubstr("split from 4 ranks (TANDEM_SHM_SPLIT_MIN_RANKS)")) << describe(r);
   EXPECT_THAT(r.out, HasSubstr("4 slots of 64 KiB per rank")) << describe(r);
   EXPECT_THAT(r.out, HasSubstr("cross-memory attach from 256 KiB to 8 MiB")) << describe(r);
+  EXPECT_THAT(r.out, HasSubstr("[0] cpus: ")) << describe(r);
 }
 
 // A fresh 32-byte secret per job, in the ranks' environment only: never on
