@@ -203,12 +203,14 @@ class Completer {
   }
 
   void submit(tandem::Request request, std::function<void()> after, c10::intrusive_ptr<TandemWork> work) {
+    std::deque<Item> done;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       queue_.push_back(Item{std::move(request), std::move(after), std::move(work)});
+      done.swap(done_);
     }
     cv_.notify_one();
-  }
+  }  // `done` goes here, on a Python thread
 
  private:
   struct Item {
@@ -235,12 +237,19 @@ class Completer {
         error = std::current_exception();
       }
       item.work->complete(error);
+      // Its tensors may own Python objects, whose release takes the GIL. Not
+      // here: at interpreter exit the thread destroying the process group
+      // holds the GIL while it joins this one. The next submit, or this
+      // object's destructor, releases them.
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_.push_back(std::move(item));
     }
   }
 
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<Item> queue_;
+  std::deque<Item> done_;  // completed, not yet released
   bool stopping_ = false;
   std::thread thread_;
 };
