@@ -103,12 +103,12 @@ struct Control {
   // This rank only:
   alignas(64) uint64_t next;   // the next chunk number
   uint64_t peers_consumed;     // the least `consumed` last seen among peers
-  uint64_t direct_calls;       // arrivals so far
+  uint64_t direct_calls;       // arrival numbers taken (one per direct-eligible call)
   // Peers read these once `arrived` says so:
   alignas(64) uint64_t arrived;  // the arrival number of this rank's latest direct-eligible call
   Call call;
   SharedRef input, output;        // fd -1: not in allocate_shared memory
-  uint64_t input_address, output_address;  // the same buffers in this rank's own process
+  uint64_t input_address;         // the input in this rank's own process (for cross-memory attach)
   alignas(64) uint64_t finished;  // the arrival number of the last direct call this rank completed
 };
 static_assert(sizeof(Control) <= kControlBytes);
@@ -188,14 +188,13 @@ class Segments {
   // every rank's. True once all have arrived: then every rank sees the same
   // answers from registered(). False as soon as some rank went straight to
   // staging this call instead of arriving: then every rank stages it.
-  bool arrive(bool present, const void* in, void* out, const SharedRef* input, const SharedRef* output) {
+  bool arrive(bool present, const void* in, const SharedRef* input, const SharedRef* output) {
     arrival_ = ++self_->direct_calls;
     if (!present) return false;
     self_->call = call_;
     self_->input = input ? *input : SharedRef{};
     self_->output = output ? *output : SharedRef{};
     self_->input_address = uint64_t(uintptr_t(in));
-    self_->output_address = uint64_t(uintptr_t(out));
     store_release(self_->arrived, arrival_);
     for (int p = 0; p < n_; ++p) {
       if (p == r_) continue;
@@ -342,7 +341,7 @@ Reach arrive_direct(Segments& s, Channel& ch, size_t cma_max_bytes, size_t bytes
   // shared rules the direct path out for all: it stages at once, saving
   // everyone the arrival round trip, and the others follow when they see it.
   const bool present = cross_memory || registrant >= 0 || (in_ok && (out_ok || !outputs_too));
-  if (!s.arrive(present, in, out, in_ok ? &input : nullptr, out_ok ? &output : nullptr)) return Reach::staged;
+  if (!s.arrive(present, in, in_ok ? &input : nullptr, out_ok ? &output : nullptr)) return Reach::staged;
   if (s.registered(registrant, outputs_too)) return Reach::mapped;
   if (cross_memory) return Reach::cross_memory;
   return Reach::staged;
