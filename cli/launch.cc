@@ -233,16 +233,9 @@ std::vector<Placement> place_ranks(const LaunchOptions& o) {
 }
 
 // The CPUs that rank `local` of `size` ranks on this host runs on: its equal
-// share, in order, of the CPUs the launcher may use; none when they are fewer
-// than the ranks (then the scheduler balances).
-std::optional<cpu_set_t> cpu_share(int local, int size) {
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  if (::sched_getaffinity(0, sizeof allowed, &allowed) != 0) return std::nullopt;
-  std::vector<int> cpus;
-  for (int c = 0; c < CPU_SETSIZE; ++c) {
-    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
-  }
+// share, in order, of `cpus` (the launcher's); none when they are fewer than
+// the ranks (then the scheduler balances).
+std::optional<cpu_set_t> cpu_share(const std::vector<int>& cpus, int local, int size) {
   if (size < 1 || local < 0 || local >= size || size > int(cpus.size())) return std::nullopt;
   const size_t per = cpus.size() / size_t(size);
   cpu_set_t mine;
@@ -623,13 +616,14 @@ class Launcher {
     if (!guard.start(ranks_.size()))
       say(std::string("cannot start the group guard (") + std::strerror(errno) +
           "); if the launcher is killed, what the ranks started may outlive it");
+    const std::vector<int> launcher_cpus = allowed_cpus();
     for (int i = 0; i < world; ++i) {
       ranks_[i].rank = i;
       const bool server = i >= opts_.nprocs;
       const Placement& at = placement[size_t(i)];
       const std::vector<std::string> job = job_variables(i, world, at, store_addr, opts_.servers);
       const std::optional<cpu_set_t> cpus =
-          opts_.bind == "auto" && !at.remote() ? cpu_share(at.local_rank, at.local_size) : std::nullopt;
+          opts_.bind == "auto" && !at.remote() ? cpu_share(launcher_cpus, at.local_rank, at.local_size) : std::nullopt;
       int rc = at.remote()
                    ? spawn_rank(ranks_[i], *rsh_path, remote_command(opts_.rsh, at.host, job, opts_.command),
                                 rank_environment({}, ""), secret, child_files, nullptr, error, guard)
@@ -904,6 +898,17 @@ std::string validate(const LaunchOptions& o) {
     return "no command given; usage: tandem launch -n N [--timeout S] [--grace S] -- command [args...]";
   }
   return "";
+}
+
+std::vector<int> allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return {};
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  }
+  return cpus;
 }
 
 std::vector<HostSlots> parse_hosts(const std::string& text) {

@@ -55,6 +55,9 @@ std::vector<HostSlots> parse_hosts(const std::string& text);
 
 inline constexpr int kMaxLocalRanks = 1024;
 
+// The CPUs this process may run on (sched_getaffinity), ascending; empty if unknown.
+std::vector<int> allowed_cpus();
+
 // Exit status of the launcher process, shell-style: 0 when every rank
 // succeeded; the first failing rank's exit code (128 + signal when killed);
 // 124 on --timeout; 126/127 when the command cannot be run / is not found;

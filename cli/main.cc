@@ -13,7 +13,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <sched.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -303,17 +302,15 @@ std::vector<std::string> split_launch_command(std::vector<std::string>& args) {
 // ---------------------------------------------------------------- info
 
 // "0-1,4": the CPUs this process may run on, as ranges.
-std::string allowed_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof set, &set) != 0) return "unknown";
+std::string allowed_cpu_ranges() {
+  const std::vector<int> cpus = tandem::cli::allowed_cpus();
+  if (cpus.empty()) return "unknown";
   std::string out;
-  for (int c = 0; c < CPU_SETSIZE; ++c) {
-    if (!CPU_ISSET(c, &set)) continue;
-    int last = c;
-    while (last + 1 < CPU_SETSIZE && CPU_ISSET(last + 1, &set)) ++last;
-    out += (out.empty() ? "" : ",") + std::to_string(c) + (last > c ? "-" + std::to_string(last) : "");
-    c = last;
+  for (size_t i = 0; i < cpus.size();) {
+    size_t last = i;
+    while (last + 1 < cpus.size() && cpus[last + 1] == cpus[last] + 1) ++last;
+    out += (out.empty() ? "" : ",") + std::to_string(cpus[i]) + (last > i ? "-" + std::to_string(cpus[last]) : "");
+    i = last + 1;
   }
   return out;
 }
@@ -345,7 +342,7 @@ int run_info() {
                 o.store_address.c_str(), o.host_store ? " (hosted by rank 0)" : "");
     std::printf("cpus: %s of this host's %ld (tandem launch binds each rank to its share when there are enough; "
                 "--bind none or TANDEM_BIND=none leaves placement to the scheduler)\n",
-                allowed_cpus().c_str(), ::sysconf(_SC_NPROCESSORS_ONLN));
+                allowed_cpu_ranges().c_str(), ::sysconf(_SC_NPROCESSORS_ONLN));
     const auto ring = tandem::ring::ring_options(o);
     if (o.shared_memory) {
       std::printf("%s", tandem::ring::shared_memory_plan(ring, o.local_size, tandem::ranks_outnumber_cores(o)).c_str());
