@@ -24,6 +24,8 @@ usage: bench/train_compare.sh [options]
   --validate N         validate every N records (default 12800)
   --rate RATE          link rate between the namespaces (default 1gbit)
   --target ACC         target validation accuracy (default 0.85)
+  --layer-slices K     hyperparameters.layer_slices for every run (default: the config's)
+  --fusion-threshold M optimizations.tensor_fusion_threshold in MB (tandem's largest bucket, DDP's bucket_cap_mb)
   --output DIR         results (default build/train-compare)
   --skip-local         only the namespace runs (still compared against 1-slot runs in DIR, if any)
   -h, --help           this text
@@ -32,7 +34,7 @@ EOF
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 config="$repo/trainer/examples/fashion_mnist.yaml" per_slot=32 records=38400 validate=12800 rate=1gbit
-target=0.85 out="$repo/build/train-compare" skip_local=0
+target=0.85 out="$repo/build/train-compare" skip_local=0 slices="" fusion=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --config) config="$2"; shift 2 ;;
@@ -41,6 +43,8 @@ while [[ $# -gt 0 ]]; do
     --validate) validate="$2"; shift 2 ;;
     --rate) rate="$2"; shift 2 ;;
     --target) target="$2"; shift 2 ;;
+    --layer-slices) slices="$2"; shift 2 ;;
+    --fusion-threshold) fusion="$2"; shift 2 ;;
     --output) out="$2"; shift 2 ;;
     --skip-local) skip_local=1; shift ;;
     -h|--help) usage; exit 0 ;;
@@ -54,10 +58,14 @@ out="$(cd "$out" && pwd)"
 
 # The experiment with the lengths in records (the same data at every slot count)
 # and, for tandem over the link, fp16 gradients.
-/usr/bin/python3 - "$config" "$out" "$records" "$validate" <<'EOF'
+/usr/bin/python3 - "$config" "$out" "$records" "$validate" "$slices" "$fusion" <<'EOF'
 import sys, yaml
-src, out, records, validate = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+src, out, records, validate, slices, fusion = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
 cfg = yaml.safe_load(open(src))
+if slices:
+    cfg["hyperparameters"]["layer_slices"] = int(slices)
+if fusion:
+    cfg.setdefault("optimizations", {})["tensor_fusion_threshold"] = int(fusion)
 cfg["searcher"]["max_length"] = {"records": records}
 cfg["min_validation_period"] = {"records": validate}
 cfg.pop("min_checkpoint_period", None)

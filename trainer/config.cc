@@ -250,7 +250,8 @@ ExperimentConfig parse_config(const std::string& yaml_text) {
   if (!hp) r.error("hyperparameters", "missing; set at least hyperparameters.global_batch_size (e.g. 64)");
   if (r.is_map(hp, "hyperparameters")) {
     r.check_keys(hp, "hyperparameters",
-                 {"global_batch_size", "learning_rate", "momentum", "weight_decay", "model", "mlp_hidden", "dropout"});
+                 {"global_batch_size", "learning_rate", "momentum", "weight_decay", "model", "mlp_hidden", "dropout",
+                  "layer_slices"});
     if (!hp["global_batch_size"]) r.error("hyperparameters.global_batch_size", "missing; set the samples per optimizer step over all slots, e.g. 64");
     r.integer(hp["global_batch_size"], "hyperparameters.global_batch_size", c.global_batch_size, 1, 1 << 24,
               "use a positive number of samples per step, e.g. 64");
@@ -261,6 +262,11 @@ ExperimentConfig parse_config(const std::string& yaml_text) {
     r.choice(hp["model"], "hyperparameters.model", c.model, {"convnet", "mlp"});
     r.number(hp["dropout"], "hyperparameters.dropout", c.dropout, 0, 0.99, "use a drop probability in [0, 0.99], e.g. 0.4 (0 = off)");
     r.integer(hp["mlp_hidden"], "hyperparameters.mlp_hidden", c.mlp_hidden, 1, 1 << 16, "use a layer width, e.g. 256");
+    r.integer(hp["layer_slices"], "hyperparameters.layer_slices", c.layer_slices, 1, 64,
+              "use 1 (whole layers) to 64 slices per hidden fully-connected layer, e.g. 8");
+    if (c.model == "mlp" && c.layer_slices > c.mlp_hidden)
+      r.error("hyperparameters.layer_slices", std::to_string(c.layer_slices) + " slices of a " + std::to_string(c.mlp_hidden) +
+                                                  "-wide layer; use at most mlp_hidden slices");
   }
 
   const auto res = root["resources"];

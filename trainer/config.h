@@ -61,6 +61,7 @@ struct ExperimentConfig {
   std::string model = "convnet";  // convnet | mlp
   int mlp_hidden = 256;
   double dropout = 0.4;  // before the last layer, as the dataset's convnet
+  int layer_slices = 1;  // hidden fully-connected layers computed in this many output slices (model.h)
   // resources
   int slots_per_trial = 1;
   int slots_per_host = 0;          // 0 = every slot on this host

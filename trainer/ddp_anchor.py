@@ -2,7 +2,7 @@
 """PyTorch DDP (gloo) training the same experiment as `tandem train`: the anchor.
 
     /usr/bin/python3 trainer/ddp_anchor.py exp.yaml [--slots N] [--output DIR]
-        [--max-batches N] [--per-slot-batch N] [--fp16-hook] [--from-env]
+        [--max-batches N] [--per-slot-batch N] [--fp16-hook] [--compute-nice N] [--from-env]
 
 It forks its ranks on this host; with --from-env it is one rank of a job
 started by something else (bench/netns_run.sh, mpirun): rank and world size
@@ -17,6 +17,8 @@ generator, so the records of a batch differ from tandem's (the distribution is
 the same). Writes the same JSON-lines metrics as tandem (kind start, train,
 validation, end) to DIR/metrics.jsonl, so `tandem train --anchor` reads both.
 --fp16-hook registers DDP's fp16_compress_hook (gradient_compression: fp16).
+hyperparameters.layer_slices builds the same sliced layers as tandem, and
+optimizations.tensor_fusion_threshold is DDP's bucket_cap_mb (default 25).
 
 Debian's torch 1.13 runs only under /usr/bin/python3.
 """
@@ -59,12 +61,28 @@ def to_tensors(images, labels):
     return x, torch.from_numpy(labels.astype(np.int64))
 
 
+class SlicedLinear(nn.Module):  # trainer/model.h: nn.Linear held as row blocks
+    def __init__(self, d_in, d_out, slices):
+        super().__init__()
+        whole = nn.Linear(d_in, d_out)
+        bounds = [d_out * k // slices for k in range(slices + 1)]
+        self.weights = nn.ParameterList([nn.Parameter(whole.weight[a:b].detach().clone()) for a, b in zip(bounds, bounds[1:])])
+        self.biases = nn.ParameterList([nn.Parameter(whole.bias[a:b].detach().clone()) for a, b in zip(bounds, bounds[1:])])
+
+    def forward(self, x):
+        return torch.cat([F.linear(x, w, b) for w, b in zip(self.weights, self.biases)], 1)
+
+
+def linear(d_in, d_out, slices):
+    return nn.Linear(d_in, d_out) if slices == 1 else SlicedLinear(d_in, d_out, slices)
+
+
 class ConvNet(nn.Module):  # benchmark/convnet.py of dataset-fashion-mnist
-    def __init__(self, dropout):
+    def __init__(self, dropout, slices=1):
         super().__init__()
         self.conv1 = nn.Conv2d(1, 32, 5, padding=2)
         self.conv2 = nn.Conv2d(32, 64, 5, padding=2)
-        self.fc1 = nn.Linear(7 * 7 * 64, 1024)
+        self.fc1 = linear(7 * 7 * 64, 1024, slices)
         self.fc2 = nn.Linear(1024, 10)
         self.drop = nn.Dropout(dropout)
 
@@ -75,9 +93,10 @@ class ConvNet(nn.Module):  # benchmark/convnet.py of dataset-fashion-mnist
 
 
 class Mlp(nn.Module):
-    def __init__(self, hidden, dropout):
+    def __init__(self, hidden, dropout, slices=1):
         super().__init__()
-        self.fc1, self.fc2, self.fc3 = nn.Linear(784, hidden), nn.Linear(hidden, hidden), nn.Linear(hidden, 10)
+        self.fc1, self.fc2 = linear(784, hidden, slices), linear(hidden, hidden, slices)
+        self.fc3 = nn.Linear(hidden, 10)
         self.drop = nn.Dropout(dropout)
 
     def forward(self, x):
@@ -122,11 +141,16 @@ def worker(rank, world, args, addr, port):
 
     torch.manual_seed(seed)
     dropout = hp.get("dropout", 0.4)
-    model = Mlp(hp.get("mlp_hidden", 256), dropout) if hp.get("model", "convnet") == "mlp" else ConvNet(dropout)
-    ddp = nn.parallel.DistributedDataParallel(model)
+    slices = hp.get("layer_slices", 1)
+    model = Mlp(hp.get("mlp_hidden", 256), dropout, slices) if hp.get("model", "convnet") == "mlp" else ConvNet(dropout, slices)
+    # DDP's bucket cap is what Determined's tensor_fusion_threshold sets for Horovod.
+    cap_mb = cfg.get("optimizations", {}).get("tensor_fusion_threshold", 25)
+    ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=cap_mb)
     if args.fp16_hook:
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
         ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    if args.compute_nice and world > 1:
+        os.setpriority(os.PRIO_PROCESS, 0, args.compute_nice)  # this thread only; gloo's threads keep theirs
     opt = torch.optim.SGD(ddp.parameters(), lr=hp.get("learning_rate", 0.01), momentum=hp.get("momentum", 0.9),
                           weight_decay=hp.get("weight_decay", 0.0))
     log = open(os.path.join(args.output, "metrics.jsonl"), "w") if rank == 0 else None
@@ -138,7 +162,7 @@ def worker(rank, world, args, addr, port):
 
     emit(kind="start", batch=0, time=0.0, slots=world, global_batch=global_batch, per_slot_batch=per_slot,
          model=hp.get("model", "convnet"), data=data, total_batches=total, resumed_from=-1,
-         anchor="pytorch-ddp-gloo" + ("+fp16-hook" if args.fp16_hook else ""))
+         anchor="pytorch-ddp-gloo" + ("+fp16-hook" if args.fp16_hook else ""), compute_nice=args.compute_nice)
 
     def validate(batch, now):
         ddp.eval()
@@ -199,6 +223,8 @@ def main():
     p.add_argument("--per-slot-batch", type=int, default=0,
                    help="samples per rank per batch; the global batch is this times the ranks")
     p.add_argument("--fp16-hook", action="store_true", help="DDP's fp16_compress_hook on every bucket")
+    p.add_argument("--compute-nice", type=int, default=0, choices=range(20), metavar="N",
+                   help="nice value of each rank's compute thread, as tandem-train's (default 0: unchanged)")
     p.add_argument("--from-env", action="store_true", help="be one rank: TANDEM_RANK, TANDEM_WORLD_SIZE, TANDEM_STORE_ADDR")
     args = p.parse_args()
     cfg = yaml.safe_load(open(args.config))

@@ -77,7 +77,8 @@ class Driver {
       std::vector<std::string> argv = launch_command(cfg, slots);
       argv.insert(argv.end(), {o_.self, "--worker", o_.worker.config_path, "--output", dir, "--checkpoint-dir",
                                checkpoint_dir, "--slots", std::to_string(slots), "--attempt", std::to_string(attempt),
-                               "--stall-factor", std::to_string(o_.worker.stall_factor)});
+                               "--stall-factor", std::to_string(o_.worker.stall_factor), "--compute-nice",
+                               std::to_string(o_.worker.compute_nice)});
       if (o_.worker.resume || attempt > 0) argv.push_back("--resume");
       if (!o_.worker.overlap) argv.push_back("--no-overlap");
       if (o_.worker.timeline) argv.push_back("--timeline");

@@ -44,6 +44,12 @@ int main(int argc, char** argv) {
   app.add_option("--dump-params", w.dump_params, "Write the final parameters (float32, model order) to this file");
   app.add_flag("--timeline", w.timeline,
                "Each slot writes a Chrome trace (compute, waits, bucket all-reduces) to OUTPUT/timeline-rank<r>.json (not with --no-overlap)");
+  app.add_option("--compute-nice", w.compute_nice,
+                 "Nice value of each slot's compute thread while gradients overlap backward, so communication runs "
+                 "first when it has work (0 = unchanged)")
+      ->envname("TANDEM_COMPUTE_NICE")
+      ->check(CLI::Range(0, 19))
+      ->capture_default_str();
   app.add_flag("--quiet", o.quiet, "No progress line and no summary");
   app.add_flag("--anchor", o.anchor, "Also train each slot count with PyTorch DDP (gloo) and compare in one table");
   app.add_flag("--anchor-fp16", o.anchor_fp16, "The anchor with DDP's fp16 compression hook (implies --anchor)");

@@ -1,13 +1,34 @@
 #include "model.h"
 
+#include <stdexcept>
+
 namespace tandem::trainer {
 
 namespace nn = torch::nn;
 
-ConvNetImpl::ConvNetImpl(double dropout) {
+SlicedLinearImpl::SlicedLinearImpl(int64_t in, int64_t out, int slices) {
+  if (slices < 1 || slices > out) throw std::invalid_argument("a layer of " + std::to_string(out) + " outputs cannot be cut into " + std::to_string(slices) + " slices");
+  nn::Linear whole(in, out);  // draws the initial values exactly as an unsliced layer would
+  torch::NoGradGuard no_grad;
+  for (int k = 0; k < slices; ++k) {
+    const int64_t begin = out * k / slices, rows = out * (k + 1) / slices - begin;
+    const std::string suffix = slices == 1 ? "" : "_" + std::to_string(k);
+    weights.push_back(register_parameter("weight" + suffix, whole->weight.narrow(0, begin, rows).clone()));
+    biases.push_back(register_parameter("bias" + suffix, whole->bias.narrow(0, begin, rows).clone()));
+  }
+}
+
+torch::Tensor SlicedLinearImpl::forward(const torch::Tensor& x) {
+  if (weights.size() == 1) return torch::nn::functional::linear(x, weights[0], biases[0]);
+  std::vector<torch::Tensor> parts;
+  for (size_t k = 0; k < weights.size(); ++k) parts.push_back(torch::nn::functional::linear(x, weights[k], biases[k]));
+  return torch::cat(parts, 1);
+}
+
+ConvNetImpl::ConvNetImpl(double dropout, int slices) {
   conv1 = register_module("conv1", nn::Conv2d(nn::Conv2dOptions(1, 32, 5).padding(2)));
   conv2 = register_module("conv2", nn::Conv2d(nn::Conv2dOptions(32, 64, 5).padding(2)));
-  fc1 = register_module("fc1", nn::Linear(7 * 7 * 64, 1024));
+  fc1 = register_module("fc1", SlicedLinear(7 * 7 * 64, 1024, slices));
   fc2 = register_module("fc2", nn::Linear(1024, 10));
   drop = register_module("drop", nn::Dropout(dropout));
 }
@@ -19,9 +40,9 @@ torch::Tensor ConvNetImpl::forward(torch::Tensor x) {
   return fc2(drop(x));
 }
 
-MlpImpl::MlpImpl(int hidden, double dropout) {
-  fc1 = register_module("fc1", nn::Linear(28 * 28, hidden));
-  fc2 = register_module("fc2", nn::Linear(hidden, hidden));
+MlpImpl::MlpImpl(int hidden, double dropout, int slices) {
+  fc1 = register_module("fc1", SlicedLinear(28 * 28, hidden, slices));
+  fc2 = register_module("fc2", SlicedLinear(hidden, hidden, slices));
   fc3 = register_module("fc3", nn::Linear(hidden, 10));
   drop = register_module("drop", nn::Dropout(dropout));
 }
@@ -32,12 +53,12 @@ torch::Tensor MlpImpl::forward(torch::Tensor x) {
   return fc3(drop(x));
 }
 
-Model make_model(const std::string& name, int mlp_hidden, double dropout) {
+Model make_model(const std::string& name, int mlp_hidden, double dropout, int slices) {
   if (name == "mlp") {
-    Mlp m(mlp_hidden, dropout);
+    Mlp m(mlp_hidden, dropout, slices);
     return {m.ptr(), [m](torch::Tensor x) mutable { return m->forward(x); }};
   }
-  ConvNet m(dropout);
+  ConvNet m(dropout, slices);
   return {m.ptr(), [m](torch::Tensor x) mutable { return m->forward(x); }};
 }
 

@@ -3,27 +3,44 @@
 //    max-pool 2, conv 64 5x5 same, max-pool 2, fc 1024, dropout, fc 10;
 //    3,274,634 parameters).
 //  - mlp: 784 -> hidden -> hidden -> 10, ReLU.
+// `slices` > 1 computes each hidden fully-connected layer (the convnet's fc1,
+// the mlp's fc1 and fc2) as that many slices of its output features: the same
+// function and initial parameters, but backward then produces the layer's
+// weight gradient in pieces, one GEMM each, so the gradient-sync engine can
+// send the first pieces while the others are still computing.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <string>
+#include <vector>
 
 namespace tandem::trainer {
 
+// y = x W^T + b with W and b held as `slices` row blocks (parameters weight,
+// bias when slices = 1, else weight_k, bias_k), initialised as nn::Linear.
+struct SlicedLinearImpl : torch::nn::Module {
+  SlicedLinearImpl(int64_t in, int64_t out, int slices);
+  torch::Tensor forward(const torch::Tensor& x);
+  std::vector<torch::Tensor> weights, biases;
+};
+TORCH_MODULE(SlicedLinear);
+
 struct ConvNetImpl : torch::nn::Module {
-  explicit ConvNetImpl(double dropout);
+  ConvNetImpl(double dropout, int slices);
   torch::Tensor forward(torch::Tensor x);
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr};
-  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+  SlicedLinear fc1{nullptr};
+  torch::nn::Linear fc2{nullptr};
   torch::nn::Dropout drop{nullptr};
 };
 TORCH_MODULE(ConvNet);
 
 struct MlpImpl : torch::nn::Module {
-  MlpImpl(int hidden, double dropout);
+  MlpImpl(int hidden, double dropout, int slices);
   torch::Tensor forward(torch::Tensor x);
-  torch::nn::Linear fc1{nullptr}, fc2{nullptr}, fc3{nullptr};
+  SlicedLinear fc1{nullptr}, fc2{nullptr};
+  torch::nn::Linear fc3{nullptr};
   torch::nn::Dropout drop{nullptr};
 };
 TORCH_MODULE(Mlp);
@@ -33,6 +50,6 @@ struct Model {
   std::shared_ptr<torch::nn::Module> module;
   std::function<torch::Tensor(torch::Tensor)> forward;
 };
-Model make_model(const std::string& name, int mlp_hidden, double dropout);
+Model make_model(const std::string& name, int mlp_hidden, double dropout, int slices = 1);
 
 }  // namespace tandem::trainer

@@ -14,12 +14,15 @@
 #include "worker.h"
 
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <torch/torch.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -226,7 +229,7 @@ int run_worker(const WorkerOptions& wo) {
 
   // Model: the same initial parameters everywhere (seeded, then the chief's broadcast).
   torch::manual_seed(cfg.seed);
-  Model model = make_model(cfg.model, cfg.mlp_hidden, cfg.dropout);
+  Model model = make_model(cfg.model, cfg.mlp_hidden, cfg.dropout, cfg.layer_slices);
   std::vector<torch::Tensor> params;
   std::vector<std::string> names;
   for (const auto& p : model.module->named_parameters()) params.push_back(p.value()), names.push_back(p.key());
@@ -289,6 +292,13 @@ int run_worker(const WorkerOptions& wo) {
     exchange = std::make_unique<PlainExchange>(*comm, params, k, opt.average_aggregated_gradients, metric_slots,
                                                compressor.get());
   }
+  // The engine thread exists now; from here this thread computes. Lowering its
+  // priority lets the engine and the kernel's network work run the moment they
+  // have something to do, instead of waiting out the compute thread's time
+  // slice (the CPU counterpart of NCCL's high-priority streams).
+  if (wo.overlap && world > 1 && wo.compute_nice > 0 && ::setpriority(PRIO_PROCESS, 0, wo.compute_nice) != 0 && chief)
+    std::fprintf(stderr, "warning: could not lower the compute thread's priority (nice %d): %s\n", wo.compute_nice,
+                 std::strerror(errno));
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;  // kept alive: they hold the hooks
   for (size_t i = 0; i < params.size(); ++i) {
     params[i].mutable_grad() = torch::from_blob(exchange->storage(static_cast<int>(i)), params[i].sizes(), torch::kFloat32);
@@ -304,7 +314,7 @@ int run_worker(const WorkerOptions& wo) {
     log->line(nlohmann::json{{"kind", "start"}, {"batch", start}, {"time", elapsed_before}, {"slots", world},
                              {"global_batch", cfg.effective_global_batch()}, {"per_slot_batch", per_slot},
                              {"model", cfg.model}, {"data", cfg.data}, {"total_batches", total},
-                             {"overlap", wo.overlap}, {"attempt", wo.attempt},
+                             {"overlap", wo.overlap}, {"compute_nice", wo.overlap && world > 1 ? wo.compute_nice : 0}, {"attempt", wo.attempt},
                              {"gradient_compression", opt.gradient_compression},
                              {"gradient_predivide_factor", opt.gradient_predivide_factor},
                              {"error_feedback", opt.error_feedback},

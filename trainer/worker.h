@@ -16,6 +16,7 @@ struct WorkerOptions {
   int64_t per_slot_batch = 0;  // when > 0: the global batch is this times the slots (weak scaling)
   bool resume = false;         // continue from the newest intact checkpoint
   bool overlap = true;         // false: one all-reduce of every gradient after backward
+  int compute_nice = 19;       // with overlap and several slots, the compute thread's nice value (0 = unchanged)
   int attempt = 0;             // 0 on the first start, then restarts
   int64_t max_batches = 0;     // overrides searcher.max_length when > 0
   double stall_factor = 3.0;
