@@ -114,6 +114,7 @@ TEST_P(SharedMemoryShapes, EveryDtypeOpPlacementIsExactAndIdentical) {
     o.allreduce = ring::AllreduceAlgorithm::shared_memory;
     o.shm_chunk_bytes = s.chunk_bytes;
     o.shm_split_min_ranks = split_from;
+    o.shm_split_min_bytes = 0;  // at every size: both paths meet every chunk boundary
     auto algos = ring::algorithms(o);
     HeapSegments segments(s.ranks, algos->shared_bytes());
     for (DataType t : kAllDataTypes) {
@@ -151,6 +152,7 @@ TEST(SharedMemory, MismatchedCallsFailOnEveryRankNamingBoth) {
     o.allreduce = ring::AllreduceAlgorithm::shared_memory;
     o.shm_chunk_bytes = 4096;
     o.shm_split_min_ranks = split_from;
+    o.shm_split_min_bytes = 0;  // at every size: both paths meet every chunk boundary
     auto algos = ring::algorithms(o);
     HeapSegments segments(2, algos->shared_bytes());
     Mailbox box;

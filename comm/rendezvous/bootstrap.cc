@@ -137,6 +137,10 @@ void read_tuning(const EnvLookup& env, CommOptions& o) {
                             "set it to a rank count (0 or 1: always split, a large value: never)")) {
     o.shm_split_min_ranks = *v;
   }
+  if (auto v = optional_int(env, "TANDEM_SHM_SPLIT_MIN_BYTES",
+                            "set it to a byte count (0: split calls of every size)")) {
+    o.shm_split_min_bytes = size_t(*v);
+  }
   if (auto v = optional_int(env, "TANDEM_SHM_CMA_MAX_BYTES",
                             "set it to a byte count (0: never use cross-memory attach)")) {
     o.shm_cma_max_bytes = size_t(*v);

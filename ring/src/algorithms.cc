@@ -125,6 +125,7 @@ RingOptions ring_options(const CommOptions& options) {
   r.shared_memory = options.shared_memory;
   r.shm_chunk_bytes = options.shm_chunk_bytes;
   r.shm_split_min_ranks = options.shm_split_min_ranks;
+  r.shm_split_min_bytes = options.shm_split_min_bytes;
   r.shm_cma_max_bytes = options.shm_cma_max_bytes;
   if (r.shm_chunk_bytes == 0) {
     r.shm_chunk_bytes = ranks_outnumber_cores(options) ? 1 << 20 : 256 << 10;

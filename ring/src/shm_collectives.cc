@@ -12,8 +12,8 @@
 //    slots straight into its output (all-reduce and reduce-scatter: folding
 //    them in rank order, so every rank computes bitwise the same), and
 //    publishes consumed = g + 1. One synchronisation per chunk.
-//  - The all-reduce from split_min_ranks ranks on (default: always) *splits*
-//    each chunk: rank r stages all but its own slice, folds its slice of
+//  - The all-reduce from split_min_ranks ranks on (default: always) and
+//    split_min_bytes up (default 16 KiB) *splits* each chunk: rank r stages all but its own slice, folds its slice of
 //    every slot and of its own input (in rank order, so bitwise the same
 //    result) into its own slot, stamps the slot's `reduced`, copies the
 //    result to its output, then copies the other ranks' reduced slices out.
@@ -452,7 +452,9 @@ std::string shared_memory_plan(const RingOptions& o, int local_ranks, bool overs
        std::string(local_ranks >= o.shm_split_min_ranks
                        ? "split: each rank reduces its slice of every chunk once ((5 - 1/N) S moved per rank)"
                        : "every rank folds every slot ((N + 3) S moved per rank)") +
-       "; split from " + std::to_string(o.shm_split_min_ranks) + " ranks (TANDEM_SHM_SPLIT_MIN_RANKS)\n";
+       "; split from " + std::to_string(o.shm_split_min_ranks) + " ranks (TANDEM_SHM_SPLIT_MIN_RANKS) and from " +
+       kib(o.shm_split_min_bytes) + " (TANDEM_SHM_SPLIT_MIN_BYTES; below, the split's second hand-off costs more than "
+       "the redundant fold saves)\n";
   s += "  from " + kib(kDirectMinBytes) + " (below, the arrival round trip costs more than staging saves): "
        "allocate_shared buffers are read and written in place\n";
   s += "  reduce-scatter and allgather of other buffers: cross-memory attach from " + kib(kCmaMinBytes) + " to " +
@@ -480,7 +482,7 @@ void shm_allreduce(Channel& ch, const AllreduceArgs& a, const RingOptions& o, si
     const size_t begin = i * per_chunk;
     counted_copy(slot, bytes_of(a.input) + begin * esize, std::min(per_chunk, a.count - begin) * esize);
   };
-  if (s.size() < o.shm_split_min_ranks || s.size() < 2) {
+  if (s.size() < o.shm_split_min_ranks || s.size() < 2 || bytes < o.shm_split_min_bytes) {
     s.staged(chunks_for(a.count, per_chunk), -1, stage, [&](size_t i, auto slot_of) {
       const size_t begin = i * per_chunk;
       fold(s, a.dtype, a.op, bytes_of(a.output) + begin * esize, slot_of, 0, std::min(per_chunk, a.count - begin));

@@ -26,6 +26,8 @@ struct RingOptions {
   // The staged shared-memory all-reduce splits each chunk (every element
   // reduced once) from this many ranks on (CommOptions::shm_split_min_ranks).
   int shm_split_min_ranks = 2;
+  // ... and only for calls of at least this many bytes (CommOptions::shm_split_min_bytes).
+  size_t shm_split_min_bytes = 16 << 10;
   // Cross-memory attach for buffers other ranks cannot map, up to this size
   // (CommOptions::shm_cma_max_bytes).
   size_t shm_cma_max_bytes = 8 << 20;
