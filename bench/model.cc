@@ -172,9 +172,14 @@ double predict(const Calibration& c, const Link& inter, const Topology& t, Algor
           std::log2(double(q)) *
           (inter.alpha + transfer_and_wait(inter, transfer, oversubscribed_step(inter.step, rho * q / p)) + reduce);
       if (q == p) return exchanges;
-      return exchanges +
-             2 * (inter.alpha + transfer_and_wait(inter, transfer, oversubscribed_step(inter.step, rho * 2 * (p - q) / p)) +
-                  reduce);
+      // The fold comes in and the unfold goes out over opposite directions of
+      // the partner's link: a wire, busy only with the busier direction, moves
+      // one of the two messages' bytes per call (its rate, not the steps'
+      // latency, bounds back-to-back calls); cpu-bound, the cores move both.
+      const double fold_wait = oversubscribed_step(inter.step, rho * 2 * (p - q) / p);
+      const double moves = inter.cpu_bound ? 2 * transfer_and_wait(inter, transfer, fold_wait)
+                                           : transfer_and_wait(inter, transfer, fold_wait) + fold_wait;
+      return exchanges + 2 * (inter.alpha + reduce) + moves;
     }
     case Algorithm::hierarchical: {
       // Reduce-scatter then allgather on the host cost about one shared-memory all-reduce;

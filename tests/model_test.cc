@@ -50,8 +50,13 @@ TEST(Model, RecursiveDoublingRounds) {
   const Link& l = c.links.at("wire");
   const double n = 1024, round = l.alpha + n * l.beta + n * c.gamma;
   EXPECT_NEAR(predict(c, l, Topology{8, 1}, Algorithm::recursive_doubling, n), 3 * round, 1e-15);
-  // 6 ranks: fold to 4 (2 rounds) plus the fold and unfold.
-  EXPECT_NEAR(predict(c, l, Topology{6, 1}, Algorithm::recursive_doubling, n), 4 * round, 1e-15);
+  // 6 ranks: fold to 4 (2 rounds) plus the fold and unfold, whose bytes share
+  // the wire's two directions: one message's transfer.
+  EXPECT_NEAR(predict(c, l, Topology{6, 1}, Algorithm::recursive_doubling, n), 4 * round - n * l.beta, 1e-15);
+  // A cpu-bound link's cores move both.
+  const Link& cpu = c.links.at("cpu");
+  const double cpu_round = cpu.alpha + n * cpu.beta + n * c.gamma;
+  EXPECT_NEAR(predict(c, cpu, Topology{6, 1}, Algorithm::recursive_doubling, n), 4 * cpu_round, 1e-15);
 }
 
 TEST(Model, HierarchicalMovesLessOverTheWireThanTheFlatRing) {
