@@ -59,6 +59,10 @@ struct Link {
   // the large-size beta (TCP's buffers and a rate limiter's burst absorb them);
   // empty = beta at every size (calibrations from before it was measured).
   std::map<double, double> beta_by_size;
+  // Ranks per core above 1 -> how much slower a rank moves a byte than with
+  // a core each (cpu-bound links, measured with --step-only); empty = the
+  // estimate from cpu_share.
+  StepTable stretch;
   double beta_at(double message_bytes) const;
 };
 
@@ -78,6 +82,9 @@ struct SharedMemoryCost {
 // The shared-memory allgather timed for `copy`: large enough that its bytes,
 // not its rendezvous, take the time, small enough to stay in the caches.
 constexpr double kCopyBytes = 1 << 20;
+// The allgather timed for a cpu-bound link's stretch: the large messages that
+// dominate its all-reduce time.
+constexpr double kLinkCopyBytes = 16 << 20;
 // How much slower shared memory moves a byte at rho ranks per core than within
 // the cores: (copy(rho) - step(rho)) / (copy(1) - step(1)), from (1, 1)
 // linearly between entries, in proportion to rho - 1 beyond the largest; rho
@@ -89,6 +96,10 @@ struct Calibration {
   double gamma = 0;                      // s per byte reduced (f32 sum, one core)
   SharedMemoryCost shm;                  // one host
   std::map<std::string, Link> links;     // inter-host links by name
+  // Each oversubscribed --step-only figure from every launch that measured it
+  // ("shared_memory step 2" -> seconds...): its table holds their median, as
+  // one launch can settle into a faster or slower schedule than the next.
+  std::map<std::string, std::vector<double>> samples;
   std::string describe() const;
 };
 
