@@ -118,7 +118,7 @@ double copy_stretch(const SharedMemoryCost& shm, double rho) {
   if (base_it == shm.copy.begin() || base_it == shm.copy.end()) return rho;  // nothing to compare
   const auto step_at = [&](double r) {
     auto it = shm.step.find(r);
-    return it == shm.step.end() ? 0.0 : it->second;
+    return it == shm.step.end() ? 0.0 : kShmRendezvousPerCall * it->second;  // the all-reduce's rendezvous
   };
   const auto base = std::prev(base_it);
   const double unshared = base->second - step_at(base->first);

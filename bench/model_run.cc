@@ -135,12 +135,13 @@ int run_calibrate(const CalibrateOptions& o) {
     if (comm->size() < 2) throw InvalidArgument("tandem model calibrate --step-only: run it with 2 or more ranks");
     const bool shm = o.link.empty();
     const double step = time_step(*comm, shm ? 1 : comm->size() - 1, 200);
-    // Shared memory: an allgather that moves bytes through the caches. A
-    // cpu-bound link: one of large messages, each of its size - 1 steps
+    // Shared memory: an all-reduce that moves bytes through the caches. A
+    // cpu-bound link: an allgather of large messages, each of its size - 1 steps
     // moving kLinkCopyBytes / size from every rank.
     const double copy_bytes = shm ? kCopyBytes : o.cpu_bound ? kLinkCopyBytes : 0;
     std::vector<char> buffer(size_t(copy_bytes) + 64);
-    const double copy = copy_bytes > 0 ? time_allgather(*comm, buffer, size_t(copy_bytes), shm ? 50 : 5, !shm) : 0;
+    const double copy = shm ? time_allreduce(*comm, buffer, size_t(copy_bytes), 50)
+                      : copy_bytes > 0 ? time_allgather(*comm, buffer, size_t(copy_bytes), 5, /*in_place=*/true) : 0;
     if (comm->rank() != 0) return 0;
     Calibration c = load_calibration(o.output);
     if (!shm) link_named(c, o.link);  // throws unless its 2-rank calibration is there
@@ -180,7 +181,7 @@ int run_calibrate(const CalibrateOptions& o) {
   const double gamma = measure_gamma();
   double step = time_step(*comm, 1, 200);  // 2 ranks: one step either way
   const int here = ranks_on_this_machine(*comm);
-  double copy = o.link.empty() ? time_allgather(*comm, buffer, size_t(kCopyBytes), 50) : 0;
+  double copy = o.link.empty() ? time_allreduce(*comm, buffer, size_t(kCopyBytes), 50) : 0;
 
   std::vector<double> x, seconds;
   std::map<double, double> traffic;

@@ -8,8 +8,8 @@
 # two network namespaces without a rate limit (cpu-bound: the kernel's TCP
 # work on the same cores); the same link at 1 Gbit/s (tc tbf). Then, for
 # each, the oversubscribed synchronisation step (--step-only: a tiny
-# allgather; on shared memory also a 1 MiB one, on the cpu-bound veth a
-# 16 MiB one) with 1.5x and 2x as many ranks as cores. Every calibration
+# allgather; on shared memory also a 1 MiB all-reduce, on the cpu-bound
+# veth a 16 MiB allgather) with 1.5x and 2x as many ranks as cores. Every calibration
 # runs in MODEL_CAL_REPEATS launches (default 5), the median of each figure kept.
 # Measured: 2, 3, 4 ranks on one host; 2, 3, 4 namespaces on each link; 2
 # namespaces of 2 ranks at 1 Gbit/s, flat ring and hierarchical;

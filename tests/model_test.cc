@@ -151,7 +151,7 @@ TEST(Model, SharedMemoryCopiesStretchAsMeasured) {
   EXPECT_DOUBLE_EQ(copy_stretch(shm, 0.5), 1);
   EXPECT_DOUBLE_EQ(copy_stretch(shm, 2), 2);  // nothing measured: the cores shared evenly
   shm.step = {{1.0, 1e-6}, {2.0, 5e-6}};
-  shm.copy = {{1.0, 11e-6}, {2.0, 35e-6}};  // without the rendezvous: 10 us, then 30 us
+  shm.copy = {{1.0, 12e-6}, {2.0, 40e-6}};  // without the two rendezvous: 10 us, then 30 us
   EXPECT_DOUBLE_EQ(copy_stretch(shm, 1), 1);
   EXPECT_NEAR(copy_stretch(shm, 2), 3, 1e-12);
   EXPECT_NEAR(copy_stretch(shm, 1.5), 2, 1e-12);
