@@ -34,13 +34,21 @@ double beyond_the_cores(const std::vector<std::pair<double, double>>& points, do
 }
 
 // Seconds per byte of messages of `message_bytes` from each rank. A cpu-bound
-// link slows once its ranks want more cores than the host has: each keeps
-// cpu_share of a core busy (a whole one when not measured).
+// link slows once its ranks want more cores than the host has: by the stretch
+// measured there (cores shared unevenly cost more than their share), else as
+// if each kept cpu_share of a core busy (a whole one when not measured).
 double link_beta(const Calibration& c, const Link& l, const Topology& t, double message_bytes) {
   const double beta = l.beta_at(message_bytes);
   if (!l.cpu_bound) return beta;
+  const double rho = ranks_per_core(c, t);
+  if (rho <= 1) return beta;
+  std::vector<std::pair<double, double>> measured;
+  for (const auto& [r, stretch] : l.stretch) {
+    if (r > 1) measured.emplace_back(r, stretch);
+  }
+  if (!measured.empty()) return beta * std::max(1.0, beyond_the_cores(measured, 1, rho));
   const double share = l.cpu_share > 0 ? l.cpu_share : 1.0;
-  return beta * std::max(1.0, ranks_per_core(c, t) * share);
+  return beta * std::max(1.0, rho * share);
 }
 
 // The shared-memory all-reduce makes every rank wait for all the others twice
@@ -110,7 +118,7 @@ double copy_stretch(const SharedMemoryCost& shm, double rho) {
   if (base_it == shm.copy.begin() || base_it == shm.copy.end()) return rho;  // nothing to compare
   const auto step_at = [&](double r) {
     auto it = shm.step.find(r);
-    return it == shm.step.end() ? 0.0 : it->second;
+    return it == shm.step.end() ? 0.0 : kShmRendezvousPerCall * it->second;  // the all-reduce's rendezvous
   };
   const auto base = std::prev(base_it);
   const double unshared = base->second - step_at(base->first);
@@ -172,9 +180,14 @@ double predict(const Calibration& c, const Link& inter, const Topology& t, Algor
           std::log2(double(q)) *
           (inter.alpha + transfer_and_wait(inter, transfer, oversubscribed_step(inter.step, rho * q / p)) + reduce);
       if (q == p) return exchanges;
-      return exchanges +
-             2 * (inter.alpha + transfer_and_wait(inter, transfer, oversubscribed_step(inter.step, rho * 2 * (p - q) / p)) +
-                  reduce);
+      // The fold comes in and the unfold goes out over opposite directions of
+      // the partner's link: a wire, busy only with the busier direction, moves
+      // one of the two messages' bytes per call (its rate, not the steps'
+      // latency, bounds back-to-back calls); cpu-bound, the cores move both.
+      const double fold_wait = oversubscribed_step(inter.step, rho * 2 * (p - q) / p);
+      const double moves = inter.cpu_bound ? 2 * transfer_and_wait(inter, transfer, fold_wait)
+                                           : transfer_and_wait(inter, transfer, fold_wait) + fold_wait;
+      return exchanges + 2 * (inter.alpha + reduce) + moves;
     }
     case Algorithm::hierarchical: {
       // Reduce-scatter then allgather on the host cost about one shared-memory all-reduce;
@@ -285,6 +298,7 @@ std::string Calibration::describe() const {
       s << " (" << l.beta_at(0) * 1e9 << " ns/B at " << l.beta_by_size.begin()->first << " B messages)";
     }
     if (l.cpu_bound) s << " (cpu-bound, " << l.cpu_share << " core per rank)";
+    for (const auto& [rho, stretch] : l.stretch) s << ", beta x" << stretch << " at " << rho;
     s << describe_steps(l.step);
   }
   return s.str();
@@ -331,11 +345,14 @@ Calibration load_calibration(const std::string& path) {
     for (const auto& [name, l] : links.items()) {
       Link& link = c.links[name];
       link = Link{l.value("alpha_s", 0.0), l.value("beta_s_per_byte", 0.0), l.value("cpu_bound", false), step_table(l),
-                  l.value("cpu_share", 0.0), {}};
+                  l.value("cpu_share", 0.0), {}, {}};
       // Absent from older calibrations: beta then holds at every size.
       const auto by_size = l.value("beta_s_per_byte_by_message", nlohmann::json::object());
       for (const auto& [bytes, b] : by_size.items()) link.beta_by_size[std::stod(bytes)] = b.get<double>();
+      link.stretch = step_table(l, "stretch");
     }
+    const auto samples = j.value("samples", nlohmann::json::object());
+    for (const auto& [key, values] : samples.items()) c.samples[key] = values.get<std::vector<double>>();
   } catch (const nlohmann::json::exception& e) {
     throw InvalidArgument("tandem model: calibration '" + path + "' is not valid: " + e.what());
   }
@@ -351,7 +368,8 @@ void save_calibration(const Calibration& c, const std::string& path) {
   nlohmann::json links = nlohmann::json::object();
   for (const auto& [name, l] : c.links) {
     links[name] = {{"alpha_s", l.alpha}, {"beta_s_per_byte", l.beta}, {"cpu_bound", l.cpu_bound}, {"step_s", step_json(l.step)},
-                   {"cpu_share", l.cpu_share}, {"beta_s_per_byte_by_message", by_size(l.beta_by_size)}};
+                   {"cpu_share", l.cpu_share}, {"beta_s_per_byte_by_message", by_size(l.beta_by_size)},
+                   {"stretch", step_json(l.stretch)}};
   }
   nlohmann::json j = {{"cores", c.cores},
                       {"gamma_s_per_byte", c.gamma},
@@ -361,7 +379,8 @@ void save_calibration(const Calibration& c, const std::string& path) {
                         {"traffic_per_byte", by_size(c.shm.traffic)},
                         {"step_s", step_json(c.shm.step)},
                         {"copy_s", step_json(c.shm.copy)}}},
-                      {"links", links}};
+                      {"links", links},
+                      {"samples", c.samples}};
   std::ofstream f(path);
   if (!(f << j.dump(2) << '\n')) throw InvalidArgument("tandem model: cannot write '" + path + "'");
 }
@@ -385,7 +404,7 @@ Link parse_hypothetical_link(const std::string& text) {
     const double alpha_us = std::stod(alpha_text, &alpha_used);
     if (gbps_used != gbps_text.size() || alpha_used != alpha_text.size()) throw std::invalid_argument("trailing text");
     if (gbps <= 0 || alpha_us < 0) throw std::invalid_argument("range");
-    return Link{alpha_us * 1e-6, 8.0 / (gbps * 1e9), false, {}, 0, {}};
+    return Link{alpha_us * 1e-6, 8.0 / (gbps * 1e9), false, {}, 0, {}, {}};
   } catch (const std::exception&) {
     throw InvalidArgument("tandem model: link '" + text +
                           "' is neither a calibrated link nor GBPS:ALPHA_US (e.g. 100:5 for 100 Gbit/s, 5 us)");

@@ -103,6 +103,18 @@ double time_step(Communicator& comm, int steps, int iters) {
   return median(t) / steps;
 }
 
+// `value` joins what earlier launches measured for the same figure (`where`:
+// shared_memory or the link; rho: ranks per core) in this calibration file;
+// returns their median. One launch can settle into a faster or slower schedule
+// than the next, so the script calibrates in several.
+double sampled(Calibration& c, const std::string& where, double rho, const std::string& what, double value) {
+  std::ostringstream key;
+  key << where << ' ' << rho << ' ' << what;
+  auto& values = c.samples[key.str()];
+  values.push_back(value);
+  return median(values);
+}
+
 // A calibrated link by name, else GBPS:ALPHA_US.
 Link resolve_link(const Calibration& c, const std::string& name) {
   if (!c.links.count(name) && name.find(':') != std::string::npos) return parse_hypothetical_link(name);
@@ -121,15 +133,31 @@ int run_calibrate(const CalibrateOptions& o) {
   const double rho = double(comm->size()) / std::max(cores, 1);
   if (o.step_only) {
     if (comm->size() < 2) throw InvalidArgument("tandem model calibrate --step-only: run it with 2 or more ranks");
-    const double step = time_step(*comm, o.link.empty() ? 1 : comm->size() - 1, 200);
-    std::vector<char> buffer(size_t(kCopyBytes) + 64);
-    const double copy = o.link.empty() ? time_allgather(*comm, buffer, size_t(kCopyBytes), 50) : 0;
+    const bool shm = o.link.empty();
+    const double step = time_step(*comm, shm ? 1 : comm->size() - 1, 200);
+    // Shared memory: an all-reduce that moves bytes through the caches. A
+    // cpu-bound link: an allgather of large messages, each of its size - 1 steps
+    // moving kLinkCopyBytes / size from every rank.
+    const double copy_bytes = shm ? kCopyBytes : o.cpu_bound ? kLinkCopyBytes : 0;
+    std::vector<char> buffer(size_t(copy_bytes) + 64);
+    const double copy = shm ? time_allreduce(*comm, buffer, size_t(copy_bytes), 50)
+                      : copy_bytes > 0 ? time_allgather(*comm, buffer, size_t(copy_bytes), 5, /*in_place=*/true) : 0;
     if (comm->rank() != 0) return 0;
     Calibration c = load_calibration(o.output);
-    if (!o.link.empty()) link_named(c, o.link);  // throws unless its 2-rank calibration is there
-    StepTable& table = o.link.empty() ? c.shm.step : c.links[o.link].step;
-    table[rho] = step;
-    if (o.link.empty()) c.shm.copy[rho] = copy;
+    if (!shm) link_named(c, o.link);  // throws unless its 2-rank calibration is there
+    const std::string where = shm ? "shared_memory" : o.link;
+    if (shm) {
+      c.shm.step[rho] = sampled(c, where, rho, "step", step);
+      c.shm.copy[rho] = sampled(c, where, rho, "copy", copy);
+    } else {
+      Link& link = c.links[o.link];
+      link.step[rho] = sampled(c, where, rho, "step", step);
+      if (copy > 0) {
+        const double message = copy_bytes / comm->size();
+        const double per_byte = std::max(copy / (comm->size() - 1) - step, 0.0) / message;
+        if (link.beta_at(message) > 0) link.stretch[rho] = sampled(c, where, rho, "stretch", per_byte / link.beta_at(message));
+      }
+    }
     save_calibration(c, o.output);
     printf("tandem model calibrate: %d ranks on %d cores (%.2f per core): %.1f us per step; wrote %s\n  %s\n",
            comm->size(), cores, rho, step * 1e6, o.output.c_str(), c.describe().c_str());
@@ -151,9 +179,9 @@ int run_calibrate(const CalibrateOptions& o) {
   Calibration c;
   if (std::ifstream(o.output)) c = load_calibration(o.output);
   const double gamma = measure_gamma();
-  const double step = time_step(*comm, 1, 200);  // 2 ranks: one step either way
+  double step = time_step(*comm, 1, 200);  // 2 ranks: one step either way
   const int here = ranks_on_this_machine(*comm);
-  const double copy = o.link.empty() ? time_allgather(*comm, buffer, size_t(kCopyBytes), 50) : 0;
+  double copy = o.link.empty() ? time_allreduce(*comm, buffer, size_t(kCopyBytes), 50) : 0;
 
   std::vector<double> x, seconds;
   std::map<double, double> traffic;
@@ -182,8 +210,15 @@ int run_calibrate(const CalibrateOptions& o) {
   }
   if (comm->rank() != 0) return 0;
 
+  // Each figure: the median of this and earlier launches' (the script repeats the calibration).
+  const std::string where = o.link.empty() ? "shared_memory" : o.link;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    seconds[i] = sampled(c, where, rho, "seconds " + std::to_string(uint64_t(sizes[i])), seconds[i]);
+  }
+  step = sampled(c, where, rho, "step", step);
+  if (o.link.empty()) copy = sampled(c, where, rho, "copy", copy);
   c.cores = cores;
-  c.gamma = gamma;
+  c.gamma = sampled(c, "gamma", 1, "seconds per byte", gamma);
   // One host: alpha from the small sizes alone (beyond them beta changes with
   // the caches). A link: beta from the large sizes (a rate limiter's burst
   // makes small ones look fast), alpha the step.
@@ -207,9 +242,9 @@ int run_calibrate(const CalibrateOptions& o) {
     steps[rho] = step;
     // The cores the two ranks kept busy (this machine's share of them, when
     // both ran here) per rank; the whole machine's time counts, the kernel's too.
-    const double busy = large_cpu.total > 0 ? large_cpu.busy / large_cpu.total : 1.0;
+    const double busy = sampled(c, where, rho, "busy", large_cpu.total > 0 ? large_cpu.busy / large_cpu.total : 1.0);
     Link& link = c.links[o.link];
-    link = Link{step, fit.b, o.cpu_bound, steps, busy * cores / here, {}};
+    link = Link{step, fit.b, o.cpu_bound, steps, busy * cores / here, {}, {}};
     // beta per size: what alpha leaves of each time, per byte a rank sent.
     for (size_t i = 0; i < sizes.size(); ++i) link.beta_by_size[x[i]] = std::max(seconds[i] - step, 0.0) / x[i];
   }

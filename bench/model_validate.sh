@@ -8,11 +8,13 @@
 # two network namespaces without a rate limit (cpu-bound: the kernel's TCP
 # work on the same cores); the same link at 1 Gbit/s (tc tbf). Then, for
 # each, the oversubscribed synchronisation step (--step-only: a tiny
-# allgather; on shared memory also a 1 MiB one) with 1.5x and 2x as many
-# ranks as cores.
+# allgather; on shared memory also a 1 MiB all-reduce, on the cpu-bound
+# veth a 16 MiB allgather) with 1.5x and 2x as many ranks as cores. Every calibration
+# runs in MODEL_CAL_REPEATS launches (default 5), the median of each figure kept.
 # Measured: 2, 3, 4 ranks on one host; 2, 3, 4 namespaces on each link; 2
 # namespaces of 2 ranks at 1 Gbit/s, flat ring and hierarchical;
-# `tandem bench allreduce -b 4K -e 64M -f 4` each, JSON lines in OUT_DIR.
+# `tandem bench allreduce -b 4K -e 64M -f 4` each, JSON lines in OUT_DIR,
+# MODEL_REPEATS sweeps (default 3, interleaved) whose median validate compares.
 # Namespace cases need root; without it only the one-host cases run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,47 +29,69 @@ cores=$(nproc)
 # Rank counts that outnumber the cores, for the oversubscribed step.
 oversubscribed=($(( cores + (cores + 1) / 2 )) $(( 2 * cores )))
 
-echo "== calibrate: shared memory (2 ranks)"
-"$tandem" launch -n 2 -- "$tandem" model calibrate -o "$cal" -n "$iters"
-for n in "${oversubscribed[@]}"; do
-  echo "== calibrate: shared-memory step, $n ranks on $cores cores"
-  "$tandem" launch -n "$n" -- "$tandem" model calibrate -o "$cal" --step-only | grep -v '^\[[1-9]' || true
-done
-cases=()
-for n in 2 3 4; do
-  echo "== measure: $n ranks, one host"
-  "$tandem" launch -n "$n" -- "$tandem" bench allreduce -b 4K "${sweep[@]}" > "$out/shm$n.json"
-  cases+=(--case "1x$n=$out/shm$n.json")
-done
+# Repeats, interleaved: one launch can settle into a faster or slower schedule
+# than the next (oversubscribed ranks most), so the calibration keeps the
+# median of its launches' figures and validate the median of the sweeps'.
+cal_repeats=${MODEL_CAL_REPEATS:-5}
+repeats=${MODEL_REPEATS:-3}
+netns=0
+if (( EUID == 0 )) && command -v ip >/dev/null; then netns=1; fi
+links=(veth 1gbit)
+rate_of() { [[ $1 == 1gbit ]] && echo "--rate 1gbit" || true; }  # veth: no limit
+cpu_of() { [[ $1 == veth ]] && echo "--cpu-bound" || true; }
+stamp() { echo "== $(date +%T) $*"; }
 
-if (( EUID == 0 )) && command -v ip >/dev/null; then
-  for link in veth 1gbit; do
-    rate=(); cpu=(--cpu-bound)
-    if [[ $link == 1gbit ]]; then rate=(--rate 1gbit); cpu=(); fi
-    echo "== calibrate: $link (2 namespaces)"
-    bench/netns_run.sh -n 2 "${rate[@]}" -- "$tandem" model calibrate -o "$cal" --link "$link" "${cpu[@]}" -n "$iters" \
+for (( r = 1; r <= cal_repeats; r++ )); do
+  stamp "calibrate: shared memory, 2 ranks ($r of $cal_repeats)"
+  "$tandem" launch -n 2 -- "$tandem" model calibrate -o "$cal" -n "$iters"
+  (( netns )) || continue
+  for link in "${links[@]}"; do
+    stamp "calibrate: $link, 2 namespaces ($r of $cal_repeats)"
+    bench/netns_run.sh -n 2 $(rate_of $link) -- "$tandem" model calibrate -o "$cal" --link "$link" $(cpu_of $link) -n "$iters" \
       | grep -v '^\[1\]' || true
-    for n in "${oversubscribed[@]}"; do
-      echo "== calibrate: $link step, $n namespaces on $cores cores"
-      bench/netns_run.sh -n "$n" "${rate[@]}" -- "$tandem" model calibrate -o "$cal" --link "$link" --step-only \
+  done
+done
+# After the 2-rank figures: a link's stretch is relative to them.
+for (( r = 1; r <= cal_repeats; r++ )); do
+  for n in "${oversubscribed[@]}"; do
+    stamp "calibrate: shared-memory step, $n ranks on $cores cores ($r of $cal_repeats)"
+    "$tandem" launch -n "$n" -- "$tandem" model calibrate -o "$cal" --step-only | grep -v '^\[[1-9]' || true
+    (( netns )) || continue
+    for link in "${links[@]}"; do
+      stamp "calibrate: $link step, $n namespaces on $cores cores ($r of $cal_repeats)"
+      bench/netns_run.sh -n "$n" $(rate_of $link) -- "$tandem" model calibrate -o "$cal" --link "$link" $(cpu_of $link) --step-only \
         | grep '^\[0\] ' || true
     done
-    for n in 2 3 4; do
-      echo "== measure: $n namespaces, $link"
-      bench/netns_run.sh -n "$n" "${rate[@]}" -- "$tandem" bench allreduce -b 4K "${sweep[@]}" | grep "^\[0\] {" > "$out/$link$n.json"
-      cases+=(--case "${n}x1:$link=$out/$link$n.json")
+  done
+done
+
+cases=()
+measure() {  # FILE CASE COMMAND...: the first repeat starts FILE and adds the case; each appends its rows
+  local file=$1 spec=$2; shift 2
+  if (( r == 1 )); then : > "$file"; cases+=(--case "$spec=$file"); fi
+  "$@" | grep "^\[0\] {\|^{" >> "$file" || true
+}
+for (( r = 1; r <= repeats; r++ )); do
+  for n in 2 3 4; do
+    stamp "measure: $n ranks, one host ($r of $repeats)"
+    measure "$out/shm$n.json" "1x$n" "$tandem" launch -n "$n" -- "$tandem" bench allreduce -b 4K "${sweep[@]}"
+  done
+  if (( netns )); then
+    for link in "${links[@]}"; do
+      for n in 2 3 4; do
+        stamp "measure: $n namespaces, $link ($r of $repeats)"
+        measure "$out/$link$n.json" "${n}x1:$link" bench/netns_run.sh -n "$n" $(rate_of $link) -- "$tandem" bench allreduce -b 4K "${sweep[@]}"
+      done
     done
-  done
-  # Two hosts of two ranks at 1 Gbit/s: the flat ring and the hierarchical all-reduce.
-  for algo in ring hierarchical; do
-    echo "== measure: 2 hosts x 2 ranks, 1gbit, $algo"
-    bench/netns_run.sh -n 4 --per-host 2 --rate 1gbit -- "$tandem" bench allreduce -b 64K "${sweep[@]}" --algorithm "$algo" \
-      | grep "^\[0\] {" > "$out/1gbit2x2$algo.json"
-    cases+=(--case "2x2:1gbit=$out/1gbit2x2$algo.json")
-  done
-else
-  echo "model_validate: not root (or no iproute2): namespace cases skipped" >&2
-fi
+    # Two hosts of two ranks at 1 Gbit/s: the flat ring and the hierarchical all-reduce.
+    for algo in ring hierarchical; do
+      stamp "measure: 2 hosts x 2 ranks, 1gbit, $algo ($r of $repeats)"
+      measure "$out/1gbit2x2$algo.json" "2x2:1gbit" bench/netns_run.sh -n 4 --per-host 2 --rate 1gbit -- \
+        "$tandem" bench allreduce -b 64K "${sweep[@]}" --algorithm "$algo"
+    done
+  fi
+done
+(( netns )) || echo "model_validate: not root (or no iproute2): namespace cases skipped" >&2
 
 echo "== validate"
 "$tandem" model validate -c "$cal" "${cases[@]}" | tee "$out/validation.txt"

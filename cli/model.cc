@@ -46,8 +46,9 @@ void add_model(CLI::App& app, ModelFlags& f) {
   f.calibrate->add_option("--sizes", f.sizes, "Sizes, LOW:HIGH (factor 4) or a list (default 4K:64M, by factors of 4 on one host, 2 for a link)");
   f.calibrate->add_option("-n,--iters", f.iters, "Timed iterations per size")->capture_default_str();
   f.calibrate->add_flag("--step-only", f.step_only,
-                        "Only time the synchronisation step (a tiny allgather), at any rank count: run it with more "
-                        "ranks than cores to calibrate oversubscription");
+                        "Only time the synchronisation step (a tiny allgather) and how bytes slow down (one host: a "
+                        "1 MiB all-reduce; with --cpu-bound: a 16 MiB allgather), at any rank count: run it with more "
+                        "ranks than cores to calibrate oversubscription; repeated launches keep the median");
   f.calibrate->footer("Examples: tandem launch -n 2 -- tandem model calibrate\n"
                       "          tandem launch -n 4 -- tandem model calibrate --step-only\n"
                       "          bench/netns_run.sh -n 2 --rate 1gbit -- tandem model calibrate --link 1gbit");

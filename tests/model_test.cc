@@ -21,8 +21,8 @@ Calibration example() {
   c.shm.alpha = 2e-6;
   c.shm.beta = {{4096, 0.05e-9}, {1 << 20, 0.05e-9}, {64 << 20, 0.2e-9}};
   c.shm.traffic = {{4096, 5.0}, {64 << 20, 3.0}};
-  c.links["wire"] = Link{10e-6, 8e-9, false, {}, 0, {}};  // 1 Gbit/s
-  c.links["cpu"] = Link{20e-6, 1e-9, true, {}, 0, {}};
+  c.links["wire"] = Link{10e-6, 8e-9, false, {}, 0, {}, {}};  // 1 Gbit/s
+  c.links["cpu"] = Link{20e-6, 1e-9, true, {}, 0, {}, {}};
   return c;
 }
 
@@ -50,8 +50,13 @@ TEST(Model, RecursiveDoublingRounds) {
   const Link& l = c.links.at("wire");
   const double n = 1024, round = l.alpha + n * l.beta + n * c.gamma;
   EXPECT_NEAR(predict(c, l, Topology{8, 1}, Algorithm::recursive_doubling, n), 3 * round, 1e-15);
-  // 6 ranks: fold to 4 (2 rounds) plus the fold and unfold.
-  EXPECT_NEAR(predict(c, l, Topology{6, 1}, Algorithm::recursive_doubling, n), 4 * round, 1e-15);
+  // 6 ranks: fold to 4 (2 rounds) plus the fold and unfold, whose bytes share
+  // the wire's two directions: one message's transfer.
+  EXPECT_NEAR(predict(c, l, Topology{6, 1}, Algorithm::recursive_doubling, n), 4 * round - n * l.beta, 1e-15);
+  // A cpu-bound link's cores move both.
+  const Link& cpu = c.links.at("cpu");
+  const double cpu_round = cpu.alpha + n * cpu.beta + n * c.gamma;
+  EXPECT_NEAR(predict(c, cpu, Topology{6, 1}, Algorithm::recursive_doubling, n), 4 * cpu_round, 1e-15);
 }
 
 TEST(Model, HierarchicalMovesLessOverTheWireThanTheFlatRing) {
@@ -146,7 +151,7 @@ TEST(Model, SharedMemoryCopiesStretchAsMeasured) {
   EXPECT_DOUBLE_EQ(copy_stretch(shm, 0.5), 1);
   EXPECT_DOUBLE_EQ(copy_stretch(shm, 2), 2);  // nothing measured: the cores shared evenly
   shm.step = {{1.0, 1e-6}, {2.0, 5e-6}};
-  shm.copy = {{1.0, 11e-6}, {2.0, 35e-6}};  // without the rendezvous: 10 us, then 30 us
+  shm.copy = {{1.0, 12e-6}, {2.0, 40e-6}};  // without the two rendezvous: 10 us, then 30 us
   EXPECT_DOUBLE_EQ(copy_stretch(shm, 1), 1);
   EXPECT_NEAR(copy_stretch(shm, 2), 3, 1e-12);
   EXPECT_NEAR(copy_stretch(shm, 1.5), 2, 1e-12);
@@ -175,6 +180,21 @@ TEST(Model, CpuBoundLinksStretchByTheCoresTheirRanksUse) {
   EXPECT_NEAR(over - fits, wire, wire * 1e-9);
   EXPECT_NEAR(predict(c, l, three, Algorithm::ring, n),
               4 * l.alpha + 2.0 / 3 * n * (2 * l.beta + c.gamma * 1.5), 1e-9);
+}
+
+TEST(Model, CpuBoundLinksStretchAsMeasuredPastTheCores) {
+  const Calibration c = example();
+  Link l = c.links.at("cpu");
+  l.cpu_share = 1.0;
+  l.stretch = {{1.5, 2.0}, {2.0, 2.5}};  // uneven sharing: worse than 1.5 and 2
+  Topology three{3, 1}, four{4, 1}, six{6, 1};
+  three.ranks_on_cores = 3, four.ranks_on_cores = 4, six.ranks_on_cores = 6;
+  const double n = 64 << 20;
+  EXPECT_NEAR(predict(c, l, three, Algorithm::ring, n), 4 * l.alpha + 2.0 / 3 * n * (2 * 2.0 * l.beta + c.gamma * 1.5),
+              1e-9);
+  EXPECT_NEAR(predict(c, l, four, Algorithm::ring, n), 6 * l.alpha + 3.0 / 4 * n * (2 * 2.5 * l.beta + c.gamma * 2), 1e-9);
+  // Beyond the last entry: in proportion to rho - 1 (3 per core: twice the stretch added at 2).
+  EXPECT_NEAR(predict(c, l, six, Algorithm::ring, n), 10 * l.alpha + 5.0 / 6 * n * (2 * 4.0 * l.beta + c.gamma * 3), 1e-9);
 }
 
 TEST(Model, SharedMemoryInterpolatesPerSize) {
@@ -223,7 +243,7 @@ TEST(Model, OldCalibrationWithOneLinkBetaLoads) {
   EXPECT_TRUE(l.beta_by_size.empty());
   EXPECT_DOUBLE_EQ(l.beta_at(4096), 6.6e-10);
   EXPECT_DOUBLE_EQ(l.beta_at(64 << 20), 6.6e-10);
-  const Link single{1.2e-05, 6.6e-10, true, {{1, 1.2e-05}, {2, 5.1e-05}}, 1.0, {}};
+  const Link single{1.2e-05, 6.6e-10, true, {{1, 1.2e-05}, {2, 5.1e-05}}, 1.0, {}, {}};
   for (double n : {4096.0, 1048576.0}) {
     EXPECT_DOUBLE_EQ(predict(c, l, Topology{2, 1}, Algorithm::ring, n), predict(c, single, Topology{2, 1}, Algorithm::ring, n));
   }
@@ -254,6 +274,8 @@ TEST(Model, CalibrationFileRoundTrip) {
   saved.shm.step = {{1.0, 1e-6}, {1.5, 3e-6}};
   saved.links["wire"].step = {{1.0, 10e-6}, {2.0, 70e-6}};
   saved.links["wire"].beta_by_size = {{2048, 2e-9}, {33554432, 8e-9}};
+  saved.links["cpu"].stretch = {{1.5, 2.1}};
+  saved.samples["cpu 1.5 stretch"] = {2.0, 2.1, 2.3};
   save_calibration(saved, path);
   const Calibration c = load_calibration(path);
   EXPECT_EQ(c.cores, 2);
@@ -265,6 +287,8 @@ TEST(Model, CalibrationFileRoundTrip) {
   EXPECT_DOUBLE_EQ(link_named(c, "wire").step.at(2.0), 70e-6);
   EXPECT_EQ(link_named(c, "wire").beta_by_size, saved.links["wire"].beta_by_size);
   EXPECT_TRUE(link_named(c, "cpu").beta_by_size.empty());
+  EXPECT_DOUBLE_EQ(link_named(c, "cpu").stretch.at(1.5), 2.1);
+  EXPECT_EQ(c.samples.at("cpu 1.5 stretch"), saved.samples["cpu 1.5 stretch"]);
   try {
     link_named(c, "ib");
     FAIL() << "an unknown link must throw";

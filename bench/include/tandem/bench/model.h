@@ -59,6 +59,10 @@ struct Link {
   // the large-size beta (TCP's buffers and a rate limiter's burst absorb them);
   // empty = beta at every size (calibrations from before it was measured).
   std::map<double, double> beta_by_size;
+  // Ranks per core above 1 -> how much slower a rank moves a byte than with
+  // a core each (cpu-bound links, measured with --step-only); empty = the
+  // estimate from cpu_share.
+  StepTable stretch;
   double beta_at(double message_bytes) const;
 };
 
@@ -70,16 +74,22 @@ struct SharedMemoryCost {
   std::map<double, double> beta;     // bytes -> s per byte of one rank's memory traffic
   std::map<double, double> traffic;  // bytes -> memory traffic per byte reduced, one rank
   StepTable step;                    // ranks per core -> s per rendezvous of all ranks (tiny allgather)
-  StepTable copy;                    // ranks per core -> s per allgather of kCopyBytes (memory traffic)
+  StepTable copy;                    // ranks per core -> s per all-reduce of kCopyBytes (memory traffic)
   double beta_at(double bytes) const;
   double traffic_at(double bytes) const;
 };
 
-// The shared-memory allgather timed for `copy`: large enough that its bytes,
-// not its rendezvous, take the time, small enough to stay in the caches.
+// The shared-memory all-reduce timed for `copy`: large enough that its bytes,
+// not its rendezvous, take the time, small enough to stay in the caches. The
+// all-reduce itself, not an allgather: this machine has run the 2-rank
+// all-reduce 3x slower for a while with the allgather unchanged, and a
+// stretch taken from the allgather then multiplied the slow all-reduce.
 constexpr double kCopyBytes = 1 << 20;
+// The allgather timed for a cpu-bound link's stretch: the large messages that
+// dominate its all-reduce time.
+constexpr double kLinkCopyBytes = 16 << 20;
 // How much slower shared memory moves a byte at rho ranks per core than within
-// the cores: (copy(rho) - step(rho)) / (copy(1) - step(1)), from (1, 1)
+// the cores: (copy(rho) - 2 step(rho)) / (copy(1) - 2 step(1)), from (1, 1)
 // linearly between entries, in proportion to rho - 1 beyond the largest; rho
 // itself (the cores shared evenly) when nothing past the cores was measured.
 double copy_stretch(const SharedMemoryCost& shm, double rho);
@@ -89,6 +99,10 @@ struct Calibration {
   double gamma = 0;                      // s per byte reduced (f32 sum, one core)
   SharedMemoryCost shm;                  // one host
   std::map<std::string, Link> links;     // inter-host links by name
+  // Each oversubscribed --step-only figure from every launch that measured it
+  // ("shared_memory step 2" -> seconds...): its table holds their median, as
+  // one launch can settle into a faster or slower schedule than the next.
+  std::map<std::string, std::vector<double>> samples;
   std::string describe() const;
 };
 
