@@ -207,7 +207,12 @@ class Segments {
         }
         ch_.idle(p, spins);
       }
-      check_same_call(p, c->call);
+      // A peer past this arrival staged this call (a direct call would wait
+      // for this rank to finish) and has published a later call here: stage
+      // too; the slots carry this call for the check.
+      const Call theirs = c->call;
+      if (load_acquire(c->arrived) != arrival_) return false;
+      check_same_call(p, theirs);
     }
     return true;
   }
