@@ -41,6 +41,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "collectives.h"
 #include "tandem/reduce.h"
@@ -210,10 +211,13 @@ class Segments {
       // A peer past this arrival staged this call (a direct call would wait
       // for this rank to finish) and has published a later call here: stage
       // too; the slots carry this call for the check.
+      // What registered() decides on is read here too, for the same reason.
       const Call theirs = c->call;
+      shared_[size_t(p)] = {c->input.fd >= 0, c->output.fd >= 0};
       if (load_acquire(c->arrived) != arrival_) return false;
       check_same_call(p, theirs);
     }
+    shared_[size_t(r_)] = {input != nullptr, output != nullptr};
     return true;
   }
   // After arrive(): rank p's input (and output) lie in allocate_shared memory;
@@ -225,8 +229,7 @@ class Segments {
       }
       return true;
     }
-    const Control* c = control(p);
-    return c->input.fd >= 0 && (!output_too || c->output.fd >= 0);
+    return shared_[size_t(p)].input && (!output_too || shared_[size_t(p)].output);
   }
   std::byte* peer_input(int p) { return ch_.map_shared(p, control(p)->input); }
   std::byte* peer_output(int p) { return ch_.map_shared(p, control(p)->output); }
@@ -309,6 +312,10 @@ class Segments {
   const Call call_;
   Control* const self_;
   uint64_t arrival_ = 0;
+  struct Shared {
+    bool input = false, output = false;
+  };
+  std::vector<Shared> shared_ = std::vector<Shared>(size_t(n_));  // per rank, as read at arrival
 };
 
 Call call_of(Kind kind, size_t count, DataType dtype, ReduceOp op = ReduceOp::sum, int root = -1) {
