@@ -296,8 +296,9 @@ int run_worker(const WorkerOptions& wo) {
   // priority lets the engine and the kernel's network work run the moment they
   // have something to do, instead of waiting out the compute thread's time
   // slice (the CPU counterpart of NCCL's high-priority streams).
-  if (wo.overlap && world > 1 && wo.compute_nice > 0 && ::setpriority(PRIO_PROCESS, 0, wo.compute_nice) != 0 && chief)
-    std::fprintf(stderr, "warning: could not lower the compute thread's priority (nice %d): %s\n", wo.compute_nice,
+  const int compute_nice = wo.overlap && world > 1 ? wo.compute_nice : 0;
+  if (compute_nice > 0 && ::setpriority(PRIO_PROCESS, 0, compute_nice) != 0 && chief)
+    std::fprintf(stderr, "warning: could not lower the compute thread's priority (nice %d): %s\n", compute_nice,
                  std::strerror(errno));
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;  // kept alive: they hold the hooks
   for (size_t i = 0; i < params.size(); ++i) {
@@ -314,7 +315,7 @@ int run_worker(const WorkerOptions& wo) {
     log->line(nlohmann::json{{"kind", "start"}, {"batch", start}, {"time", elapsed_before}, {"slots", world},
                              {"global_batch", cfg.effective_global_batch()}, {"per_slot_batch", per_slot},
                              {"model", cfg.model}, {"data", cfg.data}, {"total_batches", total},
-                             {"overlap", wo.overlap}, {"compute_nice", wo.overlap && world > 1 ? wo.compute_nice : 0}, {"attempt", wo.attempt},
+                             {"overlap", wo.overlap}, {"compute_nice", compute_nice}, {"attempt", wo.attempt},
                              {"gradient_compression", opt.gradient_compression},
                              {"gradient_predivide_factor", opt.gradient_predivide_factor},
                              {"error_feedback", opt.error_feedback},

@@ -13,10 +13,11 @@
 //    them in rank order, so every rank computes bitwise the same), and
 //    publishes consumed = g + 1. One synchronisation per chunk.
 //  - The all-reduce from split_min_ranks ranks on (default: always) and
-//    split_min_bytes up (default 16 KiB) *splits* each chunk: rank r stages all but its own slice, folds its slice of
-//    every slot and of its own input (in rank order, so bitwise the same
-//    result) into its own slot, stamps the slot's `reduced`, copies the
-//    result to its output, then copies the other ranks' reduced slices out.
+//    from split_min_bytes (default 16 KiB) *splits* each chunk: rank r
+//    stages all but its own slice, folds its slice of every slot and of
+//    its own input (in rank order, so bitwise the same result) into its own
+//    slot, stamps the slot's `reduced`, copies the result to its output, then
+//    copies the other ranks' reduced slices out.
 //    Each element is reduced once; a rank moves (5 - 1/N) S bytes for S
 //    reduced (folding all slots moves (N + 3) S; measured 1.3-1.5x slower
 //    at 2 ranks from 4 KiB to 32 MiB, level at 64 MiB).
@@ -197,6 +198,7 @@ class Segments {
     self_->output = output ? *output : SharedRef{};
     self_->input_address = uint64_t(uintptr_t(in));
     store_release(self_->arrived, arrival_);
+    shared_.assign(size_t(n_), {});  // here, not per call: most calls never arrive
     for (int p = 0; p < n_; ++p) {
       if (p == r_) continue;
       const Control* c = control(p);
@@ -208,10 +210,10 @@ class Segments {
         }
         ch_.idle(p, spins);
       }
-      // A peer past this arrival staged this call (a direct call would wait
-      // for this rank to finish) and has published a later call here: stage
-      // too; the slots carry this call for the check.
-      // What registered() decides on is read here too, for the same reason.
+      // Read what the peer published for this arrival, then check it still is
+      // this arrival's. A peer already past it staged this call (a direct call
+      // waits for every rank to finish) and may have published a later call's
+      // here: stage too; the slots carry this call for the check.
       const Call theirs = c->call;
       shared_[size_t(p)] = {c->input.fd >= 0, c->output.fd >= 0};
       if (load_acquire(c->arrived) != arrival_) return false;
@@ -315,7 +317,7 @@ class Segments {
   struct Shared {
     bool input = false, output = false;
   };
-  std::vector<Shared> shared_ = std::vector<Shared>(size_t(n_));  // per rank, as read at arrival
+  std::vector<Shared> shared_;  // per rank, as read at arrival (registered() answers from it)
 };
 
 Call call_of(Kind kind, size_t count, DataType dtype, ReduceOp op = ReduceOp::sum, int root = -1) {
