@@ -155,6 +155,18 @@ TEST(Layout, ReverseOrderSmallFirstBucketOneDtypePerBucket) {
   }
 }
 
+TEST(Layout, LaunchOrderPutsTheLastBucketAheadOfAtMostTheGivenBytes) {
+  std::vector<Bucket> b(5);
+  for (size_t i = 0; i < b.size(); ++i) b[i].bytes = (i + 1) * 100;  // 100 .. 500
+  EXPECT_EQ(launch_order(b, 0), (std::vector<int>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(launch_order(b, 399), (std::vector<int>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(launch_order(b, 400), (std::vector<int>{0, 1, 2, 4, 3}));
+  EXPECT_EQ(launch_order(b, 699), (std::vector<int>{0, 1, 2, 4, 3}));
+  EXPECT_EQ(launch_order(b, 700), (std::vector<int>{0, 1, 4, 2, 3}));
+  EXPECT_EQ(launch_order(b, size_t(1) << 40), (std::vector<int>{4, 0, 1, 2, 3}));
+  EXPECT_EQ(launch_order(std::vector<Bucket>(1), 1000), (std::vector<int>{0}));
+}
+
 struct AggregationCase {
   int ranks;
   int k;
@@ -292,6 +304,70 @@ TEST(Fusion, UnusedGradientFailsEveryRankByNameAndTheNextStepWorks) {
     EXPECT_NE(msg.find("on rank(s) 1"), std::string::npos) << msg;
     EXPECT_NE(msg.find("allow_unused"), std::string::npos) << msg;
   }
+}
+
+// Per-gradient waits: each returns with that gradient reduced while later
+// buckets may still be in flight; the step then closes with wait(). With
+// aggregation 2 the local step's waits return at once.
+// With input_layers_ahead_bytes the last bucket is reduced ahead of others.
+class WaitGradient : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(WaitGradient, ReturnsWithThatGradientReducedInAnyOrder) {
+  const Model m = random_model(24, 8, true);
+  run_ranks(3, [&](int rank, std::shared_ptr<Collectives> coll) {
+    GradientSyncOptions o;
+    o.fusion = {32 * KiB, 8 * KiB, 0};
+    o.aggregation_frequency = 2;
+    o.input_layers_ahead_bytes = GetParam();
+    o.metric_slots = 1;
+    GradientSync sync(coll, o);
+    register_model(sync, m);
+    sync.finalize(soon());
+    for (uint64_t step = 1; step <= 6; ++step) {
+      const Metric mine{double(rank + 1), 1};
+      sync.report_metrics({&mine, 1});
+      backward(sync, m, rank, step, 2, uint32_t(rank * 100 + step));
+      std::vector<int> order(m.tensors.size());
+      std::iota(order.begin(), order.end(), 0);
+      std::mt19937 rng{uint32_t(rank * 31 + step)};  // each rank waits in its own order
+      std::shuffle(order.begin(), order.end(), rng);
+      for (int g : order) {
+        sync.wait_gradient(g, soon());
+        if (step % 2 == 0) expect_reduced(sync, m, 3, step, 2, 6, {}, g);
+      }
+      sync.wait(soon());
+      EXPECT_EQ(sync.last_step().communicated, step % 2 == 0);
+      EXPECT_GE(sync.last_step().exposed, 0);
+      EXPECT_GE(sync.last_step().compute, 0);
+      if (step % 2 == 0) {
+        EXPECT_EQ(sync.metrics()[0].sum, 2 * (1 + 2 + 3));  // two steps of every rank's value
+        sync.zero_gradients();
+      }
+    }
+  });
+}
+INSTANTIATE_TEST_SUITE_P(Ahead, WaitGradient, ::testing::Values(size_t{0}, 64 * KiB, size_t{1} << 30));
+
+TEST(Fusion, WaitGradientEndsTheMarkingSoAnUnusedGradientIsNamedByWait) {
+  const Model m = random_model(10, 9, false);
+  std::vector<std::string> messages(2);
+  run_ranks(2, [&](int rank, std::shared_ptr<Collectives> coll) {
+    GradientSyncOptions o;
+    o.fusion = {32 * KiB, 8 * KiB, 0};
+    GradientSync sync(coll, o);
+    register_model(sync, m);
+    sync.finalize(soon());
+    backward(sync, m, rank, 1, 1, uint32_t(rank), rank == 0 ? 6 : -1);
+    sync.wait_gradient(6, soon());  // would wait forever if the marking stayed open
+    try {
+      sync.wait(soon());
+      ADD_FAILURE() << "rank " << rank << ": no error for the unused gradient";
+    } catch (const InvalidArgument& e) {
+      messages[size_t(rank)] = e.what();
+    }
+    EXPECT_THROW(sync.wait_gradient(10, soon()), InvalidArgument);
+  });
+  for (const auto& msg : messages) EXPECT_NE(msg.find("'layer6.weight'"), std::string::npos) << msg;
 }
 
 TEST(Fusion, AllowUnusedReducesTheMissingGradientAsZeros) {

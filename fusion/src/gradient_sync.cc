@@ -7,8 +7,10 @@
 //  - pending[b]: gradients of bucket b not yet ready this step. The hook that
 //    takes it to zero pokes the engine; the engine launches buckets in order.
 //  - armed: the caller arms the engine for each communicating step; the engine
-//    reports the step done (or its error) through a mutex and condition
-//    variable, which only the caller's wait() touches.
+//    reports each bucket reduced and the step done (or its error) through a
+//    mutex and condition variable, which only the caller's waits touch.
+//  - closed: the caller's first wait of the step (wait_gradient or wait) ends
+//    the marking: gradients not marked by then are claimed as unused.
 #include "tandem/fusion/gradient_sync.h"
 
 #include <linux/futex.h>
@@ -101,13 +103,15 @@ struct GradientSync::Impl {
   std::vector<std::byte*> arena;
   float* tail = nullptr;
   size_t tail_floats = 0;
-  bool tail_rides = false;  // the tail extends the last bucket's range
+  bool tail_rides = false;  // the tail extends the last bucket's range (launched last)
   bool tail_owned = false;  // allocated on its own
   std::vector<std::vector<float>> residual;  // per arena: error feedback of compressed f32 buckets
 
   FusionSettings settings;
   std::vector<Bucket> buckets;
   std::vector<int> bucket_of;
+  std::vector<int> order;     // buckets in launch order
+  std::vector<size_t> position;  // per bucket: its place in `order`
   std::unique_ptr<std::atomic<int>[]> pending;      // per bucket (at most one per gradient)
   std::unique_ptr<std::atomic<uint8_t>[]> state;    // per gradient
   std::unique_ptr<std::atomic<int64_t>[]> ready_at; // per gradient, ns
@@ -128,6 +132,7 @@ struct GradientSync::Impl {
   std::mutex mu;
   std::condition_variable cv;
   uint64_t done = 0;  // communicating steps the engine finished
+  size_t reduced = 0; // buckets of the armed step reduced so far, in launch order
   std::exception_ptr failure;  // sticky
   std::thread engine;
 
@@ -143,6 +148,8 @@ struct GradientSync::Impl {
 
   uint64_t step = 0, communicated = 0;
   int64_t step_begin = 0;
+  bool closed = false;        // this step's marking ended (caller side)
+  int64_t early_exposed = 0;  // ns blocked in wait_gradient this step
   int first_unused = -1;             // this rank's first unused gradient of the step
   std::vector<bool> used_in_window;  // marked ready in some step since the last communicating one
   StepStats last;
@@ -228,7 +235,11 @@ struct GradientSync::Impl {
     bucket_of.assign(tensors.size(), 0);
     for (size_t b = 0; b < buckets.size(); ++b)
       for (int id : buckets[b].ids) bucket_of[size_t(id)] = int(b);
-    tail_rides = !tensors.empty() && tensors[0].dtype == DataType::f32 && !compressed(buckets.back());
+    order = launch_order(buckets, opt.input_layers_ahead_bytes);
+    position.assign(buckets.size(), 0);
+    for (size_t i = 0; i < order.size(); ++i) position[size_t(order[i])] = i;
+    tail_rides = !tensors.empty() && tensors[0].dtype == DataType::f32 && !compressed(buckets.back()) &&
+                 order.back() == int(buckets.size()) - 1;
     timings.assign(buckets.size(), Timing{});
     reset_pending();
   }
@@ -236,6 +247,10 @@ struct GradientSync::Impl {
   bool compressed(const Bucket& b) const { return opt.compression && b.dtype == DataType::f32; }
 
   void reset_pending() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      reduced = 0;
+    }
     for (size_t b = 0; b < buckets.size(); ++b) pending[b].store(int(buckets[b].ids.size()), std::memory_order_relaxed);
     for (size_t i = 0; i < tensors.size(); ++i) state[i].store(kPending, std::memory_order_relaxed);
   }
@@ -358,10 +373,16 @@ struct GradientSync::Impl {
     fallbacks = 0;
     cast_seconds = 0;
     saved_seconds = 0;
-    for (size_t b = 0; b < buckets.size(); ++b) {
-      const bool last = b + 1 == buckets.size();
+    for (size_t i = 0; i < order.size(); ++i) {
+      const size_t b = size_t(order[i]);
+      const bool last = i + 1 == order.size();
       if (!engine_wait([&] { return pending[b].load() == 0 && (!last || !tail_rides || gate_open()); })) return;
       run_bucket(b, last && tail_rides);
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        reduced = i + 1;
+      }
+      cv.notify_all();
     }
     if (!tail_rides) {
       if (!engine_wait([&] { return gate_open(); })) return;
@@ -467,29 +488,62 @@ struct GradientSync::Impl {
     for (int id : claimed) pending[size_t(bucket_of[size_t(id)])].fetch_sub(1, std::memory_order_acq_rel);
   }
 
-  void wait(Deadline deadline) {
-    if (!finalized) throw InvalidArgument("gradient sync: wait() before finalize()");
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      if (failure) std::rethrow_exception(failure);
-    }
-    const int64_t entered = now_ns();
-    const uint64_t step_no = step + 1;
-    const bool comm_step = communicates(step_no);
+  // Ends the step's marking once, at the caller's first wait.
+  void close_marking(bool comm_step) {
+    if (closed) return;
     claim_unused(comm_step);
     closing.store(true);
     poke();
-    if (comm_step) {
-      std::unique_lock<std::mutex> lock(mu);
-      if (!cv.wait_until(lock, deadline, [&] { return done >= armed.load() || failure; })) {
-        failure = std::make_exception_ptr(Timeout(
-            "gradient sync: step " + std::to_string(step_no) + " not reduced by the deadline (" + pending_report() +
-            "); the engine stays inside its all-reduce until the communicator's timeout: a peer may be slow, "
-            "stopped, or not calling wait()"));
-        std::rethrow_exception(failure);
-      }
-      if (failure) std::rethrow_exception(failure);
+    closed = true;
+  }
+
+  // Until `until` holds (under mu), the deadline passes or the engine fails.
+  template <class Until>
+  void await_engine(Deadline deadline, uint64_t step_no, const std::string& what, Until until) {
+    std::unique_lock<std::mutex> lock(mu);
+    if (!cv.wait_until(lock, deadline, [&] { return until() || done >= armed.load() || failure; })) {
+      failure = std::make_exception_ptr(Timeout(
+          "gradient sync: " + what + " of step " + std::to_string(step_no) + " not reduced by the deadline (" +
+          pending_report() +
+          "); the engine stays inside its all-reduce until the communicator's timeout: a peer may be slow, "
+          "stopped, or not calling wait()"));
+      std::rethrow_exception(failure);
     }
+    if (failure) std::rethrow_exception(failure);
+  }
+
+  void rethrow_failure() {
+    std::lock_guard<std::mutex> lock(mu);
+    if (failure) std::rethrow_exception(failure);
+  }
+
+  void wait_gradient(int id, Deadline deadline) {
+    if (!finalized) throw InvalidArgument("gradient sync: wait_gradient() before finalize()");
+    if (id < 0 || size_t(id) >= tensors.size())
+      throw InvalidArgument("gradient sync: wait_gradient(" + std::to_string(id) + "): no such gradient (" +
+                            std::to_string(tensors.size()) + " registered)");
+    rethrow_failure();
+    const uint64_t step_no = step + 1;
+    const bool comm_step = communicates(step_no);
+    close_marking(comm_step);
+    if (!comm_step) return;
+    const size_t b = size_t(bucket_of[size_t(id)]);
+    const int64_t entered = now_ns();
+    await_engine(deadline, step_no, "bucket " + std::to_string(b), [&] { return reduced > position[b]; });
+    const int64_t left = now_ns();
+    early_exposed += left - entered;
+    if (timeline && timeline->on() && left - entered > 1000)
+      timeline->span(0, "wait " + tensors[size_t(id)].name, "exposed", us(entered), us(left));
+  }
+
+  void wait(Deadline deadline) {
+    if (!finalized) throw InvalidArgument("gradient sync: wait() before finalize()");
+    rethrow_failure();
+    const int64_t entered = now_ns();
+    const uint64_t step_no = step + 1;
+    const bool comm_step = communicates(step_no);
+    close_marking(comm_step);
+    if (comm_step) await_engine(deadline, step_no, "the last bucket", [] { return false; });
     const int64_t left = now_ns();
     finish_step(step_no, comm_step, entered, left);
   }
@@ -506,8 +560,8 @@ struct GradientSync::Impl {
     StepStats s;
     s.step = step_no;
     s.communicated = comm_step;
-    s.compute = seconds(entered - step_begin);
-    s.exposed = seconds(left - entered);
+    s.compute = seconds(entered - step_begin - early_exposed);
+    s.exposed = seconds(left - entered + early_exposed);
     s.buckets = comm_step ? int(buckets.size()) : 0;
     s.settings = settings;
     std::string unused_error;
@@ -528,6 +582,8 @@ struct GradientSync::Impl {
 
     // Reset for the next step, then tune (between steps: no bucket in flight).
     reset_pending();
+    closed = false;
+    early_exposed = 0;
     if (comm_step) {
       std::fill(tail, tail + tail_floats, 0.0f);
       first_unused = -1;
@@ -535,8 +591,12 @@ struct GradientSync::Impl {
     }
     const std::string hook_error = take_hook_error(step_no);
     step_begin = now_ns();
-    if (communicates(step + 1)) arm();
-    else closing.store(false);
+    if (communicates(step + 1)) {
+      arm();
+    } else {
+      closing.store(false);
+      metrics_in.store(false);  // aggregation's local steps report too
+    }
     if (!unused_error.empty()) throw InvalidArgument(unused_error);
     if (!hook_error.empty()) throw InvalidArgument(hook_error);
   }
@@ -669,13 +729,14 @@ void GradientSync::mark_ready(int id) noexcept { impl_->mark_ready(id); }
 void GradientSync::report_metrics(std::span<const Metric> metrics) { impl_->report_metrics(metrics); }
 std::span<const Metric> GradientSync::metrics() const { return impl_->metrics; }
 void GradientSync::wait(Deadline deadline) { impl_->wait(deadline); }
+void GradientSync::wait_gradient(int id, Deadline deadline) { impl_->wait_gradient(id, deadline); }
 void GradientSync::zero_gradients() { impl_->zero_gradients(); }
 const StepStats& GradientSync::last_step() const { return impl_->last; }
 const FusionSettings& GradientSync::settings() const { return impl_->settings; }
 
 std::vector<std::vector<int>> GradientSync::buckets() const {
   std::vector<std::vector<int>> out;
-  for (const Bucket& b : impl_->buckets) out.push_back(b.ids);
+  for (int b : impl_->order) out.push_back(impl_->buckets[size_t(b)].ids);
   return out;
 }
 

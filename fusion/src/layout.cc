@@ -1,6 +1,8 @@
 #include "layout.h"
 
+#include <algorithm>
 #include <map>
+#include <numeric>
 
 namespace tandem::fusion {
 namespace {
@@ -48,6 +50,16 @@ std::vector<Bucket> cut_buckets(const std::vector<TensorSpec>& tensors, const Ar
     open->bytes += p.padded;
   }
   return buckets;
+}
+
+std::vector<int> launch_order(const std::vector<Bucket>& buckets, size_t ahead_bytes) {
+  std::vector<int> order(buckets.size());
+  std::iota(order.begin(), order.end(), 0);
+  if (buckets.size() < 2) return order;
+  size_t at = buckets.size() - 1, passed = 0;
+  while (at > 0 && passed + buckets[at - 1].bytes <= ahead_bytes) passed += buckets[--at].bytes;
+  std::rotate(order.begin() + long(at), order.end() - 1, order.end());
+  return order;
 }
 
 }  // namespace tandem::fusion

@@ -50,4 +50,10 @@ struct Bucket {
 std::vector<Bucket> cut_buckets(const std::vector<TensorSpec>& tensors, const ArenaLayout& layout,
                                 const FusionSettings& settings);
 
+// The order buckets are reduced in: bucket order, except that the last bucket
+// (the input-side layers: the last gradients backward produces, the first
+// parameters the next forward needs) goes ahead of the buckets before it that
+// together hold at most `ahead_bytes`.
+std::vector<int> launch_order(const std::vector<Bucket>& buckets, size_t ahead_bytes);
+
 }  // namespace tandem::fusion

@@ -80,6 +80,13 @@ struct GradientSyncOptions {
   std::chrono::milliseconds cycle_time{5};
   // Averaged (sum, count) training metrics carried by the step's last bucket.
   int metric_slots = 0;
+  // With wait_gradient(): the last bucket (the input-side layers, needed first
+  // by the next forward) is reduced ahead of the buckets before it that
+  // together hold at most this many bytes, so the next forward can start on
+  // them while those buckets are still in flight (P3's priorities, in an
+  // order fixed on every rank). The metrics then travel on their own. 0 =
+  // bucket order.
+  size_t input_layers_ahead_bytes = 0;
   AutotuneOptions autotune;
   std::string timeline_path;  // Chrome trace-event JSON (Perfetto, chrome://tracing); empty = off
   // fp16/bf16 on the wire for f32 buckets (owned by the caller, outlives the
@@ -180,6 +187,14 @@ class GradientSync {
   // a gradient that was never marked ready (on every rank), and the
   // communicator's errors.
   void wait(Deadline deadline);
+
+  // Blocks until the bucket holding gradient `id` has been reduced in the
+  // open step, so the optimizer can update that parameter while later buckets
+  // are still in flight, and the next forward can start before the last of
+  // them lands (P3, ByteScheduler). Call after backward returned, then wait()
+  // before the next backward; a step that does not communicate returns at
+  // once. The time blocked here counts as the step's exposed communication.
+  void wait_gradient(int id, Deadline deadline);
 
   // Zero every gradient (after the optimizer step, instead of the framework's zero_grad).
   void zero_gradients();
