@@ -155,15 +155,32 @@ TEST(Layout, ReverseOrderSmallFirstBucketOneDtypePerBucket) {
   }
 }
 
-TEST(Layout, LaunchOrderPutsTheLastBucketAheadOfAtMostTheGivenBytes) {
+TEST(Layout, LastBucketHoldsTheInputSideGradientsUpToItsSize) {
+  std::vector<TensorSpec> t = {{"x", 10}, {"y", 20}, {"z", 1000}, {"w", 5}};  // padded 64, 128, 4032, 64
+  const ArenaLayout layout = lay_out(t);
+  auto ids = [](const std::vector<Bucket>& bs) {
+    std::vector<std::vector<int>> out;
+    for (const auto& b : bs) out.push_back(b.ids);
+    return out;
+  };
+  using V = std::vector<std::vector<int>>;
+  const FusionSettings big{8 << 20, 8 << 20, 0};
+  EXPECT_EQ(ids(cut_buckets(t, layout, big)), (V{{3, 2, 1, 0}}));
+  EXPECT_EQ(ids(cut_buckets(t, layout, big, 192)), (V{{3, 2}, {1, 0}}));
+  EXPECT_EQ(ids(cut_buckets(t, layout, big, 4224)), (V{{3}, {2, 1, 0}}));
+  EXPECT_EQ(ids(cut_buckets(t, layout, big, 1)), (V{{3, 2, 1}, {0}}));  // at least one gradient
+  EXPECT_EQ(ids(cut_buckets(t, layout, {4000, 4000, 0}, 192)), (V{{3}, {2}, {1, 0}}));
+}
+
+TEST(Layout, LaunchOrderPutsTheLastBucketAheadOfAtMostTheGivenBytesThenThoseReversed) {
   std::vector<Bucket> b(5);
   for (size_t i = 0; i < b.size(); ++i) b[i].bytes = (i + 1) * 100;  // 100 .. 500
   EXPECT_EQ(launch_order(b, 0), (std::vector<int>{0, 1, 2, 3, 4}));
   EXPECT_EQ(launch_order(b, 399), (std::vector<int>{0, 1, 2, 3, 4}));
   EXPECT_EQ(launch_order(b, 400), (std::vector<int>{0, 1, 2, 4, 3}));
   EXPECT_EQ(launch_order(b, 699), (std::vector<int>{0, 1, 2, 4, 3}));
-  EXPECT_EQ(launch_order(b, 700), (std::vector<int>{0, 1, 4, 2, 3}));
-  EXPECT_EQ(launch_order(b, size_t(1) << 40), (std::vector<int>{4, 0, 1, 2, 3}));
+  EXPECT_EQ(launch_order(b, 700), (std::vector<int>{0, 1, 4, 3, 2}));
+  EXPECT_EQ(launch_order(b, size_t(1) << 40), (std::vector<int>{4, 3, 2, 1, 0}));
   EXPECT_EQ(launch_order(std::vector<Bucket>(1), 1000), (std::vector<int>{0}));
 }
 

@@ -81,6 +81,8 @@ class Driver {
                                std::to_string(o_.worker.compute_nice)});
       if (o_.worker.resume || attempt > 0) argv.push_back("--resume");
       if (!o_.worker.overlap) argv.push_back("--no-overlap");
+      if (!o_.worker.deferred_updates) argv.push_back("--no-deferred-updates");
+      argv.insert(argv.end(), {"--input-layers-ahead", std::to_string(o_.worker.input_layers_ahead_bytes)});
       if (o_.worker.timeline) argv.push_back("--timeline");
       if (o_.worker.max_batches > 0) argv.insert(argv.end(), {"--max-batches", std::to_string(o_.worker.max_batches)});
       if (o_.worker.per_slot_batch > 0)

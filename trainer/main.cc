@@ -50,6 +50,13 @@ int main(int argc, char** argv) {
       ->envname("TANDEM_COMPUTE_NICE")
       ->check(CLI::Range(0, 19))
       ->capture_default_str();
+  bool no_deferred = false;
+  app.add_flag("--no-deferred-updates", no_deferred,
+               "Update every parameter after the last bucket lands, not each as the next forward first uses it");
+  app.add_option("--input-layers-ahead", w.input_layers_ahead_bytes,
+                 "With deferred updates, reduce the input-side layers' bucket ahead of the last buckets holding up "
+                 "to this many bytes, so the next forward can start (0 = bucket order)")
+      ->capture_default_str();
   app.add_flag("--quiet", o.quiet, "No progress line and no summary");
   app.add_flag("--anchor", o.anchor, "Also train each slot count with PyTorch DDP (gloo) and compare in one table");
   app.add_flag("--anchor-fp16", o.anchor_fp16, "The anchor with DDP's fp16 compression hook (implies --anchor)");
@@ -61,6 +68,7 @@ int main(int argc, char** argv) {
   app.add_option("--fail-rank", w.fail_rank, "")->group("");
   CLI11_PARSE(app, argc, argv);
   w.overlap = !no_overlap;
+  w.deferred_updates = !no_deferred;
 
   try {
     if (worker) {

@@ -7,6 +7,12 @@
 //    reduced by one all-reduce after backward. Either way a
 //    compression::CompressedAllreduce puts fp16/bf16 on the wire when
 //    optimizations.gradient_compression asks for it.
+//  - deferred update (overlapped, by default): a communicating batch ends
+//    after backward. Each parameter is updated when the next forward first
+//    uses it (the model's gate), as soon as its bucket has landed, so that
+//    forward starts while the last buckets are still on the wire; the
+//    exchange closes after it. Every batch with a validation or checkpoint
+//    after it, and the last, ends at once.
 //  - metric slots: what travels with the gradients each communicating batch:
 //    summed loss and correct predictions with their sample counts, then one
 //    slot per rank holding that rank's previous batch time before its wait
@@ -26,7 +32,9 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
+#include <unordered_map>
 
 #include "checkpoint.h"
 #include "config.h"
@@ -61,6 +69,8 @@ class Exchange {
   virtual void mark_ready(int id) = 0;
   virtual void report(std::span<const Metric> metrics) = 0;
   virtual Exchanged finish(Deadline deadline) = 0;
+  // Before finish(): until gradient `id` is reduced (deferred updates).
+  virtual void wait_for(int id, Deadline deadline) = 0;
   virtual std::span<const Metric> metrics() const = 0;
   virtual void zero() = 0;
 };
@@ -82,6 +92,7 @@ class OverlappedExchange : public Exchange {
     const auto& s = sync_.last_step();
     return {s.communicated, s.exposed, s.communication, s.bytes_reduced, s.wire_bytes, s.compression_fallbacks};
   }
+  void wait_for(int id, Deadline deadline) override { sync_.wait_gradient(id, deadline); }
   std::span<const Metric> metrics() const override { return sync_.metrics(); }
   void zero() override { sync_.zero_gradients(); }
 
@@ -133,6 +144,7 @@ class PlainExchange : public Exchange {
     ex.exposed = ex.communication = seconds_since(t);
     return ex;
   }
+  void wait_for(int, Deadline) override {}  // finish() reduces everything
   std::span<const Metric> metrics() const override { return result_; }
   void zero() override { std::fill(buffer_, buffer_ + count_, 0.0f); }
 
@@ -160,6 +172,32 @@ struct ReadyHook : torch::autograd::FunctionPostHook {
   Exchange& exchange;
   int id;
 };
+
+// torch::optim::SGD's step for one parameter, in its arithmetic and on its
+// state (so checkpoints and results are the same as optimizer.step()).
+void sgd_update(torch::optim::SGD& optimizer, const torch::Tensor& p) {
+  torch::NoGradGuard no_grad;
+  const auto& o = static_cast<const torch::optim::SGDOptions&>(optimizer.param_groups().at(0).options());
+  auto d_p = p.grad().data();
+  if (o.weight_decay() != 0) d_p = d_p.add(p.data(), o.weight_decay());
+  if (o.momentum() != 0) {
+    const std::string key = c10::guts::to_string(p.unsafeGetTensorImpl());
+    auto& state = optimizer.state();
+    torch::Tensor buf;
+    auto found = state.find(key);
+    if (found == state.end()) {
+      buf = torch::clone(d_p).detach();
+      auto fresh = std::make_unique<torch::optim::SGDParamState>();
+      fresh->momentum_buffer(buf);
+      state[key] = std::move(fresh);
+    } else {
+      buf = static_cast<torch::optim::SGDParamState&>(*found->second).momentum_buffer();
+      buf.mul_(o.momentum()).add_(d_p, 1 - o.dampening());
+    }
+    d_p = o.nesterov() ? d_p.add(buf, o.momentum()) : buf;
+  }
+  p.data().add_(d_p, -1 * o.lr());
+}
 
 std::string save_to_string(const std::function<void(torch::serialize::OutputArchive&)>& fill) {
   torch::serialize::OutputArchive archive;
@@ -279,6 +317,7 @@ int run_worker(const WorkerOptions& wo) {
     so.aggregation_frequency = k;
     so.average_aggregated_gradients = opt.average_aggregated_gradients;
     so.cycle_time = std::chrono::milliseconds(opt.tensor_fusion_cycle_time_ms);
+    if (wo.deferred_updates) so.input_layers_ahead_bytes = wo.input_layers_ahead_bytes;
     so.metric_slots = metric_slots;
     so.compression = compressor.get();
     so.autotune.enabled = opt.auto_tune_tensor_fusion;
@@ -315,7 +354,8 @@ int run_worker(const WorkerOptions& wo) {
     log->line(nlohmann::json{{"kind", "start"}, {"batch", start}, {"time", elapsed_before}, {"slots", world},
                              {"global_batch", cfg.effective_global_batch()}, {"per_slot_batch", per_slot},
                              {"model", cfg.model}, {"data", cfg.data}, {"total_batches", total},
-                             {"overlap", wo.overlap}, {"compute_nice", compute_nice}, {"attempt", wo.attempt},
+                             {"overlap", wo.overlap}, {"compute_nice", compute_nice},
+                             {"deferred_updates", wo.overlap && wo.deferred_updates}, {"attempt", wo.attempt},
                              {"gradient_compression", opt.gradient_compression},
                              {"gradient_predivide_factor", opt.gradient_predivide_factor},
                              {"error_feedback", opt.error_feedback},
@@ -374,28 +414,112 @@ int run_worker(const WorkerOptions& wo) {
   TrainRecord pending_stall;
   double pending_median = 0;
   bool stall_pending = false;
-  double own_loss = 0, own_accuracy = 0;
   std::vector<Metric> unreported(static_cast<size_t>(metric_slots));
   uint64_t payload_bytes = 0, wire_bytes = 0, fallbacks = 0;  // gradients, this attempt
   const Deadline far = Clock::now() + std::chrono::hours(24 * 365);
+
+  // A batch past backward whose exchange has not ended yet.
+  struct Open {
+    int64_t batch = 0;
+    SteadyClock::time_point start;
+    double data = 0, own_loss = 0, own_accuracy = 0;
+  };
+  std::optional<Open> deferred;  // its parameters are updated by the next forward
+  std::vector<char> updated(params.size(), 1);
+  std::unordered_map<const void*, int> id_of;
+  for (size_t i = 0; i < params.size(); ++i) id_of[params[i].unsafeGetTensorImpl()] = static_cast<int>(i);
+  auto update = [&](int id) {
+    if (updated[static_cast<size_t>(id)]) return;
+    exchange->wait_for(id, far);
+    sgd_update(optimizer, params[static_cast<size_t>(id)]);
+    torch::NoGradGuard no_grad;
+    params[static_cast<size_t>(id)].mutable_grad().zero_();
+    updated[static_cast<size_t>(id)] = 1;
+  };
+  *model.gate = [&](const torch::Tensor& p) {
+    if (deferred) update(id_of.at(p.unsafeGetTensorImpl()));
+  };
+  const bool defer = wo.overlap && wo.deferred_updates;
+  auto last_end = t0;
+
+  // Ends batch b's exchange (updating what the forward left), then logs it.
+  auto complete = [&](const Open& b, bool was_deferred) {
+    Exchanged ex;
+    if (was_deferred) {
+      for (size_t i = 0; i < params.size(); ++i) update(static_cast<int>(i));
+      ex = exchange->finish(far);
+    } else {
+      ex = exchange->finish(far);
+      if (ex.communicated) {
+        optimizer.step();
+        exchange->zero();
+      }
+    }
+    payload_bytes += ex.payload_bytes, wire_bytes += ex.wire_bytes, fallbacks += ex.fallbacks;
+    const auto end = SteadyClock::now();
+    // From the batch's start, or from the previous batch's end where that came later (a deferred one).
+    const double step_s = std::chrono::duration<double>(end - std::max(b.start, last_end)).count();
+    last_end = end;
+    if (!chief) return;
+    TrainRecord r;
+    r.batch = b.batch;
+    r.epoch = plan.epoch_of(b.batch - 1);
+    r.time = elapsed_before + std::chrono::duration<double>(end - t0).count();
+    const auto m = exchange->metrics();
+    if (opt.average_training_metrics && ex.communicated) {
+      r.loss = m[0].mean(), r.accuracy = m[1].mean();
+    } else {
+      r.loss = b.own_loss, r.accuracy = b.own_accuracy;  // the chief's own (Determined without averaging)
+    }
+    r.step = step_s;
+    r.data = b.data;
+    r.exposed = ex.exposed;
+    r.communication = ex.communication;
+    r.compute = std::max(0.0, step_s - b.data - ex.exposed);
+    r.samples_per_s = static_cast<double>(cfg.effective_global_batch()) / step_s;
+    r.communicated = ex.communicated;
+    log->train(r);
+    // A stall is reported one communicating batch later, when every rank's arrival time has come in.
+    if (stall_pending && ex.communicated) {
+      int last = 0;
+      for (int i = 1; i < world; ++i)
+        if (m[static_cast<size_t>(2 + i)].sum > m[static_cast<size_t>(2 + last)].sum) last = i;
+      const double arrival = m[static_cast<size_t>(2 + last)].sum;
+      log->stall(pending_stall, pending_median, last, arrival);
+      std::fprintf(stderr,
+                   "stall: batch %lld took %.0f ms (%.1fx the median %.0f ms): data %.0f ms, compute %.0f ms, "
+                   "exposed communication %.0f ms; rank %d arrived last (%.0f ms before its wait)\n",
+                   static_cast<long long>(pending_stall.batch), 1e3 * pending_stall.step,
+                   pending_stall.step / pending_median, 1e3 * pending_median, 1e3 * pending_stall.data,
+                   1e3 * pending_stall.compute, 1e3 * pending_stall.exposed, last, 1e3 * arrival);
+      stall_pending = false;
+    }
+    const double median_before = stalls.median();
+    if (stalls.add(step_s)) pending_stall = r, pending_median = median_before, stall_pending = true;
+  };
+
   for (int64_t batch = start + 1; batch <= total; ++batch) {
     if (batch == wo.fail_at_batch && rank == wo.fail_rank && wo.attempt == 0) {
       std::fprintf(stderr, "fault injection: rank %d killed at batch %lld\n", rank, static_cast<long long>(batch));
       std::fflush(stderr);
       ::raise(SIGKILL);
     }
-    const auto ts = SteadyClock::now();
+    Open b{batch, SteadyClock::now()};
     const auto idx = plan.shard(batch - 1, rank);
     auto [x, y] = make_batch(train, idx.data(), per_slot);
-    const double data_s = seconds_since(ts);
+    b.data = seconds_since(b.start);
     torch::manual_seed(cfg.seed * 1000003 + static_cast<uint64_t>(batch) * 131 + static_cast<uint64_t>(rank));  // dropout
     auto logits = model.forward(x);
+    if (deferred) {
+      complete(*deferred, true);
+      deferred.reset();
+    }
     auto loss = torch::nn::functional::cross_entropy(logits, y);
     {
       torch::NoGradGuard no_grad;
       const double n = static_cast<double>(per_slot);
       const Metric batch_loss{loss.item<double>() * n, n}, batch_correct{logits.argmax(1).eq(y).sum().item<double>(), n};
-      own_loss = batch_loss.mean(), own_accuracy = batch_correct.mean();
+      b.own_loss = batch_loss.mean(), b.own_accuracy = batch_correct.mean();
       // Reported once per communicating batch, summed over aggregation's local batches.
       unreported[0].sum += batch_loss.sum, unreported[0].count += n;
       unreported[1].sum += batch_correct.sum, unreported[1].count += n;
@@ -406,57 +530,18 @@ int run_worker(const WorkerOptions& wo) {
       }
     }
     loss.backward();
-    const double before_wait = seconds_since(ts);
-    const Exchanged ex = exchange->finish(far);
-    previous_arrival = before_wait;
-    payload_bytes += ex.payload_bytes, wire_bytes += ex.wire_bytes, fallbacks += ex.fallbacks;
-    if (ex.communicated) {
-      optimizer.step();
-      exchange->zero();
-    }
-    const double step_s = seconds_since(ts);
-    const double now = elapsed_before + seconds_since(t0);
-
-    if (chief) {
-      TrainRecord r;
-      r.batch = batch;
-      r.epoch = plan.epoch_of(batch - 1);
-      r.time = now;
-      const auto m = exchange->metrics();
-      if (opt.average_training_metrics && ex.communicated) {
-        r.loss = m[0].mean(), r.accuracy = m[1].mean();
-      } else {
-        r.loss = own_loss, r.accuracy = own_accuracy;  // the chief's own (Determined without averaging)
-      }
-      r.step = step_s;
-      r.data = data_s;
-      r.exposed = ex.exposed;
-      r.communication = ex.communication;
-      r.compute = std::max(0.0, step_s - data_s - ex.exposed);
-      r.samples_per_s = static_cast<double>(cfg.effective_global_batch()) / step_s;
-      r.communicated = ex.communicated;
-      log->train(r);
-      // A stall is reported one communicating batch later, when every rank's arrival time has come in.
-      if (stall_pending && ex.communicated) {
-        int last = 0;
-        for (int i = 1; i < world; ++i)
-          if (m[static_cast<size_t>(2 + i)].sum > m[static_cast<size_t>(2 + last)].sum) last = i;
-        const double arrival = m[static_cast<size_t>(2 + last)].sum;
-        log->stall(pending_stall, pending_median, last, arrival);
-        std::fprintf(stderr,
-                     "stall: batch %lld took %.0f ms (%.1fx the median %.0f ms): data %.0f ms, compute %.0f ms, "
-                     "exposed communication %.0f ms; rank %d arrived last (%.0f ms before its wait)\n",
-                     static_cast<long long>(pending_stall.batch), 1e3 * pending_stall.step,
-                     pending_stall.step / pending_median, 1e3 * pending_median, 1e3 * pending_stall.data,
-                     1e3 * pending_stall.compute, 1e3 * pending_stall.exposed, last, 1e3 * arrival);
-        stall_pending = false;
-      }
-      const double median_before = stalls.median();
-      if (stalls.add(step_s)) pending_stall = r, pending_median = median_before, stall_pending = true;
-    }
+    previous_arrival = seconds_since(b.start);
     const bool last_batch = batch == total;
-    if ((validate_every > 0 && batch % validate_every == 0) || last_batch) validate(batch, elapsed_before + seconds_since(t0));
-    if ((checkpoint_every > 0 && batch % checkpoint_every == 0) || last_batch) checkpoint(batch, elapsed_before + seconds_since(t0));
+    const bool validate_now = (validate_every > 0 && batch % validate_every == 0) || last_batch;
+    const bool checkpoint_now = (checkpoint_every > 0 && batch % checkpoint_every == 0) || last_batch;
+    if (defer && batch % k == 0 && !validate_now && !checkpoint_now) {
+      deferred = b;
+      std::fill(updated.begin(), updated.end(), 0);
+      continue;
+    }
+    complete(b, false);
+    if (validate_now) validate(batch, elapsed_before + seconds_since(t0));
+    if (checkpoint_now) checkpoint(batch, elapsed_before + seconds_since(t0));
   }
 
   if (chief && !wo.dump_params.empty()) {

@@ -17,6 +17,12 @@ struct WorkerOptions {
   bool resume = false;         // continue from the newest intact checkpoint
   bool overlap = true;         // false: one all-reduce of every gradient after backward
   int compute_nice = 19;       // with overlap and several slots, the compute thread's nice value (0 = unchanged)
+  // With overlap: each parameter is updated as its bucket lands, as late as
+  // its first use in the next forward, instead of all after the last bucket.
+  bool deferred_updates = true;
+  // With deferred updates: the input-side layers' bucket goes ahead of the
+  // last buckets holding up to this many bytes (see GradientSyncOptions).
+  size_t input_layers_ahead_bytes = 3 << 20;
   int attempt = 0;             // 0 on the first start, then restarts
   int64_t max_batches = 0;     // overrides searcher.max_length when > 0
   double stall_factor = 3.0;

@@ -231,7 +231,7 @@ struct GradientSync::Impl {
   // ---- layout ----
 
   void cut() {
-    buckets = cut_buckets(tensors, layout, settings);
+    buckets = cut_buckets(tensors, layout, settings, opt.input_layers_ahead_bytes > 0 ? opt.input_bucket_bytes : 0);
     bucket_of.assign(tensors.size(), 0);
     for (size_t b = 0; b < buckets.size(); ++b)
       for (int id : buckets[b].ids) bucket_of[size_t(id)] = int(b);

@@ -33,14 +33,24 @@ ArenaLayout lay_out(const std::vector<TensorSpec>& tensors) {
 }
 
 std::vector<Bucket> cut_buckets(const std::vector<TensorSpec>& tensors, const ArenaLayout& layout,
-                                const FusionSettings& settings) {
+                                const FusionSettings& settings, size_t last_bucket_bytes) {
+  // Gradients [0, input) form the last bucket: at least one, in gradient 0's arena.
+  size_t input = 0;
+  if (last_bucket_bytes > 0 && !tensors.empty()) {
+    size_t total = 0;
+    while (input < tensors.size() && layout.placement[input].arena == layout.placement[0].arena &&
+           total + layout.placement[input].padded <= last_bucket_bytes)
+      total += layout.placement[input++].padded;
+    input = std::max<size_t>(input, 1);
+  }
   std::vector<Bucket> buckets;
   for (size_t i = tensors.size(); i-- > 0;) {
     const Placement& p = layout.placement[i];
     Bucket* open = buckets.empty() ? nullptr : &buckets.back();
     // The open bucket is the first one while there is only one.
-    const size_t limit = buckets.size() == 1 ? settings.first_bucket_bytes : settings.fusion_threshold_bytes;
-    const bool fits = open && open->arena == p.arena && open->offset + open->bytes == p.offset &&
+    size_t limit = buckets.size() == 1 ? settings.first_bucket_bytes : settings.fusion_threshold_bytes;
+    if (i + 1 < input) limit = std::max(limit, last_bucket_bytes);
+    const bool fits = open && i + 1 != input && open->arena == p.arena && open->offset + open->bytes == p.offset &&
                       open->bytes + p.padded <= limit;
     if (!fits) {
       buckets.push_back(Bucket{{}, p.arena, p.offset, 0, tensors[i].dtype});
@@ -58,7 +68,7 @@ std::vector<int> launch_order(const std::vector<Bucket>& buckets, size_t ahead_b
   if (buckets.size() < 2) return order;
   size_t at = buckets.size() - 1, passed = 0;
   while (at > 0 && passed + buckets[at - 1].bytes <= ahead_bytes) passed += buckets[--at].bytes;
-  std::rotate(order.begin() + long(at), order.end() - 1, order.end());
+  std::reverse(order.begin() + long(at), order.end());
   return order;
 }
 

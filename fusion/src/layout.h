@@ -6,7 +6,8 @@
 // consecutive in reverse registration order, of one dtype, so a contiguous
 // range of one arena. The first bucket is cut at first_bucket_bytes, the
 // others at fusion_threshold_bytes; a gradient larger than the cap gets a
-// bucket of its own.
+// bucket of its own. With last_bucket_bytes, the last bucket holds the
+// input-side gradients up to that size (at least one).
 #pragma once
 
 #include <cstddef>
@@ -48,12 +49,14 @@ struct Bucket {
 };
 
 std::vector<Bucket> cut_buckets(const std::vector<TensorSpec>& tensors, const ArenaLayout& layout,
-                                const FusionSettings& settings);
+                                const FusionSettings& settings, size_t last_bucket_bytes = 0);
 
 // The order buckets are reduced in: bucket order, except that the last bucket
 // (the input-side layers: the last gradients backward produces, the first
 // parameters the next forward needs) goes ahead of the buckets before it that
-// together hold at most `ahead_bytes`.
+// together hold at most `ahead_bytes`, and those follow it reversed: the
+// backlog left when backward ends is reduced in the order the next forward
+// uses it.
 std::vector<int> launch_order(const std::vector<Bucket>& buckets, size_t ahead_bytes);
 
 }  // namespace tandem::fusion

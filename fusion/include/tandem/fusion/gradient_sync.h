@@ -81,12 +81,14 @@ struct GradientSyncOptions {
   // Averaged (sum, count) training metrics carried by the step's last bucket.
   int metric_slots = 0;
   // With wait_gradient(): the last bucket (the input-side layers, needed first
-  // by the next forward) is reduced ahead of the buckets before it that
-  // together hold at most this many bytes, so the next forward can start on
-  // them while those buckets are still in flight (P3's priorities, in an
-  // order fixed on every rank). The metrics then travel on their own. 0 =
-  // bucket order.
+  // by the next forward) holds at most input_bucket_bytes (at least one
+  // gradient) and is reduced ahead of the buckets before it that together
+  // hold at most input_layers_ahead_bytes, which follow it in reverse, so the
+  // next forward can start on it while those are still in flight, and gets
+  // them in the order it uses them (P3's priorities, in an order fixed on
+  // every rank). The metrics then travel on their own. 0 = bucket order.
   size_t input_layers_ahead_bytes = 0;
+  size_t input_bucket_bytes = 256 << 10;
   AutotuneOptions autotune;
   std::string timeline_path;  // Chrome trace-event JSON (Perfetto, chrome://tracing); empty = off
   // fp16/bf16 on the wire for f32 buckets (owned by the caller, outlives the
