@@ -256,13 +256,13 @@ TEST_F(LaunchTest, InfoPrintsTheSharedMemoryPlanInForce) {
   if (std::thread::hardware_concurrency() < 3) {
     EXPECT_THAT(r.out, HasSubstr("all-reduce of other buffers: staged (ranks outnumber cores")) << describe(r);
   }
-  EXPECT_THAT(r.out, HasSubstr("all-reduce of other buffers: cross-memory attach from 256 KiB to 8 MiB "
+  EXPECT_THAT(r.out, HasSubstr("all-reduce of other buffers: cross-memory attach from 256 KiB to 16 MiB "
                                "(TANDEM_SHM_ALLREDUCE_CMA=always)"))
       << describe(r);
   // 2 ranks: the switch on the hand-off probe, its threshold and period.
   r = run_tandem({"launch", "-n", "2", "--", tandem_bin(), "info"});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
-  EXPECT_THAT(r.out, HasSubstr("staged, but from 256 KiB to 8 MiB cross-memory attach while a hand-off between the "
+  EXPECT_THAT(r.out, HasSubstr("staged, but from 256 KiB to 16 MiB cross-memory attach while a hand-off between the "
                                "ranks' cores takes 180 ns or more one way"))
       << describe(r);
   EXPECT_THAT(r.out, HasSubstr("again every 1000 ms")) << describe(r);

@@ -40,7 +40,8 @@
 //    process_vm_readv from the peers' inputs (the all-reduce also
 //    process_vm_writev into their outputs). The reduce-scatter and allgather
 //    from kCmaMinBytes to shm_cma_max_bytes. The all-reduce (from
-//    shm_allreduce_cma_min_bytes) by default only at 2 ranks while the
+//    shm_allreduce_cma_min_bytes to shm_allreduce_cma_max_bytes) by default
+//    only at 2 ranks while the
 //    *hand-off* between their cores is far: rank 0 times it with a *probe*
 //    (ping-pong through the control blocks) in a call of that window, again
 //    once the last probe is shm_probe_period old. Near, staging ran 2x
@@ -476,7 +477,9 @@ Offer window_offer(const RingOptions& o, size_t bytes) {
 // arrival would cost a round trip and the staging's overlap); one that read
 // it stale only makes this call stage.
 Offer allreduce_offer(const Segments& s, const RingOptions& o, size_t bytes) {
-  if (bytes < o.shm_allreduce_cma_min_bytes || bytes > o.shm_cma_max_bytes) return Offer::staged;
+  if (bytes < o.shm_allreduce_cma_min_bytes || bytes > o.shm_allreduce_cma_max_bytes || o.shm_cma_max_bytes == 0) {
+    return Offer::staged;
+  }
   switch (o.shm_allreduce_cma) {
     case ShmAllreduceCma::always: return Offer::cross_memory;
     case ShmAllreduceCma::far:
@@ -608,16 +611,16 @@ std::string shared_memory_plan(const RingOptions& o, int local_ranks, bool overs
        (o.shm_cma_max_bytes >= kCmaMinBytes ? kib(o.shm_cma_max_bytes) : std::string("(off)")) +
        " where the kernel allows it (TANDEM_SHM_CMA_MAX_BYTES; outside, its system calls or page pinning cost more "
        "than staging; the broadcast of such buffers always stages, measured faster)\n";
-  const std::string window = o.shm_cma_max_bytes >= std::max(o.shm_allreduce_cma_min_bytes, kDirectMinBytes)
-                                 ? "from " + kib(std::max(o.shm_allreduce_cma_min_bytes, kDirectMinBytes)) + " to " +
-                                       kib(o.shm_cma_max_bytes)
+  const size_t cma_from = std::max(o.shm_allreduce_cma_min_bytes, kDirectMinBytes);
+  const std::string window = o.shm_cma_max_bytes > 0 && o.shm_allreduce_cma_max_bytes >= cma_from
+                                 ? "from " + kib(cma_from) + " to " + kib(o.shm_allreduce_cma_max_bytes)
                                  : std::string();
   s += "  all-reduce of other buffers: ";
   if (window.empty() || o.shm_allreduce_cma == ShmAllreduceCma::never) {
     s += std::string("staged") +
          (oversubscribed && o.shm_allreduce_cma == ShmAllreduceCma::never
               ? " (ranks outnumber cores: a hand-off probe would time the scheduler, not the cores)"
-              : " (TANDEM_SHM_ALLREDUCE_CMA=never or TANDEM_SHM_CMA_MAX_BYTES below the window)") +
+              : " (TANDEM_SHM_ALLREDUCE_CMA=never or TANDEM_SHM_CMA_MAX_BYTES=0)") +
          "\n";
   } else if (o.shm_allreduce_cma == ShmAllreduceCma::always) {
     s += "cross-memory attach " + window + " (TANDEM_SHM_ALLREDUCE_CMA=always), staged outside\n";

@@ -36,12 +36,14 @@ struct RingOptions {
   // (CommOptions::shm_cma_max_bytes).
   size_t shm_cma_max_bytes = 8 << 20;
   // The all-reduce of such buffers, from shm_allreduce_cma_min_bytes to
-  // shm_cma_max_bytes: staged (never), by cross-memory attach (always), or
-  // (far) at 2 ranks by cross-memory attach while rank 0's hand-off probe,
-  // re-taken every shm_probe_period, reads above shm_far_handoff_ns one way
+  // shm_allreduce_cma_max_bytes (none when shm_cma_max_bytes is 0): staged
+  // (never), by cross-memory attach (always), or (far) at 2 ranks by
+  // cross-memory attach while rank 0's hand-off probe, re-taken every
+  // shm_probe_period, reads shm_far_handoff_ns or more one way
   // (CommOptions::shm_allreduce_cma, shm_far_handoff_ns).
   ShmAllreduceCma shm_allreduce_cma = ShmAllreduceCma::far;
   size_t shm_allreduce_cma_min_bytes = 256 << 10;
+  size_t shm_allreduce_cma_max_bytes = 16 << 20;
   uint64_t shm_far_handoff_ns = 180;
   std::chrono::milliseconds shm_probe_period{1000};
 };
