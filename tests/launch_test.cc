@@ -244,7 +244,7 @@ TEST_F(LaunchTest, NetifRunsAsRanks) {
 TEST_F(LaunchTest, InfoPrintsTheSharedMemoryPlanInForce) {
   RunResult r = run_tandem({"launch", "-n", "3", "--", "sh", "-c",
                             tandem_bin() + " info; TANDEM_SHM_SPLIT_MIN_RANKS=4 TANDEM_SHM_CHUNK_BYTES=65536 " +
-                                tandem_bin() + " info"});
+                                "TANDEM_SHM_ALLREDUCE_CMA=always " + tandem_bin() + " info"});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   EXPECT_THAT(r.out, HasSubstr("[0] shared memory for 3 ranks on this host:")) << describe(r);
   EXPECT_THAT(r.out, HasSubstr("staged all-reduce: split: each rank reduces its slice")) << describe(r);
@@ -253,6 +253,19 @@ TEST_F(LaunchTest, InfoPrintsTheSharedMemoryPlanInForce) {
   EXPECT_THAT(r.out, HasSubstr("4 slots of 64 KiB per rank")) << describe(r);
   EXPECT_THAT(r.out, HasSubstr("cross-memory attach from 256 KiB to 8 MiB")) << describe(r);
   EXPECT_THAT(r.out, HasSubstr("[0] cpus: ")) << describe(r);
+  if (std::thread::hardware_concurrency() < 3) {
+    EXPECT_THAT(r.out, HasSubstr("all-reduce of other buffers: staged (ranks outnumber cores")) << describe(r);
+  }
+  EXPECT_THAT(r.out, HasSubstr("all-reduce of other buffers: cross-memory attach from 256 KiB to 16 MiB "
+                               "(TANDEM_SHM_ALLREDUCE_CMA=always)"))
+      << describe(r);
+  // 2 ranks: the switch on the hand-off probe, its threshold and period.
+  r = run_tandem({"launch", "-n", "2", "--", tandem_bin(), "info"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_THAT(r.out, HasSubstr("staged, but from 256 KiB to 16 MiB cross-memory attach while a hand-off between the "
+                               "ranks' cores takes 180 ns or more one way"))
+      << describe(r);
+  EXPECT_THAT(r.out, HasSubstr("again every 1000 ms")) << describe(r);
 }
 
 // A fresh 32-byte secret per job, in the ranks' environment only: never on

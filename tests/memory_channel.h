@@ -108,6 +108,7 @@ class MemoryChannel final : public Channel {
   void allow_copy_peer() { copy_peer_ = true; }
   bool can_copy_peer() const override { return copy_peer_ && shared_; }
   void read_peer(int, const void* remote, void* local, size_t bytes) override { std::memcpy(local, remote, bytes); }
+  void write_peer(int, void* remote, const void* local, size_t bytes) override { std::memcpy(remote, local, bytes); }
   void* scratch(size_t bytes, int slot) override {
     if (scratch_.size() <= size_t(slot)) scratch_.resize(slot + 1);
     if (scratch_[slot].size() < bytes) scratch_[slot].resize(bytes);

@@ -3,6 +3,8 @@
 // processes would make slow.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -106,6 +108,10 @@ class SharedMemoryShapes : public ::testing::TestWithParam<ShmShape> {};
 // Each shape runs with the staged all-reduce's chunks split across ranks (each
 // element reduced once) and unsplit (every rank folds every slot), whatever its
 // rank count, so both paths meet every chunk boundary and slice edge.
+//
+// With cross-memory attach allowed, the all-reduce of heap buffers runs it
+// from 16 KiB (the direct path's floor): always, and as rank 0's hand-off
+// probe decides, taken on every call and read as far or as near.
 TEST_P(SharedMemoryShapes, EveryDtypeOpPlacementIsExactAndIdentical) {
   const ShmShape s = GetParam();
   for (int split_from : {1, 1 << 20}) {
@@ -115,6 +121,23 @@ TEST_P(SharedMemoryShapes, EveryDtypeOpPlacementIsExactAndIdentical) {
     o.shm_chunk_bytes = s.chunk_bytes;
     o.shm_split_min_ranks = split_from;
     o.shm_split_min_bytes = 0;  // at every size: both paths meet every chunk boundary
+    o.shm_allreduce_cma_min_bytes = 0;
+    o.shm_probe_period = std::chrono::milliseconds(0);
+    struct Cma {
+      ring::ShmAllreduceCma mode;
+      uint64_t far_ns;
+      const char* what;
+    };
+    std::vector<std::pair<std::shared_ptr<Algorithms>, const char*>> cma_algos;
+    for (Cma c : {Cma{ring::ShmAllreduceCma::always, 0, "all-reduce by cross-memory attach"},
+                  Cma{ring::ShmAllreduceCma::far, 0, "all-reduce: probe reads far"},
+                  Cma{ring::ShmAllreduceCma::far, UINT64_MAX, "all-reduce: probe reads near"}}) {
+      ring::RingOptions with = o;
+      with.shm_allreduce_cma = c.mode;
+      with.shm_far_handoff_ns = c.far_ns;
+      cma_algos.emplace_back(ring::algorithms(with), c.what);
+    }
+    o.shm_allreduce_cma = ring::ShmAllreduceCma::never;
     auto algos = ring::algorithms(o);
     HeapSegments segments(s.ranks, algos->shared_bytes());
     for (DataType t : kAllDataTypes) {
@@ -126,6 +149,11 @@ TEST_P(SharedMemoryShapes, EveryDtypeOpPlacementIsExactAndIdentical) {
                          : reach == Reach::registered ? "registered buffers, mapped"
                                                       : "even ranks' buffers registered: all stage");
             ASSERT_NO_FATAL_FAILURE(run_case(s.ranks, s.count, *algos, t, op, inplace, segments.view(), reach));
+            if (reach != Reach::copy_peer) continue;
+            for (auto& [cma, what] : cma_algos) {
+              SCOPED_TRACE(what);
+              ASSERT_NO_FATAL_FAILURE(run_case(s.ranks, s.count, *cma, t, op, inplace, segments.view(), reach));
+            }
           }
         }
       }
@@ -144,38 +172,103 @@ INSTANTIATE_TEST_SUITE_P(Shapes, SharedMemoryShapes,
                                   std::to_string(s.chunk_bytes);
                          });
 
-// A rank that calls a different all-reduce learns it from the first chunk.
+// A rank that calls a different all-reduce learns it from the first chunk,
+// or at arrival when both calls may go by cross-memory attach.
 TEST(SharedMemory, MismatchedCallsFailOnEveryRankNamingBoth) {
-  for (int split_from : {1, 1 << 20}) {
-    SCOPED_TRACE(split_from == 1 ? "split chunks" : "unsplit chunks");
-    ring::RingOptions o;
-    o.allreduce = ring::AllreduceAlgorithm::shared_memory;
-    o.shm_chunk_bytes = 4096;
-    o.shm_split_min_ranks = split_from;
-    o.shm_split_min_bytes = 0;  // at every size: both paths meet every chunk boundary
-    auto algos = ring::algorithms(o);
-    HeapSegments segments(2, algos->shared_bytes());
+  for (auto cma : {ring::ShmAllreduceCma::never, ring::ShmAllreduceCma::always, ring::ShmAllreduceCma::far}) {
+    for (int split_from : {1, 1 << 20}) {
+      SCOPED_TRACE(split_from == 1 ? "split chunks" : "unsplit chunks");
+      ring::RingOptions o;
+      o.allreduce = ring::AllreduceAlgorithm::shared_memory;
+      o.shm_chunk_bytes = 4096;
+      o.shm_split_min_ranks = split_from;
+      o.shm_split_min_bytes = 0;  // at every size: both paths meet every chunk boundary
+      o.shm_allreduce_cma = cma;
+      o.shm_allreduce_cma_min_bytes = 0;
+      o.shm_far_handoff_ns = 0;
+      auto algos = ring::algorithms(o);
+      HeapSegments segments(2, algos->shared_bytes());
+      Mailbox box;
+      // Under 16 KiB rank 1 stages at once; 50000 and 40000 both arrive.
+      const unsigned counts[2] = {cma == ring::ShmAllreduceCma::never ? 5000u : 50000u,
+                                  cma == ring::ShmAllreduceCma::never ? 4000u : 40000u};
+      SCOPED_TRACE(std::to_string(counts[0]) + " against " + std::to_string(counts[1]));
+      std::vector<float> data[2] = {std::vector<float>(counts[0], 1.0f), std::vector<float>(counts[0], 1.0f)};
+      std::string errors[2];
+      std::vector<std::thread> threads;
+      for (int r = 0; r < 2; ++r) {
+        threads.emplace_back([&, r] {
+          MemoryChannel ch(box, r, 2, segments.view());
+          ch.allow_copy_peer();
+          try {
+            algos->allreduce(ch, AllreduceArgs{data[r].data(), data[r].data(), counts[r], DataType::f32, ReduceOp::sum,
+                                               MemoryType::host});
+          } catch (const InvalidArgument& e) {
+            errors[r] = e.what();
+          }
+        });
+      }
+      for (auto& th : threads) th.join();
+      for (int r = 0; r < 2; ++r) {
+        EXPECT_NE(errors[r].find("mismatched collectives"), std::string::npos) << errors[r];
+        EXPECT_NE(errors[r].find("allreduce(" + std::to_string(counts[0]) + " x f32, sum)"), std::string::npos)
+            << errors[r];
+        EXPECT_NE(errors[r].find("allreduce(" + std::to_string(counts[1]) + " x f32, sum)"), std::string::npos)
+            << errors[r];
+      }
+    }
+  }
+}
+
+// Rank 0's word decides the path of a heap-buffer all-reduce for every rank,
+// whatever the others' options say; the bytes each rank moves tell the path
+// (cross-memory attach 3.5 per payload byte at 2 ranks, the split staging 4.5).
+TEST(SharedMemory, RankZeroDecidesCrossMemoryAttachForAll) {
+  using ring::ShmAllreduceCma;
+  struct Case {
+    ShmAllreduceCma rank0, rank1;
+    uint64_t far_ns;
+    bool cross_memory;
+    const char* what;
+  };
+  for (Case c : {Case{ShmAllreduceCma::far, ShmAllreduceCma::far, 0, true, "probe reads far"},
+                 Case{ShmAllreduceCma::far, ShmAllreduceCma::far, UINT64_MAX, false, "probe reads near"},
+                 Case{ShmAllreduceCma::always, ShmAllreduceCma::far, UINT64_MAX, true, "rank 0 always"},
+                 Case{ShmAllreduceCma::far, ShmAllreduceCma::always, UINT64_MAX, false, "rank 1 always, rank 0 near"},
+                 Case{ShmAllreduceCma::never, ShmAllreduceCma::always, 0, false, "rank 0 never"},
+                 Case{ShmAllreduceCma::always, ShmAllreduceCma::never, 0, false, "rank 1 never"}}) {
+    SCOPED_TRACE(c.what);
+    std::shared_ptr<Algorithms> algos[2];
+    for (int r = 0; r < 2; ++r) {
+      ring::RingOptions o;
+      o.allreduce = ring::AllreduceAlgorithm::shared_memory;
+      o.shm_chunk_bytes = 4096;
+      o.shm_allreduce_cma = r == 0 ? c.rank0 : c.rank1;
+      o.shm_far_handoff_ns = c.far_ns;
+      o.shm_probe_period = std::chrono::milliseconds(0);
+      algos[r] = ring::algorithms(o);
+    }
+    HeapSegments segments(2, algos[0]->shared_bytes());
     Mailbox box;
-    std::vector<float> data[2] = {std::vector<float>(5000, 1.0f), std::vector<float>(5000, 1.0f)};
-    std::string errors[2];
+    const size_t count = 1 << 18;  // 1 MiB of f32: inside the default window
+    std::vector<float> data[2] = {std::vector<float>(count, 1.0f), std::vector<float>(count, 2.0f)};
     std::vector<std::thread> threads;
+    const uint64_t before = ring::shared_memory_traffic();
     for (int r = 0; r < 2; ++r) {
       threads.emplace_back([&, r] {
         MemoryChannel ch(box, r, 2, segments.view());
-        try {
-          algos->allreduce(ch, AllreduceArgs{data[r].data(), data[r].data(), r == 0 ? 5000u : 4000u, DataType::f32,
-                                             ReduceOp::sum, MemoryType::host});
-        } catch (const InvalidArgument& e) {
-          errors[r] = e.what();
+        ch.allow_copy_peer();
+        for (int call = 0; call < 3; ++call) {
+          algos[r]->allreduce(ch, AllreduceArgs{data[r].data(), data[r].data(), count, DataType::f32, ReduceOp::sum,
+                                                MemoryType::host});
         }
       });
     }
     for (auto& th : threads) th.join();
-    for (int r = 0; r < 2; ++r) {
-      EXPECT_NE(errors[r].find("mismatched collectives"), std::string::npos) << errors[r];
-      EXPECT_NE(errors[r].find("allreduce(5000 x f32, sum)"), std::string::npos) << errors[r];
-      EXPECT_NE(errors[r].find("allreduce(4000 x f32, sum)"), std::string::npos) << errors[r];
-    }
+    const double per_byte = double(ring::shared_memory_traffic() - before) / (3.0 * 2 * count * sizeof(float));
+    EXPECT_DOUBLE_EQ(per_byte, c.cross_memory ? 3.5 : 4.5);
+    EXPECT_EQ(data[0], std::vector<float>(count, 12.0f));
+    EXPECT_EQ(data[1], data[0]);
   }
 }
 

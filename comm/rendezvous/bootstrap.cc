@@ -145,6 +145,10 @@ void read_tuning(const EnvLookup& env, CommOptions& o) {
                             "set it to a byte count (0: never use cross-memory attach)")) {
     o.shm_cma_max_bytes = size_t(*v);
   }
+  if (auto v = env("TANDEM_SHM_ALLREDUCE_CMA")) o.shm_allreduce_cma = *v;  // checked by the algorithms
+  if (auto v = optional_int(env, "TANDEM_SHM_FAR_HANDOFF_NS", "set it to nanoseconds (one-way hand-off)")) {
+    o.shm_far_handoff_ns = size_t(*v);
+  }
   if (auto v = switch_value(env, "TANDEM_SHM")) o.shared_memory = *v;
   if (auto v = switch_value(env, "TANDEM_UCX_PEER_ERRORS")) o.ucx_peer_error_handling = *v;
 }

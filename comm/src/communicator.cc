@@ -434,6 +434,9 @@ class EngineChannel final : public Channel {
   void read_peer(int peer, const void* remote, void* local, size_t bytes) override {
     blaming_first_failure([&] { impl_.shm->read_peer(peer, remote, local, bytes); });
   }
+  void write_peer(int peer, void* remote, const void* local, size_t bytes) override {
+    blaming_first_failure([&] { impl_.shm->write_peer(peer, remote, local, bytes); });
+  }
 
   void idle(int peer, unsigned spins) override {
     if (spins % 128 == 0) {

@@ -146,17 +146,18 @@ bool SharedSegmentSet::cma_works(int rank) const {
 
 namespace {
 
-// process_vm_readv, repeated until every byte moved (the kernel may stop at a page boundary).
-void cma_read(long pid, int rank, std::byte* local, std::byte* remote, size_t bytes) {
+// One process_vm_readv/writev, repeated until every byte moved (the kernel may stop at a page boundary).
+template <class Call>
+void cma_copy(long pid, int rank, std::byte* local, std::byte* remote, size_t bytes, Call call, const char* what) {
   while (bytes > 0) {
     iovec l{local, bytes}, r{remote, bytes};
-    const ssize_t n = ::process_vm_readv(pid_t(pid), &l, 1, &r, 1, 0);
+    const ssize_t n = call(pid_t(pid), &l, 1, &r, 1, 0);
     if (n <= 0) {
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && errno == ESRCH) {
         throw PeerFailure(rank, "rank " + std::to_string(rank) + " failed (its process is gone)");
       }
-      throw Error(errno_text("process_vm_readv"));
+      throw Error(errno_text(what));
     }
     local += n;
     remote += n;
@@ -167,8 +168,13 @@ void cma_read(long pid, int rank, std::byte* local, std::byte* remote, size_t by
 }  // namespace
 
 void SharedSegmentSet::read_peer(int rank, const void* remote, void* local, size_t bytes) const {
-  cma_read(pids_[size_t(rank)], rank, static_cast<std::byte*>(local), static_cast<std::byte*>(const_cast<void*>(remote)),
-           bytes);
+  cma_copy(pids_[size_t(rank)], rank, static_cast<std::byte*>(local),
+           static_cast<std::byte*>(const_cast<void*>(remote)), bytes, ::process_vm_readv, "process_vm_readv");
+}
+
+void SharedSegmentSet::write_peer(int rank, void* remote, const void* local, size_t bytes) const {
+  cma_copy(pids_[size_t(rank)], rank, static_cast<std::byte*>(const_cast<void*>(local)), static_cast<std::byte*>(remote),
+           bytes, ::process_vm_writev, "process_vm_writev");
 }
 
 // ---- SharedAllocations ----------------------------------------------------

@@ -51,11 +51,12 @@ class SharedSegmentSet {
 
   const SharedSegments& view() const { return view_; }
 
-  // Cross-memory attach (process_vm_readv) from a mapped peer: whether the
-  // kernel allows it (ptrace rules), and copies by the peer's addresses.
+  // Cross-memory attach (process_vm_readv/writev) to a mapped peer: whether
+  // the kernel allows it (ptrace rules), and copies by the peer's addresses.
   // A copy throws PeerFailure when the peer is gone, Error otherwise.
   bool cma_works(int rank) const;
   void read_peer(int rank, const void* remote, void* local, size_t bytes) const;
+  void write_peer(int rank, void* remote, const void* local, size_t bytes) const;
 
  private:
   int rank_;

@@ -103,6 +103,13 @@ AllreduceAlgorithm parse_allreduce_algorithm(const std::string& name) {
                         "' (TANDEM_ALGO or --algorithm); use auto, ring, recursive_doubling, shared_memory or hierarchical");
 }
 
+ShmAllreduceCma parse_shm_allreduce_cma(const std::string& name) {
+  if (name == "never") return ShmAllreduceCma::never;
+  if (name == "far") return ShmAllreduceCma::far;
+  if (name == "always") return ShmAllreduceCma::always;
+  throw InvalidArgument("unknown TANDEM_SHM_ALLREDUCE_CMA '" + name + "'; use never, far or always");
+}
+
 std::shared_ptr<Algorithms> algorithms(const RingOptions& options) {
   if (options.segment_bytes < 4096 || options.segments_in_flight < 1 || options.segments_in_flight > 64) {
     throw InvalidArgument("RingOptions: segment_bytes must be >= 4096 and segments_in_flight in 1..64 (got " +
@@ -127,8 +134,14 @@ RingOptions ring_options(const CommOptions& options) {
   r.shm_split_min_ranks = options.shm_split_min_ranks;
   r.shm_split_min_bytes = options.shm_split_min_bytes;
   r.shm_cma_max_bytes = options.shm_cma_max_bytes;
+  r.shm_allreduce_cma = parse_shm_allreduce_cma(options.shm_allreduce_cma);
+  r.shm_far_handoff_ns = options.shm_far_handoff_ns;
   if (r.shm_chunk_bytes == 0) {
     r.shm_chunk_bytes = ranks_outnumber_cores(options) ? 1 << 20 : 256 << 10;
+  }
+  // Ranks taking turns on a core would time the scheduler, not the cores.
+  if (r.shm_allreduce_cma == ShmAllreduceCma::far && ranks_outnumber_cores(options)) {
+    r.shm_allreduce_cma = ShmAllreduceCma::never;
   }
   return r;
 }

@@ -36,10 +36,25 @@
 //    its block from every rank's input. Allgather and broadcast: one copy.
 //  - *Mapped*: the buffers come from Communicator::allocate_shared (every
 //    rank's; broadcast: the root's); ranks read and write them in place.
-//  - *Cross-memory attach* (reduce-scatter and allgather of other buffers,
-//    kCmaMinBytes to shm_cma_max_bytes, when the kernel allows it):
-//    process_vm_readv from the peers' inputs.
+//  - *Cross-memory attach* (other buffers, when the kernel allows it):
+//    process_vm_readv from the peers' inputs (the all-reduce also
+//    process_vm_writev into their outputs). The reduce-scatter and allgather
+//    from kCmaMinBytes to shm_cma_max_bytes. The all-reduce (from
+//    shm_allreduce_cma_min_bytes to shm_allreduce_cma_max_bytes) by default
+//    only at 2 ranks while the
+//    *hand-off* between their cores is far: rank 0 times it with a *probe*
+//    (ping-pong through the control blocks) in a call of that window, again
+//    once the last probe is shm_probe_period old. Near, staging ran 2x
+//    faster at 1 MiB; far, 1.4x slower: every line a peer staged crosses
+//    between the cores at several times the cost, while cross-memory attach
+//    leaves a rank's slice of the peer's buffer in its own cache, where
+//    repeated in-place calls find it (buffers rewritten between calls: 1.06x).
+//  - Which way a call goes is rank 0's *offer*, published with its arrival,
+//    so every rank takes the same path whatever its own options say.
+#include <algorithm>
+#include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -74,10 +89,18 @@ constexpr size_t kDirectMinBytes = 16 << 10;
 // from here to RingOptions::shm_cma_max_bytes (measured, 2 ranks, heap
 // buffers: 30-50 % slower at 32-64 KiB, level at 128 KiB, 5-15 % ahead from
 // 256 KiB to 8 MiB, slower again at 16 MiB where page pinning and the
-// kernel's copy dominate). Never for the all-reduce and the broadcast: staged,
-// they ran 1.1-3.5x faster from 32 KiB to 16 MiB.
+// kernel's copy dominate). Never for the broadcast: staged, it ran faster.
 constexpr size_t kCmaMinBytes = 256 << 10;
 enum class Kind : uint8_t { allreduce = 1, reduce_scatter, allgather, broadcast };
+// The hand-off probe: rounds of ping-pong per batch; the median batch counts.
+constexpr uint64_t kProbeRounds = 100;
+constexpr size_t kProbeBatches = 3;
+
+// How a direct call goes when not every rank's buffers are mapped: rank 0
+// offers it with its arrival and every rank follows, so all take one path
+// whatever their own options say. probe: time the hand-off between the
+// ranks' cores first; cross-memory attach if it is far.
+enum class Offer : uint8_t { staged, cross_memory, probe };
 
 // What a rank called, so one that called something else learns it from the
 // first exchange instead of mixing data.
@@ -106,12 +129,24 @@ struct Control {
   alignas(64) uint64_t next;   // the next chunk number
   uint64_t peers_consumed;     // the least `consumed` last seen among peers
   uint64_t direct_calls;       // arrival numbers taken (one per direct-eligible call)
+  // Rank 0's hand-off probe: when it last ran (steady clock), what it read
+  // (one way, the slowest peer) and whether that is far. Peers read them,
+  // racily, only to choose whether to arrive; rank 0's offer rules the path.
+  alignas(64) uint64_t probed_at_ns;
+  uint64_t handoff_ns;
+  uint64_t far;
   // Peers read these once `arrived` says so:
   alignas(64) uint64_t arrived;  // the arrival number of this rank's latest direct-eligible call
   Call call;
   SharedRef input, output;        // fd -1: not in allocate_shared memory
-  uint64_t input_address;         // the input in this rank's own process (for cross-memory attach)
+  uint64_t input_address, output_address;  // in this rank's own process (for cross-memory attach)
+  Offer offer;                    // rank 0's word on this call
   alignas(64) uint64_t finished;  // the arrival number of the last direct call this rank completed
+  // The hand-off probe, each on its own cache line: rank 0 pings, a peer
+  // answers with the same value, rank 0 publishes arrival * 2 + far.
+  alignas(64) uint64_t ping;
+  alignas(64) uint64_t pong;
+  alignas(64) uint64_t verdict;
 };
 static_assert(sizeof(Control) <= kControlBytes);
 
@@ -124,6 +159,8 @@ static_assert(sizeof(SlotHeader) <= kHeaderBytes);
 
 uint64_t load_acquire(const uint64_t& x) { return std::atomic_ref<const uint64_t>(x).load(std::memory_order_acquire); }
 void store_release(uint64_t& x, uint64_t v) { std::atomic_ref<uint64_t>(x).store(v, std::memory_order_release); }
+uint64_t load_relaxed(const uint64_t& x) { return std::atomic_ref<const uint64_t>(x).load(std::memory_order_relaxed); }
+void store_relaxed(uint64_t& x, uint64_t v) { std::atomic_ref<uint64_t>(x).store(v, std::memory_order_relaxed); }
 
 const std::byte* bytes_of(const void* p) { return static_cast<const std::byte*>(p); }
 std::byte* bytes_of(void* p) { return static_cast<std::byte*>(p); }
@@ -190,13 +227,16 @@ class Segments {
   // every rank's. True once all have arrived: then every rank sees the same
   // answers from registered(). False as soon as some rank went straight to
   // staging this call instead of arriving: then every rank stages it.
-  bool arrive(bool present, const void* in, const SharedRef* input, const SharedRef* output) {
+  bool arrive(bool present, const void* in, void* out, const SharedRef* input, const SharedRef* output) {
     arrival_ = ++self_->direct_calls;
     if (!present) return false;
     self_->call = call_;
     self_->input = input ? *input : SharedRef{};
     self_->output = output ? *output : SharedRef{};
     self_->input_address = uint64_t(uintptr_t(in));
+    self_->output_address = uint64_t(uintptr_t(out));
+    self_->offer = offer_;
+    rank0_offer_ = offer_;
     store_release(self_->arrived, arrival_);
     shared_.assign(size_t(n_), {});  // here, not per call: most calls never arrive
     for (int p = 0; p < n_; ++p) {
@@ -216,11 +256,62 @@ class Segments {
       // here: stage too; the slots carry this call for the check.
       const Call theirs = c->call;
       shared_[size_t(p)] = {c->input.fd >= 0, c->output.fd >= 0};
+      if (p == 0) rank0_offer_ = c->offer;
       if (load_acquire(c->arrived) != arrival_) return false;
       check_same_call(p, theirs);
     }
     shared_[size_t(r_)] = {input != nullptr, output != nullptr};
     return true;
+  }
+  // Before arrive(), on rank 0: how the call goes if not every buffer is mapped.
+  void offer(Offer o) { offer_ = o; }
+  // After arrive(): rank 0's offer (the same on every rank).
+  Offer rank0_offer() const { return rank0_offer_; }
+  // Rank 0's last hand-off verdict, and whether it is older than `period`
+  // (every rank reads the same clock).
+  bool far() const { return load_relaxed(control(0)->far) != 0; }
+  bool probe_due(std::chrono::nanoseconds period) const {
+    const uint64_t at = load_relaxed(control(0)->probed_at_ns);
+    return at == 0 || int64_t(now_ns() - at) >= int64_t(period.count());
+  }
+  // After every rank arrived for this call: rank 0 times kProbeRounds
+  // ping-pongs with each peer in turn, kProbeBatches times, through their
+  // control blocks and publishes whether the slowest peer's median one-way
+  // hand-off exceeds `far_ns`; every rank returns that verdict. Values carry
+  // the arrival number, so probes of different calls never mix.
+  bool probe_far(uint64_t far_ns) {
+    const uint64_t base = arrival_ << 32;
+    if (r_ == 0) {
+      uint64_t slowest = 0;
+      for (int p = 1; p < n_; ++p) {
+        std::array<uint64_t, kProbeBatches> batch{};
+        for (size_t b = 0; b < kProbeBatches; ++b) {
+          const uint64_t t0 = now_ns();
+          for (uint64_t k = 1; k <= kProbeRounds; ++k) {
+            const uint64_t v = base | uint64_t(p) << 16 | (b * kProbeRounds + k);
+            store_release(self_->ping, v);
+            await(p, control(p)->pong, v);
+          }
+          batch[b] = (now_ns() - t0) / (2 * kProbeRounds);
+        }
+        std::sort(batch.begin(), batch.end());
+        slowest = std::max(slowest, batch[kProbeBatches / 2]);
+      }
+      const bool far = slowest >= far_ns;
+      store_relaxed(self_->handoff_ns, slowest);
+      store_relaxed(self_->far, far);
+      store_relaxed(self_->probed_at_ns, now_ns());
+      store_release(self_->verdict, arrival_ << 1 | uint64_t(far));
+      return far;
+    }
+    for (uint64_t k = 1; k <= kProbeBatches * kProbeRounds; ++k) {
+      const uint64_t v = base | uint64_t(r_) << 16 | k;
+      await(0, control(0)->ping, v);
+      store_release(self_->pong, v);
+    }
+    // Rank 0 cannot publish a later verdict before this rank takes part in this call's path.
+    await(0, control(0)->verdict, arrival_ << 1);
+    return (load_acquire(control(0)->verdict) & 1) != 0;
   }
   // After arrive(): rank p's input (and output) lie in allocate_shared memory;
   // p < 0: every rank's.
@@ -235,8 +326,9 @@ class Segments {
   }
   std::byte* peer_input(int p) { return ch_.map_shared(p, control(p)->input); }
   std::byte* peer_output(int p) { return ch_.map_shared(p, control(p)->output); }
-  // The peer's input by its own address, for Channel::read_peer.
+  // The peer's buffers by its own addresses, for Channel::read_peer/write_peer.
   const std::byte* peer_input_address(int p) const { return reinterpret_cast<const std::byte*>(control(p)->input_address); }
+  std::byte* peer_output_address(int p) const { return reinterpret_cast<std::byte*>(control(p)->output_address); }
   // Returns once every rank has finished the direct call it arrived for.
   void finish() {
     store_release(self_->finished, arrival_);
@@ -254,6 +346,11 @@ class Segments {
     return reinterpret_cast<SlotHeader*>(seg_.segment[size_t(rank)] + kControlBytes + (g % kSlots) * slot_bytes);
   }
   static std::byte* data(SlotHeader* h) { return reinterpret_cast<std::byte*>(h) + kHeaderBytes; }
+  static uint64_t now_ns() {
+    return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                        std::chrono::steady_clock::now().time_since_epoch())
+                        .count());
+  }
 
   template <class Stage>
   void stage_chunk(uint64_t g, size_t i, Stage& stage) {
@@ -314,6 +411,7 @@ class Segments {
   const Call call_;
   Control* const self_;
   uint64_t arrival_ = 0;
+  Offer offer_ = Offer::staged, rank0_offer_ = Offer::staged;
   struct Shared {
     bool input = false, output = false;
   };
@@ -342,23 +440,55 @@ enum class Reach { staged, mapped, cross_memory };
 
 // Arrives when `bytes` make a direct call worth it and says how it can run:
 // mapped when `registrant`'s buffers (every rank's if < 0; outputs too if
-// asked) lie in allocate_shared memory, else by cross-memory attach from
-// kCmaMinBytes to cma_max_bytes, else staged.
-Reach arrive_direct(Segments& s, Channel& ch, size_t cma_max_bytes, size_t bytes, const void* in, size_t in_bytes,
-                    void* out, size_t out_bytes, int registrant, bool outputs_too) {
+// asked) lie in allocate_shared memory, else as rank 0 offers: by
+// cross-memory attach (the caller's `offer` where the kernel allows it), or
+// staged. `far_ns`: rank 0's threshold for a probe.
+Reach arrive_direct(Segments& s, Channel& ch, Offer offer, size_t bytes, const void* in, size_t in_bytes, void* out,
+                    size_t out_bytes, int registrant, bool outputs_too, uint64_t far_ns = 0) {
   if (bytes < kDirectMinBytes) return Reach::staged;
   SharedRef input, output;
   const bool in_ok = in && ch.find_shared(in, in_bytes, input);
   const bool out_ok = outputs_too && ch.find_shared(out, out_bytes, output);
-  const bool cross_memory = bytes >= kCmaMinBytes && bytes <= cma_max_bytes && ch.can_copy_peer();
+  if (!ch.can_copy_peer()) offer = Offer::staged;
   // Where cross-memory attach cannot run, a rank whose own buffers are not
   // shared rules the direct path out for all: it stages at once, saving
   // everyone the arrival round trip, and the others follow when they see it.
-  const bool present = cross_memory || registrant >= 0 || (in_ok && (out_ok || !outputs_too));
-  if (!s.arrive(present, in, in_ok ? &input : nullptr, out_ok ? &output : nullptr)) return Reach::staged;
+  const bool present = offer != Offer::staged || registrant >= 0 || (in_ok && (out_ok || !outputs_too));
+  s.offer(offer);
+  if (!s.arrive(present, in, out, in_ok ? &input : nullptr, out_ok ? &output : nullptr)) return Reach::staged;
   if (s.registered(registrant, outputs_too)) return Reach::mapped;
-  if (cross_memory) return Reach::cross_memory;
+  switch (s.rank0_offer()) {
+    case Offer::cross_memory: return Reach::cross_memory;
+    case Offer::probe: return s.probe_far(far_ns) ? Reach::cross_memory : Reach::staged;
+    case Offer::staged: break;
+  }
   return Reach::staged;
+}
+
+// The cross-memory window of the reduce-scatter and the allgather.
+Offer window_offer(const RingOptions& o, size_t bytes) {
+  return bytes >= kCmaMinBytes && bytes <= o.shm_cma_max_bytes ? Offer::cross_memory : Offer::staged;
+}
+
+// The all-reduce of buffers the others cannot map, by cross-memory attach:
+// always, or at 2 ranks while rank 0's last probe read the hand-off as far,
+// probing again once the last probe is shm_probe_period old. Every rank
+// offers by rank 0's published probe, so that while near none arrives (the
+// arrival would cost a round trip and the staging's overlap); one that read
+// it stale only makes this call stage.
+Offer allreduce_offer(const Segments& s, const RingOptions& o, size_t bytes) {
+  if (bytes < o.shm_allreduce_cma_min_bytes || bytes > o.shm_allreduce_cma_max_bytes || o.shm_cma_max_bytes == 0) {
+    return Offer::staged;
+  }
+  switch (o.shm_allreduce_cma) {
+    case ShmAllreduceCma::always: return Offer::cross_memory;
+    case ShmAllreduceCma::far:
+      if (s.size() != 2) return Offer::staged;
+      if (s.probe_due(o.shm_probe_period)) return Offer::probe;
+      return s.far() ? Offer::cross_memory : Offer::staged;
+    case ShmAllreduceCma::never: break;
+  }
+  return Offer::staged;
 }
 
 // Copies from a peer's input, `offset` bytes in: through the mapping or by cross-memory attach.
@@ -390,9 +520,9 @@ const std::byte* piece_source(Segments& s, Channel& ch, Reach reach, int p, cons
 }
 
 // Rank r reduces its slice of every rank's input, piece by piece, into its own
-// output, and delivers each piece to the others' outputs through the mappings.
-void direct_allreduce(Segments& s, Channel& ch, const AllreduceArgs& a) {
-  constexpr Reach reach = Reach::mapped;
+// output, and delivers each piece to the others' outputs: through the
+// mappings, or by cross-memory attach.
+void direct_allreduce(Segments& s, Channel& ch, const AllreduceArgs& a, Reach reach) {
   const int n = s.size(), r = s.rank();
   const size_t esize = dtype_size(a.dtype), piece = s.chunk_bytes() / esize;
   // Rank r >= 2 folding in place would overwrite its input before step r reads it.
@@ -400,7 +530,7 @@ void direct_allreduce(Segments& s, Channel& ch, const AllreduceArgs& a) {
   auto* scratch = static_cast<std::byte*>(ch.scratch(s.chunk_bytes() * size_t(n), 0));
   std::vector<std::byte*> outs(static_cast<size_t>(n));
   for (int p = 0; p < n; ++p) {
-    if (p != r) outs[p] = s.peer_output(p);
+    if (p != r) outs[p] = reach == Reach::mapped ? s.peer_output(p) : s.peer_output_address(p);
   }
   std::vector<const std::byte*> src(static_cast<size_t>(n));
   auto source_of = [&](int p) { return src[p]; };
@@ -414,7 +544,13 @@ void direct_allreduce(Segments& s, Channel& ch, const AllreduceArgs& a) {
     std::byte* result = bytes_of(a.output) + offset;
     fold(s, a.dtype, a.op, result, source_of, 0, count);
     for (int p = 0; p < n; ++p) {
-      if (p != r) counted_copy(outs[p] + offset, result, bytes);
+      if (p == r) continue;
+      if (reach == Reach::mapped) {
+        counted_copy(outs[p] + offset, result, bytes);
+      } else {
+        ch.write_peer(p, outs[p] + offset, result, bytes);
+        count_traffic(2 * bytes);
+      }
     }
   }
   s.finish();
@@ -474,7 +610,31 @@ std::string shared_memory_plan(const RingOptions& o, int local_ranks, bool overs
   s += "  reduce-scatter and allgather of other buffers: cross-memory attach from " + kib(kCmaMinBytes) + " to " +
        (o.shm_cma_max_bytes >= kCmaMinBytes ? kib(o.shm_cma_max_bytes) : std::string("(off)")) +
        " where the kernel allows it (TANDEM_SHM_CMA_MAX_BYTES; outside, its system calls or page pinning cost more "
-       "than staging; the all-reduce and broadcast of such buffers always stage, measured faster)\n";
+       "than staging; the broadcast of such buffers always stages, measured faster)\n";
+  const size_t cma_from = std::max(o.shm_allreduce_cma_min_bytes, kDirectMinBytes);
+  const std::string window = o.shm_cma_max_bytes > 0 && o.shm_allreduce_cma_max_bytes >= cma_from
+                                 ? "from " + kib(cma_from) + " to " + kib(o.shm_allreduce_cma_max_bytes)
+                                 : std::string();
+  s += "  all-reduce of other buffers: ";
+  if (window.empty() || o.shm_allreduce_cma == ShmAllreduceCma::never) {
+    s += std::string("staged") +
+         (oversubscribed && o.shm_allreduce_cma == ShmAllreduceCma::never
+              ? " (ranks outnumber cores: a hand-off probe would time the scheduler, not the cores)"
+              : " (TANDEM_SHM_ALLREDUCE_CMA=never or TANDEM_SHM_CMA_MAX_BYTES=0)") +
+         "\n";
+  } else if (o.shm_allreduce_cma == ShmAllreduceCma::always) {
+    s += "cross-memory attach " + window + " (TANDEM_SHM_ALLREDUCE_CMA=always), staged outside\n";
+  } else if (local_ranks != 2) {
+    s += "staged (TANDEM_SHM_ALLREDUCE_CMA=far switches at 2 ranks only, where it was measured)\n";
+  } else {
+    s += "staged, but " + window + " cross-memory attach while a hand-off between the ranks' cores takes " +
+         std::to_string(o.shm_far_handoff_ns) + " ns or more one way (TANDEM_SHM_ALLREDUCE_CMA=far, " +
+         "TANDEM_SHM_FAR_HANDOFF_NS), as rank 0 times it in the first call of that window and again every " +
+         std::to_string(o.shm_probe_period.count()) + " ms (" + std::to_string(kProbeBatches * kProbeRounds) +
+         " ping-pongs through the segments) and every rank follows its verdict: hosts move the cores apart "
+         "(far) and back (near) within minutes; 1 MiB took 37 us staged against 79 by cross-memory attach near "
+         "(0.05 us hand-off), 115 against 80 far (0.25 us)\n";
+  }
   s += std::string("  waits: ") +
        (oversubscribed ? "ranks outnumber cores: spin briefly, then yield the core to the rank being waited for"
                        : "spin (yielding every 64 turns), then yield for 250 us, then sleep in short naps") +
@@ -488,9 +648,9 @@ void shm_allreduce(Channel& ch, const AllreduceArgs& a, const RingOptions& o, si
   if (a.count == 0) return;
   Segments s(ch, chunk_bytes, call_of(Kind::allreduce, a.count, a.dtype, a.op));
   const size_t esize = dtype_size(a.dtype), bytes = a.count * esize;
-  if (arrive_direct(s, ch, 0, bytes, a.input, bytes, a.output, bytes, -1, true) == Reach::mapped) {
-    return direct_allreduce(s, ch, a);
-  }
+  const Reach reach = arrive_direct(s, ch, allreduce_offer(s, o, bytes), bytes, a.input, bytes, a.output, bytes, -1,
+                                    true, o.shm_far_handoff_ns);
+  if (reach != Reach::staged) return direct_allreduce(s, ch, a, reach);
   const size_t per_chunk = chunk_bytes / esize;
   auto stage = [&](size_t i, std::byte* slot) {
     const size_t begin = i * per_chunk;
@@ -543,7 +703,7 @@ void shm_reduce_scatter(Channel& ch, const ReduceScatterArgs& a, const RingOptio
   if (a.count == 0) return;
   Segments s(ch, chunk_bytes, call_of(Kind::reduce_scatter, a.count, a.dtype, a.op));
   const size_t n = size_t(s.size()), esize = dtype_size(a.dtype), bytes = n * a.count * esize;
-  const Reach reach = arrive_direct(s, ch, o.shm_cma_max_bytes, bytes, a.input, bytes, a.output, 0, -1, false);
+  const Reach reach = arrive_direct(s, ch, window_offer(o, bytes), bytes, a.input, bytes, a.output, 0, -1, false);
   if (reach != Reach::staged) return direct_reduce_scatter(s, ch, a, reach);
   const size_t per_block = std::max<size_t>(1, chunk_bytes / esize / n);
   s.staged(
@@ -568,7 +728,8 @@ void shm_allgather(Channel& ch, const AllgatherArgs& a, const RingOptions& o) {
   const size_t esize = dtype_size(a.dtype), per_chunk = chunk_bytes / esize, block = a.count * esize;
   std::byte* own_block = bytes_of(a.output) + size_t(s.rank()) * block;
   if (bytes_of(a.input) != own_block) counted_copy(own_block, a.input, block);
-  const Reach reach = arrive_direct(s, ch, o.shm_cma_max_bytes, block * size_t(s.size()), a.input, block, a.output, 0, -1, false);
+  const size_t bytes = block * size_t(s.size());
+  const Reach reach = arrive_direct(s, ch, window_offer(o, bytes), bytes, a.input, block, a.output, 0, -1, false);
   if (reach != Reach::staged) return direct_allgather(s, ch, a, reach);
   s.staged(
       chunks_for(a.count, per_chunk), -1,
@@ -592,7 +753,8 @@ void shm_broadcast(Channel& ch, const BroadcastArgs& a, const RingOptions& o) {
   const bool root = s.rank() == a.root;
   if (root && a.input != a.output) counted_copy(a.output, a.input, a.count * esize);
   const size_t bytes = a.count * esize;
-  if (arrive_direct(s, ch, 0, bytes, root ? a.input : nullptr, bytes, a.output, 0, a.root, false) == Reach::mapped) {
+  if (arrive_direct(s, ch, Offer::staged, bytes, root ? a.input : nullptr, bytes, a.output, 0, a.root, false) ==
+      Reach::mapped) {
     return direct_broadcast(s, ch, a);
   }
   s.staged(

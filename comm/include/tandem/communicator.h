@@ -83,8 +83,19 @@ struct CommOptions {
   size_t shm_split_min_bytes = 16 << 10;
   // The shared-memory reduce-scatter and allgather read buffers outside
   // allocate_shared memory by cross-memory attach instead of staging them,
-  // from 256 KiB up to this size (TANDEM_SHM_CMA_MAX_BYTES; 0: never).
+  // from 256 KiB up to this size (TANDEM_SHM_CMA_MAX_BYTES; 0: never, the
+  // all-reduce's window below included).
   size_t shm_cma_max_bytes = 8 << 20;
+  // The shared-memory all-reduce of buffers outside allocate_shared memory,
+  // from 256 KiB to 16 MiB (TANDEM_SHM_ALLREDUCE_CMA): "never"
+  // (staged), "always" (cross-memory attach) or "far": at 2 ranks, cross-memory
+  // attach while a hand-off between the ranks' cores takes shm_far_handoff_ns
+  // or more one way (TANDEM_SHM_FAR_HANDOFF_NS), as rank 0 times it through
+  // the segments every second. Hosts move cores apart and back within
+  // minutes; at 1 MiB staging ran 2x faster while near (0.04-0.06 us), cross-
+  // memory attach 1.4x faster while far (0.25 us).
+  std::string shm_allreduce_cma = "far";
+  size_t shm_far_handoff_ns = 180;
   // How often a waiting rank asks the store whether some rank died. The store
   // learns of a death when the rank's connection drops, on any transport.
   std::chrono::milliseconds failure_poll{std::chrono::milliseconds(200)};

@@ -139,12 +139,15 @@ class Channel {
     throw InvalidArgument("this channel cannot map peers' memory");
   }
 
-  // Copies from a peer's memory into this rank's by the peer's own
+  // Copies between this rank's memory and a peer's by the peer's own
   // addresses (Linux cross-memory attach), for ranks that share segments and
   // whose kernel allows it; a PeerFailure if the peer is gone.
   virtual bool can_copy_peer() const { return false; }
   virtual void read_peer(int /*peer*/, const void* /*remote*/, void* /*local*/, size_t /*bytes*/) {
     throw InvalidArgument("this channel cannot copy from peers' memory");
+  }
+  virtual void write_peer(int /*peer*/, void* /*remote*/, const void* /*local*/, size_t /*bytes*/) {
+    throw InvalidArgument("this channel cannot copy to peers' memory");
   }
 
   // Scratch memory owned by the communicator, reused across collectives; valid

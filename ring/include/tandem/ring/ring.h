@@ -2,7 +2,9 @@
 // communicator that runs them.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -11,6 +13,8 @@
 namespace tandem::ring {
 
 enum class AllreduceAlgorithm { automatic, ring, recursive_doubling, shared_memory, hierarchical };
+// How the shared-memory all-reduce treats buffers outside allocate_shared memory (see RingOptions).
+enum class ShmAllreduceCma { never, far, always };
 
 struct RingOptions {
   size_t segment_bytes = 2 << 20;  // largest message of the ring pipeline (CommOptions::segment_bytes)
@@ -31,12 +35,26 @@ struct RingOptions {
   // Cross-memory attach for buffers other ranks cannot map, up to this size
   // (CommOptions::shm_cma_max_bytes).
   size_t shm_cma_max_bytes = 8 << 20;
+  // The all-reduce of such buffers, from shm_allreduce_cma_min_bytes to
+  // shm_allreduce_cma_max_bytes (none when shm_cma_max_bytes is 0): staged
+  // (never), by cross-memory attach (always), or (far) at 2 ranks by
+  // cross-memory attach while rank 0's hand-off probe, re-taken every
+  // shm_probe_period, reads shm_far_handoff_ns or more one way
+  // (CommOptions::shm_allreduce_cma, shm_far_handoff_ns).
+  ShmAllreduceCma shm_allreduce_cma = ShmAllreduceCma::far;
+  size_t shm_allreduce_cma_min_bytes = 256 << 10;
+  size_t shm_allreduce_cma_max_bytes = 16 << 20;
+  uint64_t shm_far_handoff_ns = 180;
+  std::chrono::milliseconds shm_probe_period{1000};
 };
 
 // "auto", "ring", "recursive_doubling" (also "rd"), "shared_memory" (also "shm"),
 // "hierarchical" (also "hier");
 // throws InvalidArgument listing them.
 AllreduceAlgorithm parse_allreduce_algorithm(const std::string& name);
+
+// "never", "far" or "always" (TANDEM_SHM_ALLREDUCE_CMA); throws InvalidArgument otherwise.
+ShmAllreduceCma parse_shm_allreduce_cma(const std::string& name);
 
 // Throws InvalidArgument for impossible settings.
 std::shared_ptr<Algorithms> algorithms(const RingOptions& options = {});
