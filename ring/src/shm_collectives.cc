@@ -129,12 +129,10 @@ struct Control {
   alignas(64) uint64_t next;   // the next chunk number
   uint64_t peers_consumed;     // the least `consumed` last seen among peers
   uint64_t direct_calls;       // arrival numbers taken (one per direct-eligible call)
-  // Rank 0's hand-off probe: when it last ran (steady clock), what it read
-  // (one way, the slowest peer) and whether that is far. Peers read them,
-  // racily, only to choose whether to arrive; rank 0's offer rules the path.
+  // When rank 0's hand-off probe last ran (steady clock). Peers read it and
+  // the verdict below racily, only to choose whether to arrive; rank 0's
+  // offer rules the path.
   alignas(64) uint64_t probed_at_ns;
-  uint64_t handoff_ns;
-  uint64_t far;
   // Peers read these once `arrived` says so:
   alignas(64) uint64_t arrived;  // the arrival number of this rank's latest direct-eligible call
   Call call;
@@ -269,7 +267,7 @@ class Segments {
   Offer rank0_offer() const { return rank0_offer_; }
   // Rank 0's last hand-off verdict, and whether it is older than `period`
   // (every rank reads the same clock).
-  bool far() const { return load_relaxed(control(0)->far) != 0; }
+  bool far() const { return (load_relaxed(control(0)->verdict) & 1) != 0; }
   bool probe_due(std::chrono::nanoseconds period) const {
     const uint64_t at = load_relaxed(control(0)->probed_at_ns);
     return at == 0 || int64_t(now_ns() - at) >= int64_t(period.count());
@@ -298,10 +296,8 @@ class Segments {
         slowest = std::max(slowest, batch[kProbeBatches / 2]);
       }
       const bool far = slowest >= far_ns;
-      store_relaxed(self_->handoff_ns, slowest);
-      store_relaxed(self_->far, far);
-      store_relaxed(self_->probed_at_ns, now_ns());
       store_release(self_->verdict, arrival_ << 1 | uint64_t(far));
+      store_relaxed(self_->probed_at_ns, now_ns());
       return far;
     }
     for (uint64_t k = 1; k <= kProbeBatches * kProbeRounds; ++k) {
