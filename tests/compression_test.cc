@@ -141,6 +141,33 @@ TEST_P(CodecIsa, EncodeDecodeAndFeedbackMatchScalarBitwise) {
   }
 }
 
+TEST_P(CodecIsa, AllFiniteAgreesWithTheScalarTestOnEveryPattern) {
+  const auto& kernels = codec::codec_kernels(GetParam());
+  for (Codec c : kCodecs) {
+    SCOPED_TRACE(std::string(to_string(c)));
+    const auto check = [&](uint16_t h) {
+      return c == Codec::fp16 ? codec::nonfinite(codec::f16_t{h}) : codec::nonfinite(codec::bf16_t{h});
+    };
+    const uint16_t one = encode_one(c, 1.5f);
+    std::vector<uint16_t> v(67, one);  // vector bodies and a tail
+    for (uint32_t pattern = 0; pattern < 65536; ++pattern) {
+      const uint16_t h = static_cast<uint16_t>(pattern);
+      const size_t at = pattern % v.size();
+      v[at] = h;
+      ASSERT_EQ(format(kernels, c).all_finite(v.data(), v.size()), !check(h)) << "pattern " << std::hex << pattern;
+      v[at] = one;
+    }
+    // Several blocks: a bad value in any of them, at block edges.
+    std::vector<uint16_t> w(3 * 4096 + 17, one);
+    for (size_t at : {size_t(0), size_t(4095), size_t(4096), size_t(8200), w.size() - 1}) {
+      w[at] = encode_one(c, -std::numeric_limits<float>::infinity());
+      EXPECT_FALSE(format(kernels, c).all_finite(w.data(), w.size())) << "position " << at;
+      w[at] = one;
+    }
+    EXPECT_TRUE(format(kernels, c).all_finite(w.data(), w.size()));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Isas, CodecIsa, ::testing::Values(Isa::scalar, Isa::avx2, Isa::avx512),
                          [](const auto& info) { return std::string(detail::to_string(info.param)); });
 

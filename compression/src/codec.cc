@@ -36,20 +36,6 @@ const codec::FormatKernels& kernels_for(Codec c, const char* what) {
   throw InvalidArgument(std::string(what) + ": codec must be fp16 or bf16, got " + std::string(to_string(c)));
 }
 
-template <class T>
-bool all_finite_typed(const uint16_t* bits, size_t n) {
-  // Branch-free OR over blocks so the compiler vectorises it; stop at the first bad block.
-  const T* p = reinterpret_cast<const T*>(bits);
-  constexpr size_t kBlock = 4096;
-  for (size_t begin = 0; begin < n; begin += kBlock) {
-    const size_t end = std::min(n, begin + kBlock);
-    bool bad = false;
-    for (size_t i = begin; i < end; ++i) bad |= codec::nonfinite(p[i]);
-    if (bad) return false;
-  }
-  return true;
-}
-
 codec::Format cuda_format(Codec c, const char* what) {
   kernels_for(c, what);  // validates the codec
   return c == Codec::fp16 ? codec::Format::f16 : codec::Format::bf16;
@@ -108,12 +94,7 @@ void decode(Codec c, const uint16_t* src, float* dst, size_t count, float scale)
 }
 
 bool all_finite(Codec c, const uint16_t* src, size_t count) {
-  switch (c) {
-    case Codec::fp16: return all_finite_typed<fn::f16_t>(src, count);
-    case Codec::bf16: return all_finite_typed<fn::bf16_t>(src, count);
-    case Codec::none: break;
-  }
-  throw InvalidArgument("all_finite: codec must be fp16 or bf16, got none");
+  return kernels_for(c, "all_finite").all_finite(src, count);
 }
 
 // Device buffers: the CUDA kernels wait for their stream (the result is used

@@ -45,8 +45,17 @@ struct EncodeFeedback {
   }
 };
 
-// Exponent all ones: inf or NaN.
-TANDEM_HOST_DEVICE bool nonfinite(f16_t c) { return (c.bits & 0x7C00u) == 0x7C00u; }
-TANDEM_HOST_DEVICE bool nonfinite(bf16_t c) { return (c.bits & 0x7F80u) == 0x7F80u; }
+// The exponent field's bits; all of them set is inf or NaN.
+template <class T>
+constexpr uint16_t kExponentBits = 0;
+template <>
+constexpr uint16_t kExponentBits<f16_t> = 0x7C00u;
+template <>
+constexpr uint16_t kExponentBits<bf16_t> = 0x7F80u;
+
+template <class T>
+TANDEM_HOST_DEVICE bool nonfinite(T c) {
+  return (c.bits & kExponentBits<T>) == kExponentBits<T>;
+}
 
 }  // namespace tandem::codec

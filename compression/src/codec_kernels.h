@@ -10,11 +10,12 @@
 
 namespace tandem::codec {
 
-// Contracts as tandem::compression::encode / encode_feedback / decode, for one 16-bit format.
+// Contracts as tandem::compression::encode / encode_feedback / decode / all_finite, for one 16-bit format.
 struct FormatKernels {
   void (*encode)(const float* src, uint16_t* dst, size_t n, float scale);
   void (*encode_feedback)(float* data, float* residual, uint16_t* dst, size_t n, float scale, float unscale);
   void (*decode)(const uint16_t* src, float* dst, size_t n, float scale);
+  bool (*all_finite)(const uint16_t* src, size_t n);
 };
 
 struct CodecKernels {

@@ -17,6 +17,7 @@
 // Unnamed namespace: each ISA's translation unit gets its own copies.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -72,9 +73,27 @@ void decode_loop(const uint16_t* src_bits, float* dst, size_t n, float scale) {
   for (; i < n; ++i) dst[i] = f(src[i]);
 }
 
+// No lane traits needed: adding the exponent field's lowest bit to the masked
+// field carries into bit 15 exactly when the field is all ones, so a block is
+// and, add and or over 16-bit integers, which the compiler vectorises with the
+// translation unit's instruction set. Stops at the first block with a bad value.
+template <class L>
+bool all_finite_loop(const uint16_t* bits, size_t n) {
+  constexpr uint16_t kField = kExponentBits<typename L::T>;
+  constexpr uint16_t kLowest = kField & static_cast<uint16_t>(-kField);
+  constexpr size_t kBlock = 4096;
+  for (size_t begin = 0; begin < n; begin += kBlock) {
+    const size_t end = std::min(n, begin + kBlock);
+    uint16_t carries = 0;
+    for (size_t i = begin; i < end; ++i) carries |= static_cast<uint16_t>((bits[i] & kField) + kLowest);
+    if (carries & 0x8000u) return false;
+  }
+  return true;
+}
+
 template <class L>
 constexpr FormatKernels format_kernels() {
-  return {&encode_loop<L>, &encode_feedback_loop<L>, &decode_loop<L>};
+  return {&encode_loop<L>, &encode_feedback_loop<L>, &decode_loop<L>, &all_finite_loop<L>};
 }
 
 // Scalar lanes: W = 1, everything through the functors.
