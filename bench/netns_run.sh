@@ -46,6 +46,9 @@ usage: bench/netns_run.sh [options] -- command [args...]
   --port P            store port on rank 0 (default 29400)
   --net A.B.C         /24 of the link (default 10.77.0)
   --timeout S         kill the ranks after S seconds (exit 124; default 0 = none)
+  --bind auto|none    auto (default): each host runs on its own equal share of this script's CPUs
+                      when there are at least as many CPUs as hosts, as separate machines would;
+                      none: every rank may run on every CPU
   --env K=V           extra environment for every rank (repeatable); may override the defaults
   -h, --help          this text
 The command runs in each namespace with TANDEM_RANK etc. set; a bare `tandem`
@@ -53,7 +56,7 @@ is found in ./build/bin when it is not on PATH.
 EOF
 }
 
-nranks=2 per_host=1 rate="" burst="256kb" queue="20ms" port=29400 net="10.77.0" timeout_s=0
+nranks=2 per_host=1 rate="" burst="256kb" queue="20ms" port=29400 net="10.77.0" timeout_s=0 bind=auto
 extra_env=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -65,6 +68,7 @@ while [[ $# -gt 0 ]]; do
     --port) port="$2"; shift 2 ;;
     --net) net="$2"; shift 2 ;;
     --timeout) timeout_s="$2"; shift 2 ;;
+    --bind) bind="$2"; shift 2 ;;
     --env) extra_env+=("$2"); shift 2 ;;
     -h|--help) usage; exit 0 ;;
     --) shift; break ;;
@@ -80,8 +84,9 @@ if ! [[ "$per_host" =~ ^[0-9]+$ ]] || (( per_host < 1 || nranks % per_host != 0 
 fi
 nhosts=$((nranks / per_host))
 if ! [[ "$timeout_s" =~ ^[0-9]+$ ]]; then echo "netns_run: --timeout must be whole seconds" >&2; exit 2; fi
+if [[ "$bind" != auto && "$bind" != none ]]; then echo "netns_run: --bind takes auto or none (got '$bind')" >&2; exit 2; fi
 if (( EUID != 0 )); then echo "netns_run: needs root (creates network namespaces, veths, qdiscs)" >&2; exit 2; fi
-for tool in ip tc unshare; do
+for tool in ip tc unshare taskset; do
   command -v "$tool" >/dev/null || { echo "netns_run: '$tool' not found (install iproute2 / util-linux)" >&2; exit 2; }
 done
 
@@ -161,6 +166,26 @@ for ((r = 0; r < nhosts; ++r)); do
     { echo "netns_run: eth0 of node$r did not come up" >&2; exit 1; }
 done
 
+# Binding. Without it the scheduler mixes both "hosts'" compute, progress
+# threads and network work over every CPU; with it a host's work, the
+# kernel's share of its traffic included, stays on the CPUs it was given.
+cpus=()  # this script's allowed CPUs, from a list such as 0-3,6
+IFS=, read -ra ranges <<<"$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)"
+for range in "${ranges[@]}"; do
+  for ((c = ${range%-*}; c <= ${range#*-}; ++c)); do cpus+=("$c"); done
+done
+host_cpus() {  # the CPU list of host $1 under --bind auto, empty when unbound
+  [[ "$bind" == auto ]] && (( ${#cpus[@]} >= nhosts )) || return 0
+  local share=$(( ${#cpus[@]} / nhosts )) list=()
+  for ((c = $1 * share; c < ($1 + 1) * share; ++c)); do list+=("${cpus[$c]}"); done
+  (IFS=,; echo "${list[*]}")
+}
+if [[ -n "$(host_cpus 0)" ]]; then
+  binding="each host on its own CPUs: $(for ((r = 0; r < nhosts; ++r)); do printf 'node%d %s; ' "$r" "$(host_cpus $r)"; done)"
+else
+  binding="none (--bind $bind, ${#cpus[@]} CPUs for $nhosts hosts)"
+fi
+
 store="$net.1:$port"
 shm=0
 (( per_host == 1 )) || shm=1
@@ -176,17 +201,21 @@ if (( per_host == 1 )); then
 else
   echo "netns_run: UCX_TLS=tcp,self: data between hosts crosses the veth over TCP; within a host tandem's shared memory"
 fi
+echo "netns_run: binding: ${binding%; }"
 [[ ${#extra_env[@]} -eq 0 ]] || echo "netns_run: extra environment: ${extra_env[*]}"
 echo "netns_run: command: $*"
 
 limit=()
 (( timeout_s == 0 )) || limit=(timeout --kill-after=5 "$timeout_s")
 for ((r = 0; r < nranks; ++r)); do
+  on_cpus=()
+  bound="$(host_cpus $((r / per_host)))"
+  [[ -z "$bound" ]] || on_cpus=(taskset -c "$bound")
   # shellcheck disable=SC2046  # rank_env's words are K=V pairs without spaces
   ( set +e
     # shellcheck disable=SC2016  # $0 and $@ belong to the inner sh
     ip netns exec "$(ns $((r / per_host)))" unshare --uts sh -c 'hostname "$0" && exec "$@"' "node$((r / per_host))" \
-      env $(rank_env $r) "${extra_env[@]}" "${limit[@]}" "$@" 2>&1
+      env $(rank_env $r) "${extra_env[@]}" "${limit[@]}" "${on_cpus[@]}" "$@" 2>&1
     echo $? > "$tmp/rc$r"
   ) | sed -u "s/^/[$r] /" &
   pids+=($!)

@@ -23,6 +23,7 @@ usage: bench/train_compare.sh [options]
   --records N          training records per run (default 38400)
   --validate N         validate every N records (default 12800)
   --rate RATE          link rate between the namespaces (default 1gbit)
+  --bind auto|none     each namespace on its own CPUs, or not (bench/netns_run.sh --bind; default auto)
   --target ACC         target validation accuracy (default 0.85)
   --layer-slices K     hyperparameters.layer_slices for every run (default: the config's)
   --fusion-threshold M optimizations.tensor_fusion_threshold in MB (tandem's largest bucket, DDP's bucket_cap_mb)
@@ -34,7 +35,7 @@ EOF
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 config="$repo/trainer/examples/fashion_mnist.yaml" per_slot=32 records=38400 validate=12800 rate=1gbit
-target=0.85 out="$repo/build/train-compare" skip_local=0 slices="" fusion=""
+target=0.85 out="$repo/build/train-compare" skip_local=0 slices="" fusion="" bind=auto
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --config) config="$2"; shift 2 ;;
@@ -42,6 +43,7 @@ while [[ $# -gt 0 ]]; do
     --records) records="$2"; shift 2 ;;
     --validate) validate="$2"; shift 2 ;;
     --rate) rate="$2"; shift 2 ;;
+    --bind) bind="$2"; shift 2 ;;
     --target) target="$2"; shift 2 ;;
     --layer-slices) slices="$2"; shift 2 ;;
     --fusion-threshold) fusion="$2"; shift 2 ;;
@@ -87,7 +89,7 @@ compare=("tandem=$out/local/slots-1" "tandem, one host=$out/local/slots-2"
 if (( EUID != 0 )); then
   echo "train_compare: not root: skipping the runs between network namespaces" >&2
 else
-  netns=("$repo/bench/netns_run.sh" -n 2 --rate "$rate" --timeout 1800)
+  netns=("$repo/bench/netns_run.sh" -n 2 --rate "$rate" --bind "$bind" --timeout 1800)
   echo "== two namespaces over a $rate link: tandem (overlap + fp16)"
   rm -rf "$out/link-tandem-fp16"
   "${netns[@]}" -- "$train" --worker "$out/exp-fp16.yaml" --slots 2 --per-slot-batch "$per_slot" \
