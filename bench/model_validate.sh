@@ -15,6 +15,8 @@
 # namespaces of 2 ranks at 1 Gbit/s, flat ring and hierarchical;
 # `tandem bench allreduce -b 4K -e 64M -f 4` each, JSON lines in OUT_DIR,
 # MODEL_REPEATS sweeps (default 3, interleaved) whose median validate compares.
+# Namespaces run unbound (netns_run.sh --bind none) at every count, as the
+# model's cpu-bound link and oversubscribed steps were calibrated and validated.
 # Namespace cases need root; without it only the one-host cases run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,7 +49,7 @@ for (( r = 1; r <= cal_repeats; r++ )); do
   (( netns )) || continue
   for link in "${links[@]}"; do
     stamp "calibrate: $link, 2 namespaces ($r of $cal_repeats)"
-    bench/netns_run.sh -n 2 $(rate_of $link) -- "$tandem" model calibrate -o "$cal" --link "$link" $(cpu_of $link) -n "$iters" \
+    bench/netns_run.sh -n 2 --bind none $(rate_of $link) -- "$tandem" model calibrate -o "$cal" --link "$link" $(cpu_of $link) -n "$iters" \
       | grep -v '^\[1\]' || true
   done
 done
@@ -59,7 +61,7 @@ for (( r = 1; r <= cal_repeats; r++ )); do
     (( netns )) || continue
     for link in "${links[@]}"; do
       stamp "calibrate: $link step, $n namespaces on $cores cores ($r of $cal_repeats)"
-      bench/netns_run.sh -n "$n" $(rate_of $link) -- "$tandem" model calibrate -o "$cal" --link "$link" $(cpu_of $link) --step-only \
+      bench/netns_run.sh -n "$n" --bind none $(rate_of $link) -- "$tandem" model calibrate -o "$cal" --link "$link" $(cpu_of $link) --step-only \
         | grep '^\[0\] ' || true
     done
   done
@@ -80,13 +82,13 @@ for (( r = 1; r <= repeats; r++ )); do
     for link in "${links[@]}"; do
       for n in 2 3 4; do
         stamp "measure: $n namespaces, $link ($r of $repeats)"
-        measure "$out/$link$n.json" "${n}x1:$link" bench/netns_run.sh -n "$n" $(rate_of $link) -- "$tandem" bench allreduce -b 4K "${sweep[@]}"
+        measure "$out/$link$n.json" "${n}x1:$link" bench/netns_run.sh -n "$n" --bind none $(rate_of $link) -- "$tandem" bench allreduce -b 4K "${sweep[@]}"
       done
     done
     # Two hosts of two ranks at 1 Gbit/s: the flat ring and the hierarchical all-reduce.
     for algo in ring hierarchical; do
       stamp "measure: 2 hosts x 2 ranks, 1gbit, $algo ($r of $repeats)"
-      measure "$out/1gbit2x2$algo.json" "2x2:1gbit" bench/netns_run.sh -n 4 --per-host 2 --rate 1gbit -- \
+      measure "$out/1gbit2x2$algo.json" "2x2:1gbit" bench/netns_run.sh -n 4 --per-host 2 --bind none --rate 1gbit -- \
         "$tandem" bench allreduce -b 64K "${sweep[@]}" --algorithm "$algo"
     done
   fi
