@@ -4,7 +4,9 @@
 #
 #   1. one host: tandem and DDP at 1 and 2 slots (`tandem train --scaling 1,2 --anchor`);
 #   2. two network namespaces over a tbf-limited veth (bench/netns_run.sh):
-#      tandem with overlap and fp16 gradients, DDP-gloo, DDP with its fp16 hook;
+#      tandem with overlap and fp16 gradients, DDP-gloo, DDP with its fp16 hook,
+#      and, when --layer-slices splits the layers, DDP-gloo on the convnet as
+#      PyTorch users run it (whole layers, DDP's default 25 MB buckets);
 #   3. one table over all of them (`tandem-train --compare`): samples/s,
 #      speed-up and scaling efficiency against the same system's 1-slot run,
 #      time to the target validation accuracy, final accuracy.
@@ -76,6 +78,11 @@ cfg.setdefault("optimizations", {})["gradient_compression"] = False
 yaml.safe_dump(cfg, open(f"{out}/exp.yaml", "w"), sort_keys=False)
 cfg["optimizations"]["gradient_compression"] = "fp16"
 yaml.safe_dump(cfg, open(f"{out}/exp-fp16.yaml", "w"), sort_keys=False)
+# The model and buckets as PyTorch users run DDP: whole layers, default bucket cap.
+cfg["optimizations"]["gradient_compression"] = False
+cfg["optimizations"].pop("tensor_fusion_threshold", None)
+cfg["hyperparameters"].pop("layer_slices", None)
+yaml.safe_dump(cfg, open(f"{out}/exp-whole.yaml", "w"), sort_keys=False)
 EOF
 
 common=(--per-slot-batch "$per_slot" --target-accuracy "$target")
@@ -95,14 +102,18 @@ else
   "${netns[@]}" -- "$train" --worker "$out/exp-fp16.yaml" --slots 2 --per-slot-batch "$per_slot" \
     --output "$out/link-tandem-fp16" --checkpoint-dir "$out/link-tandem-fp16/checkpoints"
   compare+=("tandem overlap + fp16, $rate=$out/link-tandem-fp16")
-  for hook in "" --fp16-hook; do
-    name="link-ddp${hook:+-fp16}"
-    echo "== two namespaces over a $rate link: DDP gloo ${hook}"
-    rm -rf "$out/$name"
-    "${netns[@]}" --env GLOO_SOCKET_IFNAME=eth0 -- /usr/bin/python3 "$repo/trainer/ddp_anchor.py" "$out/exp.yaml" \
-      --from-env --per-slot-batch "$per_slot" --output "$out/$name" $hook
-    compare+=("DDP gloo${hook:+ + fp16 hook}, $rate=$out/$name")
-  done
+  ddp_link() {  # directory, system, experiment, [--fp16-hook]
+    echo "== two namespaces over a $rate link: $2"
+    rm -rf "$out/$1"
+    "${netns[@]}" --env GLOO_SOCKET_IFNAME=eth0 -- /usr/bin/python3 "$repo/trainer/ddp_anchor.py" "$3" \
+      --from-env --per-slot-batch "$per_slot" --output "$out/$1" ${4:-}
+    compare+=("$2, $rate=$out/$1")
+  }
+  ddp_link link-ddp "DDP gloo" "$out/exp.yaml"
+  ddp_link link-ddp-fp16 "DDP gloo + fp16 hook" "$out/exp.yaml" --fp16-hook
+  if [[ -n "$slices" && "$slices" != 1 ]]; then
+    ddp_link link-ddp-whole "DDP gloo, whole layers" "$out/exp-whole.yaml"
+  fi
 fi
 
 args=()
