@@ -12,7 +12,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <sstream>
 #include <thread>
 
@@ -213,8 +212,8 @@ void report_comparison(const std::vector<Trial>& trials, const std::string& dir,
                 "| system | slots | global batch | samples/s | speed-up | efficiency | time to %.0f%% (s) | final val acc |\n",
                 100 * target);
   table << buf << "|---|---:|---:|---:|---:|---:|---:|---:|\n";
-  std::map<std::string, std::ofstream> dats;
-  std::vector<std::string> systems;
+  // One bar a trial: its samples/s beside what perfect scaling of its base would give.
+  std::ofstream bars(dir + "/scaling.dat");
   for (const auto& t : trials) {
     const Trial* base = &t;
     for (const auto& b : trials)
@@ -231,22 +230,21 @@ void report_comparison(const std::vector<Trial>& trials, const std::string& dir,
                   static_cast<long long>(t.summary.global_batch), sps, speedup, eff,
                   tt >= 0 ? std::to_string(static_cast<int>(tt + 0.5)).c_str() : "not reached", t.summary.final_accuracy());
     table << buf;
-    if (!dats.count(t.system)) {
-      systems.push_back(t.system);
-      dats[t.system].open(dir + "/scaling-" + std::to_string(systems.size()) + ".dat");
-    }
-    dats[t.system] << t.slots << ' ' << sps << ' ' << base_sps * t.slots / base->slots << '\n';
+    bars << sps << ' ' << base_sps * t.slots / base->slots << " \"" << t.system << ", " << t.slots << "\"\n";
   }
-  for (auto& [name, f] : dats) f.close();
+  bars.close();
   std::printf("\ncomparison\n%s", table.str().c_str());
   std::ofstream(dir + "/scaling.md") << table.str();
   std::ostringstream g;
-  g << "set terminal pngcairo size 1100,420 noenhanced\nset output '" << dir << "/scaling.png'\nset grid\n"
-    << "set multiplot layout 1,2\nset xlabel 'slots'\nset ylabel 'samples/s'\nset key top left\nplot ";
-  for (size_t i = 0; i < systems.size(); ++i)
-    g << (i ? ", " : "") << "'" << dir << "/scaling-" << i + 1 << ".dat' using 1:2 with linespoints title '"
-      << systems[i] << "', '' using 1:3 with lines dt 2 title '" << systems[i] << " perfect scaling'";
-  g << "\nset xlabel 'seconds'\nset ylabel 'validation accuracy'\nset key bottom right\nplot ";
+  g << "set terminal pngcairo size 1400,560 noenhanced\nset output '" << dir << "/scaling.png'\n"
+    << "set multiplot layout 1,2\nset bmargin 9\nset grid ytics\nset ylabel 'samples/s'\nset yrange [0:*]\n"
+    << "set offsets 0,0,graph 0.1,0\nset xtics rotate by 30 right font ',9'\nset style fill solid 0.6\n"
+    << "set boxwidth 0.6\nset key outside top center horizontal\nplot '" << dir
+    << "/scaling.dat' using 0:1:xtic(3) with boxes title 'samples/s', '' using 0:2 with points pt 6 ps 2 "
+       "title 'perfect scaling of its 1-slot run', '' using 0:1:(sprintf('%.0f', $1)) with labels offset 0,0.8 notitle\n"
+    << "set offsets 0,0,0,0\nset xtics norotate font ''\nset grid xtics ytics\nset yrange [*:*]\n"
+    << "set xlabel 'seconds'\nset ylabel 'validation accuracy'\nset key inside bottom right vertical font ',9'\n"
+    << "set arrow from graph 0, first " << target << " to graph 1, first " << target << " nohead dt 2\nplot ";
   for (size_t i = 0; i < trials.size(); ++i)
     g << (i ? ", " : "") << "'" << trials[i].dir << "/metrics-validation.dat' using 2:4 with linespoints title '"
       << trials[i].system << ", " << trials[i].slots << " slot" << (trials[i].slots == 1 ? "" : "s") << "'";
