@@ -212,6 +212,9 @@ void report_comparison(const std::vector<Trial>& trials, const std::string& dir,
                 "| system | slots | global batch | samples/s | speed-up | efficiency | time to %.0f%% (s) | final val acc |\n",
                 100 * target);
   table << buf << "|---|---:|---:|---:|---:|---:|---:|---:|\n";
+  auto label = [](const Trial& t) {
+    return t.system + ", " + std::to_string(t.slots) + (t.slots == 1 ? " slot" : " slots");
+  };
   // One bar a trial: its samples/s beside what perfect scaling of its base would give.
   std::ofstream bars(dir + "/scaling.dat");
   for (const auto& t : trials) {
@@ -230,7 +233,7 @@ void report_comparison(const std::vector<Trial>& trials, const std::string& dir,
                   static_cast<long long>(t.summary.global_batch), sps, speedup, eff,
                   tt >= 0 ? std::to_string(static_cast<int>(tt + 0.5)).c_str() : "not reached", t.summary.final_accuracy());
     table << buf;
-    bars << sps << ' ' << base_sps * t.slots / base->slots << " \"" << t.system << ", " << t.slots << "\"\n";
+    bars << sps << ' ' << base_sps * t.slots / base->slots << " \"" << label(t) << "\"\n";
   }
   bars.close();
   std::printf("\ncomparison\n%s", table.str().c_str());
@@ -247,7 +250,7 @@ void report_comparison(const std::vector<Trial>& trials, const std::string& dir,
     << "set arrow from graph 0, first " << target << " to graph 1, first " << target << " nohead dt 2\nplot ";
   for (size_t i = 0; i < trials.size(); ++i)
     g << (i ? ", " : "") << "'" << trials[i].dir << "/metrics-validation.dat' using 2:4 with linespoints title '"
-      << trials[i].system << ", " << trials[i].slots << " slot" << (trials[i].slots == 1 ? "" : "s") << "'";
+      << label(trials[i]) << "'";
   g << "\nunset multiplot\n";
   std::string err = run_gnuplot(g.str());
   if (err.empty()) std::printf("  plot: %s/scaling.png\n  table: %s/scaling.md\n", dir.c_str(), dir.c_str());
