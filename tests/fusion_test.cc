@@ -372,6 +372,59 @@ TEST_P(WaitGradient, ReturnsWithThatGradientReducedInAnyOrder) {
 }
 INSTANTIATE_TEST_SUITE_P(Ahead, WaitGradient, ::testing::Values(size_t{0}, 64 * KiB, size_t{1} << 30));
 
+// A gradient in parts: contiguous in part order, each part reduced on its own
+// as soon as it is marked, in the order backward marks them (part 0 first).
+TEST(Fusion, GradientPartsAreContiguousAndReducedPartByPart) {
+  const std::vector<size_t> parts = {4096, 4096, 4096, 1000};  // 16 KiB each, the last one shorter
+  run_ranks(2, [&](int rank, std::shared_ptr<Collectives> coll) {
+    GradientSyncOptions o;
+    o.fusion = {16 * KiB, 16 * KiB, 0};  // a part a bucket
+    o.input_layers_ahead_bytes = 40 * KiB;
+    GradientSync sync(coll, o);
+    const int input = sync.register_gradient("conv.weight", 100);
+    const std::vector<int> ids = sync.register_gradient_parts("fc.weight", parts);
+    const int head = sync.register_gradient("head.weight", 10);
+    sync.finalize(soon());
+    ASSERT_EQ(ids.size(), parts.size());
+    EXPECT_EQ(sync.name(ids[0]), "fc.weight[0]");
+    EXPECT_EQ(sync.name(ids[3]), "fc.weight[3]");
+    float* whole = sync.data_as<float>(ids[0]);
+    size_t at = 0;
+    for (size_t k = 0; k < parts.size(); ++k) {
+      EXPECT_EQ(sync.data_as<float>(ids[k]), whole + at) << "part " << k << " follows part " << k - 1;
+      at += parts[k];
+    }
+    const size_t total = at;
+    for (uint64_t step = 1; step <= 3; ++step) {
+      auto fill = [&](int id, size_t n, size_t base) {
+        float* d = sync.data_as<float>(id);
+        for (size_t i = 0; i < n; ++i) d[i] = float(value(rank, 0, base + i, step));
+      };
+      fill(head, 10, 0);
+      sync.mark_ready(head);
+      at = 0;
+      for (size_t k = 0; k < parts.size(); ++k) {  // backward's order: part 0 first
+        fill(ids[k], parts[k], at);
+        sync.mark_ready(ids[k]);
+        at += parts[k];
+      }
+      fill(input, 100, 0);
+      sync.mark_ready(input);
+      for (size_t k = parts.size(); k-- > 0;) sync.wait_gradient(ids[k], soon());  // forward's: the last first
+      for (size_t i = 0; i < total; ++i)
+        ASSERT_EQ(whole[i], float((value(0, 0, i, step) + value(1, 0, i, step)) / 2)) << "element " << i;
+      sync.wait(soon());
+      sync.zero_gradients();
+    }
+  });
+  // Parts that would leave a gap cannot be laid out contiguously.
+  run_ranks(1, [&](int, std::shared_ptr<Collectives> coll) {
+    GradientSync sync(coll, GradientSyncOptions{});
+    const std::vector<size_t> odd = {100, 100};
+    EXPECT_THROW(sync.register_gradient_parts("w", odd), InvalidArgument);
+  });
+}
+
 TEST(Fusion, AllowUnusedReducesTheMissingGradientAsZeros) {
   const Model m = random_model(10, 5, false);
   run_ranks(3, [&](int rank, std::shared_ptr<Collectives> coll) {

@@ -714,6 +714,22 @@ int GradientSync::register_external(const std::string& name, void* data, size_t 
   return int(impl_->tensors.size() - 1);
 }
 
+std::vector<int> GradientSync::register_gradient_parts(const std::string& name, std::span<const size_t> part_counts,
+                                                      DataType dtype) {
+  if (part_counts.empty()) throw InvalidArgument("gradient sync: gradient '" + name + "' has no parts");
+  for (size_t k = 0; k + 1 < part_counts.size(); ++k)
+    if (part_counts[k] * dtype_size(dtype) % kAlignBytes != 0)
+      throw InvalidArgument("gradient sync: part " + std::to_string(k) + " of '" + name + "' holds " +
+                            std::to_string(part_counts[k] * dtype_size(dtype)) + " bytes; every part but the last " +
+                            "must hold a multiple of " + std::to_string(kAlignBytes) + " bytes to stay contiguous");
+  // The arena holds gradients in reverse registration order: registering the
+  // last part first puts part 0 at the lowest address.
+  std::vector<int> ids(part_counts.size());
+  for (size_t k = part_counts.size(); k-- > 0;)
+    ids[k] = register_gradient(name + "[" + std::to_string(k) + "]", part_counts[k], dtype);
+  return ids;
+}
+
 void GradientSync::finalize(Deadline deadline) { impl_->finalize(deadline); }
 size_t GradientSync::gradient_count() const { return impl_->tensors.size(); }
 const std::string& GradientSync::name(int id) const { return impl_->tensors.at(size_t(id)).name; }

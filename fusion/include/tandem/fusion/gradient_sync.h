@@ -156,6 +156,17 @@ class GradientSync {
   // The framework keeps the storage; it is copied into the bucket when the
   // bucket launches and the result copied back.
   int register_external(const std::string& name, void* data, size_t count, DataType dtype = DataType::f32);
+  // One gradient that backward produces in parts, such as a large layer's
+  // weight computed in row blocks: each part ("name[k]") is a gradient of its
+  // own, marked ready and reduced on its own, so the first parts are on the
+  // wire while backward computes the rest. The parts follow each other in the
+  // arena, part 0 first, so data(ids[0]) holds the whole gradient. Backward
+  // should produce part 0 first; with input_layers_ahead_bytes the last parts
+  // land first after backward, so the next forward should use them last part
+  // first. Every part but the last must hold a multiple of 64 bytes. Returns
+  // the parts' ids, part 0 first (registered last: ids fall with k).
+  std::vector<int> register_gradient_parts(const std::string& name, std::span<const size_t> part_counts,
+                                           DataType dtype = DataType::f32);
 
   // Lays out arenas and buckets and starts the engine. Collective: every rank
   // must have registered the same names, counts and dtypes in the same order,
