@@ -92,7 +92,7 @@ searcher: {max_length: {batches: 10}}
 hyperparameters: {global_batch_size: 64, model: mlp, mlp_hidden: 8, layer_slices: 16}
 searcher: {max_length: {batches: 10}}
 )",
-               {"hyperparameters.layer_slices", "16 slices of a 8-wide layer", "at most mlp_hidden"});
+               {"hyperparameters.layer_slices", "16 slices of a 8-wide layer", "use at most 4"});
   expect_error(kBase + "optimizations: {gradient_compression: fp8}\n",
                {"optimizations.gradient_compression", "'fp8' is not a codec", "use true (fp16), fp16, bf16"});
   expect_error(kBase + "optimizations: {aggregation_frequency: 0}\n",

@@ -156,39 +156,28 @@ TEST(Trainer, TwoHostsTrainTheSameParametersAsOneHost) {
       << "the interface the ranks chose is printed\n" << two_hosts.output;
 }
 
-// hyperparameters.layer_slices: the hidden layers held as row blocks are the
-// same model (same start, same SGD), and backward hands the engine each block's
-// gradient on its own.
+// hyperparameters.layer_slices: the hidden layers computed in row blocks are
+// the same model (the same parameters, start and SGD), and backward hands the
+// engine each block of the weight's gradient on its own.
 TEST(Trainer, SlicedLayersTrainTheSameParameters) {
   std::string yaml = config(2, 32, 1);
   const std::string whole = "dropout: 0}";
   yaml.replace(yaml.find(whole), whole.size(), "dropout: 0, layer_slices: 4}");
   Trial sliced = train("2slot-b32-sliced", yaml, "--timeline");
   ASSERT_EQ(sliced.exit_code, 0) << sliced.output;
-  // Back to model order: each layer's weight rows, then its bias.
-  auto unslice = [](const std::vector<float>& p) {
-    std::vector<float> out;
-    size_t at = 0;
-    for (auto [in, rows] : {std::pair<size_t, size_t>{784, 64}, {64, 64}}) {
-      std::vector<float> w, b;
-      for (int k = 0; k < 4; ++k) {
-        w.insert(w.end(), p.begin() + at, p.begin() + at + rows / 4 * in), at += rows / 4 * in;
-        b.insert(b.end(), p.begin() + at, p.begin() + at + rows / 4), at += rows / 4;
-      }
-      out.insert(out.end(), w.begin(), w.end());
-      out.insert(out.end(), b.begin(), b.end());
-    }
-    out.insert(out.end(), p.begin() + at, p.end());
-    return out;
-  };
-  sliced.params = unslice(sliced.params);
   expect_same_params(reference("2slot-b32"), sliced, 1e-4);
   std::ifstream t(sliced.dir / "out/timeline-rank0.json");
   const std::string trace(std::istreambuf_iterator<char>(t), {});
-  for (const char* g : {"fc1.weight_0", "fc1.weight_3", "fc2.bias_2"})
+  for (const char* g : {"fc1.weight[0]", "fc1.weight[3]", "fc2.weight[2]", "fc2.bias"})
     EXPECT_NE(trace.find(g), std::string::npos) << g << " is a gradient of its own";
+  EXPECT_EQ(trace.find("fc1.bias["), std::string::npos) << "a bias goes whole";
   auto s = read_metrics((sliced.dir / "out/metrics.jsonl").string());
   EXPECT_EQ(s.train.size(), 20u);
+
+  // Without overlap (one all-reduce after backward) the blocks land in the same gradient.
+  Trial plain = train("2slot-b32-sliced-plain", yaml, "--no-overlap");
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  expect_same_params(reference("2slot-b32"), plain, 1e-4);
 }
 
 // Deferred updates (the default with overlap): each parameter is updated as

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <numeric>
 #include <sstream>
 
 namespace tandem::trainer {
@@ -264,9 +265,12 @@ ExperimentConfig parse_config(const std::string& yaml_text) {
     r.integer(hp["mlp_hidden"], "hyperparameters.mlp_hidden", c.mlp_hidden, 1, 1 << 16, "use a layer width, e.g. 256");
     r.integer(hp["layer_slices"], "hyperparameters.layer_slices", c.layer_slices, 1, 64,
               "use 1 (whole layers) to 64 slices per hidden fully-connected layer, e.g. 8");
-    if (c.model == "mlp" && c.layer_slices > c.mlp_hidden)
+    // fc2's blocks (hidden inputs a row) hold whole multiples of 16 weights (model.h).
+    const int most = c.mlp_hidden / (16 / std::gcd(c.mlp_hidden, 16));
+    if (c.model == "mlp" && c.layer_slices > most)
       r.error("hyperparameters.layer_slices", std::to_string(c.layer_slices) + " slices of a " + std::to_string(c.mlp_hidden) +
-                                                  "-wide layer; use at most mlp_hidden slices");
+                                                  "-wide layer; use at most " + std::to_string(most) +
+                                                  " (each block of fc2 holds a multiple of 16 weights)");
   }
 
   const auto res = root["resources"];

@@ -1,14 +1,16 @@
 #include "model.h"
 
+#include <numeric>
 #include <stdexcept>
 
 namespace tandem::trainer {
 
 namespace nn = torch::nn;
+namespace ag = torch::autograd;
 
 namespace {
-void pass(const ParameterGate& gate, const torch::Tensor& p) {
-  if (gate && *gate) (*gate)(p);
+void pass(const ParameterGate& gate, const torch::Tensor& p, int part = 0) {
+  if (gate && *gate) (*gate)(p, part);
 }
 // A whole layer's parameters through the gate.
 template <class Layer>
@@ -16,34 +18,92 @@ Layer& gated(const ParameterGate& gate, Layer& layer) {
   for (const auto& p : layer->parameters()) pass(gate, p);
   return layer;
 }
+
+// A sliced layer's forward and backward (model.h). Backward adds the bias
+// gradient, then each weight block's, into the parameters' .grad itself and
+// reports each to the sink; autograd gets no gradient for them, so nothing
+// is added twice.
+struct BlockLinear : ag::Function<BlockLinear> {
+  static torch::Tensor forward(ag::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
+                               const torch::Tensor& bias, SlicedLinearImpl* layer) {
+    ctx->save_for_backward({x});
+    ctx->saved_data["layer"] = reinterpret_cast<int64_t>(layer);  // outlives the graph: the model owns it
+    const auto& b = layer->bounds;
+    const size_t blocks = b.size() - 1;
+    pass(layer->gate, bias);
+    std::vector<torch::Tensor> out(blocks);
+    for (size_t k = blocks; k-- > 0;) {  // the last block first, as their reductions land
+      pass(layer->gate, weight, int(k));
+      out[k] = torch::addmm(bias.narrow(0, b[k], b[k + 1] - b[k]), x, weight.narrow(0, b[k], b[k + 1] - b[k]).t());
+    }
+    return torch::cat(out, 1);
+  }
+
+  static ag::variable_list backward(ag::AutogradContext* ctx, ag::variable_list grads) {
+    auto* layer = reinterpret_cast<SlicedLinearImpl*>(ctx->saved_data["layer"].toInt());
+    const torch::Tensor x = ctx->get_saved_variables()[0];
+    const torch::Tensor g = grads[0].contiguous();
+    torch::NoGradGuard no_grad;
+    auto sink = [&](const torch::Tensor& p, int part) {
+      if (layer->sink && *layer->sink) (*layer->sink)(p, part);
+    };
+    auto grad_of = [](torch::Tensor& p) -> torch::Tensor& {
+      auto& grad = p.mutable_grad();
+      if (!grad.defined()) grad = torch::zeros_like(p);
+      return grad;
+    };
+    grad_of(layer->bias).add_(g.sum(0));
+    sink(layer->bias, 0);
+    torch::Tensor& gw = grad_of(layer->weight);
+    const auto& b = layer->bounds;
+    for (size_t k = 0; k + 1 < b.size(); ++k) {
+      const int64_t rows = b[k + 1] - b[k];
+      gw.narrow(0, b[k], rows).addmm_(g.narrow(1, b[k], rows).t(), x);
+      sink(layer->weight, int(k));
+    }
+    torch::Tensor gx = ctx->needs_input_grad(0) ? g.mm(layer->weight) : torch::Tensor();
+    return {gx, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
 }  // namespace
 
-SlicedLinearImpl::SlicedLinearImpl(int64_t in, int64_t out, int slices, ParameterGate gate) : gate(std::move(gate)) {
-  if (slices < 1 || slices > out) throw std::invalid_argument("a layer of " + std::to_string(out) + " outputs cannot be cut into " + std::to_string(slices) + " slices");
-  nn::Linear whole(in, out);  // draws the initial values exactly as an unsliced layer would
-  torch::NoGradGuard no_grad;
-  for (int k = 0; k < slices; ++k) {
-    const int64_t begin = out * k / slices, rows = out * (k + 1) / slices - begin;
-    const std::string suffix = slices == 1 ? "" : "_" + std::to_string(k);
-    weights.push_back(register_parameter("weight" + suffix, whole->weight.narrow(0, begin, rows).clone()));
-    biases.push_back(register_parameter("bias" + suffix, whole->bias.narrow(0, begin, rows).clone()));
-  }
+std::vector<int64_t> row_block_bounds(int64_t in, int64_t out, int slices) {
+  const int64_t unit = 16 / std::gcd(in, int64_t{16});  // rows per 16 elements
+  std::vector<int64_t> bounds{0};
+  for (int k = 1; k < slices; ++k) bounds.push_back(out * k / slices / unit * unit);
+  bounds.push_back(out);
+  for (size_t k = 1; k < bounds.size(); ++k)
+    if (slices < 1 || bounds[k] <= bounds[k - 1])
+      throw std::invalid_argument("a layer of " + std::to_string(out) + " outputs cannot be cut into " +
+                                  std::to_string(slices) + " blocks of whole multiples of " + std::to_string(unit) +
+                                  " rows (" + std::to_string(unit * in) + " elements)");
+  return bounds;
+}
+
+SlicedLinearImpl::SlicedLinearImpl(int64_t in, int64_t out, int slices, ParameterGate gate, GradientSink sink)
+    : bounds(row_block_bounds(in, out, slices)), gate(std::move(gate)), sink(std::move(sink)) {
+  nn::Linear whole(in, out);  // draws the initial values exactly as nn::Linear
+  weight = register_parameter("weight", whole->weight.detach().clone());
+  bias = register_parameter("bias", whole->bias.detach().clone());
+}
+
+std::vector<size_t> SlicedLinearImpl::weight_parts() const {
+  std::vector<size_t> parts;
+  for (size_t k = 0; k + 1 < bounds.size(); ++k) parts.push_back(size_t((bounds[k + 1] - bounds[k]) * weight.size(1)));
+  return parts;
 }
 
 torch::Tensor SlicedLinearImpl::forward(const torch::Tensor& x) {
-  std::vector<torch::Tensor> parts;
-  for (size_t k = 0; k < weights.size(); ++k) {
-    pass(gate, weights[k]);
-    pass(gate, biases[k]);
-    parts.push_back(torch::nn::functional::linear(x, weights[k], biases[k]));
-  }
-  return parts.size() == 1 ? parts[0] : torch::cat(parts, 1);
+  if (bounds.size() > 2) return BlockLinear::apply(x, weight, bias, this);
+  pass(gate, weight);
+  pass(gate, bias);
+  return torch::nn::functional::linear(x, weight, bias);
 }
 
-ConvNetImpl::ConvNetImpl(double dropout, int slices, ParameterGate gate) : gate(gate) {
+ConvNetImpl::ConvNetImpl(double dropout, int slices, ParameterGate gate, GradientSink sink) : gate(gate) {
   conv1 = register_module("conv1", nn::Conv2d(nn::Conv2dOptions(1, 32, 5).padding(2)));
   conv2 = register_module("conv2", nn::Conv2d(nn::Conv2dOptions(32, 64, 5).padding(2)));
-  fc1 = register_module("fc1", SlicedLinear(7 * 7 * 64, 1024, slices, gate));
+  fc1 = register_module("fc1", SlicedLinear(7 * 7 * 64, 1024, slices, gate, sink));
   fc2 = register_module("fc2", nn::Linear(1024, 10));
   drop = register_module("drop", nn::Dropout(dropout));
 }
@@ -55,9 +115,9 @@ torch::Tensor ConvNetImpl::forward(torch::Tensor x) {
   return gated(gate, fc2)(drop(x));
 }
 
-MlpImpl::MlpImpl(int hidden, double dropout, int slices, ParameterGate gate) : gate(gate) {
-  fc1 = register_module("fc1", SlicedLinear(28 * 28, hidden, slices, gate));
-  fc2 = register_module("fc2", SlicedLinear(hidden, hidden, slices, gate));
+MlpImpl::MlpImpl(int hidden, double dropout, int slices, ParameterGate gate, GradientSink sink) : gate(gate) {
+  fc1 = register_module("fc1", SlicedLinear(28 * 28, hidden, slices, gate, sink));
+  fc2 = register_module("fc2", SlicedLinear(hidden, hidden, slices, gate, sink));
   fc3 = register_module("fc3", nn::Linear(hidden, 10));
   drop = register_module("drop", nn::Dropout(dropout));
 }
@@ -69,13 +129,26 @@ torch::Tensor MlpImpl::forward(torch::Tensor x) {
 }
 
 Model make_model(const std::string& name, int mlp_hidden, double dropout, int slices) {
-  auto gate = std::make_shared<std::function<void(const torch::Tensor&)>>();
+  auto gate = std::make_shared<ParameterHook>();
+  auto sink = std::make_shared<ParameterHook>();
+  Model model{nullptr, nullptr, gate, sink, {}};
+  auto sunk = [&](const SlicedLinear& layer) {
+    if (layer->bounds.size() <= 2) return;
+    model.sunk_parts[layer->weight.unsafeGetTensorImpl()] = layer->weight_parts();
+    model.sunk_parts[layer->bias.unsafeGetTensorImpl()] = {size_t(layer->bias.numel())};
+  };
   if (name == "mlp") {
-    Mlp m(mlp_hidden, dropout, slices, gate);
-    return {m.ptr(), [m](torch::Tensor x) mutable { return m->forward(x); }, gate};
+    Mlp m(mlp_hidden, dropout, slices, gate, sink);
+    sunk(m->fc1), sunk(m->fc2);
+    model.module = m.ptr();
+    model.forward = [m](torch::Tensor x) mutable { return m->forward(x); };
+  } else {
+    ConvNet m(dropout, slices, gate, sink);
+    sunk(m->fc1);
+    model.module = m.ptr();
+    model.forward = [m](torch::Tensor x) mutable { return m->forward(x); };
   }
-  ConvNet m(dropout, slices, gate);
-  return {m.ptr(), [m](torch::Tensor x) mutable { return m->forward(x); }, gate};
+  return model;
 }
 
 }  // namespace tandem::trainer

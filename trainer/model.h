@@ -4,14 +4,20 @@
 //    3,274,634 parameters).
 //  - mlp: 784 -> hidden -> hidden -> 10, ReLU.
 // `slices` > 1 computes each hidden fully-connected layer (the convnet's fc1,
-// the mlp's fc1 and fc2) as that many slices of its output features: the same
-// function and initial parameters, but backward then produces the layer's
-// weight gradient in pieces, one GEMM each, so the gradient-sync engine can
-// send the first pieces while the others are still computing.
+// the mlp's fc1 and fc2) in that many row blocks of its weight (blocks of
+// output features). The parameters stay those of nn::Linear, whole (the same
+// model, state and checkpoints as with slices = 1), but backward produces the
+// weight's gradient block by block, one GEMM each, adds each block into
+// weight.grad itself and hands it to the model's gradient sink, so the
+// gradient-sync engine can send the first blocks while the others compute
+// (autograd alone would hand over the whole gradient after the last GEMM).
+// Such a layer's bias gradient goes to the sink first, whole.
 //
-// Each forward passes every parameter through the model's gate just before
-// using it, so a parameter can be updated as late as its first use (the
-// trainer's deferred updates).
+// Each forward passes every parameter (and each block of a sliced weight)
+// through the model's gate just before using it, so a parameter can be
+// updated as late as its first use (the trainer's deferred updates). A sliced
+// layer computes its blocks last first: the order their reductions land in
+// after backward (fusion's register_gradient_parts).
 #pragma once
 
 #include <torch/torch.h>
@@ -19,25 +25,41 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace tandem::trainer {
 
-// Called with each parameter just before forward uses it; empty = nothing.
-using ParameterGate = std::shared_ptr<std::function<void(const torch::Tensor&)>>;
+// (parameter, part): part k of a sliced layer's weight is its k-th row block;
+// every other parameter is one part, 0.
+using ParameterHook = std::function<void(const torch::Tensor&, int part)>;
+// Called with each parameter part just before forward uses it; empty = nothing.
+using ParameterGate = std::shared_ptr<ParameterHook>;
+// Called from backward once a sliced layer's parameter part has been added into .grad.
+using GradientSink = std::shared_ptr<ParameterHook>;
 
-// y = x W^T + b with W and b held as `slices` row blocks (parameters weight,
-// bias when slices = 1, else weight_k, bias_k), initialised as nn::Linear.
+// Row boundaries of `slices` blocks of an out x in weight: as even as they can
+// be with every block but the last holding a multiple of 16 elements (64
+// bytes of f32, so the blocks lie back to back in the fusion arena). Throws
+// std::invalid_argument if that leaves a block empty.
+std::vector<int64_t> row_block_bounds(int64_t in, int64_t out, int slices);
+
+// y = x W^T + b, with W and b initialised and named as nn::Linear's. With
+// slices > 1, W is computed in row blocks (see above).
 struct SlicedLinearImpl : torch::nn::Module {
-  SlicedLinearImpl(int64_t in, int64_t out, int slices, ParameterGate gate = nullptr);
+  SlicedLinearImpl(int64_t in, int64_t out, int slices, ParameterGate gate = nullptr, GradientSink sink = nullptr);
   torch::Tensor forward(const torch::Tensor& x);
-  std::vector<torch::Tensor> weights, biases;
+  // Element counts of W's blocks (one entry when whole).
+  std::vector<size_t> weight_parts() const;
+  torch::Tensor weight, bias;
+  std::vector<int64_t> bounds;  // row boundaries, blocks + 1 of them
   ParameterGate gate;
+  GradientSink sink;
 };
 TORCH_MODULE(SlicedLinear);
 
 struct ConvNetImpl : torch::nn::Module {
-  ConvNetImpl(double dropout, int slices, ParameterGate gate = nullptr);
+  ConvNetImpl(double dropout, int slices, ParameterGate gate = nullptr, GradientSink sink = nullptr);
   torch::Tensor forward(torch::Tensor x);
   ParameterGate gate;
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr};
@@ -48,7 +70,7 @@ struct ConvNetImpl : torch::nn::Module {
 TORCH_MODULE(ConvNet);
 
 struct MlpImpl : torch::nn::Module {
-  MlpImpl(int hidden, double dropout, int slices, ParameterGate gate = nullptr);
+  MlpImpl(int hidden, double dropout, int slices, ParameterGate gate = nullptr, GradientSink sink = nullptr);
   torch::Tensor forward(torch::Tensor x);
   ParameterGate gate;
   SlicedLinear fc1{nullptr}, fc2{nullptr};
@@ -61,7 +83,11 @@ TORCH_MODULE(Mlp);
 struct Model {
   std::shared_ptr<torch::nn::Module> module;
   std::function<torch::Tensor(torch::Tensor)> forward;
-  ParameterGate gate;  // set *gate to act on each parameter before its use
+  ParameterGate gate;  // set *gate to act on each parameter part before its use
+  GradientSink sink;   // set *sink to learn when backward has added a sliced layer's part
+  // The parameters whose gradients backward hands to the sink rather than to
+  // autograd's accumulation (by TensorImpl), with their parts' element counts.
+  std::unordered_map<const void*, std::vector<size_t>> sunk_parts;
 };
 Model make_model(const std::string& name, int mlp_hidden, double dropout, int slices = 1);
 

@@ -1,15 +1,18 @@
 // One slot's training loop. Terms as in config.h, data.h and metrics.h; and:
+//  - part: what is marked ready and reduced on its own: a parameter's whole
+//    gradient, or one row block of a sliced layer's weight (model.h).
 //  - exchange: how gradients reach the other slots. Overlapped: through
 //    fusion::GradientSync, the parameters' .grad tensors being views of its
-//    fusion buffers and each AccumulateGrad node's post-hook marking the
-//    gradient ready, so buckets are reduced while backward continues.
+//    fusion buffers and each AccumulateGrad node's post-hook (or, for a
+//    sliced layer, the model's gradient sink) marking a part ready, so
+//    buckets are reduced while backward continues.
 //    Not overlapped (--no-overlap): the same views into one shared buffer,
 //    reduced by one all-reduce after backward. Either way a
 //    compression::CompressedAllreduce puts fp16/bf16 on the wire when
 //    optimizations.gradient_compression asks for it.
 //  - deferred update (overlapped, by default): a communicating batch ends
-//    after backward. Each parameter is updated when the next forward first
-//    uses it (the model's gate), as soon as its bucket has landed, so that
+//    after backward. Each part is updated when the next forward first uses
+//    it (the model's gate), as soon as its bucket has landed, so that
 //    forward starts while the last buckets are still on the wire; the
 //    exchange closes after it. Every batch with a validation or checkpoint
 //    after it, and the last, ends at once.
@@ -62,42 +65,52 @@ struct Exchanged {
   uint64_t payload_bytes = 0, wire_bytes = 0, fallbacks = 0;  // of the gradients
 };
 
+// A parameter's gradient: its name and its parts' element counts, in row order.
+struct GradientParts {
+  std::string name;
+  std::vector<size_t> counts;
+};
+
 class Exchange {
  public:
   virtual ~Exchange() = default;
-  virtual float* storage(int id) = 0;
-  virtual void mark_ready(int id) = 0;
+  // The parameter's whole gradient (its parts back to back).
+  virtual float* storage(size_t param) = 0;
+  virtual void mark_ready(size_t param, int part) = 0;
   virtual void report(std::span<const Metric> metrics) = 0;
   virtual Exchanged finish(Deadline deadline) = 0;
-  // Before finish(): until gradient `id` is reduced (deferred updates).
-  virtual void wait_for(int id, Deadline deadline) = 0;
+  // Before finish(): until that part is reduced (deferred updates).
+  virtual void wait_for(size_t param, int part, Deadline deadline) = 0;
   virtual std::span<const Metric> metrics() const = 0;
   virtual void zero() = 0;
 };
 
 class OverlappedExchange : public Exchange {
  public:
-  OverlappedExchange(Communicator& comm, fusion::GradientSyncOptions o, const std::vector<torch::Tensor>& params,
-                     const std::vector<std::string>& names)
+  OverlappedExchange(Communicator& comm, fusion::GradientSyncOptions o, const std::vector<GradientParts>& params)
       : sync_(comm, std::move(o)) {
-    for (size_t i = 0; i < params.size(); ++i)
-      sync_.register_gradient(names[i], static_cast<size_t>(params[i].numel()), DataType::f32);
+    for (const auto& p : params)
+      ids_.push_back(p.counts.size() == 1 ? std::vector<int>{sync_.register_gradient(p.name, p.counts[0])}
+                                          : sync_.register_gradient_parts(p.name, p.counts));
     sync_.finalize(Clock::now() + std::chrono::seconds(60));
   }
-  float* storage(int id) override { return sync_.data_as<float>(id); }
-  void mark_ready(int id) override { sync_.mark_ready(id); }
+  float* storage(size_t param) override { return sync_.data_as<float>(ids_[param][0]); }
+  void mark_ready(size_t param, int part) override { sync_.mark_ready(ids_[param][size_t(part)]); }
   void report(std::span<const Metric> m) override { sync_.report_metrics(m); }
   Exchanged finish(Deadline deadline) override {
     sync_.wait(deadline);
     const auto& s = sync_.last_step();
     return {s.communicated, s.exposed, s.communication, s.bytes_reduced, s.wire_bytes, s.compression_fallbacks};
   }
-  void wait_for(int id, Deadline deadline) override { sync_.wait_gradient(id, deadline); }
+  void wait_for(size_t param, int part, Deadline deadline) override {
+    sync_.wait_gradient(ids_[param][size_t(part)], deadline);
+  }
   std::span<const Metric> metrics() const override { return sync_.metrics(); }
   void zero() override { sync_.zero_gradients(); }
 
  private:
   fusion::GradientSync sync_;
+  std::vector<std::vector<int>> ids_;  // per parameter, per part
 };
 
 // Gradients in one allocate_shared buffer, reduced after backward; metrics by a
@@ -105,19 +118,23 @@ class OverlappedExchange : public Exchange {
 // accumulate, the k-th communicates (divided by k when averaging aggregated gradients).
 class PlainExchange : public Exchange {
  public:
-  PlainExchange(Communicator& comm, const std::vector<torch::Tensor>& params, int aggregation, bool average_aggregated,
+  PlainExchange(Communicator& comm, const std::vector<GradientParts>& params, int aggregation, bool average_aggregated,
                 int metric_slots, compression::CompressedAllreduce* compressor)
       : comm_(comm), k_(aggregation), average_aggregated_(average_aggregated), compressor_(compressor),
         pending_(metric_slots), result_(metric_slots) {
     size_t total = 0;
-    for (const auto& p : params) offsets_.push_back(total), total += (static_cast<size_t>(p.numel()) + 15) / 16 * 16;
+    for (const auto& p : params) {
+      offsets_.push_back(total);
+      for (size_t c : p.counts) total += c;
+      total = (total + 15) / 16 * 16;
+    }
     count_ = total;
     buffer_ = static_cast<float*>(comm_.allocate_shared(total * sizeof(float)));
     if (compressor_ && compressor_->options().error_feedback) residual_.assign(count_, 0.0f);
   }
   ~PlainExchange() override { comm_.free_shared(buffer_); }
-  float* storage(int id) override { return buffer_ + offsets_[id]; }
-  void mark_ready(int) override {}
+  float* storage(size_t param) override { return buffer_ + offsets_[param]; }
+  void mark_ready(size_t, int) override {}
   void report(std::span<const Metric> m) override { std::copy_n(m.begin(), std::min(m.size(), pending_.size()), pending_.begin()); }
   Exchanged finish(Deadline) override {
     if (++local_ < k_) return {false, 0, 0};
@@ -144,7 +161,7 @@ class PlainExchange : public Exchange {
     ex.exposed = ex.communication = seconds_since(t);
     return ex;
   }
-  void wait_for(int, Deadline) override {}  // finish() reduces everything
+  void wait_for(size_t, int, Deadline) override {}  // finish() reduces everything
   std::span<const Metric> metrics() const override { return result_; }
   void zero() override { std::fill(buffer_, buffer_ + count_, 0.0f); }
 
@@ -163,40 +180,54 @@ class PlainExchange : public Exchange {
 
 // Marks a parameter's gradient ready once AccumulateGrad has added into it.
 struct ReadyHook : torch::autograd::FunctionPostHook {
-  ReadyHook(Exchange& e, int id) : exchange(e), id(id) {}
+  ReadyHook(Exchange& e, size_t param) : exchange(e), param(param) {}
   torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
                                             const torch::autograd::variable_list&) override {
-    exchange.mark_ready(id);
+    exchange.mark_ready(param, 0);
     return outputs;
   }
   Exchange& exchange;
-  int id;
+  size_t param;
 };
 
-// torch::optim::SGD's step for one parameter, in its arithmetic and on its
-// state (so checkpoints and results are the same as optimizer.step()).
-void sgd_update(torch::optim::SGD& optimizer, const torch::Tensor& p) {
+// torch::optim::SGD's step for rows [begin, begin + rows) of one parameter,
+// in its arithmetic and on its state (so checkpoints and results are the same
+// as optimizer.step()). A momentum buffer first made for a part of the
+// parameter starts at zero: with no dampening, the same first step as SGD's
+// copy of the gradient.
+void sgd_update(torch::optim::SGD& optimizer, const torch::Tensor& p, int64_t begin, int64_t rows) {
   torch::NoGradGuard no_grad;
   const auto& o = static_cast<const torch::optim::SGDOptions&>(optimizer.param_groups().at(0).options());
-  auto d_p = p.grad().data();
-  if (o.weight_decay() != 0) d_p = d_p.add(p.data(), o.weight_decay());
+  const bool whole = rows == p.size(0);
+  auto param = p.data().narrow(0, begin, rows);
+  auto d_p = p.grad().data().narrow(0, begin, rows);
+  if (o.weight_decay() != 0) d_p = d_p.add(param, o.weight_decay());
   if (o.momentum() != 0) {
     const std::string key = c10::guts::to_string(p.unsafeGetTensorImpl());
     auto& state = optimizer.state();
     torch::Tensor buf;
     auto found = state.find(key);
-    if (found == state.end()) {
+    if (found == state.end() && whole) {
       buf = torch::clone(d_p).detach();
+    } else {
+      if (found == state.end() && o.dampening() != 0)
+        throw std::logic_error("row-block SGD updates need dampening 0");
+      if (found == state.end()) {
+        buf = torch::zeros_like(p.data());
+      } else {
+        buf = static_cast<torch::optim::SGDParamState&>(*found->second).momentum_buffer();
+      }
+      buf.narrow(0, begin, rows).mul_(o.momentum()).add_(d_p, 1 - o.dampening());
+    }
+    if (found == state.end()) {
       auto fresh = std::make_unique<torch::optim::SGDParamState>();
       fresh->momentum_buffer(buf);
       state[key] = std::move(fresh);
-    } else {
-      buf = static_cast<torch::optim::SGDParamState&>(*found->second).momentum_buffer();
-      buf.mul_(o.momentum()).add_(d_p, 1 - o.dampening());
     }
+    buf = buf.narrow(0, begin, rows);
     d_p = o.nesterov() ? d_p.add(buf, o.momentum()) : buf;
   }
-  p.data().add_(d_p, -1 * o.lr());
+  param.add_(d_p, -1 * o.lr());
 }
 
 std::string save_to_string(const std::function<void(torch::serialize::OutputArchive&)>& fill) {
@@ -303,7 +334,17 @@ int run_worker(const WorkerOptions& wo) {
   if (chief)
     for (const auto& w : warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
 
-  // Exchange and gradient views
+  // Exchange and gradient views. A part's rows: [row_begin[i][k], row_begin[i][k + 1]).
+  std::vector<GradientParts> parts;
+  std::vector<std::vector<int64_t>> row_begin;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto sunk = model.sunk_parts.find(params[i].unsafeGetTensorImpl());
+    parts.push_back({names[i], sunk != model.sunk_parts.end() ? sunk->second
+                                                               : std::vector<size_t>{size_t(params[i].numel())}});
+    const size_t row = size_t(params[i].numel() / params[i].size(0));
+    row_begin.push_back({0});
+    for (size_t c : parts.back().counts) row_begin.back().push_back(row_begin.back().back() + int64_t(c / row));
+  }
   const int metric_slots = 2 + world;
   const compression::Codec codec = *compression::parse_codec(opt.gradient_compression);  // checked by the config
   std::unique_ptr<compression::CompressedAllreduce> compressor;  // outlives the exchange
@@ -326,9 +367,9 @@ int run_worker(const WorkerOptions& wo) {
       std::filesystem::create_directories(wo.output_dir);
       so.timeline_path = wo.output_dir + "/timeline-rank" + std::to_string(rank) + ".json";
     }
-    exchange = std::make_unique<OverlappedExchange>(*comm, so, params, names);
+    exchange = std::make_unique<OverlappedExchange>(*comm, so, parts);
   } else {
-    exchange = std::make_unique<PlainExchange>(*comm, params, k, opt.average_aggregated_gradients, metric_slots,
+    exchange = std::make_unique<PlainExchange>(*comm, parts, k, opt.average_aggregated_gradients, metric_slots,
                                                compressor.get());
   }
   // The engine thread exists now; from here this thread computes. Lowering its
@@ -339,13 +380,17 @@ int run_worker(const WorkerOptions& wo) {
   if (compute_nice > 0 && ::setpriority(PRIO_PROCESS, 0, compute_nice) != 0 && chief)
     std::fprintf(stderr, "warning: could not lower the compute thread's priority (nice %d): %s\n", compute_nice,
                  std::strerror(errno));
+  std::unordered_map<const void*, size_t> param_of;
+  for (size_t i = 0; i < params.size(); ++i) param_of[params[i].unsafeGetTensorImpl()] = i;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;  // kept alive: they hold the hooks
   for (size_t i = 0; i < params.size(); ++i) {
-    params[i].mutable_grad() = torch::from_blob(exchange->storage(static_cast<int>(i)), params[i].sizes(), torch::kFloat32);
+    params[i].mutable_grad() = torch::from_blob(exchange->storage(i), params[i].sizes(), torch::kFloat32);
+    if (model.sunk_parts.count(params[i].unsafeGetTensorImpl())) continue;  // the model's sink marks it
     auto acc = torch::autograd::impl::grad_accumulator(params[i]);
-    acc->add_post_hook(std::make_unique<ReadyHook>(*exchange, static_cast<int>(i)));
+    acc->add_post_hook(std::make_unique<ReadyHook>(*exchange, i));
     accumulators.push_back(acc);
   }
+  *model.sink = [&](const torch::Tensor& p, int part) { exchange->mark_ready(param_of.at(p.unsafeGetTensorImpl()), part); };
 
   std::unique_ptr<MetricsWriter> log;
   if (chief) {
@@ -425,19 +470,20 @@ int run_worker(const WorkerOptions& wo) {
     double data = 0, own_loss = 0, own_accuracy = 0;
   };
   std::optional<Open> deferred;  // its parameters are updated by the next forward
-  std::vector<char> updated(params.size(), 1);
-  std::unordered_map<const void*, int> id_of;
-  for (size_t i = 0; i < params.size(); ++i) id_of[params[i].unsafeGetTensorImpl()] = static_cast<int>(i);
-  auto update = [&](int id) {
-    if (updated[static_cast<size_t>(id)]) return;
-    exchange->wait_for(id, far);
-    sgd_update(optimizer, params[static_cast<size_t>(id)]);
+  std::vector<std::vector<char>> updated;  // per parameter, per part
+  for (const auto& p : parts) updated.emplace_back(p.counts.size(), 1);
+  auto update = [&](size_t i, int part) {
+    char& done = updated[i][size_t(part)];
+    if (done) return;
+    exchange->wait_for(i, part, far);
+    const int64_t begin = row_begin[i][size_t(part)], rows = row_begin[i][size_t(part) + 1] - begin;
+    sgd_update(optimizer, params[i], begin, rows);
     torch::NoGradGuard no_grad;
-    params[static_cast<size_t>(id)].mutable_grad().zero_();
-    updated[static_cast<size_t>(id)] = 1;
+    params[i].mutable_grad().narrow(0, begin, rows).zero_();
+    done = 1;
   };
-  *model.gate = [&](const torch::Tensor& p) {
-    if (deferred) update(id_of.at(p.unsafeGetTensorImpl()));
+  *model.gate = [&](const torch::Tensor& p, int part) {
+    if (deferred) update(param_of.at(p.unsafeGetTensorImpl()), part);
   };
   const bool defer = wo.overlap && wo.deferred_updates;
   auto last_end = t0;
@@ -446,7 +492,8 @@ int run_worker(const WorkerOptions& wo) {
   auto complete = [&](const Open& b, bool was_deferred) {
     Exchanged ex;
     if (was_deferred) {
-      for (size_t i = 0; i < params.size(); ++i) update(static_cast<int>(i));
+      for (size_t i = 0; i < params.size(); ++i)
+        for (size_t part = 0; part < updated[i].size(); ++part) update(i, int(part));
       ex = exchange->finish(far);
     } else {
       ex = exchange->finish(far);
@@ -536,7 +583,7 @@ int run_worker(const WorkerOptions& wo) {
     const bool checkpoint_now = (checkpoint_every > 0 && batch % checkpoint_every == 0) || last_batch;
     if (defer && batch % k == 0 && !validate_now && !checkpoint_now) {
       deferred = b;
-      std::fill(updated.begin(), updated.end(), 0);
+      for (auto& u : updated) std::fill(u.begin(), u.end(), 0);
       continue;
     }
     complete(b, false);
