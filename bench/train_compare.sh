@@ -4,9 +4,11 @@
 #
 #   1. one host: tandem and DDP at 1 and 2 slots (`tandem train --scaling 1,2 --anchor`);
 #   2. two network namespaces over a tbf-limited veth (bench/netns_run.sh):
-#      tandem with overlap and fp16 gradients, DDP-gloo, DDP with its fp16 hook,
-#      and, when --layer-slices splits the layers, DDP-gloo on the convnet as
-#      PyTorch users run it (whole layers, DDP's default 25 MB buckets);
+#      tandem with overlap and fp16 gradients, DDP-gloo, DDP with its fp16
+#      hook, all on the same model; and, when --layer-slices computes the
+#      hidden layers in blocks, DDP-gloo and its fp16 hook on the model
+#      rewritten into that many separate layers (ddp_anchor.py
+#      --separate-slices: DDP reduces whole parameters only);
 #   3. one table over all of them (`tandem-train --compare`): samples/s,
 #      speed-up and scaling efficiency against the same system's 1-slot run,
 #      time to the target validation accuracy, final accuracy.
@@ -78,11 +80,6 @@ cfg.setdefault("optimizations", {})["gradient_compression"] = False
 yaml.safe_dump(cfg, open(f"{out}/exp.yaml", "w"), sort_keys=False)
 cfg["optimizations"]["gradient_compression"] = "fp16"
 yaml.safe_dump(cfg, open(f"{out}/exp-fp16.yaml", "w"), sort_keys=False)
-# The model and buckets as PyTorch users run DDP: whole layers, default bucket cap.
-cfg["optimizations"]["gradient_compression"] = False
-cfg["optimizations"].pop("tensor_fusion_threshold", None)
-cfg["hyperparameters"].pop("layer_slices", None)
-yaml.safe_dump(cfg, open(f"{out}/exp-whole.yaml", "w"), sort_keys=False)
 EOF
 
 common=(--per-slot-batch "$per_slot" --target-accuracy "$target")
@@ -102,17 +99,18 @@ else
   "${netns[@]}" -- "$train" --worker "$out/exp-fp16.yaml" --slots 2 --per-slot-batch "$per_slot" \
     --output "$out/link-tandem-fp16" --checkpoint-dir "$out/link-tandem-fp16/checkpoints"
   compare+=("tandem overlap + fp16, $rate=$out/link-tandem-fp16")
-  ddp_link() {  # directory, system, experiment, [--fp16-hook]
+  ddp_link() {  # directory, system, [ddp_anchor.py flags]
     echo "== two namespaces over a $rate link: $2"
     rm -rf "$out/$1"
-    "${netns[@]}" --env GLOO_SOCKET_IFNAME=eth0 -- /usr/bin/python3 "$repo/trainer/ddp_anchor.py" "$3" \
-      --from-env --per-slot-batch "$per_slot" --output "$out/$1" ${4:-}
+    "${netns[@]}" --env GLOO_SOCKET_IFNAME=eth0 -- /usr/bin/python3 "$repo/trainer/ddp_anchor.py" "$out/exp.yaml" \
+      --from-env --per-slot-batch "$per_slot" --output "$out/$1" "${@:3}"
     compare+=("$2, $rate=$out/$1")
   }
-  ddp_link link-ddp "DDP gloo" "$out/exp.yaml"
-  ddp_link link-ddp-fp16 "DDP gloo + fp16 hook" "$out/exp.yaml" --fp16-hook
+  ddp_link link-ddp "DDP gloo"
+  ddp_link link-ddp-fp16 "DDP gloo + fp16 hook" --fp16-hook
   if [[ -n "$slices" && "$slices" != 1 ]]; then
-    ddp_link link-ddp-whole "DDP gloo, whole layers" "$out/exp-whole.yaml"
+    ddp_link link-ddp-separate "DDP gloo, $slices separate slices" --separate-slices
+    ddp_link link-ddp-separate-fp16 "DDP gloo + fp16 hook, $slices separate slices" --separate-slices --fp16-hook
   fi
 fi
 

@@ -2,7 +2,7 @@
 """PyTorch DDP (gloo) training the same experiment as `tandem train`: the anchor.
 
     /usr/bin/python3 trainer/ddp_anchor.py exp.yaml [--slots N] [--output DIR]
-        [--max-batches N] [--per-slot-batch N] [--fp16-hook] [--compute-nice N] [--from-env]
+        [--max-batches N] [--per-slot-batch N] [--fp16-hook] [--separate-slices] [--compute-nice N] [--from-env]
 
 It forks its ranks on this host; with --from-env it is one rank of a job
 started by something else (bench/netns_run.sh, mpirun): rank and world size
@@ -17,8 +17,13 @@ generator, so the records of a batch differ from tandem's (the distribution is
 the same). Writes the same JSON-lines metrics as tandem (kind start, train,
 validation, end) to DIR/metrics.jsonl, so `tandem train --anchor` reads both.
 --fp16-hook registers DDP's fp16_compress_hook (gradient_compression: fp16).
-hyperparameters.layer_slices builds the same sliced layers as tandem, and
 optimizations.tensor_fusion_threshold is DDP's bucket_cap_mb (default 25).
+hyperparameters.layer_slices changes nothing by default: tandem computes the
+same model, whole parameters, in row blocks, and hands the engine each block's
+gradient as backward produces it. DDP reduces whole parameters only, so
+--separate-slices rewrites each hidden layer into that many layers of their
+own (the same function and initial values, other parameters): the way DDP
+gets that overlap.
 
 Debian's torch 1.13 runs only under /usr/bin/python3.
 """
@@ -61,7 +66,7 @@ def to_tensors(images, labels):
     return x, torch.from_numpy(labels.astype(np.int64))
 
 
-class SlicedLinear(nn.Module):  # trainer/model.h: nn.Linear held as row blocks
+class SlicedLinear(nn.Module):  # nn.Linear rewritten as row blocks, each block a parameter of its own
     def __init__(self, d_in, d_out, slices):
         super().__init__()
         whole = nn.Linear(d_in, d_out)
@@ -141,7 +146,7 @@ def worker(rank, world, args, addr, port):
 
     torch.manual_seed(seed)
     dropout = hp.get("dropout", 0.4)
-    slices = hp.get("layer_slices", 1)
+    slices = hp.get("layer_slices", 1) if args.separate_slices else 1
     model = Mlp(hp.get("mlp_hidden", 256), dropout, slices) if hp.get("model", "convnet") == "mlp" else ConvNet(dropout, slices)
     # DDP's bucket cap is what Determined's tensor_fusion_threshold sets for Horovod.
     cap_mb = cfg.get("optimizations", {}).get("tensor_fusion_threshold", 25)
@@ -223,6 +228,8 @@ def main():
     p.add_argument("--per-slot-batch", type=int, default=0,
                    help="samples per rank per batch; the global batch is this times the ranks")
     p.add_argument("--fp16-hook", action="store_true", help="DDP's fp16_compress_hook on every bucket")
+    p.add_argument("--separate-slices", action="store_true",
+                   help="hyperparameters.layer_slices as separate layers (DDP reduces whole parameters only)")
     p.add_argument("--compute-nice", type=int, default=0, choices=range(20), metavar="N",
                    help="nice value of each rank's compute thread, as tandem-train's (default 0: unchanged)")
     p.add_argument("--from-env", action="store_true", help="be one rank: TANDEM_RANK, TANDEM_WORLD_SIZE, TANDEM_STORE_ADDR")
