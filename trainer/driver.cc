@@ -239,8 +239,8 @@ void report_comparison(const std::vector<Trial>& trials, const std::string& dir,
   std::printf("\ncomparison\n%s", table.str().c_str());
   std::ofstream(dir + "/scaling.md") << table.str();
   std::ostringstream g;
-  g << "set terminal pngcairo size 1400,560 noenhanced\nset output '" << dir << "/scaling.png'\n"
-    << "set multiplot layout 1,2\nset bmargin 9\nset grid ytics\nset ylabel 'samples/s'\nset yrange [0:*]\n"
+  g << "set terminal pngcairo size 1400,640 noenhanced\nset output '" << dir << "/scaling.png'\n"
+    << "set multiplot layout 1,2\nset bmargin 13\nset grid ytics\nset ylabel 'samples/s'\nset yrange [0:*]\n"
     << "set offsets 0,0,graph 0.1,0\nset xtics rotate by 30 right font ',9'\nset style fill solid 0.6\n"
     << "set boxwidth 0.6\nset key outside top center horizontal\nplot '" << dir
     << "/scaling.dat' using 0:1:xtic(3) with boxes title 'samples/s', '' using 0:2 with points pt 6 ps 2 "
