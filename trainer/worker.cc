@@ -205,21 +205,18 @@ void sgd_update(torch::optim::SGD& optimizer, const torch::Tensor& p, int64_t be
   if (o.momentum() != 0) {
     const std::string key = c10::guts::to_string(p.unsafeGetTensorImpl());
     auto& state = optimizer.state();
-    torch::Tensor buf;
-    auto found = state.find(key);
-    if (found == state.end() && whole) {
+    const auto found = state.find(key);
+    const bool fresh = found == state.end();
+    torch::Tensor buf;  // the whole parameter's
+    if (fresh && whole) {
       buf = torch::clone(d_p).detach();
     } else {
-      if (found == state.end() && o.dampening() != 0)
-        throw std::logic_error("row-block SGD updates need dampening 0");
-      if (found == state.end()) {
-        buf = torch::zeros_like(p.data());
-      } else {
-        buf = static_cast<torch::optim::SGDParamState&>(*found->second).momentum_buffer();
-      }
+      if (fresh && o.dampening() != 0) throw std::logic_error("row-block SGD updates need dampening 0");
+      buf = fresh ? torch::zeros_like(p.data())
+                  : static_cast<torch::optim::SGDParamState&>(*found->second).momentum_buffer();
       buf.narrow(0, begin, rows).mul_(o.momentum()).add_(d_p, 1 - o.dampening());
     }
-    if (found == state.end()) {
+    if (fresh) {
       auto fresh = std::make_unique<torch::optim::SGDParamState>();
       fresh->momentum_buffer(buf);
       state[key] = std::move(fresh);
