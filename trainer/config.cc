@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "row_blocks.h"
 #include "tandem/compression/compression.h"
 
 #include <algorithm>
@@ -9,7 +10,6 @@
 #include <fstream>
 #include <functional>
 #include <map>
-#include <numeric>
 #include <sstream>
 
 namespace tandem::trainer {
@@ -265,8 +265,8 @@ ExperimentConfig parse_config(const std::string& yaml_text) {
     r.integer(hp["mlp_hidden"], "hyperparameters.mlp_hidden", c.mlp_hidden, 1, 1 << 16, "use a layer width, e.g. 256");
     r.integer(hp["layer_slices"], "hyperparameters.layer_slices", c.layer_slices, 1, 64,
               "use 1 (whole layers) to 64 slices per hidden fully-connected layer, e.g. 8");
-    // fc2's blocks (hidden inputs a row) hold whole multiples of 16 weights (model.h).
-    const int most = c.mlp_hidden / (16 / std::gcd(c.mlp_hidden, 16));
+    // fc2 (hidden inputs a row) is the mlp layer with the fewest possible blocks.
+    const int64_t most = most_row_blocks(c.mlp_hidden, c.mlp_hidden);
     if (c.model == "mlp" && c.layer_slices > most)
       r.error("hyperparameters.layer_slices", std::to_string(c.layer_slices) + " slices of a " + std::to_string(c.mlp_hidden) +
                                                   "-wide layer; use at most " + std::to_string(most) +

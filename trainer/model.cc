@@ -1,7 +1,6 @@
 #include "model.h"
 
-#include <numeric>
-#include <stdexcept>
+#include "row_blocks.h"
 
 namespace tandem::trainer {
 
@@ -67,19 +66,6 @@ struct BlockLinear : ag::Function<BlockLinear> {
 };
 }  // namespace
 
-std::vector<int64_t> row_block_bounds(int64_t in, int64_t out, int slices) {
-  const int64_t unit = 16 / std::gcd(in, int64_t{16});  // rows per 16 elements
-  std::vector<int64_t> bounds{0};
-  for (int k = 1; k < slices; ++k) bounds.push_back(out * k / slices / unit * unit);
-  bounds.push_back(out);
-  for (size_t k = 1; k < bounds.size(); ++k)
-    if (slices < 1 || bounds[k] <= bounds[k - 1])
-      throw std::invalid_argument("a layer of " + std::to_string(out) + " outputs cannot be cut into " +
-                                  std::to_string(slices) + " blocks of whole multiples of " + std::to_string(unit) +
-                                  " rows (" + std::to_string(unit * in) + " elements)");
-  return bounds;
-}
-
 SlicedLinearImpl::SlicedLinearImpl(int64_t in, int64_t out, int slices, ParameterGate gate, GradientSink sink)
     : bounds(row_block_bounds(in, out, slices)), gate(std::move(gate)), sink(std::move(sink)) {
   nn::Linear whole(in, out);  // draws the initial values exactly as nn::Linear
@@ -94,7 +80,7 @@ std::vector<size_t> SlicedLinearImpl::weight_parts() const {
 }
 
 torch::Tensor SlicedLinearImpl::forward(const torch::Tensor& x) {
-  if (bounds.size() > 2) return BlockLinear::apply(x, weight, bias, this);
+  if (sliced()) return BlockLinear::apply(x, weight, bias, this);
   pass(gate, weight);
   pass(gate, bias);
   return torch::nn::functional::linear(x, weight, bias);
@@ -133,7 +119,7 @@ Model make_model(const std::string& name, int mlp_hidden, double dropout, int sl
   auto sink = std::make_shared<ParameterHook>();
   Model model{nullptr, nullptr, gate, sink, {}};
   auto sunk = [&](const SlicedLinear& layer) {
-    if (layer->bounds.size() <= 2) return;
+    if (!layer->sliced()) return;
     model.sunk_parts[layer->weight.unsafeGetTensorImpl()] = layer->weight_parts();
     model.sunk_parts[layer->bias.unsafeGetTensorImpl()] = {size_t(layer->bias.numel())};
   };

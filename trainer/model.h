@@ -38,17 +38,12 @@ using ParameterGate = std::shared_ptr<ParameterHook>;
 // Called from backward once a sliced layer's parameter part has been added into .grad.
 using GradientSink = std::shared_ptr<ParameterHook>;
 
-// Row boundaries of `slices` blocks of an out x in weight: as even as they can
-// be with every block but the last holding a multiple of 16 elements (64
-// bytes of f32, so the blocks lie back to back in the fusion arena). Throws
-// std::invalid_argument if that leaves a block empty.
-std::vector<int64_t> row_block_bounds(int64_t in, int64_t out, int slices);
-
 // y = x W^T + b, with W and b initialised and named as nn::Linear's. With
-// slices > 1, W is computed in row blocks (see above).
+// slices > 1, W is computed in row blocks (see above; bounds: row_blocks.h).
 struct SlicedLinearImpl : torch::nn::Module {
   SlicedLinearImpl(int64_t in, int64_t out, int slices, ParameterGate gate = nullptr, GradientSink sink = nullptr);
   torch::Tensor forward(const torch::Tensor& x);
+  bool sliced() const { return bounds.size() > 2; }
   // Element counts of W's blocks (one entry when whole).
   std::vector<size_t> weight_parts() const;
   torch::Tensor weight, bias;
