@@ -217,9 +217,9 @@ void sgd_update(torch::optim::SGD& optimizer, const torch::Tensor& p, int64_t be
       buf.narrow(0, begin, rows).mul_(o.momentum()).add_(d_p, 1 - o.dampening());
     }
     if (fresh) {
-      auto fresh = std::make_unique<torch::optim::SGDParamState>();
-      fresh->momentum_buffer(buf);
-      state[key] = std::move(fresh);
+      auto entry = std::make_unique<torch::optim::SGDParamState>();
+      entry->momentum_buffer(buf);
+      state[key] = std::move(entry);
     }
     buf = buf.narrow(0, begin, rows);
     d_p = o.nesterov() ? d_p.add(buf, o.momentum()) : buf;
