@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "../comm/reduce/kernels.h"  // internal: per-ISA kernel tables
+#include "tandem/reduce/kernels.h"  // per-ISA kernel tables
 #include "tandem/reduce.h"
 #include "tandem/types.h"
 

@@ -20,8 +20,8 @@
 #include <tuple>
 #include <vector>
 
-#include "functors.h"
-#include "kernels.h"
+#include "tandem/reduce/functors.h"
+#include "tandem/reduce/kernels.h"
 #include "tandem/errors.h"
 #include "tandem/reduce.h"
 #include "tandem/types.h"

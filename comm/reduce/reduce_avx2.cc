@@ -2,7 +2,7 @@
 // when the CPU has them). Results are bitwise identical to the scalar functors.
 #include <immintrin.h>
 
-#include "kernels.h"
+#include "tandem/reduce/kernels.h"
 #include "simd_loop.h"
 
 namespace tandem::detail {

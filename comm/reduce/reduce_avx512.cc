@@ -7,7 +7,7 @@
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 
-#include "kernels.h"
+#include "tandem/reduce/kernels.h"
 #include "simd_loop.h"
 
 namespace tandem::detail {

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <string>
 
-#include "functors.h"
+#include "tandem/reduce/functors.h"
 #include "reduce_cuda.h"
 #include "tandem/errors.h"
 

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <string>
 
-#include "kernels.h"
+#include "tandem/reduce/kernels.h"
 #ifdef TANDEM_WITH_CUDA
 #include "reduce_cuda.h"
 #endif

@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "functors.h"
+#include "tandem/reduce/functors.h"
 #include "tandem/types.h"
 
 namespace tandem::detail::scalar {

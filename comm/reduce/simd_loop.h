@@ -18,7 +18,7 @@
 
 #include <cstddef>
 
-#include "kernels.h"
+#include "tandem/reduce/kernels.h"
 #include "scalar_loops.h"
 
 namespace tandem::detail::simd {

@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-#include "functors.h"
+#include "tandem/reduce/functors.h"
 
 namespace tandem::codec {
 

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels.h"  // comm/reduce: Isa, cpu_supports, active_isa
+#include "tandem/reduce/kernels.h"  // Isa, cpu_supports, active_isa
 
 namespace tandem::codec {
 

@@ -1,6 +1,7 @@
-// Internal to comm/reduce: one table of kernels per instruction set, and the
-// dispatcher's choice. Tests and benchmarks use kernel_table() to run a
-// specific ISA; everything else goes through tandem/reduce.h.
+// tandem_reduce's kernel level: one table of kernels per instruction set, and
+// the dispatcher's choice. compression/ follows its ISA choice; tests and
+// benchmarks use kernel_table() to run a specific ISA; everything else goes
+// through tandem/reduce.h.
 #pragma once
 
 #include <cstddef>
