@@ -1,9 +1,8 @@
 // Fuzz target: a peer's shared-memory slot header and control block, as a
-// rank reads them from the peer's segment (ring/src/shm_collectives.cc): the
+// rank reads them from the peer's segment (ring/src/shm_segments.h): the
 // bytes of another rank's Call, compared with this rank's and printed into
-// the CollectiveMismatch message. The algorithm file is compiled into this
-// harness so its internal types are reachable.
-#include "shm_collectives.cc"
+// the CollectiveMismatch message.
+#include "shm_segments.h"
 
 #include <cstdlib>
 #include <cstring>

@@ -1,0 +1,109 @@
+// The direct shared-memory collectives: every rank reads what it needs straight
+// from the others' buffers, mapped or by cross-memory attach, once all have
+// arrived (terms: shm_collectives.cc).
+#include "shm_direct.h"
+
+#include <vector>
+
+namespace tandem::ring {
+
+namespace {
+
+// Copies from a peer's input, `offset` bytes in: through the mapping or by cross-memory attach.
+void read_input(Segments& s, Channel& ch, Reach reach, int p, size_t offset, void* dst, size_t bytes) {
+  if (reach == Reach::mapped) {
+    counted_copy(dst, s.peer_input(p) + offset, bytes);
+  } else {
+    ch.read_peer(p, s.peer_input_address(p) + offset, dst, bytes);
+    count_traffic(2 * bytes);
+  }
+}
+
+// Where piece `offset` of rank p's input can be read: rank p's input itself
+// (through the mapping, or this rank's own), or `local` after a cross-memory
+// copy. `copy_own`: this rank's own piece goes to `local` too, since the fold
+// writes its input in place before reaching it.
+const std::byte* piece_source(Segments& s, Channel& ch, Reach reach, int p, const void* own_input, size_t offset,
+                              size_t bytes, bool copy_own, std::byte* local) {
+  if (p == s.rank()) {
+    if (!copy_own) return bytes_of(own_input) + offset;
+    counted_copy(local, bytes_of(own_input) + offset, bytes);
+  } else if (reach == Reach::mapped) {
+    return s.peer_input(p) + offset;
+  } else {
+    ch.read_peer(p, s.peer_input_address(p) + offset, local, bytes);
+    count_traffic(2 * bytes);
+  }
+  return local;
+}
+
+}  // namespace
+
+void direct_allreduce(Segments& s, Channel& ch, const AllreduceArgs& a, Reach reach) {
+  const int n = s.size(), r = s.rank();
+  const size_t esize = dtype_size(a.dtype), piece = s.chunk_bytes() / esize;
+  // Rank r >= 2 folding in place would overwrite its input before step r reads it.
+  const bool copy_own = a.input == a.output && r >= 2;
+  auto* scratch = static_cast<std::byte*>(ch.scratch(s.chunk_bytes() * size_t(n), 0));
+  std::vector<std::byte*> outs(static_cast<size_t>(n));
+  for (int p = 0; p < n; ++p) {
+    if (p != r) outs[p] = reach == Reach::mapped ? s.peer_output(p) : s.peer_output_address(p);
+  }
+  std::vector<const std::byte*> src(static_cast<size_t>(n));
+  auto source_of = [&](int p) { return src[p]; };
+  const Range slice = balanced(a.count, size_t(n), size_t(r));
+  for (size_t begin = slice.begin; begin < slice.begin + slice.size; begin += piece) {
+    const size_t count = std::min(piece, slice.begin + slice.size - begin);
+    const size_t offset = begin * esize, bytes = count * esize;
+    for (int p = 0; p < n; ++p) {
+      src[p] = piece_source(s, ch, reach, p, a.input, offset, bytes, copy_own, scratch + size_t(p) * s.chunk_bytes());
+    }
+    std::byte* result = bytes_of(a.output) + offset;
+    fold(s, a.dtype, a.op, result, source_of, 0, count);
+    for (int p = 0; p < n; ++p) {
+      if (p == r) continue;
+      if (reach == Reach::mapped) {
+        counted_copy(outs[p] + offset, result, bytes);
+      } else {
+        ch.write_peer(p, outs[p] + offset, result, bytes);
+        count_traffic(2 * bytes);
+      }
+    }
+  }
+  s.finish();
+}
+
+void direct_reduce_scatter(Segments& s, Channel& ch, const ReduceScatterArgs& a, Reach reach) {
+  const int n = s.size(), r = s.rank();
+  const size_t esize = dtype_size(a.dtype), piece = s.chunk_bytes() / esize;
+  const size_t block = size_t(r) * a.count * esize;  // where block r starts in every input
+  // Rank r >= 2 folding in place would overwrite its input before step r reads it.
+  const bool copy_own = bytes_of(a.output) == bytes_of(a.input) + block && r >= 2;
+  auto* scratch = static_cast<std::byte*>(ch.scratch(s.chunk_bytes() * size_t(n), 0));
+  std::vector<const std::byte*> src(static_cast<size_t>(n));
+  auto source_of = [&](int p) { return src[p]; };
+  for (size_t begin = 0; begin < a.count; begin += piece) {
+    const size_t count = std::min(piece, a.count - begin);
+    const size_t offset = block + begin * esize, bytes = count * esize;
+    for (int p = 0; p < n; ++p) {
+      src[p] = piece_source(s, ch, reach, p, a.input, offset, bytes, copy_own, scratch + size_t(p) * s.chunk_bytes());
+    }
+    fold(s, a.dtype, a.op, bytes_of(a.output) + begin * esize, source_of, 0, count);
+  }
+  s.finish();
+}
+
+void direct_allgather(Segments& s, Channel& ch, const AllgatherArgs& a, Reach reach) {
+  const size_t block = a.count * dtype_size(a.dtype);
+  for (int p = 0; p < s.size(); ++p) {
+    if (p != s.rank()) read_input(s, ch, reach, p, 0, bytes_of(a.output) + size_t(p) * block, block);
+  }
+  s.finish();
+}
+
+void direct_broadcast(Segments& s, Channel& ch, const BroadcastArgs& a) {
+  if (s.rank() != a.root) read_input(s, ch, Reach::mapped, a.root, 0, a.output, a.count * dtype_size(a.dtype));
+  s.finish();
+}
+
+}  // namespace tandem::ring

@@ -1,0 +1,280 @@
+// The shared segments' layout (control block, slots, slot headers), the Call
+// every rank publishes there, and the Segments protocol over them: staging,
+// the arrival/finish handshake and the hand-off probe. Terms: shm_collectives.cc.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "collectives.h"
+#include "tandem/reduce.h"
+
+namespace tandem::ring {
+
+// Counts bytes read and written by the shared-memory collectives.
+void count_traffic(size_t bytes);
+// memcpy, counted: the bytes read and the bytes written.
+void counted_copy(void* dst, const void* src, size_t bytes);
+
+constexpr size_t kSlots = 4;
+constexpr size_t kControlBytes = 4096;
+constexpr size_t kHeaderBytes = 64;
+// Below this the arrival round trip costs more than the staging copy saves.
+constexpr size_t kDirectMinBytes = 16 << 10;
+// Cross-memory attach beats staging for the reduce-scatter and the allgather
+// from here to RingOptions::shm_cma_max_bytes (measured, 2 ranks, heap
+// buffers: 30-50 % slower at 32-64 KiB, level at 128 KiB, 5-15 % ahead from
+// 256 KiB to 8 MiB, slower again at 16 MiB where page pinning and the
+// kernel's copy dominate). Never for the broadcast: staged, it ran faster.
+constexpr size_t kCmaMinBytes = 256 << 10;
+enum class Kind : uint8_t { allreduce = 1, reduce_scatter, allgather, broadcast };
+// The hand-off probe: rounds of ping-pong per batch; the median batch counts.
+constexpr uint64_t kProbeRounds = 100;
+constexpr size_t kProbeBatches = 3;
+
+// How a direct call goes when not every rank's buffers are mapped: rank 0
+// offers it with its arrival and every rank follows, so all take one path
+// whatever their own options say. probe: time the hand-off between the
+// ranks' cores first; cross-memory attach if it is far.
+enum class Offer : uint8_t { staged, cross_memory, probe };
+
+// What a rank called, so one that called something else learns it from the
+// first exchange instead of mixing data.
+struct Call {
+  uint64_t count = 0;
+  Kind kind{};
+  uint8_t dtype = 0;
+  uint8_t op = 0;
+  int32_t root = -1;
+
+  bool operator==(const Call&) const = default;
+  std::string str() const {
+    static constexpr const char* kNames[] = {"?", "allreduce", "reduce_scatter", "allgather", "broadcast"};
+    std::string s = std::string(kNames[size_t(kind) <= 4 ? size_t(kind) : 0]) + "(" + std::to_string(count) + " x " +
+                    std::string(to_string(DataType(dtype)));
+    if (kind == Kind::allreduce || kind == Kind::reduce_scatter) s += ", " + std::string(to_string(ReduceOp(op)));
+    if (kind == Kind::broadcast) s += ", root " + std::to_string(root);
+    return s + ")";
+  }
+};
+
+// The start of each rank's segment.
+struct Control {
+  alignas(64) uint64_t consumed;  // staged chunks this rank has consumed (peers read it)
+  // This rank only:
+  alignas(64) uint64_t next;   // the next chunk number
+  uint64_t peers_consumed;     // the least `consumed` last seen among peers
+  uint64_t direct_calls;       // arrival numbers taken (one per direct-eligible call)
+  // When rank 0's hand-off probe last ran (steady clock). Peers read it and
+  // the verdict below racily, only to choose whether to arrive; rank 0's
+  // offer rules the path.
+  alignas(64) uint64_t probed_at_ns;
+  // Peers read these once `arrived` says so:
+  alignas(64) uint64_t arrived;  // the arrival number of this rank's latest direct-eligible call
+  Call call;
+  SharedRef input, output;        // fd -1: not in allocate_shared memory
+  uint64_t input_address, output_address;  // in this rank's own process (for cross-memory attach)
+  Offer offer;                    // rank 0's word on this call
+  alignas(64) uint64_t finished;  // the arrival number of the last direct call this rank completed
+  // The hand-off probe, each on its own cache line: rank 0 pings, a peer
+  // answers with the same value, rank 0 publishes arrival * 2 + far.
+  alignas(64) uint64_t ping;
+  alignas(64) uint64_t pong;
+  alignas(64) uint64_t verdict;
+};
+static_assert(sizeof(Control) <= kControlBytes);
+
+struct SlotHeader {
+  uint64_t stamp;    // chunk number + 1 once the data is in
+  uint64_t reduced;  // chunk number + 1 once this rank's reduced slice is in (split all-reduce)
+  Call call;
+};
+static_assert(sizeof(SlotHeader) <= kHeaderBytes);
+
+inline uint64_t load_acquire(const uint64_t& x) {
+  return std::atomic_ref<const uint64_t>(x).load(std::memory_order_acquire);
+}
+inline void store_release(uint64_t& x, uint64_t v) { std::atomic_ref<uint64_t>(x).store(v, std::memory_order_release); }
+inline uint64_t load_relaxed(const uint64_t& x) {
+  return std::atomic_ref<const uint64_t>(x).load(std::memory_order_relaxed);
+}
+inline void store_relaxed(uint64_t& x, uint64_t v) { std::atomic_ref<uint64_t>(x).store(v, std::memory_order_relaxed); }
+
+inline const std::byte* bytes_of(const void* p) { return static_cast<const std::byte*>(p); }
+inline std::byte* bytes_of(void* p) { return static_cast<std::byte*>(p); }
+
+// The slot protocol and the arrival/finish handshake over the segments.
+class Segments {
+ public:
+  Segments(Channel& ch, size_t chunk_bytes, const Call& call)
+      : ch_(ch), seg_(*ch.shared_segments()), n_(ch.size()), r_(ch.rank()), chunk_bytes_(chunk_bytes), call_(call),
+        self_(control(r_)) {}
+
+  int size() const { return n_; }
+  int rank() const { return r_; }
+  size_t chunk_bytes() const { return chunk_bytes_; }
+
+  // Runs `chunks` staged steps. stage(i, slot) fills this rank's slot with
+  // its part of chunk i; consume(i, slot_of) reads the stagers' slots
+  // (slot_of(p) for rank p). `stager` < 0: every rank stages; else only it.
+  template <class Stage, class Consume>
+  void staged(size_t chunks, int stager, Stage stage, Consume consume) {
+    const uint64_t first = self_->next;
+    self_->next = first + chunks;
+    const bool stages = stager < 0 || stager == r_;
+    for (size_t i = 0; i < chunks; ++i) {
+      if (stages && i == 0) stage_chunk(first, 0, stage);
+      if (stages && i + 1 < chunks) stage_chunk(first + i + 1, i + 1, stage);
+      const uint64_t g = first + i;
+      for (int p = 0; p < n_; ++p) {
+        if (p == r_ || (stager >= 0 && p != stager)) continue;
+        SlotHeader* h = header(p, g);
+        const Control* c = control(p);
+        await(p, h->stamp, g + 1, [&]() -> const Call* {
+          return load_acquire(c->arrived) > self_->direct_calls ? &c->call : nullptr;
+        });
+        check_same_call(p, h->call);
+      }
+      consume(i, [&](int p) -> const std::byte* { return data(header(p, g)); });
+      store_release(self_->consumed, g + 1);
+    }
+  }
+
+  // The split all-reduce's steps: stage as staged(); then reduce(i, slot_of,
+  // own_slot) folds this rank's slice into its output and its own slot; then
+  // gather(i, p, slot) copies rank p's reduced slice out of p's slot.
+  template <class Stage, class Reduce, class Gather>
+  void staged_split(size_t chunks, Stage stage, Reduce reduce, Gather gather) {
+    const uint64_t first = self_->next;  // staged() numbers this call's chunks from here
+    staged(chunks, -1, stage, [&](size_t i, auto slot_of) {
+      const uint64_t g = first + i;
+      SlotHeader* own = header(r_, g);
+      reduce(i, slot_of, data(own));
+      store_release(own->reduced, g + 1);
+      for (int p = 0; p < n_; ++p) {
+        if (p == r_) continue;
+        SlotHeader* h = header(p, g);
+        await(p, h->reduced, g + 1);
+        gather(i, p, data(h));
+      }
+    });
+  }
+
+  // Takes this call's arrival number (every rank does, so the numbers agree)
+  // and, when `present`, publishes the call and its buffers and waits for
+  // every rank's. True once all have arrived: then every rank sees the same
+  // answers from registered(). False as soon as some rank went straight to
+  // staging this call instead of arriving: then every rank stages it.
+  bool arrive(bool present, const void* in, void* out, const SharedRef* input, const SharedRef* output);
+  // Before arrive(), on rank 0: how the call goes if not every buffer is mapped.
+  void offer(Offer o) { offer_ = o; }
+  // After arrive(): rank 0's offer (the same on every rank).
+  Offer rank0_offer() const { return rank0_offer_; }
+  // Rank 0's last hand-off verdict, and whether it is older than `period`
+  // (every rank reads the same clock).
+  bool far() const { return (load_relaxed(control(0)->verdict) & 1) != 0; }
+  bool probe_due(std::chrono::nanoseconds period) const {
+    const uint64_t at = load_relaxed(control(0)->probed_at_ns);
+    return at == 0 || int64_t(now_ns() - at) >= int64_t(period.count());
+  }
+  // After every rank arrived for this call: rank 0 times kProbeRounds
+  // ping-pongs with each peer in turn, kProbeBatches times, through their
+  // control blocks and publishes whether the slowest peer's median one-way
+  // hand-off exceeds `far_ns`; every rank returns that verdict. Values carry
+  // the arrival number, so probes of different calls never mix.
+  bool probe_far(uint64_t far_ns);
+  // After arrive(): rank p's input (and output) lie in allocate_shared memory;
+  // p < 0: every rank's.
+  bool registered(int p, bool output_too) const;
+  std::byte* peer_input(int p) { return ch_.map_shared(p, control(p)->input); }
+  std::byte* peer_output(int p) { return ch_.map_shared(p, control(p)->output); }
+  // The peer's buffers by its own addresses, for Channel::read_peer/write_peer.
+  const std::byte* peer_input_address(int p) const { return reinterpret_cast<const std::byte*>(control(p)->input_address); }
+  std::byte* peer_output_address(int p) const { return reinterpret_cast<std::byte*>(control(p)->output_address); }
+  // Returns once every rank has finished the direct call it arrived for.
+  void finish();
+
+ private:
+  Control* control(int rank) const { return reinterpret_cast<Control*>(seg_.segment[size_t(rank)]); }
+  SlotHeader* header(int rank, uint64_t g) const {
+    // Slots are laid out for the communicator's chunk, whatever this call's
+    // (a smaller per-call chunk must not move slots a peer may still read).
+    const size_t slot_bytes = (seg_.bytes - kControlBytes) / kSlots;
+    return reinterpret_cast<SlotHeader*>(seg_.segment[size_t(rank)] + kControlBytes + (g % kSlots) * slot_bytes);
+  }
+  static std::byte* data(SlotHeader* h) { return reinterpret_cast<std::byte*>(h) + kHeaderBytes; }
+  static uint64_t now_ns() {
+    return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                        std::chrono::steady_clock::now().time_since_epoch())
+                        .count());
+  }
+
+  template <class Stage>
+  void stage_chunk(uint64_t g, size_t i, Stage& stage) {
+    if (g >= kSlots) wait_for_free_slot(g - kSlots + 1);
+    SlotHeader* h = header(r_, g);
+    h->call = call_;
+    stage(i, data(h));
+    store_release(h->stamp, g + 1);
+  }
+
+  // Every peer has consumed at least `needed` chunks.
+  void wait_for_free_slot(uint64_t needed);
+
+  // Spins until `value` (written by `peer`) reaches `target`, watching for the
+  // peer to be in a different call that never publishes it: `other_call`
+  // returns what that call is. The peer publishes `value` before it can move
+  // on, so `value` is read again after seeing the other call: a peer that
+  // just finished this one is no mismatch.
+  template <class OtherCall>
+  void await(int peer, const uint64_t& value, uint64_t target, OtherCall other_call) {
+    for (unsigned spins = 1; load_acquire(value) < target; ++spins) {
+      ch_.idle(peer, spins);
+      if (spins % 64 != 0) continue;
+      const Call* theirs = other_call();
+      if (theirs && load_acquire(value) < target) check_same_call(peer, *theirs);
+    }
+  }
+  void await(int peer, const uint64_t& value, uint64_t target) {
+    await(peer, value, target, [] { return static_cast<const Call*>(nullptr); });
+  }
+
+  void check_same_call(int peer, const Call& theirs) const;
+
+  Channel& ch_;
+  const SharedSegments& seg_;
+  const int n_, r_;
+  const size_t chunk_bytes_;
+  const Call call_;
+  Control* const self_;
+  uint64_t arrival_ = 0;
+  Offer offer_ = Offer::staged, rank0_offer_ = Offer::staged;
+  struct Shared {
+    bool input = false, output = false;
+  };
+  std::vector<Shared> shared_;  // per rank, as read at arrival (registered() answers from it)
+};
+
+inline Call call_of(Kind kind, size_t count, DataType dtype, ReduceOp op = ReduceOp::sum, int root = -1) {
+  return Call{count, kind, uint8_t(dtype), uint8_t(op), root};
+}
+
+inline ReduceOp combining(ReduceOp op) { return op == ReduceOp::avg ? ReduceOp::sum : op; }
+
+// dst = slot_of(0) op slot_of(1) op ... in rank order, each at `offset` bytes; avg divides once.
+template <class SlotOf>
+void fold(const Segments& s, DataType dtype, ReduceOp op, void* dst, SlotOf& slot_of, size_t offset, size_t count) {
+  reduce(dtype, combining(op), dst, slot_of(0) + offset, slot_of(1) + offset, count);
+  for (int p = 2; p < s.size(); ++p) reduce(dtype, combining(op), dst, dst, slot_of(p) + offset, count);
+  count_traffic(size_t(s.size() + 1) * count * dtype_size(dtype));  // every source read once, dst written
+  if (op == ReduceOp::avg) scale_avg(dtype, dst, count, s.size());
+}
+
+inline size_t chunks_for(size_t count, size_t per_chunk) { return (count + per_chunk - 1) / per_chunk; }
+
+}  // namespace tandem::ring
