@@ -1,9 +1,8 @@
 // Fuzz target: the collective fingerprint a rank receives from its ring
-// predecessor over UCX (comm/src/communicator.cc): 24 bytes from another
+// predecessor over UCX (comm/src/call_description.h): 24 bytes from another
 // process, compared with this rank's and described in the CollectiveMismatch
-// message. The communicator's file is compiled into this harness so its
-// internal types are reachable.
-#include "communicator.cc"
+// message. The private header is included so its types are reachable.
+#include "call_description.h"
 
 #include <cstdlib>
 #include <cstring>

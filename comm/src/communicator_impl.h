@@ -1,0 +1,169 @@
+// Communicator::Impl and the Task it runs: the state shared by the
+// communicator's files (engine, engine channel, wire-up, liveness, requests).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "call_description.h"
+#include "flight_recorder.h"
+#include "peer_watch.h"
+#include "tandem/communicator.h"
+#include "tandem/netif.h"
+#include "tandem/reduce.h"
+#include "tandem/store.h"
+#include "transport/shared_segments.h"
+#include "transport/ucx_transport.h"
+
+namespace tandem {
+
+// One reusable scratch buffer, grown on demand.
+class ScratchBuffer {
+ public:
+  explicit ScratchBuffer(MemoryType memory = MemoryType::host) : memory_(memory) {}
+  ScratchBuffer(ScratchBuffer&& o) noexcept : memory_(o.memory_), data_(o.data_), bytes_(o.bytes_) {
+    o.data_ = nullptr;
+  }
+  ScratchBuffer(const ScratchBuffer&) = delete;
+  ~ScratchBuffer() {
+    if (data_) deallocate(memory_, data_);
+  }
+  void* get(size_t bytes) {
+    if (bytes > bytes_) {
+      void* fresh = allocate(memory_, bytes);
+      if (data_) deallocate(memory_, data_);
+      data_ = fresh;
+      bytes_ = bytes;
+    }
+    return data_;
+  }
+
+ private:
+  MemoryType memory_;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+struct Request::State {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::exception_ptr error;
+  Deadline deadline;  // the collective's own deadline
+
+  void finish(std::exception_ptr e) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      done = true;
+      error = std::move(e);
+    }
+    cv.notify_all();
+  }
+};
+
+struct Task {
+  std::function<void(Channel&)> body;
+  std::shared_ptr<Request::State> state;
+  std::chrono::milliseconds timeout;  // this call's, for messages
+  Deadline deadline;
+  Description what;
+};
+
+struct Communicator::Impl {
+  CommOptions opts;
+  std::shared_ptr<Algorithms> algorithms;
+  std::unique_ptr<StoreServer> server;
+  std::shared_ptr<KeyValueStore> store;  // tandem's (StoreClient) or the one handed in
+  std::unique_ptr<UcxTransport> ucx;
+  std::unique_ptr<SharedSegmentSet> shm;  // when all ranks share this host
+  Topology topology;                       // which ranks share a host
+  std::unique_ptr<SharedSegmentSet> host_shm;  // when ranks span hosts: this host's ranks' segments
+  SharedSegments host_view;                    // host_shm's segments by local rank
+  bool cma = false;                        // and every rank may copy from every other's memory
+  std::unique_ptr<SharedAllocations> allocations;  // allocate_shared()
+  std::unique_ptr<FlightRecorder> flight;          // the last collectives, for `tandem doctor`
+  int store_host_rank = -1;     // the rank hosting the store, if a rank does
+  std::string transports;       // what UCX chose, read once after wire-up
+  NetifDecision network;        // the interface selection's decision
+  bool oversubscribed = false;  // more ranks on this host than cores
+
+  std::thread engine;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Task> queue;
+  bool stopping = false;
+  bool busy = false;  // a collective is executing (engine or inline); guarded by mu
+  std::atomic<bool> aborted{false};
+  std::string abort_reason;   // guarded by mu
+  std::exception_ptr sticky;  // engine thread only
+  std::atomic<bool> failed{false};
+
+  // Liveness: a thread beats on its own store handle every heartbeat / 2;
+  // the store records a rank silent for kSilentHeartbeats intervals as
+  // failed, or, if it does not track liveness, the rank's watcher does.
+  std::thread heartbeat_thread;
+  std::condition_variable cv_heartbeat;
+  std::unique_ptr<KeyValueStore> heartbeat_store;
+  std::unique_ptr<PeerWatch> peer_watch;  // when the store does not track liveness
+  bool heartbeat_stopping = false;     // guarded by mu
+  std::string heartbeat_error;         // guarded by mu
+  std::atomic<bool> heartbeat_failed{false};
+
+  uint32_t seq = 0;                                         // engine thread only
+  std::vector<ScratchBuffer> host_scratch, device_scratch;  // by slot
+  Clock::time_point next_failure_poll{};
+
+  // A create() that fails after the heartbeat started must still join it.
+  ~Impl() { stop_heartbeat(); }
+
+  std::string key(const std::string& k) const { return opts.prefix + "/" + k; }
+  void store_barrier(const std::string& name, Deadline deadline);
+  void connect();
+  void learn_topology(Deadline deadline);
+  void map_shared_memory(Deadline deadline);
+  void run_engine();
+  void run_blocking(std::function<void(Channel&)> body, const CollectiveOptions& o, const Description& what);
+  MemoryType memory_type(const CollectiveOptions& o) const;
+  void execute(Task& task);
+  void record_begin(const Task& task);
+  // Marks the running collective failed (exchanges are not recorded) and dumps.
+  void record_failure(const std::string& error, const char* reason, bool collective);
+  void check_health(const Task& task, int waiting_on);
+  // How long a sleeping wait may last before the next check_health is due.
+  std::chrono::microseconds until_next_check(const Task& task) const;
+  [[noreturn]] void throw_store_lost(const std::exception& e);
+  [[noreturn]] void throw_aborted();
+  void check_open_locked() const;  // caller holds mu
+  Task make_task(std::function<void(Channel&)> body, const CollectiveOptions& o, const Description& what) const;
+  std::string arrive(const std::string& barrier, Deadline deadline);
+  [[noreturn]] void blame_first_failure(const PeerFailure& seen, const Task& task);
+  // A mismatch found by one rank, published so that every rank fails in that call.
+  void publish_mismatch(const std::string& text);
+  void check_calls_match(const Task& task, int waiting_on, Deadline until);
+  // Throws the mismatch another rank published, waiting up to a second for it.
+  void explain_mismatch();
+  PeerFailure rank_died(int rank, const std::string& detail);
+  // How long a store request may take before the store counts as silent.
+  std::chrono::milliseconds store_patience() const {
+    return opts.heartbeat.count() > 0 ? std::min<std::chrono::milliseconds>(opts.heartbeat, std::chrono::seconds(2))
+                                      : std::chrono::seconds(2);
+  }
+  void start_heartbeat(Deadline deadline);
+  void check_versions(Deadline deadline);
+  void stop_heartbeat();
+  void* scratch_buffer(size_t bytes, int slot, MemoryType memory);
+  std::shared_ptr<Request::State> enqueue(std::function<void(Channel&)> body, const CollectiveOptions& o,
+                                          const Description& what);
+  void finalize();
+  bool finalize_barrier(Deadline deadline);
+};
+
+}  // namespace tandem

@@ -1,0 +1,237 @@
+// EngineChannel's messages and waits: tags, fingerprints, the UCX wait and
+// the shared-memory idle loop, and the scratch buffers collectives borrow.
+#include "engine_channel.h"
+
+#include <immintrin.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <string>
+#include <thread>
+
+#include "wait_policy.h"
+
+namespace tandem {
+
+template <class F>
+auto EngineChannel::blaming_first_failure(F f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const PeerFailure& e) {
+    impl_.blame_first_failure(e, task_);
+  }
+}
+
+EngineChannel::EngineChannel(Communicator::Impl& impl, const Task& task)
+    : impl_(impl), task_(task), signature_(task.what.signature()), point_to_point_(task.what.point_to_point()) {
+  // An exchange has no fingerprints: only the ranks it addresses take part.
+  fingerprint_posted_ = fingerprint_compared_ = point_to_point_;
+  // Without shared memory every collective goes over UCX: post at once (a
+  // zero-count call sends nothing, yet must be checked).
+  if (!impl_.shm && impl_.opts.size > 1 && !point_to_point_) post_fingerprint();
+}
+
+EngineChannel::~EngineChannel() {
+  // Anything still posted belongs to a collective that failed: cancel it so
+  // UCX never touches the caller's buffers after we return.
+  for (auto& p : live_) impl_.ucx->cancel(p);
+}
+
+Pending EngineChannel::send(int peer, Tag tag, const void* data, size_t bytes) {
+  if (!fingerprint_posted_) post_fingerprint();
+  return blaming_first_failure([&] { return track(impl_.ucx->send(peer, full_tag(rank(), tag), data, bytes)); });
+}
+
+Pending EngineChannel::recv(int peer, Tag tag, void* data, size_t bytes) {
+  if (!fingerprint_posted_) post_fingerprint();
+  return track(impl_.ucx->recv(peer, full_tag(peer, tag), data, bytes));
+}
+
+bool EngineChannel::test(Pending& p) {
+  if (p.done()) return true;
+  impl_.ucx->progress();
+  void* handle = p.handle();
+  try {
+    if (!impl_.ucx->poll(p)) return false;
+  } catch (const PeerFailure& e) {
+    untrack(handle);  // poll() released the request
+    impl_.blame_first_failure(e, task_);
+  } catch (const CollectiveMismatch&) {
+    // A message of the wrong size: the fingerprint says which field differs.
+    untrack(handle);
+    if (fingerprint_posted_ && !fingerprint_compared_) {
+      wait(fp_in_);
+      compare_fingerprint();
+    }
+    impl_.explain_mismatch();  // the predecessor agrees: another rank differs
+    throw;
+  } catch (...) {
+    untrack(handle);
+    throw;
+  }
+  untrack(handle);
+  return true;
+}
+
+void EngineChannel::wait(Pending& p) {
+  // Spin: small messages land within microseconds.
+  Clock::time_point spin_until{};
+  for (unsigned spins = 1; !test(p); ++spins) {
+    back_off(p.peer(), spins);
+    if (spins % 16 != 0) continue;
+    const auto now = Clock::now();
+    if (spin_until == Clock::time_point{}) {
+      spin_until = now + kUcxSpin;
+    } else if (now >= spin_until) {
+      break;
+    }
+  }
+  // While the worker keeps making progress, poll (yielding the core between
+  // passes); once it has been quiet for kUcxBusyWindow, sleep on the worker's
+  // event fd, waking for the next health check at the latest, and after
+  // kUcxSleepSlice in any case: UCX's TCP transport does not signal the fd
+  // when a full socket drains, so a send queued behind it would otherwise
+  // wait out the whole health-check interval (200 ms stalls on a shaped link).
+  while (!test(p)) {
+    poll_fingerprint();  // a stalled wait is what a mismatch looks like
+    impl_.check_health(task_, p.peer());
+    if (Clock::now() - impl_.ucx->last_progress() < kUcxBusyWindow) {
+      std::this_thread::yield();
+    } else {
+      impl_.ucx->sleep(std::min(impl_.until_next_check(task_), kUcxSleepSlice));
+    }
+  }
+}
+
+void EngineChannel::read_peer(int peer, const void* remote, void* local, size_t bytes) {
+  blaming_first_failure([&] { impl_.shm->read_peer(peer, remote, local, bytes); });
+}
+
+void EngineChannel::write_peer(int peer, void* remote, const void* local, size_t bytes) {
+  blaming_first_failure([&] { impl_.shm->write_peer(peer, remote, local, bytes); });
+}
+
+void EngineChannel::idle(int peer, unsigned spins) {
+  if (spins % 128 == 0) {
+    impl_.check_health(task_, peer);
+    if (spins % 1024 == 0 && !point_to_point_) watch_for_fingerprints();
+  }
+  const bool yield_soon = impl_.oversubscribed && spins > kSpinsBeforeYield;
+  if (spins <= kIdleSpins && !yield_soon) {
+    if (spins % kIdlePauseRun == 0) {
+      sched_yield();
+    } else {
+      _mm_pause();  // spinning on another core's cache line
+    }
+    return;
+  }
+  if (yield_soon && spins <= kIdleSpins) {
+    sched_yield();
+    return;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (spins == kIdleSpins + 1) yielding_since_ = now;
+  const auto waited = now - yielding_since_;
+  if (waited < kIdleYieldWindow) {
+    sched_yield();
+  } else {
+    // A long wait: leave the core to the process's other threads.
+    std::this_thread::sleep_for(waited < kIdleLongWait ? kIdleSleep : kIdleLongSleep);
+  }
+}
+
+void EngineChannel::back_off(int peer, unsigned spins) {
+  if (spins % 128 == 0) impl_.check_health(task_, peer);
+  if ((impl_.oversubscribed && spins > kSpinsBeforeYield) || spins % 65536 == 0) std::this_thread::yield();
+}
+
+Tag EngineChannel::full_tag(int sender, Tag local, uint32_t signature) const {
+  if (local >> kLocalBits) throw InvalidArgument("algorithm tag exceeds 32 bits");
+  static_assert(kSignatureBits + kSeqBits + kRankBits + kLocalBits == 64);
+  // Exchanges are not numbered: their tags are their own, across calls.
+  const Tag seq = point_to_point_ ? 0 : impl_.seq & ((1u << kSeqBits) - 1);
+  return (Tag(signature) << (kSeqBits + kRankBits + kLocalBits)) | (seq << (kRankBits + kLocalBits)) |
+         (Tag(sender) << kLocalBits) | local;
+}
+
+void EngineChannel::post_fingerprint() {
+  fingerprint_posted_ = true;
+  const int n = size(), r = rank();
+  prev_ = (r + n - 1) % n;
+  mine_ = Fingerprint::of(task_.what, impl_.seq);
+  fp_in_ = track(impl_.ucx->recv(prev_, full_tag(prev_, 0, kFingerprintSignature), &theirs_, sizeof theirs_));
+  fp_out_ = blaming_first_failure([&] {
+    return track(impl_.ucx->send((r + 1) % n, full_tag(r, 0, kFingerprintSignature), &mine_, sizeof mine_));
+  });
+}
+
+void EngineChannel::poll_fingerprint() {
+  if (fingerprint_posted_ && !fingerprint_compared_ && test(fp_in_)) compare_fingerprint();
+}
+
+void EngineChannel::compare_fingerprint() {
+  fingerprint_compared_ = true;
+  compare(prev_, theirs_);
+}
+
+void EngineChannel::finish() {
+  if (!fingerprint_posted_ || point_to_point_) return;
+  if (!fingerprint_compared_) {
+    wait(fp_in_);
+    if (!fingerprint_compared_) compare_fingerprint();
+  }
+  wait(fp_out_);
+}
+
+void EngineChannel::watch_for_fingerprints() {
+  if (fingerprint_posted_) return;
+  impl_.ucx->progress();
+  const Tag mask = ~((Tag(1) << (kRankBits + kLocalBits)) - 1);  // signature and sequence number, any sender
+  if (!impl_.ucx->probe(full_tag(0, 0, kFingerprintSignature), mask)) return;
+  for (int p = 0; p < size(); ++p) {
+    if (p == rank() || !impl_.ucx->probe(full_tag(p, 0, kFingerprintSignature), ~Tag(0))) continue;
+    fingerprint_posted_ = fingerprint_compared_ = true;
+    mine_ = Fingerprint::of(task_.what, impl_.seq);
+    Pending in = track(impl_.ucx->recv(p, full_tag(p, 0, kFingerprintSignature), &theirs_, sizeof theirs_));
+    wait(in);
+    compare(p, theirs_);
+    throw CollectiveMismatch("call #" + std::to_string(impl_.seq) + ": rank " + std::to_string(p) + " runs " +
+                             theirs_.description().str() + " over UCX while rank " + std::to_string(rank()) +
+                             " runs it through shared memory; TANDEM_SHM, TANDEM_SHM_CHUNK_BYTES and TANDEM_ALGO "
+                             "must agree on every rank");
+  }
+}
+
+void EngineChannel::compare(int peer, const Fingerprint& theirs) {
+  if (const char* field = mine_.differing(theirs)) {
+    const Description other = theirs.description();
+    if (rank() < peer) throw CollectiveMismatch(mismatch_text(impl_.seq, field, rank(), task_.what, peer, other));
+    throw CollectiveMismatch(mismatch_text(impl_.seq, field, peer, other, rank(), task_.what));
+  }
+}
+
+Pending EngineChannel::track(Pending p) {
+  // Keep a shadow handle so a failed collective can cancel what it posted.
+  if (!p.done()) live_.emplace_back(p.handle(), p.peer(), p.bytes(), p.is_recv());
+  return p;
+}
+
+void EngineChannel::untrack(void* handle) {
+  for (size_t i = 0; i < live_.size(); ++i) {
+    if (live_[i].handle() == handle) {
+      live_[i].mark_done();
+      live_[i] = std::move(live_.back());
+      live_.pop_back();
+      return;
+    }
+  }
+}
+
+void* Communicator::Impl::scratch_buffer(size_t bytes, int slot, MemoryType memory) {
+  if (slot < 0 || slot > 64) throw InvalidArgument("scratch slot out of range");
+  auto& buffers = memory == MemoryType::host ? host_scratch : device_scratch;
+  while (buffers.size() <= size_t(slot)) buffers.emplace_back(memory);
+  return buffers[slot].get(bytes);
+}
+
+}  // namespace tandem

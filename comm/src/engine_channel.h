@@ -1,0 +1,89 @@
+// EngineChannel: the Channel a running collective sees. Tags scoped to the
+// collective, waits bounded by its deadline, fingerprints compared over UCX.
+#pragma once
+
+#include <chrono>
+#include <vector>
+
+#include "communicator_impl.h"
+
+namespace tandem {
+
+// The Channel a running collective sees: tags scoped to the collective,
+// waits bounded by its deadline and aware of abort and dead peers.
+class EngineChannel final : public Channel {
+ public:
+  EngineChannel(Communicator::Impl& impl, const Task& task);
+  ~EngineChannel() override;
+
+  int rank() const override { return impl_.opts.rank; }
+  int size() const override { return impl_.opts.size; }
+
+  Pending send(int peer, Tag tag, const void* data, size_t bytes) override;
+  Pending recv(int peer, Tag tag, void* data, size_t bytes) override;
+
+  bool test(Pending& p) override;
+  void wait(Pending& p) override;
+
+  const SharedSegments* shared_segments() const override { return impl_.shm ? &impl_.shm->view() : nullptr; }
+  const Topology* topology() const override { return &impl_.topology; }
+  const SharedSegments* host_segments() const override { return impl_.host_shm ? &impl_.host_view : nullptr; }
+  bool find_shared(const void* p, size_t bytes, SharedRef& out) const override {
+    return impl_.shm && impl_.allocations->find(p, bytes, out);
+  }
+  std::byte* map_shared(int /*peer*/, const SharedRef& ref) override { return impl_.allocations->map(ref); }
+  bool can_copy_peer() const override { return impl_.cma; }
+  void read_peer(int peer, const void* remote, void* local, size_t bytes) override;
+  void write_peer(int peer, void* remote, const void* local, size_t bytes) override;
+
+  void idle(int peer, unsigned spins) override;
+
+  void* scratch(size_t bytes, int slot) override { return impl_.scratch_buffer(bytes, slot, MemoryType::host); }
+  void* device_scratch(size_t bytes, int slot) override { return impl_.scratch_buffer(bytes, slot, MemoryType::cuda); }
+
+  // After the algorithm: the call succeeds only once the predecessor's
+  // fingerprint matched and this rank's has left.
+  void finish();
+
+ private:
+  // Runs f; a PeerFailure it throws names the rank the store saw die first.
+  template <class F>
+  auto blaming_first_failure(F f) -> decltype(f());
+
+  // Busy-poll like MPI; yield when ranks outnumber cores, or now and then anyway.
+  void back_off(int peer, unsigned spins);
+
+  Tag full_tag(int sender, Tag local, uint32_t signature) const;
+  Tag full_tag(int sender, Tag local) const { return full_tag(sender, local, signature_); }
+
+  // Fingerprints (collective calls over UCX). Each rank sends its call's
+  // fingerprint to its ring successor with its first message and compares the
+  // predecessor's when a wait stalls, and in any case before the call may
+  // succeed (finish()): in a matching call it has long arrived by then, so
+  // the check costs no round trip. Ranks in a mismatched call fail inside it:
+  // those that see the mismatch at once, the others when the store tells them
+  // (check_health). The fingerprint signature matches whatever the
+  // predecessor called, unlike the data tags.
+  void post_fingerprint();
+  void poll_fingerprint();
+  void compare_fingerprint();
+  // On the shared-memory path, now and then during a long wait: a peer that
+  // sent a fingerprint for this call runs it over UCX, so it called something else.
+  void watch_for_fingerprints();
+  void compare(int peer, const Fingerprint& theirs);
+  Pending track(Pending p);
+  void untrack(void* handle);
+
+  Communicator::Impl& impl_;
+  const Task& task_;
+  uint32_t signature_;
+  bool point_to_point_;
+  std::chrono::steady_clock::time_point yielding_since_;  // when the current shared-memory wait stopped pausing
+  std::vector<Pending> live_;
+  bool fingerprint_posted_ = false, fingerprint_compared_ = false;
+  int prev_ = 0;
+  Pending fp_in_, fp_out_;
+  Fingerprint mine_, theirs_;  // sent and received in place: they outlive the messages
+};
+
+}  // namespace tandem
