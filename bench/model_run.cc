@@ -187,13 +187,13 @@ int run_calibrate(const CalibrateOptions& o) {
   std::map<double, double> traffic;
   CpuTime large_cpu;  // the cores' time while the link moved the large sizes
   for (double bytes : sizes) {
-    const uint64_t before = ring::shared_memory_traffic();
+    const uint64_t before = comm->shared_memory_traffic();
     const CpuTime cpu_before = cpu_time();
     double s;
     if (o.link.empty()) {
       // One host: the shared-memory all-reduce itself, per byte of the memory traffic it counts.
       s = time_allreduce(*comm, buffer, size_t(bytes), o.iters);
-      const double moved = double(ring::shared_memory_traffic() - before) / (3 * o.iters + 2) / bytes;
+      const double moved = double(comm->shared_memory_traffic() - before) / (3 * o.iters + 2) / bytes;
       traffic[bytes] = moved;
       x.push_back(moved * bytes);
     } else {

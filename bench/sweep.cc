@@ -61,7 +61,7 @@ struct Result {
   uint64_t fallbacks = 0;
   double max_error = -1, mean_error = -1;
   // Bytes read and written per payload byte by the busiest rank's shared-memory
-  // collectives in the timed loop (ring::shared_memory_traffic); 0: none went through it.
+  // collectives in the timed loop (Communicator::shared_memory_traffic); 0: none went through it.
   double traffic = 0;
 };
 
@@ -284,9 +284,9 @@ Result measure(Communicator& comm, const SweepOptions& o, size_t bytes, bool inp
   if (compressed && inplace && o.op == ReduceOp::sum) c.use_op(ReduceOp::avg);
   for (int i = 0; i < o.warmup; ++i) c.run();
   const compression::CompressionStats before = compressed ? compressed->stats() : compression::CompressionStats{};
-  const uint64_t traffic_before = ring::shared_memory_traffic();
+  const uint64_t traffic_before = comm.shared_memory_traffic();
   r.time_us = time_per_op_us(comm, [&] { c.run(); }, std::max(1, o.iters));
-  r.traffic = double(ring::shared_memory_traffic() - traffic_before) / std::max(1, o.iters) / double(std::max<size_t>(1, bytes));
+  r.traffic = double(comm.shared_memory_traffic() - traffic_before) / std::max(1, o.iters) / double(std::max<size_t>(1, bytes));
   comm.allreduce(&r.traffic, 1, DataType::f64, ReduceOp::max);
   if (compressed) {
     r.wire_bytes = double(compressed->stats().wire_bytes - before.wire_bytes) / std::max(1, o.iters);

@@ -146,7 +146,7 @@ void expect_hierarchical(const Outcome& o, int hosts, int per_host, bool shm) {
 }
 
 // A MemoryChannel with a topology and per-host "segments": hosts as groups of threads.
-class HostChannel final : public tandem::Channel {
+class HostChannel final : public tandem::Channel, public tandem::SharedMemory {
  public:
   HostChannel(tandem::testing::MemoryChannel& inner, tandem::Topology topology, const tandem::SharedSegments* host)
       : inner_(inner), topology_(std::move(topology)), host_(host) {}
@@ -161,7 +161,9 @@ class HostChannel final : public tandem::Channel {
   bool test(tandem::Pending& p) override { return inner_.test(p); }
   void wait(tandem::Pending& p) override { inner_.wait(p); }
   const tandem::Topology* topology() const override { return &topology_; }
+  tandem::SharedMemory* shared_memory() override { return host_ ? this : nullptr; }
   const tandem::SharedSegments* host_segments() const override { return host_; }
+  void count_traffic(uint64_t) override {}
   void idle(int peer, unsigned spins) override { inner_.idle(peer, spins); }
   void* scratch(size_t bytes, int slot) override { return inner_.scratch(bytes, slot); }
 

@@ -44,7 +44,8 @@ class Mailbox {
   std::map<std::tuple<int, int, Tag>, std::vector<char>> messages_;
 };
 
-class MemoryChannel final : public Channel {
+// With segments, also their SharedMemory: threads reach each other's memory directly.
+class MemoryChannel final : public Channel, public SharedMemory {
  public:
   // `registered`: buffers that count as Communicator::allocate_shared memory
   // (start, bytes), for the algorithms that read peers' buffers directly.
@@ -77,7 +78,8 @@ class MemoryChannel final : public Channel {
       std::this_thread::yield();
     }
   }
-  const SharedSegments* shared_segments() const override { return shared_; }
+  SharedMemory* shared_memory() override { return shared_ ? this : nullptr; }
+  const SharedSegments* segments() const override { return shared_; }
   void idle(int peer, unsigned spins) override {
     if (spins == 1) idle_since_ = Clock::now();
     if (spins % 1024 == 0 && Clock::now() - idle_since_ > std::chrono::seconds(20)) {
@@ -109,6 +111,9 @@ class MemoryChannel final : public Channel {
   bool can_copy_peer() const override { return copy_peer_ && shared_; }
   void read_peer(int, const void* remote, void* local, size_t bytes) override { std::memcpy(local, remote, bytes); }
   void write_peer(int, void* remote, const void* local, size_t bytes) override { std::memcpy(remote, local, bytes); }
+  void count_traffic(uint64_t bytes) override { traffic_ += bytes; }
+  // What the shared-memory algorithms counted on this channel so far.
+  uint64_t shared_memory_traffic() const { return traffic_; }
   void* scratch(size_t bytes, int slot) override {
     if (scratch_.size() <= size_t(slot)) scratch_.resize(slot + 1);
     if (scratch_[slot].size() < bytes) scratch_[slot].resize(bytes);
@@ -133,6 +138,7 @@ class MemoryChannel final : public Channel {
   bool copy_peer_ = false;
   bool everything_ = false;
   Clock::time_point idle_since_{};
+  uint64_t traffic_ = 0;
   std::vector<Recv> recvs_;
   std::vector<std::vector<char>> scratch_;
 };

@@ -253,7 +253,7 @@ TEST(SharedMemory, RankZeroDecidesCrossMemoryAttachForAll) {
     const size_t count = 1 << 18;  // 1 MiB of f32: inside the default window
     std::vector<float> data[2] = {std::vector<float>(count, 1.0f), std::vector<float>(count, 2.0f)};
     std::vector<std::thread> threads;
-    const uint64_t before = ring::shared_memory_traffic();
+    uint64_t traffic[2] = {};
     for (int r = 0; r < 2; ++r) {
       threads.emplace_back([&, r] {
         MemoryChannel ch(box, r, 2, segments.view());
@@ -262,10 +262,11 @@ TEST(SharedMemory, RankZeroDecidesCrossMemoryAttachForAll) {
           algos[r]->allreduce(ch, AllreduceArgs{data[r].data(), data[r].data(), count, DataType::f32, ReduceOp::sum,
                                                 MemoryType::host});
         }
+        traffic[r] = ch.shared_memory_traffic();
       });
     }
     for (auto& th : threads) th.join();
-    const double per_byte = double(ring::shared_memory_traffic() - before) / (3.0 * 2 * count * sizeof(float));
+    const double per_byte = double(traffic[0] + traffic[1]) / (3.0 * 2 * count * sizeof(float));
     EXPECT_DOUBLE_EQ(per_byte, c.cross_memory ? 3.5 : 4.5);
     EXPECT_EQ(data[0], std::vector<float>(count, 12.0f));
     EXPECT_EQ(data[1], data[0]);

@@ -407,4 +407,6 @@ std::string Communicator::transport_summary() const {
   return impl_->transports;
 }
 
+uint64_t Communicator::shared_memory_traffic() const { return impl_->shm_traffic.load(std::memory_order_relaxed); }
+
 }  // namespace tandem

@@ -88,6 +88,7 @@ struct Communicator::Impl {
   std::unique_ptr<SharedSegmentSet> host_shm;  // when ranks span hosts: this host's ranks' segments
   SharedSegments host_view;                    // host_shm's segments by local rank
   bool cma = false;                        // and every rank may copy from every other's memory
+  std::atomic<uint64_t> shm_traffic{0};    // bytes the shared-memory collectives read and wrote
   std::unique_ptr<SharedAllocations> allocations;  // allocate_shared()
   std::unique_ptr<FlightRecorder> flight;          // the last collectives, for `tandem doctor`
   int store_host_rank = -1;     // the rank hosting the store, if a rank does

@@ -10,8 +10,9 @@
 namespace tandem {
 
 // The Channel a running collective sees: tags scoped to the collective,
-// waits bounded by its deadline and aware of abort and dead peers.
-class EngineChannel final : public Channel {
+// waits bounded by its deadline and aware of abort and dead peers. Its
+// SharedMemory is the communicator's segments, allocations and traffic count.
+class EngineChannel final : public Channel, public SharedMemory {
  public:
   EngineChannel(Communicator::Impl& impl, const Task& task);
   ~EngineChannel() override;
@@ -25,7 +26,8 @@ class EngineChannel final : public Channel {
   bool test(Pending& p) override;
   void wait(Pending& p) override;
 
-  const SharedSegments* shared_segments() const override { return impl_.shm ? &impl_.shm->view() : nullptr; }
+  SharedMemory* shared_memory() override { return impl_.shm || impl_.host_shm ? this : nullptr; }
+  const SharedSegments* segments() const override { return impl_.shm ? &impl_.shm->view() : nullptr; }
   const Topology* topology() const override { return &impl_.topology; }
   const SharedSegments* host_segments() const override { return impl_.host_shm ? &impl_.host_view : nullptr; }
   bool find_shared(const void* p, size_t bytes, SharedRef& out) const override {
@@ -35,6 +37,7 @@ class EngineChannel final : public Channel {
   bool can_copy_peer() const override { return impl_.cma; }
   void read_peer(int peer, const void* remote, void* local, size_t bytes) override;
   void write_peer(int peer, void* remote, const void* local, size_t bytes) override;
+  void count_traffic(uint64_t bytes) override { impl_.shm_traffic.fetch_add(bytes, std::memory_order_relaxed); }
 
   void idle(int peer, unsigned spins) override;
 

@@ -69,8 +69,9 @@ class RingAlgorithms final : public Algorithms {
 
  private:
   // Shared segments carry host memory; reduce-scatter's chunk holds a piece of every rank's block.
-  bool shared(const Channel& ch, MemoryType memory) const {
-    return ch.shared_segments() && ch.size() > 1 && memory == MemoryType::host &&
+  bool shared(Channel& ch, MemoryType memory) const {
+    const SharedMemory* m = ch.shared_memory();
+    return m && m->segments() && ch.size() > 1 && memory == MemoryType::host &&
            size_t(ch.size()) * 8 <= options_.shm_chunk_bytes;
   }
 

@@ -37,12 +37,26 @@ namespace {
 // talks to other pairs. The algorithms use bits 0 .. 30.
 constexpr int kPhaseShift = 31;
 
+// The host group's shared memory: the host's segments, which all of the
+// group's ranks map; its traffic counts into the parent's.
+class GroupSharedMemory final : public SharedMemory {
+ public:
+  GroupSharedMemory(SharedMemory* parent, const SharedSegments* segments) : parent_(parent), segments_(segments) {}
+  const SharedSegments* segments() const override { return segments_; }
+  void count_traffic(uint64_t bytes) override { parent_->count_traffic(bytes); }
+
+ private:
+  SharedMemory* parent_;
+  const SharedSegments* segments_;
+};
+
 // A Channel over a subset of the communicator's ranks: rank i of the group is
 // members[i] of the parent. Scratch and waits go to the parent.
 class GroupChannel final : public Channel {
  public:
   GroupChannel(Channel& parent, std::vector<int> members, int phase, const SharedSegments* segments)
-      : parent_(parent), members_(std::move(members)), phase_(Tag(phase) << kPhaseShift), segments_(segments) {
+      : parent_(parent), members_(std::move(members)), phase_(Tag(phase) << kPhaseShift),
+        memory_(parent.shared_memory(), segments) {
     for (size_t i = 0; i < members_.size(); ++i) {
       if (members_[i] == parent.rank()) rank_ = int(i);
     }
@@ -58,7 +72,7 @@ class GroupChannel final : public Channel {
   }
   bool test(Pending& p) override { return parent_.test(p); }
   void wait(Pending& p) override { parent_.wait(p); }
-  const SharedSegments* shared_segments() const override { return segments_; }
+  SharedMemory* shared_memory() override { return memory_.segments() ? &memory_ : nullptr; }
   void idle(int peer, unsigned spins) override { parent_.idle(members_[size_t(peer)], spins); }
   void* scratch(size_t bytes, int slot) override { return parent_.scratch(bytes, slot); }
   void* device_scratch(size_t bytes, int slot) override { return parent_.device_scratch(bytes, slot); }
@@ -71,7 +85,7 @@ class GroupChannel final : public Channel {
   Channel& parent_;
   std::vector<int> members_;
   Tag phase_;
-  const SharedSegments* segments_;
+  GroupSharedMemory memory_;
   int rank_ = -1;
 };
 
@@ -106,7 +120,8 @@ void hierarchical_allreduce(Channel& ch, const AllreduceArgs& a, const RingOptio
   std::byte* slice = work + l * c * esize;
 
   // The host's shared segments run phases 1 and 3 when mapped and the buffers are host memory.
-  const SharedSegments* segments = a.memory == MemoryType::host ? ch.host_segments() : nullptr;
+  SharedMemory* memory = ch.shared_memory();
+  const SharedSegments* segments = a.memory == MemoryType::host && memory ? memory->host_segments() : nullptr;
   if (segments && local * 8 > o.shm_chunk_bytes) segments = nullptr;
   GroupChannel host(ch, t->ranks[size_t(t->host())], 0, segments);
   GroupChannel slices(ch, t->peers_with_local_rank(int(l)), 0, nullptr);

@@ -1,5 +1,5 @@
 // Shared-memory collectives, for ranks on one host that map each other's
-// segments (Channel::shared_segments).
+// segments (SharedMemory::segments).
 //
 // *Staged* (any buffers, every collective). Data is cut into *chunks* of at
 // most chunk_bytes. Chunks are numbered over the communicator's lifetime (g),
@@ -68,13 +68,13 @@ namespace {
 // asked) lie in allocate_shared memory, else as rank 0 offers: by
 // cross-memory attach (the caller's `offer` where the kernel allows it), or
 // staged. `far_ns`: rank 0's threshold for a probe.
-Reach arrive_direct(Segments& s, Channel& ch, Offer offer, size_t bytes, const void* in, size_t in_bytes, void* out,
+Reach arrive_direct(Segments& s, Offer offer, size_t bytes, const void* in, size_t in_bytes, void* out,
                     size_t out_bytes, int registrant, bool outputs_too, uint64_t far_ns = 0) {
   if (bytes < kDirectMinBytes) return Reach::staged;
   SharedRef input, output;
-  const bool in_ok = in && ch.find_shared(in, in_bytes, input);
-  const bool out_ok = outputs_too && ch.find_shared(out, out_bytes, output);
-  if (!ch.can_copy_peer()) offer = Offer::staged;
+  const bool in_ok = in && s.memory().find_shared(in, in_bytes, input);
+  const bool out_ok = outputs_too && s.memory().find_shared(out, out_bytes, output);
+  if (!s.memory().can_copy_peer()) offer = Offer::staged;
   // Where cross-memory attach cannot run, a rank whose own buffers are not
   // shared rules the direct path out for all: it stages at once, saving
   // everyone the arrival round trip, and the others follow when they see it.
@@ -174,13 +174,13 @@ void shm_allreduce(Channel& ch, const AllreduceArgs& a, const RingOptions& o, si
   if (a.count == 0) return;
   Segments s(ch, chunk_bytes, call_of(Kind::allreduce, a.count, a.dtype, a.op));
   const size_t esize = dtype_size(a.dtype), bytes = a.count * esize;
-  const Reach reach = arrive_direct(s, ch, allreduce_offer(s, o, bytes), bytes, a.input, bytes, a.output, bytes, -1,
-                                    true, o.shm_far_handoff_ns);
+  const Reach reach = arrive_direct(s, allreduce_offer(s, o, bytes), bytes, a.input, bytes, a.output, bytes, -1, true,
+                                    o.shm_far_handoff_ns);
   if (reach != Reach::staged) return direct_allreduce(s, ch, a, reach);
   const size_t per_chunk = chunk_bytes / esize;
   auto stage = [&](size_t i, std::byte* slot) {
     const size_t begin = i * per_chunk;
-    counted_copy(slot, bytes_of(a.input) + begin * esize, std::min(per_chunk, a.count - begin) * esize);
+    s.counted_copy(slot, bytes_of(a.input) + begin * esize, std::min(per_chunk, a.count - begin) * esize);
   };
   if (s.size() < o.shm_split_min_ranks || s.size() < 2 || bytes < o.shm_split_min_bytes) {
     s.staged(chunks_for(a.count, per_chunk), -1, stage, [&](size_t i, auto slot_of) {
@@ -205,8 +205,8 @@ void shm_allreduce(Channel& ch, const AllreduceArgs& a, const RingOptions& o, si
         const size_t begin = i * per_chunk, count = std::min(per_chunk, a.count - begin);
         const auto [lo, n] = slice(count, s.rank());
         const std::byte* in = bytes_of(a.input) + begin * esize;
-        counted_copy(slot, in, lo * esize);
-        counted_copy(slot + (lo + n) * esize, in + (lo + n) * esize, (count - lo - n) * esize);
+        s.counted_copy(slot, in, lo * esize);
+        s.counted_copy(slot + (lo + n) * esize, in + (lo + n) * esize, (count - lo - n) * esize);
       },
       [&](size_t i, auto slot_of, std::byte* own_slot) {
         const size_t begin = i * per_chunk;
@@ -214,12 +214,12 @@ void shm_allreduce(Channel& ch, const AllreduceArgs& a, const RingOptions& o, si
         if (n == 0) return;
         auto source_of = [&](int p) { return p == s.rank() ? bytes_of(a.input) + begin * esize : slot_of(p); };
         fold(s, a.dtype, a.op, own_slot + lo * esize, source_of, lo * esize, n);
-        counted_copy(bytes_of(a.output) + (begin + lo) * esize, own_slot + lo * esize, n * esize);
+        s.counted_copy(bytes_of(a.output) + (begin + lo) * esize, own_slot + lo * esize, n * esize);
       },
       [&](size_t i, int p, const std::byte* slot) {
         const size_t begin = i * per_chunk;
         const auto [lo, n] = slice(std::min(per_chunk, a.count - begin), p);
-        counted_copy(bytes_of(a.output) + (begin + lo) * esize, slot + lo * esize, n * esize);
+        s.counted_copy(bytes_of(a.output) + (begin + lo) * esize, slot + lo * esize, n * esize);
       });
 }
 
@@ -229,7 +229,7 @@ void shm_reduce_scatter(Channel& ch, const ReduceScatterArgs& a, const RingOptio
   if (a.count == 0) return;
   Segments s(ch, chunk_bytes, call_of(Kind::reduce_scatter, a.count, a.dtype, a.op));
   const size_t n = size_t(s.size()), esize = dtype_size(a.dtype), bytes = n * a.count * esize;
-  const Reach reach = arrive_direct(s, ch, window_offer(o, bytes), bytes, a.input, bytes, a.output, 0, -1, false);
+  const Reach reach = arrive_direct(s, window_offer(o, bytes), bytes, a.input, bytes, a.output, 0, -1, false);
   if (reach != Reach::staged) return direct_reduce_scatter(s, ch, a, reach);
   const size_t per_block = std::max<size_t>(1, chunk_bytes / esize / n);
   s.staged(
@@ -237,7 +237,8 @@ void shm_reduce_scatter(Channel& ch, const ReduceScatterArgs& a, const RingOptio
       [&](size_t i, std::byte* slot) {
         const size_t begin = i * per_block, count = std::min(per_block, a.count - begin);
         for (size_t b = 0; b < n; ++b) {
-          counted_copy(slot + b * per_block * esize, bytes_of(a.input) + (b * a.count + begin) * esize, count * esize);
+          s.counted_copy(slot + b * per_block * esize, bytes_of(a.input) + (b * a.count + begin) * esize,
+                         count * esize);
         }
       },
       [&](size_t i, auto slot_of) {
@@ -253,20 +254,21 @@ void shm_allgather(Channel& ch, const AllgatherArgs& a, const RingOptions& o) {
   Segments s(ch, chunk_bytes, call_of(Kind::allgather, a.count, a.dtype));
   const size_t esize = dtype_size(a.dtype), per_chunk = chunk_bytes / esize, block = a.count * esize;
   std::byte* own_block = bytes_of(a.output) + size_t(s.rank()) * block;
-  if (bytes_of(a.input) != own_block) counted_copy(own_block, a.input, block);
+  if (bytes_of(a.input) != own_block) s.counted_copy(own_block, a.input, block);
   const size_t bytes = block * size_t(s.size());
-  const Reach reach = arrive_direct(s, ch, window_offer(o, bytes), bytes, a.input, block, a.output, 0, -1, false);
-  if (reach != Reach::staged) return direct_allgather(s, ch, a, reach);
+  const Reach reach = arrive_direct(s, window_offer(o, bytes), bytes, a.input, block, a.output, 0, -1, false);
+  if (reach != Reach::staged) return direct_allgather(s, a, reach);
   s.staged(
       chunks_for(a.count, per_chunk), -1,
       [&](size_t i, std::byte* slot) {
         const size_t begin = i * per_chunk;
-        counted_copy(slot, own_block + begin * esize, std::min(per_chunk, a.count - begin) * esize);
+        s.counted_copy(slot, own_block + begin * esize, std::min(per_chunk, a.count - begin) * esize);
       },
       [&](size_t i, auto slot_of) {
         const size_t begin = i * per_chunk, bytes = std::min(per_chunk, a.count - begin) * esize;
         for (int p = 0; p < s.size(); ++p) {
-          if (p != s.rank()) counted_copy(bytes_of(a.output) + (size_t(p) * a.count + begin) * esize, slot_of(p), bytes);
+          if (p == s.rank()) continue;
+          s.counted_copy(bytes_of(a.output) + (size_t(p) * a.count + begin) * esize, slot_of(p), bytes);
         }
       });
 }
@@ -277,22 +279,23 @@ void shm_broadcast(Channel& ch, const BroadcastArgs& a, const RingOptions& o) {
   Segments s(ch, chunk_bytes, call_of(Kind::broadcast, a.count, a.dtype, ReduceOp::sum, a.root));
   const size_t esize = dtype_size(a.dtype), per_chunk = chunk_bytes / esize;
   const bool root = s.rank() == a.root;
-  if (root && a.input != a.output) counted_copy(a.output, a.input, a.count * esize);
+  if (root && a.input != a.output) s.counted_copy(a.output, a.input, a.count * esize);
   const size_t bytes = a.count * esize;
-  if (arrive_direct(s, ch, Offer::staged, bytes, root ? a.input : nullptr, bytes, a.output, 0, a.root, false) ==
+  if (arrive_direct(s, Offer::staged, bytes, root ? a.input : nullptr, bytes, a.output, 0, a.root, false) ==
       Reach::mapped) {
-    return direct_broadcast(s, ch, a);
+    return direct_broadcast(s, a);
   }
   s.staged(
       chunks_for(a.count, per_chunk), a.root,
       [&](size_t i, std::byte* slot) {
         const size_t begin = i * per_chunk;
-        counted_copy(slot, bytes_of(a.input) + begin * esize, std::min(per_chunk, a.count - begin) * esize);
+        s.counted_copy(slot, bytes_of(a.input) + begin * esize, std::min(per_chunk, a.count - begin) * esize);
       },
       [&](size_t i, auto slot_of) {
         if (root) return;
         const size_t begin = i * per_chunk;
-        counted_copy(bytes_of(a.output) + begin * esize, slot_of(a.root), std::min(per_chunk, a.count - begin) * esize);
+        s.counted_copy(bytes_of(a.output) + begin * esize, slot_of(a.root),
+                       std::min(per_chunk, a.count - begin) * esize);
       });
 }
 

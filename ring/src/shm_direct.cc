@@ -10,12 +10,12 @@ namespace tandem::ring {
 namespace {
 
 // Copies from a peer's input, `offset` bytes in: through the mapping or by cross-memory attach.
-void read_input(Segments& s, Channel& ch, Reach reach, int p, size_t offset, void* dst, size_t bytes) {
+void read_input(Segments& s, Reach reach, int p, size_t offset, void* dst, size_t bytes) {
   if (reach == Reach::mapped) {
-    counted_copy(dst, s.peer_input(p) + offset, bytes);
+    s.counted_copy(dst, s.peer_input(p) + offset, bytes);
   } else {
-    ch.read_peer(p, s.peer_input_address(p) + offset, dst, bytes);
-    count_traffic(2 * bytes);
+    s.memory().read_peer(p, s.peer_input_address(p) + offset, dst, bytes);
+    s.count_traffic(2 * bytes);
   }
 }
 
@@ -23,16 +23,16 @@ void read_input(Segments& s, Channel& ch, Reach reach, int p, size_t offset, voi
 // (through the mapping, or this rank's own), or `local` after a cross-memory
 // copy. `copy_own`: this rank's own piece goes to `local` too, since the fold
 // writes its input in place before reaching it.
-const std::byte* piece_source(Segments& s, Channel& ch, Reach reach, int p, const void* own_input, size_t offset,
-                              size_t bytes, bool copy_own, std::byte* local) {
+const std::byte* piece_source(Segments& s, Reach reach, int p, const void* own_input, size_t offset, size_t bytes,
+                              bool copy_own, std::byte* local) {
   if (p == s.rank()) {
     if (!copy_own) return bytes_of(own_input) + offset;
-    counted_copy(local, bytes_of(own_input) + offset, bytes);
+    s.counted_copy(local, bytes_of(own_input) + offset, bytes);
   } else if (reach == Reach::mapped) {
     return s.peer_input(p) + offset;
   } else {
-    ch.read_peer(p, s.peer_input_address(p) + offset, local, bytes);
-    count_traffic(2 * bytes);
+    s.memory().read_peer(p, s.peer_input_address(p) + offset, local, bytes);
+    s.count_traffic(2 * bytes);
   }
   return local;
 }
@@ -56,17 +56,17 @@ void direct_allreduce(Segments& s, Channel& ch, const AllreduceArgs& a, Reach re
     const size_t count = std::min(piece, slice.begin + slice.size - begin);
     const size_t offset = begin * esize, bytes = count * esize;
     for (int p = 0; p < n; ++p) {
-      src[p] = piece_source(s, ch, reach, p, a.input, offset, bytes, copy_own, scratch + size_t(p) * s.chunk_bytes());
+      src[p] = piece_source(s, reach, p, a.input, offset, bytes, copy_own, scratch + size_t(p) * s.chunk_bytes());
     }
     std::byte* result = bytes_of(a.output) + offset;
     fold(s, a.dtype, a.op, result, source_of, 0, count);
     for (int p = 0; p < n; ++p) {
       if (p == r) continue;
       if (reach == Reach::mapped) {
-        counted_copy(outs[p] + offset, result, bytes);
+        s.counted_copy(outs[p] + offset, result, bytes);
       } else {
-        ch.write_peer(p, outs[p] + offset, result, bytes);
-        count_traffic(2 * bytes);
+        s.memory().write_peer(p, outs[p] + offset, result, bytes);
+        s.count_traffic(2 * bytes);
       }
     }
   }
@@ -86,23 +86,23 @@ void direct_reduce_scatter(Segments& s, Channel& ch, const ReduceScatterArgs& a,
     const size_t count = std::min(piece, a.count - begin);
     const size_t offset = block + begin * esize, bytes = count * esize;
     for (int p = 0; p < n; ++p) {
-      src[p] = piece_source(s, ch, reach, p, a.input, offset, bytes, copy_own, scratch + size_t(p) * s.chunk_bytes());
+      src[p] = piece_source(s, reach, p, a.input, offset, bytes, copy_own, scratch + size_t(p) * s.chunk_bytes());
     }
     fold(s, a.dtype, a.op, bytes_of(a.output) + begin * esize, source_of, 0, count);
   }
   s.finish();
 }
 
-void direct_allgather(Segments& s, Channel& ch, const AllgatherArgs& a, Reach reach) {
+void direct_allgather(Segments& s, const AllgatherArgs& a, Reach reach) {
   const size_t block = a.count * dtype_size(a.dtype);
   for (int p = 0; p < s.size(); ++p) {
-    if (p != s.rank()) read_input(s, ch, reach, p, 0, bytes_of(a.output) + size_t(p) * block, block);
+    if (p != s.rank()) read_input(s, reach, p, 0, bytes_of(a.output) + size_t(p) * block, block);
   }
   s.finish();
 }
 
-void direct_broadcast(Segments& s, Channel& ch, const BroadcastArgs& a) {
-  if (s.rank() != a.root) read_input(s, ch, Reach::mapped, a.root, 0, a.output, a.count * dtype_size(a.dtype));
+void direct_broadcast(Segments& s, const BroadcastArgs& a) {
+  if (s.rank() != a.root) read_input(s, Reach::mapped, a.root, 0, a.output, a.count * dtype_size(a.dtype));
   s.finish();
 }
 

@@ -16,7 +16,7 @@ void direct_allreduce(Segments& s, Channel& ch, const AllreduceArgs& a, Reach re
 
 // Rank r folds its block straight from every rank's input, piece by piece.
 void direct_reduce_scatter(Segments& s, Channel& ch, const ReduceScatterArgs& a, Reach reach);
-void direct_allgather(Segments& s, Channel& ch, const AllgatherArgs& a, Reach reach);
-void direct_broadcast(Segments& s, Channel& ch, const BroadcastArgs& a);
+void direct_allgather(Segments& s, const AllgatherArgs& a, Reach reach);
+void direct_broadcast(Segments& s, const BroadcastArgs& a);
 
 }  // namespace tandem::ring

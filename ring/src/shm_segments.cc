@@ -1,26 +1,10 @@
 // The Segments protocol's out-of-line steps: the arrival and finish handshake,
-// the hand-off probe and the check that every rank made the same call; and
-// the traffic count of the shared-memory collectives.
+// the hand-off probe and the check that every rank made the same call.
 #include "shm_segments.h"
 
 #include <array>
-#include <cstring>
 
 namespace tandem::ring {
-
-namespace {
-std::atomic<uint64_t> g_traffic{0};  // bytes read and written by this process's shared-memory collectives
-}  // namespace
-
-uint64_t shared_memory_traffic() { return g_traffic.load(std::memory_order_relaxed); }
-
-void count_traffic(size_t bytes) { g_traffic.fetch_add(bytes, std::memory_order_relaxed); }
-
-// memcpy, counted: the bytes read and the bytes written.
-void counted_copy(void* dst, const void* src, size_t bytes) {
-  std::memcpy(dst, src, bytes);
-  count_traffic(2 * bytes);
-}
 
 bool Segments::arrive(bool present, const void* in, void* out, const SharedRef* input, const SharedRef* output) {
   arrival_ = ++self_->direct_calls;

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -15,11 +16,6 @@
 #include "tandem/reduce.h"
 
 namespace tandem::ring {
-
-// Counts bytes read and written by the shared-memory collectives.
-void count_traffic(size_t bytes);
-// memcpy, counted: the bytes read and the bytes written.
-void counted_copy(void* dst, const void* src, size_t bytes);
 
 constexpr size_t kSlots = 4;
 constexpr size_t kControlBytes = 4096;
@@ -112,12 +108,21 @@ inline std::byte* bytes_of(void* p) { return static_cast<std::byte*>(p); }
 class Segments {
  public:
   Segments(Channel& ch, size_t chunk_bytes, const Call& call)
-      : ch_(ch), seg_(*ch.shared_segments()), n_(ch.size()), r_(ch.rank()), chunk_bytes_(chunk_bytes), call_(call),
-        self_(control(r_)) {}
+      : ch_(ch), memory_(*ch.shared_memory()), seg_(*memory_.segments()), n_(ch.size()), r_(ch.rank()),
+        chunk_bytes_(chunk_bytes), call_(call), self_(control(r_)) {}
 
   int size() const { return n_; }
   int rank() const { return r_; }
   size_t chunk_bytes() const { return chunk_bytes_; }
+  SharedMemory& memory() const { return memory_; }
+
+  // Counts bytes read and written into the communicator's shared-memory traffic.
+  void count_traffic(size_t bytes) const { memory_.count_traffic(bytes); }
+  // memcpy, counted: the bytes read and the bytes written.
+  void counted_copy(void* dst, const void* src, size_t bytes) const {
+    std::memcpy(dst, src, bytes);
+    count_traffic(2 * bytes);
+  }
 
   // Runs `chunks` staged steps. stage(i, slot) fills this rank's slot with
   // its part of chunk i; consume(i, slot_of) reads the stagers' slots
@@ -191,9 +196,9 @@ class Segments {
   // After arrive(): rank p's input (and output) lie in allocate_shared memory;
   // p < 0: every rank's.
   bool registered(int p, bool output_too) const;
-  std::byte* peer_input(int p) { return ch_.map_shared(p, control(p)->input); }
-  std::byte* peer_output(int p) { return ch_.map_shared(p, control(p)->output); }
-  // The peer's buffers by its own addresses, for Channel::read_peer/write_peer.
+  std::byte* peer_input(int p) { return memory_.map_shared(p, control(p)->input); }
+  std::byte* peer_output(int p) { return memory_.map_shared(p, control(p)->output); }
+  // The peer's buffers by its own addresses, for SharedMemory::read_peer/write_peer.
   const std::byte* peer_input_address(int p) const { return reinterpret_cast<const std::byte*>(control(p)->input_address); }
   std::byte* peer_output_address(int p) const { return reinterpret_cast<std::byte*>(control(p)->output_address); }
   // Returns once every rank has finished the direct call it arrived for.
@@ -247,6 +252,7 @@ class Segments {
   void check_same_call(int peer, const Call& theirs) const;
 
   Channel& ch_;
+  SharedMemory& memory_;
   const SharedSegments& seg_;
   const int n_, r_;
   const size_t chunk_bytes_;
@@ -271,7 +277,7 @@ template <class SlotOf>
 void fold(const Segments& s, DataType dtype, ReduceOp op, void* dst, SlotOf& slot_of, size_t offset, size_t count) {
   reduce(dtype, combining(op), dst, slot_of(0) + offset, slot_of(1) + offset, count);
   for (int p = 2; p < s.size(); ++p) reduce(dtype, combining(op), dst, dst, slot_of(p) + offset, count);
-  count_traffic(size_t(s.size() + 1) * count * dtype_size(dtype));  // every source read once, dst written
+  s.count_traffic(size_t(s.size() + 1) * count * dtype_size(dtype));  // every source read once, dst written
   if (op == ReduceOp::avg) scale_avg(dtype, dst, count, s.size());
 }
 

@@ -198,7 +198,7 @@ class Algorithms {
   virtual void broadcast(Channel& channel, const BroadcastArgs& args) = 0;
   virtual void barrier(Channel& channel) = 0;
   // Bytes of node-local shared memory each rank should map for these
-  // algorithms (Channel::shared_segments); 0 = none.
+  // algorithms (SharedMemory::segments); 0 = none.
   virtual size_t shared_bytes() const { return 0; }
 };
 
@@ -288,6 +288,11 @@ class Communicator {
   // `tandem info`), plus "+ shared memory" when the ranks map each other's
   // segments (", cross-memory attach" when they may also copy by address).
   std::string transport_summary() const;
+
+  // Bytes read plus bytes written by this communicator's shared-memory
+  // collectives so far (copies, folds, cross-memory copies; counted by the
+  // algorithms). `tandem bench` reports it per payload byte.
+  uint64_t shared_memory_traffic() const;
 
   struct Impl;
 

@@ -5,6 +5,7 @@
 // the tag must match exactly between one sender and one receiver. wait*/test
 // drive progress and throw the communicator's typed errors: PeerFailure naming
 // the rank, Timeout at the collective's deadline, Aborted after abort().
+// Ranks on one host may also reach each other's memory: shared_memory().
 #pragma once
 
 #include <cstddef>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "tandem/errors.h"
+#include "tandem/shared_memory.h"
 #include "tandem/types.h"
 
 namespace tandem {
@@ -58,25 +60,6 @@ class Pending {
   bool done_ = true;
 };
 
-// Memory every rank of a communicator maps: present only when all ranks run on
-// one host (CommOptions::shared_memory). The communicator creates, maps and
-// zero-fills it; the algorithms that use it define its layout.
-struct SharedSegments {
-  std::vector<std::byte*> segment;  // rank r's segment, as mapped in this process
-  size_t bytes = 0;                 // the size of each
-};
-
-// Where a buffer lies inside memory from Communicator::allocate_shared, in
-// terms a peer on the same host can map. Plain data: algorithms pass it to
-// peers through their shared segments.
-struct SharedRef {
-  uint64_t owner = 0;   // process id of the allocating rank
-  uint64_t serial = 0;  // allocation number within that process
-  int64_t fd = -1;      // the allocation's memfd in the owner
-  uint64_t size = 0;    // bytes of the whole allocation
-  uint64_t offset = 0;  // where the buffer starts inside it
-};
-
 // Which ranks share a host. Host identity comes from every rank through the
 // store (boot id, hostname and the network, PID and IPC namespaces, or
 // CommOptions::host_id); hosts are numbered in the order of their lowest rank,
@@ -120,35 +103,20 @@ class Channel {
     for (auto& p : ps) wait(p);
   }
 
-  // The ranks' shared segments, or nullptr when they cannot share memory.
-  virtual const SharedSegments* shared_segments() const { return nullptr; }
-  // Which ranks share a host; nullptr when unknown (a single rank, a test channel).
-  virtual const Topology* topology() const { return nullptr; }
-  // When ranks span hosts: the segments of this host's ranks, indexed by local
-  // rank (Topology::local_rank), or nullptr when they cannot share memory.
-  virtual const SharedSegments* host_segments() const { return nullptr; }
-  // Call on every turn of a loop that spins on shared memory: backs off (and
-  // yields when ranks outnumber cores), and every so often checks the deadline,
-  // abort and dead ranks, throwing as wait() does. `peer` is whom we wait for.
+  // Call on every turn of a loop that spins on shared memory or polls test():
+  // backs off (and yields when ranks outnumber cores), and every so often
+  // checks the deadline, abort and dead ranks, throwing as wait() does. `peer`
+  // is whom we wait for. Not on SharedMemory: the parameter server polls with it.
   virtual void idle(int peer, unsigned spins) = 0;
-  // If [p, p + bytes) lies in this rank's Communicator::allocate_shared
-  // memory (and shared segments exist), where peers can find it.
-  virtual bool find_shared(const void* /*p*/, size_t /*bytes*/, SharedRef& /*out*/) const { return false; }
-  // A peer's buffer, mapped into this process (cached across calls).
-  virtual std::byte* map_shared(int /*peer*/, const SharedRef& /*ref*/) {
-    throw InvalidArgument("this channel cannot map peers' memory");
-  }
 
-  // Copies between this rank's memory and a peer's by the peer's own
-  // addresses (Linux cross-memory attach), for ranks that share segments and
-  // whose kernel allows it; a PeerFailure if the peer is gone.
-  virtual bool can_copy_peer() const { return false; }
-  virtual void read_peer(int /*peer*/, const void* /*remote*/, void* /*local*/, size_t /*bytes*/) {
-    throw InvalidArgument("this channel cannot copy from peers' memory");
-  }
-  virtual void write_peer(int /*peer*/, void* /*remote*/, const void* /*local*/, size_t /*bytes*/) {
-    throw InvalidArgument("this channel cannot copy to peers' memory");
-  }
+  // Which ranks share a host; nullptr when unknown (a single rank, a test channel).
+  // Here, not on SharedMemory: the hierarchical all-reduce groups ranks by host
+  // even when they map no memory (its host phases then run over send/recv).
+  virtual const Topology* topology() const { return nullptr; }
+
+  // What this rank can do with the memory of ranks on its host; nullptr when
+  // it shares memory with none. Only the shared-memory algorithms ask.
+  virtual SharedMemory* shared_memory() { return nullptr; }
 
   // Scratch memory owned by the communicator, reused across collectives; valid
   // until the collective returns. slot separates independent buffers.

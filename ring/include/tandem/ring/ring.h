@@ -72,9 +72,4 @@ std::unique_ptr<Communicator> connect(const CommOptions& options);
 // connect(options_from_env()): rank, size and store from `tandem launch`, mpirun or srun.
 std::unique_ptr<Communicator> connect_from_env();
 
-// Bytes read plus bytes written by this process's shared-memory collectives
-// so far (copies, folds, cross-memory copies; counted by the algorithms).
-// `tandem bench` reports it per payload byte.
-uint64_t shared_memory_traffic();
-
 }  // namespace tandem::ring

@@ -1,0 +1,67 @@
+// What ranks on one host can do with each other's memory, the facet of a
+// Channel that the shared-memory algorithms ask for (Channel::shared_memory()):
+// mapped segments, buffers in allocate_shared memory, cross-memory attach.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "tandem/errors.h"
+
+namespace tandem {
+
+// Memory every rank of a communicator maps: present only when all ranks run on
+// one host (CommOptions::shared_memory). The communicator creates, maps and
+// zero-fills it; the algorithms that use it define its layout.
+struct SharedSegments {
+  std::vector<std::byte*> segment;  // rank r's segment, as mapped in this process
+  size_t bytes = 0;                 // the size of each
+};
+
+// Where a buffer lies inside memory from Communicator::allocate_shared, in
+// terms a peer on the same host can map. Plain data: algorithms pass it to
+// peers through their shared segments.
+struct SharedRef {
+  uint64_t owner = 0;   // process id of the allocating rank
+  uint64_t serial = 0;  // allocation number within that process
+  int64_t fd = -1;      // the allocation's memfd in the owner
+  uint64_t size = 0;    // bytes of the whole allocation
+  uint64_t offset = 0;  // where the buffer starts inside it
+};
+
+class SharedMemory {
+ public:
+  virtual ~SharedMemory() = default;
+
+  // The ranks' shared segments, or nullptr when not all of them map them.
+  virtual const SharedSegments* segments() const { return nullptr; }
+  // When ranks span hosts: the segments of this host's ranks, indexed by local
+  // rank (Topology::local_rank), or nullptr when they cannot share memory.
+  virtual const SharedSegments* host_segments() const { return nullptr; }
+  // If [p, p + bytes) lies in this rank's Communicator::allocate_shared
+  // memory (and shared segments exist), where peers can find it.
+  virtual bool find_shared(const void* /*p*/, size_t /*bytes*/, SharedRef& /*out*/) const { return false; }
+  // A peer's buffer, mapped into this process (cached across calls).
+  virtual std::byte* map_shared(int /*peer*/, const SharedRef& /*ref*/) {
+    throw InvalidArgument("this channel cannot map peers' memory");
+  }
+
+  // Copies between this rank's memory and a peer's by the peer's own
+  // addresses (Linux cross-memory attach), for ranks that share segments and
+  // whose kernel allows it; a PeerFailure if the peer is gone.
+  virtual bool can_copy_peer() const { return false; }
+  virtual void read_peer(int /*peer*/, const void* /*remote*/, void* /*local*/, size_t /*bytes*/) {
+    throw InvalidArgument("this channel cannot copy from peers' memory");
+  }
+  virtual void write_peer(int /*peer*/, void* /*remote*/, const void* /*local*/, size_t /*bytes*/) {
+    throw InvalidArgument("this channel cannot copy to peers' memory");
+  }
+
+  // The algorithms report the bytes they read plus the bytes they wrote
+  // through shared memory (copies, folds, cross-memory copies); the
+  // communicator keeps the total (Communicator::shared_memory_traffic).
+  virtual void count_traffic(uint64_t bytes) = 0;
+};
+
+}  // namespace tandem
