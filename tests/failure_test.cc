@@ -268,7 +268,7 @@ pid_t find_rank_pid(pid_t launcher, int rank) {
 TEST(PeerFailure, LauncherNamesTheKilledRank) {
   const char* bin = getenv("TANDEM_BIN");
   if (!bin) GTEST_SKIP() << "TANDEM_BIN is not set (run under ctest)";
-  const std::string out_path = "/tmp/tandem_failure_test_" + std::to_string(getpid()) + ".log";
+  const std::string out_path = ::testing::TempDir() + "tandem_failure_test_" + std::to_string(getpid()) + ".log";
   const std::string cmd = std::string("exec timeout -s KILL 60 ") + bin + " launch -n 3 -- " + bin +
                           " bench allreduce -b 64M -e 64M -n 100000 -w 1 -c 0 > " + out_path + " 2>&1";
   pid_t shell = fork();

@@ -29,8 +29,8 @@ using nlohmann::json;
 struct TempDir {
   fs::path path;
   TempDir() {
-    char tmpl[] = "/tmp/tandem-flight-test-XXXXXX";
-    path = mkdtemp(tmpl);
+    std::string pattern = (fs::temp_directory_path() / "tandem-flight-test-XXXXXX").string();
+    path = mkdtemp(pattern.data());
   }
   ~TempDir() { fs::remove_all(path); }
 };
@@ -182,6 +182,25 @@ TEST(FlightRecorder, AbortDumpsWithTheReason) {
   ASSERT_EQ(d["entries"].size(), 1u);
   EXPECT_EQ(d["entries"][0]["dtype"], "f64");
   EXPECT_EQ(d["entries"][0]["state"], "completed");
+}
+
+TEST(FlightRecorder, WithoutADirectoryDumpsIntoTmpdir) {
+  TempDir dir;
+  const char* saved = std::getenv("TMPDIR");
+  const std::string previous = saved ? saved : "";
+  ::setenv("TMPDIR", dir.path.c_str(), 1);
+  CommOptions o;
+  o.rank = 0;
+  o.size = 1;
+  o.job_id = "tmpdir-test";
+  auto comm = ring::connect(o);
+  comm->abort("stopping for a test");
+  if (saved) {
+    ::setenv("TMPDIR", previous.c_str(), 1);
+  } else {
+    ::unsetenv("TMPDIR");
+  }
+  EXPECT_TRUE(fs::exists(dir.path / "tandem-flight-tmpdir-test-rank0.json"));
 }
 
 }  // namespace

@@ -182,7 +182,7 @@ class NetnsLab {
     const auto start = std::chrono::steady_clock::now();
     for (size_t i = 0; i < host_of.size(); ++i) {
       const int h = host_of[i];
-      files.push_back("/tmp/" + base() + "_run" + std::to_string(runs_) + "_" + std::to_string(i) + ".out");
+      files.push_back(::testing::TempDir() + base() + "_run" + std::to_string(runs_) + "_" + std::to_string(i) + ".out");
       const std::string cmd = "exec ip netns exec " + ns(h) + " unshare --uts sh -c 'hostname " + hostname(h) +
                               " && exec env " + env[i] + " " + commands[i] + "' > " + files.back() + " 2>&1";
       std::fflush(stdout);

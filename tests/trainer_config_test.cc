@@ -50,7 +50,18 @@ TEST(TrainerConfig, ValidExampleParses) {
   EXPECT_TRUE(c.warnings.empty());
   auto example = load_config(std::string(TANDEM_SOURCE_DIR) + "/trainer/examples/fashion_mnist.yaml");
   EXPECT_EQ(example.slots_per_trial, 2);
-  EXPECT_EQ(example.checkpoint_dir, "/tmp/tandem-checkpoints/fashion-mnist-convnet");
+  EXPECT_EQ(example.checkpoint_dir, "checkpoints/fashion-mnist-convnet");
+  EXPECT_EQ(checkpoint_storage_dir(example, "/runs/exp"), "/runs/exp/checkpoints/fashion-mnist-convnet");
+}
+
+TEST(TrainerConfig, CheckpointStorageIsUnderTheOutputUnlessAbsolute) {
+  auto absolute = parse_config(kBase + "checkpoint_storage: {type: shared_fs, host_path: /mnt/ckpt, storage_path: exp}\n");
+  EXPECT_EQ(absolute.checkpoint_dir, "/mnt/ckpt/exp");
+  EXPECT_EQ(checkpoint_storage_dir(absolute, "/runs/exp"), "/mnt/ckpt/exp");
+  auto relative = parse_config(kBase + "checkpoint_storage: {type: shared_fs, host_path: ckpt}\n");
+  EXPECT_EQ(checkpoint_storage_dir(relative, "/runs/exp"), "/runs/exp/ckpt");
+  EXPECT_EQ(checkpoint_storage_dir(parse_config(kBase), "/runs/exp"), "");  // the driver then uses <output>/checkpoints
+  expect_error(kBase + "checkpoint_storage: {type: shared_fs}\n", {"checkpoint_storage.host_path", "missing"});
 }
 
 TEST(TrainerConfig, UnknownKeysGetDidYouMean) {

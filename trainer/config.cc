@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -351,7 +352,7 @@ ExperimentConfig parse_config(const std::string& yaml_text) {
     std::string host_path, storage_path;
     r.scalar(cs["host_path"], "checkpoint_storage.host_path", host_path, "a directory");
     r.scalar(cs["storage_path"], "checkpoint_storage.storage_path", storage_path, "a directory");
-    if (host_path.empty() && cs["type"]) r.error("checkpoint_storage.host_path", "missing; set the directory checkpoints go to, e.g. /tmp/tandem-checkpoints");
+    if (host_path.empty() && cs["type"]) r.error("checkpoint_storage.host_path", "missing; set the directory checkpoints go to, e.g. checkpoints (a relative path is under --output)");
     c.checkpoint_dir = host_path;
     if (!storage_path.empty()) c.checkpoint_dir += (host_path.empty() ? "" : "/") + storage_path;
     for (const char* k : {"save_trial_latest", "save_trial_best", "save_experiment_best"}) {
@@ -398,6 +399,12 @@ ExperimentConfig load_config(const std::string& path) {
   } catch (const ConfigError& e) {
     throw ConfigError(path + ": " + e.what());
   }
+}
+
+std::string checkpoint_storage_dir(const ExperimentConfig& config, const std::string& output_dir) {
+  if (config.checkpoint_dir.empty()) return "";
+  const std::filesystem::path dir(config.checkpoint_dir);
+  return dir.is_absolute() ? config.checkpoint_dir : (std::filesystem::path(output_dir) / dir).string();
 }
 
 void set_slots(ExperimentConfig& c, int slots, int64_t per_slot_batch) {

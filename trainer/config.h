@@ -72,7 +72,7 @@ struct ExperimentConfig {
   Length min_checkpoint_period;
   int64_t records_per_epoch = 0;  // 0 = the training set's size
   Optimizations optimizations;
-  // checkpoint_storage (shared_fs)
+  // checkpoint_storage (shared_fs); a relative path is under the trial's output (checkpoint_storage_dir)
   std::string checkpoint_dir;  // host_path / storage_path
   int max_restarts = 5;
   uint64_t seed = 0;
@@ -103,5 +103,9 @@ size_t edit_distance(const std::string& a, const std::string& b);
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);
 
 const char* to_string(LengthUnit u);
+
+// checkpoint_storage's directory: an absolute one as written, a relative one
+// under `output_dir` (so runs keep their checkpoints beside their metrics); "" when not set.
+std::string checkpoint_storage_dir(const ExperimentConfig& config, const std::string& output_dir);
 
 }  // namespace tandem::trainer

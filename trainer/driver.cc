@@ -319,7 +319,7 @@ int run_driver(DriverOptions o) {
 
   auto checkpoint_dir = [&](const std::string& dir, int slots) {
     if (cfg.checkpoint_dir.empty()) return dir + "/checkpoints";
-    return cfg.checkpoint_dir + (o.scaling.empty() ? "" : "/slots-" + std::to_string(slots));
+    return checkpoint_storage_dir(cfg, o.output_dir) + (o.scaling.empty() ? "" : "/slots-" + std::to_string(slots));
   };
   if (o.scaling.empty() && !o.anchor) {
     Trial t = driver.run_trial(counts[0], o.output_dir, checkpoint_dir(o.output_dir, counts[0]));

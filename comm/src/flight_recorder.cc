@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string_view>
@@ -105,7 +106,12 @@ std::string file_safe(const std::string& text) {
 FlightRecorder::FlightRecorder(const CommOptions& options, size_t capacity, std::string dir)
     : rank_(options.rank), size_(options.size), job_(options.job_id), capacity_(capacity), ring_(capacity) {
   if (capacity_ == 0) return;
-  if (dir.empty()) dir = "/tmp";
+  if (dir.empty()) {
+    // TMPDIR's directory, as users of a library expect; /tmp when that is unset or missing.
+    std::error_code error;
+    const std::filesystem::path temp = std::filesystem::temp_directory_path(error);
+    dir = error ? "/tmp" : temp.string();
+  }
   const std::string job = job_.empty() ? "pid" + std::to_string(::getpid()) : file_safe(job_);
   file_ = dir + "/tandem-flight-" + job + "-rank" + std::to_string(rank_) + ".json";
   register_recorder(this);

@@ -115,7 +115,7 @@ struct CommOptions {
   // dead ranks. Turn it on for multi-host runs that want UCX keepalive too.
   bool ucx_peer_error_handling = false;
   // Flight recorder: the last flight_entries collectives (0: off), written as
-  // JSON to flight_dir (empty: /tmp) on a timeout, a failure, abort() or
+  // JSON to flight_dir (empty: TMPDIR, else /tmp) on a timeout, a failure, abort() or
   // SIGUSR1; `tandem doctor` compares the ranks' files. TANDEM_FLIGHT_ENTRIES,
   // TANDEM_FLIGHT_DIR.
   size_t flight_entries = 1024;
