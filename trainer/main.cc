@@ -81,7 +81,6 @@ int main(int argc, char** argv) {
     char self[PATH_MAX];
     ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
     o.self = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string(argv[0]);
-    o.tandem_bin = (std::filesystem::path(o.self).parent_path() / "tandem").string();
     return tr::run_driver(o);
   } catch (const tr::ConfigError& e) {
     std::fprintf(stderr, "tandem train: %s\n", e.what());
