@@ -55,24 +55,15 @@ class Driver {
     const std::string metrics = dir + "/metrics.jsonl";
     const int64_t total = o_.worker.max_batches;  // 0: the progress line reads the chief's start line
     for (int attempt = 0;; ++attempt) {
-      std::vector<std::string> argv;
-      argv.insert(argv.end(), {o_.self, "--worker", o_.worker.config_path, "--output", dir, "--checkpoint-dir",
-                               checkpoint_dir, "--slots", std::to_string(slots), "--attempt", std::to_string(attempt),
-                               "--stall-factor", std::to_string(o_.worker.stall_factor), "--compute-nice",
-                               std::to_string(o_.worker.compute_nice)});
-      if (o_.worker.resume || attempt > 0) argv.push_back("--resume");
-      if (!o_.worker.overlap) argv.push_back("--no-overlap");
-      if (!o_.worker.deferred_updates) argv.push_back("--no-deferred-updates");
-      argv.insert(argv.end(), {"--input-layers-ahead", std::to_string(o_.worker.input_layers_ahead_bytes)});
-      if (o_.worker.timeline) argv.push_back("--timeline");
-      if (o_.worker.max_batches > 0) argv.insert(argv.end(), {"--max-batches", std::to_string(o_.worker.max_batches)});
-      if (o_.worker.per_slot_batch > 0)
-        argv.insert(argv.end(), {"--per-slot-batch", std::to_string(o_.worker.per_slot_batch)});
-      if (o_.worker.fail_at_batch >= 0)
-        argv.insert(argv.end(), {"--fail-at-batch", std::to_string(o_.worker.fail_at_batch), "--fail-rank",
-                                 std::to_string(o_.worker.fail_rank)});
-      if (!o_.worker.dump_params.empty()) argv.insert(argv.end(), {"--dump-params", o_.worker.dump_params});
-      const int code = launch_slots(cfg, slots, std::move(argv), metrics, total);
+      WorkerOptions w = o_.worker;
+      w.output_dir = dir;
+      w.checkpoint_dir = checkpoint_dir;
+      w.slots = slots;
+      w.attempt = attempt;
+      w.resume = o_.worker.resume || attempt > 0;
+      const std::string options_file = dir + "/worker-options.json";
+      save_worker_options(w, options_file);
+      const int code = launch_slots(cfg, slots, {o_.self, "--worker", options_file}, metrics, total);
       if (code == 0) {
         t.ok = true;
         break;

@@ -9,12 +9,12 @@
 #include <string>
 #include <vector>
 
-#include "worker.h"
+#include "worker_options.h"
 
 namespace tandem::trainer {
 
 struct DriverOptions {
-  WorkerOptions worker;             // passed through to every slot
+  WorkerOptions worker;             // every slot gets these (as <trial dir>/worker-options.json)
   std::string output_dir;           // default runs/<name>
   std::vector<int> scaling;         // slot counts; empty = one trial
   std::string network_interface;    // flag; else TANDEM_NETWORK_INTERFACE; else the config's
