@@ -16,6 +16,7 @@
 #include "checkpoint.h"
 #include "config.h"
 #include "metrics.h"
+#include "tandem/bootstrap.h"
 #include "tandem/launch/launch.h"
 
 namespace tandem::trainer {
@@ -299,9 +300,10 @@ int run_driver(DriverOptions o) {
   if (!o.worker.dump_params.empty()) o.worker.dump_params = fs::absolute(o.worker.dump_params).string();
 
   Driver driver(o, cfg);
-  const char* env_if = std::getenv("TANDEM_NETWORK_INTERFACE");
+  // TANDEM_NETWORK_INTERFACE or DTRAIN_NETWORK_INTERFACE, read and checked (they must agree) as the slots read them.
+  const std::string env_if = tuning_from_env().network_interface;
   driver.network_interface_ = !o.network_interface.empty() ? o.network_interface
-                              : env_if && *env_if            ? std::string(env_if)
+                              : !env_if.empty()              ? env_if
                                                              : cfg.network_interface;
   if (!driver.network_interface().empty())
     std::fprintf(stderr, "tandem train: dtrain_network_interface = %s\n", driver.network_interface().c_str());

@@ -17,7 +17,7 @@ struct DriverOptions {
   WorkerOptions worker;             // every slot gets these (as <trial dir>/worker-options.json)
   std::string output_dir;           // default runs/<name>
   std::vector<int> scaling;         // slot counts; empty = one trial
-  std::string network_interface;    // flag; else TANDEM_NETWORK_INTERFACE; else the config's
+  std::string network_interface;    // flag; else TANDEM_/DTRAIN_NETWORK_INTERFACE; else the config's
   double target_accuracy = 0.85;
   bool quiet = false;               // no progress line, no summary
   // With resources.hosts: the launcher's rsh and store address (empty: its defaults).
