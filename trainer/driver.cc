@@ -64,7 +64,7 @@ class Driver {
       w.resume = o_.worker.resume || attempt > 0;
       const std::string options_file = dir + "/worker-options.json";
       save_worker_options(w, options_file);
-      const int code = launch_slots(cfg, slots, {o_.self, "--worker", options_file}, metrics, total);
+      const int code = launch_slots(cfg, slots, {o_.self, "--worker-options", options_file}, metrics, total);
       if (code == 0) {
         t.ok = true;
         break;

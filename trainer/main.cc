@@ -1,7 +1,9 @@
 // tandem-train: `tandem train` execs it.
 //   tandem-train exp.yaml [--slots N | --scaling 1,2,4] [--resume] [--output DIR] [--no-overlap] ...
-// and, started by the driver through the launcher, each slot runs
-//   tandem-train --worker <trial dir>/worker-options.json   (written by the driver)
+// Each slot the driver starts runs
+//   tandem-train --worker-options <trial dir>/worker-options.json   (written by the driver);
+// by hand, or under mpirun or srun, a slot takes the driver's flags instead:
+//   tandem-train --worker exp.yaml --slots N --output DIR [--checkpoint-dir DIR] ...
 // Exit codes: 0 success, 2 bad configuration or flags, 1 the trial failed.
 #include <CLI/CLI.hpp>
 #include <unistd.h>
@@ -31,12 +33,12 @@ int reporting_errors(Body body) {
 }
 
 int main(int argc, char** argv) {
-  if (argc == 3 && std::string_view(argv[1]) == "--worker")
+  if (argc == 3 && std::string_view(argv[1]) == "--worker-options")
     return reporting_errors([&] { return tr::run_worker(tr::load_worker_options(argv[2])); });
   CLI::App app{"tandem train: a Determined-style experiment trained through tandem"};
   tr::DriverOptions o;
   tr::WorkerOptions& w = o.worker;
-  bool no_overlap = false;
+  bool worker = false, no_overlap = false;
   std::string scaling;
   app.add_option("config", w.config_path, "Experiment configuration (YAML)")->required();
   app.add_option("--slots", w.slots, "Slots for this run (overrides resources.slots_per_trial)");
@@ -78,7 +80,10 @@ int main(int argc, char** argv) {
   app.add_flag("--quiet", o.quiet, "No progress line and no summary");
   app.add_flag("--anchor", o.anchor, "Also train each slot count with PyTorch DDP (gloo) and compare in one table");
   app.add_flag("--anchor-fp16", o.anchor_fp16, "The anchor with DDP's fp16 compression hook (implies --anchor)");
-  // Internal: fault injection for tests.
+  // Internal: one slot started by hand or by another launcher, and fault injection for tests.
+  app.add_flag("--worker", worker, "")->group("");
+  app.add_option("--checkpoint-dir", w.checkpoint_dir, "")->group("");
+  app.add_option("--attempt", w.attempt, "")->group("");
   app.add_option("--fail-at-batch", w.fail_at_batch, "")->group("");
   app.add_option("--fail-rank", w.fail_rank, "")->group("");
   CLI11_PARSE(app, argc, argv);
@@ -86,6 +91,10 @@ int main(int argc, char** argv) {
   w.deferred_updates = !no_deferred;
 
   return reporting_errors([&] {
+    if (worker) {
+      if (w.output_dir.empty()) w.output_dir = o.output_dir;
+      return tr::run_worker(w);
+    }
     if (!scaling.empty()) o.scaling = tr::parse_slot_list(scaling);
     o.anchor = o.anchor || o.anchor_fp16;
     o.anchor_script = TANDEM_ANCHOR_SCRIPT;

@@ -1,5 +1,5 @@
 // The options of one slot (worker) as one object: the driver writes them once
-// per attempt as JSON, each slot reads them back (`tandem-train --worker FILE`).
+// per attempt as JSON, each slot reads them back (`tandem-train --worker-options FILE`).
 #pragma once
 
 #include <cstdint>
