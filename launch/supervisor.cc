@@ -1,4 +1,8 @@
-// Supervision of a launch (see tandem/launch/launch.h). Terms used below:
+// Supervision of a launch (tandem/launch/launch.h): the Launcher starts the
+// ranks, relays their output, stops them after a failure or a signal, and
+// turns how they ended into the job's exit status.
+
+// Terms used below:
 //   rank    one child process started by the launcher (its pid is also its
 //           process-group id, so signals reach whatever it started too);
 //   stream  the read end of one rank's stdout or stderr pipe;

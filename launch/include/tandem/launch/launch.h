@@ -1,7 +1,7 @@
 // Runs N ranks of a command around a bootstrap store, on this host or, with a
 // host list, across hosts (through ssh or another remote shell, as
 // horovodrun -H and mpirun do): what `tandem launch` and `tandem train` use.
-//
+
 // The launcher hosts a StoreServer (on 127.0.0.1 when every rank is local;
 // on every address, behind the job secret, when some are not), starts every rank in its own
 // process group with TANDEM_RANK / TANDEM_WORLD_SIZE / TANDEM_LOCAL_RANK /
