@@ -1,70 +1,28 @@
-// `tandem launch`: runs N ranks of a command around a bootstrap store, on
-// this host or, with a host list, across hosts (through ssh or another
-// remote shell, as horovodrun -H and mpirun do).
-//
-// The launcher hosts a StoreServer (on 127.0.0.1 when every rank is local;
-// on every address, behind the job secret, when some are not), starts every rank in its own
-// process group with TANDEM_RANK / TANDEM_WORLD_SIZE / TANDEM_LOCAL_RANK /
-// TANDEM_LOCAL_WORLD_SIZE / TANDEM_STORE_ADDR set, and relays each rank's
-// stdout and stderr line by line with a "[rank] " prefix. The first rank to
-// fail (non-zero exit or signal) is recorded in the store so the others fail
-// fast; after a grace period the rest are terminated, then killed.
+// `tandem launch`: its flags and entry point; the launching itself is the
+// launch library's (tandem/launch/launch.h).
 #pragma once
+
+#include <CLI/CLI.hpp>
 
 #include <string>
 #include <vector>
 
+#include "tandem/launch/launch.h"
+
 namespace tandem::cli {
 
-// One entry of a host list: "name:slots" ("name" alone: one slot).
-struct HostSlots {
-  std::string host;
-  int slots = 1;
+struct LaunchFlags {
+  launch::LaunchOptions options;
+  std::string hosts;  // -H as given
 };
 
-struct LaunchOptions {
-  int nprocs = -1;  // -1 (not given): every slot of `hosts`
-  double timeout_seconds = 0;  // whole job; 0 = no limit
-  double grace_seconds = 10;   // after the first failure, before SIGTERM
-  double kill_after_seconds = 3;  // after SIGTERM, before SIGKILL
-  std::vector<std::string> command;  // argv of every rank; command[0] is looked up in PATH
-  // Parameter-server ranks started after the nprocs workers (ranks nprocs..nprocs+servers-1),
-  // each running `tandem ps serve` from this executable; every rank gets TANDEM_SERVERS.
-  int servers = 0;
-  // Across hosts: ranks fill each host's slots in order (host-major: the
-  // ranks of one host are consecutive, local ranks 0..slots-1). A host named
-  // localhost, 127.0.0.1 or this machine's hostname runs its ranks directly;
-  // the others through `rsh`.
-  std::vector<HostSlots> hosts;
-  // How to run a command line on another host: these words, then the host
-  // (or the host in place of "{host}"), then one argument holding a shell
-  // command line, as ssh takes it. E.g. "ip netns exec {host} sh -c".
-  std::string rsh = "ssh -o BatchMode=yes";
-  // Where ranks on other hosts reach the launcher's store: "host" or
-  // "host:port" (default: this machine's hostname, any free port).
-  std::string store_address;
-  // "auto": each rank on this host runs on its own share of the launcher's
-  // CPUs when there are at least as many CPUs as ranks here (as mpirun binds
-  // to cores); left to the scheduler, two ranks can share one core for
-  // seconds while the other idles. "none": never.
-  std::string bind = "auto";
-};
+void add_launch(CLI::App& app, LaunchFlags& flags);
 
-// "a:2,b:2" or "a,b" -> host list; throws std::invalid_argument naming the bad entry.
-std::vector<HostSlots> parse_hosts(const std::string& text);
+// Splits `launch [flags] [--] cmd args...` so the command's own flags (e.g.
+// the `-n` of `tandem bench`) never reach the launcher's parser.
+std::vector<std::string> split_launch_command(std::vector<std::string>& args);
 
-inline constexpr int kMaxLocalRanks = 1024;
-
-// The CPUs this process may run on (sched_getaffinity), ascending; empty if unknown.
-std::vector<int> allowed_cpus();
-
-// Exit status of the launcher process, shell-style: 0 when every rank
-// succeeded; the first failing rank's exit code (128 + signal when killed);
-// 124 on --timeout; 126/127 when the command cannot be run / is not found;
-// 2 for invalid options.
-int run_launch(const LaunchOptions& options);
-
-// Returns an error message naming the bad flag, or "" when the options are valid.
-std::string validate(const LaunchOptions& options);
+// Runs `tandem launch` with the parsed flags; returns the process exit code.
+int run_launch(LaunchFlags flags, std::vector<std::string> command);
 
 }  // namespace tandem::cli

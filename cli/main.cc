@@ -243,67 +243,11 @@ CLI::App* add_overlap(CLI::App& bench, OverlapFlags& f) {
   return b;
 }
 
-// ---------------------------------------------------------------- launch
-
-void add_launch(CLI::App& app, tandem::cli::LaunchOptions& o, std::string& hosts) {
-  auto* l = app.add_subcommand("launch", "Run N ranks of a command with a bootstrap store, here or across hosts");
-  l->add_option("-n,--nprocs", o.nprocs,
-                "Number of ranks (1.." + std::to_string(tandem::cli::kMaxLocalRanks) +
-                    "; with -H at most the slots, default all of them)");
-  l->add_option("-H,--hosts", hosts,
-                "Across hosts: host:slots,... (horovodrun's -H); ranks fill each host's slots in order");
-  l->add_option("--rsh", o.rsh,
-                "With -H: how to run a command line on a host: these words, the host (or it in place of {host}), "
-                "then the line as one argument")
-      ->capture_default_str();
-  l->add_option("--store-addr", o.store_address,
-                "With -H: HOST[:PORT] at which the other hosts reach this launcher's store (default: this hostname)");
-  l->add_option("--timeout", o.timeout_seconds, "Kill the job after this many seconds (0 = no limit)")
-      ->capture_default_str();
-  l->add_option("--grace", o.grace_seconds, "After a rank fails, seconds the others get to exit before SIGTERM")
-      ->capture_default_str();
-  l->add_option("--servers", o.servers,
-                "Also start this many parameter-server ranks (`tandem ps serve`) after the N workers; every rank "
-                "gets TANDEM_SERVERS")
-      ->capture_default_str();
-  if (const char* bind = std::getenv("TANDEM_BIND")) o.bind = bind;
-  l->add_option("--bind", o.bind,
-                "auto: each rank on this host runs on its own share of the CPUs when there are at least as many "
-                "CPUs as ranks here (as mpirun binds to cores); none: leave placement to the scheduler "
-                "(default: TANDEM_BIND, else auto)")
-      ->capture_default_str();
-  // Only for --help: main() splits the command off before CLI11 sees it.
-  l->add_option("command", o.command, "The command every rank runs, with its arguments (after --)");
-  l->footer(
-      "Examples: tandem launch -n 2 -- tandem bench allreduce -b 8 -e 128M\n"
-      "          tandem launch -H node1:4,node2:4 --store-addr 10.0.0.1 -- tandem bench allreduce -b 1M -e 1G");
-}
-
-// Splits `launch [flags] [--] cmd args...` so the command's own flags (e.g.
-// the `-n` of `tandem bench`) never reach the launcher's parser. The command
-// starts after "--" or at the first word that is neither a flag nor a flag's value.
-std::vector<std::string> split_launch_command(std::vector<std::string>& args) {
-  static const char* const kFlagsWithValue[] = {"-n",      "--nprocs", "--timeout", "--grace",     "--servers",
-                                                "-H",      "--hosts",  "--rsh",     "--store-addr", "--bind"};
-  for (size_t i = 1; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--" || a.empty() || a[0] != '-') {
-      std::vector<std::string> command(args.begin() + static_cast<std::ptrdiff_t>(a == "--" ? i + 1 : i), args.end());
-      args.resize(i);
-      return command;
-    }
-    bool takes_value = std::any_of(std::begin(kFlagsWithValue), std::end(kFlagsWithValue),
-                                   [&](const char* f) { return a == f; });
-    if (takes_value) ++i;  // "-n 3": skip the 3; "-n3" and "--grace=1" carry their value
-  }
-  return {};
-}
-
 // ---------------------------------------------------------------- info
 
 // "0-1,4": the CPUs this process may run on, as ranges.
 std::string allowed_cpu_ranges() {
-  const std::vector<int> cpus = tandem::cli::allowed_cpus();
+  const std::vector<int> cpus = tandem::launch::allowed_cpus();
   if (cpus.empty()) return "unknown";
   std::string out;
   for (size_t i = 0; i < cpus.size();) {
@@ -439,10 +383,9 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("tandem ") + TANDEM_VERSION);
   app.require_subcommand(1);
 
-  tandem::cli::LaunchOptions launch;
-  std::string launch_hosts;
+  tandem::cli::LaunchFlags launch;
   BenchFlags bench;
-  add_launch(app, launch, launch_hosts);
+  tandem::cli::add_launch(app, launch);
   auto* bench_cmd = add_bench(app, bench);
   OverlapFlags overlap;
   auto* overlap_cmd = add_overlap(*bench_cmd, overlap);
@@ -464,7 +407,7 @@ int main(int argc, char** argv) {
   if (!args.empty() && args[0] == "train") return exec_trainer(argv[0], args);
   app.add_subcommand("train", "Train a Determined-style experiment (exp.yaml) through tandem; see `tandem train --help`");
   std::vector<std::string> command;
-  if (!args.empty() && args[0] == "launch") command = split_launch_command(args);
+  if (!args.empty() && args[0] == "launch") command = tandem::cli::split_launch_command(args);
   std::vector<char*> parse_argv{argv[0]};
   for (auto& a : args) parse_argv.push_back(a.data());
 
@@ -478,18 +421,7 @@ int main(int argc, char** argv) {
   }
 
   try {
-    if (app.got_subcommand("launch")) {
-      launch.command = command;
-      if (!launch_hosts.empty()) {
-        try {
-          launch.hosts = tandem::cli::parse_hosts(launch_hosts);
-        } catch (const std::invalid_argument& e) {
-          std::fprintf(stderr, "tandem launch: %s\n", e.what());
-          return kUsageError;
-        }
-      }
-      return tandem::cli::run_launch(launch);
-    }
+    if (app.got_subcommand("launch")) return tandem::cli::run_launch(launch, command);
     if (overlap_cmd->parsed()) return tandem::bench::run_overlap(to_overlap_options(overlap));
     if (const int rc = tandem::cli::run_ps(ps_flags); rc >= 0) return rc;
     if (app.got_subcommand("bench")) {

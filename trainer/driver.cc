@@ -2,45 +2,28 @@
 // start of its slots by the launcher (the first, then each restart).
 #include "driver.h"
 
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <thread>
+#include <stdexcept>
 
 #include "checkpoint.h"
 #include "config.h"
 #include "metrics.h"
+#include "tandem/bootstrap.h"
+#include "tandem/launch/launch.h"
 
 namespace tandem::trainer {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Starts argv with `env` added; returns the pid.
-pid_t spawn(const std::vector<std::string>& argv, const std::vector<std::pair<std::string, std::string>>& env) {
-  std::fflush(stdout);
-  std::fflush(stderr);
-  pid_t pid = ::fork();
-  if (pid < 0) throw std::runtime_error("fork failed");
-  if (pid == 0) {
-    for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execv(args[0], args.data());
-    std::fprintf(stderr, "tandem train: cannot run %s: %s\n", args[0], std::strerror(errno));
-    ::_exit(127);
-  }
-  return pid;
-}
+using namespace std::chrono_literals;
 
 struct Trial {
   int slots = 0;
@@ -73,35 +56,15 @@ class Driver {
     const std::string metrics = dir + "/metrics.jsonl";
     const int64_t total = o_.worker.max_batches;  // 0: the progress line reads the chief's start line
     for (int attempt = 0;; ++attempt) {
-      std::vector<std::string> argv = launch_command(cfg, slots);
-      argv.insert(argv.end(), {o_.self, "--worker", o_.worker.config_path, "--output", dir, "--checkpoint-dir",
-                               checkpoint_dir, "--slots", std::to_string(slots), "--attempt", std::to_string(attempt),
-                               "--stall-factor", std::to_string(o_.worker.stall_factor), "--compute-nice",
-                               std::to_string(o_.worker.compute_nice)});
-      if (o_.worker.resume || attempt > 0) argv.push_back("--resume");
-      if (!o_.worker.overlap) argv.push_back("--no-overlap");
-      if (!o_.worker.deferred_updates) argv.push_back("--no-deferred-updates");
-      argv.insert(argv.end(), {"--input-layers-ahead", std::to_string(o_.worker.input_layers_ahead_bytes)});
-      if (o_.worker.timeline) argv.push_back("--timeline");
-      if (o_.worker.max_batches > 0) argv.insert(argv.end(), {"--max-batches", std::to_string(o_.worker.max_batches)});
-      if (o_.worker.per_slot_batch > 0)
-        argv.insert(argv.end(), {"--per-slot-batch", std::to_string(o_.worker.per_slot_batch)});
-      if (o_.worker.fail_at_batch >= 0)
-        argv.insert(argv.end(), {"--fail-at-batch", std::to_string(o_.worker.fail_at_batch), "--fail-rank",
-                                 std::to_string(o_.worker.fail_rank)});
-      if (!o_.worker.dump_params.empty()) argv.insert(argv.end(), {"--dump-params", o_.worker.dump_params});
-      std::vector<std::pair<std::string, std::string>> env;
-      if (!network_interface().empty()) env.emplace_back("TANDEM_NETWORK_INTERFACE", network_interface());
-      const pid_t pid = spawn(argv, env);
-      int status = 0;
-      for (;;) {
-        pid_t r = ::waitpid(pid, &status, WNOHANG);
-        if (r == pid) break;
-        if (tty_) show_progress(metrics, total);
-        std::this_thread::sleep_for(std::chrono::milliseconds(tty_ ? 500 : 100));
-      }
-      if (tty_) std::fprintf(stderr, "\r\033[K");
-      const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      WorkerOptions w = o_.worker;
+      w.output_dir = dir;
+      w.checkpoint_dir = checkpoint_dir;
+      w.slots = slots;
+      w.attempt = attempt;
+      w.resume = o_.worker.resume || attempt > 0;
+      const std::string options_file = dir + "/worker-options.json";
+      save_worker_options(w, options_file);
+      const int code = launch_slots(cfg, slots, {o_.self, "--worker-options", options_file}, metrics, total);
       if (code == 0) {
         t.ok = true;
         break;
@@ -122,12 +85,19 @@ class Driver {
     return t;
   }
 
-  // `tandem launch ... --`: local slots, or across resources.hosts, whole
-  // hosts of slots_per_host (default: the slots spread evenly) in list order.
-  std::vector<std::string> launch_command(const ExperimentConfig& cfg, int slots) const {
-    std::vector<std::string> argv = {o_.tandem_bin, "launch", "--grace", "5"};
+  // One attempt: the slots run `worker` under the launch library's supervisor,
+  // in this process (as `tandem launch --grace 5` would); returns its exit code.
+  // Local slots, or across resources.hosts, whole hosts of slots_per_host
+  // (default: the slots spread evenly) in list order.
+  int launch_slots(const ExperimentConfig& cfg, int slots, std::vector<std::string> worker, const std::string& metrics,
+                   int64_t total) {
+    launch::LaunchOptions lo;
+    lo.grace_seconds = 5;
+    lo.bind = launch::default_bind();
+    lo.command = std::move(worker);
+    if (!network_interface().empty()) lo.environment.push_back("TANDEM_NETWORK_INTERFACE=" + network_interface());
     if (cfg.hosts.empty()) {
-      argv.insert(argv.end(), {"-n", std::to_string(slots)});
+      lo.nprocs = slots;
     } else {
       const int per_host =
           cfg.slots_per_host > 0 ? cfg.slots_per_host : std::max(1, slots / int(cfg.hosts.size()));
@@ -135,12 +105,34 @@ class Driver {
       for (int h = 0; h * per_host < slots; ++h) {
         list += (h ? "," : "") + cfg.hosts[size_t(h)] + ":" + std::to_string(std::min(per_host, slots - h * per_host));
       }
-      argv.insert(argv.end(), {"-H", list});
-      if (!o_.rsh.empty()) argv.insert(argv.end(), {"--rsh", o_.rsh});
-      if (!o_.store_address.empty()) argv.insert(argv.end(), {"--store-addr", o_.store_address});
+      try {
+        lo.hosts = launch::parse_hosts(list);
+      } catch (const std::invalid_argument& e) {
+        std::fprintf(stderr, "tandem launch: %s\n", e.what());
+        return 2;
+      }
+      if (!o_.rsh.empty()) lo.rsh = o_.rsh;
+      if (!o_.store_address.empty()) lo.store_address = o_.store_address;
     }
-    argv.push_back("--");
-    return argv;
+    auto next_progress = std::chrono::steady_clock::now();
+    if (tty_) {
+      lo.on_tick = [&] {
+        if (std::chrono::steady_clock::now() < next_progress) return;
+        show_progress(metrics, total);
+        next_progress = std::chrono::steady_clock::now() + 500ms;
+      };
+    }
+    std::fflush(stdout);
+    std::fflush(stderr);
+    const launch::LaunchResult result = launch::launch(lo);
+    if (tty_) std::fprintf(stderr, "\r\033[K");
+    if (result.interrupt_signal != 0) {
+      // Stopped by the user (Ctrl-C, kill): no restart; this process ends by
+      // the same signal, the ranks having been stopped first.
+      std::signal(result.interrupt_signal, SIG_DFL);
+      std::raise(result.interrupt_signal);
+    }
+    return result.exit_code;
   }
 
   // The same experiment under PyTorch DDP (gloo), metrics in the same format.
@@ -154,15 +146,13 @@ class Driver {
     if (o_.worker.per_slot_batch > 0)
       argv.insert(argv.end(), {"--per-slot-batch", std::to_string(o_.worker.per_slot_batch)});
     if (o_.anchor_fp16) argv.push_back("--fp16-hook");
-    const pid_t pid = spawn(argv, {});
-    int status = 0;
-    for (;;) {
-      if (::waitpid(pid, &status, WNOHANG) == pid) break;
-      if (tty_) show_progress(dir + "/metrics.jsonl", o_.worker.max_batches);
-      std::this_thread::sleep_for(std::chrono::milliseconds(tty_ ? 500 : 100));
-    }
+    std::string error;
+    const int code = launch::run_and_wait(
+        argv, [&] { if (tty_) show_progress(dir + "/metrics.jsonl", o_.worker.max_batches); }, tty_ ? 500ms : 100ms,
+        error);
+    if (!error.empty()) std::fprintf(stderr, "tandem train: %s\n", error.c_str());
     if (tty_) std::fprintf(stderr, "\r\033[K");
-    t.ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    t.ok = code == 0;
     if (!t.ok) std::fprintf(stderr, "tandem train: the DDP anchor failed (see its output above)\n");
     t.summary = read_metrics(dir + "/metrics.jsonl");
     return t;
@@ -310,9 +300,10 @@ int run_driver(DriverOptions o) {
   if (!o.worker.dump_params.empty()) o.worker.dump_params = fs::absolute(o.worker.dump_params).string();
 
   Driver driver(o, cfg);
-  const char* env_if = std::getenv("TANDEM_NETWORK_INTERFACE");
+  // TANDEM_NETWORK_INTERFACE or DTRAIN_NETWORK_INTERFACE, read and checked (they must agree) as the slots read them.
+  const std::string env_if = tuning_from_env().network_interface;
   driver.network_interface_ = !o.network_interface.empty() ? o.network_interface
-                              : env_if && *env_if            ? std::string(env_if)
+                              : !env_if.empty()              ? env_if
                                                              : cfg.network_interface;
   if (!driver.network_interface().empty())
     std::fprintf(stderr, "tandem train: dtrain_network_interface = %s\n", driver.network_interface().c_str());

@@ -1,5 +1,5 @@
 // `tandem train exp.yaml`: validates the experiment, starts its slots through
-// `tandem launch` (the tandem executable next to tandem-train), follows the
+// the launch library (tandem/launch/launch.h, in this process), follows the
 // chief's metrics file (progress line on a TTY), restarts a failed trial from
 // its newest checkpoint up to max_restarts, then prints the summary and plots.
 // `--scaling 1,2,4` runs the trial once per slot count and compares them.
@@ -9,19 +9,18 @@
 #include <string>
 #include <vector>
 
-#include "worker.h"
+#include "worker_options.h"
 
 namespace tandem::trainer {
 
 struct DriverOptions {
-  WorkerOptions worker;             // passed through to every slot
+  WorkerOptions worker;             // every slot gets these (as <trial dir>/worker-options.json)
   std::string output_dir;           // default runs/<name>
   std::vector<int> scaling;         // slot counts; empty = one trial
-  std::string network_interface;    // flag; else TANDEM_NETWORK_INTERFACE; else the config's
+  std::string network_interface;    // flag; else TANDEM_/DTRAIN_NETWORK_INTERFACE; else the config's
   double target_accuracy = 0.85;
   bool quiet = false;               // no progress line, no summary
-  std::string tandem_bin;           // the launcher; default: `tandem` beside this executable
-  // With resources.hosts: `tandem launch --rsh` and `--store-addr` (empty: the launcher's defaults).
+  // With resources.hosts: the launcher's rsh and store address (empty: its defaults).
   std::string rsh, store_address;
   std::string self;                 // this executable
   // Also train each slot count with the PyTorch DDP (gloo) anchor script and compare.

@@ -1,20 +1,40 @@
 // tandem-train: `tandem train` execs it.
 //   tandem-train exp.yaml [--slots N | --scaling 1,2,4] [--resume] [--output DIR] [--no-overlap] ...
-// and, under `tandem launch`, each slot runs `tandem-train --worker exp.yaml ...`.
+// Each slot the driver starts runs
+//   tandem-train --worker-options <trial dir>/worker-options.json   (written by the driver);
+// by hand, or under mpirun or srun, a slot takes the driver's flags instead:
+//   tandem-train --worker exp.yaml --slots N --output DIR [--checkpoint-dir DIR] ...
 // Exit codes: 0 success, 2 bad configuration or flags, 1 the trial failed.
 #include <CLI/CLI.hpp>
 #include <unistd.h>
 
 #include <climits>
 #include <cstdio>
-#include <filesystem>
+#include <string_view>
 
 #include "config.h"
 #include "driver.h"
 #include "worker.h"
 
+namespace tr = tandem::trainer;
+
+// Runs `body`; a configuration error exits 2, any other error 1.
+template <typename Body>
+int reporting_errors(Body body) {
+  try {
+    return body();
+  } catch (const tr::ConfigError& e) {
+    std::fprintf(stderr, "tandem train: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tandem train: error: %s\n", e.what());
+    return 1;
+  }
+}
+
 int main(int argc, char** argv) {
-  namespace tr = tandem::trainer;
+  if (argc == 3 && std::string_view(argv[1]) == "--worker-options")
+    return reporting_errors([&] { return tr::run_worker(tr::load_worker_options(argv[2])); });
   CLI::App app{"tandem train: a Determined-style experiment trained through tandem"};
   tr::DriverOptions o;
   tr::WorkerOptions& w = o.worker;
@@ -60,7 +80,7 @@ int main(int argc, char** argv) {
   app.add_flag("--quiet", o.quiet, "No progress line and no summary");
   app.add_flag("--anchor", o.anchor, "Also train each slot count with PyTorch DDP (gloo) and compare in one table");
   app.add_flag("--anchor-fp16", o.anchor_fp16, "The anchor with DDP's fp16 compression hook (implies --anchor)");
-  // Internal: what the driver passes to each slot.
+  // Internal: one slot started by hand or by another launcher, and fault injection for tests.
   app.add_flag("--worker", worker, "")->group("");
   app.add_option("--checkpoint-dir", w.checkpoint_dir, "")->group("");
   app.add_option("--attempt", w.attempt, "")->group("");
@@ -70,7 +90,7 @@ int main(int argc, char** argv) {
   w.overlap = !no_overlap;
   w.deferred_updates = !no_deferred;
 
-  try {
+  return reporting_errors([&] {
     if (worker) {
       if (w.output_dir.empty()) w.output_dir = o.output_dir;
       return tr::run_worker(w);
@@ -81,13 +101,6 @@ int main(int argc, char** argv) {
     char self[PATH_MAX];
     ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
     o.self = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string(argv[0]);
-    o.tandem_bin = (std::filesystem::path(o.self).parent_path() / "tandem").string();
     return tr::run_driver(o);
-  } catch (const tr::ConfigError& e) {
-    std::fprintf(stderr, "tandem train: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "tandem train: error: %s\n", e.what());
-    return 1;
-  }
+  });
 }

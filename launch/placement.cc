@@ -1,0 +1,88 @@
+// Placement of the ranks on hosts and CPUs (see placement.h), and the host
+// list syntax of -H.
+#include "placement.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <sstream>
+#include <stdexcept>
+
+namespace tandem::launch {
+
+bool is_this_host(const std::string& host) {
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  return host == "localhost" || host == "127.0.0.1" || host == "::1" || host == name;
+}
+
+std::vector<Placement> place_ranks(const LaunchOptions& o) {
+  std::vector<Placement> out;
+  const int world = o.nprocs + o.servers;
+  if (o.hosts.empty()) {
+    for (int r = 0; r < world; ++r) out.push_back({"", r, world});
+    return out;
+  }
+  for (const HostSlots& h : o.hosts) {
+    const int here = std::min(h.slots, world - int(out.size()));
+    for (int l = 0; l < here; ++l) out.push_back({is_this_host(h.host) ? "" : h.host, l, here});
+  }
+  return out;
+}
+
+std::optional<cpu_set_t> cpu_share(const std::vector<int>& cpus, int local, int size) {
+  if (size < 1 || local < 0 || local >= size || size > int(cpus.size())) return std::nullopt;
+  const size_t per = cpus.size() / size_t(size);
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  for (size_t k = 0; k < per; ++k) CPU_SET(cpus[size_t(local) * per + k], &mine);
+  return mine;
+}
+
+std::vector<int> allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return {};
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  }
+  return cpus;
+}
+
+std::vector<HostSlots> parse_hosts(const std::string& text) {
+  std::vector<HostSlots> hosts;
+  std::istringstream in(text);
+  for (std::string entry; std::getline(in, entry, ',');) {
+    // "name", "name:slots", "[v6 address]:slots"; a bare v6 address (several colons) has one slot.
+    HostSlots h;
+    h.host = entry;
+    std::string slots;
+    if (!entry.empty() && entry[0] == '[') {
+      const size_t close = entry.find(']');
+      h.host = close == std::string::npos ? "" : entry.substr(1, close - 1);
+      if (close != std::string::npos && close + 1 < entry.size()) {
+        slots = entry[close + 1] == ':' ? entry.substr(close + 2) : "bad";
+      }
+    } else if (std::count(entry.begin(), entry.end(), ':') == 1) {
+      h.host = entry.substr(0, entry.find(':'));
+      slots = entry.substr(entry.find(':') + 1);
+    }
+    if (!slots.empty()) {
+      const bool digits = slots.size() <= 4 && slots.find_first_not_of("0123456789") == std::string::npos;
+      h.slots = digits ? std::atoi(slots.c_str()) : 0;
+    }
+    if (h.host.empty() || h.slots < 1 || h.slots > kMaxLocalRanks) {
+      throw std::invalid_argument("-H entry '" + entry + "' is not host or host:slots with 1.." +
+                                  std::to_string(kMaxLocalRanks) + " slots (e.g. -H node1:4,node2:4)");
+    }
+    hosts.push_back(h);
+  }
+  if (hosts.empty()) throw std::invalid_argument("-H is empty; give host:slots,... (e.g. -H node1:4,node2:4)");
+  return hosts;
+}
+
+std::string default_bind(const EnvLookup& env) { return env("TANDEM_BIND").value_or("auto"); }
+
+}  // namespace tandem::launch

@@ -1,0 +1,35 @@
+// Placement: which host each rank runs on, its local rank there, and the
+// share of this host's CPUs a local rank is bound to.
+#pragma once
+
+#include <sched.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tandem/launch/launch.h"
+
+namespace tandem::launch {
+
+// Where a rank runs: its host (empty: this one), its local rank and how many
+// ranks share that host.
+struct Placement {
+  std::string host;
+  int local_rank = 0;
+  int local_size = 1;
+  bool remote() const { return !host.empty(); }
+};
+
+bool is_this_host(const std::string& host);
+
+// Host-major: each host's slots in order; without a host list every rank
+// (parameter servers too) is local.
+std::vector<Placement> place_ranks(const LaunchOptions& o);
+
+// The CPUs that rank `local` of `size` ranks on this host runs on: its equal
+// share, in order, of `cpus` (the launcher's); none when they are fewer than
+// the ranks (then the scheduler balances).
+std::optional<cpu_set_t> cpu_share(const std::vector<int>& cpus, int local, int size);
+
+}  // namespace tandem::launch

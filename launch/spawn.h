@@ -1,0 +1,69 @@
+// Starting one rank: its environment (the job variables), PATH resolution of
+// the command, and fork/exec into its own process group with its output piped.
+#pragma once
+
+#include <sched.h>
+#include <sys/resource.h>
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "group_guard.h"
+#include "placement.h"
+#include "streams.h"
+#include "tandem/bootstrap.h"
+
+namespace tandem::launch {
+
+struct Rank {
+  int rank = 0;
+  pid_t pid = -1;  // also the process-group id
+  bool running = false;
+  bool signalled_by_us = false;
+  int status = 0;  // wait status once reaped
+  Stream out, err;
+
+  bool streams_open() const { return out.fd >= 0 || err.fd >= 0; }
+};
+
+// What the launcher sets per rank: never inherited from its own environment.
+inline constexpr const char* kOwnedVariables[] = {"TANDEM_RANK=",      "TANDEM_WORLD_SIZE=",   "TANDEM_LOCAL_RANK=",
+                                                  "TANDEM_LOCAL_WORLD_SIZE=", "TANDEM_STORE_ADDR=", "TANDEM_SECRET=",
+                                                  "TANDEM_SECRET_FILE=", "TANDEM_JOB_ID=",     "TANDEM_SERVERS="};
+
+// Whether `kv` (NAME=value) names a variable that one of `settings` (NAME=value each) sets.
+bool set_by(std::string_view kv, const std::vector<std::string>& settings);
+
+// This process's environment with `settings` (NAME=value each) in front.
+EnvLookup environment_with(const std::vector<std::string>& settings);
+
+// Shell convention: the exit code, or 128 + signal number.
+int exit_code_of(int status);
+
+// PATH lookup done once in the launcher, so a missing command is reported
+// before any rank starts. Returns the path or sets exit_code to 127 / 126.
+std::optional<std::string> resolve_command(const std::string& name, const EnvLookup& env, int& exit_code,
+                                           std::string& error);
+
+// The job variables of one rank, NAME=value.
+std::vector<std::string> job_variables(int rank, int world, const Placement& at, const std::string& store_addr,
+                                       int servers);
+
+// The parent's environment minus stale TANDEM_* job variables and what
+// `settings` replaces, plus `settings` and this rank's job variables.
+// The job secret travels in the environment (readable by this user only), never on a command line.
+std::vector<std::string> rank_environment(const std::vector<std::string>& job, const std::string& secret,
+                                          const std::vector<std::string>& settings);
+
+// Starts one rank. Returns 0, or the launcher exit code with `error` set.
+// A local rank runs `command` with the job variables in its environment; a
+// remote one runs `command` (already the remote shell's argv) and gets the
+// secret on its standard input. `cpus`: the local rank's CPUs (null: unbound).
+int spawn_rank(Rank& r, const std::string& path, const std::vector<std::string>& command,
+               const std::vector<std::string>& env, const std::string& remote_secret, const rlimit& child_files,
+               const cpu_set_t* cpus, std::string& error, GroupGuard& guard);
+
+}  // namespace tandem::launch

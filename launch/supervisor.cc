@@ -1,0 +1,497 @@
+// Supervision of a launch (tandem/launch/launch.h): the Launcher starts the
+// ranks, relays their output, stops them after a failure or a signal, and
+// turns how they ended into the job's exit status.
+
+// Terms used below:
+//   rank    one child process started by the launcher (its pid is also its
+//           process-group id, so signals reach whatever it started too);
+//   stream  the read end of one rank's stdout or stderr pipe;
+//   phase   where shutdown stands: running -> grace (a rank failed; the
+//           others may still exit on their own) -> terminating (SIGTERM
+//           sent) -> killing (SIGKILL sent).
+// Every wait is bounded: poll() wakes at least every kTick, and each phase
+// has a deadline after which the next, harsher one starts.
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "placement.h"
+#include "remote_shell.h"
+#include "spawn.h"
+#include "streams.h"
+#include "tandem/launch/launch.h"
+#include "tandem/store.h"
+
+namespace tandem::launch {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+constexpr auto kTick = 100ms;                  // longest poll() sleep
+constexpr auto kLinger = 1s;                   // for pipes held open by a rank's descendants
+constexpr auto kKillWait = 5s;                 // after SIGKILL; only a stuck kernel exceeds it
+
+std::string signal_name(int sig) {
+  const char* abbrev = ::sigabbrev_np(sig);
+  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
+}
+
+std::string describe(int status) {
+  if (WIFSIGNALED(status)) return "killed by signal " + signal_name(WTERMSIG(status));
+  return "exited with code " + std::to_string(exit_code_of(status));
+}
+
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%gs", s);
+  return buf;
+}
+
+// Signals the rank's whole process group (the command and anything it
+// started). Also used after the rank itself has exited while descendants
+// still hold its pipes: the group lives as long as any member does.
+void signal_rank(Rank& r, int sig) {
+  if (r.pid <= 0) return;
+  if (::killpg(r.pid, sig) != 0 && r.running) ::kill(r.pid, sig);
+  if (r.running) r.signalled_by_us = true;
+}
+
+// Blocks the signals the launcher handles (they arrive through a signalfd in
+// the poll set) for the lifetime of the object; the store's I/O thread is
+// created afterwards and so inherits the mask.
+class SignalGuard {
+ public:
+  SignalGuard() {
+    sigemptyset(&set_);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) sigaddset(&set_, sig);
+    ::pthread_sigmask(SIG_BLOCK, &set_, &old_mask_);
+    struct sigaction ign{};
+    ign.sa_handler = SIG_IGN;
+    ::sigaction(SIGPIPE, &ign, &old_pipe_);
+    fd_ = ::signalfd(-1, &set_, SFD_NONBLOCK | SFD_CLOEXEC);
+  }
+  ~SignalGuard() {
+    if (fd_ >= 0) ::close(fd_);
+    ::sigaction(SIGPIPE, &old_pipe_, nullptr);
+    ::pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
+  }
+  SignalGuard(const SignalGuard&) = delete;
+  SignalGuard& operator=(const SignalGuard&) = delete;
+  int fd() const { return fd_; }
+
+ private:
+  sigset_t set_{}, old_mask_{};
+  struct sigaction old_pipe_{};
+  int fd_ = -1;
+};
+
+enum class Phase { running, grace, terminating, killing };
+
+class Launcher {
+ public:
+  explicit Launcher(const LaunchOptions& o) : opts_(o) {}
+
+  int run() {
+    int code = 0;
+    std::string error;
+    const std::vector<Placement> placement = place_ranks(opts_);
+    const bool any_remote = std::any_of(placement.begin(), placement.end(), [](const Placement& p) { return p.remote(); });
+    const bool any_local = !any_remote || std::any_of(placement.begin(), placement.end(),
+                                                      [](const Placement& p) { return !p.remote(); });
+    // Looked up here, so a missing command or remote shell fails before any rank starts.
+    std::optional<std::string> path, rsh_path;
+    const EnvLookup env = environment_with(opts_.environment);
+    if (any_local && !(path = resolve_command(opts_.command[0], env, code, error))) {
+      say(error);
+      return code;
+    }
+    std::istringstream rsh_words(opts_.rsh);
+    std::string rsh_program;
+    rsh_words >> rsh_program;
+    if (any_remote && !(rsh_path = resolve_command(rsh_program, env, code, error))) {
+      say("the remote shell (--rsh): " + error);
+      return code;
+    }
+
+    // Each rank costs the launcher two pipes and a store connection; the
+    // default soft limit of 1024 descriptors would not last to -n 1024.
+    rlimit files{};
+    ::getrlimit(RLIMIT_NOFILE, &files);
+    const rlimit child_files = files;
+    if (files.rlim_cur < files.rlim_max) {
+      files.rlim_cur = files.rlim_max;
+      ::setrlimit(RLIMIT_NOFILE, &files);
+    }
+
+    SignalGuard signals;  // before the store, whose thread must inherit the mask
+    if (signals.fd() < 0) {
+      say(std::string("signalfd: ") + std::strerror(errno));
+      return 1;
+    }
+    std::unique_ptr<StoreServer> store;
+    std::string secret;
+    try {
+      secret = new_job_secret();
+      StoreServerOptions so;  // 127.0.0.1 when every rank runs on this host
+      so.secret = secret;       // the store admits only holders of the job secret
+      if (any_remote) {
+        so.host = "0.0.0.0";
+        if (!opts_.store_address.empty() && opts_.store_address.find(':') != std::string::npos)
+          so.port = parse_host_port(opts_.store_address).second;
+      }
+      store = std::make_unique<StoreServer>(so);
+    } catch (const std::exception& e) {
+      say(std::string("cannot start the bootstrap store: ") + e.what());
+      return 1;
+    }
+    store_ = store.get();
+    std::string store_addr = "127.0.0.1:" + std::to_string(store->port());
+    if (any_remote) {
+      char name[256] = {};
+      ::gethostname(name, sizeof name - 1);
+      std::string host = opts_.store_address.empty() ? name : opts_.store_address;
+      if (host.find(':') != std::string::npos) host = parse_host_port(host).first;
+      store_addr = host + ":" + std::to_string(store->port());
+      std::string where;
+      for (const HostSlots& h : opts_.hosts) where += (where.empty() ? "" : ", ") + h.host + ":" + std::to_string(h.slots);
+      say(std::to_string(opts_.nprocs) + " ranks on " + where + " (host-major); store at " + store_addr);
+    }
+
+    // Orphaned descendants of the ranks become our children, not init's, so
+    // they are reaped even in containers whose init never reaps.
+    ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+    start_ = Clock::now();
+    const int world = opts_.nprocs + opts_.servers;
+    // Parameter-server ranks run server_command (already a path: `tandem ps serve`).
+    const std::vector<std::string>& serve = opts_.server_command;
+    ranks_.resize(static_cast<size_t>(world));
+    GroupGuard guard;
+    if (!guard.start(ranks_.size()))
+      say(std::string("cannot start the group guard (") + std::strerror(errno) +
+          "); if the launcher is killed, what the ranks started may outlive it");
+    const std::vector<int> launcher_cpus = allowed_cpus();
+    for (int i = 0; i < world; ++i) {
+      ranks_[i].rank = i;
+      const bool server = i >= opts_.nprocs;
+      const Placement& at = placement[size_t(i)];
+      const std::vector<std::string> job = job_variables(i, world, at, store_addr, opts_.servers);
+      const std::optional<cpu_set_t> cpus =
+          opts_.bind == "auto" && !at.remote() ? cpu_share(launcher_cpus, at.local_rank, at.local_size) : std::nullopt;
+      int rc = at.remote()
+                   ? spawn_rank(ranks_[i], *rsh_path,
+                                remote_command(opts_.rsh, at.host, job, opts_.command, opts_.environment),
+                                rank_environment({}, "", opts_.environment), secret, child_files, nullptr, error, guard)
+                   : spawn_rank(ranks_[i], server ? serve[0] : *path, server ? serve : opts_.command,
+                                rank_environment(job, secret, opts_.environment), "", child_files,
+                                cpus ? &*cpus : nullptr, error, guard);
+      if (rc != 0) {
+        say("rank " + std::to_string(i) + ": " + error);
+        spawn_failure_ = rc;
+        // The ranks already running would wait for the missing one forever.
+        enter(Phase::killing, SIGKILL, kKillWait);
+        break;
+      }
+    }
+
+    loop(signals.fd());
+    guard.stop();
+    reap_orphans();
+    store_ = nullptr;
+    return finish();
+  }
+
+  int interrupt_signal() const { return interrupt_signal_; }
+
+ private:
+  void loop(int signal_fd) {
+    std::optional<Clock::time_point> linger_until;
+    bool stragglers_killed = false;
+    std::vector<pollfd> fds;
+    std::vector<Stream*> streams;
+    while (true) {
+      bool any_running = std::any_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.running; });
+      bool any_open = std::any_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.streams_open(); });
+      if (!any_running && !any_open) return;
+      if (!any_running) {
+        // Every rank exited but something it started still holds a pipe:
+        // give it kLinger to finish writing, then kill it and stop reading.
+        auto now = Clock::now();
+        if (!linger_until) linger_until = now + kLinger;
+        if (now >= *linger_until) {
+          if (stragglers_killed) {
+            for (Rank& r : ranks_) r.out.close_and_flush(), r.err.close_and_flush();
+            return;
+          }
+          for (Rank& r : ranks_)
+            if (r.streams_open()) signal_rank(r, SIGKILL);
+          stragglers_killed = true;
+          linger_until = now + kLinger;
+        }
+      }
+
+      fds.clear();
+      streams.clear();
+      fds.push_back({signal_fd, POLLIN, 0});
+      for (Rank& r : ranks_) {
+        for (Stream* s : {&r.out, &r.err}) {
+          if (s->fd < 0) continue;
+          fds.push_back({s->fd, POLLIN, 0});
+          streams.push_back(s);
+        }
+      }
+      ::poll(fds.data(), fds.size(), poll_timeout_ms(linger_until));
+
+      if (fds[0].revents & POLLIN) handle_signals(signal_fd);
+      for (size_t i = 1; i < fds.size(); ++i) {
+        if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) streams[i - 1]->pump();
+      }
+      reap();
+      check_deadlines();
+      if (opts_.on_tick) opts_.on_tick();
+    }
+  }
+
+  // As child subreaper the launcher inherits what the ranks left behind; reap
+  // those (already killed with their process group) so none stays a zombie.
+  static void reap_orphans() {
+    auto until = Clock::now() + 500ms;
+    while (Clock::now() < until) {
+      pid_t pid = ::waitpid(-1, nullptr, WNOHANG);
+      if (pid < 0) return;  // ECHILD: nothing left
+      if (pid == 0) ::usleep(10000);
+    }
+  }
+
+  int poll_timeout_ms(const std::optional<Clock::time_point>& linger_until) const {
+    auto now = Clock::now();
+    auto next = now + kTick;
+    if (phase_deadline_) next = std::min(next, *phase_deadline_);
+    if (job_deadline() && !timed_out_) next = std::min(next, *job_deadline());
+    if (linger_until) next = std::min(next, *linger_until);
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count();
+    return static_cast<int>(std::clamp<long long>(ms + 1, 0, 100));
+  }
+
+  std::optional<Clock::time_point> job_deadline() const {
+    if (opts_.timeout_seconds <= 0) return std::nullopt;
+    return start_ + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opts_.timeout_seconds));
+  }
+
+  // SIGINT/SIGTERM/SIGHUP to the launcher go to every rank; a second one
+  // means "now": SIGKILL.
+  void handle_signals(int signal_fd) {
+    signalfd_siginfo info{};
+    while (::read(signal_fd, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
+      int sig = static_cast<int>(info.ssi_signo);
+      if (sig == SIGCHLD) continue;  // reap() runs every iteration
+      if (interrupt_signal_ == 0 && !stopping()) {
+        interrupt_signal_ = sig;
+        say("received " + signal_name(sig) + "; forwarding it to all ranks");
+        enter(Phase::terminating, sig, seconds(opts_.kill_after_seconds));
+      } else if (phase_ != Phase::killing) {
+        if (interrupt_signal_ == 0) interrupt_signal_ = sig;
+        say("received " + signal_name(sig) + " again; killing all ranks");
+        enter(Phase::killing, SIGKILL, kKillWait);
+      }
+    }
+  }
+
+  void reap() {
+    int status = 0;
+    pid_t pid;
+    while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+      auto it = std::find_if(ranks_.begin(), ranks_.end(), [&](const Rank& r) { return r.pid == pid; });
+      if (it == ranks_.end()) continue;
+      it->running = false;
+      it->status = status;
+      if (status == 0) continue;
+      if (it->signalled_by_us) {
+        ++stopped_by_us_;
+        continue;  // expected: we asked it to stop
+      }
+      ++failed_;
+      say("rank " + std::to_string(it->rank) + " " + describe(status));
+      if (!first_failure_ && !stopping() && spawn_failure_ == 0) {
+        first_failure_ = &*it;
+        record_failure_in_store(it->rank, describe(status));
+        if (std::any_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.running; })) {
+          say("waiting up to " + seconds_text(opts_.grace_seconds) + " for the other ranks to exit");
+        }
+        phase_ = Phase::grace;
+        phase_deadline_ = Clock::now() + seconds(opts_.grace_seconds);
+      }
+    }
+  }
+
+  // Lets ranks blocked in a collective fail fast with PeerFailure naming the
+  // rank, instead of waiting for their timeout.
+  void record_failure_in_store(int rank, const std::string& how) {
+    if (!store_) return;
+    try {
+      auto failed = store_->failed_ranks();
+      if (std::find(failed.begin(), failed.end(), rank) == failed.end()) store_->mark_failed(rank, how);
+    } catch (const std::exception& e) {
+      say(std::string("could not record the failure in the store: ") + e.what());
+    }
+  }
+
+  void check_deadlines() {
+    auto now = Clock::now();
+    auto running = [&] {
+      return std::count_if(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.running; });
+    };
+    if (!timed_out_ && job_deadline() && now >= *job_deadline() && !first_failure_ && interrupt_signal_ == 0 &&
+        running() > 0) {
+      timed_out_ = true;
+      say("timeout: the job exceeded --timeout " + seconds_text(opts_.timeout_seconds) +
+          "; terminating all ranks");
+      enter(Phase::terminating, SIGTERM, seconds(opts_.kill_after_seconds));
+      return;
+    }
+    if (!phase_deadline_ || now < *phase_deadline_) return;
+    switch (phase_) {
+      case Phase::running:
+        break;
+      case Phase::grace:
+        if (running() > 0) {
+          say("grace period of " + seconds_text(opts_.grace_seconds) + " is over; sending SIGTERM to " +
+              std::to_string(running()) + " remaining rank(s)");
+        }
+        enter(Phase::terminating, SIGTERM, seconds(opts_.kill_after_seconds));
+        break;
+      case Phase::terminating:
+        if (running() > 0) say("sending SIGKILL to " + std::to_string(running()) + " remaining rank(s)");
+        enter(Phase::killing, SIGKILL, kKillWait);
+        break;
+      case Phase::killing:
+        // SIGKILL cannot be ignored; only a process stuck in the kernel gets here.
+        for (Rank& r : ranks_) {
+          if (r.running) say("rank " + std::to_string(r.rank) + " (pid " + std::to_string(r.pid) + ") did not die; giving up on it");
+          r.running = false;
+          r.out.close_and_flush();
+          r.err.close_and_flush();
+        }
+        phase_deadline_.reset();
+        break;
+    }
+  }
+
+  void enter(Phase phase, int sig, Clock::duration wait) {
+    phase_ = phase;
+    phase_deadline_ = Clock::now() + wait;
+    for (Rank& r : ranks_) {
+      if (r.running || r.streams_open()) signal_rank(r, sig);
+    }
+  }
+
+  bool stopping() const { return phase_ == Phase::terminating || phase_ == Phase::killing; }
+
+  static Clock::duration seconds(double s) {
+    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+  }
+
+  int finish() const {
+    std::string abnormal = std::to_string(failed_) + " of " + std::to_string(opts_.nprocs + opts_.servers) +
+                           " rank(s) failed on their own, " + std::to_string(stopped_by_us_) +
+                           " stopped by the launcher";
+    if (spawn_failure_ != 0) return spawn_failure_;
+    if (first_failure_) {
+      const Rank& r = *first_failure_;
+      say("job failed: rank " + std::to_string(r.rank) + " failed first (" + describe(r.status) + "); " + abnormal);
+      return exit_code_of(r.status);
+    }
+    if (timed_out_) {
+      say("job timed out after " + seconds_text(opts_.timeout_seconds) + " (--timeout); " + abnormal);
+      return 124;
+    }
+    if (interrupt_signal_ != 0) {
+      say("job interrupted by " + signal_name(interrupt_signal_) + "; " + abnormal);
+      return 128 + interrupt_signal_;
+    }
+    return 0;
+  }
+
+  const LaunchOptions& opts_;
+  std::vector<Rank> ranks_;
+  StoreServer* store_ = nullptr;
+  Clock::time_point start_{};
+  Phase phase_ = Phase::running;
+  std::optional<Clock::time_point> phase_deadline_;
+  const Rank* first_failure_ = nullptr;
+  int spawn_failure_ = 0;
+  bool timed_out_ = false;
+  int interrupt_signal_ = 0;
+  int failed_ = 0;
+  int stopped_by_us_ = 0;
+};
+
+}  // namespace
+
+std::string validate(const LaunchOptions& o) {
+  int slots = 0;
+  for (const HostSlots& h : o.hosts) slots += h.slots;
+  if (!o.hosts.empty()) {
+    if (o.nprocs > slots) {
+      return "-n " + std::to_string(o.nprocs) + " asks for more ranks than the hosts (-H) offer (" +
+             std::to_string(slots) + " slots); add hosts or slots, or leave -n out to use every slot";
+    }
+    if (o.servers > 0) return "--servers cannot be combined with -H yet: start parameter servers with mpirun or by hand";
+  } else if (o.nprocs == -1) {
+    return "say how many ranks: -n/--nprocs N (on this host) or -H host:slots,... (across hosts)";
+  }
+  if (o.nprocs < 1 || o.nprocs > kMaxLocalRanks) {
+    return "-n must be between 1 and " + std::to_string(kMaxLocalRanks) + " local ranks (got " +
+           std::to_string(o.nprocs) + ")";
+  }
+  if (o.servers < 0 || o.nprocs + o.servers > kMaxLocalRanks) {
+    return "--servers must be between 0 and " + std::to_string(kMaxLocalRanks - o.nprocs) + " (got " +
+           std::to_string(o.servers) + ")";
+  }
+  if (o.servers > 0 && o.server_command.empty()) return "--servers needs the parameter servers' command";
+  auto bad_seconds = [](double s) { return !std::isfinite(s) || s < 0 || s > 1e7; };
+  if (bad_seconds(o.timeout_seconds)) return "--timeout must be a number of seconds >= 0 (0 = no limit)";
+  if (bad_seconds(o.grace_seconds)) return "--grace must be a number of seconds >= 0";
+  if (bad_seconds(o.kill_after_seconds)) return "the SIGTERM-to-SIGKILL delay must be >= 0 seconds";
+  if (o.bind != "auto" && o.bind != "none") return "--bind must be auto or none (got '" + o.bind + "')";
+  if (o.command.empty() || o.command[0].empty()) {
+    return "no command given; usage: tandem launch -n N [--timeout S] [--grace S] -- command [args...]";
+  }
+  return "";
+}
+
+LaunchResult launch(const LaunchOptions& options) {
+  LaunchOptions o = options;
+  if (o.nprocs == -1 && !o.hosts.empty()) {
+    o.nprocs = 0;
+    for (const HostSlots& h : o.hosts) o.nprocs += h.slots;
+  }
+  if (std::string error = validate(o); !error.empty()) {
+    say(error);
+    return {2, 0};
+  }
+  Launcher launcher(o);
+  const int code = launcher.run();
+  return {code, launcher.interrupt_signal()};
+}
+
+int run_launch(const LaunchOptions& options) { return launch(options).exit_code; }
+
+}  // namespace tandem::launch
