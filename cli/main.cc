@@ -34,6 +34,7 @@
 #include "launch.h"
 #include "model.h"
 #include "ps.h"
+#include "settings_info.h"
 #include "tandem/bench/overlap.h"
 #include "tandem/bench/sweep.h"
 #include "tandem/bootstrap.h"
@@ -266,7 +267,6 @@ void add_launch(CLI::App& app, tandem::cli::LaunchOptions& o, std::string& hosts
                 "Also start this many parameter-server ranks (`tandem ps serve`) after the N workers; every rank "
                 "gets TANDEM_SERVERS")
       ->capture_default_str();
-  if (const char* bind = std::getenv("TANDEM_BIND")) o.bind = bind;
   l->add_option("--bind", o.bind,
                 "auto: each rank on this host runs on its own share of the CPUs when there are at least as many "
                 "CPUs as ranks here (as mpirun binds to cores); none: leave placement to the scheduler "
@@ -444,7 +444,10 @@ int main(int argc, char** argv) {
   tandem::cli::add_ps(app, *bench_cmd, ps_flags);
   tandem::cli::ModelFlags model;
   tandem::cli::add_model(app, model);
-  app.add_subcommand("info", "Show version, kernel ISA and the job environment");
+  bool info_settings = false, info_markdown = false;
+  auto* info = app.add_subcommand("info", "Show version, kernel ISA and the job environment");
+  info->add_flag("--settings", info_settings, "List every setting: layer, variable, value and where it came from");
+  info->add_flag("--markdown", info_markdown, "With --settings: the configuration reference (docs/configuration.md)");
   std::string netif_format = "table";
   auto* netif = app.add_subcommand(
       "netif", "List network interfaces; under `tandem launch` (or across hosts) show how the ranks choose one");
@@ -474,6 +477,9 @@ int main(int argc, char** argv) {
   try {
     if (app.got_subcommand("launch")) {
       launch.command = command;
+      // TANDEM_BIND, unless --bind was given.
+      if (app.get_subcommand("launch")->get_option("--bind")->count() == 0)
+        tandem::read_settings(tandem::cli::launch_settings(), tandem::process_env(), launch);
       if (!launch_hosts.empty()) {
         try {
           launch.hosts = tandem::cli::parse_hosts(launch_hosts);
@@ -491,7 +497,7 @@ int main(int argc, char** argv) {
       return tandem::bench::run_sweep(to_sweep_options(bench));
     }
     if (app.got_subcommand("model")) return tandem::cli::run_model(model);
-    if (app.got_subcommand("info")) return run_info();
+    if (app.got_subcommand("info")) return info_settings ? tandem::cli::run_settings_info(info_markdown) : run_info();
     if (app.got_subcommand("netif")) return run_netif(netif_format);
     if (app.got_subcommand("doctor")) return tandem::cli::run_doctor(doctor_dumps, std::cout);
   } catch (const UsageError& e) {
