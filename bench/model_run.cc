@@ -125,9 +125,10 @@ Link resolve_link(const Calibration& c, const std::string& name) {
 
 int run_calibrate(const CalibrateOptions& o) {
   CommOptions options = options_from_env();
+  ring::RingOptions ring_options = ring::options_from_env();
   // Pin the algorithm being measured: the one-host path, or the ring over UCX.
-  options.algorithm = o.link.empty() ? "shared_memory" : "ring";
-  auto comm = ring::connect(options);
+  ring_options.allreduce = o.link.empty() ? ring::AllreduceAlgorithm::shared_memory : ring::AllreduceAlgorithm::ring;
+  auto comm = ring::connect(options, ring_options);
   const int cores = int(std::thread::hardware_concurrency());
   // Ranks per core: every rank of a calibration runs on this machine (namespaces share its cores).
   const double rho = double(comm->size()) / std::max(cores, 1);

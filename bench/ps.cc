@@ -71,11 +71,12 @@ int run_ps_bench(const PsBenchOptions& o) {
   if (!(o.fraction > 0 && o.fraction <= 1)) throw InvalidArgument("bench ps: --fraction must be in (0, 1]");
   if (o.iters < 1 || o.warmup < 0 || o.sparse_steps < 1) throw InvalidArgument("bench ps: --iters and --steps must be >= 1");
   const CommOptions copts = options_from_env();
+  const ring::RingOptions ropts = ring::options_from_env();
   ps::Options popts = ps::options_from_env();
   if (popts.servers < 1) {
     throw InvalidArgument("bench ps needs servers: run under `tandem launch -n W --servers S`, or set TANDEM_SERVERS=S");
   }
-  auto world = ring::connect(copts);
+  auto world = ring::connect(copts, ropts);
   if (ps::is_server(world->rank(), world->size(), popts)) {
     ps::serve(*world, popts);
     return 0;
@@ -87,7 +88,7 @@ int run_ps_bench(const PsBenchOptions& o) {
   wopts.local_size = std::min(copts.local_size, nworkers);
   wopts.prefix = copts.prefix + "/workers";
   wopts.host_store = false;  // world rank 0 hosts it already, if anyone does
-  auto workers = ring::connect(wopts);
+  auto workers = ring::connect(wopts, ropts);
   const int rank = workers->rank();
 
   std::vector<size_t> sizes;

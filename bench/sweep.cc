@@ -297,7 +297,7 @@ Result measure(Communicator& comm, const SweepOptions& o, size_t bytes, bool inp
   return r;
 }
 
-void print_table_header(const SweepOptions& o, Communicator& comm) {
+void print_table_header(const SweepOptions& o, Communicator& comm, const std::string& algorithm) {
   const bool barrier = kind_of(o.collective) == Kind::barrier;
   if (barrier) {
     printf("# tandem bench barrier: %d ranks, %d iterations, %d warm-up\n", comm.size(), o.iters, o.warmup);
@@ -308,7 +308,7 @@ void print_table_header(const SweepOptions& o, Communicator& comm) {
   }
   printf("# transports: %s; reduce kernels: %s; buffers: %s\n", comm.transport_summary().c_str(),
          std::string(reduce_isa()).c_str(), o.registered ? "registered (allocate_shared)" : "heap");
-  printf("# topology: %s; all-reduce algorithm: %s\n", comm.topology().str().c_str(), comm.options().algorithm.c_str());
+  printf("# topology: %s; all-reduce algorithm: %s\n", comm.topology().str().c_str(), algorithm.c_str());
   if (compressing(o)) {
     printf("# compression: %s on the wire, f32 accumulation, predivide %d (world size); sizes and bandwidths count "
            "f32 bytes; out-of-place = copy + in-place; timed in-place loop: avg%s; errors vs a plain f32 all-reduce\n",
@@ -476,15 +476,16 @@ int run_sweep(const SweepOptions& o) {
     throw InvalidArgument("tandem bench: --compress works on allreduce of f32 with op sum or avg");
   }
   CommOptions comm_options = options_from_env();
-  if (!o.algorithm.empty()) comm_options.algorithm = o.algorithm;
-  auto comm = ring::connect(comm_options);
+  ring::RingOptions ring_options = ring::options_from_env();
+  if (!o.algorithm.empty()) ring_options.allreduce = ring::parse_allreduce_algorithm(o.algorithm);
+  auto comm = ring::connect(comm_options, ring_options);
   if (kind == Kind::broadcast && (o.root < 0 || o.root >= comm->size())) {
     throw InvalidArgument("tandem bench: -r " + std::to_string(o.root) + " is not a rank of this " +
                           std::to_string(comm->size()) + "-rank job");
   }
   const bool printer = comm->rank() == 0;
   const size_t esize = dtype_size(o.dtype);
-  if (printer && o.format == Format::table) print_table_header(o, *comm);
+  if (printer && o.format == Format::table) print_table_header(o, *comm, ring::to_string(ring_options.allreduce));
   if (printer && o.format == Format::csv) {
     printf("collective,bytes,count,dtype,op,root,inplace,time_us,algbw_gbps,busbw_gbps,wrong%s\n",
            compressing(o) ? ",compress,wire_bytes,max_abs_error,mean_abs_error,fallbacks" : "");

@@ -83,6 +83,33 @@ std::vector<HostSlots> parse_hosts(const std::string& text) {
   return hosts;
 }
 
-std::string default_bind(const EnvLookup& env) { return env("TANDEM_BIND").value_or("auto"); }
+namespace {
+
+SettingTable<LaunchOptions> make_launch_settings() {
+  Setting bind;
+  bind.layer = "launch";
+  bind.variable = "TANDEM_BIND";
+  bind.name = "bind";
+  bind.kind = SettingKind::choice;
+  bind.default_value = "auto";
+  bind.doc = "auto: each rank runs on its own share of this host's CPUs when there are enough; none: the "
+             "scheduler places them (--bind wins).";
+  bind.accepted = {"auto", "none"};
+  return {{bind, [bind](LaunchOptions& o, const std::string& v) { o.bind = parse_choice_setting(bind, v); },
+           [](const LaunchOptions& o) { return o.bind; }}};
+}
+
+}  // namespace
+
+const SettingTable<LaunchOptions>& launch_settings() {
+  static const SettingTable<LaunchOptions> table = make_launch_settings();
+  return table;
+}
+
+std::string default_bind(const EnvLookup& env) {
+  LaunchOptions o;
+  read_settings(launch_settings(), env, o);
+  return o.bind;
+}
 
 }  // namespace tandem::launch

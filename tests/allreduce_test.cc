@@ -39,8 +39,9 @@ void expect_identical(Communicator& comm, const std::vector<char>& out) {
   EXPECT_EQ(h[0], h[1]) << "ranks disagree bitwise";
 }
 
-int run_matrix(const CommOptions& o, const std::vector<size_t>& counts, bool registered = false) {
-  auto comm = ring::connect(o);
+int run_matrix(const CommOptions& o, const std::vector<size_t>& counts, bool registered = false,
+               const ring::RingOptions& ring_options = {}) {
+  auto comm = ring::connect(o, ring_options);
   const int n = comm->size(), r = comm->rank();
   for (size_t count : counts) {
     for (DataType t : kAllDataTypes) {
@@ -82,14 +83,11 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, AllreduceMatrix, ::testing::Values(1, 2, 3,
 TEST_P(AllreduceMatrix, OverUcxOnly) {
   const int n = GetParam();
   if (n == 1 || n == 4) GTEST_SKIP() << "world sizes 2 and 3 cover the UCX path";
-  CommOptions base;
-  base.shared_memory = false;
-  RankGroup group(
-      n,
-      [](const CommOptions& o) {
-        return run_matrix(o, {1, 7, (size_t(1) << 20) + 3});
-      },
-      base);
+  ring::RingOptions ring_base;
+  ring_base.shared_memory = false;
+  RankGroup group(n, [ring_base](const CommOptions& o) {
+    return run_matrix(o, {1, 7, (size_t(1) << 20) + 3}, false, ring_base);
+  });
   group.expect_success(600s);
 }
 
@@ -108,10 +106,12 @@ TEST_P(AllreduceMatrix, HeapBuffersByCrossMemoryAttach) {
   for (bool probed : {false, true}) {
     if (probed && n != 2) continue;
     SCOPED_TRACE(probed ? "far by probe" : "always");
-    CommOptions base;
-    base.shm_allreduce_cma = probed ? "far" : "always";
-    base.shm_far_handoff_ns = 0;
-    RankGroup group(n, [](const CommOptions& o) { return run_matrix(o, {7, 100003, (size_t(1) << 20) + 3}); }, base);
+    ring::RingOptions ring_base;
+    ring_base.shm_allreduce_cma = probed ? ring::ShmAllreduceCma::far : ring::ShmAllreduceCma::always;
+    ring_base.shm_far_handoff_ns = 0;
+    RankGroup group(n, [ring_base](const CommOptions& o) {
+      return run_matrix(o, {7, 100003, (size_t(1) << 20) + 3}, false, ring_base);
+    });
     group.expect_success(600s);
   }
 }
@@ -123,11 +123,12 @@ TEST(Allreduce, OneRankWithoutSharedMemoryTurnsItOffForAll) {
     SCOPED_TRACE(off ? "rank 1 has it off" : "rank 1 has other chunks");
     RankGroup group(3, [off](const CommOptions& base) {
       CommOptions o = base;
-      if (o.rank == 1 && off) o.shared_memory = false;
-      if (o.rank == 1 && !off) o.shm_chunk_bytes = 65536;
+      ring::RingOptions ring_options;
+      if (o.rank == 1 && off) ring_options.shared_memory = false;
+      if (o.rank == 1 && !off) ring_options.shm_chunk_bytes = 65536;
       o.connect_timeout = 10s;
       const auto t0 = Clock::now();
-      auto comm = ring::connect(o);
+      auto comm = ring::connect(o, ring_options);
       EXPECT_LT(Clock::now() - t0, 5s) << "a rank waited for rank 1's segment";
       EXPECT_EQ(comm->transport_summary().find("shared memory"), std::string::npos) << comm->transport_summary();
       std::vector<float> x(100000, float(comm->rank() + 1));
@@ -143,54 +144,45 @@ TEST(Allreduce, OneRankWithoutSharedMemoryTurnsItOffForAll) {
 // Ranks on one host map each other's segments and say so, unless told not to.
 TEST(Allreduce, RanksOnOneHostShareMemoryUnlessTurnedOff) {
   for (bool shared : {true, false}) {
-    CommOptions base;
-    base.shared_memory = shared;
+    ring::RingOptions ring_base;
+    ring_base.shared_memory = shared;
     RankGroup group(
         3,
-        [shared](const CommOptions& o) {
-          auto comm = ring::connect(o);
+        [shared, ring_base](const CommOptions& o) {
+          auto comm = ring::connect(o, ring_base);
           EXPECT_EQ(comm->transport_summary().find("shared memory") != std::string::npos, shared)
               << comm->transport_summary();
           return 0;
-        },
-        base);
+        });
     group.expect_success(60s);
   }
 }
 
 // Counts smaller than the world size leave some ranks with empty chunks.
 TEST(Allreduce, CountsBelowWorldSizeAndOddPipelines) {
-  CommOptions base;
-  base.segment_bytes = 4096;  // many segments per chunk: exercises the pipeline window
-  base.segments_in_flight = 3;
-  base.algorithm = "ring";  // small counts would otherwise take recursive doubling
-  RankGroup group(
-      3,
-      [](const CommOptions& o) {
-        return run_matrix(o, {2, 3, 5, 4099, 100003});
-      },
-      base);
+  ring::RingOptions ring_base;
+  ring_base.segment_bytes = 4096;  // many segments per chunk: exercises the pipeline window
+  ring_base.segments_in_flight = 3;
+  ring_base.allreduce = ring::AllreduceAlgorithm::ring;  // small counts would otherwise take recursive doubling
+  RankGroup group(3, [ring_base](const CommOptions& o) {
+    return run_matrix(o, {2, 3, 5, 4099, 100003}, false, ring_base);
+  });
   group.expect_success(300s);
 }
 
 // Recursive doubling forced on large counts, on a world that is not a power of two.
 TEST(Allreduce, RecursiveDoublingForcedOnOddWorlds) {
   for (int n : {3, 5}) {
-    CommOptions base;
-    base.algorithm = "recursive_doubling";
-    RankGroup group(
-        n,
-        [](const CommOptions& o) {
-          return run_matrix(o, {1, 7, 100003});
-        },
-        base);
+    ring::RingOptions ring_base;
+    ring_base.allreduce = ring::AllreduceAlgorithm::recursive_doubling;
+    RankGroup group(n, [ring_base](const CommOptions& o) { return run_matrix(o, {1, 7, 100003}, false, ring_base); });
     group.expect_success(300s);
   }
 }
 
 TEST(Allreduce, TwoOutstandingAsync) {
   RankGroup group(3, [](const CommOptions& o) {
-    auto comm = ring::connect(o);
+    auto comm = ring::connect(o, {});
     const size_t count = 300001;
     std::vector<float> a(count), b(count);
     std::vector<int64_t> c(count);
@@ -220,12 +212,12 @@ TEST(Allreduce, AbortUnblocksAPendingCallWithinASecond) {
   // shared-memory polls).
   for (bool shared : {true, false}) {
     SCOPED_TRACE(shared ? "shared memory" : "UCX");
-    CommOptions base;
-    base.shared_memory = shared;
+    ring::RingOptions ring_base;
+    ring_base.shared_memory = shared;
     RankGroup group(
         2,
-        [](const CommOptions& o) {
-          auto comm = ring::connect(o);
+        [ring_base](const CommOptions& o) {
+          auto comm = ring::connect(o, ring_base);
           float x = 1;
           comm->allreduce(&x, 1, DataType::f32, ReduceOp::sum);
           if (comm->rank() == 1) {
@@ -250,8 +242,7 @@ TEST(Allreduce, AbortUnblocksAPendingCallWithinASecond) {
           // Sticky: later calls fail at once.
           EXPECT_THROW(comm->allreduce(&x, 1, DataType::f32, ReduceOp::sum), Aborted);
           return 0;
-        },
-        base);
+        });
     group.expect_success(60s);
   }
 }
@@ -262,12 +253,12 @@ TEST(Allreduce, AbortUnblocksAPendingCallWithinASecond) {
 TEST(Allreduce, ALongWaitLeavesTheCoreFree) {
   for (bool shared : {true, false}) {
     SCOPED_TRACE(shared ? "shared memory" : "UCX");
-    CommOptions base;
-    base.shared_memory = shared;
+    ring::RingOptions ring_base;
+    ring_base.shared_memory = shared;
     RankGroup group(
         2,
-        [](const CommOptions& o) {
-          auto comm = ring::connect(o);
+        [ring_base](const CommOptions& o) {
+          auto comm = ring::connect(o, ring_base);
           std::vector<float> x(1024, 1.0f);
           comm->allreduce(x.data(), x.size(), DataType::f32, ReduceOp::sum);
           if (comm->rank() == 1) std::this_thread::sleep_for(1500ms);
@@ -285,8 +276,7 @@ TEST(Allreduce, ALongWaitLeavesTheCoreFree) {
             fprintf(stderr, "[rank 0] waited %.2f s using %.3f s of CPU\n", wall, cpu);
           }
           return 0;
-        },
-        base);
+        });
     group.expect_success(60s);
   }
 }
@@ -297,7 +287,7 @@ TEST(Allreduce, TimeoutIsTypedAndSticky) {
   RankGroup group(
       2,
       [](const CommOptions& o) {
-        auto comm = ring::connect(o);
+        auto comm = ring::connect(o, {});
         float x = 1;
         if (comm->rank() == 1) {
           std::this_thread::sleep_for(2s);  // never calls the collective
@@ -319,7 +309,7 @@ TEST(Allreduce, MismatchedCountsFailWithAClearError) {
   RankGroup group(
       2,
       [](const CommOptions& o) {
-        auto comm = ring::connect(o);
+        auto comm = ring::connect(o, {});
         std::vector<float> x(comm->rank() == 0 ? 100 : 200, 1.0f);
         try {
           comm->allreduce(x.data(), x.size(), DataType::f32, ReduceOp::sum);
@@ -343,11 +333,12 @@ TEST(Allreduce, MismatchedCollectivesNeverMixData) {
     SCOPED_TRACE(shared ? "shared memory" : "UCX");
     CommOptions base;
     base.timeout = 10s;
-    base.shared_memory = shared;
+    ring::RingOptions ring_base;
+    ring_base.shared_memory = shared;
     RankGroup group(
         2,
-        [](const CommOptions& o) {
-          auto comm = ring::connect(o);
+        [ring_base](const CommOptions& o) {
+          auto comm = ring::connect(o, ring_base);
           std::vector<float> x(1024, float(comm->rank() + 1));
           try {
             if (comm->rank() == 0) {
@@ -373,15 +364,15 @@ TEST(Allreduce, RejectsBadArguments) {
   CommOptions o;
   o.rank = 0;
   o.size = 1;
-  auto comm = ring::connect(o);
+  auto comm = ring::connect(o, {});
   EXPECT_THROW(comm->allreduce(nullptr, nullptr, 4, DataType::f32, ReduceOp::sum), InvalidArgument);
   CommOptions bad = o;
   bad.rank = 3;
-  EXPECT_THROW(ring::connect(bad), InvalidArgument);
+  EXPECT_THROW(ring::connect(bad, {}), InvalidArgument);
   bad = o;
   bad.size = 2;
   bad.rank = 0;
-  EXPECT_THROW(ring::connect(bad), InvalidArgument);  // no store address
+  EXPECT_THROW(ring::connect(bad, {}), InvalidArgument);  // no store address
 
   // Device buffers: InvalidArgument without a CUDA build; with one, this
   // GPU-less machine fails in the CUDA runtime. Either way a typed error, not a crash.

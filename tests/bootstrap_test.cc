@@ -175,6 +175,18 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"timeout_zero", with(kTandem2, {{"TANDEM_TIMEOUT_MS", "0"}}), {"TANDEM_TIMEOUT_MS", "'0'"}},
         BadCase{"connect_timeout_negative", with(kTandem2, {{"TANDEM_CONNECT_TIMEOUT_MS", "-5"}}),
                 {"TANDEM_CONNECT_TIMEOUT_MS", "'-5'"}},
+        BadCase{"heartbeat_too_short", with(kTandem2, {{"TANDEM_HEARTBEAT_MS", "50"}}),
+                {"TANDEM_HEARTBEAT_MS", "'50'", "at least 100"}},
+        BadCase{"reduce_isa_unknown", with(kTandem2, {{"TANDEM_REDUCE_ISA", "sse4"}}),
+                {"TANDEM_REDUCE_ISA", "'sse4'", "scalar, avx2 or avx512"}},
+        BadCase{"interfaces_disagree",
+                with(kTandem2, {{"TANDEM_NETWORK_INTERFACE", "eth0"}, {"DTRAIN_NETWORK_INTERFACE", "eth1"}}),
+                {"TANDEM_NETWORK_INTERFACE='eth0'", "DTRAIN_NETWORK_INTERFACE='eth1'", "disagree"}},
+        BadCase{"host_store_not_a_switch", with(kTandem2, {{"TANDEM_HOST_STORE", "yes"}}),
+                {"TANDEM_HOST_STORE", "'yes'", "set it to 1 (rank 0 hosts the store) or 0"}},
+        BadCase{"allow_no_secret_not_a_switch",
+                with(kTandem2, {{"TANDEM_STORE_ADDR", "10.0.0.1:29500"}, {"TANDEM_ALLOW_NO_SECRET", "yes"}}),
+                {"TANDEM_ALLOW_NO_SECRET", "'yes'", "0 or 1"}},
         BadCase{"openmpi_rank_not_integer", with(openmpi(0, 2, 0, 2), {{"OMPI_COMM_WORLD_RANK", "x"}}),
                 {"OMPI_COMM_WORLD_RANK", "'x'"}},
         BadCase{"openmpi_rank_too_big", openmpi(2, 2, 0, 2), {"OMPI_COMM_WORLD_RANK", "'2'"}},
@@ -233,6 +245,24 @@ TEST(Bootstrap, TimeoutsAreRead) {
   CommOptions defaults = options_from_env(lookup(kTandem2));
   EXPECT_EQ(defaults.timeout, CommOptions{}.timeout);
   EXPECT_EQ(defaults.connect_timeout, CommOptions{}.connect_timeout);
+}
+
+// The ring's variables are the ring's (ring::options_from_env): comm's reader leaves them alone.
+TEST(Bootstrap, RingVariablesAreNotCommsToRead) {
+  EXPECT_NO_THROW(options_from_env(lookup(with(kTandem2, {{"TANDEM_ALGO", "tree"}, {"TANDEM_SHM", "maybe"}}))));
+}
+
+// UCX's own variables are read only to learn the user set them.
+TEST(Bootstrap, UcxVariablesArePinnedNotParsed) {
+  const CommOptions o = options_from_env(
+      lookup(with(kTandem2, {{"UCX_NET_DEVICES", "mlx5_0:1"}, {"UCX_KEEPALIVE_INTERVAL", "1s"}})));
+  EXPECT_TRUE(o.ucx_net_devices_pinned);
+  EXPECT_TRUE(o.ucx_keepalive_pinned);
+  EXPECT_EQ(o.ucx_net_devices, "");  // not forced onto loopback
+  const CommOptions plain = options_from_env(lookup(kTandem2));
+  EXPECT_FALSE(plain.ucx_net_devices_pinned);
+  EXPECT_FALSE(plain.ucx_keepalive_pinned);
+  EXPECT_EQ(plain.ucx_net_devices, "lo");
 }
 
 TEST(Bootstrap, DerivedPortIsDeterministicPerJob) {

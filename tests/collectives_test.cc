@@ -102,8 +102,8 @@ std::vector<int> roots_of(int n) {
 }
 
 int run_matrix(const CommOptions& o, const std::vector<size_t>& counts, const std::vector<DataType>& dtypes,
-               const std::vector<ReduceOp>& ops) {
-  auto comm = ring::connect(o);
+               const std::vector<ReduceOp>& ops, const ring::RingOptions& ring_options = {}) {
+  auto comm = ring::connect(o, ring_options);
   for (size_t count : counts) {
     for (DataType t : dtypes) {
       for (bool inplace : {false, true}) {
@@ -133,8 +133,11 @@ TEST_P(CollectivesMatrix, EveryDtypeCountRootPlacement) {
 TEST_P(CollectivesMatrix, OverUcxOnly) {
   if (GetParam() == 1 || GetParam() == 4) GTEST_SKIP() << "world sizes 2 and 3 cover the UCX path";
   CommOptions base;
-  base.shared_memory = false;
-  RankGroup group(GetParam(), [](const CommOptions& o) { return run_matrix(o, kCounts, kDtypes, kOps); }, base);
+  ring::RingOptions ring_base;
+  ring_base.shared_memory = false;
+  RankGroup group(GetParam(), [ring_base](const CommOptions& o) {
+    return run_matrix(o, kCounts, kDtypes, kOps, ring_base);
+  }, base);
   group.expect_success(240s);
 }
 
@@ -147,13 +150,14 @@ TEST(Collectives, FiveRanksSmallSegments) {
   for (bool shared : {false, true}) {
     SCOPED_TRACE(shared ? "shared memory, 4 KiB chunks" : "UCX, 4 KiB segments");
     CommOptions base;
-    base.shared_memory = shared;
-    base.segment_bytes = 4096;
-    base.segments_in_flight = 2;
-    base.shm_chunk_bytes = 4096;
-    RankGroup group(5, [](const CommOptions& o) {
+    ring::RingOptions ring_base;
+    ring_base.shared_memory = shared;
+    ring_base.segment_bytes = 4096;
+    ring_base.segments_in_flight = 2;
+    ring_base.shm_chunk_bytes = 4096;
+    RankGroup group(5, [ring_base](const CommOptions& o) {
       return run_matrix(o, {2, 4099, 100003}, {DataType::f32, DataType::bf16, DataType::u8},
-                        {ReduceOp::sum, ReduceOp::avg, ReduceOp::min});
+                        {ReduceOp::sum, ReduceOp::avg, ReduceOp::min}, ring_base);
     }, base);
     group.expect_success(240s);
   }
@@ -161,7 +165,7 @@ TEST(Collectives, FiveRanksSmallSegments) {
 
 TEST(Collectives, TwoOutstandingAsync) {
   RankGroup group(3, [](const CommOptions& o) {
-    auto comm = ring::connect(o);
+    auto comm = ring::connect(o, {});
     const int n = comm->size(), r = comm->rank();
     const size_t count = 200003;
     // reduce-scatter and allgather queued together
@@ -200,7 +204,7 @@ TEST(Collectives, TwoOutstandingAsync) {
 // different processes on this host compare directly.
 TEST(Collectives, BarrierWaitsForALateRank) {
   RankGroup group(4, [](const CommOptions& o) {
-    auto comm = ring::connect(o);
+    auto comm = ring::connect(o, {});
     const int late = 2;
     for (int round = 0; round < 3; ++round) {
       comm->barrier();  // start together
@@ -229,7 +233,7 @@ TEST(Collectives, RejectsBadRoot) {
   CommOptions o;
   o.rank = 0;
   o.size = 1;
-  auto comm = ring::connect(o);
+  auto comm = ring::connect(o, {});
   float x = 1;
   EXPECT_THROW(comm->broadcast(&x, 1, DataType::f32, 1), InvalidArgument);
   EXPECT_THROW(comm->broadcast(&x, 1, DataType::f32, -1), InvalidArgument);

@@ -275,8 +275,9 @@ void expect_identical(Communicator& comm, const void* data, size_t bytes) {
   EXPECT_EQ(h[0], h[1]) << "ranks disagree bitwise";
 }
 
-int check_against_reference(const CommOptions& o, bool expect_shared_memory) {
-  auto comm = ring::connect(o);
+int check_against_reference(const CommOptions& o, bool expect_shared_memory,
+                            const ring::RingOptions& ring_options = {}) {
+  auto comm = ring::connect(o, ring_options);
   const int n = comm->size(), r = comm->rank();
   EXPECT_EQ(comm->transport_summary().find("shared memory") != std::string::npos, expect_shared_memory && n > 1)
       << comm->transport_summary();
@@ -326,10 +327,13 @@ TEST_P(CompressedWorld, MatchesReferenceThroughSharedMemory) {
 
 TEST_P(CompressedWorld, MatchesReferenceOverUcxRing) {
   CommOptions base;
-  base.shared_memory = false;
-  base.algorithm = "ring";
-  base.segment_bytes = 64 << 10;  // several segments per chunk even at 100k elements
-  RankGroup group(GetParam(), [](const CommOptions& o) { return check_against_reference(o, false); }, base);
+  ring::RingOptions ring_base;
+  ring_base.shared_memory = false;
+  ring_base.allreduce = ring::AllreduceAlgorithm::ring;
+  ring_base.segment_bytes = 64 << 10;  // several segments per chunk even at 100k elements
+  RankGroup group(GetParam(), [ring_base](const CommOptions& o) {
+    return check_against_reference(o, false, ring_base);
+  }, base);
   group.expect_success(120s);
 }
 
@@ -339,11 +343,12 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, CompressedWorld, ::testing::Values(1, 2, 3,
 // body runs on every rank with its communicator (gtest assertions fail the rank).
 void run_ranks(int n, bool shared_memory, const std::function<void(Communicator&)>& body) {
   CommOptions base;
-  base.shared_memory = shared_memory;
+  ring::RingOptions ring_base;
+  ring_base.shared_memory = shared_memory;
   RankGroup group(
       n,
-      [&body](const CommOptions& o) {
-        body(*ring::connect(o));
+      [&body, ring_base](const CommOptions& o) {
+        body(*ring::connect(o, ring_base));
         return 0;
       },
       base);

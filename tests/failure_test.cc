@@ -34,7 +34,7 @@ TEST(PeerFailure, KilledRankIsNamedWithinTenSeconds) {
       ASSERT_EQ(pipe(ready), 0);
       RankGroup group(n, [&, bytes](const CommOptions& o) {
         close(ready[0]);
-        auto comm = ring::connect(o);
+        auto comm = ring::connect(o, {});
         std::vector<float> data(bytes / sizeof(float), 1.0f);
         comm->allreduce(data.data(), data.size(), DataType::f32, ReduceOp::sum);
         if (comm->rank() == 0) (void)!write(ready[1], "x", 1);  // the group is in its all-reduce loop
@@ -113,13 +113,14 @@ void run_fault_case(const FaultCase& c, std::chrono::milliseconds heartbeat = kT
   ASSERT_EQ(pipe(ready), 0);
   CommOptions base;
   base.heartbeat = heartbeat;
-  base.shared_memory = c.shared_memory;
+  ring::RingOptions ring_base;
+  ring_base.shared_memory = c.shared_memory;
   base.timeout = 60s;  // far beyond the bound: only liveness can name the rank in time
   RankGroup group(
       c.ranks,
       [&](const CommOptions& o) {
         close(ready[0]);
-        auto comm = ring::connect(o);
+        auto comm = ring::connect(o, ring_base);
         std::vector<float> data(std::max<size_t>(1, c.bytes / sizeof(float)), 1.0f);
         try {
           // Rank 0 signals after its first call; the others may still be in theirs.
@@ -213,7 +214,7 @@ TEST(JobSecret, SecuredJobCompletesWhileIntrudersAreRejected) {
   RankGroup group(
       3,
       [](const CommOptions& o) {
-        auto comm = ring::connect(o);
+        auto comm = ring::connect(o, {});
         std::vector<float> x(4096, 1.0f);
         for (int i = 0; i < 2000; ++i) {  // outlasts the intruders below
           std::fill(x.begin(), x.end(), 1.0f);

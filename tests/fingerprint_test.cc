@@ -30,12 +30,13 @@ void expect_mismatch(int n, bool shared, const std::function<void(Communicator&)
   SCOPED_TRACE(std::string(shared ? "shared memory" : "UCX only (TANDEM_SHM=0)") + ", " + std::to_string(n) +
                " ranks");
   CommOptions base;
-  base.shared_memory = shared;
+  ring::RingOptions ring_base;
+  ring_base.shared_memory = shared;
   base.timeout = kCollectiveTimeout;
   RankGroup group(
       n,
       [&](const CommOptions& o) {
-        auto comm = ring::connect(o);
+        auto comm = ring::connect(o, ring_base);
         float x = 1;
         comm->allreduce(&x, 1, DataType::f32, ReduceOp::sum);
         const auto start = Clock::now();
@@ -151,12 +152,13 @@ TEST_P(Fingerprint, BarrierAgainstAnAllreduce) {
 // Rank 1 skips the last call: it destroys its communicator instead.
 TEST_P(Fingerprint, SkippedLastCallIsNamed) {
   CommOptions base;
-  base.shared_memory = GetParam();
+  ring::RingOptions ring_base;
+  ring_base.shared_memory = GetParam();
   base.timeout = kCollectiveTimeout;
   RankGroup group(
       2,
-      [](const CommOptions& o) {
-        auto comm = ring::connect(o);
+      [ring_base](const CommOptions& o) {
+        auto comm = ring::connect(o, ring_base);
         float x = 1;
         comm->allreduce(&x, 1, DataType::f32, ReduceOp::sum);
         if (comm->rank() == 1) return 0;
@@ -184,11 +186,12 @@ TEST_P(Fingerprint, SkippedLastCallIsNamed) {
 // fingerprint of a zero-count call travels too).
 TEST_P(Fingerprint, MatchingCallsSucceed) {
   CommOptions base;
-  base.shared_memory = GetParam();
+  ring::RingOptions ring_base;
+  ring_base.shared_memory = GetParam();
   RankGroup group(
       3,
-      [](const CommOptions& o) {
-        auto comm = ring::connect(o);
+      [ring_base](const CommOptions& o) {
+        auto comm = ring::connect(o, ring_base);
         std::vector<float> a(3000, 1.0f), b(3 * 3000);
         for (int i = 0; i < 20; ++i) {
           comm->allreduce(a.data(), a.size(), DataType::f32, ReduceOp::sum);
@@ -213,7 +216,7 @@ void expect_startup_mismatch(const std::function<void(CommOptions&)>& odd_rank_1
     if (o.rank == 1) odd_rank_1(o);
     const auto start = Clock::now();
     try {
-      auto comm = ring::connect(o);
+      auto comm = ring::connect(o, {});
       return kNoError;
     } catch (const InvalidArgument& e) {
       fprintf(stderr, "[rank %d] %s\n", o.rank, e.what());

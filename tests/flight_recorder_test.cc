@@ -58,7 +58,7 @@ TEST(FlightRecorder, TimeoutAndSigusr1DumpsAndTheDoctorNamesTheStalledRank) {
   RankGroup group(
       3,
       [&](const CommOptions& o) {
-        auto comm = ring::connect(o);
+        auto comm = ring::connect(o, {});
         std::vector<float> x(1000);
         for (int i = 0; i < 4; ++i) {
           std::fill(x.begin(), x.end(), 1.0f);
@@ -173,7 +173,7 @@ TEST(FlightRecorder, AbortDumpsWithTheReason) {
   o.size = 1;
   o.job_id = "abort-test";
   o.flight_dir = dir.path;
-  auto comm = ring::connect(o);
+  auto comm = ring::connect(o, {});
   std::vector<double> x(8, 2.0);
   comm->allreduce(x.data(), x.size(), DataType::f64, ReduceOp::sum);
   comm->abort("stopping for a test");

@@ -66,7 +66,7 @@ std::vector<std::vector<float>> backward(GradientSync& sync, const std::vector<s
 }
 
 int run_steps(const CommOptions& o, int steps) {
-  auto comm = ring::connect(o);
+  auto comm = ring::connect(o, {});
   const auto counts = sizes(40);
   GradientSyncOptions so;
   so.fusion = {256 << 10, 64 << 10, 0};
@@ -99,9 +99,10 @@ TEST(FusionProcesses, SharedMemoryBucketsMatchPlainAllreduceBitwise) {
 
 TEST(FusionProcesses, UcxBucketsMatchTheClosedForm) {
   CommOptions base;
-  base.shared_memory = false;
-  RankGroup group(3, [](const CommOptions& o) {
-    auto comm = ring::connect(o);
+  ring::RingOptions ring_base;
+  ring_base.shared_memory = false;
+  RankGroup group(3, [ring_base](const CommOptions& o) {
+    auto comm = ring::connect(o, ring_base);
     const auto counts = sizes(20);
     GradientSyncOptions so;
     so.fusion = {128 << 10, 32 << 10, 64 << 10};
@@ -138,9 +139,10 @@ TEST(FusionProcesses, UcxBucketsMatchTheClosedForm) {
 TEST(FusionProcesses, CompressedBucketsStayCloseAndFallBackExactly) {
   for (const bool shm : {true, false}) {
     CommOptions base;
-    base.shared_memory = shm;
-    RankGroup group(2, [](const CommOptions& o) {
-      auto comm = ring::connect(o);
+    ring::RingOptions ring_base;
+    ring_base.shared_memory = shm;
+    RankGroup group(2, [ring_base](const CommOptions& o) {
+      auto comm = ring::connect(o, ring_base);
       compression::CompressedAllreduce fp16(*comm, {compression::Codec::fp16, 0, false});
       const auto counts = sizes(12);
       GradientSyncOptions so;
@@ -192,7 +194,7 @@ constexpr int kSawNamedError = 10;
 TEST(FusionProcesses, MismatchAndUnusedGradientsFailEveryRankByName) {
   for (const bool unused : {false, true}) {
     RankGroup group(3, [unused](const CommOptions& o) {
-      auto comm = ring::connect(o);
+      auto comm = ring::connect(o, {});
       GradientSync sync(*comm, {});
       sync.register_gradient("embed.weight", 5000);
       sync.register_gradient(!unused && comm->rank() == 1 ? "head.bias" : "head.weight", 1000);

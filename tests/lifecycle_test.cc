@@ -47,7 +47,7 @@ int cycle(const CommOptions& base, int cycles, bool abort, const std::string& wh
   for (int i = 0; i < cycles; ++i) {
     CommOptions o = base;
     o.prefix = base.prefix + "/" + what + std::to_string(i);
-    auto comm = ring::connect(o);
+    auto comm = ring::connect(o, {});
     std::vector<float> x(257, float(o.rank + 1));
     comm->allreduce(x.data(), x.size(), DataType::f32, ReduceOp::sum);
     if (x[0] != 3.0f || x[256] != 3.0f) return 9;

@@ -99,7 +99,7 @@ TEST(Liveness, RendezvousWithARankThatNeverComes) {
   o.store_address = server.address();
   o.connect_timeout = 2s;
   o.prefix = unique_prefix();
-  EXPECT_EQ(fails_in_time([&] { ring::connect(o); }, 2s + kSlack, "rank 1 never arrived"), "");
+  EXPECT_EQ(fails_in_time([&] { ring::connect(o, {}); }, 2s + kSlack, "rank 1 never arrived"), "");
 }
 
 struct Blocking {
@@ -138,13 +138,14 @@ TEST(Liveness, EveryCollectiveAgainstARankThatNeverCalls) {
       SCOPED_TRACE(std::string(b.name) + (shared ? ", shared memory" : ", UCX only"));
       std::printf("%s, %s:\n", b.name, shared ? "shared memory" : "UCX only");
       CommOptions base;
-      base.shared_memory = shared;
+      ring::RingOptions ring_base;
+      ring_base.shared_memory = shared;
       base.timeout = 1s;
       base.flight_entries = 0;
       RankGroup group(
           2,
           [&](const CommOptions& o) {
-            auto comm = ring::connect(o);
+            auto comm = ring::connect(o, ring_base);
             if (o.rank == 1) {
               std::this_thread::sleep_for(60s);  // the test kills it
               return 8;
@@ -164,7 +165,7 @@ TEST(Liveness, EveryCollectiveAgainstARankThatNeverCalls) {
 // finalize barrier is bounded (10 s), and the destructor must not hang.
 TEST(Liveness, TeardownWhileAPeerNeverArrives) {
   RankGroup group(2, [](const CommOptions& o) {
-    auto comm = ring::connect(o);
+    auto comm = ring::connect(o, {});
     std::vector<float> x(16, 1.0f);
     comm->allreduce(x.data(), x.size(), DataType::f32, ReduceOp::sum);
     if (o.rank == 1) {

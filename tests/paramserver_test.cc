@@ -29,7 +29,7 @@ void run_job(int workers, int servers, ps::Options options,
              const std::string& server_error = "") {
   EXPECT_EQ(options.servers, servers) << "the workers' options must name the same servers";
   RankGroup group(workers + servers, [&](const CommOptions& o) {
-    auto comm = ring::connect(o);
+    auto comm = ring::connect(o, {});
     if (ps::is_server(o.rank, o.size, options)) {
       try {
         ps::serve(*comm, options);
@@ -258,7 +258,7 @@ TEST(ParamServer, KilledServerIsNamedWithinTenSeconds) {
   ASSERT_EQ(pipe(ready), 0);
   RankGroup group(kWorkers + kServers, [&](const CommOptions& o) {
     close(ready[0]);
-    auto comm = ring::connect(o);
+    auto comm = ring::connect(o, {});
     if (ps::is_server(o.rank, o.size, options)) {
       ps::serve(*comm, options);
       return 0;
@@ -302,7 +302,7 @@ TEST(ParamServer, WorkerThatGivesUpIsNamed) {
   ps::Options options;
   options.servers = 1;
   RankGroup group(3, [&](const CommOptions& o) {
-    auto comm = ring::connect(o);
+    auto comm = ring::connect(o, {});
     const auto t0 = Clock::now();
     try {
       if (ps::is_server(o.rank, o.size, options)) {
@@ -342,7 +342,7 @@ TEST(ParamServer, RoutedSyncReducesBothRoutesInOneStep) {
     wo.size = workers;
     wo.local_size = workers;
     wo.prefix += "/workers";
-    auto comm = ring::connect(wo);
+    auto comm = ring::connect(wo, {});
     trainer::RoutedSyncOptions ro;
     ro.ps = options;
     ro.ps_names = {"embedding"};

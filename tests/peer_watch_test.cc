@@ -105,7 +105,7 @@ TEST(ForeignStore, CommunicatorsBootstrapThroughAHandedInStore) {
         o.timeout = 60s;
         o.ucx_net_devices = "lo";
         o.flight_entries = 0;
-        auto comm = ring::connect(o);
+        auto comm = ring::connect(o, {});
         for (size_t count : {size_t(1), size_t(1000), size_t(1) << 20}) {
           std::vector<float> x(count, float(r + 1));
           comm->allreduce(x.data(), count, DataType::f32, ReduceOp::sum);

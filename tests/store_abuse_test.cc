@@ -133,7 +133,7 @@ TEST(StoreAbuse, FourRankJobCompletesWhileTheStoreIsAbused) {
       kRanks,
       [](const CommOptions& o) {
         std::this_thread::sleep_for(300ms);  // the idle crowd is in place first
-        auto comm = ring::connect(o);
+        auto comm = ring::connect(o, {});
         std::vector<float> x(4096);
         for (int i = 0; i < 100; ++i) {
           std::fill(x.begin(), x.end(), float(o.rank + 1));

@@ -78,9 +78,10 @@ PYBIND11_MODULE(_tandem, m) {
             CommOptions o;
             o.rank = rank, o.size = size, o.store_address = store, o.host_store = host_store;
             o.timeout = std::chrono::milliseconds(int64_t(timeout_s * 1e3));
-            o.shared_memory = shared_memory;
+            ring::RingOptions ro;
+            ro.shared_memory = shared_memory;
             o.prefix = prefix;
-            return std::shared_ptr<Communicator>(ring::connect(o));
+            return std::shared_ptr<Communicator>(ring::connect(o, ro));
           },
           py::arg("rank"), py::arg("size"), py::arg("store"), py::arg("host_store") = false,
           py::arg("timeout") = 300.0, py::arg("shared_memory") = true, py::arg("prefix") = "tandem",

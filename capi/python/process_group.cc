@@ -393,10 +393,11 @@ c10::intrusive_ptr<c10d::ProcessGroup> create(const c10::intrusive_ptr<c10d::Sto
   o.store = std::make_shared<C10dStore>(store, size);  // never tandem's store: store_address and secret go unused
   o.prefix = "tandem";  // within the group's PrefixStore, apart from c10d's own keys
   o.timeout = std::chrono::milliseconds(int64_t(timeout_s * 1e3));
+  const tandem::ring::RingOptions ring_options = tandem::ring::options_from_env();  // TANDEM_ALGO, TANDEM_SHM, ...
   std::unique_ptr<tandem::Communicator> comm;
   {
     py::gil_scoped_release release;  // connecting waits for every rank
-    comm = tandem::ring::connect(o);
+    comm = tandem::ring::connect(o, ring_options);
   }
   return c10::make_intrusive<ProcessGroupTandem>(rank, size, std::move(comm));
 }

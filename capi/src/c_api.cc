@@ -149,13 +149,14 @@ size_t tandem_dtype_size(tandem_dtype_t dtype) {
 void tandem_comm_options_init(tandem_comm_options_t* o) {
   if (!o) return;
   const CommOptions d;
+  const ring::RingOptions ring_defaults;
   *o = tandem_comm_options_t{};
   o->struct_size = sizeof *o;
   o->rank = -1;
   o->size = -1;
   o->timeout_ms = d.timeout.count();
   o->connect_timeout_ms = d.connect_timeout.count();
-  o->shared_memory = d.shared_memory ? 1 : 0;
+  o->shared_memory = ring_defaults.shared_memory ? 1 : 0;
 }
 
 tandem_status_t tandem_comm_create(const tandem_comm_options_t* options, tandem_comm_t** comm) {
@@ -170,17 +171,18 @@ tandem_status_t tandem_comm_create(const tandem_comm_options_t* options, tandem_
     require(o.store_address && *o.store_address, fn, "store_address is empty: give \"host:port\" of the store");
     require(o.timeout_ms > 0 && o.connect_timeout_ms > 0, fn, "timeout_ms and connect_timeout_ms must be > 0");
     CommOptions co;  // explicit options: of the environment only UCX_* and the interface override apply
-    if (const char* netif = std::getenv("TANDEM_NETWORK_INTERFACE")) co.network_interface = netif;
+    co.network_interface = network_interface_from_env();
     co.rank = o.rank;
     co.size = o.size;
     co.store_address = o.store_address;
     co.host_store = o.host_store != 0;
     co.timeout = std::chrono::milliseconds(o.timeout_ms);
     co.connect_timeout = std::chrono::milliseconds(o.connect_timeout_ms);
-    co.shared_memory = o.shared_memory != 0;
+    ring::RingOptions ro;
+    ro.shared_memory = o.shared_memory != 0;
     if (o.prefix && *o.prefix) co.prefix = o.prefix;
     auto c = std::make_unique<tandem_comm>();
-    c->comm = ring::connect(co);
+    c->comm = ring::connect(co, ro);
     *comm = c.release();
   });
 }

@@ -2,6 +2,7 @@
 // kernels of the instruction set chosen once at start-up.
 #include <cpuid.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -62,12 +63,14 @@ const KernelTable& kernel_table(Isa isa) {
 
 namespace {
 
+// The cap use_reduce_isa() set, as an Isa value; kNoCap: none yet.
+constexpr int kNoCap = -1;
+std::atomic<int> isa_cap{kNoCap};
+
 Isa pick_isa() {
-  Isa cap = Isa::avx512;
-  if (const char* env = std::getenv("TANDEM_REDUCE_ISA")) {
-    if (auto forced = parse_isa(env)) cap = *forced;
-  }
-  // Best supported ISA not above the cap; a forced but unsupported ISA falls back silently.
+  const int set = isa_cap.load();
+  const Isa cap = set == kNoCap ? Isa::avx512 : Isa(set);
+  // Best supported ISA not above the cap; a cap the CPU lacks takes the best one below it.
   for (Isa isa : {Isa::avx512, Isa::avx2}) {
     if (isa <= cap && cpu_supports(isa)) return isa;
   }
@@ -103,6 +106,12 @@ Isa active_isa() {
 }
 
 }  // namespace detail
+
+void use_reduce_isa(std::string_view name) {
+  const auto isa = detail::parse_isa(name);
+  if (!isa) throw InvalidArgument("reduce: unknown instruction set '" + std::string(name) + "'; use scalar, avx2 or avx512");
+  detail::isa_cap.store(int(*isa));
+}
 
 void reduce(DataType dtype, ReduceOp op, void* dst, const void* a, const void* b, size_t count) {
   detail::check(dtype);

@@ -21,6 +21,8 @@
 #include "tandem/bootstrap.h"
 #include "tandem/errors.h"
 #include "tandem/netif.h"
+#include "tandem/reduce.h"
+#include "tandem/settings.h"
 #include "tandem/store.h"
 
 namespace tandem {
@@ -36,14 +38,6 @@ int parse_count(const std::string& var, const std::string& value, const std::str
   if (!digits)
     throw InvalidArgument("tandem: " + var + "='" + value + "' is not a non-negative integer; " + fix);
   return std::stoi(value);
-}
-
-// A 0/1 switch.
-std::optional<bool> switch_value(const EnvLookup& env, const std::string& var) {
-  auto v = env(var);
-  if (!v) return std::nullopt;
-  if (*v != "0" && *v != "1") throw InvalidArgument("tandem: " + var + "='" + *v + "' is invalid; set it to 0 or 1");
-  return *v == "1";
 }
 
 int require_int(const EnvLookup& env, const std::string& var, const std::string& fix) {
@@ -95,84 +89,24 @@ void validate_ranks(CommOptions& o, const std::string& rank_var, const std::stri
                           local_size_var + "=" + std::to_string(o.local_size));
 }
 
-// Timeouts, pipelining and transport knobs, each read once here.
+// Timeouts, liveness, transport and kernel knobs, each read once here
+// through its table (tandem/settings.h).
 void read_tuning(const EnvLookup& env, CommOptions& o) {
-  const std::string fix = "set it to a positive number of milliseconds";
-  auto positive = [&](const char* var) -> std::optional<std::chrono::milliseconds> {
-    auto v = env(var);
-    if (!v) return std::nullopt;
-    bool digits = !v->empty() && v->size() <= 12;
-    for (char c : *v) digits = digits && c >= '0' && c <= '9';
-    long long ms = digits ? std::stoll(*v) : 0;
-    if (ms <= 0) throw InvalidArgument(std::string("tandem: ") + var + "='" + *v + "' is invalid; " + fix);
-    return std::chrono::milliseconds(ms);
-  };
-  if (auto t = positive("TANDEM_TIMEOUT_MS")) o.timeout = *t;
-  if (auto t = positive("TANDEM_CONNECT_TIMEOUT_MS")) o.connect_timeout = *t;
-  if (auto v = optional_int(env, "TANDEM_HEARTBEAT_MS", "set it to milliseconds between heartbeats (0 turns them off)")) {
-    if (*v > 0 && *v < 100) {
-      throw InvalidArgument("tandem: TANDEM_HEARTBEAT_MS='" + std::to_string(*v) +
-                            "' is too short (the store would spend its time checking); use 0 (off) or at least 100");
-    }
-    o.heartbeat = std::chrono::milliseconds(*v);
-  }
-  if (auto v = optional_int(env, "TANDEM_FLIGHT_ENTRIES", "set it to how many collectives the flight recorder keeps (0 turns it off)"))
-    o.flight_entries = size_t(*v);
-  if (auto v = env("TANDEM_FLIGHT_DIR")) o.flight_dir = *v;
-  if (auto v = optional_int(env, "TANDEM_SEGMENT_BYTES", "set it to the ring's message size in bytes (>= 4096)")) {
-    o.segment_bytes = size_t(*v);
-  }
-  if (auto v = optional_int(env, "TANDEM_SEGMENTS_IN_FLIGHT", "set it to a number from 1 to 64")) {
-    o.segments_in_flight = *v;
-  }
-  if (auto v = optional_int(env, "TANDEM_SMALL_MESSAGE_BYTES", "set it to a byte count (0 disables the small-message path)")) {
-    o.small_message_bytes = size_t(*v);
-  }
-  if (auto v = env("TANDEM_ALGO")) o.algorithm = *v;  // checked by the algorithms that use it
-  if (auto v = env("TANDEM_HOST_ID")) o.host_id = *v;
-  if (auto v = optional_int(env, "TANDEM_SHM_CHUNK_BYTES", "set it to the shared-memory pipeline chunk in bytes")) {
-    o.shm_chunk_bytes = size_t(*v);
-  }
-  if (auto v = optional_int(env, "TANDEM_SHM_SPLIT_MIN_RANKS",
-                            "set it to a rank count (0 or 1: always split, a large value: never)")) {
-    o.shm_split_min_ranks = *v;
-  }
-  if (auto v = optional_int(env, "TANDEM_SHM_SPLIT_MIN_BYTES",
-                            "set it to a byte count (0: split calls of every size)")) {
-    o.shm_split_min_bytes = size_t(*v);
-  }
-  if (auto v = optional_int(env, "TANDEM_SHM_CMA_MAX_BYTES",
-                            "set it to a byte count (0: never use cross-memory attach)")) {
-    o.shm_cma_max_bytes = size_t(*v);
-  }
-  if (auto v = env("TANDEM_SHM_ALLREDUCE_CMA")) o.shm_allreduce_cma = *v;  // checked by the algorithms
-  if (auto v = optional_int(env, "TANDEM_SHM_FAR_HANDOFF_NS", "set it to nanoseconds (one-way hand-off)")) {
-    o.shm_far_handoff_ns = size_t(*v);
-  }
-  if (auto v = switch_value(env, "TANDEM_SHM")) o.shared_memory = *v;
-  if (auto v = switch_value(env, "TANDEM_UCX_PEER_ERRORS")) o.ucx_peer_error_handling = *v;
+  read_settings(comm_settings(), env, o);
+  read_settings(transport_settings(), env, o);
+  read_settings(reduce_settings(), env, o);
+  if (!o.reduce_isa.empty()) use_reduce_isa(o.reduce_isa);
 }
 
 // Interface selection and store placement across hosts, each read once here.
 void read_network(const EnvLookup& env, CommOptions& o) {
-  auto tandem_if = env("TANDEM_NETWORK_INTERFACE");
-  auto dtrain_if = env("DTRAIN_NETWORK_INTERFACE");  // Determined's dtrain_network_interface
-  if (tandem_if && dtrain_if && *tandem_if != *dtrain_if)
-    throw InvalidArgument("tandem: TANDEM_NETWORK_INTERFACE='" + *tandem_if + "' and DTRAIN_NETWORK_INTERFACE='" +
-                          *dtrain_if + "' disagree; set only one");
-  if (auto v = tandem_if ? tandem_if : dtrain_if) {
-    parse_interface_override(*v);  // a syntax error fails here, before any connection
-    o.network_interface = *v;
-  }
-  o.ucx_net_devices_pinned = env("UCX_NET_DEVICES").has_value();
+  o.network_interface = network_interface_from_env(env);
   // Rank 0 hosts the store at TANDEM_STORE_ADDR (binding that address): jobs
   // whose ranks sit in different hosts or network namespaces without a launcher.
-  if (auto v = env("TANDEM_HOST_STORE")) {
-    if (*v != "0" && *v != "1")
-      throw InvalidArgument("tandem: TANDEM_HOST_STORE='" + *v + "' is invalid; set it to 1 (rank 0 hosts the store) or 0");
-    if (*v == "1" && o.store_address.empty() && o.size > 1)
+  if (env("TANDEM_HOST_STORE")) {  // parsed into host_store by read_tuning
+    if (o.host_store && o.store_address.empty() && o.size > 1)
       throw InvalidArgument("tandem: TANDEM_HOST_STORE=1 needs TANDEM_STORE_ADDR=<rank 0 address>:<port> on every rank");
-    o.host_store = *v == "1" && o.rank == 0;
+    o.host_store = o.host_store && o.rank == 0;
   }
 }
 
@@ -304,6 +238,17 @@ EnvLookup process_env() {
   };
 }
 
+std::string network_interface_from_env(const EnvLookup& env) {
+  auto tandem_if = env("TANDEM_NETWORK_INTERFACE");
+  auto dtrain_if = env("DTRAIN_NETWORK_INTERFACE");  // Determined's dtrain_network_interface
+  if (tandem_if && dtrain_if && *tandem_if != *dtrain_if)
+    throw InvalidArgument("tandem: TANDEM_NETWORK_INTERFACE='" + *tandem_if + "' and DTRAIN_NETWORK_INTERFACE='" +
+                          *dtrain_if + "' disagree; set only one");
+  CommOptions o;
+  read_settings(netif_settings(), env, o);
+  return o.network_interface;
+}
+
 std::string detect_launcher(const EnvLookup& env) {
   if (has_any(env, {"TANDEM_RANK", "TANDEM_WORLD_SIZE"})) return "tandem";
   if (has_any(env, {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"})) return "openmpi";
@@ -375,8 +320,8 @@ CommOptions options_from_env(const EnvLookup& env) {
   }
   // A job on one host keeps UCX's TCP transport on loopback unless the user
   // chose devices; multi-host selection belongs to interface discovery.
-  if (o.local_size == o.size && !env("UCX_NET_DEVICES")) o.ucx_net_devices = "lo";
-  check_store_privacy(env, o);
+  if (o.local_size == o.size && !o.ucx_net_devices_pinned) o.ucx_net_devices = "lo";
+  check_store_privacy(o);
   return o;
 }
 
@@ -385,11 +330,11 @@ bool is_loopback_host(const std::string& host) {
   return host.rfind("127.", 0) == 0;
 }
 
-void check_store_privacy(const EnvLookup& env, const CommOptions& o) {
+void check_store_privacy(const CommOptions& o) {
   if (o.size < 2 || o.store_address.empty()) return;
   const std::string host = parse_host_port(o.store_address).first;
   if (o.host_store && (host == "0.0.0.0" || host == "::")) {
-    if (env("TANDEM_STORE_LISTEN_ALL").value_or("0") != "1") {
+    if (!o.store_listen_all) {
       throw InvalidArgument("tandem: rank 0 would host the store on every address (" + o.store_address +
                             "); give TANDEM_STORE_ADDR the address of rank 0's interface the other ranks reach, or "
                             "set TANDEM_STORE_LISTEN_ALL=1 to listen on all of them");
@@ -397,7 +342,7 @@ void check_store_privacy(const EnvLookup& env, const CommOptions& o) {
     spdlog::warn("tandem: the store listens on every address ({}; TANDEM_STORE_LISTEN_ALL=1)", o.store_address);
   }
   if (is_loopback_host(host) || !o.secret.empty()) return;
-  if (env("TANDEM_ALLOW_NO_SECRET").value_or("0") != "1") {
+  if (!o.allow_no_secret) {
     throw InvalidArgument("tandem: the store at " + o.store_address +
                           " is reachable from other hosts but the job has no secret, so anyone who reaches it could "
                           "read and write the job's keys; give every rank the same TANDEM_SECRET (or "

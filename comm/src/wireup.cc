@@ -52,7 +52,7 @@ void Communicator::Impl::connect() {
   if (!opts.ucx_net_devices_pinned && !network.chosen.empty()) opts.ucx_net_devices = network.chosen;
 
   ucx = std::make_unique<UcxTransport>(opts.rank, opts.size, opts.ucx_peer_error_handling, opts.ucx_net_devices,
-                                       opts.heartbeat);
+                                       opts.ucx_keepalive_pinned ? std::chrono::milliseconds(0) : opts.heartbeat);
   store->set(key("ucx/" + std::to_string(opts.rank)), ucx->worker_address(), deadline);
   for (int p = 0; p < opts.size; ++p) {
     ucx->connect(p, store->get(key("ucx/" + std::to_string(p)), deadline));
@@ -129,7 +129,7 @@ void Communicator::Impl::learn_topology(Deadline deadline) {
 void Communicator::Impl::map_shared_memory(Deadline deadline) {
   const std::string me = std::to_string(opts.rank);
   const size_t bytes = algorithms->shared_bytes();
-  const bool willing = opts.shared_memory && bytes > 0;
+  const bool willing = bytes > 0;  // 0: the algorithms want none (e.g. TANDEM_SHM=0)
   // Segment sizes must agree too: they fix where every slot lies.
   const std::string here = willing ? std::to_string(bytes) : "off";
   store->set(key("shm/size/" + me), here, deadline);

@@ -32,7 +32,8 @@ UcxTransport::UcxTransport(int rank, int size, bool peer_error_handling, const s
   ucp_config_t* config = nullptr;
   check(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");  // honours UCX_TLS and friends
   // Keepalive follows the heartbeat, so an unreachable peer shows up as an endpoint error as soon as the store would name it.
-  if (peer_error_handling && keepalive.count() > 0 && !std::getenv("UCX_KEEPALIVE_INTERVAL")) {
+  // A keepalive of 0: none to set (off, or the user pinned UCX_KEEPALIVE_INTERVAL).
+  if (peer_error_handling && keepalive.count() > 0) {
     const std::string interval = std::to_string(keepalive.count()) + "ms";
     if (ucp_config_modify(config, "KEEPALIVE_INTERVAL", interval.c_str()) != UCS_OK)
       spdlog::warn("tandem: UCX rejected KEEPALIVE_INTERVAL={}; keeping its default", interval);

@@ -1,6 +1,5 @@
 // Roles and the partition of keys into parts (terms in tandem/paramserver.h).
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 
 #include "tandem/errors.h"
@@ -8,21 +7,46 @@
 
 namespace tandem::ps {
 
-Options options_from_env() {
+namespace {
+
+Setting row(const char* variable, const char* name, SettingKind kind, const char* default_value, const char* doc,
+            long long min) {
+  Setting s;
+  s.layer = "paramserver";
+  s.variable = variable;
+  s.name = name;
+  s.kind = kind;
+  s.default_value = default_value;
+  s.doc = doc;
+  s.min = min;
+  return s;
+}
+
+SettingTable<Options> make_table() {
+  using K = SettingKind;
+  return {number_field(row("TANDEM_SERVERS", "servers", K::count, "0",
+                           "Parameter-server ranks: the last this many ranks serve (tandem launch --servers sets it).",
+                           0),
+                       &Options::servers),
+          number_field(row("TANDEM_PS_STALENESS", "staleness", K::count, "0",
+                           "Steps a worker may run ahead of the slowest (0: synchronous).", 0),
+                       &Options::staleness),
+          number_field(row("TANDEM_PS_PART_BYTES", "part_bytes", K::bytes, "4194304",
+                           "Bytes of a key's part, the unit spread over the servers (at least one row).", 1),
+                       &Options::part_bytes)};
+}
+
+}  // namespace
+
+const SettingTable<Options>& settings() {
+  static const SettingTable<Options> table = make_table();
+  return table;
+}
+
+Options options_from_env(const EnvLookup& env) {
   Options o;
-  auto read = [](const char* name, long low, long fallback) {
-    const char* v = std::getenv(name);
-    if (!v || !*v) return fallback;
-    char* end = nullptr;
-    const long x = std::strtol(v, &end, 10);
-    if (*end || x < low) {
-      throw InvalidArgument(std::string(name) + "=" + v + ": expected an integer >= " + std::to_string(low));
-    }
-    return x;
-  };
-  o.servers = int(read("TANDEM_SERVERS", 0, 0));
-  o.staleness = int(read("TANDEM_PS_STALENESS", 0, 0));
-  o.part_bytes = size_t(read("TANDEM_PS_PART_BYTES", 1, long(o.part_bytes)));
+  o.servers = 0;  // no TANDEM_SERVERS: no servers
+  read_settings(settings(), env, o);
   return o;
 }
 

@@ -15,9 +15,13 @@
 namespace tandem::ring {
 namespace {
 
+constexpr size_t kDefaultShmChunkBytes = 256 << 10;
+
 class RingAlgorithms final : public Algorithms {
  public:
-  explicit RingAlgorithms(const RingOptions& o) : options_(o) {}
+  explicit RingAlgorithms(const RingOptions& o) : options_(o) {
+    if (options_.shm_chunk_bytes == 0) options_.shm_chunk_bytes = kDefaultShmChunkBytes;
+  }
 
   void allreduce(Channel& ch, const AllreduceArgs& args) override {
     const auto forced = options_.allreduce;
@@ -117,28 +121,17 @@ std::shared_ptr<Algorithms> algorithms(const RingOptions& options) {
                           std::to_string(options.segment_bytes) + ", " + std::to_string(options.segments_in_flight) +
                           ")");
   }
-  if (options.shm_chunk_bytes < 4096 || options.shm_chunk_bytes % 64 != 0 || options.shm_chunk_bytes > (64 << 20)) {
+  const size_t chunk = options.shm_chunk_bytes;  // 0: the default
+  if (chunk != 0 && (chunk < 4096 || chunk % 64 != 0 || chunk > (64 << 20))) {
     throw InvalidArgument("RingOptions: shm_chunk_bytes must be a multiple of 64 from 4096 to 64 MiB (got " +
                           std::to_string(options.shm_chunk_bytes) + "; TANDEM_SHM_CHUNK_BYTES)");
   }
   return std::make_shared<RingAlgorithms>(options);
 }
 
-RingOptions ring_options(const CommOptions& options) {
-  RingOptions r;
-  r.segment_bytes = options.segment_bytes;
-  r.segments_in_flight = options.segments_in_flight;
-  r.small_message_bytes = options.small_message_bytes;
-  r.allreduce = parse_allreduce_algorithm(options.algorithm);
-  r.shared_memory = options.shared_memory;
-  r.shm_chunk_bytes = options.shm_chunk_bytes;
-  r.shm_split_min_ranks = options.shm_split_min_ranks;
-  r.shm_split_min_bytes = options.shm_split_min_bytes;
-  r.shm_cma_max_bytes = options.shm_cma_max_bytes;
-  r.shm_allreduce_cma = parse_shm_allreduce_cma(options.shm_allreduce_cma);
-  r.shm_far_handoff_ns = options.shm_far_handoff_ns;
+RingOptions fit_to_host(RingOptions r, const CommOptions& options) {
   if (r.shm_chunk_bytes == 0) {
-    r.shm_chunk_bytes = ranks_outnumber_cores(options) ? 1 << 20 : 256 << 10;
+    r.shm_chunk_bytes = ranks_outnumber_cores(options) ? 1 << 20 : kDefaultShmChunkBytes;
   }
   // Ranks taking turns on a core would time the scheduler, not the cores.
   if (r.shm_allreduce_cma == ShmAllreduceCma::far && ranks_outnumber_cores(options)) {
@@ -147,10 +140,13 @@ RingOptions ring_options(const CommOptions& options) {
   return r;
 }
 
-std::unique_ptr<Communicator> connect(const CommOptions& options) {
-  return Communicator::create(options, algorithms(ring_options(options)));
+std::unique_ptr<Communicator> connect(const CommOptions& options, const RingOptions& ring) {
+  return Communicator::create(options, algorithms(fit_to_host(ring, options)));
 }
 
-std::unique_ptr<Communicator> connect_from_env() { return connect(options_from_env()); }
+std::unique_ptr<Communicator> connect_from_env(const EnvLookup& env) {
+  const CommOptions comm = tandem::options_from_env(env);
+  return connect(comm, options_from_env(env));
+}
 
 }  // namespace tandem::ring

@@ -26,7 +26,7 @@ EnvLookup process_env();
 CommOptions options_from_env(const EnvLookup& env = process_env());
 
 // Only the tuning and interface knobs (TANDEM_TIMEOUT_MS, TANDEM_HEARTBEAT_MS,
-// TANDEM_SHM, TANDEM_NETWORK_INTERFACE, ...), for a communicator whose rank,
+// TANDEM_NETWORK_INTERFACE, ...; the tables of tandem/settings.h), for a communicator whose rank,
 // size and store come from elsewhere (a framework's store, CommOptions::store).
 // Throws InvalidArgument naming a malformed variable.
 CommOptions tuning_from_env(const EnvLookup& env = process_env());
@@ -38,10 +38,16 @@ std::string read_secret(const EnvLookup& env = process_env());
 
 // Rendezvous privacy, checked by options_from_env: a store reachable from
 // other hosts (a non-loopback TANDEM_STORE_ADDR or MASTER_ADDR) needs the job
-// secret unless TANDEM_ALLOW_NO_SECRET=1, and rank 0 hosts the store on every
-// address (0.0.0.0, ::) only with TANDEM_STORE_LISTEN_ALL=1; both log a
-// warning when allowed. Throws InvalidArgument naming the fix.
-void check_store_privacy(const EnvLookup& env, const CommOptions& options);
+// secret unless allow_no_secret (TANDEM_ALLOW_NO_SECRET=1), and rank 0 hosts
+// the store on every address (0.0.0.0, ::) only with store_listen_all
+// (TANDEM_STORE_LISTEN_ALL=1); both log a warning when allowed. Throws
+// InvalidArgument naming the fix.
+void check_store_privacy(const CommOptions& options);
+
+// The interface override: TANDEM_NETWORK_INTERFACE, else DTRAIN_NETWORK_INTERFACE
+// ("" when neither is set). Throws InvalidArgument when both are set and
+// disagree, or for a syntax error (tandem/netif.h).
+std::string network_interface_from_env(const EnvLookup& env = process_env());
 
 // Which launcher the options came from: "tandem", "openmpi", "slurm".
 std::string detect_launcher(const EnvLookup& env = process_env());

@@ -26,7 +26,9 @@ namespace tandem {
 
 class KeyValueStore;  // tandem/store.h
 
-// Where a rank finds its peers; see bootstrap.h for reading it from the environment.
+// Where a rank finds its peers; see bootstrap.h for reading it from the environment
+// (and tandem/settings.h for the tables of its TANDEM_* settings). The ring's
+// tuning lives in ring::RingOptions.
 struct CommOptions {
   int rank = -1;
   int size = -1;
@@ -50,52 +52,9 @@ struct CommOptions {
   // Default deadline of every collective; each call may override it.
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(60)};
-  // Ring pipelining: segment size and how many segments are in flight per step.
-  // 2 MiB x 4: 8 MiB in flight keeps a TCP link busy (2 ranks over a veth,
-  // 16 MiB: about 20 % more busbw than 1 MiB x 4; see README, TCP path).
-  size_t segment_bytes = 2 << 20;
-  int segments_in_flight = 4;
-  // All-reduces up to this many bytes use the latency-optimal algorithm
-  // (recursive doubling) instead of the ring (TANDEM_SMALL_MESSAGE_BYTES).
-  size_t small_message_bytes = 64 << 10;
-  // Force an all-reduce algorithm: "auto", "ring", "recursive_doubling",
-  // "shared_memory" or "hierarchical" (TANDEM_ALGO).
-  std::string algorithm = "auto";
   // What makes ranks "one host" for the topology and shared memory
   // (TANDEM_HOST_ID); empty = boot id, hostname and namespaces.
   std::string host_id;
-  // When every rank runs on this host, map each other's memory and run
-  // all-reduces through it instead of UCX messages (TANDEM_SHM=0 turns it off).
-  bool shared_memory = true;
-  // Pipeline chunk of the shared-memory collectives (TANDEM_SHM_CHUNK_BYTES);
-  // 0 = 256 KiB, or 1 MiB when ranks outnumber cores (fewer synchronisations
-  // for ranks that must take turns; measured steadier there).
-  size_t shm_chunk_bytes = 0;
-  // From how many ranks on the staged shared-memory all-reduce splits its
-  // chunks (TANDEM_SHM_SPLIT_MIN_RANKS; 0 or 1: always, a large value: never).
-  int shm_split_min_ranks = 2;
-  // Smaller calls stay unsplit (TANDEM_SHM_SPLIT_MIN_BYTES; 0: split every
-  // size): there the split's second hand-off between ranks costs more than the
-  // redundant fold saves. Measured, 3 interleaved rounds: 4 ranks on 2 cores,
-  // 4 KiB 6.8 us unsplit against 9.6 split; 2 ranks 4-8 KiB level (within 0.1
-  // us) while the host's cores are near each other, 1.2-1.6 against 1.6-2.3
-  // us while they are far; from 16 KiB the split wins while near.
-  size_t shm_split_min_bytes = 16 << 10;
-  // The shared-memory reduce-scatter and allgather read buffers outside
-  // allocate_shared memory by cross-memory attach instead of staging them,
-  // from 256 KiB up to this size (TANDEM_SHM_CMA_MAX_BYTES; 0: never, the
-  // all-reduce's window below included).
-  size_t shm_cma_max_bytes = 8 << 20;
-  // The shared-memory all-reduce of buffers outside allocate_shared memory,
-  // from 256 KiB to 16 MiB (TANDEM_SHM_ALLREDUCE_CMA): "never"
-  // (staged), "always" (cross-memory attach) or "far": at 2 ranks, cross-memory
-  // attach while a hand-off between the ranks' cores takes shm_far_handoff_ns
-  // or more one way (TANDEM_SHM_FAR_HANDOFF_NS), as rank 0 times it through
-  // the segments every second. Hosts move cores apart and back within
-  // minutes; at 1 MiB staging ran 2x faster while near (0.04-0.06 us), cross-
-  // memory attach 1.4x faster while far (0.25 us).
-  std::string shm_allreduce_cma = "far";
-  size_t shm_far_handoff_ns = 180;
   // How often a waiting rank asks the store whether some rank died. The store
   // learns of a death when the rank's connection drops, on any transport.
   std::chrono::milliseconds failure_poll{std::chrono::milliseconds(200)};
@@ -127,6 +86,15 @@ struct CommOptions {
   std::string network_interface;
   // The user set UCX_NET_DEVICES: interface selection still runs and reports, but leaves UCX alone.
   bool ucx_net_devices_pinned = false;
+  // The user set UCX_KEEPALIVE_INTERVAL: the heartbeat does not override it.
+  bool ucx_keepalive_pinned = false;
+  // Highest instruction set of the reduction kernels (TANDEM_REDUCE_ISA: scalar,
+  // avx2, avx512); empty = the best the CPU has. Applied by the settings reader.
+  std::string reduce_isa;
+  // Rank 0 may host the store on every address (TANDEM_STORE_LISTEN_ALL), and a
+  // store reachable from other hosts may run without a secret (TANDEM_ALLOW_NO_SECRET).
+  bool store_listen_all = false;
+  bool allow_no_secret = false;
 };
 
 // More ranks on this host than cores: waiting ranks must yield soon, and

@@ -33,6 +33,11 @@ bool cuda_kernels_built();
 
 // The instruction set the dispatcher picked: "avx512", "avx2", or "scalar".
 std::string_view reduce_isa();
+// Caps the dispatcher's pick at `name` ("scalar", "avx2", "avx512";
+// TANDEM_REDUCE_ISA, applied by the settings reader); without a call, the
+// best ISA the CPU has. Takes effect before the first reduction; throws
+// InvalidArgument for another name.
+void use_reduce_isa(std::string_view name);
 
 // Scalar reference used by tests; same contract as reduce().
 void reduce_scalar(DataType dtype, ReduceOp op, void* dst, const void* a, const void* b, size_t count);

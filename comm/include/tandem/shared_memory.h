@@ -12,7 +12,8 @@
 namespace tandem {
 
 // Memory every rank of a communicator maps: present only when all ranks run on
-// one host (CommOptions::shared_memory). The communicator creates, maps and
+// one host and the algorithms ask for it (Algorithms::shared_bytes(); the ring
+// asks unless TANDEM_SHM=0). The communicator creates, maps and
 // zero-fills it; the algorithms that use it define its layout.
 struct SharedSegments {
   std::vector<std::byte*> segment;  // rank r's segment, as mapped in this process

@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "tandem/communicator.h"
+#include "tandem/settings.h"
 #include "tandem/types.h"
 
 namespace tandem::ps {
@@ -73,8 +74,12 @@ struct Options {
   std::chrono::milliseconds serve_timeout{std::chrono::hours(24)};
 };
 
-// Options::servers and staleness from TANDEM_SERVERS / TANDEM_PS_STALENESS (read once, at start).
-Options options_from_env();
+// The parameter server's table: TANDEM_SERVERS, TANDEM_PS_STALENESS, TANDEM_PS_PART_BYTES.
+const SettingTable<Options>& settings();
+
+// Options from the variables of settings() (read once, at start); servers is 0
+// without TANDEM_SERVERS. Throws InvalidArgument naming a malformed one.
+Options options_from_env(const EnvLookup& env = process_env());
 
 // Whether `rank` is a server of a communicator of `size` ranks.
 bool is_server(int rank, int size, const Options& options);

@@ -31,7 +31,7 @@ struct SweepOptions {
   // or avg); adds wire bytes and the error against the f32 result.
   compression::Codec compress = compression::Codec::none;
   Format format = Format::table;
-  // --algorithm: the all-reduce algorithm (CommOptions::algorithm); empty = TANDEM_ALGO or auto.
+  // --algorithm: the all-reduce algorithm (RingOptions::allreduce); empty = TANDEM_ALGO or auto.
   std::string algorithm;
   std::string plot;  // PNG path for busbw vs size (gnuplot), empty = none
 };

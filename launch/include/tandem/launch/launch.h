@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "tandem/bootstrap.h"
+#include "tandem/settings.h"
 
 namespace tandem::launch {
 
@@ -70,6 +71,9 @@ inline constexpr int kMaxLocalRanks = 1024;
 std::vector<int> allowed_cpus();
 
 // TANDEM_BIND when set, else "auto".
+// The launcher's settings table: TANDEM_BIND into LaunchOptions::bind.
+const SettingTable<LaunchOptions>& launch_settings();
+// TANDEM_BIND, read through launch_settings() (a bad value is an InvalidArgument naming it).
 std::string default_bind(const EnvLookup& env = process_env());
 
 struct LaunchResult {

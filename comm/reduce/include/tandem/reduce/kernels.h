@@ -40,8 +40,8 @@ bool cpu_supports(Isa isa);
 // The kernels for `isa`; the caller must have checked cpu_supports(isa).
 const KernelTable& kernel_table(Isa isa);
 
-// Picked once (first call): the best supported ISA, capped by the env variable
-// TANDEM_REDUCE_ISA=scalar|avx2|avx512 when it is set to a known name.
+// Picked once (first call): the best supported ISA, capped by use_reduce_isa()
+// (TANDEM_REDUCE_ISA, read by the settings reader) when it came first.
 Isa active_isa();
 
 }  // namespace tandem::detail

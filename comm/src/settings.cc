@@ -1,0 +1,138 @@
+// The settings mechanism: parsing each kind with one error format, and the
+// text and Markdown renderings of the tables (`tandem info --settings`).
+#include "tandem/settings.h"
+
+#include <map>
+
+#include "tandem/errors.h"
+
+namespace tandem {
+
+const char* to_string(SettingKind kind) {
+  switch (kind) {
+    case SettingKind::boolean: return "bool";
+    case SettingKind::count: return "count";
+    case SettingKind::bytes: return "bytes";
+    case SettingKind::milliseconds: return "milliseconds";
+    case SettingKind::nanoseconds: return "nanoseconds";
+    case SettingKind::choice: return "enum";
+    case SettingKind::text: return "string";
+  }
+  return "unknown";
+}
+
+const char* to_string(SettingSource source) {
+  switch (source) {
+    case SettingSource::default_value: return "default";
+    case SettingSource::environment: return "environment";
+    case SettingSource::flag: return "flag";
+    case SettingSource::config_file: return "config file";
+  }
+  return "unknown";
+}
+
+namespace {
+
+std::string joined(const std::vector<std::string>& items, const std::string& last_separator) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i > 0) out += i + 1 == items.size() ? last_separator : ", ";
+    out += items[i];
+  }
+  return out;
+}
+
+std::string unit_of(SettingKind kind) {
+  switch (kind) {
+    case SettingKind::bytes: return "byte count";
+    case SettingKind::milliseconds: return "number of milliseconds";
+    case SettingKind::nanoseconds: return "number of nanoseconds";
+    default: return "integer";
+  }
+}
+
+}  // namespace
+
+std::string setting_fix(const Setting& s) {
+  if (!s.fix.empty()) return s.fix;
+  switch (s.kind) {
+    case SettingKind::boolean: return "set it to 0 or 1";
+    case SettingKind::choice: return "use " + joined(s.accepted, " or ");
+    case SettingKind::text: return "set it to a string";
+    default: break;
+  }
+  if (s.min > 0 && s.max == std::numeric_limits<long long>::max())
+    return "set it to a positive " + unit_of(s.kind);
+  return "set it to a " + unit_of(s.kind) + " from " + std::to_string(s.min) + " to " + std::to_string(s.max);
+}
+
+void throw_bad_setting(const Setting& s, const std::string& value) {
+  throw InvalidArgument("tandem: " + s.variable + "='" + value + "' is invalid; " + setting_fix(s));
+}
+
+bool parse_bool_setting(const Setting& s, const std::string& value) {
+  if (value != "0" && value != "1") throw_bad_setting(s, value);
+  return value == "1";
+}
+
+long long parse_number_setting(const Setting& s, const std::string& value) {
+  bool digits = !value.empty() && value.size() <= 18;
+  for (char c : value) digits = digits && c >= '0' && c <= '9';
+  if (!digits) throw_bad_setting(s, value);
+  const long long x = std::stoll(value);
+  if (x < s.min || x > s.max) throw_bad_setting(s, value);
+  return x;
+}
+
+const std::string& parse_choice_setting(const Setting& s, const std::string& value) {
+  for (const auto& a : s.accepted)
+    if (a == value) return a;
+  throw_bad_setting(s, value);
+}
+
+std::string settings_markdown(const std::vector<Setting>& settings) {
+  std::string out =
+      "# Configuration reference\n\n"
+      "Every tandem setting is declared once, as a row of its layer's table, and read once, from the "
+      "environment, into that layer's options (CommOptions, ring::RingOptions, ps::Options, ...). A value that "
+      "does not parse is an error naming the variable, the value and what is accepted; nothing falls back "
+      "silently. `tandem info --settings` prints the value each setting has in the current environment and where "
+      "it came from. This page is generated from the same tables by `tandem info --settings --markdown`; "
+      "the launcher's own variables (TANDEM_RANK, TANDEM_WORLD_SIZE, TANDEM_STORE_ADDR, TANDEM_SECRET, ...) are "
+      "described in comm/include/tandem/bootstrap.h.\n";
+  std::vector<std::string> layers;
+  std::map<std::string, std::vector<const Setting*>> by_layer;
+  for (const auto& s : settings) {
+    if (!by_layer.count(s.layer)) layers.push_back(s.layer);
+    by_layer[s.layer].push_back(&s);
+  }
+  for (const auto& layer : layers) {
+    out += "\n## " + layer + "\n\n| variable | field | kind | default | description |\n|---|---|---|---|---|\n";
+    for (const Setting* s : by_layer[layer]) {
+      std::string kind = to_string(s->kind);
+      if (s->kind == SettingKind::choice) kind += ": " + joined(s->accepted, ", ");
+      if (s->foreign) kind += " (UCX's own)";
+      const std::string def = s->default_value.empty() ? "(empty)" : "`" + s->default_value + "`";
+      out += "| `" + s->variable + "` | `" + s->name + "` | " + kind + " | " + def + " | " + s->doc + " |\n";
+    }
+  }
+  return out;
+}
+
+std::string settings_text(const std::vector<SettingValue>& values) {
+  size_t layer_width = 5, variable_width = 8, value_width = 5;
+  for (const auto& v : values) {
+    layer_width = std::max(layer_width, v.setting.layer.size());
+    variable_width = std::max(variable_width, v.setting.variable.size());
+    value_width = std::max(value_width, v.value.size());
+  }
+  auto pad = [](std::string s, size_t width) { return s + std::string(width - std::min(width, s.size()) + 2, ' '); };
+  std::string out = pad("layer", layer_width) + pad("variable", variable_width) + pad("value", value_width) + "source\n";
+  for (const auto& v : values) {
+    out += pad(v.setting.layer, layer_width) + pad(v.setting.variable, variable_width) +
+           pad(v.value.empty() ? "\"\"" : v.value, value_width) + to_string(v.source) + "\n";
+  }
+  return out;
+}
+
+}  // namespace tandem
