@@ -55,7 +55,7 @@ SettingTable<O> make_comm() {
                                "set it to how many collectives the flight recorder keeps (0 turns it off)"),
                            &O::flight_entries));
   t.push_back(text_field(row("comm", "TANDEM_FLIGHT_DIR", "flight_dir", K::text, "",
-                             "Where flight-recorder dumps go (empty: /tmp)."),
+                             "Where flight-recorder dumps go (empty: TMPDIR, else /tmp)."),
                          &O::flight_dir));
   t.push_back(text_field(row("comm", "TANDEM_HOST_ID", "host_id", K::text, "",
                              "What makes ranks one host for topology and shared memory (empty: boot id, hostname "
