@@ -34,6 +34,7 @@
 #include "launch.h"
 #include "model.h"
 #include "ps.h"
+#include "settings_info.h"
 #include "tandem/bench/overlap.h"
 #include "tandem/bench/sweep.h"
 #include "tandem/bootstrap.h"
@@ -259,12 +260,6 @@ std::string allowed_cpu_ranges() {
   return out;
 }
 
-bool any_set(std::initializer_list<const char*> names) {
-  for (const char* n : names)
-    if (std::getenv(n)) return true;
-  return false;
-}
-
 int run_info() {
   std::printf("tandem %s\n", TANDEM_VERSION);
   std::printf("reduce kernels: %s (CPU)", std::string(tandem::reduce_isa()).c_str());
@@ -275,7 +270,7 @@ int run_info() {
 #endif
   // The CLI does not include UCX; `ucx_info -v` reports the library's version.
   std::printf("transport: UCX (linked into tandem_comm; see `ucx_info -v` for its version)\n");
-  if (!any_set({"TANDEM_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"})) {
+  if (tandem::detect_launcher() == "none") {
     std::printf("job environment: none (run under `tandem launch`, mpirun or srun to see rank options)\n");
     return 0;
   }
@@ -287,8 +282,8 @@ int run_info() {
     std::printf("cpus: %s of this host's %ld (tandem launch binds each rank to its share when there are enough; "
                 "--bind none or TANDEM_BIND=none leaves placement to the scheduler)\n",
                 allowed_cpu_ranges().c_str(), ::sysconf(_SC_NPROCESSORS_ONLN));
-    const auto ring = tandem::ring::ring_options(o);
-    if (o.shared_memory) {
+    const auto ring = tandem::ring::fit_to_host(tandem::ring::options_from_env(), o);
+    if (ring.shared_memory) {
       std::printf("%s", tandem::ring::shared_memory_plan(ring, o.local_size, tandem::ranks_outnumber_cores(o)).c_str());
     } else {
       std::printf("shared memory: off (TANDEM_SHM=0): every collective goes through UCX\n");
@@ -307,7 +302,7 @@ int run_info() {
 int run_netif(const std::string& format_flag) {
   const std::string format = lower(format_flag);
   if (format != "table" && format != "json") throw UsageError("--format: unknown '" + format_flag + "'; valid: table, json");
-  const bool in_job = any_set({"TANDEM_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"});
+  const bool in_job = tandem::detect_launcher() != "none";
   std::optional<tandem::CommOptions> job;
   if (in_job) job = tandem::options_from_env();
   if (!job || job->size <= 1) {
@@ -393,7 +388,10 @@ int main(int argc, char** argv) {
   tandem::cli::add_ps(app, *bench_cmd, ps_flags);
   tandem::cli::ModelFlags model;
   tandem::cli::add_model(app, model);
-  app.add_subcommand("info", "Show version, kernel ISA and the job environment");
+  bool info_settings = false, info_markdown = false;
+  auto* info = app.add_subcommand("info", "Show version, kernel ISA and the job environment");
+  info->add_flag("--settings", info_settings, "List every setting: layer, variable, value and where it came from");
+  info->add_flag("--markdown", info_markdown, "With --settings: the configuration reference (docs/configuration.md)");
   std::string netif_format = "table";
   auto* netif = app.add_subcommand(
       "netif", "List network interfaces; under `tandem launch` (or across hosts) show how the ranks choose one");
@@ -429,7 +427,7 @@ int main(int argc, char** argv) {
       return tandem::bench::run_sweep(to_sweep_options(bench));
     }
     if (app.got_subcommand("model")) return tandem::cli::run_model(model);
-    if (app.got_subcommand("info")) return run_info();
+    if (app.got_subcommand("info")) return info_settings ? tandem::cli::run_settings_info(info_markdown) : run_info();
     if (app.got_subcommand("netif")) return run_netif(netif_format);
     if (app.got_subcommand("doctor")) return tandem::cli::run_doctor(doctor_dumps, std::cout);
   } catch (const UsageError& e) {

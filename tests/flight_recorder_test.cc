@@ -193,7 +193,7 @@ TEST(FlightRecorder, WithoutADirectoryDumpsIntoTmpdir) {
   o.rank = 0;
   o.size = 1;
   o.job_id = "tmpdir-test";
-  auto comm = ring::connect(o);
+  auto comm = ring::connect(o, {});
   comm->abort("stopping for a test");
   if (saved) {
     ::setenv("TMPDIR", previous.c_str(), 1);
