@@ -30,8 +30,7 @@ void add_launch(CLI::App& app, LaunchFlags& flags) {
                 "Also start this many parameter-server ranks (`tandem ps serve`) after the N workers; every rank "
                 "gets TANDEM_SERVERS")
       ->capture_default_str();
-  o.bind = launch::default_bind();
-  l->add_option("--bind", o.bind,
+  flags.bind = l->add_option("--bind", o.bind,
                 "auto: each rank on this host runs on its own share of the CPUs when there are at least as many "
                 "CPUs as ranks here (as mpirun binds to cores); none: leave placement to the scheduler "
                 "(default: TANDEM_BIND, else auto)")
@@ -66,13 +65,12 @@ std::vector<std::string> split_launch_command(std::vector<std::string>& args) {
 int run_launch(LaunchFlags flags, std::vector<std::string> command) {
   launch::LaunchOptions& o = flags.options;
   o.command = std::move(command);
-  if (!flags.hosts.empty()) {
-    try {
-      o.hosts = launch::parse_hosts(flags.hosts);
-    } catch (const std::invalid_argument& e) {
-      std::fprintf(stderr, "tandem launch: %s\n", e.what());
-      return 2;
-    }
+  try {
+    if (flags.bind == nullptr || flags.bind->count() == 0) o.bind = launch::default_bind();
+    if (!flags.hosts.empty()) o.hosts = launch::parse_hosts(flags.hosts);
+  } catch (const std::exception& e) {  // a bad -H, or a bad TANDEM_BIND (InvalidArgument)
+    std::fprintf(stderr, "tandem launch: %s\n", e.what());
+    return 2;
   }
   // Parameter-server ranks run `tandem ps serve` from this very executable.
   if (o.servers > 0) o.server_command = {std::filesystem::read_symlink("/proc/self/exe").string(), "ps", "serve"};

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checks two layout rules of the library code (DESIGN.md): every source file
+# Checks two layout rules of the library code (docs/design.md): every source file
 # stays at MAX_LINES lines or fewer, and only the settings readers call getenv.
 set -euo pipefail
 cd "$(dirname "$0")/.."

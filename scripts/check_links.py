@@ -8,10 +8,6 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
-# Generated pages that may not exist in every checkout yet: links to them pass
-# (their anchors are not checked while they are missing).
-EXPECTED_GENERATED = {"docs/configuration.md"}
-
 FENCE = re.compile(r"^\s*(```|~~~)")
 INLINE_CODE = re.compile(r"`+[^`]*`+")
 # [text](target) and ![alt](target), the target optionally <...> and followed by a "title".
@@ -83,8 +79,7 @@ def check(doc):
             problems.append(f"{where} points outside the repository")
             continue
         if not resolved.exists():
-            if relative not in EXPECTED_GENERATED:
-                problems.append(f"{where} names {relative}, which does not exist")
+            problems.append(f"{where} names {relative}, which does not exist")
             continue
         if anchor and resolved.suffix == ".md" and anchor not in anchors_of(resolved):
             problems.append(f"{where} names #{anchor}, which is no heading of {relative}")

@@ -1,4 +1,4 @@
-// Network interface discovery and selection (DESIGN.md, "Interface selection").
+// Network interface discovery and selection (docs/design.md, "Interface selection"; docs/network-interfaces.md).
 //
 // Terms:
 // - host: one network stack. Two ranks are on the same host when their boot

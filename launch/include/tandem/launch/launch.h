@@ -70,7 +70,6 @@ inline constexpr int kMaxLocalRanks = 1024;
 // The CPUs this process may run on (sched_getaffinity), ascending; empty if unknown.
 std::vector<int> allowed_cpus();
 
-// TANDEM_BIND when set, else "auto".
 // The launcher's settings table: TANDEM_BIND into LaunchOptions::bind.
 const SettingTable<LaunchOptions>& launch_settings();
 // TANDEM_BIND, read through launch_settings() (a bad value is an InvalidArgument naming it).

@@ -22,7 +22,7 @@ enum class ShmAllreduceCma { never, far, always };
 struct RingOptions {
   // Ring pipelining: segment size and how many segments are in flight per step.
   // 2 MiB x 4: 8 MiB in flight keeps a TCP link busy (2 ranks over a veth,
-  // 16 MiB: about 20 % more busbw than 1 MiB x 4; see README, TCP path).
+  // 16 MiB: about 20 % more busbw than 1 MiB x 4; see docs/across-hosts.md, the TCP path).
   size_t segment_bytes = 2 << 20;  // largest message of the ring pipeline (TANDEM_SEGMENT_BYTES)
   int segments_in_flight = 4;      // segments walking the ring at once (TANDEM_SEGMENTS_IN_FLIGHT)
   // automatic: through shared memory when every rank is on this host (and the
