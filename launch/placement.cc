@@ -86,14 +86,9 @@ std::vector<HostSlots> parse_hosts(const std::string& text) {
 namespace {
 
 SettingTable<LaunchOptions> make_launch_settings() {
-  Setting bind;
-  bind.layer = "launch";
-  bind.variable = "TANDEM_BIND";
-  bind.name = "bind";
-  bind.kind = SettingKind::choice;
-  bind.default_value = "auto";
-  bind.doc = "auto: each rank runs on its own share of this host's CPUs when there are enough; none: the "
-             "scheduler places them (--bind wins).";
+  Setting bind = setting_row("launch", "TANDEM_BIND", "bind", SettingKind::choice, "auto",
+                             "auto: each rank runs on its own share of this host's CPUs when there are enough; "
+                             "none: the scheduler places them (--bind wins).");
   bind.accepted = {"auto", "none"};
   return {{bind, [bind](LaunchOptions& o, const std::string& v) { o.bind = parse_choice_setting(bind, v); },
            [](const LaunchOptions& o) { return o.bind; }}};

@@ -156,24 +156,15 @@ int spawn_rank(Rank& r, const std::string& path, const std::vector<std::string>&
 
   const bool remote = !remote_secret.empty();
   Pipe in, out, err, report;
-  if ((remote && !in.open()) || !out.open() || !err.open() || !report.open()) {
-    error = std::string("pipe: ") + std::strerror(errno);
-    in.close_all();
-    out.close_all();
-    err.close_all();
-    report.close_all();
+  auto fail = [&](const char* call) {
+    error = std::string(call) + ": " + std::strerror(errno);
+    for (Pipe* p : {&in, &out, &err, &report}) p->close_all();
     return 1;
-  }
+  };
+  if ((remote && !in.open()) || !out.open() || !err.open() || !report.open()) return fail("pipe");
   pid_t parent = ::getpid();
   pid_t pid = ::fork();
-  if (pid < 0) {
-    error = std::string("fork: ") + std::strerror(errno);
-    in.close_all();
-    out.close_all();
-    err.close_all();
-    report.close_all();
-    return 1;
-  }
+  if (pid < 0) return fail("fork");
   if (pid == 0) {
     exec_child(path.c_str(), argv.data(), envp.data(), in.r, out.w, err.w, report.w, parent, child_files, cpus);
   }

@@ -11,18 +11,10 @@
 #include "tandem/errors.h"
 #include "tandem/store.h"
 
+#include "fake_env.h"
+
 namespace tandem {
 namespace {
-
-using Env = std::map<std::string, std::string>;
-
-EnvLookup lookup(const Env& env) {
-  return [env](const std::string& name) -> std::optional<std::string> {
-    auto it = env.find(name);
-    if (it == env.end()) return std::nullopt;
-    return it->second;
-  };
-}
 
 // What Open MPI 4.1 sets on this machine for `mpirun -n 2` (trimmed to what we read).
 Env openmpi(int rank, int size, int local_rank, int local_size) {

@@ -19,18 +19,10 @@
 #include "tandem/ring/ring.h"
 #include "tandem/settings.h"
 
+#include "fake_env.h"
+
 namespace tandem {
 namespace {
-
-using Env = std::map<std::string, std::string>;
-
-EnvLookup lookup(const Env& env) {
-  return [env](const std::string& name) -> std::optional<std::string> {
-    auto it = env.find(name);
-    if (it == env.end()) return std::nullopt;
-    return it->second;
-  };
-}
 
 // A good value of `s` other than its default, and how the options show it.
 std::pair<std::string, std::string> sample(const Setting& s) {

@@ -15,13 +15,9 @@ struct TrainerSettings {
 
 inline const SettingTable<TrainerSettings>& trainer_settings() {
   static const SettingTable<TrainerSettings> table = [] {
-    Setting nice;
-    nice.layer = "trainer";
-    nice.variable = "TANDEM_COMPUTE_NICE";
-    nice.name = "compute_nice";
-    nice.kind = SettingKind::count;
-    nice.default_value = "0";
-    nice.doc = "Nice value of each slot's compute thread while gradients overlap backward (0: unchanged).";
+    Setting nice = setting_row("trainer", "TANDEM_COMPUTE_NICE", "compute_nice", SettingKind::count, "0",
+                               "Nice value of each slot's compute thread while gradients overlap backward "
+                               "(0: unchanged).");
     nice.max = 19;
     return SettingTable<TrainerSettings>{number_field(nice, &TrainerSettings::compute_nice)};
   }();

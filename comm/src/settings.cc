@@ -53,6 +53,19 @@ std::string unit_of(SettingKind kind) {
 
 }  // namespace
 
+Setting setting_row(std::string layer, std::string variable, std::string name, SettingKind kind,
+                    std::string default_value, std::string doc, std::string fix) {
+  Setting s;
+  s.layer = std::move(layer);
+  s.variable = std::move(variable);
+  s.name = std::move(name);
+  s.kind = kind;
+  s.default_value = std::move(default_value);
+  s.doc = std::move(doc);
+  s.fix = std::move(fix);
+  return s;
+}
+
 std::string setting_fix(const Setting& s) {
   if (!s.fix.empty()) return s.fix;
   switch (s.kind) {

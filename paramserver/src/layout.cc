@@ -11,13 +11,7 @@ namespace {
 
 Setting row(const char* variable, const char* name, SettingKind kind, const char* default_value, const char* doc,
             long long min) {
-  Setting s;
-  s.layer = "paramserver";
-  s.variable = variable;
-  s.name = name;
-  s.kind = kind;
-  s.default_value = default_value;
-  s.doc = doc;
+  Setting s = setting_row("paramserver", variable, name, kind, default_value, doc);
   s.min = min;
   return s;
 }

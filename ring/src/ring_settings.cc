@@ -28,15 +28,7 @@ const char* to_string(ShmAllreduceCma c) {
 
 Setting row(const char* variable, const char* name, SettingKind kind, const char* default_value, const char* doc,
             const char* fix = "") {
-  Setting s;
-  s.layer = "ring";
-  s.variable = variable;
-  s.name = name;
-  s.kind = kind;
-  s.default_value = default_value;
-  s.doc = doc;
-  s.fix = fix;
-  return s;
+  return setting_row("ring", variable, name, kind, default_value, doc, fix);
 }
 
 SettingTable<RingOptions> make_table() {

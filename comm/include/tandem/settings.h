@@ -37,6 +37,10 @@ struct Setting {
   bool foreign = false;
 };
 
+// A row: owning layer, variable, the options field it fills, kind, default, one-line doc, advice after a bad value.
+Setting setting_row(std::string layer, std::string variable, std::string name, SettingKind kind,
+                    std::string default_value, std::string doc, std::string fix = "");
+
 // "set it to ...": the row's fix, or one made from its kind and range.
 std::string setting_fix(const Setting& s);
 
