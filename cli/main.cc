@@ -74,7 +74,9 @@ struct BenchFlags {
   std::string dtype = "float", op = "sum", format = "table", plot, compress = "none", algorithm;
 };
 
-const char* const kCollectives[] = {"allreduce", "reduce_scatter", "allgather", "broadcast", "barrier"};
+const tandem::Collective kCollectives[] = {tandem::Collective::allreduce, tandem::Collective::reduce_scatter,
+                                           tandem::Collective::allgather, tandem::Collective::broadcast,
+                                           tandem::Collective::barrier};
 
 tandem::bench::SweepOptions to_sweep_options(const BenchFlags& f) {
   tandem::bench::SweepOptions o;
@@ -138,10 +140,10 @@ tandem::bench::SweepOptions to_sweep_options(const BenchFlags& f) {
 
 CLI::App* add_bench(CLI::App& app, BenchFlags& f) {
   auto* b = app.add_subcommand("bench", "Sweep one collective over message sizes (nccl-tests flags); run it under `tandem launch`");
-  std::string valid;
-  for (const char* c : kCollectives) valid += (valid.empty() ? "" : ", ") + std::string(c);
-  b->add_option("collective", f.collective, "Collective: " + valid + " (or the overlap subcommand)")->check(CLI::IsMember(
-      std::vector<std::string>(std::begin(kCollectives), std::end(kCollectives))));
+  std::vector<std::string> names;
+  for (tandem::Collective c : kCollectives) names.push_back(tandem::to_string(c));
+  b->add_option("collective", f.collective, "Collective: " + join_names(kCollectives) + " (or the overlap subcommand)")
+      ->check(CLI::IsMember(names));
   b->add_option("-b,--minbytes", f.min_bytes, "Smallest message, bytes with K/M/G suffix")->capture_default_str();
   b->add_option("-e,--maxbytes", f.max_bytes, "Largest message")->capture_default_str();
   b->add_option("-f,--stepfactor", f.factor, "Multiply the size by this between steps")->capture_default_str();

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 #include <optional>
 #include <string>
 
@@ -28,29 +27,23 @@ constexpr int kWireProtocol = 2;
 // What a collective is, for error messages; formatted only when one is thrown,
 // since building strings would cost more than a small collective.
 struct Description {
-  const char* name = "";
+  Collective collective{};
   size_t count = 0;
   std::optional<DataType> dtype;
   std::optional<ReduceOp> op;
   int root = -1;  // broadcast only
 
-  // 1 + the index in kKinds.
-  uint32_t kind() const {
-    static constexpr const char* kKinds[] = {"allreduce", "reduce_scatter", "allgather", "broadcast", "barrier",
-                                             "exchange"};
-    for (uint32_t i = 0; i < 6; ++i) {
-      if (std::strcmp(name, kKinds[i]) == 0) return i + 1;
-    }
-    return 0;
-  }
+  // The Collective's number, as on the wire.
+  uint32_t kind() const { return uint32_t(collective); }
   // 3 bits of collective kind, 3 of dtype.
   uint32_t signature() const { return (kind() << 3) | (dtype ? uint32_t(*dtype) + 1 : 0); }
   // Communicator::exchange: point-to-point messages between the ranks it addresses.
-  bool point_to_point() const { return kind() == 6; }
+  bool point_to_point() const { return collective == Collective::exchange; }
 
   std::string str() const {
-    if (!dtype) return name;
-    std::string s = std::string(name) + "(" + std::to_string(count) + " x " + std::string(to_string(*dtype));
+    if (!dtype) return to_string(collective);
+    std::string s = std::string(to_string(collective)) + "(" + std::to_string(count) + " x " +
+                    std::string(to_string(*dtype));
     if (op) s += ", " + std::string(to_string(*op));
     if (root >= 0) s += ", root " + std::to_string(root);
     return s + ")";
@@ -72,8 +65,7 @@ struct Fingerprint {
             0, d.root, d.count};
   }
   Description description() const {
-    static constexpr const char* kKinds[] = {"?", "allreduce", "reduce_scatter", "allgather", "broadcast", "barrier"};
-    Description d{kKinds[kind <= 5 ? kind : 0], size_t(count), std::nullopt, std::nullopt, root};
+    Description d{Collective(kind), size_t(count), std::nullopt, std::nullopt, root};
     if (dtype) d.dtype = DataType(dtype - 1);
     if (op) d.op = ReduceOp(op - 1);
     return d;

@@ -90,7 +90,7 @@ void Communicator::Impl::execute(Task& task) {
 
 void Communicator::Impl::record_begin(const Task& task) {
   const Description& d = task.what;
-  flight->begin(seq, {d.name, d.dtype, d.op, d.count, d.root}, shm != nullptr);
+  flight->begin(seq, {d.collective, d.dtype, d.op, d.count, d.root}, shm != nullptr);
 }
 
 void Communicator::Impl::record_failure(const std::string& error, const char* reason, bool collective) {
@@ -272,9 +272,9 @@ void require_buffers(const char* what, const void* input, const void* output, si
   }
 }
 
-Description describe(const char* what, size_t count, DataType dtype) { return {what, count, dtype, std::nullopt}; }
+Description describe(Collective what, size_t count, DataType dtype) { return {what, count, dtype, std::nullopt}; }
 
-Description describe(const char* what, size_t count, DataType dtype, ReduceOp op) { return {what, count, dtype, op}; }
+Description describe(Collective what, size_t count, DataType dtype, ReduceOp op) { return {what, count, dtype, op}; }
 
 }  // namespace
 
@@ -292,13 +292,13 @@ std::function<void(Channel&)> Communicator::allreduce_body(const void* input, vo
 Request Communicator::allreduce_async(const void* input, void* output, size_t count, DataType dtype, ReduceOp op,
                                       const CollectiveOptions& opts) {
   return Request(impl_->enqueue(allreduce_body(input, output, count, dtype, op, opts), opts,
-                                describe("allreduce", count, dtype, op)));
+                                describe(Collective::allreduce, count, dtype, op)));
 }
 
 void Communicator::allreduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op,
                              const CollectiveOptions& opts) {
   impl_->run_blocking(allreduce_body(input, output, count, dtype, op, opts), opts,
-                      describe("allreduce", count, dtype, op));
+                      describe(Collective::allreduce, count, dtype, op));
 }
 
 std::function<void(Channel&)> Communicator::reduce_scatter_body(const void* input, void* output, size_t count,
@@ -312,13 +312,13 @@ std::function<void(Channel&)> Communicator::reduce_scatter_body(const void* inpu
 Request Communicator::reduce_scatter_async(const void* input, void* output, size_t count, DataType dtype, ReduceOp op,
                                            const CollectiveOptions& opts) {
   return Request(impl_->enqueue(reduce_scatter_body(input, output, count, dtype, op, opts), opts,
-                                describe("reduce_scatter", count, dtype, op)));
+                                describe(Collective::reduce_scatter, count, dtype, op)));
 }
 
 void Communicator::reduce_scatter(const void* input, void* output, size_t count, DataType dtype, ReduceOp op,
                                   const CollectiveOptions& opts) {
   impl_->run_blocking(reduce_scatter_body(input, output, count, dtype, op, opts), opts,
-                      describe("reduce_scatter", count, dtype, op));
+                      describe(Collective::reduce_scatter, count, dtype, op));
 }
 
 std::function<void(Channel&)> Communicator::allgather_body(const void* input, void* output, size_t count,
@@ -331,12 +331,12 @@ std::function<void(Channel&)> Communicator::allgather_body(const void* input, vo
 Request Communicator::allgather_async(const void* input, void* output, size_t count, DataType dtype,
                                       const CollectiveOptions& opts) {
   return Request(
-      impl_->enqueue(allgather_body(input, output, count, dtype, opts), opts, describe("allgather", count, dtype)));
+      impl_->enqueue(allgather_body(input, output, count, dtype, opts), opts, describe(Collective::allgather, count, dtype)));
 }
 
 void Communicator::allgather(const void* input, void* output, size_t count, DataType dtype,
                              const CollectiveOptions& opts) {
-  impl_->run_blocking(allgather_body(input, output, count, dtype, opts), opts, describe("allgather", count, dtype));
+  impl_->run_blocking(allgather_body(input, output, count, dtype, opts), opts, describe(Collective::allgather, count, dtype));
 }
 
 std::function<void(Channel&)> Communicator::broadcast_body(const void* input, void* output, size_t count,
@@ -355,23 +355,23 @@ std::function<void(Channel&)> Communicator::broadcast_body(const void* input, vo
 Request Communicator::broadcast_async(const void* input, void* output, size_t count, DataType dtype, int root,
                                       const CollectiveOptions& opts) {
   return Request(impl_->enqueue(broadcast_body(input, output, count, dtype, root, opts), opts,
-                                Description{"broadcast", count, dtype, std::nullopt, root}));
+                                Description{Collective::broadcast, count, dtype, std::nullopt, root}));
 }
 
 void Communicator::broadcast(const void* input, void* output, size_t count, DataType dtype, int root,
                              const CollectiveOptions& opts) {
   impl_->run_blocking(broadcast_body(input, output, count, dtype, root, opts), opts,
-                      Description{"broadcast", count, dtype, std::nullopt, root});
+                      Description{Collective::broadcast, count, dtype, std::nullopt, root});
 }
 
 Request Communicator::barrier_async(const CollectiveOptions& opts) {
   return Request(impl_->enqueue([algorithms = impl_->algorithms](Channel& ch) { algorithms->barrier(ch); }, opts,
-                                Description{"barrier", 0, std::nullopt, std::nullopt}));
+                                Description{Collective::barrier, 0, std::nullopt, std::nullopt}));
 }
 
 void Communicator::barrier(const CollectiveOptions& opts) {
   impl_->run_blocking([algorithms = impl_->algorithms](Channel& ch) { algorithms->barrier(ch); }, opts,
-                      Description{"barrier", 0, std::nullopt, std::nullopt});
+                      Description{Collective::barrier, 0, std::nullopt, std::nullopt});
 }
 
 void Communicator::abort(const std::string& reason) {
@@ -388,12 +388,12 @@ void Communicator::abort(const std::string& reason) {
 
 Request Communicator::exchange_async(std::function<void(Channel&)> body, const CollectiveOptions& opts) {
   if (!body) throw InvalidArgument("exchange: empty body");
-  return Request(impl_->enqueue(std::move(body), opts, Description{"exchange", 0, std::nullopt, std::nullopt}));
+  return Request(impl_->enqueue(std::move(body), opts, Description{Collective::exchange, 0, std::nullopt, std::nullopt}));
 }
 
 void Communicator::exchange(std::function<void(Channel&)> body, const CollectiveOptions& opts) {
   if (!body) throw InvalidArgument("exchange: empty body");
-  impl_->run_blocking(std::move(body), opts, Description{"exchange", 0, std::nullopt, std::nullopt});
+  impl_->run_blocking(std::move(body), opts, Description{Collective::exchange, 0, std::nullopt, std::nullopt});
 }
 
 bool Communicator::aborted() const { return impl_->aborted; }

@@ -175,7 +175,7 @@ std::string FlightRecorder::json(const std::string& reason) const {
       peers = {(rank_ + size_ - 1) % size_, (rank_ + 1) % size_};
       if (peers[0] == peers[1]) peers.pop_back();
     }
-    nlohmann::json x = {{"seq", e.seq},     {"kind", e.kind},   {"count", e.count},
+    nlohmann::json x = {{"seq", e.seq},     {"kind", to_string(e.kind)},   {"count", e.count},
                         {"root", e.root},   {"peers", peers},   {"path", e.shared_memory ? "shared_memory" : "ucx"},
                         {"state", e.state}, {"started_us", e.started_us}};
     if (e.dtype) x["dtype"] = std::string(to_string(*e.dtype));

@@ -33,7 +33,7 @@ class FlightRecorder {
   // strings are static, and the peers are derived from the path when dumping.
   struct Entry {
     uint64_t seq = 0;
-    const char* kind = "";
+    Collective kind{};
     std::optional<DataType> dtype;
     std::optional<ReduceOp> op;
     uint64_t count = 0;
@@ -50,15 +50,14 @@ class FlightRecorder {
   FlightRecorder(const FlightRecorder&) = delete;
   FlightRecorder& operator=(const FlightRecorder&) = delete;
 
-  // What a call is: its kind ("allreduce", ...), dtype and op when it has them, count and root.
+  // What a call is: its kind, dtype and op when it has them, count and root.
   struct Call {
-    const char* kind = "";
+    Collective kind{};
     std::optional<DataType> dtype;
     std::optional<ReduceOp> op;
     size_t count = 0;
     int root = -1;
   };
-  // `what.kind` must be a string literal (it is kept, not copied).
   void begin(uint64_t seq, const Call& what, bool shared_memory);
   void end(uint64_t seq, bool ok, const std::string& error = {});
   // The peer a running call waits for now (shown in the dump).

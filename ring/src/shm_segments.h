@@ -28,7 +28,7 @@ constexpr size_t kDirectMinBytes = 16 << 10;
 // 256 KiB to 8 MiB, slower again at 16 MiB where page pinning and the
 // kernel's copy dominate). Never for the broadcast: staged, it ran faster.
 constexpr size_t kCmaMinBytes = 256 << 10;
-enum class Kind : uint8_t { allreduce = 1, reduce_scatter, allgather, broadcast };
+using Kind = Collective;  // its wire numbers
 // The hand-off probe: rounds of ping-pong per batch; the median batch counts.
 constexpr uint64_t kProbeRounds = 100;
 constexpr size_t kProbeBatches = 3;
@@ -50,8 +50,7 @@ struct Call {
 
   bool operator==(const Call&) const = default;
   std::string str() const {
-    static constexpr const char* kNames[] = {"?", "allreduce", "reduce_scatter", "allgather", "broadcast"};
-    std::string s = std::string(kNames[size_t(kind) <= 4 ? size_t(kind) : 0]) + "(" + std::to_string(count) + " x " +
+    std::string s = std::string(to_string(kind)) + "(" + std::to_string(count) + " x " +
                     std::string(to_string(DataType(dtype)));
     if (kind == Kind::allreduce || kind == Kind::reduce_scatter) s += ", " + std::string(to_string(ReduceOp(op)));
     if (kind == Kind::broadcast) s += ", root " + std::to_string(root);

@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include "tandem/collective.h"
+
 namespace tandem {
 
 using Clock = std::chrono::steady_clock;
