@@ -5,14 +5,14 @@ namespace tandem {
 
 // "allreduce #12 (1024 x f32, sum) on rank 0 (waiting for rank 1)": seq numbers the communicator's collectives from 1.
 std::string describe_wait(const Description& what, uint32_t seq, int rank, int peer) {
-  if (what.point_to_point()) {
-    return "point-to-point exchange on rank " + std::to_string(rank) + " (waiting for rank " + std::to_string(peer) + ")";
-  }
+  const std::string waiting = peer >= 0 ? "(waiting for rank " + std::to_string(peer) + ")" : "(waiting for any rank)";
+  if (what.collective == Collective::send_recv) return what.str() + " on rank " + std::to_string(rank) + " " + waiting;
+  if (what.point_to_point()) return "point-to-point exchange on rank " + std::to_string(rank) + " " + waiting;
   std::string call = what.str();
   const auto paren = call.find('(');
   call = paren == std::string::npos ? call + " #" + std::to_string(seq)
                                     : call.substr(0, paren) + " #" + std::to_string(seq) + " " + call.substr(paren);
-  return call + " on rank " + std::to_string(rank) + " (waiting for rank " + std::to_string(peer) + ")";
+  return call + " on rank " + std::to_string(rank) + " " + waiting;
 }
 
 // "mismatched collectives at call #5 (the count differs): rank 0 called allreduce(100 x f32, sum), rank 1 called ...".

@@ -15,14 +15,14 @@ namespace tandem {
 // mismatched calls from ever matching each other's data; the fingerprints
 // (signature kFingerprintSignature) then say what differs. Sequence numbers
 // wrap; collectives are strictly ordered.
-constexpr int kSignatureBits = 6;
-constexpr int kSeqBits = 14;
+constexpr int kSignatureBits = 8;
+constexpr int kSeqBits = 12;
 constexpr int kRankBits = 12;
 constexpr int kLocalBits = 32;
 constexpr int kMaxRanks = 1 << kRankBits;
 // What ranks must agree on to talk at all (tags, fingerprints, store keys);
 // raised whenever any of them changes. Checked at start-up with the build id.
-constexpr int kWireProtocol = 2;
+constexpr int kWireProtocol = 3;
 
 // What a collective is, for error messages; formatted only when one is thrown,
 // since building strings would cost more than a small collective.
@@ -31,20 +31,27 @@ struct Description {
   size_t count = 0;
   std::optional<DataType> dtype;
   std::optional<ReduceOp> op;
-  int root = -1;  // broadcast only
+  int root = -1;  // rooted collectives only; send/recv: the peer
+  uint32_t tag = 0;  // send/recv only
 
   // The Collective's number, as on the wire.
   uint32_t kind() const { return uint32_t(collective); }
-  // 3 bits of collective kind, 3 of dtype.
-  uint32_t signature() const { return (kind() << 3) | (dtype ? uint32_t(*dtype) + 1 : 0); }
-  // Communicator::exchange: point-to-point messages between the ranks it addresses.
-  bool point_to_point() const { return collective == Collective::exchange; }
+  // 5 bits of collective kind, 3 of dtype. Point-to-point messages leave the
+  // dtype out: a receive of another dtype fails on its size, never hangs.
+  uint32_t signature() const {
+    return (kind() << 3) | (dtype && !point_to_point() ? uint32_t(*dtype) + 1 : 0);
+  }
+  // Exchanges and send/recv: messages between the ranks they address.
+  bool point_to_point() const { return is_point_to_point(collective); }
 
   std::string str() const {
     if (!dtype) return to_string(collective);
     std::string s = std::string(to_string(collective)) + "(" + std::to_string(count) + " x " +
                     std::string(to_string(*dtype));
     if (op) s += ", " + std::string(to_string(*op));
+    if (collective == Collective::send_recv) {
+      return s + ", peer " + (root >= 0 ? std::to_string(root) : std::string("any")) + ", tag " + std::to_string(tag) + ")";
+    }
     if (root >= 0) s += ", root " + std::to_string(root);
     return s + ")";
   }
@@ -62,7 +69,7 @@ struct Fingerprint {
 
   static Fingerprint of(const Description& d, uint32_t seq) {
     return {seq, uint8_t(d.kind()), uint8_t(d.dtype ? uint8_t(*d.dtype) + 1 : 0), uint8_t(d.op ? uint8_t(*d.op) + 1 : 0),
-            0, d.root, d.count};
+            0, d.root, has_per_rank_counts(d.collective) ? 0 : d.count};
   }
   Description description() const {
     Description d{Collective(kind), size_t(count), std::nullopt, std::nullopt, root};
@@ -82,7 +89,7 @@ struct Fingerprint {
   }
 };
 static_assert(sizeof(Fingerprint) == 24);
-// The tag signature of fingerprints: kind 7, dtype 7, which no collective has.
+// The tag signature of fingerprints: kind 31, dtype 7, which no collective has.
 constexpr uint32_t kFingerprintSignature = (1u << kSignatureBits) - 1;
 
 // "allreduce #12 (1024 x f32, sum) on rank 0 (waiting for rank 1)": seq numbers the communicator's collectives from 1.

@@ -40,10 +40,12 @@ std::shared_ptr<Request::State> Communicator::Impl::enqueue(std::function<void(C
     queue.push_back(std::move(task));
   }
   cv.notify_one();
+  if (engine_sleeping_on_ucx) ucx->wake();
   return state;
 }
 
 void Communicator::Impl::execute(Task& task) {
+  if (task.what.collective == Collective::send_recv) return post(std::move(task));
   // Exchanges are not collectives: other ranks do not count them, and the
   // flight recorder (compared across ranks) leaves them out.
   const bool collective = !task.what.point_to_point();
@@ -113,17 +115,28 @@ MemoryType Communicator::Impl::memory_type(const CollectiveOptions& o) const {
 }
 
 void Communicator::Impl::run_engine() {
+  // `posted` changes only under `busy`: reading it here, with busy clear, is safe.
   for (;;) {
     Task task;
+    bool have_task = false;
     {
       std::unique_lock<std::mutex> lock(mu);
-      cv.wait(lock, [&] { return (stopping && !busy) || (!queue.empty() && !busy); });
-      if (queue.empty()) return;  // stopping
-      task = std::move(queue.front());
-      queue.pop_front();
+      cv.wait(lock, [&] { return !busy && (stopping || !queue.empty() || !posted.empty()); });
+      if (queue.empty() && posted.empty()) return;  // stopping
+      if (!queue.empty()) {
+        task = std::move(queue.front());
+        queue.pop_front();
+        have_task = true;
+      }
       busy = true;
     }
-    execute(task);
+    if (have_task) {
+      execute(task);
+    } else {
+      // Posted sends and receives finish even while the communicator shuts
+      // down, within their deadlines; their health checks see an abort.
+      progress_posted();
+    }
     std::lock_guard<std::mutex> lock(mu);
     busy = false;  // only this thread waits on `busy` here: nobody to wake
   }
@@ -151,12 +164,19 @@ void Communicator::Impl::run_blocking(std::function<void(Channel&)> body, const 
   {
     std::lock_guard<std::mutex> lock(mu);
     busy = false;
-    queued = !queue.empty() || stopping;
+    queued = !queue.empty() || stopping || !posted.empty();
   }
   // Wake the engine only if work arrived meanwhile: a futex wake per small
   // collective would cost more than the collective.
   if (queued) cv.notify_all();
   if (task.state->error) std::rethrow_exception(task.state->error);
+}
+
+Request Communicator::Impl::submit(bool async, std::function<void(Channel&)> body, const CollectiveOptions& o,
+                                   const Description& what) {
+  if (async) return Request(enqueue(std::move(body), o, what));
+  run_blocking(std::move(body), o, what);
+  return Request();
 }
 
 void Communicator::Impl::finalize() {

@@ -58,6 +58,7 @@ struct Request::State {
   bool done = false;
   std::exception_ptr error;
   Deadline deadline;  // the collective's own deadline
+  int source = -1;    // a receive from any source: the sender
 
   void finish(std::exception_ptr e) {
     {
@@ -75,6 +76,17 @@ struct Task {
   std::chrono::milliseconds timeout;  // this call's, for messages
   Deadline deadline;
   Description what;
+  std::vector<P2POp> p2p;  // send/recv: the messages to post
+};
+
+// A point-to-point call, posted and completing in the background: each sweep
+// polls its messages; the last to finish completes its Request.
+struct PostedCall {
+  Task task;
+  std::vector<Pending> messages;  // by op
+  Tag any_source_mask = 0;         // nonzero: op any_source_op receives from any rank
+  size_t any_source_op = 0;
+  unsigned sweeps = 0;
 };
 
 struct Communicator::Impl {
@@ -118,6 +130,12 @@ struct Communicator::Impl {
   std::string heartbeat_error;         // guarded by mu
   std::atomic<bool> heartbeat_failed{false};
 
+  // Point-to-point calls posted and not yet complete; touched only by the
+  // thread that holds `busy` (the engine, or a blocking call run inline).
+  std::deque<PostedCall> posted;
+  std::atomic<bool> engine_sleeping_on_ucx{false};  // enqueue() must wake it through UCX
+
+  uint64_t splits = 0;                                      // split() calls so far, for the new communicators' keys
   uint32_t seq = 0;                                         // engine thread only
   std::vector<ScratchBuffer> host_scratch, device_scratch;  // by slot
   Clock::time_point next_failure_poll{};
@@ -163,6 +181,16 @@ struct Communicator::Impl {
   void* scratch_buffer(size_t bytes, int slot, MemoryType memory);
   std::shared_ptr<Request::State> enqueue(std::function<void(Channel&)> body, const CollectiveOptions& o,
                                           const Description& what);
+  // point_to_point.cc: posts a send/recv task's messages; polls what is posted.
+  void post(Task task);
+  // One pass over the posted calls; true if one finished.
+  bool sweep_posted();
+  // Ends every posted call with `error` (abort, shutdown, an earlier failure).
+  void fail_posted(std::exception_ptr error);
+  // The engine with nothing queued but calls posted: progress and sleep briefly.
+  void progress_posted();
+  // Queued (async) or run now; a blocking call returns an empty Request.
+  Request submit(bool async, std::function<void(Channel&)> body, const CollectiveOptions& o, const Description& what);
   void finalize();
   bool finalize_barrier(Deadline deadline);
 };

@@ -25,4 +25,10 @@ void Request::wait(Deadline deadline) {
   if (state_->error) std::rethrow_exception(state_->error);
 }
 
+int Request::source() const {
+  if (!state_) return -1;
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->done && !state_->error ? state_->source : -1;
+}
+
 }  // namespace tandem

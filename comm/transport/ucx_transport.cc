@@ -141,20 +141,21 @@ Pending UcxTransport::send(int peer, Tag tag, const void* data, size_t bytes) {
   return p;
 }
 
-Pending UcxTransport::recv(int peer, Tag tag, void* data, size_t bytes) {
+Pending UcxTransport::recv(int peer, Tag tag, Tag mask, void* data, size_t bytes) {
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   param.datatype = ucp_dt_make_contig(1);
   // Tags carry no source, so every peer's messages match by the full tag; the
   // algorithms give each (step, segment) its own tag.
-  ucs_status_ptr_t req = ucp_tag_recv_nbx(worker_, data, bytes, tag, ~Tag(0), &param);
+  ucs_status_ptr_t req = ucp_tag_recv_nbx(worker_, data, bytes, tag, mask, &param);
   if (UCS_PTR_IS_ERR(req)) {
-    throw Error("receive from rank " + std::to_string(peer) + " failed: " + status_text(UCS_PTR_STATUS(req)));
+    throw Error((peer >= 0 ? "receive from rank " + std::to_string(peer) : std::string("receive from any rank")) +
+                " failed: " + status_text(UCS_PTR_STATUS(req)));
   }
   return Pending(req, peer, bytes, true);
 }
 
-bool UcxTransport::poll(Pending& p) {
+bool UcxTransport::poll(Pending& p, Tag* sender_tag) {
   if (p.done()) return true;
   ucs_status_t s;
   size_t received = p.bytes();
@@ -162,6 +163,7 @@ bool UcxTransport::poll(Pending& p) {
     ucp_tag_recv_info_t info{};
     s = ucp_tag_recv_request_test(p.handle(), &info);
     if (s == UCS_OK) received = info.length;
+    if (s == UCS_OK && sender_tag) *sender_tag = info.sender_tag;
   } else {
     s = ucp_request_check_status(p.handle());
   }

@@ -44,7 +44,10 @@ class UcxTransport {
   // Post a tagged send / receive; never blocks. The returned Pending holds the
   // UCX request (or nothing, if it completed at once).
   Pending send(int peer, Tag tag, const void* data, size_t bytes);
-  Pending recv(int peer, Tag tag, void* data, size_t bytes);
+  Pending recv(int peer, Tag tag, void* data, size_t bytes) { return recv(peer, tag, ~Tag(0), data, bytes); }
+  // A receive matching any tag equal to `tag` under `mask` (a receive from
+  // any source masks the sender); peer is whom error texts name (-1: anyone).
+  Pending recv(int peer, Tag tag, Tag mask, void* data, size_t bytes);
 
   // One pass of the worker's progress engine; true if it made progress.
   bool progress() {
@@ -64,7 +67,9 @@ class UcxTransport {
   // True once p has completed; throws PeerFailure on a transport error and
   // InvalidArgument when a received message has an unexpected size (a
   // collective mismatched across ranks).
-  bool poll(Pending& p);
+  bool poll(Pending& p) { return poll(p, nullptr); }
+  // The same; a completed receive stores the tag it matched in *sender_tag.
+  bool poll(Pending& p, Tag* sender_tag);
   // Whether a message whose tag matches `tag` under `mask` has arrived and
   // waits for a receive (left in place).
   bool probe(Tag tag, Tag mask);

@@ -67,6 +67,13 @@ class RingAlgorithms final : public Algorithms {
     pipelined_broadcast(ch, args, options_);
   }
   void barrier(Channel& ch) override { ring::barrier(ch); }
+  // Over point-to-point messages only (UCX's shared-memory transports between ranks on one host).
+  void alltoallv(Channel& ch, const AlltoallvArgs& args) override { pairwise_alltoallv(ch, args); }
+  void reduce(Channel& ch, const ReduceArgs& args) override { reduce_to_root(ch, args); }
+  void gatherv(Channel& ch, const VariableArgs& args) override { ring::gatherv(ch, args); }
+  void scatterv(Channel& ch, const VariableArgs& args) override { ring::scatterv(ch, args); }
+  void allgatherv(Channel& ch, const VariableArgs& args) override { ring_allgatherv(ch, args); }
+  void reduce_scatterv(Channel& ch, const ReduceScattervArgs& args) override { ring_reduce_scatterv(ch, args); }
   size_t shared_bytes() const override {
     return options_.shared_memory ? shm_segment_bytes(options_.shm_chunk_bytes) : 0;
   }

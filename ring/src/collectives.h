@@ -89,4 +89,14 @@ void ring_allgather(Channel& ch, const AllgatherArgs& args, const RingOptions& o
 void pipelined_broadcast(Channel& ch, const BroadcastArgs& args, const RingOptions& options);
 void barrier(Channel& ch);
 
+// alltoall.cc
+void pairwise_alltoallv(Channel& ch, const AlltoallvArgs& args);
+// rooted.cc. gatherv's tag lets reduce run it as a second phase.
+void gatherv(Channel& ch, const VariableArgs& args, Tag tag = 0);
+void scatterv(Channel& ch, const VariableArgs& args);
+void reduce_to_root(Channel& ch, const ReduceArgs& args);
+// variable_ring.cc. finish_avg: divide the block by n (reduce divides once at the root instead).
+void ring_allgatherv(Channel& ch, const VariableArgs& args);
+void ring_reduce_scatterv(Channel& ch, const ReduceScattervArgs& args, bool finish_avg = true);
+
 }  // namespace tandem::ring

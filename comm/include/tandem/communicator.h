@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "tandem/errors.h"
 #include "tandem/transport.h"
@@ -155,6 +156,61 @@ struct BroadcastArgs {
   MemoryType memory = MemoryType::host;
 };
 
+// Per-peer blocks of a variable-size collective: counts and displacements in
+// elements, one per rank (MPI's layout). Empty displacements: packed, in rank order.
+struct Blocks {
+  std::vector<size_t> counts;
+  std::vector<size_t> displs;
+};
+
+// Rank r's block for peer p is input + send.displs[p], its block from p lands
+// at output + recv.displs[p]; send.counts[p] on r equals recv.counts[r] on p.
+// alltoall: every count equal. Not in place (input and output must not overlap).
+struct AlltoallvArgs {
+  const void* input = nullptr;
+  void* output = nullptr;
+  Blocks send, recv;  // displacements filled in
+  DataType dtype = DataType::f32;
+  MemoryType memory = MemoryType::host;
+};
+
+// The op-combination of every rank's input lands in root's output (read only
+// on the root; in place when input == output).
+struct ReduceArgs {
+  const void* input = nullptr;
+  void* output = nullptr;
+  size_t count = 0;
+  DataType dtype = DataType::f32;
+  ReduceOp op = ReduceOp::sum;
+  int root = 0;
+  MemoryType memory = MemoryType::host;
+};
+
+// gatherv: each rank's `count` elements land in root's output at
+// blocks.displs[r] (blocks: root only). scatterv: the reverse, root's block r
+// reaches rank r's output. allgatherv: every rank is a root. In place when the
+// rank's own block already sits at its place in output (input == output + displs[rank]).
+struct VariableArgs {
+  const void* input = nullptr;
+  void* output = nullptr;
+  size_t count = 0;  // this rank's elements
+  Blocks blocks;     // displacements filled in
+  DataType dtype = DataType::f32;
+  int root = 0;
+  MemoryType memory = MemoryType::host;
+};
+
+// reduce_scatterv: input holds every rank's block (blocks.counts[r] elements
+// at blocks.displs[r]); rank r's output receives block r reduced over ranks.
+struct ReduceScattervArgs {
+  const void* input = nullptr;
+  void* output = nullptr;
+  Blocks blocks;
+  DataType dtype = DataType::f32;
+  ReduceOp op = ReduceOp::sum;
+  MemoryType memory = MemoryType::host;
+};
+
 // The collective algorithms a communicator runs (ring/ provides them). They
 // see only a Channel, never the transport behind it.
 class Algorithms {
@@ -165,10 +221,33 @@ class Algorithms {
   virtual void allgather(Channel& channel, const AllgatherArgs& args) = 0;
   virtual void broadcast(Channel& channel, const BroadcastArgs& args) = 0;
   virtual void barrier(Channel& channel) = 0;
+  virtual void alltoallv(Channel& channel, const AlltoallvArgs& args) = 0;
+  virtual void reduce(Channel& channel, const ReduceArgs& args) = 0;
+  virtual void gatherv(Channel& channel, const VariableArgs& args) = 0;
+  virtual void scatterv(Channel& channel, const VariableArgs& args) = 0;
+  virtual void allgatherv(Channel& channel, const VariableArgs& args) = 0;
+  virtual void reduce_scatterv(Channel& channel, const ReduceScattervArgs& args) = 0;
   // Bytes of node-local shared memory each rank should map for these
   // algorithms (SharedMemory::segments); 0 = none.
   virtual size_t shared_bytes() const { return 0; }
 };
+
+// One message of a point-to-point group (Communicator::group): a send of
+// `count` elements to `peer`, or a receive from `peer` (kAnySource: whoever
+// sends with this tag first). Tags are the caller's, 0 .. 2^31-1; messages
+// between two ranks with one tag arrive in the order they were sent.
+constexpr int kAnySource = -1;
+struct P2POp {
+  enum Kind : uint8_t { send, recv } kind = send;
+  void* data = nullptr;  // read for a send
+  size_t count = 0;
+  DataType dtype = DataType::f32;
+  int peer = 0;
+  uint32_t tag = 0;
+};
+
+// split(): a rank with this colour belongs to no new communicator.
+constexpr int kUndefinedColor = -1;
 
 // Handle of an asynchronous collective. Copyable; all copies share the state.
 class Request {
@@ -180,6 +259,8 @@ class Request {
   void wait();
   // As wait(), but throws Timeout if not finished by `deadline` (the collective keeps running).
   void wait(Deadline deadline);
+  // A finished receive from any source: the rank it came from (else -1).
+  int source() const;
 
   struct State;
   explicit Request(std::shared_ptr<State> s) : state_(std::move(s)) {}
@@ -229,6 +310,83 @@ class Communicator {
   // Returns once every rank has entered the barrier.
   void barrier(const CollectiveOptions& opts = {});
   Request barrier_async(const CollectiveOptions& opts = {});
+
+  // ---- Rooted, all-to-all and variable-size collectives ---------------------
+  // Called by every rank, in the same order as the others; checked across
+  // ranks like the collectives above. Counts and displacements in elements.
+  // alltoall: block p of input (count elements) goes to rank p, block p of output comes from it.
+  void alltoall(const void* input, void* output, size_t count, DataType dtype, const CollectiveOptions& opts = {});
+  Request alltoall_async(const void* input, void* output, size_t count, DataType dtype,
+                         const CollectiveOptions& opts = {});
+  // See AlltoallvArgs.
+  void alltoallv(const void* input, const Blocks& send, void* output, const Blocks& recv, DataType dtype,
+                 const CollectiveOptions& opts = {});
+  Request alltoallv_async(const void* input, const Blocks& send, void* output, const Blocks& recv, DataType dtype,
+                          const CollectiveOptions& opts = {});
+  // See ReduceArgs: output matters on the root only (may be null elsewhere).
+  void reduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op, int root,
+              const CollectiveOptions& opts = {});
+  Request reduce_async(const void* input, void* output, size_t count, DataType dtype, ReduceOp op, int root,
+                       const CollectiveOptions& opts = {});
+  // gather: every rank's count elements into root's output (size() blocks, rank order).
+  void gather(const void* input, void* output, size_t count, DataType dtype, int root,
+              const CollectiveOptions& opts = {});
+  Request gather_async(const void* input, void* output, size_t count, DataType dtype, int root,
+                       const CollectiveOptions& opts = {});
+  // gatherv: `blocks` is read on the root only.
+  void gatherv(const void* input, size_t count, void* output, const Blocks& blocks, DataType dtype, int root,
+               const CollectiveOptions& opts = {});
+  Request gatherv_async(const void* input, size_t count, void* output, const Blocks& blocks, DataType dtype, int root,
+                        const CollectiveOptions& opts = {});
+  // scatter: root's block r (count elements) into rank r's output.
+  void scatter(const void* input, void* output, size_t count, DataType dtype, int root,
+               const CollectiveOptions& opts = {});
+  Request scatter_async(const void* input, void* output, size_t count, DataType dtype, int root,
+                        const CollectiveOptions& opts = {});
+  // scatterv: `blocks` is read on the root only; `count` is this rank's share.
+  void scatterv(const void* input, const Blocks& blocks, void* output, size_t count, DataType dtype, int root,
+                const CollectiveOptions& opts = {});
+  Request scatterv_async(const void* input, const Blocks& blocks, void* output, size_t count, DataType dtype,
+                         int root, const CollectiveOptions& opts = {});
+  void allgatherv(const void* input, size_t count, void* output, const Blocks& blocks, DataType dtype,
+                  const CollectiveOptions& opts = {});
+  Request allgatherv_async(const void* input, size_t count, void* output, const Blocks& blocks, DataType dtype,
+                           const CollectiveOptions& opts = {});
+  // See ReduceScattervArgs.
+  void reduce_scatterv(const void* input, void* output, const Blocks& blocks, DataType dtype, ReduceOp op,
+                       const CollectiveOptions& opts = {});
+  Request reduce_scatterv_async(const void* input, void* output, const Blocks& blocks, DataType dtype, ReduceOp op,
+                                const CollectiveOptions& opts = {});
+
+  // ---- Point-to-point ------------------------------------------------------
+  // Only the two ranks take part. Posted in issue order and then completed in
+  // the background: an isend and an irecv between two ranks never wait for
+  // each other, whatever order each rank issued them in. A receive buffer
+  // must match the message's size exactly (else CollectiveMismatch). Deadline,
+  // abort and dead-peer detection as for collectives; a failure is sticky.
+  void send(const void* data, size_t count, DataType dtype, int peer, uint32_t tag = 0,
+            const CollectiveOptions& opts = {});
+  Request send_async(const void* data, size_t count, DataType dtype, int peer, uint32_t tag = 0,
+                     const CollectiveOptions& opts = {});
+  // Returns the source (the peer, or the sender when peer is kAnySource).
+  int recv(void* data, size_t count, DataType dtype, int peer, uint32_t tag = 0, const CollectiveOptions& opts = {});
+  Request recv_async(void* data, size_t count, DataType dtype, int peer, uint32_t tag = 0,
+                     const CollectiveOptions& opts = {});
+  // Every op of the group posted at once, one Request for all (NCCL's
+  // ncclGroupStart/End, torch's batch_isend_irecv).
+  void group(const std::vector<P2POp>& ops, const CollectiveOptions& opts = {});
+  Request group_async(const std::vector<P2POp>& ops, const CollectiveOptions& opts = {});
+
+  // ---- Sub-communicators ---------------------------------------------------
+  // MPI_Comm_split / ncclCommSplit: every rank calls it; ranks of one colour
+  // form a communicator ordered by (key, rank here). kUndefinedColor: this
+  // rank joins none and gets nullptr. Bootstraps through this communicator's
+  // store (no new port); ranks of the new one on a host share memory as here.
+  // The new communicator is independent: it may run collectives while this
+  // one does (from other threads).
+  std::unique_ptr<Communicator> split(int color, int key, const CollectiveOptions& opts = {});
+  // The same ranks, a communicator of their own (MPI_Comm_dup).
+  std::unique_ptr<Communicator> duplicate(const CollectiveOptions& opts = {});
 
   // Host memory the other ranks on this host can map. When every rank's
   // buffers lie in it, all-reduces read and write each other's buffers

@@ -1,0 +1,223 @@
+// Point-to-point calls: send, recv (from a rank or any source) and groups of
+// them. Unlike collectives they are not run to completion one at a time:
+// the engine posts each call's messages in issue order and completes them in
+// the background (sweep_posted), so two ranks that each send and then
+// receive never wait on each other. Tags: the send_recv signature, sequence
+// number 0, the sender, the caller's tag.
+#include <spdlog/spdlog.h>
+
+#include <thread>
+
+#include "communicator_impl.h"
+#include "wait_policy.h"
+
+namespace tandem {
+namespace {
+
+Tag message_tag(int sender, uint32_t tag) {
+  const Tag signature = Description{Collective::send_recv}.signature();
+  return (signature << (kSeqBits + kRankBits + kLocalBits)) | (Tag(sender) << kLocalBits) | tag;
+}
+
+constexpr Tag kSenderMask = Tag(kMaxRanks - 1) << kLocalBits;
+
+// The wait a posted call is in, for error texts: its first unfinished message's peer.
+int waiting_on(const PostedCall& call) {
+  for (const Pending& m : call.messages) {
+    if (!m.done()) return m.peer();
+  }
+  return -1;
+}
+
+}  // namespace
+
+void Communicator::Impl::post(Task task) {
+  if (sticky) {
+    task.state->finish(sticky);
+    return;
+  }
+  PostedCall call{std::move(task), {}, 0, 0, 0};
+  try {
+    if (aborted) throw_aborted();
+    for (size_t i = 0; i < call.task.p2p.size(); ++i) {
+      const P2POp& op = call.task.p2p[i];
+      const size_t bytes = op.count * dtype_size(op.dtype);
+      if (op.kind == P2POp::send) {
+        call.messages.push_back(ucx->send(op.peer, message_tag(opts.rank, op.tag), op.data, bytes));
+      } else if (op.peer == kAnySource) {
+        call.any_source_mask = ~kSenderMask;
+        call.any_source_op = i;
+        call.messages.push_back(ucx->recv(-1, message_tag(0, op.tag), ~kSenderMask, op.data, bytes));
+      } else {
+        call.messages.push_back(ucx->recv(op.peer, message_tag(op.peer, op.tag), op.data, bytes));
+      }
+    }
+  } catch (...) {
+    for (auto& m : call.messages) ucx->cancel(m);
+    sticky = std::current_exception();
+    failed = true;
+    call.task.state->finish(sticky);
+    return;
+  }
+  posted.push_back(std::move(call));
+}
+
+bool Communicator::Impl::sweep_posted() {
+  if (posted.empty()) return false;
+  ucx->progress();
+  bool finished = false;
+  for (auto it = posted.begin(); it != posted.end();) {
+    PostedCall& call = *it;
+    try {
+      bool done = true;
+      for (size_t i = 0; i < call.messages.size(); ++i) {
+        Tag sender = 0;
+        if (call.messages[i].done()) continue;
+        if (!ucx->poll(call.messages[i], &sender)) {
+          done = false;
+        } else if (call.any_source_mask && i == call.any_source_op) {
+          call.task.state->source = int((sender & kSenderMask) >> kLocalBits);
+        }
+      }
+      if (!done) {
+        if (++call.sweeps % 16 == 0) check_health(call.task, waiting_on(call));
+        ++it;
+        continue;
+      }
+    } catch (const CollectiveMismatch&) {
+      const CollectiveMismatch named(describe_wait(call.task.what, seq, opts.rank, waiting_on(call)) +
+                                     ": a message's size differs from its receive buffer's; the sender's count and "
+                                     "dtype must match the receiver's");
+      fail_posted(std::make_exception_ptr(named));
+      return true;
+    } catch (...) {
+      fail_posted(std::current_exception());
+      return true;
+    }
+    if (call.task.p2p.size() == 1 && call.task.p2p[0].peer >= 0) call.task.state->source = call.task.p2p[0].peer;
+    call.task.state->finish(nullptr);
+    it = posted.erase(it);
+    finished = true;
+  }
+  return finished;
+}
+
+void Communicator::Impl::fail_posted(std::exception_ptr error) {
+  // A failure leaves the peers' messages in an unknown state: sticky, as for collectives.
+  if (!sticky) {
+    sticky = error;
+    failed = true;
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      record_failure(e.what(), "point-to-point failure", false);
+    }
+  }
+  for (auto& call : posted) {
+    for (auto& m : call.messages) ucx->cancel(m);
+    call.task.state->finish(error);
+  }
+  posted.clear();
+}
+
+void Communicator::Impl::progress_posted() {
+  // Spin while messages move (small ones land within microseconds), then
+  // sleep on the worker's event fd; enqueue() wakes it for new work.
+  const auto spin_until = Clock::now() + kUcxSpin;
+  while (!posted.empty()) {
+    if (sweep_posted()) return;
+    if (Clock::now() < spin_until || Clock::now() - ucx->last_progress() < kUcxBusyWindow) {
+      std::this_thread::yield();
+    } else {
+      engine_sleeping_on_ucx = true;
+      bool work_waiting = false;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        work_waiting = !queue.empty() || aborted;
+      }
+      if (!work_waiting) ucx->sleep(std::min(until_next_check(posted.front().task), kUcxSleepSlice));
+      engine_sleeping_on_ucx = false;
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    if (!queue.empty()) return;
+  }
+}
+
+// ---- The API ----------------------------------------------------------------
+
+namespace {
+
+void check_op(const P2POp& op, int size, const char* what) {
+  const bool any = op.kind == P2POp::recv && op.peer == kAnySource;
+  if (!any && (op.peer < 0 || op.peer >= size)) {
+    throw InvalidArgument(std::string(what) + ": peer " + std::to_string(op.peer) + " is out of range for world size " +
+                          std::to_string(size) + (op.kind == P2POp::recv ? " (kAnySource receives from any rank)" : ""));
+  }
+  if (op.count > 0 && !op.data) throw InvalidArgument(std::string(what) + ": null buffer with count " + std::to_string(op.count));
+  if (op.tag > uint32_t(INT32_MAX)) {
+    throw InvalidArgument(std::string(what) + ": tag " + std::to_string(op.tag) + " is out of range 0..2^31-1");
+  }
+}
+
+Description describe_ops(const std::vector<P2POp>& ops) {
+  if (ops.size() == 1) return {Collective::send_recv, ops[0].count, ops[0].dtype, std::nullopt, ops[0].peer, ops[0].tag};
+  return {Collective::send_recv, ops.size(), std::nullopt, std::nullopt};
+}
+
+}  // namespace
+
+Request Communicator::group_async(const std::vector<P2POp>& ops, const CollectiveOptions& opts) {
+  size_t any = 0;
+  for (const P2POp& op : ops) {
+    check_op(op, size(), ops.size() == 1 ? (op.kind == P2POp::send ? "send" : "recv") : "group");
+    any += op.kind == P2POp::recv && op.peer == kAnySource;
+  }
+  if (any > 1) throw InvalidArgument("group: at most one receive from any source per group");
+  if (!ops.empty() && size() == 1) throw InvalidArgument("send and recv need a peer: this communicator has one rank");
+  impl_->memory_type(opts);
+  Task task = impl_->make_task({}, opts, describe_ops(ops));
+  task.p2p = ops;
+  auto state = task.state;
+  if (ops.empty()) {
+    state->finish(nullptr);
+    return Request(state);
+  }
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->check_open_locked();
+    impl_->queue.push_back(std::move(task));
+  }
+  impl_->cv.notify_one();
+  if (impl_->engine_sleeping_on_ucx) impl_->ucx->wake();
+  return Request(state);
+}
+
+void Communicator::group(const std::vector<P2POp>& ops, const CollectiveOptions& opts) {
+  Request r = group_async(ops, opts);
+  r.wait();
+}
+
+Request Communicator::send_async(const void* data, size_t count, DataType dtype, int peer, uint32_t tag,
+                                 const CollectiveOptions& opts) {
+  return group_async({P2POp{P2POp::send, const_cast<void*>(data), count, dtype, peer, tag}}, opts);
+}
+
+void Communicator::send(const void* data, size_t count, DataType dtype, int peer, uint32_t tag,
+                        const CollectiveOptions& opts) {
+  send_async(data, count, dtype, peer, tag, opts).wait();
+}
+
+Request Communicator::recv_async(void* data, size_t count, DataType dtype, int peer, uint32_t tag,
+                                 const CollectiveOptions& opts) {
+  return group_async({P2POp{P2POp::recv, data, count, dtype, peer, tag}}, opts);
+}
+
+int Communicator::recv(void* data, size_t count, DataType dtype, int peer, uint32_t tag,
+                       const CollectiveOptions& opts) {
+  Request r = recv_async(data, count, dtype, peer, tag, opts);
+  r.wait();
+  return r.source();
+}
+
+}  // namespace tandem

@@ -1,0 +1,364 @@
+// All-to-all, rooted and variable-size collectives, point-to-point messages
+// and sub-communicators across real rank processes: random calls checked
+// against closed-form values (every dtype, zero and odd counts, in place,
+// 1-5 ranks, with and without tandem's shared memory), symmetric exchanges
+// without a group, receives from any source, and failures named.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "multiprocess.h"
+#include "tandem/tandem.h"
+#include "typed_values.h"
+
+namespace tandem::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using Bytes = std::vector<char>;
+using bench::count_wrong;
+using bench::count_wrong_moved;
+using bench::moved_value;
+
+// The element rank `from` sends rank `to` at position j of a block (alltoall, scatter).
+double addressed_value(int from, int to, size_t j) { return moved_value(from, size_t(to) * 7919 + j); }
+
+void fill_moved(DataType t, void* buf, int rank, size_t count, size_t first = 0) {
+  for (size_t i = 0; i < count; ++i) put(t, buf, i, moved_value(rank, first + i));
+}
+
+Blocks packed(const std::vector<size_t>& counts) {
+  Blocks b{counts, std::vector<size_t>(counts.size())};
+  std::exclusive_scan(counts.begin(), counts.end(), b.displs.begin(), size_t(0));
+  return b;
+}
+
+// One random call of every kind per round; every rank draws the same numbers.
+struct Draw {
+  std::mt19937_64 rng;
+  size_t count() {
+    static const size_t kCounts[] = {0, 1, 3, 7, 4099, 70001};
+    return rng() % 4 == 0 ? size_t(rng() % 20000) : kCounts[rng() % 6];
+  }
+  std::vector<size_t> counts(int n) {
+    std::vector<size_t> c(static_cast<size_t>(n));
+    for (auto& x : c) x = rng() % 3 == 0 ? 0 : count() % 5000;
+    return c;
+  }
+  template <class T, size_t N>
+  T pick(const T (&options)[N]) { return options[rng() % N]; }
+};
+
+void alltoallv_case(Communicator& comm, Draw& d, DataType t, bool equal) {
+  const int n = comm.size(), r = comm.rank();
+  const size_t es = dtype_size(t);
+  // matrix[p][q]: what rank p sends rank q.
+  std::vector<std::vector<size_t>> matrix(static_cast<size_t>(n));
+  const size_t same = d.count() % 9000;
+  for (auto& row : matrix) row = equal ? std::vector<size_t>(size_t(n), same) : d.counts(n);
+  std::vector<size_t> recv_counts(static_cast<size_t>(n));
+  for (int p = 0; p < n; ++p) recv_counts[size_t(p)] = matrix[size_t(p)][size_t(r)];
+  const Blocks send = packed(matrix[size_t(r)]), recv = packed(recv_counts);
+  const size_t in_count = std::accumulate(send.counts.begin(), send.counts.end(), size_t(0));
+  const size_t out_count = std::accumulate(recv.counts.begin(), recv.counts.end(), size_t(0));
+  Bytes in(in_count * es + 1), out(out_count * es + 1, char(0xab));
+  for (int q = 0; q < n; ++q) {
+    for (size_t j = 0; j < send.counts[size_t(q)]; ++j) put(t, in.data(), send.displs[size_t(q)] + j, addressed_value(r, q, j));
+  }
+  const bool inplace = equal && d.rng() % 2 == 0;
+  if (inplace) {
+    std::copy(in.begin(), in.end(), out.begin());
+    comm.alltoall(out.data(), out.data(), same, t);
+  } else if (equal) {
+    comm.alltoall(in.data(), out.data(), same, t);
+  } else {
+    comm.alltoallv(in.data(), send, out.data(), recv, t);
+  }
+  for (int p = 0; p < n; ++p) {
+    for (size_t j = 0; j < recv.counts[size_t(p)]; ++j) {
+      const double got = get(t, out.data(), recv.displs[size_t(p)] + j);
+      if (got != addressed_value(p, r, j)) {
+        ADD_FAILURE() << (equal ? "alltoall" : "alltoallv") << (inplace ? " in place " : " ") << to_string(t)
+                      << ": block from rank " << p << " element " << j << " is " << got;
+        return;
+      }
+    }
+  }
+}
+
+void reduce_case(Communicator& comm, Draw& d, DataType t) {
+  const int n = comm.size(), r = comm.rank(), root = int(d.rng() % size_t(n));
+  const ReduceOp op = d.pick(kAllReduceOps);
+  const size_t count = d.count(), es = dtype_size(t);
+  const bool inplace = d.rng() % 2 == 0;
+  Bytes in(count * es + 1), out(count * es + 1, char(0xab));
+  for (size_t i = 0; i < count; ++i) put(t, in.data(), i, input_value(op, t, r, i));
+  const Bytes before = in;
+  if (inplace) {
+    comm.reduce(in.data(), in.data(), count, t, op, root);
+  } else {
+    comm.reduce(in.data(), out.data(), count, t, op, root);
+    EXPECT_EQ(in, before) << "reduce changed its input";
+  }
+  if (r == root) {
+    EXPECT_EQ(count_wrong(op, t, n, (inplace ? in : out).data(), count), 0)
+        << "reduce " << to_string(t) << " " << to_string(op) << " count " << count << " root " << root;
+  }
+}
+
+void gather_scatter_case(Communicator& comm, Draw& d, DataType t) {
+  const int n = comm.size(), r = comm.rank(), root = int(d.rng() % size_t(n));
+  const size_t es = dtype_size(t);
+  const bool variable = d.rng() % 2 == 0;
+  const std::vector<size_t> counts = variable ? d.counts(n) : std::vector<size_t>(size_t(n), d.count() % 9000);
+  const Blocks b = packed(counts);
+  const size_t mine = counts[size_t(r)], all = b.displs.back() + counts.back();
+  // gather(v)
+  Bytes in(mine * es + 1), out(all * es + 1, char(0xab));
+  fill_moved(t, in.data(), r, mine);
+  if (variable) {
+    comm.gatherv(in.data(), mine, out.data(), b, t, root);
+  } else {
+    comm.gather(in.data(), out.data(), mine, t, root);
+  }
+  if (r == root) {
+    for (int p = 0; p < n; ++p) {
+      EXPECT_EQ(count_wrong_moved(t, p, out.data() + b.displs[size_t(p)] * es, counts[size_t(p)]), 0)
+          << (variable ? "gatherv " : "gather ") << to_string(t) << " block " << p << " root " << root;
+    }
+  }
+  // scatter(v): root's block p carries addressed_value(root, p, j)
+  Bytes src(all * es + 1), dst(mine * es + 1, char(0xab));
+  if (r == root) {
+    for (int p = 0; p < n; ++p) {
+      for (size_t j = 0; j < counts[size_t(p)]; ++j) put(t, src.data(), b.displs[size_t(p)] + j, addressed_value(root, p, j));
+    }
+  }
+  if (variable) {
+    comm.scatterv(src.data(), b, dst.data(), mine, t, root);
+  } else {
+    comm.scatter(src.data(), dst.data(), mine, t, root);
+  }
+  for (size_t j = 0; j < mine; ++j) {
+    if (get(t, dst.data(), j) != addressed_value(root, r, j)) {
+      ADD_FAILURE() << (variable ? "scatterv " : "scatter ") << to_string(t) << " element " << j << " root " << root;
+      break;
+    }
+  }
+}
+
+void variable_ring_case(Communicator& comm, Draw& d, DataType t) {
+  const int n = comm.size(), r = comm.rank();
+  const size_t es = dtype_size(t);
+  const std::vector<size_t> counts = d.counts(n);
+  const Blocks b = packed(counts);
+  const size_t mine = counts[size_t(r)], all = b.displs.back() + counts.back();
+  const bool inplace = d.rng() % 2 == 0;
+  // allgatherv
+  Bytes in(mine * es + 1), out(all * es + 1, char(0xab));
+  fill_moved(t, in.data(), r, mine);
+  if (inplace) std::copy(in.begin(), in.end() - 1, out.begin() + long(b.displs[size_t(r)] * es));
+  comm.allgatherv(inplace ? out.data() + b.displs[size_t(r)] * es : in.data(), mine, out.data(), b, t);
+  for (int p = 0; p < n; ++p) {
+    EXPECT_EQ(count_wrong_moved(t, p, out.data() + b.displs[size_t(p)] * es, counts[size_t(p)]), 0)
+        << "allgatherv " << to_string(t) << " block " << p;
+  }
+  // reduce_scatterv: element g of the whole buffer reduces as in an all-reduce
+  const ReduceOp op = d.pick(kAllReduceOps);
+  Bytes whole(all * es + 1), block(mine * es + 1, char(0xab));
+  for (size_t g = 0; g < all; ++g) put(t, whole.data(), g, input_value(op, t, r, g));
+  void* dst = inplace ? whole.data() + b.displs[size_t(r)] * es : block.data();
+  comm.reduce_scatterv(whole.data(), dst, b, t, op);
+  EXPECT_EQ(count_wrong(op, t, n, dst, mine, b.displs[size_t(r)]), 0)
+      << "reduce_scatterv " << to_string(t) << " " << to_string(op) << (inplace ? " in place" : "");
+}
+
+int random_calls(const CommOptions& o, bool shared_memory, int rounds) {
+  ring::RingOptions ring_options;
+  ring_options.shared_memory = shared_memory;
+  auto comm = ring::connect(o, ring_options);
+  Draw d{std::mt19937_64(20261126 + comm->size())};
+  for (int round = 0; round < rounds && !::testing::Test::HasFailure(); ++round) {
+    const DataType t = d.pick(kAllDataTypes);
+    alltoallv_case(*comm, d, t, true);
+    alltoallv_case(*comm, d, t, false);
+    reduce_case(*comm, d, t);
+    gather_scatter_case(*comm, d, t);
+    variable_ring_case(*comm, d, t);
+  }
+  return ::testing::Test::HasFailure() ? kExpectationFailed : 0;
+}
+
+class RandomCalls : public ::testing::TestWithParam<int> {};
+
+TEST_P(RandomCalls, AgainstClosedForm) {
+  for (bool shm : {true, false}) {
+    SCOPED_TRACE(shm ? "shared memory on" : "UCX only");
+    RankGroup group(GetParam(), [shm](const CommOptions& o) { return random_calls(o, shm, 12); });
+    group.expect_success(240s);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, RandomCalls, ::testing::Values(1, 2, 3, 4, 5),
+                         [](const auto& info) { return "n" + std::to_string(info.param); });
+
+TEST(PointToPoint, TagsAnySourceAndSymmetricExchange) {
+  RankGroup group(3, [](const CommOptions& o) {
+    auto comm = ring::connect(o, {});
+    const int n = comm->size(), r = comm->rank();
+    // Symmetric exchange without a group: each rank posts its receive first, then its send.
+    std::vector<float> to_next(1000), from_prev(1000);
+    for (size_t i = 0; i < to_next.size(); ++i) to_next[i] = float(r * 1000 + int(i));
+    Request rx = comm->recv_async(from_prev.data(), 1000, DataType::f32, (r + n - 1) % n, 7);
+    Request tx = comm->send_async(to_next.data(), 1000, DataType::f32, (r + 1) % n, 7);
+    rx.wait();
+    tx.wait();
+    EXPECT_EQ(rx.source(), (r + n - 1) % n);
+    EXPECT_EQ(from_prev[999], float(((r + n - 1) % n) * 1000 + 999));
+    // Tags keep messages apart: two sends with different tags received in the other order.
+    if (r == 0) {
+      int64_t a = 11, b = 22;
+      comm->send(&a, 1, DataType::i64, 1, 1);
+      comm->send(&b, 1, DataType::i64, 1, 2);
+    } else if (r == 1) {
+      int64_t a = 0, b = 0;
+      Request second = comm->recv_async(&b, 1, DataType::i64, 0, 2);
+      comm->recv(&a, 1, DataType::i64, 0, 1);
+      second.wait();
+      EXPECT_EQ(a, 11);
+      EXPECT_EQ(b, 22);
+    }
+    // Any source: rank 0 hears from each other rank once, in whatever order.
+    if (r == 0) {
+      std::vector<int> seen;
+      for (int i = 1; i < n; ++i) {
+        int32_t value = -1;
+        const int from = comm->recv(&value, 1, DataType::i32, kAnySource, 9);
+        EXPECT_EQ(value, from * 100);
+        seen.push_back(from);
+      }
+      std::sort(seen.begin(), seen.end());
+      EXPECT_EQ(seen, (std::vector<int>{1, 2}));
+    } else {
+      int32_t value = r * 100;
+      comm->send(&value, 1, DataType::i32, 0, 9);
+    }
+    // A group: all-to-all by hand, every op posted at once; a send to oneself too.
+    std::vector<int32_t> out(static_cast<size_t>(n), r), in(static_cast<size_t>(n), -1);
+    std::vector<P2POp> ops;
+    for (int p = 0; p < n; ++p) {
+      ops.push_back({P2POp::recv, &in[size_t(p)], 1, DataType::i32, p, 3});
+      ops.push_back({P2POp::send, &out[size_t(p)], 1, DataType::i32, p, 3});
+    }
+    comm->group(ops);
+    for (int p = 0; p < n; ++p) EXPECT_EQ(in[size_t(p)], p);
+    comm->barrier();
+    return 0;
+  });
+  group.expect_success(60s);
+}
+
+TEST(PointToPoint, SizeMismatchIsNamed) {
+  RankGroup group(2, [](const CommOptions& o) {
+    auto comm = ring::connect(o, {});
+    std::vector<float> data(100);
+    try {
+      if (comm->rank() == 0) {
+        comm->send(data.data(), 100, DataType::f32, 1, 4);
+        return 0;
+      }
+      comm->recv(data.data(), 50, DataType::f32, 0, 4);
+      ADD_FAILURE() << "a 400-byte message into a 200-byte receive succeeded";
+    } catch (const CollectiveMismatch& e) {
+      EXPECT_NE(std::string(e.what()).find("send_recv(50 x f32, peer 0, tag 4)"), std::string::npos) << e.what();
+    }
+    return 0;
+  });
+  group.expect_success(60s);
+}
+
+TEST(PointToPoint, DeadSenderIsNamed) {
+  CommOptions base;
+  base.heartbeat = std::chrono::milliseconds(500);
+  RankGroup group(2, [](const CommOptions& o) {
+    auto comm = ring::connect(o, {});
+    comm->barrier();
+    if (comm->rank() == 1) {
+      std::this_thread::sleep_for(200ms);
+      raise(SIGKILL);
+    }
+    float x = 0;
+    const auto start = Clock::now();
+    try {
+      comm->recv(&x, 1, DataType::f32, 1);
+      ADD_FAILURE() << "a receive from a dead rank succeeded";
+    } catch (const PeerFailure& e) {
+      EXPECT_EQ(e.rank(), 1) << e.what();
+      EXPECT_LT(Clock::now() - start, 5s) << "named within the heartbeat bound";
+    }
+    return 0;
+  }, base);
+  auto codes = group.wait(60s);
+  EXPECT_EQ(codes[0], 0);
+}
+
+TEST(Collectives, MismatchedKindsAreNamed) {
+  RankGroup group(2, [](const CommOptions& o) {
+    auto comm = ring::connect(o, {});
+    std::vector<float> in(8), out(8);
+    try {
+      if (comm->rank() == 0) {
+        comm->alltoall(in.data(), out.data(), 4, DataType::f32);
+      } else {
+        comm->gather(in.data(), out.data(), 4, DataType::f32, 0);
+      }
+      ADD_FAILURE() << "alltoall against gather succeeded";
+    } catch (const CollectiveMismatch& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("alltoall(4 x f32)"), std::string::npos) << what;
+      EXPECT_NE(what.find("gather(4 x f32, root 0)"), std::string::npos) << what;
+    }
+    return 0;
+  });
+  group.expect_success(60s);
+}
+
+TEST(Split, ColoursKeysAndConcurrentParent) {
+  RankGroup group(4, [](const CommOptions& o) {
+    auto comm = ring::connect(o, {});
+    const int r = comm->rank();
+    // Colours: even and odd ranks; keys reverse the order. Rank 3 opts out of a second split.
+    auto half = comm->split(r % 2, -r);
+    EXPECT_EQ(half->size(), 2);
+    EXPECT_EQ(half->rank(), r < 2 ? 1 : 0);
+    auto some = comm->split(r == 3 ? kUndefinedColor : 0, r);
+    EXPECT_EQ(some == nullptr, r == 3);
+    if (some) {
+      EXPECT_EQ(some->size(), 3);
+      EXPECT_EQ(some->rank(), r);
+    }
+    // The child and the parent run collectives at the same time, from two threads.
+    std::vector<int64_t> parent_data(100000, r + 1), child_data(100000, r + 1);
+    std::thread other([&] { half->allreduce(child_data.data(), child_data.size(), DataType::i64, ReduceOp::sum); });
+    comm->allreduce(parent_data.data(), parent_data.size(), DataType::i64, ReduceOp::sum);
+    other.join();
+    EXPECT_EQ(parent_data[99999], 10);
+    EXPECT_EQ(child_data[99999], r % 2 == 0 ? 1 + 3 : 2 + 4);
+    // A duplicate: same ranks, its own calls.
+    auto dup = comm->duplicate();
+    EXPECT_EQ(dup->rank(), r);
+    int32_t v = r;
+    dup->broadcast(&v, 1, DataType::i32, 2);
+    EXPECT_EQ(v, 2);
+    return 0;
+  });
+  group.expect_success(120s);
+}
+
+}  // namespace
+}  // namespace tandem::testing
