@@ -1,0 +1,80 @@
+// The C++ examples (examples/*.cc) end to end under `tandem launch`: each run
+// exits 0 and every rank prints the example's max abs difference from its
+// single-process reference, within 1e-5. Every run is killed at a hard
+// wall-clock limit (command.h), so a hang fails the test instead of stalling it.
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "command.h"
+
+namespace {
+
+using tandem::testing::env;
+using tandem::testing::Output;
+using tandem::testing::run;
+
+constexpr int kLimitSeconds = 30;  // per run; a run normally takes about a second
+
+// `tandem launch -n <ranks>` of `binary`, bounded by kLimitSeconds (and by the launcher's own --timeout).
+Output launch(int ranks, const std::string& binary) {
+  return run(env("TANDEM_BIN") + " launch -n " + std::to_string(ranks) + " --timeout " +
+                 std::to_string(kLimitSeconds - 5) + " -- " + binary,
+             kLimitSeconds);
+}
+
+// The values of "<what> max abs difference: <x>" in the output, one per rank line.
+std::vector<double> differences(const std::string& text, const std::string& what) {
+  std::vector<double> found;
+  const std::regex line(what + " max abs difference: ([-+0-9.eE]+|nan|inf)");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), line); it != std::sregex_iterator(); ++it) {
+    found.push_back(std::stod((*it)[1]));
+  }
+  return found;
+}
+
+void expect_every_rank_within(const Output& o, const std::string& what, int ranks) {
+  const std::vector<double> diffs = differences(o.text, what);
+  ASSERT_EQ(diffs.size(), size_t(ranks)) << "one line per rank expected:\n" << o.text;
+  for (double d : diffs) {
+    EXPECT_GE(d, 0.0) << o.text;
+    EXPECT_LE(d, 1e-5) << o.text;
+  }
+}
+
+TEST(Examples, PipelineSendRecvTwoRanks) {
+  const std::string bin = env("TANDEM_BIN"), example = env("TANDEM_EXAMPLE_PIPELINE");
+  if (bin.empty() || example.empty())
+    GTEST_SKIP() << "TANDEM_BIN or TANDEM_EXAMPLE_PIPELINE is not set (run under ctest)";
+  const Output o = launch(2, example);
+  ASSERT_EQ(o.status, 0) << o.text;
+  expect_every_rank_within(o, "pipeline", 2);
+  // Training did something: the last step's loss is below the first's.
+  std::smatch loss;
+  ASSERT_TRUE(std::regex_search(o.text, loss, std::regex("loss: step 0 ([0-9.]+), step [0-9]+ ([0-9.]+)"))) << o.text;
+  EXPECT_LT(std::stod(loss[2]), std::stod(loss[1])) << o.text;
+}
+
+TEST(Examples, PipelineSendRecvRefusesThreeRanks) {
+  const std::string bin = env("TANDEM_BIN"), example = env("TANDEM_EXAMPLE_PIPELINE");
+  if (bin.empty() || example.empty())
+    GTEST_SKIP() << "TANDEM_BIN or TANDEM_EXAMPLE_PIPELINE is not set (run under ctest)";
+  const Output o = launch(3, example);
+  EXPECT_NE(o.status, 0) << o.text;
+  EXPECT_NE(o.text.find("needs exactly 2 ranks"), std::string::npos) << o.text;
+}
+
+TEST(Examples, MoeAlltoallvTwoAndThreeRanks) {
+  const std::string bin = env("TANDEM_BIN"), example = env("TANDEM_EXAMPLE_MOE");
+  if (bin.empty() || example.empty()) GTEST_SKIP() << "TANDEM_BIN or TANDEM_EXAMPLE_MOE is not set (run under ctest)";
+  for (int ranks : {2, 3}) {
+    SCOPED_TRACE("ranks " + std::to_string(ranks));
+    const Output o = launch(ranks, example);
+    ASSERT_EQ(o.status, 0) << o.text;
+    expect_every_rank_within(o, "moe", ranks);
+  }
+}
+
+}  // namespace
