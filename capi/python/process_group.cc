@@ -21,14 +21,20 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <numeric>
 #include <thread>
 
-#include "tandem/store.h"
+#include "c10d_store.h"
+#include "c10d_work.h"
 #include "tandem/tandem.h"
 
 namespace {
 
 namespace py = pybind11;
+using tandem::c10d_backend::C10dStore;
+using tandem::c10d_backend::Completer;
+using tandem::c10d_backend::PollingCompleter;
+using tandem::c10d_backend::TandemWork;
 
 tandem::DataType to_tandem(const at::Tensor& t) {
   switch (t.scalar_type()) {
@@ -75,184 +81,6 @@ tandem::CollectiveOptions with_timeout(std::chrono::milliseconds timeout) {
   if (timeout != c10d::kUnsetTimeout) o.timeout = timeout;
   return o;
 }
-
-// tandem's KeyValueStore over a c10d::Store (TCPStore, FileStore, HashStore,
-// each behind the group's PrefixStore). c10d's get and wait block up to the
-// store's own timeout while holding the store's lock (TCPStore 1.13 serialises
-// every call on one mutex), so blocking calls here poll check() instead
-// (TCPStore's wait with a timeout would leave its reply in the connection),
-// 1 ms apart, doubling up to world size / 10 ms (2..50 ms): the whole world
-// asks the store at most ~10,000 times a second while it waits, and a small
-// world does not oversleep its start-up. tandem's deadline holds, and the
-// heartbeat's handle, which shares the store (connect_again), is never held
-// up for long.
-// TCPStore, FileStore, HashStore and PrefixStore guard each call with a
-// mutex, so two threads may call them. set/add/check/deleteKey cannot be
-// bounded from outside: they return when the store answers. c10d's errors
-// become PeerFailure(-1) (the store is gone or broken), its timeouts Timeout.
-class C10dStore final : public tandem::KeyValueStore {
- public:
-  C10dStore(c10::intrusive_ptr<c10d::Store> store, int world_size)
-      : store_(std::move(store)), world_size_(world_size),
-        poll_max_(std::clamp(std::chrono::milliseconds(world_size / 10), std::chrono::milliseconds(2),
-                             std::chrono::milliseconds(50))) {}
-
-  void set(const std::string& key, const std::string& value, tandem::Deadline) override {
-    guarded("set of key '" + key + "'", [&] { store_->set(key, std::vector<uint8_t>(value.begin(), value.end())); });
-  }
-  std::string get(const std::string& key, tandem::Deadline deadline) override {
-    wait({key}, deadline);
-    return fetch(key);
-  }
-  std::optional<std::string> try_get(const std::string& key, tandem::Deadline deadline) override {
-    if (!check({key}, deadline)) return std::nullopt;
-    return fetch(key);
-  }
-  int64_t add(const std::string& key, int64_t delta, tandem::Deadline) override {
-    int64_t total = 0;
-    guarded("add to key '" + key + "'", [&] { total = store_->add(key, delta); });
-    return total;
-  }
-  void wait(const std::vector<std::string>& keys, tandem::Deadline deadline) override {
-    const auto start = tandem::Clock::now();
-    auto pause = std::chrono::milliseconds(1);
-    while (!check(keys, deadline)) {
-      const auto now = tandem::Clock::now();
-      if (now >= deadline) {
-        throw tandem::Timeout("c10d store: wait for " + std::to_string(keys.size()) + " key(s), the first '" +
-                              keys.front() + "', timed out after " +
-                              std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count()) +
-                              " ms (a rank never set it: it did not start, failed, or joined another group)");
-      }
-      std::this_thread::sleep_for(std::min<tandem::Clock::duration>(pause, deadline - now));
-      pause = std::min(pause * 2, poll_max_);
-    }
-  }
-  bool check(const std::vector<std::string>& keys, tandem::Deadline) override {
-    bool all = false;
-    guarded("check of key '" + (keys.empty() ? std::string() : keys.front()) + "'", [&] { all = store_->check(keys); });
-    return all;
-  }
-  void erase(const std::string& key, tandem::Deadline) override {
-    guarded("delete of key '" + key + "'", [&] { store_->deleteKey(key); });
-  }
-  std::unique_ptr<tandem::KeyValueStore> connect_again(tandem::Deadline) override {
-    return std::make_unique<C10dStore>(store_, world_size_);
-  }
-
- private:
-  std::string fetch(const std::string& key) {
-    std::vector<uint8_t> value;
-    guarded("get of key '" + key + "'", [&] { value = store_->get(key); });
-    return std::string(value.begin(), value.end());
-  }
-
-  template <class F>
-  static void guarded(const std::string& what, F&& call) {
-    try {
-      call();
-    } catch (const std::exception& e) {
-      const std::string text = e.what();
-      if (text.find("imeout") != std::string::npos || text.find("timed out") != std::string::npos) {
-        throw tandem::Timeout("c10d store: " + what + " timed out: " + text);
-      }
-      throw tandem::PeerFailure(-1, "c10d store: " + what + " failed (the store is gone or refused it): " + text);
-    }
-  }
-
-  c10::intrusive_ptr<c10d::Store> store_;
-  int world_size_;
-  std::chrono::milliseconds poll_max_;  // the longest pause between two checks
-};
-
-class TandemWork : public c10d::Work {
- public:
-  TandemWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs)
-      : c10d::Work(rank, type), outputs_(std::move(outputs)),
-        future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
-
-  std::vector<at::Tensor> result() override { return outputs_; }
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
-
-  // Completes the work: the error, or the outputs.
-  void complete(std::exception_ptr error) {
-    if (error) {
-      future_->setError(error);
-    } else {
-      future_->markCompleted(c10::IValue(outputs_));
-    }
-    finish(error);
-  }
-
- private:
-  std::vector<at::Tensor> outputs_;
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
-};
-
-// Waits for tandem requests in issue order and completes their works.
-class Completer {
- public:
-  Completer() : thread_([this] { run(); }) {}
-  ~Completer() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stopping_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-
-  void submit(tandem::Request request, std::function<void()> after, c10::intrusive_ptr<TandemWork> work) {
-    std::deque<Item> done;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      queue_.push_back(Item{std::move(request), std::move(after), std::move(work)});
-      done.swap(done_);
-    }
-    cv_.notify_one();
-  }  // `done` goes here, on a Python thread
-
- private:
-  struct Item {
-    tandem::Request request;
-    std::function<void()> after;
-    c10::intrusive_ptr<TandemWork> work;
-  };
-
-  void run() {
-    for (;;) {
-      Item item;
-      {
-        std::unique_lock<std::mutex> lock(mutex_);
-        cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-        if (queue_.empty()) return;  // stopping, nothing left
-        item = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      std::exception_ptr error;
-      try {
-        item.request.wait();  // bounded by the collective's deadline
-        if (item.after) item.after();
-      } catch (...) {
-        error = std::current_exception();
-      }
-      item.work->complete(error);
-      // Its tensors may own Python objects, whose release takes the GIL. Not
-      // here: at interpreter exit the thread destroying the process group
-      // holds the GIL while it joins this one. The next submit, or this
-      // object's destructor, releases them.
-      std::lock_guard<std::mutex> lock(mutex_);
-      done_.push_back(std::move(item));
-    }
-  }
-
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  std::deque<Item> queue_;
-  std::deque<Item> done_;  // completed, not yet released
-  bool stopping_ = false;
-  std::thread thread_;
-};
 
 class ProcessGroupTandem : public c10d::ProcessGroup {
  public:
@@ -344,6 +172,146 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
     return issue(std::move(request), c10d::OpType::_REDUCE_SCATTER_BASE, {output}, [in] {});
   }
 
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override {
+    at::Tensor t = single(tensors, "reduce");
+    TORCH_CHECK(t.scalar_type() != at::kBool, "tandem backend: reduce of bool tensors is not supported");
+    at::Tensor data = t.is_contiguous() ? t : t.contiguous();
+    auto request = comm_->reduce_async(data.data_ptr(), data.data_ptr(), size_t(data.numel()), to_tandem(data),
+                                       to_tandem(opts.reduceOp), int(opts.rootRank), with_timeout(opts.timeout));
+    return issue(std::move(request), c10d::OpType::REDUCE, {t}, copy_back(t, data));
+  }
+
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override {
+    at::Tensor out = single(outputs, "reduce_scatter");
+    TORCH_CHECK(inputs.size() == 1 && int(inputs[0].size()) == getSize(),
+                "tandem backend: reduce_scatter needs one list of ", getSize(), " input tensors");
+    TORCH_CHECK(out.scalar_type() != at::kBool, "tandem backend: reduce_scatter of bool tensors is not supported");
+    tandem::Blocks blocks;
+    for (const auto& t : inputs[0]) blocks.counts.push_back(size_t(t.numel()));
+    at::Tensor flat = torch::cat(flatten_all(inputs[0]));
+    at::Tensor staged = out.is_contiguous() ? out : out.contiguous();
+    auto request = comm_->reduce_scatterv_async(flat.data_ptr(), staged.data_ptr(), blocks, to_tandem(flat),
+                                                to_tandem(opts.reduceOp), with_timeout(opts.timeout));
+    auto back = copy_back(out, staged);
+    return issue(std::move(request), c10d::OpType::REDUCE_SCATTER, {out}, [flat, back] {
+      if (back) back();
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& output_lists,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions& opts) override {
+    TORCH_CHECK(!inputs.empty() && int(output_lists.size()) == getSize(),
+                "tandem backend: allgather_coalesced needs ", getSize(), " output lists, one per rank");
+    for (const auto& t : inputs) check_cpu(t, "allgather_coalesced");
+    at::Tensor flat = torch::cat(flatten_bytes(inputs));
+    at::Tensor gathered = at::empty({int64_t(getSize()) * flat.numel()}, flat.options());
+    auto request = comm_->allgather_async(flat.data_ptr(), gathered.data_ptr(), size_t(flat.numel()),
+                                          tandem::DataType::u8, with_timeout(opts.timeout));
+    std::vector<at::Tensor> outputs;
+    for (const auto& list : output_lists) outputs.insert(outputs.end(), list.begin(), list.end());
+    auto after = [output_lists, flat, gathered, per_rank = flat.numel()]() mutable {
+      for (size_t r = 0; r < output_lists.size(); ++r) unflatten_bytes(gathered.narrow(0, int64_t(r) * per_rank, per_rank), output_lists[r]);
+    };
+    return issue(std::move(request), c10d::OpType::ALLGATHER_COALESCED, outputs, after);
+  }
+
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override {
+    at::Tensor in = single(inputs, "gather").contiguous();
+    const int root = int(opts.rootRank);
+    const bool is_root = getRank() == root;
+    if (is_root) {
+      TORCH_CHECK(outputs.size() == 1 && int(outputs[0].size()) == getSize(),
+                  "tandem backend: gather needs one list of ", getSize(), " output tensors on the root");
+      for (const auto& o : outputs[0]) {
+        TORCH_CHECK(o.numel() == in.numel() && o.scalar_type() == in.scalar_type(),
+                    "tandem backend: gather outputs must match the input's size and dtype");
+      }
+    } else {
+      TORCH_CHECK(outputs.empty(), "tandem backend: gather takes output tensors on the root only");
+    }
+    at::Tensor flat = at::empty({is_root ? int64_t(getSize()) * in.numel() : 0}, in.options());
+    auto request = comm_->gather_async(in.data_ptr(), flat.data_ptr(), bytes_as_count(in), byte_type(in), root,
+                                       with_timeout(opts.timeout));
+    std::vector<at::Tensor> list = is_root ? outputs[0] : std::vector<at::Tensor>{};
+    auto after = [list, flat, in, n = in.numel()]() mutable {
+      for (size_t r = 0; r < list.size(); ++r) list[r].view({-1}).copy_(flat.narrow(0, int64_t(r) * n, n));
+    };
+    return issue(std::move(request), c10d::OpType::GATHER, list, after);
+  }
+
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override {
+    at::Tensor out = single(outputs, "scatter");
+    const int root = int(opts.rootRank);
+    at::Tensor flat = at::empty({0}, out.options());
+    if (getRank() == root) {
+      TORCH_CHECK(inputs.size() == 1 && int(inputs[0].size()) == getSize(),
+                  "tandem backend: scatter needs one list of ", getSize(), " input tensors on the root");
+      for (const auto& i : inputs[0]) {
+        TORCH_CHECK(i.numel() == out.numel() && i.scalar_type() == out.scalar_type(),
+                    "tandem backend: scatter inputs must match the output's size and dtype");
+      }
+      flat = torch::cat(flatten_all(inputs[0]));
+    } else {
+      TORCH_CHECK(inputs.empty(), "tandem backend: scatter takes input tensors on the root only");
+    }
+    at::Tensor staged = out.is_contiguous() ? out : out.contiguous();
+    auto request = comm_->scatter_async(flat.data_ptr(), staged.data_ptr(), bytes_as_count(staged), byte_type(staged),
+                                        root, with_timeout(opts.timeout));
+    auto back = copy_back(out, staged);
+    return issue(std::move(request), c10d::OpType::SCATTER, {out}, [flat, back] {
+      if (back) back();
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
+                                               std::vector<int64_t>& input_splits,
+                                               const c10d::AllToAllOptions& opts) override {
+    check_cpu(input, "alltoall_base");
+    check_cpu(output, "alltoall_base");
+    TORCH_CHECK(output.is_contiguous() && output.scalar_type() == input.scalar_type(),
+                "tandem backend: alltoall_base needs a contiguous output of the input's dtype");
+    at::Tensor in = input.contiguous();
+    const tandem::Blocks send = split_blocks(in, input_splits, "input"), recv = split_blocks(output, output_splits, "output");
+    auto request = comm_->alltoallv_async(in.data_ptr(), send, output.data_ptr(), recv, tandem::DataType::u8,
+                                          with_timeout(opts.timeout));
+    return issue(std::move(request), c10d::OpType::ALLTOALL_BASE, {output}, [in] {});
+  }
+
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override {
+    TORCH_CHECK(int(outputs.size()) == getSize() && int(inputs.size()) == getSize(),
+                "tandem backend: alltoall needs ", getSize(), " input and ", getSize(), " output tensors");
+    tandem::Blocks send, recv;
+    for (const auto& t : inputs) send.counts.push_back(bytes_as_count(t));
+    for (const auto& t : outputs) recv.counts.push_back(bytes_as_count(t));
+    at::Tensor flat_in = torch::cat(flatten_bytes(inputs));
+    at::Tensor flat_out = at::empty({int64_t(std::accumulate(recv.counts.begin(), recv.counts.end(), size_t(0)))},
+                                    flat_in.options());
+    auto request = comm_->alltoallv_async(flat_in.data_ptr(), send, flat_out.data_ptr(), recv, tandem::DataType::u8,
+                                          with_timeout(opts.timeout));
+    auto after = [outputs, flat_in, flat_out]() mutable { unflatten_bytes(flat_out, outputs); };
+    return issue(std::move(request), c10d::OpType::ALLTOALL, outputs, after);
+  }
+
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override {
+    at::Tensor data = single(tensors, "send").contiguous();
+    auto request = comm_->send_async(data.data_ptr(), bytes_as_count(data), tandem::DataType::u8, dst, uint32_t(tag));
+    return issue_p2p(std::move(request), c10d::OpType::SEND, {tensors[0]}, [data] {});
+  }
+
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override {
+    return receive(tensors, src, tag, c10d::OpType::RECV);
+  }
+
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override {
+    return receive(tensors, tandem::kAnySource, tag, c10d::OpType::RECVANYSOURCE);
+  }
+
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {
     return issue(comm_->barrier_async(with_timeout(opts.timeout)), c10d::OpType::BARRIER, {}, nullptr);
   }
@@ -365,6 +333,58 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
     return [target, staged]() mutable { target.copy_(staged); };
   }
 
+  // Tensors as one run of bytes each, and back (any dtype, bool included).
+  static std::vector<at::Tensor> flatten_bytes(const std::vector<at::Tensor>& tensors) {
+    std::vector<at::Tensor> flat;
+    for (const auto& t : tensors) flat.push_back(t.contiguous().view({-1}).view(at::kByte));
+    return flat;
+  }
+  static void unflatten_bytes(const at::Tensor& bytes, std::vector<at::Tensor>& tensors) {
+    int64_t offset = 0;
+    for (auto& t : tensors) {
+      const int64_t n = int64_t(bytes_as_count(t));
+      t.copy_(bytes.narrow(0, offset, n).view(t.scalar_type()).view(t.sizes()));
+      offset += n;
+    }
+  }
+
+  // alltoall_base's split sizes (rows of dimension 0; empty: equal) as byte blocks.
+  tandem::Blocks split_blocks(const at::Tensor& t, const std::vector<int64_t>& splits, const char* which) const {
+    const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
+    const size_t row_bytes = rows == 0 ? 0 : bytes_as_count(t) / size_t(rows);
+    tandem::Blocks b;
+    if (splits.empty()) {
+      TORCH_CHECK(rows % getSize() == 0, "tandem backend: alltoall_base ", which, " has ", rows,
+                  " rows, not divisible by world size ", getSize(), "; pass split sizes");
+      b.counts.assign(size_t(getSize()), size_t(rows / getSize()) * row_bytes);
+      return b;
+    }
+    TORCH_CHECK(int(splits.size()) == getSize(), "tandem backend: alltoall_base needs ", getSize(), " ", which,
+                " split sizes (got ", splits.size(), ")");
+    int64_t total = 0;
+    for (int64_t s : splits) {
+      TORCH_CHECK(s >= 0, "tandem backend: alltoall_base ", which, " split sizes must be >= 0");
+      b.counts.push_back(size_t(s) * row_bytes);
+      total += s;
+    }
+    TORCH_CHECK(total == rows, "tandem backend: alltoall_base ", which, " split sizes sum to ", total, " but the tensor has ", rows, " rows");
+    return b;
+  }
+
+  c10::intrusive_ptr<c10d::Work> receive(std::vector<at::Tensor>& tensors, int src, int tag, c10d::OpType type) {
+    at::Tensor t = single(tensors, type == c10d::OpType::RECV ? "recv" : "recvAnysource");
+    at::Tensor data = t.is_contiguous() ? t : t.contiguous();
+    auto request = comm_->recv_async(data.data_ptr(), bytes_as_count(data), tandem::DataType::u8, src, uint32_t(tag));
+    return issue_p2p(std::move(request), type, {t}, copy_back(t, data));
+  }
+
+  c10::intrusive_ptr<c10d::Work> issue_p2p(tandem::Request request, c10d::OpType type, std::vector<at::Tensor> outputs,
+                                           std::function<void()> after) {
+    auto work = c10::make_intrusive<TandemWork>(getRank(), type, std::move(outputs));
+    p2p_completer_->submit(std::move(request), std::move(after), work);
+    return work;
+  }
+
   c10::intrusive_ptr<c10d::Work> issue(tandem::Request request, c10d::OpType type, std::vector<at::Tensor> outputs,
                                        std::function<void()> after) {
     auto work = c10::make_intrusive<TandemWork>(getRank(), type, std::move(outputs));
@@ -376,6 +396,7 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
   // Declared after comm_, so destroyed first: every issued call completes (or
   // fails by its deadline) before the communicator goes.
   std::unique_ptr<Completer> completer_;
+  std::unique_ptr<PollingCompleter> p2p_completer_ = std::make_unique<PollingCompleter>();
 };
 
 // The communicator behind a process group, bootstrapped through the group's c10d store.

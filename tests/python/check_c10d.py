@@ -1,6 +1,7 @@
 """The "tandem" torch.distributed backend, checked on every rank against closed forms.
 Run under `tandem launch -n N` or with torchrun's variables (RANK, WORLD_SIZE,
-MASTER_ADDR, MASTER_PORT); prints "c10d checks passed" per rank."""
+MASTER_ADDR, MASTER_PORT): env://, or file:// at TANDEM_C10D_FILE when it is
+set; prints "c10d checks passed" per rank."""
 import datetime
 import os
 import sys
@@ -17,10 +18,10 @@ def check(cond, what):
         raise AssertionError(what)
 
 
-if "MASTER_ADDR" in os.environ:
+if "TANDEM_C10D_FILE" not in os.environ:  # torchrun's variables, which tandem launch sets too
     dist.init_process_group("tandem")
     how = "env://"
-else:  # tandem launch: a file store next to the job, as any init_method would do
+else:  # a file store next to the job, as any init_method would do
     path = os.environ["TANDEM_C10D_FILE"]
     dist.init_process_group("tandem", init_method=f"file://{path}", rank=int(os.environ["TANDEM_RANK"]),
                             world_size=int(os.environ["TANDEM_WORLD_SIZE"]))
@@ -100,6 +101,73 @@ z = torch.full((9,), float(rank))
 dist.all_reduce(z)
 check(torch.all(z == tri), f"all_reduce on the first group after the second's: {z}")
 dist.destroy_process_group(second)
+
+# Point-to-point: a ring of isend/irecv (no rank waits for another to post
+# first), tags, a receive from any source, blocking send and recv.
+nxt, prv = (rank + 1) % n, (rank - 1) % n
+got = torch.zeros(6)
+works = [dist.irecv(got, src=prv, tag=3), dist.isend(torch.full((6,), float(rank)), dst=nxt, tag=3)]
+for w in works:
+    w.wait()
+check(torch.all(got == prv), f"isend/irecv ring: {got}")
+if n > 1:
+    if rank == 0:
+        seen = set()
+        for _ in range(n - 1):
+            v = torch.zeros(2, dtype=torch.int64)
+            src = dist.recv(v, tag=5)  # any source
+            check(v.tolist() == [src, src * 2], f"recv from any source: {v} from {src}")
+            seen.add(src)
+        check(seen == set(range(1, n)), f"recv from any source heard {seen}")
+    else:
+        dist.send(torch.tensor([rank, rank * 2]), dst=0, tag=5)
+    ops = [dist.P2POp(dist.isend, torch.full((3,), float(rank)), nxt), dist.P2POp(dist.irecv, got[:3], prv)]
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
+    check(torch.all(got[:3] == prv), f"batch_isend_irecv: {got}")
+
+# Rooted collectives and all-to-all, every root.
+for root in range(n):
+    x = torch.arange(5, dtype=torch.float32) + rank
+    dist.reduce(x, dst=root)
+    if rank == root:
+        check(torch.equal(x, torch.arange(5, dtype=torch.float32) * n + tri), f"reduce to {root}: {x}")
+    gl = [torch.zeros(4, dtype=torch.int32) for _ in range(n)] if rank == root else None
+    dist.gather(torch.full((4,), rank, dtype=torch.int32), gather_list=gl, dst=root)
+    if rank == root:
+        check(all(torch.all(g == r) for r, g in enumerate(gl)), f"gather to {root}: {gl}")
+    so = torch.zeros(3)
+    sl = [torch.full((3,), float(r * 10 + root)) for r in range(n)] if rank == root else None
+    dist.scatter(so, scatter_list=sl, src=root)
+    check(torch.all(so == rank * 10 + root), f"scatter from {root}: {so}")
+a_in = torch.arange(2 * n, dtype=torch.float32) + 100 * rank  # rows 2p, 2p+1 go to rank p
+a_out = torch.zeros(2 * n)
+dist.all_to_all_single(a_out, a_in)
+expect = torch.tensor([100.0 * p + 2 * rank + k for p in range(n) for k in range(2)])
+check(torch.equal(a_out, expect), f"all_to_all_single: {a_out} vs {expect}")
+# Uneven splits: rank r sends p + 1 rows to rank p.
+ins = [torch.full((p + 1,), float(rank)) for p in range(n)]
+outs = [torch.zeros(rank + 1) for _ in range(n)]
+dist.all_to_all(outs, ins)
+check(all(torch.all(o == p) for p, o in enumerate(outs)), f"all_to_all: {outs}")
+v_out = torch.zeros(n * (rank + 1))
+dist.all_to_all_single(v_out, torch.cat(ins), output_split_sizes=[rank + 1] * n, input_split_sizes=[p + 1 for p in range(n)])
+check(torch.equal(v_out, torch.arange(n).repeat_interleave(rank + 1).float()), f"all_to_all_single splits: {v_out}")
+co = [[torch.zeros(2), torch.zeros(3)] for _ in range(n)]
+dist.all_gather_coalesced(co, [torch.full((2,), float(rank)), torch.full((3,), float(rank))])
+check(all(torch.all(c[0] == r) and torch.all(c[1] == r) for r, c in enumerate(co)), f"all_gather_coalesced: {co}")
+rs = torch.zeros(2)
+dist.reduce_scatter(rs, [torch.full((2,), float(rank + p)) for p in range(n)])
+check(torch.all(rs == tri + n * rank), f"reduce_scatter: {rs}")
+
+# A subgroup of the first two ranks (every rank calls new_group; others are not members).
+if n > 1:
+    pair = dist.new_group([0, 1])
+    if rank < 2:
+        w = torch.full((4,), float(rank + 1))
+        dist.all_reduce(w, group=pair)
+        check(torch.all(w == 3), f"subgroup all_reduce: {w}")
+        dist.send(torch.ones(1), dst=1 - rank, group=pair) if rank == 0 else dist.recv(w[:1], src=0, group=pair)
 
 # What tandem cannot do is named.
 c = torch.full((3,), complex(rank, 1.0))  # torch hands complex tensors over as their real views
