@@ -189,6 +189,10 @@ struct Communicator::Impl {
   void fail_posted(std::exception_ptr error);
   // The engine with nothing queued but calls posted: progress and sleep briefly.
   void progress_posted();
+  // A send/recv call, checked, with its messages (empty: already finished).
+  Task p2p_task(const std::vector<P2POp>& ops, const CollectiveOptions& o);
+  // Runs a send/recv call to completion, on this thread when the engine is idle.
+  void run_p2p_blocking(Task task);
   // Queued (async) or run now; a blocking call returns an empty Request.
   Request submit(bool async, std::function<void(Channel&)> body, const CollectiveOptions& o, const Description& what);
   void finalize();

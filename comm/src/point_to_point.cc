@@ -167,22 +167,25 @@ Description describe_ops(const std::vector<P2POp>& ops) {
 
 }  // namespace
 
-Request Communicator::group_async(const std::vector<P2POp>& ops, const CollectiveOptions& opts) {
+Task Communicator::Impl::p2p_task(const std::vector<P2POp>& ops, const CollectiveOptions& o) {
   size_t any = 0;
   for (const P2POp& op : ops) {
-    check_op(op, size(), ops.size() == 1 ? (op.kind == P2POp::send ? "send" : "recv") : "group");
+    check_op(op, opts.size, ops.size() == 1 ? (op.kind == P2POp::send ? "send" : "recv") : "group");
     any += op.kind == P2POp::recv && op.peer == kAnySource;
   }
   if (any > 1) throw InvalidArgument("group: at most one receive from any source per group");
-  if (!ops.empty() && size() == 1) throw InvalidArgument("send and recv need a peer: this communicator has one rank");
-  impl_->memory_type(opts);
-  Task task = impl_->make_task({}, opts, describe_ops(ops));
+  if (!ops.empty() && opts.size == 1) throw InvalidArgument("send and recv need a peer: this communicator has one rank");
+  memory_type(o);
+  Task task = make_task({}, o, describe_ops(ops));
   task.p2p = ops;
+  if (ops.empty()) task.state->finish(nullptr);
+  return task;
+}
+
+Request Communicator::group_async(const std::vector<P2POp>& ops, const CollectiveOptions& opts) {
+  Task task = impl_->p2p_task(ops, opts);
   auto state = task.state;
-  if (ops.empty()) {
-    state->finish(nullptr);
-    return Request(state);
-  }
+  if (ops.empty()) return Request(state);
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->check_open_locked();
@@ -193,9 +196,49 @@ Request Communicator::group_async(const std::vector<P2POp>& ops, const Collectiv
   return Request(state);
 }
 
+// A blocking call on an idle communicator posts and progresses on the
+// caller's thread, as a blocking collective runs (no hand-off to the engine
+// and back, most of a small message's latency). Work queued meanwhile by
+// another thread takes the engine back: this call then waits like any other.
+void Communicator::Impl::run_p2p_blocking(Task task) {
+  auto state = task.state;
+  if (task.p2p.empty()) return;
+  bool run_here = false;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    check_open_locked();
+    run_here = queue.empty() && !busy;
+    if (run_here) {
+      busy = true;
+    } else {
+      queue.push_back(std::move(task));
+    }
+  }
+  if (run_here) {
+    post(std::move(task));
+    const auto finished = [&] {
+      std::lock_guard<std::mutex> lock(state->mu);
+      return state->done;
+    };
+    for (;;) {
+      if (finished()) break;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!queue.empty() || stopping) break;  // hand the engine back
+      }
+      progress_posted();
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    busy = false;
+  } else if (engine_sleeping_on_ucx) {
+    ucx->wake();
+  }
+  cv.notify_all();
+  Request(state).wait();
+}
+
 void Communicator::group(const std::vector<P2POp>& ops, const CollectiveOptions& opts) {
-  Request r = group_async(ops, opts);
-  r.wait();
+  impl_->run_p2p_blocking(impl_->p2p_task(ops, opts));
 }
 
 Request Communicator::send_async(const void* data, size_t count, DataType dtype, int peer, uint32_t tag,
@@ -205,7 +248,7 @@ Request Communicator::send_async(const void* data, size_t count, DataType dtype,
 
 void Communicator::send(const void* data, size_t count, DataType dtype, int peer, uint32_t tag,
                         const CollectiveOptions& opts) {
-  send_async(data, count, dtype, peer, tag, opts).wait();
+  group({P2POp{P2POp::send, const_cast<void*>(data), count, dtype, peer, tag}}, opts);
 }
 
 Request Communicator::recv_async(void* data, size_t count, DataType dtype, int peer, uint32_t tag,
@@ -215,8 +258,9 @@ Request Communicator::recv_async(void* data, size_t count, DataType dtype, int p
 
 int Communicator::recv(void* data, size_t count, DataType dtype, int peer, uint32_t tag,
                        const CollectiveOptions& opts) {
-  Request r = recv_async(data, count, dtype, peer, tag, opts);
-  r.wait();
+  Task task = impl_->p2p_task({P2POp{P2POp::recv, data, count, dtype, peer, tag}}, opts);
+  Request r(task.state);
+  impl_->run_p2p_blocking(std::move(task));
   return r.source();
 }
 
