@@ -307,6 +307,32 @@ TEST(PointToPoint, DeadSenderIsNamed) {
   EXPECT_EQ(codes[0], 0);
 }
 
+// A rank that stops (SIGSTOP: alive, silent) before an all-to-all is named by
+// the others within three heartbeat intervals.
+TEST(Collectives, StoppedRankInAlltoallIsNamed) {
+  CommOptions base;
+  base.heartbeat = std::chrono::milliseconds(500);
+  RankGroup group(3, [](const CommOptions& o) {
+    auto comm = ring::connect(o, {});
+    comm->barrier();
+    if (comm->rank() == 2) raise(SIGSTOP);
+    std::vector<float> in(3 << 16), out(3 << 16);
+    const auto start = Clock::now();
+    try {
+      comm->alltoall(in.data(), out.data(), 1 << 16, DataType::f32);
+      ADD_FAILURE() << "an all-to-all with a stopped rank succeeded";
+    } catch (const PeerFailure& e) {
+      EXPECT_EQ(e.rank(), 2) << e.what();
+      EXPECT_NE(std::string(e.what()).find("alltoall"), std::string::npos) << e.what();
+      EXPECT_LT(Clock::now() - start, 1500ms + 1s) << "named within three heartbeats (and a poll)";
+    }
+    return 0;
+  }, base);
+  auto codes = group.wait_for_all_but(2, 60s);
+  EXPECT_EQ(codes[0], 0);
+  EXPECT_EQ(codes[1], 0);
+}
+
 TEST(Collectives, MismatchedKindsAreNamed) {
   RankGroup group(2, [](const CommOptions& o) {
     auto comm = ring::connect(o, {});
