@@ -45,20 +45,27 @@ TEST_P(CApi, EveryEntryPointAndItsErrors) {
 
 INSTANTIATE_TEST_SUITE_P(Worlds, CApi, kWorlds, world_name);
 
-class Python : public ::testing::TestWithParam<World> {};
+class Python : public ::testing::TestWithParam<World> {
+ protected:
+  // tests/python/<script> under tandem launch in this world: every rank must print "checks passed".
+  void run_check(const std::string& script) {
+    if (env("TANDEM_PYTHONPATH").empty()) GTEST_SKIP() << "the Python package was not built (needs pybind11-dev, python3-dev)";
+    if (run("/usr/bin/python3 -c \"import numpy\"", 60).status != 0)
+      GTEST_SKIP() << "/usr/bin/python3 has no numpy (python3-numpy)";
+    const auto [ranks, extra_env] = GetParam();
+    const Output out = run(extra_env + " PYTHONPATH=" + env("TANDEM_PYTHONPATH") + " " + env("TANDEM_BIN") +
+                               " launch -n " + std::to_string(ranks) + " -- /usr/bin/python3 " +
+                               env("TANDEM_SOURCE_DIR") + "/tests/python/" + script,
+                           300);
+    EXPECT_EQ(out.status, 0) << out.text;
+    EXPECT_EQ(count(out.text, "checks passed"), ranks) << out.text;
+  }
+};
 
-TEST_P(Python, CollectivesGradientSyncAndErrorsFromNumpyAndTorch) {
-  if (env("TANDEM_PYTHONPATH").empty()) GTEST_SKIP() << "the Python package was not built (needs pybind11-dev, python3-dev)";
-  if (run("/usr/bin/python3 -c \"import numpy\"", 60).status != 0)
-    GTEST_SKIP() << "/usr/bin/python3 has no numpy (python3-numpy)";
-  const auto [ranks, extra_env] = GetParam();
-  const Output out = run(extra_env + " PYTHONPATH=" + env("TANDEM_PYTHONPATH") + " " + env("TANDEM_BIN") + " launch -n " +
-                             std::to_string(ranks) + " -- /usr/bin/python3 " + env("TANDEM_SOURCE_DIR") +
-                             "/tests/python/check_bindings.py",
-                         300);
-  EXPECT_EQ(out.status, 0) << out.text;
-  EXPECT_EQ(count(out.text, "checks passed"), ranks) << out.text;
-}
+TEST_P(Python, CollectivesGradientSyncAndErrorsFromNumpyAndTorch) { run_check("check_bindings.py"); }
+
+// All-to-all, rooted and variable-size collectives, send/recv/group and split, against closed forms.
+TEST_P(Python, MoreCollectivesPointToPointAndSplit) { run_check("check_more_collectives.py"); }
 
 INSTANTIATE_TEST_SUITE_P(Worlds, Python, kWorlds, world_name);
 

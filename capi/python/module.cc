@@ -8,6 +8,9 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "tandem/fusion/gradient_sync.h"
 #include "tandem/tandem.h"
@@ -27,6 +30,52 @@ CollectiveOptions collective(std::optional<double> timeout_s) {
 
 Deadline deadline_in(const Communicator& c, std::optional<double> timeout_s) {
   return Clock::now() + (timeout_s ? std::chrono::milliseconds(int64_t(*timeout_s * 1e3)) : c.options().timeout);
+}
+
+// Python's side of a C++ parameter: addresses as integers, blocks as (counts,
+// displacements) lists, point-to-point ops as tuples, options as a timeout.
+template <typename T>
+struct Arg {
+  using type = T;
+  static T to(T v) { return v; }
+};
+template <>
+struct Arg<const void*> {
+  using type = uintptr_t;
+  static const void* to(uintptr_t a) { return ptr(a); }
+};
+template <>
+struct Arg<void*> {
+  using type = uintptr_t;
+  static void* to(uintptr_t a) { return ptr(a); }
+};
+template <>
+struct Arg<const Blocks&> {
+  using type = std::pair<std::vector<size_t>, std::vector<size_t>>;
+  static Blocks to(const type& b) { return {b.first, b.second}; }
+};
+template <>
+struct Arg<const CollectiveOptions&> {
+  using type = std::optional<double>;
+  static CollectiveOptions to(type timeout_s) { return collective(timeout_s); }
+};
+// (is_send, address, count, dtype, peer, tag)
+template <>
+struct Arg<const std::vector<P2POp>&> {
+  using type = std::vector<std::tuple<bool, uintptr_t, size_t, DataType, int, uint32_t>>;
+  static std::vector<P2POp> to(const type& ops) {
+    std::vector<P2POp> out;
+    for (const auto& [send, address, count, dtype, peer, tag] : ops) {
+      out.push_back({send ? P2POp::send : P2POp::recv, ptr(address), count, dtype, peer, tag});
+    }
+    return out;
+  }
+};
+
+// A Communicator method as a Python one taking Arg's types, arguments in the C++ order.
+template <typename R, typename... A>
+auto wrap(R (Communicator::*method)(A...)) {
+  return [method](Communicator& c, typename Arg<A>::type... a) -> R { return (c.*method)(Arg<A>::to(a)...); };
 }
 
 // The gradient sync keeps its communicator alive.
@@ -65,8 +114,13 @@ PYBIND11_MODULE(_tandem, m) {
             else r.wait();
           },
           py::arg("timeout") = py::none(), py::call_guard<py::gil_scoped_release>(),
-          "Waits (seconds; None: the collective's own deadline); Timeout leaves it running");
+          "Waits (seconds; None: the collective's own deadline); Timeout leaves it running")
+      .def_property_readonly("source", &Request::source,
+                             "The rank a finished receive came from (the sender for ANY_SOURCE); else -1");
+  m.attr("ANY_SOURCE") = kAnySource;
+  m.attr("UNDEFINED_COLOR") = kUndefinedColor;
 
+  const auto nogil = py::call_guard<py::gil_scoped_release>();
   py::class_<Communicator, std::shared_ptr<Communicator>>(m, "Communicator")
       .def_static(
           "from_env", [] { return std::shared_ptr<Communicator>(ring::connect_from_env()); },
@@ -139,6 +193,43 @@ PYBIND11_MODULE(_tandem, m) {
       .def(
           "barrier_async", [](Communicator& c, std::optional<double> timeout) { return c.barrier_async(collective(timeout)); },
           py::arg("timeout") = py::none(), py::call_guard<py::gil_scoped_release>())
+      .def("_alltoall", wrap(&Communicator::alltoall), nogil)
+      .def("_alltoall_async", wrap(&Communicator::alltoall_async), nogil)
+      .def("_alltoallv", wrap(&Communicator::alltoallv), nogil)
+      .def("_alltoallv_async", wrap(&Communicator::alltoallv_async), nogil)
+      .def("_reduce", wrap(&Communicator::reduce), nogil)
+      .def("_reduce_async", wrap(&Communicator::reduce_async), nogil)
+      .def("_gather", wrap(&Communicator::gather), nogil)
+      .def("_gather_async", wrap(&Communicator::gather_async), nogil)
+      .def("_gatherv", wrap(&Communicator::gatherv), nogil)
+      .def("_gatherv_async", wrap(&Communicator::gatherv_async), nogil)
+      .def("_scatter", wrap(&Communicator::scatter), nogil)
+      .def("_scatter_async", wrap(&Communicator::scatter_async), nogil)
+      .def("_scatterv", wrap(&Communicator::scatterv), nogil)
+      .def("_scatterv_async", wrap(&Communicator::scatterv_async), nogil)
+      .def("_allgatherv", wrap(&Communicator::allgatherv), nogil)
+      .def("_allgatherv_async", wrap(&Communicator::allgatherv_async), nogil)
+      .def("_reduce_scatterv", wrap(&Communicator::reduce_scatterv), nogil)
+      .def("_reduce_scatterv_async", wrap(&Communicator::reduce_scatterv_async), nogil)
+      .def("_send", wrap(&Communicator::send), nogil)
+      .def("_send_async", wrap(&Communicator::send_async), nogil)
+      .def("_recv", wrap(&Communicator::recv), nogil)
+      .def("_recv_async", wrap(&Communicator::recv_async), nogil)
+      .def("_group", wrap(&Communicator::group), nogil)
+      .def("_group_async", wrap(&Communicator::group_async), nogil)
+      .def(
+          "split",
+          [](Communicator& c, int color, int key, std::optional<double> timeout) {
+            return std::shared_ptr<Communicator>(c.split(color, key, collective(timeout)));
+          },
+          py::arg("color"), py::arg("key"), py::arg("timeout") = py::none(), nogil,
+          "Ranks of one colour form a new communicator ordered by key (UNDEFINED_COLOR: None)")
+      .def(
+          "duplicate",
+          [](Communicator& c, std::optional<double> timeout) {
+            return std::shared_ptr<Communicator>(c.duplicate(collective(timeout)));
+          },
+          py::arg("timeout") = py::none(), nogil, "The same ranks, a communicator of their own")
       .def("_allocate_shared", [](Communicator& c, size_t bytes) { return uintptr_t(c.allocate_shared(bytes)); })
       .def("_free_shared", [](Communicator& c, uintptr_t p) { c.free_shared(ptr(p)); })
       .def("abort", &Communicator::abort, py::arg("reason") = "abort() called",

@@ -1,5 +1,9 @@
 // The C API: a thin layer over the C++ one. Every entry point turns the C++
 // exceptions into a status and the thread-local message; none lets one escape.
+// Here: status and version, communicators (split and duplicate too), the
+// first collectives, requests and the gradient sync; the all-to-all, rooted
+// and variable-size collectives are in c_api_collectives.cc, point-to-point
+// messages in c_api_p2p.cc, what they share in c_api_internal.h.
 #include "tandem/c_api.h"
 
 #include <cstdlib>
@@ -7,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "c_api_internal.h"
 #include "tandem/fusion/gradient_sync.h"
 #include "tandem/tandem.h"
 
@@ -14,76 +19,30 @@
 #error "TANDEM_VERSION_MAJOR/MINOR/PATCH come from the build"
 #endif
 
-struct tandem_comm {
-  std::unique_ptr<tandem::Communicator> comm;
-};
-
-struct tandem_request {
-  tandem::Request request;
-};
-
 struct tandem_grad_sync {
   tandem_comm* owner = nullptr;
   std::unique_ptr<tandem::fusion::GradientSync> sync;
   int metric_slots = 0;
 };
 
+namespace tandem::capi {
+
 namespace {
-
-using namespace tandem;
-
 thread_local std::string g_last_error;
+}  // namespace
 
 tandem_status_t fail(tandem_status_t status, std::string message) {
   g_last_error = std::move(message);
   return status;
 }
 
-// Runs body, mapping tandem's error types to statuses.
-template <typename Body>
-tandem_status_t guard(const char* fn, Body&& body) noexcept {
-  try {
-    body();
-    return TANDEM_OK;
-  } catch (const InvalidArgument& e) {
-    return fail(TANDEM_INVALID_ARGUMENT, e.what());
-  } catch (const Timeout& e) {
-    return fail(TANDEM_TIMEOUT, e.what());
-  } catch (const PeerFailure& e) {
-    return fail(TANDEM_PEER_FAILURE, e.what());
-  } catch (const Aborted& e) {
-    return fail(TANDEM_ABORTED, e.what());
-  } catch (const std::exception& e) {
-    return fail(TANDEM_INTERNAL, std::string(fn) + ": " + e.what());
-  } catch (...) {
-    return fail(TANDEM_INTERNAL, std::string(fn) + ": unknown error");
-  }
-}
+}  // namespace tandem::capi
 
-// Argument checks throw InvalidArgument naming the function and the argument.
-void require(bool ok, const char* fn, const std::string& what) {
-  if (!ok) throw InvalidArgument(std::string(fn) + ": " + what);
-}
-template <typename T>
-void require_handle(const T* p, const char* fn, const char* name) {
-  require(p != nullptr, fn, std::string(name) + " is NULL");
-}
+namespace {
 
-DataType dtype_of(tandem_dtype_t d, const char* fn) {
-  require(int(d) >= int(TANDEM_F32) && int(d) <= int(TANDEM_U8), fn,
-          "dtype " + std::to_string(int(d)) + " is not a tandem_dtype_t");
-  return DataType(int(d));  // the enums share their order
-}
-ReduceOp op_of(tandem_reduce_op_t op, const char* fn) {
-  require(int(op) >= int(TANDEM_SUM) && int(op) <= int(TANDEM_PROD), fn,
-          "op " + std::to_string(int(op)) + " is not a tandem_reduce_op_t");
-  return ReduceOp(int(op));
-}
-CollectiveOptions collective(int64_t timeout_ms) {
-  CollectiveOptions o;
-  if (timeout_ms >= 0) o.timeout = std::chrono::milliseconds(timeout_ms);
-  return o;
-}
+using namespace tandem;
+using namespace tandem::capi;
+
 Deadline deadline_in(const Communicator& c, int64_t timeout_ms) {
   return Clock::now() + (timeout_ms >= 0 ? std::chrono::milliseconds(timeout_ms) : c.options().timeout);
 }
@@ -101,23 +60,11 @@ T with_defaults(const T* given, void (*init)(T*)) {
   return o;
 }
 
-// The async forms share this: issue, then hand the request over.
-template <typename Issue>
-tandem_status_t issue_async(const char* fn, tandem_comm_t* comm, tandem_request_t** request, Issue&& issue) {
-  return guard(fn, [&] {
-    require_handle(comm, fn, "comm");
-    require_handle(request, fn, "request");
-    auto r = std::make_unique<tandem_request>();
-    r->request = issue(*comm->comm);
-    *request = r.release();
-  });
-}
-
 }  // namespace
 
 extern "C" {
 
-const char* tandem_last_error(void) { return g_last_error.c_str(); }
+const char* tandem_last_error(void) { return tandem::capi::g_last_error.c_str(); }
 
 const char* tandem_status_name(tandem_status_t status) {
   switch (status) {
@@ -181,9 +128,7 @@ tandem_status_t tandem_comm_create(const tandem_comm_options_t* options, tandem_
     ring::RingOptions ro;
     ro.shared_memory = o.shared_memory != 0;
     if (o.prefix && *o.prefix) co.prefix = o.prefix;
-    auto c = std::make_unique<tandem_comm>();
-    c->comm = ring::connect(co, ro);
-    *comm = c.release();
+    *comm = handle_of(ring::connect(co, ro));
   });
 }
 
@@ -191,9 +136,7 @@ tandem_status_t tandem_comm_create_from_env(tandem_comm_t** comm) {
   static const char* fn = "tandem_comm_create_from_env";
   return guard(fn, [&] {
     require_handle(comm, fn, "comm");
-    auto c = std::make_unique<tandem_comm>();
-    c->comm = ring::connect_from_env();
-    *comm = c.release();
+    *comm = handle_of(ring::connect_from_env());
   });
 }
 
@@ -222,6 +165,23 @@ tandem_status_t tandem_comm_size(const tandem_comm_t* comm, int* size) {
     require_handle(comm, fn, "comm");
     require_handle(size, fn, "size");
     *size = comm->comm->size();
+  });
+}
+
+tandem_status_t tandem_comm_split(tandem_comm_t* comm, int color, int key, int64_t timeout_ms,
+                                  tandem_comm_t** newcomm) {
+  static const char* fn = "tandem_comm_split";
+  return on_comm(fn, comm, [&](Communicator& c) {
+    require_handle(newcomm, fn, "newcomm");
+    *newcomm = handle_of(c.split(color, key, collective(timeout_ms)));
+  });
+}
+
+tandem_status_t tandem_comm_duplicate(tandem_comm_t* comm, int64_t timeout_ms, tandem_comm_t** newcomm) {
+  static const char* fn = "tandem_comm_duplicate";
+  return on_comm(fn, comm, [&](Communicator& c) {
+    require_handle(newcomm, fn, "newcomm");
+    *newcomm = handle_of(c.duplicate(collective(timeout_ms)));
   });
 }
 
@@ -346,6 +306,15 @@ tandem_status_t tandem_request_wait(tandem_request_t* request, int64_t timeout_m
     require_handle(request, fn, "request");
     if (timeout_ms < 0) request->request.wait();
     else request->request.wait(Clock::now() + std::chrono::milliseconds(timeout_ms));
+  });
+}
+
+tandem_status_t tandem_request_source(const tandem_request_t* request, int* source) {
+  static const char* fn = "tandem_request_source";
+  return guard(fn, [&] {
+    require_handle(request, fn, "request");
+    require_handle(source, fn, "source");
+    *source = request->request.source();
   });
 }
 

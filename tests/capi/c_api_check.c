@@ -179,6 +179,260 @@ static void check_async_and_shared(tandem_comm_t* comm, int rank, int n) {
   }
 }
 
+/* ---- all-to-all, rooted and variable-size collectives, point-to-point, split ---- */
+
+/* A call's blocking form, or (async nonzero) its _async form waited for:
+ * EITHER(async, tandem_gather, comm, ...) with the blocking form's arguments. */
+static tandem_request_t* g_request = NULL;
+static tandem_status_t finish(tandem_status_t issued) {
+  tandem_status_t s = issued;
+  if (s == TANDEM_OK) s = tandem_request_wait(g_request, -1);
+  tandem_request_free(g_request);
+  g_request = NULL;
+  return s;
+}
+#define EITHER(async, fn, ...) ((async) ? finish(fn##_async(__VA_ARGS__, &g_request)) : fn(__VA_ARGS__))
+
+/* counts[p] = p + 1 for every rank p; displs[p] = p * stride (0: packed). */
+static void rank_blocks(int n, size_t stride, size_t* counts, size_t* displs) {
+  size_t at = 0;
+  int p;
+  for (p = 0; p < n; ++p) {
+    counts[p] = (size_t)p + 1;
+    displs[p] = stride ? (size_t)p * stride : at;
+    at += counts[p];
+  }
+}
+
+static void check_alltoall(tandem_comm_t* comm, int rank, int n, int async) {
+  enum { MAXN = 8, COUNT = 5, STRIDE = 16 };
+  float in[MAXN * STRIDE], out[MAXN * STRIDE];
+  size_t counts[MAXN], displs[MAXN], strided[MAXN], at;
+  int ok, i, p;
+  if (n > MAXN) return;
+  /* alltoall: element i of the block for rank p is rank * 100 + p * 10 + i. */
+  for (p = 0; p < n; ++p)
+    for (i = 0; i < COUNT; ++i) in[p * COUNT + i] = (float)(rank * 100 + p * 10 + i);
+  CHECK_OK(EITHER(async, tandem_alltoall, comm, in, out, COUNT, TANDEM_F32, -1));
+  for (ok = 1, p = 0; p < n; ++p)
+    for (i = 0; i < COUNT; ++i) ok &= out[p * COUNT + i] == (float)(p * 100 + rank * 10 + i);
+  CHECK(ok);
+  /* alltoallv: rank r sends r + p + 1 elements to p (so receives p + r + 1 from p), packed on the
+   * way out and at STRIDE apart on the way in. */
+  for (at = 0, p = 0; p < n; ++p) {
+    counts[p] = (size_t)(rank + p + 1);
+    displs[p] = at, at += counts[p];
+    strided[p] = (size_t)p * STRIDE;
+    for (i = 0; i < (int)counts[p]; ++i) in[displs[p] + (size_t)i] = (float)(rank * 100 + p * 10 + i);
+  }
+  for (i = 0; i < MAXN * STRIDE; ++i) out[i] = -1;
+  CHECK_OK(EITHER(async, tandem_alltoallv, comm, in, counts, NULL, out, counts, strided, TANDEM_F32, -1));
+  for (ok = 1, p = 0; p < n; ++p)
+    for (i = 0; i < STRIDE; ++i)
+      ok &= out[p * STRIDE + i] == (i < rank + p + 1 ? (float)(p * 100 + rank * 10 + i) : -1.0f);
+  CHECK(ok);
+  CHECK_ERROR(tandem_alltoallv(comm, in, NULL, NULL, out, counts, NULL, TANDEM_F32, -1), TANDEM_INVALID_ARGUMENT,
+              "tandem_alltoallv: send_counts is NULL");
+}
+
+static void check_rooted(tandem_comm_t* comm, int rank, int n, int async) {
+  enum { MAXN = 8, COUNT = 300 };
+  double in[COUNT], out[COUNT];
+  float block[MAXN * 4], all[MAXN * 4];
+  size_t counts[MAXN], displs[MAXN];
+  char text[128];
+  const int last = n - 1;
+  int ok, i, p;
+  if (n > MAXN) return;
+  /* reduce to the last rank, out of place; NULL output elsewhere. */
+  for (i = 0; i < COUNT; ++i) in[i] = (rank + 1) * (double)i, out[i] = -1;
+  CHECK_OK(EITHER(async, tandem_reduce, comm, in, rank == last ? out : NULL, COUNT, TANDEM_F64, TANDEM_SUM, last, -1));
+  for (ok = 1, i = 0; i < COUNT; ++i) ok &= out[i] == (rank == last ? rank_sum(n, i) : -1);
+  CHECK(ok);
+  /* reduce (max) to rank 0, in place. */
+  for (i = 0; i < COUNT; ++i) in[i] = rank + (double)i;
+  CHECK_OK(EITHER(async, tandem_reduce, comm, in, in, COUNT, TANDEM_F64, TANDEM_MAX, 0, -1));
+  if (rank == 0) CHECK(in[0] == last && in[COUNT - 1] == last + COUNT - 1);
+  /* gather to rank 0: rank r's 4 elements are r * 10 + i. */
+  for (i = 0; i < 4; ++i) block[i] = (float)(rank * 10 + i);
+  CHECK_OK(EITHER(async, tandem_gather, comm, block, rank == 0 ? all : NULL, 4, TANDEM_F32, 0, -1));
+  for (ok = 1, p = 0; rank == 0 && p < n; ++p)
+    for (i = 0; i < 4; ++i) ok &= all[p * 4 + i] == (float)(p * 10 + i);
+  CHECK(ok);
+  /* gatherv to the last rank: rank r gives r + 1 elements of value r, packed. */
+  rank_blocks(n, 0, counts, displs);
+  for (i = 0; i <= rank; ++i) block[i] = (float)rank;
+  CHECK_OK(EITHER(async, tandem_gatherv, comm, block, (size_t)rank + 1, all, rank == last ? counts : NULL, NULL,
+                  TANDEM_F32, last, -1));
+  for (ok = 1, p = 0; rank == last && p < n; ++p)
+    for (i = 0; i <= p; ++i) ok &= all[displs[p] + (size_t)i] == (float)p;
+  CHECK(ok);
+  /* scatter from rank 0: block p is p * 10 + i. */
+  for (p = 0; p < n; ++p)
+    for (i = 0; i < 4; ++i) all[p * 4 + i] = rank == 0 ? (float)(p * 10 + i) : -1.0f;
+  CHECK_OK(EITHER(async, tandem_scatter, comm, rank == 0 ? all : NULL, block, 4, TANDEM_F32, 0, -1));
+  for (ok = 1, i = 0; i < 4; ++i) ok &= block[i] == (float)(rank * 10 + i);
+  CHECK(ok);
+  /* scatterv from the last rank: rank p gets p + 1 elements of 100 + p, from blocks 4 apart. */
+  rank_blocks(n, 4, counts, displs);
+  for (p = 0; p < n; ++p)
+    for (i = 0; i < 4; ++i) all[p * 4 + i] = 100.0f + (float)p;
+  CHECK_OK(EITHER(async, tandem_scatterv, comm, all, counts, displs, block, (size_t)rank + 1, TANDEM_F32, last, -1));
+  for (ok = 1, i = 0; i <= rank; ++i) ok &= block[i] == 100.0f + (float)rank;
+  CHECK(ok);
+  /* A root out of range is named, on every rank, before anything is sent. */
+  snprintf(text, sizeof text, "reduce: root %d is out of range for world size %d", n, n);
+  CHECK_ERROR(tandem_reduce(comm, in, in, COUNT, TANDEM_F64, TANDEM_SUM, n, -1), TANDEM_INVALID_ARGUMENT, text);
+  CHECK_ERROR(tandem_gatherv(comm, block, (size_t)rank + 1, all, NULL, NULL, TANDEM_F32, rank, -1),
+              TANDEM_INVALID_ARGUMENT, "tandem_gatherv: counts is NULL on the root");
+}
+
+static void check_variable_ring(tandem_comm_t* comm, int rank, int n, int async) {
+  enum { MAXN = 8, ALL = MAXN * (MAXN + 1) / 2 };
+  float in[ALL], out[ALL];
+  size_t counts[MAXN], displs[MAXN];
+  int ok, i, p;
+  if (n > MAXN) return;
+  rank_blocks(n, 0, counts, displs);
+  /* allgatherv: rank p's p + 1 elements are p * 10 + i. */
+  for (i = 0; i <= rank; ++i) in[i] = (float)(rank * 10 + i);
+  CHECK_OK(EITHER(async, tandem_allgatherv, comm, in, (size_t)rank + 1, out, counts, displs, TANDEM_F32, -1));
+  for (ok = 1, p = 0; p < n; ++p)
+    for (i = 0; i <= p; ++i) ok &= out[displs[p] + (size_t)i] == (float)(p * 10 + i);
+  CHECK(ok);
+  /* reduce_scatterv: element g of every rank's input is (rank + 1) * g; rank r gets its block summed. */
+  for (i = 0; i < ALL; ++i) in[i] = (float)((rank + 1) * i);
+  CHECK_OK(EITHER(async, tandem_reduce_scatterv, comm, in, out, counts, NULL, TANDEM_F32, TANDEM_SUM, -1));
+  for (ok = 1, i = 0; i <= rank; ++i) ok &= out[i] == (float)rank_sum(n, (double)displs[rank] + i);
+  CHECK(ok);
+  CHECK_ERROR(tandem_allgatherv(comm, in, 1, out, NULL, NULL, TANDEM_F32, -1), TANDEM_INVALID_ARGUMENT,
+              "tandem_allgatherv: counts is NULL");
+}
+
+static void check_point_to_point(tandem_comm_t* comm, int rank, int n) {
+  enum { COUNT = 1000, MAXN = 8 };
+  float to_next[COUNT], from_prev[COUNT];
+  const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+  tandem_request_t* rx = NULL;
+  tandem_request_t* tx = NULL;
+  tandem_p2p_op_t ops[2 * MAXN];
+  int mine[MAXN], got[MAXN], ok, i, p, source = -2;
+  float x = 1;
+
+  if (n == 1) { /* no peer */
+    CHECK_ERROR(tandem_send(comm, &x, 1, TANDEM_F32, 0, 0, -1), TANDEM_INVALID_ARGUMENT, "has one rank");
+    return;
+  }
+  if (n > MAXN) return;
+  /* A ring exchange without a group: the receive posted first, then the send. */
+  for (i = 0; i < COUNT; ++i) to_next[i] = (float)(rank * COUNT + i), from_prev[i] = -1;
+  CHECK_OK(tandem_recv_async(comm, from_prev, COUNT, TANDEM_F32, prev, 7, -1, &rx));
+  CHECK_OK(tandem_request_source(rx, &source));
+  CHECK(source == -1 || source == prev);
+  CHECK_OK(tandem_send_async(comm, to_next, COUNT, TANDEM_F32, next, 7, -1, &tx));
+  CHECK_OK(tandem_request_wait(rx, -1));
+  CHECK_OK(tandem_request_wait(tx, -1));
+  CHECK_OK(tandem_request_source(rx, &source));
+  CHECK(source == prev);
+  for (ok = 1, i = 0; i < COUNT; ++i) ok &= from_prev[i] == (float)(prev * COUNT + i);
+  CHECK(ok);
+  tandem_request_free(rx);
+  tandem_request_free(tx);
+  /* Tags keep messages apart: rank 1 receives rank 0's tag 2 before its tag 1. */
+  if (rank == 0) {
+    double a = 11, b = 22;
+    CHECK_OK(tandem_send(comm, &a, 1, TANDEM_F64, 1, 1, -1));
+    CHECK_OK(tandem_send(comm, &b, 1, TANDEM_F64, 1, 2, -1));
+  } else if (rank == 1) {
+    double a = 0, b = 0;
+    CHECK_OK(tandem_recv_async(comm, &b, 1, TANDEM_F64, 0, 2, -1, &rx));
+    CHECK_OK(tandem_recv(comm, &a, 1, TANDEM_F64, 0, 1, -1, &source));
+    CHECK_OK(tandem_request_wait(rx, -1));
+    CHECK(a == 11 && b == 22 && source == 0);
+    tandem_request_free(rx);
+  }
+  /* Any source: rank 0 hears once from every other rank, each naming itself. */
+  if (rank == 0) {
+    int seen = 0, value = -1;
+    for (i = 1; i < n; ++i) {
+      source = -2;
+      if (i % 2) CHECK_OK(tandem_recv_any(comm, &value, 1, TANDEM_I32, 9, -1, &source));
+      else CHECK_OK(tandem_recv(comm, &value, 1, TANDEM_I32, TANDEM_ANY_SOURCE, 9, -1, &source));
+      CHECK(source >= 1 && source < n && value == source * 100);
+      seen |= 1 << source;
+    }
+    CHECK(seen == (1 << n) - 2);
+  } else {
+    int value = rank * 100;
+    CHECK_OK(tandem_send(comm, &value, 1, TANDEM_I32, 0, 9, -1));
+  }
+  /* A group: all-to-all by hand (a send to itself too), blocking then async. */
+  for (i = 0; i < 2; ++i) {
+    for (p = 0; p < n; ++p) {
+      tandem_p2p_op_t r = {TANDEM_P2P_RECV, NULL, 1, TANDEM_I32, 0, 3};
+      tandem_p2p_op_t s = {TANDEM_P2P_SEND, NULL, 1, TANDEM_I32, 0, 3};
+      mine[p] = rank * 10 + p + i, got[p] = -1;
+      r.data = &got[p], r.peer = p, s.data = &mine[p], s.peer = p;
+      ops[2 * p] = r, ops[2 * p + 1] = s;
+    }
+    CHECK_OK(EITHER(i, tandem_group, comm, ops, (size_t)(2 * n), -1));
+    for (ok = 1, p = 0; p < n; ++p) ok &= got[p] == p * 10 + rank + i;
+    CHECK(ok);
+  }
+  CHECK_OK(tandem_group(comm, NULL, 0, -1));
+  /* Local errors, named before anything is sent. */
+  CHECK_ERROR(tandem_send(comm, &x, 1, TANDEM_F32, next, 0x80000000u, -1), TANDEM_INVALID_ARGUMENT,
+              "tag 2147483648 is out of range 0..2^31-1");
+  CHECK_ERROR(tandem_recv(comm, &x, 1, TANDEM_F32, n, 0, -1, NULL), TANDEM_INVALID_ARGUMENT,
+              "is out of range for world size");
+  CHECK_ERROR(tandem_recv_any(comm, &x, 1, TANDEM_F32, 0, -1, NULL), TANDEM_INVALID_ARGUMENT,
+              "tandem_recv_any: source is NULL");
+  ops[0].kind = (tandem_p2p_kind_t)5;
+  CHECK_ERROR(tandem_group(comm, ops, 2, -1), TANDEM_INVALID_ARGUMENT, "ops[0].kind 5 is not a tandem_p2p_kind_t");
+  CHECK_ERROR(tandem_request_source(NULL, &source), TANDEM_INVALID_ARGUMENT, "tandem_request_source: request is NULL");
+}
+
+static void check_split(tandem_comm_t* comm, int rank, int n) {
+  tandem_comm_t* half = NULL;
+  tandem_comm_t* some = (tandem_comm_t*)&half; /* set to NULL by a split this rank stays out of */
+  tandem_comm_t* dup = NULL;
+  int r = -1, size = -1, want_size = 0, p;
+  long long v;
+  tandem_status_t status;
+
+  /* Even and odd ranks; keys reverse the order. */
+  CHECK_OK(tandem_comm_split(comm, rank % 2, -rank, -1, &half));
+  if (!half) return;
+  for (p = rank % 2; p < n; p += 2) ++want_size;
+  CHECK_OK(tandem_comm_rank(half, &r));
+  CHECK_OK(tandem_comm_size(half, &size));
+  CHECK(size == want_size && r == (want_size - 1) - rank / 2);
+  v = rank + 1;
+  CHECK_OK(tandem_allreduce(half, &v, &v, 1, TANDEM_I64, TANDEM_SUM, -1));
+  CHECK(v == (rank % 2 == 0 ? (long long)(want_size * want_size) : (long long)(want_size * (want_size + 1))));
+  /* The last rank joins none. */
+  status = tandem_comm_split(comm, rank == n - 1 ? TANDEM_UNDEFINED_COLOR : 0, rank, -1, &some);
+  CHECK(status == TANDEM_OK);
+  if (status != TANDEM_OK) some = NULL;
+  CHECK((some == NULL) == (rank == n - 1));
+  if (some) {
+    CHECK_OK(tandem_comm_size(some, &size));
+    CHECK(size == n - 1);
+  }
+  /* A duplicate: the same ranks, a broadcast of its own. */
+  CHECK_OK(tandem_comm_duplicate(comm, -1, &dup));
+  CHECK_OK(tandem_comm_rank(dup, &r));
+  CHECK(r == rank);
+  v = rank;
+  CHECK_OK(tandem_broadcast(dup, &v, &v, 1, TANDEM_I64, n - 1, -1));
+  CHECK(v == n - 1);
+  CHECK_ERROR(tandem_comm_split(comm, -5, 0, -1, &dup), TANDEM_INVALID_ARGUMENT, "split: color -5 must be >= 0");
+  CHECK_ERROR(tandem_comm_duplicate(comm, -1, NULL), TANDEM_INVALID_ARGUMENT, "tandem_comm_duplicate: newcomm is NULL");
+  tandem_comm_destroy(dup);
+  tandem_comm_destroy(some);
+  tandem_comm_destroy(half);
+}
+
 static void check_grad_sync(tandem_comm_t* comm, int rank, int n) {
   tandem_grad_sync_options_t o;
   tandem_grad_sync_t* sync = NULL;
@@ -245,7 +499,7 @@ static void check_grad_sync(tandem_comm_t* comm, int rank, int n) {
 
 int main(void) {
   tandem_comm_t* comm = NULL;
-  int rank = -1, size = -1;
+  int rank = -1, size = -1, async;
   float x = 1;
 
   check_without_communicator();
@@ -259,6 +513,13 @@ int main(void) {
   g_rank = rank;
   check_collectives(comm, rank, size);
   check_async_and_shared(comm, rank, size);
+  for (async = 0; async < 2; ++async) {
+    check_alltoall(comm, rank, size, async);
+    check_rooted(comm, rank, size, async);
+    check_variable_ring(comm, rank, size, async);
+  }
+  check_point_to_point(comm, rank, size);
+  check_split(comm, rank, size);
   check_grad_sync(comm, rank, size);
 
   /* Abort is sticky: every later call fails with TANDEM_ABORTED and the reason. */

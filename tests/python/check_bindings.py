@@ -2,31 +2,15 @@
 (every dtype against NumPy's own reduction of every rank's input) and torch
 tensors in place, async requests, shared arrays, the gradient sync, and the
 error classes with their messages. Prints "check_bindings: rank R: K checks passed"."""
-import sys
 import threading
 
 import numpy as np
 
 import tandem
+from checking import Checks
 
-checks = 0
-
-
-def check(cond, what):
-    global checks
-    checks += 1
-    if not cond:
-        print(f"check_bindings: rank {comm.rank}: failed: {what}", flush=True)
-        sys.exit(1)
-
-
-def raises(cls, text, fn):
-    try:
-        fn()
-    except cls as e:
-        check(text in str(e), f"{cls.__name__} message {str(e)!r} lacks {text!r}")
-        return
-    check(False, f"expected {cls.__name__} ({text})")
+checks = Checks("check_bindings")
+check, raises = checks.check, checks.raises
 
 
 def inputs(rank, dtype, n=1003):
@@ -37,6 +21,7 @@ def inputs(rank, dtype, n=1003):
 
 comm = tandem.init()
 rank, size = comm.rank, comm.size
+checks.rank = rank
 check(tandem.__version__.count(".") == 2, "version")
 
 # All-reduce of every dtype and op equals NumPy's reduction of all ranks' inputs.
@@ -135,4 +120,4 @@ raises(tandem.InvalidArgument, "out has 2 elements", lambda: comm.allreduce(np.z
 check(issubclass(tandem.Timeout, tandem.Error) and issubclass(tandem.Error, RuntimeError), "exception hierarchy")
 comm.abort("checks done")
 raises(tandem.Aborted, "checks done", lambda: comm.allreduce(np.zeros(3)))
-print(f"check_bindings: rank {rank}: {checks} checks passed", flush=True)
+checks.passed()

@@ -125,6 +125,19 @@ tandem_status_t tandem_comm_abort(tandem_comm_t* comm, const char* reason);
 tandem_status_t tandem_comm_rank(const tandem_comm_t* comm, int* rank);
 tandem_status_t tandem_comm_size(const tandem_comm_t* comm, int* size);
 
+/* Sub-communicators (MPI_Comm_split, ncclCommSplit). Collective: every rank
+ * calls it. Ranks passing one colour (>= 0) form a new communicator, ranked
+ * by (key, rank here); TANDEM_UNDEFINED_COLOR joins none and gives *newcomm
+ * = NULL with TANDEM_OK. The new communicator bootstraps through this one's
+ * store, is independent of it (each may run collectives while the other
+ * does, from different threads) and is released by tandem_comm_destroy.
+ * timeout_ms < 0: this communicator's timeout, for the colour exchange. */
+#define TANDEM_UNDEFINED_COLOR (-1)
+tandem_status_t tandem_comm_split(tandem_comm_t* comm, int color, int key, int64_t timeout_ms,
+                                  tandem_comm_t** newcomm);
+/* The same ranks in the same order, a communicator of their own (MPI_Comm_dup). Collective. */
+tandem_status_t tandem_comm_duplicate(tandem_comm_t* comm, int64_t timeout_ms, tandem_comm_t** newcomm);
+
 /* Host memory the other ranks on this host can map: collectives whose
  * buffers lie in it on every rank read peers' buffers in place. Page-aligned,
  * zero-filled; ordinary memory when ranks cannot share. Valid until
@@ -183,10 +196,137 @@ tandem_status_t tandem_request_test(tandem_request_t* request, int* done);
  * TANDEM_TIMEOUT after timeout_ms (the collective keeps running: wait or test
  * again). timeout_ms < 0: up to the collective's own deadline. */
 tandem_status_t tandem_request_wait(tandem_request_t* request, int64_t timeout_ms);
+/* The rank a finished receive came from (its peer, or the sender for
+ * TANDEM_ANY_SOURCE, also within a group); -1 for collectives and for a
+ * request not finished successfully (yet). */
+tandem_status_t tandem_request_source(const tandem_request_t* request, int* source);
 /* Releases the handle. It does not cancel an unfinished collective, whose
  * buffers stay in use until it ends. A request may outlive its communicator.
  * NULL is ignored. */
 void tandem_request_free(tandem_request_t* request);
+
+/* ---- all-to-all, rooted and variable-size collectives --------------------
+ * Collectives like those above: every rank calls them in the same order (a
+ * mismatch is named as above). Counts and displacements are in elements;
+ * counts and displs arrays hold one entry per rank (the communicator's
+ * size); displs NULL = the blocks packed in rank order. Each has an _async
+ * form taking a tandem_request_t** last. */
+
+/* Block p of input (count elements) goes to rank p; block p of output comes
+ * from it. In place when input == output. */
+tandem_status_t tandem_alltoall(tandem_comm_t* comm, const void* input, void* output, size_t count,
+                                tandem_dtype_t dtype, int64_t timeout_ms);
+tandem_status_t tandem_alltoall_async(tandem_comm_t* comm, const void* input, void* output, size_t count,
+                                      tandem_dtype_t dtype, int64_t timeout_ms, tandem_request_t** request);
+/* send_counts[p] elements at input + send_displs[p] go to rank p;
+ * recv_counts[p] elements from rank p land at output + recv_displs[p].
+ * send_counts[p] here must equal recv_counts[this rank] on p. Not in place. */
+tandem_status_t tandem_alltoallv(tandem_comm_t* comm, const void* input, const size_t* send_counts,
+                                 const size_t* send_displs, void* output, const size_t* recv_counts,
+                                 const size_t* recv_displs, tandem_dtype_t dtype, int64_t timeout_ms);
+tandem_status_t tandem_alltoallv_async(tandem_comm_t* comm, const void* input, const size_t* send_counts,
+                                       const size_t* send_displs, void* output, const size_t* recv_counts,
+                                       const size_t* recv_displs, tandem_dtype_t dtype, int64_t timeout_ms,
+                                       tandem_request_t** request);
+/* The op-combination of every rank's input (count elements) lands in root's
+ * output; output is written on the root only (may be NULL elsewhere). In
+ * place when input == output. */
+tandem_status_t tandem_reduce(tandem_comm_t* comm, const void* input, void* output, size_t count,
+                              tandem_dtype_t dtype, tandem_reduce_op_t op, int root, int64_t timeout_ms);
+tandem_status_t tandem_reduce_async(tandem_comm_t* comm, const void* input, void* output, size_t count,
+                                    tandem_dtype_t dtype, tandem_reduce_op_t op, int root, int64_t timeout_ms,
+                                    tandem_request_t** request);
+/* Every rank's count elements into root's output: size * count elements,
+ * rank order (output may be NULL off the root). */
+tandem_status_t tandem_gather(tandem_comm_t* comm, const void* input, void* output, size_t count,
+                              tandem_dtype_t dtype, int root, int64_t timeout_ms);
+tandem_status_t tandem_gather_async(tandem_comm_t* comm, const void* input, void* output, size_t count,
+                                    tandem_dtype_t dtype, int root, int64_t timeout_ms, tandem_request_t** request);
+/* Rank r's count elements land in root's output at displs[r]. output, counts
+ * and displs are read on the root only (may be NULL elsewhere); there,
+ * counts[root] must equal count. */
+tandem_status_t tandem_gatherv(tandem_comm_t* comm, const void* input, size_t count, void* output,
+                               const size_t* counts, const size_t* displs, tandem_dtype_t dtype, int root,
+                               int64_t timeout_ms);
+tandem_status_t tandem_gatherv_async(tandem_comm_t* comm, const void* input, size_t count, void* output,
+                                     const size_t* counts, const size_t* displs, tandem_dtype_t dtype, int root,
+                                     int64_t timeout_ms, tandem_request_t** request);
+/* Root's block r (count elements; input holds size * count, read on the
+ * root only) reaches rank r's output. */
+tandem_status_t tandem_scatter(tandem_comm_t* comm, const void* input, void* output, size_t count,
+                               tandem_dtype_t dtype, int root, int64_t timeout_ms);
+tandem_status_t tandem_scatter_async(tandem_comm_t* comm, const void* input, void* output, size_t count,
+                                     tandem_dtype_t dtype, int root, int64_t timeout_ms, tandem_request_t** request);
+/* Root's counts[r] elements at input + displs[r] reach rank r's output
+ * (count elements, this rank's share). input, counts and displs are read on
+ * the root only (may be NULL elsewhere). */
+tandem_status_t tandem_scatterv(tandem_comm_t* comm, const void* input, const size_t* counts, const size_t* displs,
+                                void* output, size_t count, tandem_dtype_t dtype, int root, int64_t timeout_ms);
+tandem_status_t tandem_scatterv_async(tandem_comm_t* comm, const void* input, const size_t* counts,
+                                      const size_t* displs, void* output, size_t count, tandem_dtype_t dtype,
+                                      int root, int64_t timeout_ms, tandem_request_t** request);
+/* Every rank's count elements (counts[rank] of every rank's counts) land in
+ * every rank's output at displs[rank]. In place when input == output + displs[rank]. */
+tandem_status_t tandem_allgatherv(tandem_comm_t* comm, const void* input, size_t count, void* output,
+                                  const size_t* counts, const size_t* displs, tandem_dtype_t dtype,
+                                  int64_t timeout_ms);
+tandem_status_t tandem_allgatherv_async(tandem_comm_t* comm, const void* input, size_t count, void* output,
+                                        const size_t* counts, const size_t* displs, tandem_dtype_t dtype,
+                                        int64_t timeout_ms, tandem_request_t** request);
+/* input holds every rank's block (counts[r] elements at displs[r]); rank r's
+ * output receives block r reduced over ranks (counts[r] elements). In place
+ * when output == input + displs[rank]. */
+tandem_status_t tandem_reduce_scatterv(tandem_comm_t* comm, const void* input, void* output, const size_t* counts,
+                                       const size_t* displs, tandem_dtype_t dtype, tandem_reduce_op_t op,
+                                       int64_t timeout_ms);
+tandem_status_t tandem_reduce_scatterv_async(tandem_comm_t* comm, const void* input, void* output,
+                                             const size_t* counts, const size_t* displs, tandem_dtype_t dtype,
+                                             tandem_reduce_op_t op, int64_t timeout_ms, tandem_request_t** request);
+
+/* ---- point-to-point -----------------------------------------------------
+ * Only the two ranks take part. Calls are posted in issue order and then
+ * complete in the background: a send and a receive between two ranks never
+ * wait for each other, whatever order each rank issued them in. Tags are the
+ * caller's, 0 .. 2^31-1; messages between two ranks with one tag arrive in
+ * the order they were sent. A receive buffer must match the message's size
+ * exactly (else TANDEM_INVALID_ARGUMENT). Deadlines, abort and dead peers as
+ * for collectives; a failure is sticky. A communicator of one rank has no
+ * peer: these calls fail there with TANDEM_INVALID_ARGUMENT. */
+
+#define TANDEM_ANY_SOURCE (-1)
+
+tandem_status_t tandem_send(tandem_comm_t* comm, const void* data, size_t count, tandem_dtype_t dtype, int peer,
+                            uint32_t tag, int64_t timeout_ms);
+tandem_status_t tandem_send_async(tandem_comm_t* comm, const void* data, size_t count, tandem_dtype_t dtype,
+                                  int peer, uint32_t tag, int64_t timeout_ms, tandem_request_t** request);
+/* peer may be TANDEM_ANY_SOURCE: whichever rank sends with this tag first.
+ * *source (may be NULL) is the rank the message came from. */
+tandem_status_t tandem_recv(tandem_comm_t* comm, void* data, size_t count, tandem_dtype_t dtype, int peer,
+                            uint32_t tag, int64_t timeout_ms, int* source);
+/* tandem_recv from TANDEM_ANY_SOURCE; source is required. */
+tandem_status_t tandem_recv_any(tandem_comm_t* comm, void* data, size_t count, tandem_dtype_t dtype, uint32_t tag,
+                                int64_t timeout_ms, int* source);
+/* The source of the finished request: tandem_request_source. */
+tandem_status_t tandem_recv_async(tandem_comm_t* comm, void* data, size_t count, tandem_dtype_t dtype, int peer,
+                                  uint32_t tag, int64_t timeout_ms, tandem_request_t** request);
+
+/* One message of a group: a send of count elements at data to peer, or a
+ * receive into data from peer (TANDEM_ANY_SOURCE: at most one per group). */
+typedef enum tandem_p2p_kind { TANDEM_P2P_SEND = 0, TANDEM_P2P_RECV = 1 } tandem_p2p_kind_t;
+typedef struct tandem_p2p_op {
+  tandem_p2p_kind_t kind;
+  void* data; /* read for a send */
+  size_t count;
+  tandem_dtype_t dtype;
+  int peer;
+  uint32_t tag;
+} tandem_p2p_op_t;
+
+/* Every op of ops[0 .. n) posted at once, one status or request for all
+ * (ncclGroupStart/End, torch's batch_isend_irecv); ops is copied. */
+tandem_status_t tandem_group(tandem_comm_t* comm, const tandem_p2p_op_t* ops, size_t n, int64_t timeout_ms);
+tandem_status_t tandem_group_async(tandem_comm_t* comm, const tandem_p2p_op_t* ops, size_t n, int64_t timeout_ms,
+                                   tandem_request_t** request);
 
 /* ---- gradient sync ------------------------------------------------------
  * Gradients reduced in fused buckets while backward runs. Register every

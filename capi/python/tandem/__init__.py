@@ -10,13 +10,18 @@ PeerFailure, Aborted. Timeouts are in seconds; None means the communicator's.
     x = np.full(1000, comm.rank + 1.0, dtype=np.float32)
     comm.allreduce(x)                     # in place, sum
     req = comm.allreduce(x, op="avg", async_op=True); req.wait(timeout=30)
+
+Also: alltoall(v), reduce, gather(v), scatter(v), allgatherv, reduce_scatterv
+(counts and displacements in elements, one per rank; displacements None =
+packed in rank order), send/recv with tags and ANY_SOURCE, group([P2POp, ...]),
+split(color, key) and duplicate().
 """
 from . import _tandem
-from ._tandem import Aborted, Error, InvalidArgument, PeerFailure, Request, Timeout
+from ._tandem import ANY_SOURCE, UNDEFINED_COLOR, Aborted, Error, InvalidArgument, PeerFailure, Request, Timeout
 
 __version__ = _tandem.__version__
-__all__ = ["init", "Communicator", "GradientSync", "Request", "Error", "InvalidArgument", "Timeout",
-           "PeerFailure", "Aborted", "__version__"]
+__all__ = ["init", "Communicator", "GradientSync", "P2POp", "Request", "Error", "InvalidArgument", "Timeout",
+           "PeerFailure", "Aborted", "ANY_SOURCE", "UNDEFINED_COLOR", "__version__"]
 
 _OPS = {name: getattr(_tandem.ReduceOp, name) for name in ("sum", "avg", "min", "max", "prod")}
 _NUMPY_DTYPES = {"float32": "f32", "float64": "f64", "float16": "f16", "int32": "i32", "int64": "i64", "uint8": "u8"}
@@ -57,6 +62,27 @@ def _op(op):
     return _OPS[op]
 
 
+def _blocks(counts, displs, size, what):
+    """((counts, displacements), elements spanned) of one block per rank; displs None = packed."""
+    if counts is None:
+        raise InvalidArgument(f"{what}: counts are required (one per rank)")
+    counts = [int(c) for c in counts]
+    displs = None if displs is None else [int(d) for d in displs]
+    if len(counts) != size or (displs is not None and len(displs) != size):
+        raise InvalidArgument(f"{what}: {len(counts)} counts and {'no' if displs is None else len(displs)} "
+                              f"displacements for {size} ranks: give one count (and displacement) per rank")
+    if min(counts + (displs or []), default=0) < 0:
+        raise InvalidArgument(f"{what}: counts and displacements must be >= 0")
+    if displs is None:
+        return (counts, []), sum(counts)
+    return (counts, displs), max((c + d for c, d in zip(counts, displs) if c), default=0)
+
+
+def _holds(buf, need, what):
+    if buf[1] < need:
+        raise InvalidArgument(f"{what} has {buf[1]} elements, the blocks span {need}")
+
+
 class _Pending:
     """An async collective; keeps its buffers alive until it has finished."""
 
@@ -68,6 +94,21 @@ class _Pending:
 
     def wait(self, timeout=None):
         self._request.wait(timeout)
+
+    @property
+    def source(self):
+        """The rank a finished receive came from (the sender for ANY_SOURCE); else -1."""
+        return self._request.source
+
+
+class P2POp:
+    """One message of Communicator.group: P2POp("send" or "recv", tensor, peer, tag=0);
+    a receive's peer may be ANY_SOURCE."""
+
+    def __init__(self, kind, tensor, peer, tag=0):
+        if kind not in ("send", "recv"):
+            raise InvalidArgument(f"P2POp kind '{kind}' is not 'send' or 'recv'")
+        self.kind, self.tensor, self.peer, self.tag = kind, tensor, peer, tag
 
 
 class Communicator:
@@ -135,6 +176,139 @@ class Communicator:
         if async_op:
             return _Pending(self._core.barrier_async(timeout))
         self._core.barrier(timeout)
+
+    # ---- all-to-all, rooted and variable-size collectives, point-to-point, split ----
+
+    def _run(self, name, async_op, buffers, *args, result=None):
+        """The core's _<name>_async (the request keeps the buffers alive), or _<name>: then `result`, if given,
+        else what it returned."""
+        if async_op:
+            return _Pending(getattr(self._core, f"_{name}_async")(*args), *buffers)
+        value = getattr(self._core, f"_{name}")(*args)
+        return value if result is None else result
+
+    def _pair(self, tensor, out, what, need_in=True, need_out=True):
+        """Buffers (address, count, dtype) of input and output; a missing one is (0, 0, the other's dtype)."""
+        inp = _buffer(tensor, what) if tensor is not None or need_in else None
+        res = _buffer(out, f"{what} out") if out is not None or need_out else None
+        if out is not None:
+            _writable(out, what)
+        if inp and res:
+            self._check_same(inp, res, what)
+        return inp or (0, 0, res[2]), res or (0, 0, inp[2])
+
+    def alltoall(self, tensor, out, timeout=None, async_op=False):
+        """tensor and out: size blocks of n elements; block p of tensor goes to rank p, block p of out comes from it."""
+        inp, res = self._pair(tensor, out, "alltoall")
+        if inp[1] != res[1] or inp[1] % self.size:
+            raise InvalidArgument(f"alltoall: input ({inp[1]}) and out ({res[1]}) must hold size ({self.size}) "
+                                  "equal blocks")
+        return self._run("alltoall", async_op, (tensor, out), inp[0], res[0], inp[1] // self.size, inp[2], timeout,
+                         result=out)
+
+    def alltoallv(self, tensor, out, send_counts, recv_counts, send_displs=None, recv_displs=None, timeout=None,
+                  async_op=False):
+        """send_counts[p] elements at send_displs[p] go to rank p; recv_counts[p] from p land at recv_displs[p]."""
+        inp, res = self._pair(tensor, out, "alltoallv")
+        send, send_span = _blocks(send_counts, send_displs, self.size, "alltoallv send")
+        recv, recv_span = _blocks(recv_counts, recv_displs, self.size, "alltoallv recv")
+        _holds(inp, send_span, "alltoallv: input")
+        _holds(res, recv_span, "alltoallv: out")
+        return self._run("alltoallv", async_op, (tensor, out), inp[0], send, res[0], recv, inp[2], timeout, result=out)
+
+    def reduce(self, tensor, root=0, op="sum", out=None, timeout=None, async_op=False):
+        """Every rank's tensor reduced into root's `out` (default: root's tensor, in place); others keep theirs."""
+        inp, res = self._pair(tensor, out, "reduce", need_out=False)
+        if out is None:
+            _writable(tensor, "reduce")
+            res = inp
+        elif res[1] != inp[1]:
+            raise InvalidArgument(f"reduce: out has {res[1]} elements, input {inp[1]}")
+        return self._run("reduce", async_op, (tensor, out), inp[0], res[0], inp[1], inp[2], _op(op), root, timeout,
+                         result=tensor if out is None else out)
+
+    def gather(self, tensor, out=None, root=0, timeout=None, async_op=False):
+        """Every rank's n elements into root's out (size * n, rank order; None elsewhere)."""
+        inp, res = self._pair(tensor, out, "gather", need_out=self.rank == root)
+        if self.rank == root and res[1] != inp[1] * self.size:
+            raise InvalidArgument(f"gather: out has {res[1]} elements, not size ({self.size}) x input ({inp[1]})")
+        return self._run("gather", async_op, (tensor, out), inp[0], res[0], inp[1], inp[2], root, timeout, result=out)
+
+    def gatherv(self, tensor, out=None, counts=None, displs=None, root=0, timeout=None, async_op=False):
+        """Rank r's tensor lands in root's out at displs[r]; out, counts, displs matter on the root only."""
+        inp, res = self._pair(tensor, out, "gatherv", need_out=self.rank == root)
+        blocks = ([], [])
+        if self.rank == root:
+            blocks, span = _blocks(counts, displs, self.size, "gatherv")
+            _holds(res, span, "gatherv: out")
+        return self._run("gatherv", async_op, (tensor, out), inp[0], inp[1], res[0], blocks, inp[2], root, timeout,
+                         result=out)
+
+    def scatter(self, tensor, out, root=0, timeout=None, async_op=False):
+        """Root's block r of tensor (size * n elements; None elsewhere) reaches rank r's out (n elements)."""
+        inp, res = self._pair(tensor, out, "scatter", need_in=self.rank == root)
+        if self.rank == root and inp[1] != res[1] * self.size:
+            raise InvalidArgument(f"scatter: input has {inp[1]} elements, not size ({self.size}) x out ({res[1]})")
+        return self._run("scatter", async_op, (tensor, out), inp[0], res[0], res[1], res[2], root, timeout, result=out)
+
+    def scatterv(self, tensor, out, counts=None, displs=None, root=0, timeout=None, async_op=False):
+        """Root's counts[r] elements at displs[r] reach rank r's out; tensor, counts, displs matter on the root only."""
+        inp, res = self._pair(tensor, out, "scatterv", need_in=self.rank == root)
+        blocks = ([], [])
+        if self.rank == root:
+            blocks, span = _blocks(counts, displs, self.size, "scatterv")
+            _holds(inp, span, "scatterv: input")
+        return self._run("scatterv", async_op, (tensor, out), inp[0], blocks, res[0], res[1], res[2], root, timeout,
+                         result=out)
+
+    def allgatherv(self, tensor, out, counts, displs=None, timeout=None, async_op=False):
+        """Rank r's tensor (counts[r] elements) lands in every rank's out at displs[r]."""
+        inp, res = self._pair(tensor, out, "allgatherv")
+        blocks, span = _blocks(counts, displs, self.size, "allgatherv")
+        _holds(res, span, "allgatherv: out")
+        return self._run("allgatherv", async_op, (tensor, out), inp[0], inp[1], res[0], blocks, inp[2], timeout,
+                         result=out)
+
+    def reduce_scatterv(self, tensor, out, counts, displs=None, op="sum", timeout=None, async_op=False):
+        """tensor holds every rank's block (counts[r] at displs[r]); out receives this rank's, reduced."""
+        inp, res = self._pair(tensor, out, "reduce_scatterv")
+        blocks, span = _blocks(counts, displs, self.size, "reduce_scatterv")
+        _holds(inp, span, "reduce_scatterv: input")
+        _holds(res, blocks[0][self.rank], "reduce_scatterv: out")
+        return self._run("reduce_scatterv", async_op, (tensor, out), inp[0], res[0], blocks, inp[2], _op(op),
+                         timeout, result=out)
+
+    def send(self, tensor, peer, tag=0, timeout=None, async_op=False):
+        """tensor to rank peer under tag (0 .. 2**31-1); only the two ranks take part."""
+        buf = _buffer(tensor, "send")
+        return self._run("send", async_op, (tensor,), buf[0], buf[1], buf[2], peer, tag, timeout)
+
+    def recv(self, tensor, peer=ANY_SOURCE, tag=0, timeout=None, async_op=False):
+        """Into tensor (its size must match the message's) from peer or ANY_SOURCE; returns the source
+        (async: the request's .source once finished)."""
+        buf = _buffer(tensor, "recv")
+        _writable(tensor, "recv")
+        return self._run("recv", async_op, (tensor,), buf[0], buf[1], buf[2], peer, tag, timeout)
+
+    def group(self, ops, timeout=None, async_op=False):
+        """Every P2POp of ops posted at once (torch's batch_isend_irecv, NCCL's group calls)."""
+        specs = []
+        for i, op in enumerate(ops):
+            address, count, dtype = _buffer(op.tensor, f"group op {i} ({op.kind})")
+            if op.kind == "recv":
+                _writable(op.tensor, f"group op {i} (recv)")
+            specs.append((op.kind == "send", address, count, dtype, op.peer, op.tag))
+        return self._run("group", async_op, [op.tensor for op in ops], specs, timeout)
+
+    def split(self, color, key=None, timeout=None):
+        """Collective: ranks of one colour form a new Communicator ordered by (key, rank; key None = rank);
+        UNDEFINED_COLOR joins none and gets None."""
+        core = self._core.split(color, self.rank if key is None else key, timeout)
+        return None if core is None else Communicator(core)
+
+    def duplicate(self, timeout=None):
+        """Collective: the same ranks, a communicator of their own."""
+        return Communicator(self._core.duplicate(timeout))
 
     def allocate_shared(self, shape, dtype="float32"):
         """A zero-filled NumPy array other ranks on this host can map: collectives read it in place.
