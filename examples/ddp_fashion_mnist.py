@@ -50,7 +50,7 @@ def main():
     if backend == "tandem":
         importlib.import_module("tandem.c10d")  # registers the backend
     comm = None
-    if "MASTER_ADDR" in os.environ:  # torchrun or the like: env://
+    if "TANDEM_RANK" not in os.environ:  # torchrun or the like: env://
         dist.init_process_group(backend)
     else:
         comm = tandem.init()

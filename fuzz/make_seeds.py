@@ -63,13 +63,14 @@ write("handshake", "replay", bytes([1, 10, 0, 10, 0, 11, 1]))
 write("handshake", "twice", bytes([1, 10, 0, 11, 0, 11, 0, 10, 0]))
 
 # text: NUL-separated fields, in the order of text_fuzz.cc's kVariables, then
-# store address, interface override, locator; "-" = unset.
-NVARS = 34
-def env(values, address=b"127.0.0.1:29500", override=b"eth,ib", locator=b"4242:7:140737488355328"):
+# store address, interface override, locator, Slurm host list; "-" = unset.
+NVARS = 53
+def env(values, address=b"127.0.0.1:29500", override=b"eth,ib", locator=b"4242:7:140737488355328",
+        hostlist=b"node[01-04,07],gpu3"):
     fields = [b"-"] * NVARS
     for i, v in values.items():
         fields[i] = v
-    return b"\0".join(fields + [address, override, locator])
+    return b"\0".join(fields + [address, override, locator, hostlist])
 write("text", "tandem_launch", env({0: b"1", 1: b"4", 2: b"1", 3: b"4", 4: b"127.0.0.1:29500", 8: b"launch-1",
                                      9: b"k" * 64, 7: b"2000"}))
 write("text", "open_mpi", env({20: b"0", 21: b"2", 22: b"0", 23: b"2"}, override=b"^docker,lo"))
@@ -78,6 +79,11 @@ write("text", "master_addr", env({20: b"1", 21: b"2", 18: b"::1", 19: b"29500"},
 write("text", "bad_numbers", env({0: b"99999999999", 1: b"-1", 5: b"1e9"}, address=b"host:99999", locator=b"1:2"))
 write("text", "host_store", env({0: b"0", 1: b"2", 4: b"10.0.0.1:1234", 17: b"1", 31: b"eth0", 32: b"eth1"}))
 write("text", "per_host_override", env({}, override=b"hostA:eth0;hostB:ib0", locator=b"-1:-1:18446744073709551616"))
+write("text", "torchrun", env({38: b"3", 39: b"4", 40: b"1", 41: b"2", 18: b"10.0.0.1", 19: b"29500", 9: b"k" * 64}))
+write("text", "hydra", env({42: b"1", 43: b"2", 44: b"1", 45: b"2", 46: b"7"}, hostlist=b"rack[1-2]-n[01,03]"))
+write("text", "srun_pmi2", env({24: b"1", 25: b"4", 26: b"1", 29: b"4242", 42: b"1", 43: b"4", 47: b"1"}))
+write("text", "slurm_nodelist", env({24: b"0", 25: b"8", 26: b"0", 29: b"4242", 30: b"1", 47: b"2", 49: b"gpu[3-4]",
+                                     50: b"n[01-08]", 52: b"gpu3", 9: b"k" * 64}, hostlist=b"n[1-"))
 
 # shm_header: two slot headers (32 bytes each: stamp, reduced, Call{count, kind, dtype, op, root}).
 def call(count, kind, dtype, op, root):

@@ -1,9 +1,9 @@
 // Fuzz target: the text that reaches tandem from outside the process. The
 // input is cut at NUL bytes into fields: the environment a rank starts with
-// (the TANDEM_*, Open MPI, Slurm and torchrun variables options_from_env
+// (the TANDEM_*, torchrun, Open MPI, Hydra and Slurm variables options_from_env
 // reads; a field "-" leaves its variable unset), then a store address, an
-// interface override and a shared-memory segment locator (which a peer
-// publishes through the store). Only tandem::Error may come out, and a
+// interface override, a shared-memory segment locator (which a peer
+// publishes through the store) and a Slurm host list. Only tandem::Error may come out, and a
 // locator that parses prints back to the same text.
 #include <cstdint>
 #include <cstdlib>
@@ -32,7 +32,10 @@ const char* const kVariables[] = {
     "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
     "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE",
     "SLURM_JOB_ID", "SLURM_STEP_ID", "TANDEM_NETWORK_INTERFACE", "DTRAIN_NETWORK_INTERFACE", "UCX_NET_DEVICES",
-    "TANDEM_SHM_SPLIT_MIN_RANKS", "TANDEM_SHM_CMA_MAX_BYTES", "TANDEM_SHM_ALLREDUCE_CMA", "TANDEM_SHM_FAR_HANDOFF_NS"};
+    "TANDEM_SHM_SPLIT_MIN_RANKS", "TANDEM_SHM_CMA_MAX_BYTES", "TANDEM_SHM_ALLREDUCE_CMA", "TANDEM_SHM_FAR_HANDOFF_NS",
+    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID",
+    "MPI_LOCALNRANKS", "PMI_JOBID", "SLURM_NNODES", "SLURM_NODEID", "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST",
+    "SLURM_NODELIST", "SLURMD_NODENAME"};
 constexpr size_t kVariableCount = std::size(kVariables);
 
 }  // namespace
@@ -82,6 +85,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string locator = field(kVariableCount + 2).value_or("");
   if (auto l = tandem::parse_locator(locator)) {
     check(l->pid > 0 && l->fd >= 0);
+  }
+  try {
+    const auto hosts = tandem::expand_slurm_hostlist(field(kVariableCount + 3).value_or(""));
+    check(!hosts.empty());
+    for (const auto& h : hosts) check(!h.empty());
+  } catch (const tandem::Error&) {
   }
   return 0;
 }

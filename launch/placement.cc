@@ -21,12 +21,13 @@ std::vector<Placement> place_ranks(const LaunchOptions& o) {
   std::vector<Placement> out;
   const int world = o.nprocs + o.servers;
   if (o.hosts.empty()) {
-    for (int r = 0; r < world; ++r) out.push_back({"", r, world});
+    for (int r = 0; r < world; ++r) out.push_back({"", 0, r, world});
     return out;
   }
-  for (const HostSlots& h : o.hosts) {
+  for (size_t node = 0; node < o.hosts.size(); ++node) {
+    const HostSlots& h = o.hosts[node];
     const int here = std::min(h.slots, world - int(out.size()));
-    for (int l = 0; l < here; ++l) out.push_back({is_this_host(h.host) ? "" : h.host, l, here});
+    for (int l = 0; l < here; ++l) out.push_back({is_this_host(h.host) ? "" : h.host, int(node), l, here});
   }
   return out;
 }

@@ -12,10 +12,12 @@
 
 namespace tandem::launch {
 
-// Where a rank runs: its host (empty: this one), its local rank and how many
-// ranks share that host.
+// Where a rank runs: its host (empty: this one), the index of that host's
+// entry in the host list (0 without one; torchrun's GROUP_RANK), its local
+// rank and how many ranks share that host.
 struct Placement {
   std::string host;
+  int node = 0;
   int local_rank = 0;
   int local_size = 1;
   bool remote() const { return !host.empty(); }

@@ -2,9 +2,11 @@
 #include "spawn.h"
 
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -116,8 +118,60 @@ std::optional<std::string> resolve_command(const std::string& name, const EnvLoo
   return std::nullopt;
 }
 
+namespace {
+
+// A TCP port nobody listens on here now (the kernel's pick for port 0), 0 if none.
+uint16_t free_port() {
+  for (int family : {AF_INET, AF_INET6}) {
+    const int fd = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    sockaddr_storage addr{};
+    socklen_t len = family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+    addr.ss_family = sa_family_t(family);  // any address, port 0
+    uint16_t port = 0;
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), len) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+      port = ntohs(family == AF_INET ? reinterpret_cast<sockaddr_in*>(&addr)->sin_port
+                                     : reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+    }
+    ::close(fd);
+    if (port != 0) return port;
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::string plan_torch_job(const std::vector<Placement>& placement, int workers, const std::string& rank0_host,
+                           uint16_t store_port, const EnvLookup& env, TorchJob& torch) {
+  torch.workers = workers;
+  torch.workers_on_node.clear();
+  for (int r = 0; r < workers && r < int(placement.size()); ++r) {
+    const size_t node = size_t(placement[size_t(r)].node);
+    if (torch.workers_on_node.size() <= node) torch.workers_on_node.resize(node + 1);
+    ++torch.workers_on_node[node];
+  }
+  torch.master_addr = env("MASTER_ADDR").value_or(rank0_host);
+  if (auto port = env("MASTER_PORT")) {
+    torch.master_port = *port;
+    const bool rank0_here = !placement.empty() && !placement[0].remote();
+    if (rank0_here && *port == std::to_string(store_port))
+      return "MASTER_PORT=" + *port + " is the port of tandem's store on rank 0's host; export another one (or none: "
+             "tandem launch then picks a free port)";
+    return "";
+  }
+  // The kernel hands out a port in use by no socket, so never the store's
+  // (bound already); checked anyway. Rank 0 on another host gets a port free
+  // here, most likely free there too: export MASTER_PORT to choose it.
+  uint16_t port = 0;
+  for (int attempt = 0; attempt < 8 && (port == 0 || port == store_port); ++attempt) port = free_port();
+  if (port == 0 || port == store_port) return "found no free TCP port for torch's store; export MASTER_PORT";
+  torch.master_port = std::to_string(port);
+  return "";
+}
+
 std::vector<std::string> job_variables(int rank, int world, const Placement& at, const std::string& store_addr,
-                                       int servers) {
+                                       int servers, const TorchJob& torch) {
   std::vector<std::string> v = {
       "TANDEM_RANK=" + std::to_string(rank),
       "TANDEM_WORLD_SIZE=" + std::to_string(world),
@@ -127,6 +181,14 @@ std::vector<std::string> job_variables(int rank, int world, const Placement& at,
       "TANDEM_JOB_ID=launch-" + std::to_string(::getpid()),  // the launcher's pid: one per job on this host
   };
   if (servers > 0) v.push_back("TANDEM_SERVERS=" + std::to_string(servers));
+  if (rank < torch.workers) {  // torchrun's, for torch.distributed's env:// (docs/running.md)
+    const int on_node = size_t(at.node) < torch.workers_on_node.size() ? torch.workers_on_node[size_t(at.node)] : 0;
+    for (std::string kv : {"RANK=" + std::to_string(rank), "LOCAL_RANK=" + std::to_string(at.local_rank),
+                           "WORLD_SIZE=" + std::to_string(torch.workers), "LOCAL_WORLD_SIZE=" + std::to_string(on_node),
+                           "GROUP_RANK=" + std::to_string(at.node), "MASTER_ADDR=" + torch.master_addr,
+                           "MASTER_PORT=" + torch.master_port})
+      v.push_back(std::move(kv));
+  }
   return v;
 }
 
@@ -137,9 +199,10 @@ std::vector<std::string> rank_environment(const std::vector<std::string>& job, c
     std::string_view kv(*e);
     bool owned = std::any_of(std::begin(kOwnedVariables), std::end(kOwnedVariables),
                              [&](const char* k) { return kv.starts_with(k); });
-    if (!owned && !set_by(kv, settings)) env.emplace_back(kv);
+    if (!owned && !set_by(kv, settings) && !set_by(kv, job)) env.emplace_back(kv);
   }
-  env.insert(env.end(), settings.begin(), settings.end());
+  for (const std::string& s : settings)
+    if (!set_by(s, job)) env.push_back(s);
   env.insert(env.end(), job.begin(), job.end());
   if (!secret.empty()) env.push_back("TANDEM_SECRET=" + secret);
   return env;

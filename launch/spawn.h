@@ -48,12 +48,30 @@ int exit_code_of(int status);
 std::optional<std::string> resolve_command(const std::string& name, const EnvLookup& env, int& exit_code,
                                            std::string& error);
 
-// The job variables of one rank, NAME=value.
+// What torch.distributed's env:// rendezvous reads, as torchrun sets it, for
+// the workers (ranks 0..workers-1; parameter servers get none of it): rank 0
+// hosts torch's TCPStore at MASTER_ADDR:MASTER_PORT, a port apart from tandem's store.
+struct TorchJob {
+  std::string master_addr, master_port;
+  int workers = 0;
+  std::vector<int> workers_on_node;  // by Placement::node: LOCAL_WORLD_SIZE
+};
+
+// MASTER_ADDR and MASTER_PORT as the user exported them (`env`: the
+// launcher's environment with its settings), else `rank0_host` and a port
+// free on this host that is not `store_port`. Returns "" or, when the user's
+// MASTER_PORT is the port of the store on the same host, the usage error.
+std::string plan_torch_job(const std::vector<Placement>& placement, int workers, const std::string& rank0_host,
+                           uint16_t store_port, const EnvLookup& env, TorchJob& torch);
+
+// The job variables of one rank, NAME=value: tandem's (TANDEM_RANK, ...) and,
+// for a worker, torchrun's (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
+// GROUP_RANK, MASTER_ADDR, MASTER_PORT).
 std::vector<std::string> job_variables(int rank, int world, const Placement& at, const std::string& store_addr,
-                                       int servers);
+                                       int servers, const TorchJob& torch);
 
 // The parent's environment minus stale TANDEM_* job variables and what
-// `settings` replaces, plus `settings` and this rank's job variables.
+// `settings` or `job` replaces, plus `settings` and this rank's job variables.
 // The job secret travels in the environment (readable by this user only), never on a command line.
 std::vector<std::string> rank_environment(const std::vector<std::string>& job, const std::string& secret,
                                           const std::vector<std::string>& settings);

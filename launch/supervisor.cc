@@ -164,15 +164,23 @@ class Launcher {
     }
     store_ = store.get();
     std::string store_addr = "127.0.0.1:" + std::to_string(store->port());
+    std::string host = "127.0.0.1";  // where the ranks reach this host
     if (any_remote) {
       char name[256] = {};
       ::gethostname(name, sizeof name - 1);
-      std::string host = opts_.store_address.empty() ? name : opts_.store_address;
+      host = opts_.store_address.empty() ? name : opts_.store_address;
       if (host.find(':') != std::string::npos) host = parse_host_port(host).first;
       store_addr = host + ":" + std::to_string(store->port());
       std::string where;
       for (const HostSlots& h : opts_.hosts) where += (where.empty() ? "" : ", ") + h.host + ":" + std::to_string(h.slots);
       say(std::to_string(opts_.nprocs) + " ranks on " + where + " (host-major); store at " + store_addr);
+    }
+    // torchrun's variables for the workers: rank 0 hosts torch's store on its host.
+    TorchJob torch;
+    const std::string rank0_host = placement[0].remote() ? placement[0].host : host;
+    if (std::string why = plan_torch_job(placement, opts_.nprocs, rank0_host, store->port(), env, torch); !why.empty()) {
+      say(why);
+      return 2;
     }
 
     // Orphaned descendants of the ranks become our children, not init's, so
@@ -192,7 +200,7 @@ class Launcher {
       ranks_[i].rank = i;
       const bool server = i >= opts_.nprocs;
       const Placement& at = placement[size_t(i)];
-      const std::vector<std::string> job = job_variables(i, world, at, store_addr, opts_.servers);
+      const std::vector<std::string> job = job_variables(i, world, at, store_addr, opts_.servers, torch);
       const std::optional<cpu_set_t> cpus =
           opts_.bind == "auto" && !at.remote() ? cpu_share(launcher_cpus, at.local_rank, at.local_size) : std::nullopt;
       int rc = at.remote()

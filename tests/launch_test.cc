@@ -159,6 +159,88 @@ TEST_F(LaunchTest, SetsRankEnvironmentAndPrefixesEachLine) {
   EXPECT_THAT(r.out, HasSubstr("[2] store 127.0.0.1:" + std::to_string(port) + "\n")) << "one store for all ranks";
 }
 
+// Every worker also gets torchrun's variables, so torch.distributed's env://
+// works unchanged: rank 0's TCPStore at MASTER_ADDR:MASTER_PORT, a free port
+// other than tandem's store's; stale values in the launcher's environment
+// are replaced, not duplicated.
+TEST_F(LaunchTest, SetsTorchrunsVariablesForEveryWorker) {
+  ::setenv("RANK", "7", 1);
+  ::setenv("GROUP_RANK", "3", 1);
+  RunResult r = run_tandem({"launch", "-n", "2", "--", "sh", "-c",
+                            "echo torch $RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $GROUP_RANK "
+                            "$MASTER_ADDR $MASTER_PORT $TANDEM_STORE_ADDR; env | grep -c -e '^RANK=' -e '^GROUP_RANK='"});
+  ::unsetenv("RANK");
+  ::unsetenv("GROUP_RANK");
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(\[0\] torch 0 0 2 2 0 127\.0\.0\.1 (\d+) 127\.0\.0\.1:(\d+)\n)")))
+      << describe(r);
+  const std::string master_port = m[1], store_port = m[2];
+  EXPECT_NE(master_port, store_port) << "torch's store and tandem's need ports of their own";
+  EXPECT_GT(std::stoi(master_port), 0);
+  EXPECT_LT(std::stoi(master_port), 65536);
+  EXPECT_THAT(r.out, HasSubstr("[1] torch 1 1 2 2 0 127.0.0.1 " + master_port + " 127.0.0.1:" + store_port + "\n"))
+      << describe(r);
+  EXPECT_THAT(r.out, HasSubstr("[0] 2\n")) << "one RANK and one GROUP_RANK each\n" << describe(r);
+  EXPECT_THAT(r.out, HasSubstr("[1] 2\n")) << describe(r);
+}
+
+// MASTER_ADDR and MASTER_PORT the user exported are kept; across hosts the
+// rest follow the placement (GROUP_RANK: the host's index, LOCAL_WORLD_SIZE:
+// its workers); parameter servers get none of them.
+TEST_F(LaunchTest, TorchrunsVariablesFollowThePlacementAndTheUser) {
+  const std::string show = "echo torch ${REMOTE_HOST:-here} ${RANK-none} ${LOCAL_RANK-none} ${WORLD_SIZE-none} "
+                           "${LOCAL_WORLD_SIZE-none} ${GROUP_RANK-none} ${MASTER_ADDR-none}:${MASTER_PORT-none}";
+  RunResult r = run_tandem({"launch", "-H", "alpha:2,beta:1", "--rsh", "env REMOTE_HOST={host} sh -c", "--store-addr",
+                            "127.0.0.1", "--", "sh", "-c", show});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(\[0\] torch alpha 0 0 3 2 0 alpha:(\d+)\n)"))) << describe(r);
+  EXPECT_THAT(r.out, HasSubstr("[1] torch alpha 1 1 3 2 0 alpha:" + m[1].str() + "\n")) << describe(r);
+  EXPECT_THAT(r.out, HasSubstr("[2] torch beta 2 0 3 1 1 alpha:" + m[1].str() + "\n")) << describe(r);
+
+  ::setenv("MASTER_ADDR", "localhost", 1);
+  ::setenv("MASTER_PORT", "29999", 1);
+  r = run_tandem({"launch", "-n", "2", "--servers", "1", "--timeout", "2", "--", "sh", "-c", show});
+  ::unsetenv("MASTER_ADDR");
+  ::unsetenv("MASTER_PORT");
+  // The workers only print; the server waits for them in vain until --timeout.
+  EXPECT_THAT(r.out, HasSubstr("[0] torch here 0 0 2 2 0 localhost:29999\n")) << describe(r);
+  EXPECT_THAT(r.out, HasSubstr("[1] torch here 1 1 2 2 0 localhost:29999\n")) << describe(r);
+  EXPECT_THAT(r.out, Not(HasSubstr("[2] torch"))) << "the server runs `tandem ps serve`\n" << describe(r);
+}
+
+// An exported MASTER_PORT that is the store's own port on rank 0's host is a usage error.
+TEST_F(LaunchTest, MasterPortOnTheStoresPortIsAUsageError) {
+  const std::string port = std::to_string(20000 + ::getpid() % 20000);
+  ::setenv("MASTER_PORT", port.c_str(), 1);
+  RunResult r = run_tandem({"launch", "-H", "localhost:1,beta:1", "--rsh", "sh -c", "--store-addr",
+                            "127.0.0.1:" + port, "--", "true"});
+  ::unsetenv("MASTER_PORT");
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_THAT(r.err, HasSubstr("MASTER_PORT=" + port + " is the port of tandem's store")) << describe(r);
+}
+
+// torch.distributed's default env:// rendezvous under tandem launch, unchanged
+// (gloo; the "tandem" backend is checked in c_api_test).
+TEST_F(LaunchTest, TorchInitProcessGroupFromTheEnvironment) {
+  if (std::system("/usr/bin/python3 -c 'import torch.distributed' >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "/usr/bin/python3 cannot import torch.distributed (python3-torch)";
+  const std::string script =
+      "import torch, torch.distributed as dist\n"
+      "dist.init_process_group('gloo')\n"
+      "t = torch.ones(1) * (dist.get_rank() + 1)\n"
+      "dist.all_reduce(t)\n"
+      "print('gloo', dist.get_rank(), dist.get_world_size(), int(t.item()), flush=True)\n"
+      "dist.destroy_process_group()\n";
+  RunOptions limit;
+  limit.limit_seconds = 60;
+  RunResult r = run_tandem({"launch", "-n", "2", "--timeout", "50", "--", "/usr/bin/python3", "-c", script}, limit);
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_THAT(r.out, HasSubstr("[0] gloo 0 2 3\n")) << describe(r);
+  EXPECT_THAT(r.out, HasSubstr("[1] gloo 1 2 3\n")) << describe(r);
+}
+
 // --bind auto (the default): ranks on this host get disjoint, equal shares of
 // the launcher's CPUs while there are enough; otherwise, or with --bind none,
 // every rank keeps all of them.

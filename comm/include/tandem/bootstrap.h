@@ -1,17 +1,28 @@
 // Reading who-am-I from the environment, once, into CommOptions.
 //
-// Order: TANDEM_RANK / TANDEM_WORLD_SIZE / TANDEM_LOCAL_RANK /
-// TANDEM_LOCAL_WORLD_SIZE / TANDEM_STORE_ADDR (set by `tandem launch`), else
-// Open MPI (OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE), else Slurm
-// (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE).
-// Under Open MPI or Slurm without TANDEM_STORE_ADDR, rank 0 hosts the store on
-// 127.0.0.1 at a port derived from the job id when the whole job is on one
-// node; multi-node jobs must set TANDEM_STORE_ADDR (or MASTER_ADDR/MASTER_PORT).
+// Order (the first launcher whose variables are present is read; the others
+// are ignored): TANDEM_RANK / TANDEM_WORLD_SIZE / TANDEM_LOCAL_RANK /
+// TANDEM_LOCAL_WORLD_SIZE / TANDEM_STORE_ADDR (set by `tandem launch`, which
+// also sets torchrun's variables for torch), else torchrun (RANK, WORLD_SIZE,
+// LOCAL_RANK, LOCAL_WORLD_SIZE), else Open MPI (OMPI_COMM_WORLD_RANK, _SIZE,
+// _LOCAL_RANK, _LOCAL_SIZE), else MPICH's Hydra (PMI_RANK, PMI_SIZE,
+// MPI_LOCALRANKID, MPI_LOCALNRANKS; read as Slurm when they equal SLURM_PROCID
+// and SLURM_NTASKS, as srun --mpi=pmi2 sets them), else Slurm (SLURM_PROCID,
+// SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE).
+// Outside `tandem launch`, rank 0 hosts the store: at TANDEM_STORE_ADDR, else
+// at MASTER_ADDR on MASTER_PORT + 1 (MASTER_PORT is torch's TCPStore), else
+// (a job of one node under Open MPI, Hydra with PMI_JOBID, or Slurm) on
+// 127.0.0.1 at a port derived from the job id, else (multi-node Slurm) on the
+// first node of SLURM_STEP_NODELIST (else SLURM_JOB_NODELIST) at
+// slurm_store_port(). Other jobs must set TANDEM_STORE_ADDR or MASTER_ADDR
+// and MASTER_PORT; the errors say so. docs/running.md has the whole table.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "tandem/communicator.h"
 
@@ -49,7 +60,20 @@ void check_store_privacy(const CommOptions& options);
 // disagree, or for a syntax error (tandem/netif.h).
 std::string network_interface_from_env(const EnvLookup& env = process_env());
 
-// Which launcher the options came from: "tandem", "openmpi", "slurm".
+// Which launcher the options came from: "tandem", "torchrun", "openmpi",
+// "pmi" (MPICH's Hydra), "slurm", or "none".
 std::string detect_launcher(const EnvLookup& env = process_env());
+
+// Slurm's host list syntax, expanded in order: "node[01-04,07],gpu3" is
+// node01 node02 node03 node04 node07 gpu3 (numbers as wide as the range's
+// first; several brackets in one name multiply). Throws InvalidArgument
+// naming the list for unbalanced or nested brackets, an empty name or range,
+// a range that runs backwards, or more than 2^20 hosts.
+std::vector<std::string> expand_slurm_hostlist(const std::string& list);
+
+// The port of the store rank 0 hosts under srun without an address:
+// 20000 + 4 * (SLURM_JOB_ID mod 10000) + SLURM_STEP_ID mod 4, in 20000..59999,
+// so 10,000 consecutive jobs and 4 concurrent steps of one job never share it.
+uint16_t slurm_store_port(uint64_t job_id, uint64_t step_id);
 
 }  // namespace tandem

@@ -5,7 +5,9 @@
 // The launcher hosts a StoreServer (on 127.0.0.1 when every rank is local;
 // on every address, behind the job secret, when some are not), starts every rank in its own
 // process group with TANDEM_RANK / TANDEM_WORLD_SIZE / TANDEM_LOCAL_RANK /
-// TANDEM_LOCAL_WORLD_SIZE / TANDEM_STORE_ADDR set, and relays each rank's
+// TANDEM_LOCAL_WORLD_SIZE / TANDEM_STORE_ADDR set (and, for the workers,
+// torchrun's RANK / WORLD_SIZE / LOCAL_RANK / LOCAL_WORLD_SIZE / GROUP_RANK /
+// MASTER_ADDR / MASTER_PORT, for torch.distributed's env://), and relays each rank's
 // stdout and stderr line by line with a "[rank] " prefix. The first rank to
 // fail (non-zero exit or signal) is recorded in the store so the others fail
 // fast; after a grace period the rest are terminated, then killed.
