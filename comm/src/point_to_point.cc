@@ -94,7 +94,8 @@ bool Communicator::Impl::sweep_posted() {
       fail_posted(std::current_exception());
       return true;
     }
-    if (call.task.p2p.size() == 1 && call.task.p2p[0].peer >= 0) call.task.state->source = call.task.p2p[0].peer;
+    const P2POp& first = call.task.p2p[0];
+    if (call.task.p2p.size() == 1 && first.kind == P2POp::recv && first.peer >= 0) call.task.state->source = first.peer;
     call.task.state->finish(nullptr);
     it = posted.erase(it);
     finished = true;

@@ -259,7 +259,7 @@ class Request {
   void wait();
   // As wait(), but throws Timeout if not finished by `deadline` (the collective keeps running).
   void wait(Deadline deadline);
-  // A finished receive from any source: the rank it came from (else -1).
+  // A finished receive (recv or recv_async; a group's receive from any source): the rank it came from, else -1.
   int source() const;
 
   struct State;
