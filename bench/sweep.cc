@@ -3,10 +3,12 @@
 // reported is the slowest rank's mean per operation (a collective is only done
 // when every rank is). busbw = algbw * factor, with nccl-tests' factors.
 //
-// Sizes mean what nccl-tests prints: the bytes of the whole buffer. For
-// reduce_scatter and allgather that is nranks blocks of `count` elements (the
-// count column is per rank); for allreduce and broadcast it is count elements.
-// barrier moves no data: it is timed once, whatever the sizes.
+// Sizes mean what nccl-tests prints: the bytes of a rank's largest buffer.
+// For reduce_scatter, allgather, alltoall, gather and scatter that is nranks
+// blocks of `count` elements (the count column is per rank; gather and scatter:
+// the root's buffer); for allreduce, broadcast, reduce and sendrecv it is count
+// elements. barrier moves no data: it is timed once, whatever the sizes. What
+// differs between the collectives is one table (sweep_case.cc).
 //
 // --compress fp16|bf16 (all-reduce, f32, sum or avg) runs every all-reduce
 // through compression::CompressedAllreduce. Sizes, algbw and busbw still count
@@ -42,6 +44,7 @@
 #include "tandem/bench/check.h"
 #include "tandem/bench/plot.h"
 #include "tandem/tandem.h"
+#include "sweep_case.h"
 
 namespace tandem::bench {
 namespace {
@@ -65,38 +68,11 @@ struct Result {
   double traffic = 0;
 };
 
-enum class Kind { allreduce, reduce_scatter, allgather, broadcast, barrier };
-
-Kind kind_of(const std::string& collective) {
-  if (collective == "allreduce") return Kind::allreduce;
-  if (collective == "reduce_scatter") return Kind::reduce_scatter;
-  if (collective == "allgather") return Kind::allgather;
-  if (collective == "broadcast") return Kind::broadcast;
-  if (collective == "barrier") return Kind::barrier;
-  throw InvalidArgument("tandem bench: unknown collective '" + collective +
-                        "'; available: allreduce, reduce_scatter, allgather, broadcast, barrier");
-}
-
-double bus_factor(Kind kind, int n) {
-  switch (kind) {
-    case Kind::allreduce: return 2.0 * (n - 1) / n;
-    case Kind::reduce_scatter:
-    case Kind::allgather: return double(n - 1) / n;
-    case Kind::broadcast: return 1.0;
-    case Kind::barrier: return 0.0;  // moves no data
-  }
-  return 1.0;
-}
-
-bool reduces(Kind kind) { return kind == Kind::allreduce || kind == Kind::reduce_scatter; }
-
-// Elements of the size column per element of `count` (nccl-tests: the whole buffer).
-int blocks(Kind kind, int n) { return kind == Kind::reduce_scatter || kind == Kind::allgather ? n : 1; }
-
 std::string op_name(const SweepOptions& o) {
-  return reduces(kind_of(o.collective)) ? std::string(to_string(o.op)) : "none";
+  return spec_of(o.collective).reduces ? std::string(to_string(o.op)) : "none";
 }
-int root_of(const SweepOptions& o) { return kind_of(o.collective) == Kind::broadcast ? o.root : -1; }
+int root_of(const SweepOptions& o) { return spec_of(o.collective).rooted() ? o.root : -1; }
+bool is_barrier(const SweepOptions& o) { return !spec_of(o.collective).moves_data(); }
 
 // Sizes rounded down to whole units of `unit` bytes (an element, or one per rank).
 std::vector<size_t> sizes_of(const SweepOptions& o, size_t unit) {
@@ -112,125 +88,8 @@ std::vector<size_t> sizes_of(const SweepOptions& o, size_t unit) {
 
 bool compressing(const SweepOptions& o) { return o.compress != compression::Codec::none; }
 
-// --compress inputs: gradient-like values in [-1, 1] of mixed magnitudes.
-float gradient_value(int rank, size_t i) {
-  const uint32_t h = static_cast<uint32_t>((rank + 1) * 2654435761u) ^ static_cast<uint32_t>(i * 40503u + 7);
-  const float magnitude[] = {1.0f, 0.1f, 1e-3f, 1e-5f};
-  return float(int(h % 20001) - 10000) / 10000.0f * magnitude[(h >> 16) % 4];
-}
-
-// One size and placement of one collective: where its buffers are, how to
-// fill them, the call itself and its data check.
-class Case {
- public:
-  Case(Communicator& comm, const SweepOptions& o, size_t count, bool inplace, char* in, char* out,
-       compression::CompressedAllreduce* compressed)
-      : comm_(comm), o_(o), kind_(kind_of(o.collective)), n_(comm.size()), r_(comm.rank()), count_(count),
-        block_(count * dtype_size(o.dtype)), in_(in), out_(out), compressed_(compressed), op_(o.op) {
-    switch (kind_) {
-      case Kind::allreduce:
-      case Kind::barrier:
-        src_ = in_;
-        dst_ = inplace ? in_ : out_;
-        break;
-      case Kind::reduce_scatter:  // in-place: our block of the input is the output
-        src_ = in_;
-        dst_ = inplace ? in_ + r_ * block_ : out_;
-        break;
-      case Kind::allgather:  // in-place: our block of the output is the input
-        src_ = inplace ? out_ + r_ * block_ : in_;
-        dst_ = out_;
-        break;
-      case Kind::broadcast:
-        src_ = inplace ? out_ : in_;
-        dst_ = out_;
-        break;
-    }
-  }
-
-  // Inputs with a closed-form result; the output is poisoned first so stale
-  // results from an earlier run cannot pass the check.
-  void fill_for_check() {
-    std::memset(out_, 0xab, blocks(kind_, n_) * block_);
-    fill();
-  }
-
-  void fill() {
-    const DataType t = o_.dtype;
-    if (compressed_) {
-      for (size_t i = 0; i < count_; ++i) reinterpret_cast<float*>(in_)[i] = gradient_value(r_, i);
-      return;
-    }
-    switch (kind_) {
-      case Kind::allreduce:
-        for (size_t i = 0; i < count_; ++i) store_element(t, in_, i, input_value(o_.op, t, r_, i));
-        break;
-      case Kind::reduce_scatter:  // element g of the all-reduce pattern
-        for (size_t g = 0; g < n_ * count_; ++g) store_element(t, in_, g, input_value(o_.op, t, r_, g));
-        break;
-      case Kind::allgather:
-        for (size_t i = 0; i < count_; ++i) store_element(t, src_, i, moved_value(r_, i));
-        break;
-      case Kind::broadcast:
-        if (r_ != o_.root) break;
-        for (size_t i = 0; i < count_; ++i) store_element(t, src_, i, moved_value(r_, i));
-        break;
-      case Kind::barrier: break;
-    }
-  }
-
-  void run() {
-    if (compressed_) {
-      if (src_ != dst_) std::memcpy(dst_, src_, block_);
-      compressed_->allreduce(reinterpret_cast<float*>(dst_), count_, op_);
-      return;
-    }
-    switch (kind_) {
-      case Kind::allreduce: comm_.allreduce(src_, dst_, count_, o_.dtype, o_.op); break;
-      case Kind::reduce_scatter: comm_.reduce_scatter(src_, dst_, count_, o_.dtype, o_.op); break;
-      case Kind::allgather: comm_.allgather(src_, dst_, count_, o_.dtype); break;
-      case Kind::broadcast: comm_.broadcast(src_, dst_, count_, o_.dtype, o_.root); break;
-      case Kind::barrier: comm_.barrier(); break;
-    }
-  }
-
-  // The all-reduce op of run() (--compress timing may swap sum for avg).
-  void use_op(ReduceOp op) { op_ = op; }
-  size_t count() const { return count_; }
-  const float* input_f32() const { return reinterpret_cast<const float*>(src_); }
-  const float* output_f32() const { return reinterpret_cast<const float*>(dst_); }
-
-  // Wrong elements on this rank.
-  long wrong() const {
-    const DataType t = o_.dtype;
-    switch (kind_) {
-      case Kind::allreduce: return count_wrong(o_.op, t, n_, dst_, count_);
-      case Kind::reduce_scatter: return count_wrong(o_.op, t, n_, dst_, count_, r_ * count_);
-      case Kind::allgather: {
-        long wrong = 0;
-        for (int b = 0; b < n_; ++b) wrong += count_wrong_moved(t, b, dst_ + b * block_, count_);
-        return wrong;
-      }
-      case Kind::broadcast: return count_wrong_moved(t, o_.root, dst_, count_);
-      case Kind::barrier: return 0;
-    }
-    return 0;
-  }
-
- private:
-  Communicator& comm_;
-  const SweepOptions& o_;
-  const Kind kind_;
-  const int n_, r_;
-  const size_t count_;  // elements per rank, as passed to the call
-  const size_t block_;  // count_ in bytes
-  char* const in_;
-  char* const out_;
-  char* src_ = nullptr;
-  char* dst_ = nullptr;
-  compression::CompressedAllreduce* const compressed_;  // --compress, else null
-  ReduceOp op_;
-};
+// A placement the collective has no form for (sendrecv in place): not run, N/A in the table, no CSV or JSON row.
+bool measured(const Result& r) { return r.time_us >= 0; }
 
 // The checked run under --compress: the same inputs through a plain f32
 // all-reduce give the reference, and sum |x| over ranks the error bound.
@@ -262,14 +121,18 @@ void check_compressed(Communicator& comm, const SweepOptions& o, compression::Co
 
 Result measure(Communicator& comm, const SweepOptions& o, size_t bytes, bool inplace, char* in, char* out,
                compression::CompressedAllreduce* compressed = nullptr) {
-  const Kind kind = kind_of(o.collective);
-  const size_t count = bytes / dtype_size(o.dtype) / blocks(kind, comm.size());
-  Case c(comm, o, count, inplace, in, out, compressed);
+  const Spec& spec = spec_of(o.collective);
+  const size_t count = bytes / dtype_size(o.dtype) / spec.size_blocks(comm.size());
   Result r;
   r.bytes = bytes;
   r.count = count;
   r.inplace = inplace;
-  if (o.check && kind != Kind::barrier) {
+  if (inplace && !spec.in_place) {
+    r.time_us = -1;
+    return r;
+  }
+  Case c(comm, o, count, inplace, in, out, compressed);
+  if (o.check && spec.moves_data()) {
     c.fill_for_check();
     if (compressed) {
       check_compressed(comm, o, *compressed, c, r);
@@ -293,12 +156,12 @@ Result measure(Communicator& comm, const SweepOptions& o, size_t bytes, bool inp
     r.fallbacks = compressed->stats().fallbacks - before.fallbacks;
   }
   r.algbw = r.time_us > 0 ? double(bytes) / r.time_us / 1e3 : 0;
-  r.busbw = r.algbw * bus_factor(kind, comm.size());
+  r.busbw = r.algbw * bus_factor(spec.bus, comm.size());
   return r;
 }
 
 void print_table_header(const SweepOptions& o, Communicator& comm, const std::string& algorithm) {
-  const bool barrier = kind_of(o.collective) == Kind::barrier;
+  const bool barrier = is_barrier(o);
   if (barrier) {
     printf("# tandem bench barrier: %d ranks, %d iterations, %d warm-up\n", comm.size(), o.iters, o.warmup);
   } else {
@@ -338,6 +201,17 @@ std::string error_text(double e) {
 
 std::string wrong_text(long w) { return w < 0 ? "N/A" : std::to_string(w); }
 
+// The table's time, algbw, busbw and #wrong of one placement.
+std::string placement_columns(const Result& r) {
+  char buf[64];
+  if (!measured(r)) {
+    std::snprintf(buf, sizeof buf, " %10s %8s %8s %6s", "N/A", "N/A", "N/A", "N/A");
+  } else {
+    std::snprintf(buf, sizeof buf, " %10.2f %8.2f %8.2f %6s", r.time_us, r.algbw, r.busbw, wrong_text(r.wrong).c_str());
+  }
+  return buf;
+}
+
 void print_csv(const SweepOptions& o, const Result& r) {
   printf("%s,%zu,%zu,%s,%s,%d,%d,%.3f,%.4f,%.4f,%ld", o.collective.c_str(), r.bytes, r.count,
          std::string(to_string(o.dtype)).c_str(), op_name(o).c_str(), root_of(o), r.inplace ? 1 : 0, r.time_us,
@@ -347,27 +221,6 @@ void print_csv(const SweepOptions& o, const Result& r) {
            r.max_error, r.mean_error, static_cast<unsigned long long>(r.fallbacks));
   }
   printf("\n");
-}
-
-void print_row(const SweepOptions& o, const Result& oop, const Result& ip) {
-  if (o.format == Format::table) {
-    char traffic[32] = "-";  // in place: the collective's own traffic, without the out-of-place copy
-    if (ip.traffic > 0) std::snprintf(traffic, sizeof traffic, "%.2f", ip.traffic);
-    printf("%12zu %12zu %6s %6s %6d %10.2f %8.2f %8.2f %6s %10.2f %8.2f %8.2f %6s %8s", oop.bytes, oop.count,
-           std::string(to_string(o.dtype)).c_str(), op_name(o).c_str(), root_of(o), oop.time_us, oop.algbw,
-           oop.busbw, wrong_text(oop.wrong).c_str(), ip.time_us, ip.algbw, ip.busbw, wrong_text(ip.wrong).c_str(),
-           traffic);
-    // Both placements reduce the same inputs to the same bits: one error and wire figure per row.
-    if (compressing(o)) {
-      printf(" %12.0f %9s %9s %6llu", ip.wire_bytes, error_text(ip.max_error).c_str(), error_text(ip.mean_error).c_str(),
-             static_cast<unsigned long long>(oop.fallbacks + ip.fallbacks));
-    }
-    printf("\n");
-  } else if (o.format == Format::csv) {
-    print_csv(o, oop);
-    print_csv(o, ip);
-  }
-  fflush(stdout);
 }
 
 void print_json(const SweepOptions& o, int nranks, const Result& r) {
@@ -400,6 +253,32 @@ void print_json(const SweepOptions& o, int nranks, const Result& r) {
   fflush(stdout);
 }
 
+// One size: a table row, or a CSV or JSON row per placement measured.
+void print_row(const SweepOptions& o, int nranks, const Result& oop, const Result& ip) {
+  if (o.format == Format::table) {
+    // In place: the collective's own traffic, without the out-of-place copy (else out of place's).
+    // "-" below what %.2f shows: the timing's barrier and 8-byte all-reduce alone count a few bytes.
+    const Result& own = measured(ip) ? ip : oop;
+    char traffic[32] = "-";
+    if (own.traffic >= 0.005) std::snprintf(traffic, sizeof traffic, "%.2f", own.traffic);
+    printf("%12zu %12zu %6s %6s %6d%s%s %8s", oop.bytes, oop.count, std::string(to_string(o.dtype)).c_str(),
+           op_name(o).c_str(), root_of(o), placement_columns(oop).c_str(), placement_columns(ip).c_str(), traffic);
+    // Both placements reduce the same inputs to the same bits: one error and wire figure per row.
+    if (compressing(o)) {
+      printf(" %12.0f %9s %9s %6llu", ip.wire_bytes, error_text(ip.max_error).c_str(), error_text(ip.mean_error).c_str(),
+             static_cast<unsigned long long>(oop.fallbacks + ip.fallbacks));
+    }
+    printf("\n");
+  } else {
+    for (const Result* r : {&oop, &ip}) {
+      if (!measured(*r)) continue;
+      if (o.format == Format::csv) print_csv(o, *r);
+      else print_json(o, nranks, *r);
+    }
+  }
+  fflush(stdout);
+}
+
 void run_gnuplot(const SweepOptions& o, const std::string& data, const std::string& body) {
   bench::run_gnuplot(o.plot, data, body);
 }
@@ -409,7 +288,7 @@ void plot(const SweepOptions& o, int nranks, const std::vector<Result>& results)
   const std::string data = o.plot + ".dat";
   std::ostringstream title;
   title << "set title 'tandem " << o.collective << ", " << nranks << " ranks";
-  if (kind_of(o.collective) == Kind::barrier) {
+  if (is_barrier(o)) {
     std::ofstream(data) << nranks << ' ' << (results.empty() ? 0.0 : results[0].time_us) << '\n';
     title << "'\n";
     run_gnuplot(o, data,
@@ -423,20 +302,23 @@ void plot(const SweepOptions& o, int nranks, const std::vector<Result>& results)
     // Two data blocks (gnuplot "index" 0 and 1): out-of-place, then in-place.
     for (bool inplace : {false, true}) {
       for (const auto& r : results) {
-        if (r.inplace == inplace) f << r.bytes << ' ' << r.busbw << '\n';
+        if (r.inplace == inplace && measured(r)) f << r.bytes << ' ' << r.busbw << '\n';
       }
       f << "\n\n";
     }
   }
   title << ", " << to_string(o.dtype);
-  if (reduces(kind_of(o.collective))) title << " " << to_string(o.op);
-  if (kind_of(o.collective) == Kind::broadcast) title << ", root " << o.root;
+  if (spec_of(o.collective).reduces) title << " " << to_string(o.op);
+  if (spec_of(o.collective).rooted()) title << ", root " << o.root;
   title << "'\n";
+  std::string lines = "plot '" + data + "' index 0 using 1:2 with linespoints title 'out-of-place'";
+  if (spec_of(o.collective).in_place) {
+    lines += ", \\\n     '" + data + "' index 1 using 1:2 with linespoints title 'in-place'";
+  }
   run_gnuplot(o, data,
               "set logscale x 2\nset format x '%.0b %BB'\nset xlabel 'message size'\n"
               "set ylabel 'bus bandwidth (GB/s)'\nset key left top\n" +
-                  title.str() + "plot '" + data + "' index 0 using 1:2 with linespoints title 'out-of-place', \\\n" +
-                  "     '" + data + "' index 1 using 1:2 with linespoints title 'in-place'\n");
+                  title.str() + lines + "\n");
 }
 
 // barrier: one timed row, whatever the sizes.
@@ -466,12 +348,12 @@ double time_per_op_us(Communicator& comm, const std::function<void()>& op, int i
 }
 
 int run_sweep(const SweepOptions& o) {
-  const Kind kind = kind_of(o.collective);
+  const Spec& spec = spec_of(o.collective);
   if (o.min_bytes > o.max_bytes) throw InvalidArgument("tandem bench: -b must not exceed -e");
   if (o.increment == 0 && o.factor <= 1.0) throw InvalidArgument("tandem bench: -f must be > 1 (or use -i)");
   if (o.iters < 1 || o.warmup < 0) throw InvalidArgument("tandem bench: -n must be >= 1 and -w >= 0");
 
-  if (compressing(o) && (kind != Kind::allreduce || o.dtype != DataType::f32 ||
+  if (compressing(o) && (spec.collective != Collective::allreduce || o.dtype != DataType::f32 ||
                          (o.op != ReduceOp::sum && o.op != ReduceOp::avg))) {
     throw InvalidArgument("tandem bench: --compress works on allreduce of f32 with op sum or avg");
   }
@@ -479,7 +361,10 @@ int run_sweep(const SweepOptions& o) {
   ring::RingOptions ring_options = ring::options_from_env();
   if (!o.algorithm.empty()) ring_options.allreduce = ring::parse_allreduce_algorithm(o.algorithm);
   auto comm = ring::connect(comm_options, ring_options);
-  if (kind == Kind::broadcast && (o.root < 0 || o.root >= comm->size())) {
+  if (spec.collective == Collective::send_recv && comm->size() < 2) {
+    throw InvalidArgument("tandem bench sendrecv: needs 2 or more ranks (rank r sends to r+1, receives from r-1)");
+  }
+  if (spec.rooted() && (o.root < 0 || o.root >= comm->size())) {
     throw InvalidArgument("tandem bench: -r " + std::to_string(o.root) + " is not a rank of this " +
                           std::to_string(comm->size()) + "-rank job");
   }
@@ -492,7 +377,7 @@ int run_sweep(const SweepOptions& o) {
   }
 
   std::vector<Result> results;
-  if (kind == Kind::barrier) {
+  if (!spec.moves_data()) {
     run_barrier(*comm, o, results);
     if (printer && !o.plot.empty()) plot(o, comm->size(), results);
     return 0;
@@ -500,26 +385,22 @@ int run_sweep(const SweepOptions& o) {
   long total_wrong = 0;
   double busbw_sum = 0;
   int rows = 0;
-  // Sizes are whole buffers: whole elements, and for reduce_scatter and allgather whole blocks per rank.
+  // Sizes are whole buffers: whole elements, and whole blocks per rank where the buffer holds one per rank.
   Buffers buffers(*comm, o.max_bytes + esize, o.registered);
   std::optional<compression::CompressedAllreduce> compressed;
   if (compressing(o)) compressed.emplace(*comm, compression::CompressionOptions{o.compress});
   compression::CompressedAllreduce* codec = compressed ? &*compressed : nullptr;
-  for (size_t bytes : sizes_of(o, esize * blocks(kind, comm->size()))) {
+  for (size_t bytes : sizes_of(o, esize * spec.size_blocks(comm->size()))) {
     Result oop = measure(*comm, o, bytes, false, buffers.in, buffers.out, codec);
     Result ip = measure(*comm, o, bytes, true, buffers.in, buffers.out, codec);
-    total_wrong += std::max(0L, oop.wrong) + std::max(0L, ip.wrong);
-    busbw_sum += oop.busbw + ip.busbw;
-    rows += 2;
-    results.push_back(oop);
-    results.push_back(ip);
-    if (!printer) continue;
-    if (o.format == Format::json) {
-      print_json(o, comm->size(), oop);
-      print_json(o, comm->size(), ip);
-    } else {
-      print_row(o, oop, ip);
+    for (const Result& r : {oop, ip}) {
+      if (!measured(r)) continue;
+      total_wrong += std::max(0L, r.wrong);
+      busbw_sum += r.busbw;
+      ++rows;
+      results.push_back(r);
     }
+    if (printer) print_row(o, comm->size(), oop, ip);
   }
   if (printer && o.format == Format::table) {
     printf("# Out of bounds values : %ld %s\n", total_wrong, total_wrong ? "FAILED" : "OK");

@@ -1,6 +1,6 @@
 // The `tandem` executable: parses flags and calls the libraries.
 //   tandem launch -n N [--timeout S] [--grace S] [--] cmd args...
-//   tandem bench <collective> [nccl-tests flags]
+//   tandem bench <collective> [nccl-tests flags]   (allreduce ... alltoall, gather, scatter, sendrecv)
 //   tandem bench overlap [--model M] [--modes ...]
 //   tandem bench ps [...]            (parameter server next to all-reduce; cli/ps.cc)
 //   tandem ps serve                  (a parameter-server rank; cli/ps.cc)
@@ -74,10 +74,6 @@ struct BenchFlags {
   std::string dtype = "float", op = "sum", format = "table", plot, compress = "none", algorithm;
 };
 
-const tandem::Collective kCollectives[] = {tandem::Collective::allreduce, tandem::Collective::reduce_scatter,
-                                           tandem::Collective::allgather, tandem::Collective::broadcast,
-                                           tandem::Collective::barrier};
-
 tandem::bench::SweepOptions to_sweep_options(const BenchFlags& f) {
   tandem::bench::SweepOptions o;
   o.collective = f.collective;
@@ -140,9 +136,11 @@ tandem::bench::SweepOptions to_sweep_options(const BenchFlags& f) {
 
 CLI::App* add_bench(CLI::App& app, BenchFlags& f) {
   auto* b = app.add_subcommand("bench", "Sweep one collective over message sizes (nccl-tests flags); run it under `tandem launch`");
-  std::vector<std::string> names;
-  for (tandem::Collective c : kCollectives) names.push_back(tandem::to_string(c));
-  b->add_option("collective", f.collective, "Collective: " + join_names(kCollectives) + " (or the overlap subcommand)")
+  // The bench's own table: nccl-tests' tests, sendrecv spelt as nccl-tests does.
+  const std::vector<std::string> names = tandem::bench::sweep_collectives();
+  std::string listed;
+  for (const auto& n : names) listed += (listed.empty() ? "" : ", ") + n;
+  b->add_option("collective", f.collective, "Collective: " + listed + " (or the overlap subcommand)")
       ->check(CLI::IsMember(names));
   b->add_option("-b,--minbytes", f.min_bytes, "Smallest message, bytes with K/M/G suffix")->capture_default_str();
   b->add_option("-e,--maxbytes", f.max_bytes, "Largest message")->capture_default_str();
@@ -153,7 +151,7 @@ CLI::App* add_bench(CLI::App& app, BenchFlags& f) {
   b->add_option("-c,--check", f.check, "Check results: 0 off, 1 on")->capture_default_str();
   b->add_option("-d,--datatype", f.dtype, "Element type: " + join_names(tandem::kAllDataTypes))->capture_default_str();
   b->add_option("-o,--op", f.op, "Reduction: " + join_names(tandem::kAllReduceOps))->capture_default_str();
-  b->add_option("-r,--root", f.root, "Root rank (broadcast, reduce)")->capture_default_str();
+  b->add_option("-r,--root", f.root, "Root rank (broadcast, reduce, gather, scatter)")->capture_default_str();
   b->add_option("-R,--registered", f.registered,
                 "Buffers: 0 heap memory, 1 Communicator::allocate_shared memory (registered; ranks on one host "
                 "then reduce straight from each other's buffers)")

@@ -64,38 +64,48 @@ TEST(Bench, JsonRowsUnderTandemLaunch) {
   }
 }
 
-// The other collectives: nccl-tests' sizes (the whole buffer), busbw factors
-// and a clean data check, one run each.
+// One collective's sweep over 1K, 32K and 1M: nccl-tests' sizes (bytes =
+// count * element size * blocks), busbw factor, root column, a clean data
+// check, and a row per placement (sendrecv has no in-place form: one row per size).
+struct Expect {
+  const char* collective;
+  double factor;
+  size_t blocks;
+  int root;  // the root column: -1 where the collective has none
+  bool in_place;
+  const char* flags;
+};
+
+void expect_collective(const Expect& e, int n) {
+  SCOPED_TRACE(e.collective);
+  Output o = run(bin() + " launch -n " + std::to_string(n) + " -- " + bin() + " bench " + e.collective +
+                 " -b 1K -e 1M -f 32 -n 3 -w 1 -c 1 --format json " + e.flags);
+  ASSERT_EQ(o.status, 0) << o.text;
+  auto rows = json_rows(o.text);
+  ASSERT_EQ(rows.size(), e.in_place ? 6u : 3u) << o.text;
+  for (const auto& r : rows) {
+    EXPECT_EQ(r["collective"], e.collective);
+    EXPECT_EQ(r["nranks"], n);
+    EXPECT_EQ(r["wrong"], 0) << r.dump();
+    EXPECT_EQ(r["checked"], true) << r.dump();
+    if (!e.in_place) EXPECT_EQ(r["inplace"], false) << r.dump();
+    const size_t esize = r["dtype"] == "i64" || r["dtype"] == "f64" ? 8 : r["dtype"] == "f32" ? 4 : 2;
+    EXPECT_EQ(r["bytes"].get<size_t>(), r["count"].get<size_t>() * esize * e.blocks) << r.dump();
+    EXPECT_EQ(r["root"], e.root) << r.dump();
+    const double algbw = r["bytes"].get<double>() / r["time_us"].get<double>() / 1e3;
+    EXPECT_NEAR(r["algbw_gbps"].get<double>(), algbw, 1e-6 + algbw * 1e-6);
+    EXPECT_NEAR(r["busbw_gbps"].get<double>(), algbw * e.factor, 1e-6 + algbw * 1e-6);
+  }
+}
+
+// The other collectives, one run each.
 TEST(Bench, EveryCollectiveUnderTandemLaunch) {
   if (bin().empty()) GTEST_SKIP() << "TANDEM_BIN is not set (run under ctest)";
   const int n = 3;
-  struct Expect {
-    const char* collective;
-    double factor;
-    size_t blocks;  // bytes = count * element size * blocks
-    const char* flags;
-  };
-  for (const Expect& e : {Expect{"reduce_scatter", double(n - 1) / n, n, "-o max -d bf16"},
-                          Expect{"allgather", double(n - 1) / n, n, "-d i64"},
-                          Expect{"broadcast", 1.0, 1, "-r 2 -d f16"}}) {
-    SCOPED_TRACE(e.collective);
-    Output o = run(bin() + " launch -n " + std::to_string(n) + " -- " + bin() + " bench " + e.collective +
-                   " -b 1K -e 1M -f 32 -n 3 -w 1 -c 1 --format json " + e.flags);
-    ASSERT_EQ(o.status, 0) << o.text;
-    auto rows = json_rows(o.text);
-    ASSERT_EQ(rows.size(), 6u) << o.text;
-    for (const auto& r : rows) {
-      EXPECT_EQ(r["collective"], e.collective);
-      EXPECT_EQ(r["nranks"], n);
-      EXPECT_EQ(r["wrong"], 0) << r.dump();
-      EXPECT_EQ(r["checked"], true) << r.dump();
-      const size_t esize = r["dtype"] == "i64" ? 8 : r["dtype"] == "f32" ? 4 : 2;
-      EXPECT_EQ(r["bytes"].get<size_t>(), r["count"].get<size_t>() * esize * e.blocks) << r.dump();
-      EXPECT_EQ(r["root"], std::string(e.collective) == "broadcast" ? 2 : -1) << r.dump();
-      const double algbw = r["bytes"].get<double>() / r["time_us"].get<double>() / 1e3;
-      EXPECT_NEAR(r["algbw_gbps"].get<double>(), algbw, 1e-6 + algbw * 1e-6);
-      EXPECT_NEAR(r["busbw_gbps"].get<double>(), algbw * e.factor, 1e-6 + algbw * 1e-6);
-    }
+  for (const Expect& e : {Expect{"reduce_scatter", double(n - 1) / n, n, -1, true, "-o max -d bf16"},
+                          Expect{"allgather", double(n - 1) / n, n, -1, true, "-d i64"},
+                          Expect{"broadcast", 1.0, 1, 2, true, "-r 2 -d f16"}}) {
+    expect_collective(e, n);
   }
   Output b = run(bin() + " launch -n " + std::to_string(n) + " -- " + bin() + " bench barrier -n 20 --format json");
   ASSERT_EQ(b.status, 0) << b.text;
@@ -104,6 +114,39 @@ TEST(Bench, EveryCollectiveUnderTandemLaunch) {
   EXPECT_EQ(rows[0]["collective"], "barrier");
   EXPECT_GT(rows[0]["time_us"].get<double>(), 0);
   EXPECT_EQ(rows[0]["bytes"], 0);
+}
+
+// nccl-tests' reduce, alltoall, gather, scatter and sendrecv at 2 ranks, where
+// the factors differ: (n-1)/n = 0.5 for alltoall, gather and scatter, 1 for
+// reduce and sendrecv. Size: alltoall a rank's whole send buffer, gather and
+// scatter the root's buffer (2 blocks); reduce and sendrecv one buffer.
+TEST(Bench, NcclTestsRootedAlltoallAndSendrecv) {
+  if (bin().empty()) GTEST_SKIP() << "TANDEM_BIN is not set (run under ctest)";
+  const int n = 2;
+  for (const Expect& e : {Expect{"reduce", 1.0, 1, 1, true, "-r 1 -o max -d f16"},
+                          Expect{"reduce", 1.0, 1, 0, true, "-o sum"},
+                          Expect{"alltoall", 0.5, n, -1, true, "-d i64"},
+                          Expect{"gather", 0.5, n, 1, true, "-r 1"},
+                          Expect{"scatter", 0.5, n, 1, true, "-r 1 -d bf16"},
+                          Expect{"sendrecv", 1.0, 1, -1, false, "-d f64"}}) {
+    expect_collective(e, n);
+  }
+  // The anchor scripts' call (shared/anchors/run_tandem.sh): one size, rows of exactly that many bytes.
+  Output a =
+      run(bin() + " launch -n 2 -- " + bin() + " bench alltoall -b 4096 -e 4096 -n 5 -w 5 -c 1 -d f32 --format json");
+  ASSERT_EQ(a.status, 0) << a.text;
+  for (const auto& r : json_rows(a.text)) EXPECT_EQ(r["bytes"], 4096) << r.dump();
+  // The table: sendrecv's in-place columns say N/A; the check still passes.
+  Output t = run(bin() + " launch -n 2 -- " + bin() + " bench sendrecv -b 4K -e 64K -f 16 -n 2 -w 1");
+  ASSERT_EQ(t.status, 0) << t.text;
+  EXPECT_NE(t.text.find("N/A"), std::string::npos) << t.text;
+  EXPECT_NE(t.text.find("# Out of bounds values : 0 OK"), std::string::npos) << t.text;
+  Output one = run(bin() + " launch -n 1 -- " + bin() + " bench sendrecv -b 4K -e 4K");
+  EXPECT_EQ(one.status, 2) << one.text;
+  EXPECT_NE(one.text.find("needs 2 or more ranks"), std::string::npos) << one.text;
+  Output bad = run(bin() + " bench send_recv");
+  EXPECT_EQ(bad.status, 2) << bad.text;
+  EXPECT_NE(bad.text.find("sendrecv"), std::string::npos) << "the error should list the collectives: " << bad.text;
 }
 
 // --compress: the same contract, plus 16-bit wire bytes and the error against

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "tandem/compression/compression.h"
 #include "tandem/types.h"
@@ -39,6 +40,10 @@ struct SweepOptions {
 // One timed measurement: `iters` back-to-back operations after a barrier; the
 // slowest rank's microseconds per operation (every rank returns the same).
 double time_per_op_us(Communicator& comm, const std::function<void()>& op, int iters);
+
+// The collectives `tandem bench` sweeps, as it takes and reports their names
+// (nccl-tests' tests: allreduce, ..., alltoall, gather, scatter, sendrecv).
+std::vector<std::string> sweep_collectives();
 
 // Runs the sweep as one rank of a job (environment from bootstrap.h); rank 0
 // prints. Returns a process exit code: 0, or 1 if any result was wrong.
