@@ -35,13 +35,13 @@ void pairwise_alltoallv(Channel& ch, const AlltoallvArgs& a) {
                           std::to_string(a.send.counts[size_t(r)]) + " elements but expects " +
                           std::to_string(a.recv.counts[size_t(r)]));
   }
-  // In place (or overlapping buffers): send from a copy of the input.
+  // In place (or overlapping buffers): receive into scratch, copy over the
+  // input at the end. (Sending from a staged copy of the input instead ran
+  // 3x slower at 1 MiB, 2 ranks: UCX's rendezvous from scratch memory.)
   const size_t in_bytes = extent(a.send, es), out_bytes = extent(a.recv, es);
-  if (in_bytes > 0 && out_bytes > 0 && in < out + out_bytes && out < in + in_bytes) {
-    auto* staged = static_cast<std::byte*>(ch.scratch_in(a.memory, in_bytes, 0));
-    copy(a.memory, staged, in, in_bytes);
-    in = staged;
-  }
+  std::byte* const final_out = out;
+  const bool staged = in_bytes > 0 && out_bytes > 0 && in < out + out_bytes && out < in + in_bytes;
+  if (staged) out = static_cast<std::byte*>(ch.scratch_in(a.memory, out_bytes, 0));
   copy(a.memory, out + a.recv.displs[size_t(r)] * es, in + a.send.displs[size_t(r)] * es,
        a.send.counts[size_t(r)] * es);
 
@@ -61,6 +61,7 @@ void pairwise_alltoallv(Channel& ch, const AlltoallvArgs& a) {
     ch.wait(rx);
     ch.wait(tx);
   }
+  if (staged) copy(a.memory, final_out, out, out_bytes);
 }
 
 }  // namespace tandem::ring
