@@ -80,7 +80,7 @@ bool Communicator::Impl::sweep_posted() {
         }
       }
       if (!done) {
-        if (++call.sweeps % 16 == 0) check_health(call.task, waiting_on(call));
+        if (++call.sweeps % 128 == 0) check_health(call.task, waiting_on(call));
         ++it;
         continue;
       }
@@ -122,26 +122,38 @@ void Communicator::Impl::fail_posted(std::exception_ptr error) {
 }
 
 void Communicator::Impl::progress_posted() {
-  // Spin while messages move (small ones land within microseconds), then
-  // sleep on the worker's event fd; enqueue() wakes it for new work.
-  const auto spin_until = Clock::now() + kUcxSpin;
-  while (!posted.empty()) {
-    if (sweep_posted()) return;
-    if (Clock::now() < spin_until || Clock::now() - ucx->last_progress() < kUcxBusyWindow) {
-      std::this_thread::yield();
-    } else {
-      engine_sleeping_on_ucx = true;
-      bool work_waiting = false;
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        work_waiting = !queue.empty() || aborted;
-      }
-      if (!work_waiting) ucx->sleep(std::min(until_next_check(posted.front().task), kUcxSleepSlice));
-      engine_sleeping_on_ucx = false;
-      return;
-    }
+  // Spin for kUcxSpin (small messages land within microseconds), then poll
+  // yielding the core while messages stream, then sleep on the worker's
+  // event fd; enqueue() wakes it for new work. Returns when a call finished
+  // or work was queued.
+  const auto work_queued = [&] {
     std::lock_guard<std::mutex> lock(mu);
-    if (!queue.empty()) return;
+    return !queue.empty() || aborted;
+  };
+  Clock::time_point spin_until{};
+  for (unsigned spins = 1; !posted.empty(); ++spins) {
+    if (sweep_posted()) return;
+    if (spins % 16 == 0) {
+      if (work_queued()) return;
+      const auto now = Clock::now();
+      if (spin_until == Clock::time_point{}) {
+        spin_until = now + kUcxSpin;
+      } else if (now >= spin_until) {
+        break;
+      }
+    }
+    if (oversubscribed && spins > kSpinsBeforeYield) std::this_thread::yield();
+  }
+  while (!posted.empty()) {
+    if (sweep_posted() || work_queued()) return;
+    if (Clock::now() - ucx->last_progress() < kUcxBusyWindow) {
+      std::this_thread::yield();
+      continue;
+    }
+    engine_sleeping_on_ucx = true;
+    if (!work_queued()) ucx->sleep(std::min(until_next_check(posted.front().task), kUcxSleepSlice));
+    engine_sleeping_on_ucx = false;
+    return;
   }
 }
 
