@@ -1,7 +1,6 @@
-// TandemWork, c10d's handle of one tandem call, and the threads that
-// complete works: Completer in issue order (collectives), PollingCompleter in
-// whatever order the calls finish (sends and receives, which other ranks may
-// match in any order).
+// TandemWork, c10d's handle of one tandem call, and the Completer threads
+// that complete works: in issue order (collectives) or in whatever order the
+// calls finish (sends and receives).
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Work.hpp>
@@ -45,10 +44,17 @@ class TandemWork : public c10d::Work {
   int source_ = -1;
 };
 
-// Waits for tandem requests in issue order and completes their works.
+// A thread that waits for tandem requests and completes their works. In
+// order (collectives, which finish in issue order anyway): it waits for the
+// oldest. Polling (sends and receives, which other ranks may match in any
+// order: a receive posted first may finish last, and a send behind it must
+// not wait for it, as in MPI and Gloo): it tests every outstanding request
+// with a growing pause (50 us to 1 ms) and sleeps when none is outstanding.
 class Completer {
  public:
-  Completer() : thread_([this] { run(); }) {}
+  enum class Order { issue, completion };
+  explicit Completer(Order order = Order::issue)
+      : thread_([this, order] { order == Order::issue ? run_in_order() : run_polling(); }) {}
   ~Completer() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -75,7 +81,26 @@ class Completer {
     c10::intrusive_ptr<TandemWork> work;
   };
 
-  void run() {
+  // Waits for the item's request (finished, or within its deadline) and completes its work.
+  void finish(Item item) {
+    std::exception_ptr error;
+    try {
+      item.request.wait();
+      item.work->set_source(item.request.source());
+      if (item.after) item.after();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    item.work->complete(error);
+    // Its tensors may own Python objects, whose release takes the GIL. Not
+    // here: at interpreter exit the thread destroying the process group
+    // holds the GIL while it joins this one. The next submit, or this
+    // object's destructor, releases them.
+    std::lock_guard<std::mutex> lock(mutex_);
+    done_.push_back(std::move(item));
+  }
+
+  void run_in_order() {
     for (;;) {
       Item item;
       {
@@ -85,99 +110,41 @@ class Completer {
         item = std::move(queue_.front());
         queue_.pop_front();
       }
-      std::exception_ptr error;
-      try {
-        item.request.wait();  // bounded by the collective's deadline
-        if (item.after) item.after();
-      } catch (...) {
-        error = std::current_exception();
-      }
-      item.work->complete(error);
-      // Its tensors may own Python objects, whose release takes the GIL. Not
-      // here: at interpreter exit the thread destroying the process group
-      // holds the GIL while it joins this one. The next submit, or this
-      // object's destructor, releases them.
-      std::lock_guard<std::mutex> lock(mutex_);
-      done_.push_back(std::move(item));
+      finish(std::move(item));
     }
   }
 
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  std::deque<Item> queue_;
-  std::deque<Item> done_;  // completed, not yet released
-  bool stopping_ = false;
-  std::thread thread_;
-};
-
-// Completes sends and receives as they finish, in any order: a receive
-// posted first may finish last, and a send behind it must not wait for it
-// (MPI's and Gloo's semantics). Polls with a growing pause while calls are
-// outstanding (50 us to 1 ms), and sleeps when none are.
-class PollingCompleter {
- public:
-  PollingCompleter() : thread_([this] { run(); }) {}
-  ~PollingCompleter() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stopping_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-
-  void submit(tandem::Request request, std::function<void()> after, c10::intrusive_ptr<TandemWork> work) {
-    std::deque<Item> done;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      incoming_.push_back(Item{std::move(request), std::move(after), std::move(work)});
-      done.swap(done_);
-    }
-    cv_.notify_one();
-  }  // released here, on a Python thread (see Completer)
-
- private:
-  struct Item {
-    tandem::Request request;
-    std::function<void()> after;
-    c10::intrusive_ptr<TandemWork> work;
-  };
-
-  void run() {
+  void run_polling() {
     std::deque<Item> pending;  // this thread only
     auto pause = std::chrono::microseconds(50);
     for (;;) {
       bool going = false;
       {
         std::unique_lock<std::mutex> lock(mutex_);
-        const auto ready = [&] { return stopping_ || !incoming_.empty(); };
+        const auto ready = [&] { return stopping_ || !queue_.empty(); };
         if (pending.empty()) {
           cv_.wait(lock, ready);
         } else {
           cv_.wait_for(lock, pause, ready);
         }
         going = stopping_;
-        if (going && incoming_.empty() && pending.empty()) return;
-        for (auto& item : incoming_) pending.push_back(std::move(item));
-        incoming_.clear();
+        if (going && queue_.empty() && pending.empty()) return;
+        for (auto& item : queue_) pending.push_back(std::move(item));
+        queue_.clear();
       }
       bool finished = false;
       for (auto it = pending.begin(); it != pending.end();) {
-        std::exception_ptr error;
+        bool ready = going;  // the group is going: wait for each within its deadline
         try {
-          if (!it->request.test() && !going) {
-            ++it;
-            continue;
-          }
-          it->request.wait();  // finished, or the group is going: within the call's deadline
-          it->work->set_source(it->request.source());
-          if (it->after) it->after();
+          ready = ready || it->request.test();
         } catch (...) {
-          error = std::current_exception();
+          ready = true;  // failed: finish() rethrows into the work
         }
-        it->work->complete(error);
-        std::lock_guard<std::mutex> lock(mutex_);
-        done_.push_back(std::move(*it));
+        if (!ready) {
+          ++it;
+          continue;
+        }
+        finish(std::move(*it));
         it = pending.erase(it);
         finished = true;
       }
@@ -187,7 +154,8 @@ class PollingCompleter {
 
   std::mutex mutex_;
   std::condition_variable cv_;
-  std::deque<Item> incoming_, done_;
+  std::deque<Item> queue_;
+  std::deque<Item> done_;  // completed, not yet released
   bool stopping_ = false;
   std::thread thread_;
 };

@@ -33,7 +33,6 @@ namespace {
 namespace py = pybind11;
 using tandem::c10d_backend::C10dStore;
 using tandem::c10d_backend::Completer;
-using tandem::c10d_backend::PollingCompleter;
 using tandem::c10d_backend::TandemWork;
 
 tandem::DataType to_tandem(const at::Tensor& t) {
@@ -396,7 +395,7 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
   // Declared after comm_, so destroyed first: every issued call completes (or
   // fails by its deadline) before the communicator goes.
   std::unique_ptr<Completer> completer_;
-  std::unique_ptr<PollingCompleter> p2p_completer_ = std::make_unique<PollingCompleter>();
+  std::unique_ptr<Completer> p2p_completer_ = std::make_unique<Completer>(Completer::Order::completion);
 };
 
 // The communicator behind a process group, bootstrapped through the group's c10d store.
