@@ -178,10 +178,11 @@ void variable_ring_case(Communicator& comm, Draw& d, DataType t) {
       << "reduce_scatterv " << to_string(t) << " " << to_string(op) << (inplace ? " in place" : "");
 }
 
-int random_calls(const CommOptions& o, bool shared_memory, int rounds) {
+int random_calls(const CommOptions& o, bool shared_memory, int rounds, const char* transport = "") {
   ring::RingOptions ring_options;
   ring_options.shared_memory = shared_memory;
   auto comm = ring::connect(o, ring_options);
+  EXPECT_NE(comm->transport_summary().find(transport), std::string::npos) << comm->transport_summary();
   Draw d{std::mt19937_64(20261126 + comm->size())};
   for (int round = 0; round < rounds && !::testing::Test::HasFailure(); ++round) {
     const DataType t = d.pick(kAllDataTypes);
@@ -202,6 +203,15 @@ TEST_P(RandomCalls, AgainstClosedForm) {
     RankGroup group(GetParam(), [shm](const CommOptions& o) { return random_calls(o, shm, 12); });
     group.expect_success(240s);
   }
+}
+
+// UCX forced onto TCP over loopback: the path between hosts.
+TEST(RandomCallsOverTcp, AgainstClosedForm) {
+  RankGroup group(3, [](const CommOptions& o) {
+    setenv("UCX_TLS", "tcp,self", 1);  // read when the communicator creates its UCX context
+    return random_calls(o, false, 6, "tcp");
+  });
+  group.expect_success(240s);
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, RandomCalls, ::testing::Values(1, 2, 3, 4, 5),
