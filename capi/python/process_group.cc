@@ -315,6 +315,40 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
     return issue(comm_->barrier_async(with_timeout(opts.timeout)), c10d::OpType::BARRIER, {}, nullptr);
   }
 
+  // Gloo's monitored barrier: rank 0 hears from every rank within the
+  // timeout, then releases them; a rank that does not answer is named
+  // ("Rank 2 failed to pass monitoredBarrier in 2000 ms"), every silent one
+  // with wait_all_ranks. Its messages use the one tag torch's never reach.
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override {
+    constexpr uint32_t kTag = INT32_MAX;
+    const tandem::CollectiveOptions o = with_timeout(opts.timeout);
+    const auto timeout = o.timeout.value_or(comm_->options().timeout);
+    uint8_t token = 0;
+    if (getRank() != 0) {
+      comm_->send(&token, 1, tandem::DataType::u8, 0, kTag, o);
+      comm_->recv(&token, 1, tandem::DataType::u8, 0, kTag, o);
+      return;
+    }
+    std::vector<uint8_t> tokens(static_cast<size_t>(getSize()));
+    std::vector<tandem::Request> arrivals;
+    for (int r = 1; r < getSize(); ++r) {
+      arrivals.push_back(comm_->recv_async(&tokens[size_t(r)], 1, tandem::DataType::u8, r, kTag, o));
+    }
+    std::string silent;
+    int count = 0;
+    for (int r = 1; r < getSize(); ++r) {
+      try {
+        arrivals[size_t(r - 1)].wait();
+      } catch (const std::exception&) {
+        silent += (count++ ? ", " : "") + std::to_string(r);
+        if (!wait_all_ranks) break;
+      }
+    }
+    TORCH_CHECK(count == 0, count == 1 ? "Rank " : "Ranks ", silent, " failed to pass monitoredBarrier in ",
+                timeout.count(), " ms");
+    for (int r = 1; r < getSize(); ++r) comm_->send(&token, 1, tandem::DataType::u8, r, kTag, o);
+  }
+
  private:
   // Broadcast and allgather move bytes: any dtype, bool included.
   static size_t bytes_as_count(const at::Tensor& t) { return size_t(t.numel()) * t.element_size(); }

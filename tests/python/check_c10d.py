@@ -169,6 +169,9 @@ if n > 1:
         check(torch.all(w == 3), f"subgroup all_reduce: {w}")
         dist.send(torch.ones(1), dst=1 - rank, group=pair) if rank == 0 else dist.recv(w[:1], src=0, group=pair)
 
+# Gloo's monitored barrier, on the group object (torch's dist.monitored_barrier admits gloo only).
+c10d._get_default_group().monitored_barrier(datetime.timedelta(seconds=30), True)
+
 # What tandem cannot do is named.
 c = torch.full((3,), complex(rank, 1.0))  # torch hands complex tensors over as their real views
 dist.all_reduce(c)
