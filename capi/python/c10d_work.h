@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <stdexcept>
 #include <mutex>
 #include <thread>
 
@@ -88,6 +89,9 @@ class Completer {
       item.request.wait();
       item.work->set_source(item.request.source());
       if (item.after) item.after();
+    } catch (const tandem::Timeout& e) {
+      // The words torch's callers match on a timeout (as in Gloo's "Timed out waiting ...").
+      error = std::make_exception_ptr(std::runtime_error(std::string("tandem: Timed out (") + e.what() + ")"));
     } catch (...) {
       error = std::current_exception();
     }

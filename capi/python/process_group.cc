@@ -92,6 +92,7 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
                                            const c10d::AllreduceOptions& opts) override {
     at::Tensor t = single(tensors, "allreduce");
     TORCH_CHECK(t.scalar_type() != at::kBool, "tandem backend: allreduce of bool tensors is not supported");
+    if (t.is_sparse()) return sparse_allreduce(t, opts);
     at::Tensor data = t.is_contiguous() ? t : t.contiguous();
     auto request = comm_->allreduce_async(data.data_ptr(), data.data_ptr(), size_t(data.numel()), to_tandem(data),
                                           to_tandem(opts.reduceOp), with_timeout(opts.timeout));
@@ -336,6 +337,8 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
     }
     std::string silent;
     int count = 0;
+    // A timeout spent before any rank could answer is rank 0's own (Gloo's text).
+    TORCH_CHECK(timeout.count() > 0, "Rank 0 timed out in monitoredBarrier after 0 ms");
     for (int r = 1; r < getSize(); ++r) {
       try {
         arrivals[size_t(r - 1)].wait();
@@ -350,6 +353,42 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
   }
 
  private:
+  // A sparse (COO) all-reduce, as Gloo's: every rank's indices and values are
+  // gathered and summed by coalescing. Blocking; the work is complete on return.
+  c10::intrusive_ptr<c10d::Work> sparse_allreduce(at::Tensor& t, const c10d::AllreduceOptions& opts) {
+    TORCH_CHECK(opts.reduceOp == c10d::ReduceOp::SUM, "tandem backend: sparse allreduce supports SUM only");
+    const auto o = with_timeout(opts.timeout);
+    const at::Tensor input = t.coalesce();
+    const at::Tensor indices = input._indices().contiguous(), values = input._values().contiguous();
+    const int64_t nnz = input._nnz(), sparse_dim = indices.size(0), per_entry = nnz ? values.numel() / nnz : 0;
+    std::vector<int64_t> all_nnz(static_cast<size_t>(getSize()));
+    comm_->allgather(&nnz, all_nnz.data(), 1, tandem::DataType::i64, o);
+    int64_t width = per_entry;  // elements of one value entry: the same on every rank
+    comm_->allreduce(&width, 1, tandem::DataType::i64, tandem::ReduceOp::max, o);
+    // Indices travel transposed (one row of sparse_dim per entry), values as bytes.
+    tandem::Blocks index_blocks, value_blocks;
+    for (int64_t k : all_nnz) {
+      index_blocks.counts.push_back(size_t(k * sparse_dim));
+      value_blocks.counts.push_back(size_t(k * width) * values.element_size());
+    }
+    const int64_t total = std::accumulate(all_nnz.begin(), all_nnz.end(), int64_t(0));
+    at::Tensor my_indices = indices.t().contiguous();
+    at::Tensor gathered_indices = at::empty({total, sparse_dim}, indices.options());
+    comm_->allgatherv(my_indices.data_ptr(), size_t(nnz * sparse_dim), gathered_indices.data_ptr(), index_blocks,
+                      tandem::DataType::i64, o);
+    std::vector<int64_t> value_shape = values.sizes().vec();
+    value_shape[0] = total;
+    at::Tensor gathered_values = at::empty(value_shape, values.options());
+    comm_->allgatherv(values.data_ptr(), bytes_as_count(values), gathered_values.data_ptr(), value_blocks,
+                      tandem::DataType::u8, o);
+    at::Tensor result =
+        at::sparse_coo_tensor(gathered_indices.t(), gathered_values, input.sizes(), input.options()).coalesce();
+    t.copy_(result);
+    auto work = c10::make_intrusive<TandemWork>(getRank(), c10d::OpType::ALLREDUCE, std::vector<at::Tensor>{result});
+    work->complete(nullptr);
+    return work;
+  }
+
   // Broadcast and allgather move bytes: any dtype, bool included.
   static size_t bytes_as_count(const at::Tensor& t) { return size_t(t.numel()) * t.element_size(); }
   static tandem::DataType byte_type(const at::Tensor&) { return tandem::DataType::u8; }

@@ -169,6 +169,14 @@ if n > 1:
         check(torch.all(w == 3), f"subgroup all_reduce: {w}")
         dist.send(torch.ones(1), dst=1 - rank, group=pair) if rank == 0 else dist.recv(w[:1], src=0, group=pair)
 
+# Sparse (COO) all-reduce, as Gloo's: rank r contributes row r and row 5.
+sp = torch.sparse_coo_tensor(torch.tensor([[rank, 5]]), torch.tensor([[1.0, 2.0], [3.0, 4.0]]), (8, 2))
+dist.all_reduce(sp)
+dense = torch.zeros(8, 2)
+dense[:n] = torch.tensor([1.0, 2.0])
+dense[5] += n * torch.tensor([3.0, 4.0])
+check(torch.equal(sp.to_dense(), dense), f"sparse all_reduce: {sp.to_dense()}")
+
 # Gloo's monitored barrier, on the group object (torch's dist.monitored_barrier admits gloo only).
 c10d._get_default_group().monitored_barrier(datetime.timedelta(seconds=30), True)
 
