@@ -469,7 +469,7 @@ def _markdown(summary):
     for c in summary["configs"]:
         k = c["counts"]
         out.append(f"| {c['backend']} | {c['world_size']} | {k['run']} | {k['passed']} | {k['skipped']} | "
-                   f"{k['failed']} | {k['errors']} | {c['seconds']} s |")
+                   f"{k['failed']} | {k['errors']} | {c['seconds']} s" + (" (baseline)" if "from_baseline" in c else "") + " |")
     for ws, gaps in summary["gaps"].items():
         out += ["", f"## Pass for gloo, not for tandem, at world size {ws}: {len(gaps)}", ""]
         groups = {}
@@ -554,6 +554,7 @@ def main():
     for c in configs:
         c.pop("tests", None)
         c["counts"] = _counts(c["results"])
+    configs.sort(key=lambda c: (c["backend"] != "gloo", c["backend"], c["world_size"]))
     summary = {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "command": " ".join([sys.executable] + sys.argv),
                "torch": torch_version, "python": sys.version.split()[0], "timeout": args.timeout, "jobs": args.jobs,
                "start": args.start, "profiling": args.profiling,
