@@ -341,7 +341,7 @@ class Shard:
         if not self.todo:
             self.done = True
             return
-        temp_dir = tempfile.mkdtemp(prefix=f"torch_suite_{self.cfg['backend']}_")
+        temp_dir = tempfile.mkdtemp(prefix="tmp-", dir=self.args.output)  # the suite's own TEMP_DIRs are per test
         spec = self.base + ".spec.json"
         json.dump({"tests": self.todo, "results": self.results_path, "timeout": self.args.timeout}, open(spec, "w"))
         env = _env(self.cfg["backend"], self.cfg["world_size"], temp_dir, self.args.init_method,
@@ -521,7 +521,7 @@ def main():
         if args.snapshot:
             args.tandem_path = _snapshot(args.tandem_path, os.path.join(args.output, "tandem-snapshot"))
 
-    env = _env("gloo", 2, tempfile.mkdtemp(prefix="torch_suite_list_"), "file", 60, None)
+    env = _env("gloo", 2, tempfile.mkdtemp(prefix="tmp-", dir=args.output), "file", 60, None)
     env["TANDEM_SUITE_ROLE"] = "list"
     listing = subprocess.run(_RUNNER, capture_output=True, text=True, env=env)
     if listing.returncode != 0:
@@ -549,6 +549,10 @@ def main():
                 c["counts"] = _counts(c["results"])
                 c["from_baseline"] = args.baseline
                 configs.append(c)
+    import glob
+    import shutil
+    for temp_dir in glob.glob(os.path.join(args.output, "tmp-*")):
+        shutil.rmtree(temp_dir, ignore_errors=True)
     torch_version = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__)"],
                                    capture_output=True, text=True).stdout.strip()
     for c in configs:
