@@ -327,7 +327,12 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
     uint8_t token = 0;
     if (getRank() != 0) {
       comm_->send(&token, 1, tandem::DataType::u8, 0, kTag, o);
-      comm_->recv(&token, 1, tandem::DataType::u8, 0, kTag, o);
+      try {
+        comm_->recv(&token, 1, tandem::DataType::u8, 0, kTag, o);
+      } catch (const std::exception& e) {
+        TORCH_CHECK(false, "Rank ", getRank(), " successfully reached monitoredBarrier, but received errors while "
+                    "waiting for send/recv from rank 0: ", e.what());
+      }
       return;
     }
     std::vector<uint8_t> tokens(static_cast<size_t>(getSize()));
