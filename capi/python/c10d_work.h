@@ -17,10 +17,35 @@
 
 namespace tandem::c10d_backend {
 
+// The profiler's name of a call ("tandem:all_reduce", as Gloo's "gloo:all_reduce").
+inline const char* profiling_title(c10d::OpType type) {
+  switch (type) {
+    case c10d::OpType::BROADCAST: return "tandem:broadcast";
+    case c10d::OpType::ALLREDUCE: return "tandem:all_reduce";
+    case c10d::OpType::ALLREDUCE_COALESCED: return "tandem:all_reduce";  // Gloo's names for the coalesced calls
+    case c10d::OpType::REDUCE: return "tandem:reduce";
+    case c10d::OpType::ALLGATHER: return "tandem:all_gather";
+    case c10d::OpType::_ALLGATHER_BASE: return "tandem:_allgather_base";
+    case c10d::OpType::ALLGATHER_COALESCED: return "tandem:all_gather";
+    case c10d::OpType::GATHER: return "tandem:gather";
+    case c10d::OpType::SCATTER: return "tandem:scatter";
+    case c10d::OpType::REDUCE_SCATTER: return "tandem:reduce_scatter";
+    case c10d::OpType::_REDUCE_SCATTER_BASE: return "tandem:_reduce_scatter_base";
+    case c10d::OpType::ALLTOALL_BASE: return "tandem:all_to_all";
+    case c10d::OpType::ALLTOALL: return "tandem:all_to_all";
+    case c10d::OpType::SEND: return "tandem:send";
+    case c10d::OpType::RECV: return "tandem:recv";
+    case c10d::OpType::RECVANYSOURCE: return "tandem:recvAnySource";
+    case c10d::OpType::BARRIER: return "tandem:barrier";
+    default: return "tandem:unknown";
+  }
+}
+
 class TandemWork : public c10d::Work {
  public:
-  TandemWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs)
-      : c10d::Work(rank, type), outputs_(std::move(outputs)),
+  TandemWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
+             const c10::optional<std::vector<at::Tensor>>& inputs = c10::nullopt)
+      : c10d::Work(rank, type, profiling_title(type), inputs), outputs_(std::move(outputs)),
         future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
 
   std::vector<at::Tensor> result() override { return outputs_; }

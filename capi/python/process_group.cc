@@ -143,7 +143,7 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
     auto after = [list, flat, n = in.numel()]() mutable {
       for (size_t r = 0; r < list.size(); ++r) list[r].view({-1}).copy_(flat.narrow(0, int64_t(r) * n, n));
     };
-    return issue(std::move(request), c10d::OpType::ALLGATHER, list, after);
+    return issue(std::move(request), c10d::OpType::ALLGATHER, list, after, inputs);
   }
 
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
@@ -215,7 +215,7 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
     auto after = [output_lists, flat, gathered, per_rank = flat.numel()]() mutable {
       for (size_t r = 0; r < output_lists.size(); ++r) unflatten_bytes(gathered.narrow(0, int64_t(r) * per_rank, per_rank), output_lists[r]);
     };
-    return issue(std::move(request), c10d::OpType::ALLGATHER_COALESCED, outputs, after);
+    return issue(std::move(request), c10d::OpType::ALLGATHER_COALESCED, outputs, after, inputs);
   }
 
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
@@ -240,7 +240,7 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
     auto after = [list, flat, in, n = in.numel()]() mutable {
       for (size_t r = 0; r < list.size(); ++r) list[r].view({-1}).copy_(flat.narrow(0, int64_t(r) * n, n));
     };
-    return issue(std::move(request), c10d::OpType::GATHER, list, after);
+    return issue(std::move(request), c10d::OpType::GATHER, list, after, inputs);
   }
 
   c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
@@ -457,14 +457,16 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
 
   c10::intrusive_ptr<c10d::Work> issue_p2p(tandem::Request request, c10d::OpType type, std::vector<at::Tensor> outputs,
                                            std::function<void()> after) {
-    auto work = c10::make_intrusive<TandemWork>(getRank(), type, std::move(outputs));
+    auto work = c10::make_intrusive<TandemWork>(getRank(), type, outputs, outputs);
     p2p_completer_->submit(std::move(request), std::move(after), work);
     return work;
   }
 
+  // `inputs`: what the profiler records as the call's shapes (default: the outputs).
   c10::intrusive_ptr<c10d::Work> issue(tandem::Request request, c10d::OpType type, std::vector<at::Tensor> outputs,
-                                       std::function<void()> after) {
-    auto work = c10::make_intrusive<TandemWork>(getRank(), type, std::move(outputs));
+                                       std::function<void()> after,
+                                       c10::optional<std::vector<at::Tensor>> inputs = c10::nullopt) {
+    auto work = c10::make_intrusive<TandemWork>(getRank(), type, outputs, inputs ? inputs : outputs);
     completer_->submit(std::move(request), std::move(after), work);
     return work;
   }
