@@ -42,8 +42,13 @@ void pairwise_alltoallv(Channel& ch, const AlltoallvArgs& a) {
   std::byte* const final_out = out;
   const bool staged = in_bytes > 0 && out_bytes > 0 && in < out + out_bytes && out < in + in_bytes;
   if (staged) out = static_cast<std::byte*>(ch.scratch_in(a.memory, out_bytes, 0));
-  copy(a.memory, out + a.recv.displs[size_t(r)] * es, in + a.send.displs[size_t(r)] * es,
-       a.send.counts[size_t(r)] * es);
+  // This rank's own block is copied once the first steps are posted, while the peers move theirs.
+  bool own_copied = false;
+  const auto copy_own = [&] {
+    copy(a.memory, out + a.recv.displs[size_t(r)] * es, in + a.send.displs[size_t(r)] * es,
+         a.send.counts[size_t(r)] * es);
+    own_copied = true;
+  };
 
   std::deque<std::pair<Pending, Pending>> steps;
   for (int s = 1; s < n; ++s) {
@@ -51,12 +56,14 @@ void pairwise_alltoallv(Channel& ch, const AlltoallvArgs& a) {
     Pending rx = ch.recv(from, Tag(s), out + a.recv.displs[size_t(from)] * es, a.recv.counts[size_t(from)] * es);
     Pending tx = ch.send(to, Tag(s), in + a.send.displs[size_t(to)] * es, a.send.counts[size_t(to)] * es);
     steps.emplace_back(std::move(rx), std::move(tx));
+    if (!own_copied && (s == n - 1 || steps.size() == kStepsInFlight)) copy_own();
     if (steps.size() == kStepsInFlight) {
       ch.wait(steps.front().first);
       ch.wait(steps.front().second);
       steps.pop_front();
     }
   }
+  if (!own_copied) copy_own();  // one rank: no steps
   for (auto& [rx, tx] : steps) {
     ch.wait(rx);
     ch.wait(tx);
