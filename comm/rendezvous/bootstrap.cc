@@ -209,15 +209,28 @@ std::string loopback_store(bool single_node, const std::optional<std::string>& j
   return "127.0.0.1:" + std::to_string(port_from_job_id(*job_id));
 }
 
+// The four rank variables of a launcher that sets them together.
+struct RankVariables {
+  const char* rank;
+  const char* size;
+  const char* local_rank;
+  const char* local_size;
+};
+
+CommOptions read_ranks(const EnvLookup& env, const RankVariables& v, const std::string& fix) {
+  CommOptions o;
+  o.rank = require_int(env, v.rank, fix);
+  o.size = require_int(env, v.size, fix);
+  read_local(env, o, v.local_rank, v.local_size, fix);
+  validate_ranks(o, v.rank, v.size, v.local_rank, v.local_size);
+  return o;
+}
+
 // torchrun, and whatever follows torch's env:// convention (Kubeflow's
 // PyTorchJob, variables set by hand): MASTER_ADDR and MASTER_PORT place the store.
 CommOptions from_torchrun(const EnvLookup& env) {
-  CommOptions o;
-  const std::string fix = "torchrun sets RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE together";
-  o.rank = require_int(env, "RANK", fix);
-  o.size = require_int(env, "WORLD_SIZE", fix);
-  read_local(env, o, "LOCAL_RANK", "LOCAL_WORLD_SIZE", fix);
-  validate_ranks(o, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE");
+  CommOptions o = read_ranks(env, {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
+                             "torchrun sets RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE together");
   choose_store(env, o, [&]() -> std::string {
     throw InvalidArgument("tandem: RANK and WORLD_SIZE=" + std::to_string(o.size) +
                           " are set (torchrun's variables) but MASTER_ADDR and MASTER_PORT are not; set both "
@@ -227,13 +240,10 @@ CommOptions from_torchrun(const EnvLookup& env) {
 }
 
 CommOptions from_openmpi(const EnvLookup& env) {
-  CommOptions o;
-  const std::string fix = "this variable comes from mpirun; do not override it";
-  o.rank = require_int(env, "OMPI_COMM_WORLD_RANK", fix);
-  o.size = require_int(env, "OMPI_COMM_WORLD_SIZE", fix);
-  read_local(env, o, "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", fix);
-  validate_ranks(o, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-                 "OMPI_COMM_WORLD_LOCAL_SIZE");
+  CommOptions o = read_ranks(env,
+                             {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                              "OMPI_COMM_WORLD_LOCAL_SIZE"},
+                             "this variable comes from mpirun; do not override it");
   std::optional<std::string> job_id;
   for (const char* var : {"OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE", "OMPI_MCA_orte_hnp_uri"}) {
     if ((job_id = env(var))) break;
@@ -249,12 +259,8 @@ CommOptions from_openmpi(const EnvLookup& env) {
 // PMI_SIZE, MPI_LOCALRANKID and MPI_LOCALNRANKS but no job id: a one-node job
 // derives its store port from PMI_JOBID only where a process manager sets it.
 CommOptions from_pmi(const EnvLookup& env) {
-  CommOptions o;
-  const std::string fix = "this variable comes from mpiexec; do not override it";
-  o.rank = require_int(env, "PMI_RANK", fix);
-  o.size = require_int(env, "PMI_SIZE", fix);
-  read_local(env, o, "MPI_LOCALRANKID", "MPI_LOCALNRANKS", fix);
-  validate_ranks(o, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS");
+  CommOptions o = read_ranks(env, {"PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
+                             "this variable comes from mpiexec; do not override it");
   const auto job_id = env("PMI_JOBID");
   choose_store(env, o, [&] {
     return loopback_store(o.local_size == o.size, job_id ? std::optional("pmi:" + *job_id) : std::nullopt,
