@@ -29,8 +29,8 @@ constexpr int kWireProtocol = 3;
 struct Description {
   Collective collective{};
   size_t count = 0;
-  std::optional<DataType> dtype;
-  std::optional<ReduceOp> op;
+  std::optional<DataType> dtype{};
+  std::optional<ReduceOp> op{};
   int root = -1;  // rooted collectives only; send/recv: the peer
   uint32_t tag = 0;  // send/recv only
 

@@ -76,7 +76,7 @@ struct Task {
   std::chrono::milliseconds timeout;  // this call's, for messages
   Deadline deadline;
   Description what;
-  std::vector<P2POp> p2p;  // send/recv: the messages to post
+  std::vector<P2POp> p2p{};  // send/recv: the messages to post
 };
 
 // A point-to-point call, posted and completing in the background: each sweep
