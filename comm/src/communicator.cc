@@ -32,7 +32,10 @@ Task Communicator::Impl::make_task(std::function<void(Channel&)> body, const Col
 
 std::shared_ptr<Request::State> Communicator::Impl::enqueue(std::function<void(Channel&)> body,
                                                             const CollectiveOptions& o, const Description& what) {
-  Task task = make_task(std::move(body), o, what);
+  return enqueue(make_task(std::move(body), o, what));
+}
+
+std::shared_ptr<Request::State> Communicator::Impl::enqueue(Task task) {
   auto state = task.state;
   {
     std::lock_guard<std::mutex> lock(mu);

@@ -181,6 +181,8 @@ struct Communicator::Impl {
   void* scratch_buffer(size_t bytes, int slot, MemoryType memory);
   std::shared_ptr<Request::State> enqueue(std::function<void(Channel&)> body, const CollectiveOptions& o,
                                           const Description& what);
+  // Queues a task for the engine (waking it if it sleeps on UCX); its request's state.
+  std::shared_ptr<Request::State> enqueue(Task task);
   // point_to_point.cc: posts a send/recv task's messages; polls what is posted.
   void post(Task task);
   // One pass over the posted calls; true if one finished.

@@ -197,16 +197,8 @@ Task Communicator::Impl::p2p_task(const std::vector<P2POp>& ops, const Collectiv
 
 Request Communicator::group_async(const std::vector<P2POp>& ops, const CollectiveOptions& opts) {
   Task task = impl_->p2p_task(ops, opts);
-  auto state = task.state;
-  if (ops.empty()) return Request(state);
-  {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    impl_->check_open_locked();
-    impl_->queue.push_back(std::move(task));
-  }
-  impl_->cv.notify_one();
-  if (impl_->engine_sleeping_on_ucx) impl_->ucx->wake();
-  return Request(state);
+  if (ops.empty()) return Request(task.state);
+  return Request(impl_->enqueue(std::move(task)));
 }
 
 // A blocking call on an idle communicator posts and progresses on the
