@@ -19,7 +19,8 @@ MetricsWriter::MetricsWriter(const std::string& path, int64_t keep_upto_batch) {
     for (std::string l; std::getline(in, l);) {
       auto j = json::parse(l, nullptr, false);
       if (j.is_discarded()) continue;  // a line cut by the crash
-      if (j.value("batch", int64_t{0}) <= keep_upto_batch) kept.push_back(l);
+      // Every attempt's start line stays: the summary counts restarts and the time they lost.
+      if (j.value("batch", int64_t{0}) <= keep_upto_batch || j.value("kind", "") == "start") kept.push_back(l);
     }
   }
   f_ = std::fopen(path.c_str(), "w");
@@ -54,7 +55,8 @@ void MetricsWriter::train(const TrainRecord& r) { line(to_json(r).dump()); }
 
 void MetricsWriter::validation(const ValidationRecord& r) {
   line(json{{"kind", "validation"}, {"batch", r.batch}, {"time", r.time}, {"loss", r.loss}, {"accuracy", r.accuracy},
-            {"records", r.records}}
+            {"records", r.records}, {"seconds", r.seconds}, {"forward_seconds", r.forward_seconds},
+            {"images_per_s", r.seconds > 0 ? static_cast<double>(r.records) / r.seconds : 0.0}}
            .dump());
 }
 
@@ -131,19 +133,24 @@ TrialSummary read_metrics(const std::string& path) {
       s.train.push_back(r);
     } else if (kind == "validation") {
       s.validation.push_back({j.value("batch", int64_t{0}), j.value("time", 0.0), j.value("loss", 0.0),
-                              j.value("accuracy", 0.0), j.value("records", int64_t{0})});
+                              j.value("accuracy", 0.0), j.value("records", int64_t{0}), j.value("seconds", 0.0),
+                              j.value("forward_seconds", 0.0)});
     } else if (kind == "stall") {
       ++s.stalls;
     } else if (kind == "start") {
       s.slots = j.value("slots", 0);
       s.global_batch = j.value("global_batch", int64_t{0});
-      if (j.value("resumed_from", int64_t{-1}) >= 0) ++s.restarts;
+      if (j.value("attempt", 0) > 0) {
+        ++s.restarts;
+        s.lost_time += std::max(0.0, j.value("time", 0.0) - j.value("resumed_time", 0.0));
+      }
       s.compression = j.value("gradient_compression", std::string("none"));
     } else if (kind == "end") {
       s.wall_time = j.value("time", 0.0);
       s.gradient_bytes = j.value("gradient_bytes", uint64_t{0});
       s.wire_bytes = j.value("wire_bytes", uint64_t{0});
       s.compression_fallbacks = j.value("compression_fallbacks", uint64_t{0});
+      s.checkpoint_wait = j.value("checkpoint_seconds", 0.0);
     }
   }
   return s;
@@ -203,8 +210,17 @@ std::string summary_table(const TrialSummary& s, double target) {
   std::snprintf(buf, sizeof buf, "time to %.1f%% validation accuracy", 100 * target);
   const std::string label = buf;
   row(label.c_str(), t >= 0 ? num("%.1f s", t) : std::string("not reached"));
+  if (!s.validation.empty()) {
+    double pass = 0, forward = 0, records = 0;
+    for (const auto& v : s.validation) pass += v.seconds, forward += v.forward_seconds, records += double(v.records);
+    const double n = double(s.validation.size());
+    row("validation (mean of passes)", num("%.2f s", pass / n) + " a pass (forward " + num("%.2f s", forward / n) +
+                                           "), " + num("%.0f images/s", pass > 0 ? records / pass : 0) + ", " +
+                                           std::to_string(s.validation.size()) + " passes");
+  }
+  if (s.checkpoint_wait > 0) row("training waited for checkpoints", num("%.2f s", s.checkpoint_wait));
   row("stalls", std::to_string(s.stalls));
-  row("restarts", std::to_string(s.restarts));
+  row("restarts", std::to_string(s.restarts) + (s.restarts ? ", " + num("%.1f s", s.lost_time) + " lost to failures" : ""));
   return o.str();
 }
 

@@ -1,6 +1,5 @@
 // One slot of a trial: a rank under the launcher training the model on its
-// shard (the only translation unit of tandem that includes LibTorch besides
-// the model's).
+// shard (trial.h has the loop).
 #pragma once
 
 #include "worker_options.h"

@@ -1,0 +1,448 @@
+#include "trial.h"
+
+#include <signal.h>
+#include <sys/resource.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <sstream>
+
+#include "tandem/compression/compression.h"
+#include "tandem/fusion/gradient_sync.h"
+
+namespace tandem::trainer {
+namespace {
+
+using fusion::Metric;
+const Deadline kFar = Clock::now() + std::chrono::hours(24 * 365);
+
+// Marks a parameter's gradient ready once AccumulateGrad has added into it.
+struct ReadyHook : torch::autograd::FunctionPostHook {
+  ReadyHook(Exchange& e, size_t param) : exchange(e), param(param) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list&) override {
+    exchange.mark_ready(param, 0);
+    return outputs;
+  }
+  Exchange& exchange;
+  size_t param;
+};
+
+// torch::optim::SGD's step for rows [begin, begin + rows) of one parameter,
+// in its arithmetic and on its state (so checkpoints and results are the same
+// as optimizer.step()). A momentum buffer first made for a part of the
+// parameter starts at zero: with no dampening, the same first step as SGD's
+// copy of the gradient.
+void sgd_update(torch::optim::SGD& optimizer, const torch::Tensor& p, int64_t begin, int64_t rows) {
+  torch::NoGradGuard no_grad;
+  const auto& o = static_cast<const torch::optim::SGDOptions&>(optimizer.param_groups().at(0).options());
+  const bool whole = rows == p.size(0);
+  auto param = p.data().narrow(0, begin, rows);
+  auto d_p = p.grad().data().narrow(0, begin, rows);
+  if (o.weight_decay() != 0) d_p = d_p.add(param, o.weight_decay());
+  if (o.momentum() != 0) {
+    const std::string key = c10::guts::to_string(p.unsafeGetTensorImpl());
+    auto& state = optimizer.state();
+    const auto found = state.find(key);
+    const bool fresh = found == state.end();
+    torch::Tensor buf;  // the whole parameter's
+    if (fresh && whole) {
+      buf = torch::clone(d_p).detach();
+    } else {
+      if (fresh && o.dampening() != 0) throw std::logic_error("row-block SGD updates need dampening 0");
+      buf = fresh ? torch::zeros_like(p.data())
+                  : static_cast<torch::optim::SGDParamState&>(*found->second).momentum_buffer();
+      buf.narrow(0, begin, rows).mul_(o.momentum()).add_(d_p, 1 - o.dampening());
+    }
+    if (fresh) {
+      auto entry = std::make_unique<torch::optim::SGDParamState>();
+      entry->momentum_buffer(buf);
+      state[key] = std::move(entry);
+    }
+    buf = buf.narrow(0, begin, rows);
+    d_p = o.nesterov() ? d_p.add(buf, o.momentum()) : buf;
+  }
+  param.add_(d_p, -1 * o.lr());
+}
+
+std::string save_to_string(const std::function<void(torch::serialize::OutputArchive&)>& fill) {
+  torch::serialize::OutputArchive archive;
+  fill(archive);
+  std::ostringstream out;
+  archive.save_to(out);
+  return out.str();
+}
+
+torch::serialize::InputArchive archive_from(const std::string& blob) {
+  std::istringstream in(blob);
+  torch::serialize::InputArchive archive;
+  archive.load_from(in);
+  return archive;
+}
+
+// A batch of records as a normalised [N, 1, 28, 28] float tensor and [N] labels.
+std::pair<torch::Tensor, torch::Tensor> make_batch(const Dataset& d, const int64_t* idx, int64_t n) {
+  auto x = torch::empty({n, 1, d.rows, d.cols}, torch::kFloat32);
+  auto y = torch::empty({n}, torch::kInt64);
+  float* xp = x.data_ptr<float>();
+  int64_t* yp = y.data_ptr<int64_t>();
+  const int64_t px = d.pixels();
+  for (int64_t i = 0; i < n; ++i) {
+    const uint8_t* src = d.images.data() + idx[i] * px;
+    for (int64_t p = 0; p < px; ++p) xp[i * px + p] = (static_cast<float>(src[p]) / 255.0f - 0.2860f) / 0.3530f;
+    yp[i] = d.labels[static_cast<size_t>(idx[i])];
+  }
+  return {x, y};
+}
+
+// The trial clock's origin from the first start line of a resumed trial's metrics.
+std::optional<std::chrono::system_clock::time_point> clock_origin(const std::string& metrics_path) {
+  std::ifstream in(metrics_path);
+  std::string first;
+  if (!std::getline(in, first)) return std::nullopt;
+  const auto j = nlohmann::json::parse(first, nullptr, false);
+  if (j.is_discarded() || j.value("kind", "") != "start" || !j.contains("origin")) return std::nullopt;
+  const auto since_epoch = std::chrono::duration<double>(j.at("origin").get<double>());
+  return std::chrono::system_clock::time_point(std::chrono::duration_cast<std::chrono::system_clock::duration>(since_epoch));
+}
+
+}  // namespace
+
+Trial::Trial(const WorkerOptions& options, ExperimentConfig config, std::unique_ptr<Communicator> comm)
+    : wo_(options), cfg_(std::move(config)), comm_(std::move(comm)) {
+  rank_ = comm_->rank(), world_ = comm_->size();
+  if (world_ != cfg_.slots_per_trial)
+    throw std::runtime_error("started with " + std::to_string(world_) + " ranks for " +
+                             std::to_string(cfg_.slots_per_trial) + " slots");
+  chief_ = rank_ == 0;
+  k_ = cfg_.optimizations.aggregation_frequency;
+  load_data();
+
+  // The same initial parameters everywhere (seeded, then the chief's broadcast).
+  torch::manual_seed(cfg_.seed);
+  model_ = make_model(cfg_.model, cfg_.mlp_hidden, cfg_.dropout, cfg_.layer_slices);
+  for (const auto& p : model_.module->named_parameters()) params_.push_back(p.value()), names_.push_back(p.key());
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : params_) comm_->broadcast(p.data_ptr<float>(), static_cast<size_t>(p.numel()), DataType::f32, 0);
+  }
+  optimizer_ = std::make_unique<torch::optim::SGD>(
+      params_, torch::optim::SGDOptions(cfg_.learning_rate).momentum(cfg_.momentum).weight_decay(cfg_.weight_decay));
+}
+
+Trial::~Trial() = default;
+
+void Trial::load_data() {
+  if (cfg_.data == "synthetic") {
+    train_ = synthetic_dataset(cfg_.records_per_epoch > 0 ? cfg_.records_per_epoch : 60000, cfg_.seed, true);
+    test_ = synthetic_dataset(10000, cfg_.seed, false);
+  } else {
+    train_ = load_fashion_mnist(cfg_.data_path, true);
+    test_ = load_fashion_mnist(cfg_.data_path, false);
+  }
+  const int64_t records_per_epoch =
+      cfg_.records_per_epoch > 0 ? std::min(cfg_.records_per_epoch, train_.size) : train_.size;
+  per_slot_ = cfg_.per_slot_batch();
+  plan_.emplace(records_per_epoch, cfg_.effective_global_batch(), per_slot_, cfg_.seed);
+  total_ = wo_.max_batches > 0 ? wo_.max_batches : cfg_.to_batches(cfg_.max_length, records_per_epoch);
+  auto round_up = [&](int64_t b) { return b <= 0 ? int64_t{0} : (b + k_ - 1) / k_ * k_; };
+  total_ = round_up(total_);  // whole optimizer steps
+  validate_every_ =
+      cfg_.min_validation_period.set() ? round_up(cfg_.to_batches(cfg_.min_validation_period, records_per_epoch)) : 0;
+  checkpoint_every_ = cfg_.min_checkpoint_period.set()
+                          ? round_up(cfg_.to_batches(cfg_.min_checkpoint_period, records_per_epoch))
+                          : validate_every_;
+}
+
+void Trial::resume() {
+  if (!wo_.resume || wo_.checkpoint_dir.empty()) return;
+  auto found = latest_checkpoint(wo_.checkpoint_dir, &warnings_);
+  if (chief_)
+    for (const auto& w : warnings_) std::fprintf(stderr, "warning: %s\n", w.c_str());
+  if (!found) return;
+  auto meta = nlohmann::json::parse(found->blobs.at("meta"));
+  start_ = meta.at("batch").get<int64_t>();
+  resumed_time_ = meta.at("time").get<double>();
+  auto ma = archive_from(found->blobs.at("model"));
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    torch::Tensor t;
+    ma.read(names_[i], t);
+    params_[i].copy_(t);
+  }
+  auto oa = archive_from(found->blobs.at("optimizer"));
+  optimizer_->load(oa);
+  if (chief_) std::fprintf(stderr, "resuming from %s (batch %lld)\n", found->path.c_str(), static_cast<long long>(start_));
+}
+
+double Trial::now() const { return std::chrono::duration<double>(std::chrono::system_clock::now() - *origin_).count(); }
+
+void Trial::build_exchange() {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const auto sunk = model_.sunk_parts.find(params_[i].unsafeGetTensorImpl());
+    parts_.push_back({names_[i], sunk != model_.sunk_parts.end() ? sunk->second
+                                                                 : std::vector<size_t>{size_t(params_[i].numel())}});
+    const size_t row = size_t(params_[i].numel() / params_[i].size(0));
+    row_begin_.push_back({0});
+    for (size_t c : parts_.back().counts) row_begin_.back().push_back(row_begin_.back().back() + int64_t(c / row));
+  }
+  const auto& opt = cfg_.optimizations;
+  metric_slots_ = 2 + world_;
+  const compression::Codec codec = *compression::parse_codec(opt.gradient_compression);  // checked by the config
+  if (codec != compression::Codec::none)
+    compressor_ = std::make_unique<compression::CompressedAllreduce>(
+        *comm_, compression::CompressionOptions{codec, opt.gradient_predivide_factor, opt.error_feedback});
+  if (wo_.overlap) {
+    fusion::GradientSyncOptions so;
+    so.fusion.fusion_threshold_bytes = static_cast<size_t>(opt.tensor_fusion_threshold_mb) << 20;
+    so.aggregation_frequency = k_;
+    so.average_aggregated_gradients = opt.average_aggregated_gradients;
+    so.cycle_time = std::chrono::milliseconds(opt.tensor_fusion_cycle_time_ms);
+    if (wo_.deferred_updates) so.input_layers_ahead_bytes = wo_.input_layers_ahead_bytes;
+    so.metric_slots = metric_slots_;
+    so.compression = compressor_.get();
+    so.autotune.enabled = opt.auto_tune_tensor_fusion;
+    if (chief_ && opt.auto_tune_tensor_fusion) so.autotune.log_path = wo_.output_dir + "/autotune.jsonl";
+    if (wo_.timeline) {
+      std::filesystem::create_directories(wo_.output_dir);
+      so.timeline_path = wo_.output_dir + "/timeline-rank" + std::to_string(rank_) + ".json";
+    }
+    exchange_ = std::make_unique<OverlappedExchange>(*comm_, so, parts_);
+  } else {
+    exchange_ = std::make_unique<PlainExchange>(*comm_, parts_, k_, opt.average_aggregated_gradients, metric_slots_,
+                                                compressor_.get());
+  }
+  // The engine thread exists now; from here this thread computes. Lowering its
+  // priority lets the engine and the kernel's network work run the moment they
+  // have something to do, instead of waiting out the compute thread's time
+  // slice (the CPU counterpart of NCCL's high-priority streams).
+  compute_nice_ = wo_.overlap && world_ > 1 ? wo_.compute_nice : 0;
+  if (compute_nice_ > 0 && ::setpriority(PRIO_PROCESS, 0, compute_nice_) != 0 && chief_)
+    std::fprintf(stderr, "warning: could not lower the compute thread's priority (nice %d): %s\n", compute_nice_,
+                 std::strerror(errno));
+  for (size_t i = 0; i < params_.size(); ++i) param_of_[params_[i].unsafeGetTensorImpl()] = i;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    params_[i].mutable_grad() = torch::from_blob(exchange_->storage(i), params_[i].sizes(), torch::kFloat32);
+    if (model_.sunk_parts.count(params_[i].unsafeGetTensorImpl())) continue;  // the model's sink marks it
+    auto acc = torch::autograd::impl::grad_accumulator(params_[i]);
+    acc->add_post_hook(std::make_unique<ReadyHook>(*exchange_, i));
+    accumulators_.push_back(acc);
+  }
+  *model_.sink = [this](const torch::Tensor& p, int part) {
+    exchange_->mark_ready(param_of_.at(p.unsafeGetTensorImpl()), part);
+  };
+  for (const auto& p : parts_) updated_.emplace_back(p.counts.size(), 1);
+  *model_.gate = [this](const torch::Tensor& p, int part) {
+    if (deferred_) update_part(param_of_.at(p.unsafeGetTensorImpl()), part);
+  };
+  defer_ = wo_.overlap && wo_.deferred_updates;
+  unreported_.assign(size_t(metric_slots_), Metric{});
+}
+
+void Trial::open_metrics() {
+  const std::string path = wo_.output_dir + "/metrics.jsonl";
+  // A restart or resume continues the trial clock and keeps the lines up to its checkpoint.
+  const bool continuing = wo_.attempt > 0 || start_ > 0;
+  if (continuing) origin_ = clock_origin(path);
+  if (!origin_) origin_ = std::chrono::system_clock::now() - std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                                                               std::chrono::duration<double>(resumed_time_));
+  if (!chief_) return;
+  std::filesystem::create_directories(wo_.output_dir);
+  log_ = std::make_unique<MetricsWriter>(path, continuing ? start_ : -1);
+  const auto& opt = cfg_.optimizations;
+  const double origin = std::chrono::duration<double>(origin_->time_since_epoch()).count();
+  log_->line(nlohmann::json{{"kind", "start"}, {"batch", start_}, {"time", now()}, {"origin", origin},
+                            {"slots", world_}, {"global_batch", cfg_.effective_global_batch()},
+                            {"per_slot_batch", per_slot_}, {"model", cfg_.model}, {"data", cfg_.data},
+                            {"total_batches", total_}, {"overlap", wo_.overlap}, {"compute_nice", compute_nice_},
+                            {"deferred_updates", defer_}, {"attempt", wo_.attempt},
+                            {"gradient_compression", opt.gradient_compression},
+                            {"gradient_predivide_factor", opt.gradient_predivide_factor},
+                            {"error_feedback", opt.error_feedback}, {"transport", comm_->transport_summary()},
+                            {"resumed_from", start_ > 0 ? start_ : -1}, {"resumed_time", resumed_time_}}
+                 .dump());
+}
+
+void Trial::update_part(size_t i, int part) {
+  char& done = updated_[i][size_t(part)];
+  if (done) return;
+  exchange_->wait_for(i, part, kFar);
+  const int64_t begin = row_begin_[i][size_t(part)], rows = row_begin_[i][size_t(part) + 1] - begin;
+  sgd_update(*optimizer_, params_[i], begin, rows);
+  torch::NoGradGuard no_grad;
+  params_[i].mutable_grad().narrow(0, begin, rows).zero_();
+  done = 1;
+}
+
+void Trial::complete(const Open& b, bool was_deferred) {
+  Exchanged ex;
+  if (was_deferred) {
+    for (size_t i = 0; i < params_.size(); ++i)
+      for (size_t part = 0; part < updated_[i].size(); ++part) update_part(i, int(part));
+    ex = exchange_->finish(kFar);
+  } else {
+    ex = exchange_->finish(kFar);
+    if (ex.communicated) {
+      optimizer_->step();
+      exchange_->zero();
+    }
+  }
+  payload_bytes_ += ex.payload_bytes, wire_bytes_ += ex.wire_bytes, fallbacks_ += ex.fallbacks;
+  const auto end = SteadyClock::now();
+  // From the batch's start, or from the previous batch's end where that came later (a deferred one).
+  const double step_s = std::chrono::duration<double>(end - std::max(b.start, last_end_)).count();
+  last_end_ = end;
+  if (!chief_) return;
+  TrainRecord r;
+  r.batch = b.batch;
+  r.epoch = plan_->epoch_of(b.batch - 1);
+  r.time = now();
+  const auto m = exchange_->metrics();
+  if (cfg_.optimizations.average_training_metrics && ex.communicated) {
+    r.loss = m[0].mean(), r.accuracy = m[1].mean();
+  } else {
+    r.loss = b.own_loss, r.accuracy = b.own_accuracy;  // the chief's own (Determined without averaging)
+  }
+  r.step = step_s;
+  r.data = b.data;
+  r.exposed = ex.exposed;
+  r.communication = ex.communication;
+  r.compute = std::max(0.0, step_s - b.data - ex.exposed);
+  r.samples_per_s = static_cast<double>(cfg_.effective_global_batch()) / step_s;
+  r.communicated = ex.communicated;
+  log_->train(r);
+  stalls_->add(r, ex.communicated, m.subspan(2));
+}
+
+void Trial::train_batch(int64_t batch) {
+  Open b{batch, SteadyClock::now()};
+  const auto idx = plan_->shard(batch - 1, rank_);
+  auto [x, y] = make_batch(train_, idx.data(), per_slot_);
+  b.data = seconds_since(b.start);
+  torch::manual_seed(cfg_.seed * 1000003 + static_cast<uint64_t>(batch) * 131 + static_cast<uint64_t>(rank_));  // dropout
+  auto logits = model_.forward(x);
+  if (deferred_) {
+    complete(*deferred_, true);
+    deferred_.reset();
+  }
+  auto loss = torch::nn::functional::cross_entropy(logits, y);
+  {
+    torch::NoGradGuard no_grad;
+    const double n = static_cast<double>(per_slot_);
+    const Metric batch_loss{loss.item<double>() * n, n}, batch_correct{logits.argmax(1).eq(y).sum().item<double>(), n};
+    b.own_loss = batch_loss.mean(), b.own_accuracy = batch_correct.mean();
+    // Reported once per communicating batch, summed over aggregation's local batches.
+    unreported_[0].sum += batch_loss.sum, unreported_[0].count += n;
+    unreported_[1].sum += batch_correct.sum, unreported_[1].count += n;
+    if (batch % k_ == 0) {
+      unreported_[static_cast<size_t>(2 + rank_)] = {previous_arrival_, 1.0 / world_};
+      exchange_->report(unreported_);
+      std::fill(unreported_.begin(), unreported_.end(), Metric{});
+    }
+  }
+  loss.backward();
+  previous_arrival_ = seconds_since(b.start);
+  const bool last_batch = batch == total_;
+  const bool validate_now = (validate_every_ > 0 && batch % validate_every_ == 0) || last_batch;
+  const bool checkpoint_now = (checkpoint_every_ > 0 && batch % checkpoint_every_ == 0) || last_batch;
+  if (defer_ && batch % k_ == 0 && !validate_now && !checkpoint_now) {
+    deferred_ = b;
+    for (auto& u : updated_) std::fill(u.begin(), u.end(), 0);
+    return;
+  }
+  complete(b, false);
+  std::optional<ValidationRecord> v;
+  if (validate_now) v = validate(batch);
+  if (checkpoint_now) checkpoint(batch, v);
+}
+
+ValidationRecord Trial::validate(int64_t batch) {
+  const auto t = SteadyClock::now();
+  model_.module->eval();
+  double forward_s = 0;
+  double sums[3] = {0, 0, 0};
+  {
+    c10::InferenceMode inference;
+    const auto [begin, end] = validation_range(test_.size, rank_, world_);
+    const int64_t step = wo_.validation_batch > 0 ? wo_.validation_batch : std::max<int64_t>(per_slot_, 64);
+    std::vector<int64_t> idx;
+    for (int64_t i = begin; i < end; i += step) {
+      const int64_t n = std::min(step, end - i);
+      idx.resize(static_cast<size_t>(n));
+      std::iota(idx.begin(), idx.end(), i);
+      auto [x, y] = make_batch(test_, idx.data(), n);
+      const auto f = SteadyClock::now();
+      auto logits = model_.forward(x);
+      forward_s += seconds_since(f);
+      sums[0] += torch::nn::functional::cross_entropy(logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)).item<double>();
+      sums[1] += logits.argmax(1).eq(y).sum().item<double>();
+      sums[2] += static_cast<double>(n);
+    }
+  }
+  comm_->allreduce(sums, 3, DataType::f64, ReduceOp::sum);
+  model_.module->train();
+  // Stamped when the result is known on every rank: what time to accuracy means.
+  ValidationRecord v{batch, now(), sums[0] / sums[2], sums[1] / sums[2], static_cast<int64_t>(sums[2])};
+  v.seconds = seconds_since(t);
+  v.forward_seconds = forward_s;
+  validation_seconds_ += v.seconds;
+  if (log_) log_->validation(v);
+  return v;
+}
+
+void Trial::checkpoint(int64_t batch, const std::optional<ValidationRecord>& validation) {
+  if (!chief_ || wo_.checkpoint_dir.empty()) return;
+  const auto t = SteadyClock::now();
+  std::filesystem::create_directories(wo_.checkpoint_dir);
+  Blobs blobs;
+  blobs["model"] = save_to_string([&](auto& a) {
+    for (size_t i = 0; i < params_.size(); ++i) a.write(names_[i], params_[i].detach());
+  });
+  blobs["optimizer"] = save_to_string([&](auto& a) { optimizer_->save(a); });
+  // The data position and every random draw (epoch order, dropout) follow from (seed, batch).
+  nlohmann::json meta{{"batch", batch}, {"epoch", plan_->epoch_of(batch)}, {"time", now()}, {"seed", cfg_.seed},
+                      {"slots", world_}, {"global_batch", cfg_.effective_global_batch()}, {"model", cfg_.model}};
+  if (validation) meta["validation"] = {{"loss", validation->loss}, {"accuracy", validation->accuracy}};
+  blobs["meta"] = meta.dump();
+  write_checkpoint(checkpoint_path(wo_.checkpoint_dir, batch), blobs);
+  prune_checkpoints(wo_.checkpoint_dir, 2);
+  const double waited = seconds_since(t);
+  checkpoint_seconds_ += waited;
+  log_->line(nlohmann::json{{"kind", "checkpoint"}, {"batch", batch}, {"time", now()}, {"waited", waited}}.dump());
+}
+
+void Trial::run() {
+  build_exchange();
+  open_metrics();
+  stalls_ = std::make_unique<StallReporter>(wo_.stall_factor, world_, log_.get());
+  model_.module->train();
+  last_end_ = SteadyClock::now();
+  for (int64_t batch = start_ + 1; batch <= total_; ++batch) {
+    if (batch == wo_.fail_at_batch && rank_ == wo_.fail_rank && wo_.attempt == 0) {
+      std::fprintf(stderr, "fault injection: rank %d killed at batch %lld\n", rank_, static_cast<long long>(batch));
+      std::fflush(stderr);
+      ::raise(SIGKILL);
+    }
+    train_batch(batch);
+  }
+  if (chief_ && !wo_.dump_params.empty()) {
+    std::ofstream out(wo_.dump_params, std::ios::binary);
+    for (const auto& p : params_) {
+      auto c = p.detach().contiguous();
+      out.write(reinterpret_cast<const char*>(c.data_ptr<float>()), static_cast<std::streamsize>(c.numel() * sizeof(float)));
+    }
+  }
+  if (log_)
+    log_->line(nlohmann::json{{"kind", "end"}, {"batch", total_}, {"time", now()}, {"gradient_bytes", payload_bytes_},
+                              {"wire_bytes", wire_bytes_}, {"compression_fallbacks", fallbacks_},
+                              {"validation_seconds", validation_seconds_}, {"checkpoint_seconds", checkpoint_seconds_}}
+                   .dump());
+  comm_->barrier();
+}
+
+}  // namespace tandem::trainer
