@@ -61,6 +61,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--stall-factor", w.stall_factor, "Report a batch slower than this many times the running median")
       ->capture_default_str();
+  app.add_option("--validation-batch", w.validation_batch,
+                 "Images a validation forward takes at once (default: the per-slot batch, at least 64)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--dump-params", w.dump_params, "Write the final parameters (float32, model order) to this file");
   app.add_flag("--timeline", w.timeline,
                "Each slot writes a Chrome trace (compute, waits, bucket all-reduces) to OUTPUT/timeline-rank<r>.json (not with --no-overlap)");

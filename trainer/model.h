@@ -1,7 +1,7 @@
 // The models `hyperparameters.model` names, in LibTorch.
 //  - convnet: the dataset package's benchmark/convnet.py (conv 32 5x5 same,
 //    max-pool 2, conv 64 5x5 same, max-pool 2, fc 1024, dropout, fc 10;
-//    3,274,634 parameters).
+//    3,274,634 parameters; the convolutions' weights kept channels-last).
 //  - mlp: 784 -> hidden -> hidden -> 10, ReLU.
 // `slices` > 1 computes each hidden fully-connected layer (the convnet's fc1,
 // the mlp's fc1 and fc2) in that many row blocks of its weight (blocks of
@@ -74,10 +74,15 @@ struct MlpImpl : torch::nn::Module {
 };
 TORCH_MODULE(Mlp);
 
-// A model by name: forward takes [N, 1, 28, 28] floats and returns [N, 10] logits.
+// A model by name, or a TorchScript module: forward takes [N, 1, 28, 28]
+// floats and returns [N, 10] logits.
 struct Model {
-  std::shared_ptr<torch::nn::Module> module;
   std::function<torch::Tensor(torch::Tensor)> forward;
+  std::function<void(bool)> set_training;  // train (dropout on) or eval
+  std::vector<std::pair<std::string, torch::Tensor>> parameters;  // named, in the module's order
+  // Whether forward passes each parameter through the gate (tandem's own
+  // models; a TorchScript module does not, so its updates cannot be deferred).
+  bool gated = true;
   ParameterGate gate;  // set *gate to act on each parameter part before its use
   GradientSink sink;   // set *sink to learn when backward has added a sliced layer's part
   // The parameters whose gradients backward hands to the sink rather than to
@@ -85,5 +90,8 @@ struct Model {
   std::unordered_map<const void*, std::vector<size_t>> sunk_parts;
 };
 Model make_model(const std::string& name, int mlp_hidden, double dropout, int slices = 1);
+// A module saved with torch.jit.save (Python) or torch::jit::Module::save;
+// throws std::runtime_error naming the file and what is wrong with it.
+Model load_torchscript(const std::string& path);
 
 }  // namespace tandem::trainer

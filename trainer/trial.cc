@@ -126,7 +126,7 @@ Trial::Trial(const WorkerOptions& options, ExperimentConfig config, std::unique_
   // The same initial parameters everywhere (seeded, then the chief's broadcast).
   torch::manual_seed(cfg_.seed);
   model_ = make_model(cfg_.model, cfg_.mlp_hidden, cfg_.dropout, cfg_.layer_slices);
-  for (const auto& p : model_.module->named_parameters()) params_.push_back(p.value()), names_.push_back(p.key());
+  for (const auto& [name, p] : model_.parameters) params_.push_back(p), names_.push_back(name);
   {
     torch::NoGradGuard no_grad;
     for (auto& p : params_) comm_->broadcast(p.data_ptr<float>(), static_cast<size_t>(p.numel()), DataType::f32, 0);
@@ -183,6 +183,7 @@ void Trial::resume() {
 double Trial::now() const { return std::chrono::duration<double>(std::chrono::system_clock::now() - *origin_).count(); }
 
 void Trial::build_exchange() {
+  defer_ = wo_.overlap && wo_.deferred_updates && model_.gated;
   for (size_t i = 0; i < params_.size(); ++i) {
     const auto sunk = model_.sunk_parts.find(params_[i].unsafeGetTensorImpl());
     parts_.push_back({names_[i], sunk != model_.sunk_parts.end() ? sunk->second
@@ -203,7 +204,7 @@ void Trial::build_exchange() {
     so.aggregation_frequency = k_;
     so.average_aggregated_gradients = opt.average_aggregated_gradients;
     so.cycle_time = std::chrono::milliseconds(opt.tensor_fusion_cycle_time_ms);
-    if (wo_.deferred_updates) so.input_layers_ahead_bytes = wo_.input_layers_ahead_bytes;
+    if (defer_) so.input_layers_ahead_bytes = wo_.input_layers_ahead_bytes;
     so.metric_slots = metric_slots_;
     so.compression = compressor_.get();
     so.autotune.enabled = opt.auto_tune_tensor_fusion;
@@ -240,7 +241,6 @@ void Trial::build_exchange() {
   *model_.gate = [this](const torch::Tensor& p, int part) {
     if (deferred_) update_part(param_of_.at(p.unsafeGetTensorImpl()), part);
   };
-  defer_ = wo_.overlap && wo_.deferred_updates;
   unreported_.assign(size_t(metric_slots_), Metric{});
 }
 
@@ -363,7 +363,7 @@ void Trial::train_batch(int64_t batch) {
 
 ValidationRecord Trial::validate(int64_t batch) {
   const auto t = SteadyClock::now();
-  model_.module->eval();
+  model_.set_training(false);
   double forward_s = 0;
   double sums[3] = {0, 0, 0};
   {
@@ -385,7 +385,7 @@ ValidationRecord Trial::validate(int64_t batch) {
     }
   }
   comm_->allreduce(sums, 3, DataType::f64, ReduceOp::sum);
-  model_.module->train();
+  model_.set_training(true);
   // Stamped when the result is known on every rank: what time to accuracy means.
   ValidationRecord v{batch, now(), sums[0] / sums[2], sums[1] / sums[2], static_cast<int64_t>(sums[2])};
   v.seconds = seconds_since(t);
@@ -420,7 +420,7 @@ void Trial::run() {
   build_exchange();
   open_metrics();
   stalls_ = std::make_unique<StallReporter>(wo_.stall_factor, world_, log_.get());
-  model_.module->train();
+  model_.set_training(true);
   last_end_ = SteadyClock::now();
   for (int64_t batch = start_ + 1; batch <= total_; ++batch) {
     if (batch == wo_.fail_at_batch && rank_ == wo_.fail_rank && wo_.attempt == 0) {
