@@ -90,6 +90,13 @@ fi
 
 compare=("tandem=$out/local/slots-1" "tandem, one host=$out/local/slots-2"
          "DDP gloo=$out/local/ddp-slots-1" "DDP gloo, one host=$out/local/ddp-slots-2")
+if (( ! skip_local )); then
+  # tandem-train keeps the convnet's convolutions channels-last; DDP on the same layout, for reference.
+  echo "== one host: DDP (gloo), channels-last, 2 ranks"
+  /usr/bin/python3 "$repo/trainer/ddp_anchor.py" "$out/exp.yaml" --slots 2 --per-slot-batch "$per_slot" \
+    --channels-last --output "$out/local/ddp-cl-slots-2"
+fi
+[[ -f "$out/local/ddp-cl-slots-2/metrics.jsonl" ]] && compare+=("DDP gloo channels-last, one host=$out/local/ddp-cl-slots-2")
 if (( EUID != 0 )); then
   echo "train_compare: not root: skipping the runs between network namespaces" >&2
 else

@@ -257,6 +257,26 @@ TEST(Trainer, KilledWorkerRestartsFromTheCheckpointAndEndsAtTheSameStep) {
   expect_same_params(reference("2slot-b32"), r, 1e-6);
 }
 
+// With no checkpoint yet, a restart starts over; the summary still counts it,
+// and the trial clock runs on across attempts (wall time includes the lost work).
+TEST(Trainer, ARestartFromTheStartIsCountedAndItsTimeKept) {
+  Trial r = train("2slot-killed-early", config(2, 32, 1, "max_restarts: 1\n"), "--fail-at-batch 5 --fail-rank 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("restart 1 of 1 from the start"), std::string::npos) << r.output;
+  auto s = read_metrics((r.dir / "out/metrics.jsonl").string());
+  EXPECT_EQ(s.restarts, 1);
+  EXPECT_EQ(s.train.size(), 20u);
+  EXPECT_GT(s.lost_time, 0.0);
+  ASSERT_FALSE(s.validation.empty());
+  // The validation at the end comes after the failed attempt's time.
+  EXPECT_GT(s.validation.back().time, s.lost_time);
+  EXPECT_GE(s.wall_time, s.validation.back().time);
+  EXPECT_GT(s.validation.back().seconds, 0.0);
+  EXPECT_LE(s.validation.back().forward_seconds, s.validation.back().seconds);
+  EXPECT_NE(summary_table(s, 0.5).find("1, "), std::string::npos) << summary_table(s, 0.5);
+  expect_same_params(reference("2slot-b32"), r, 1e-6);
+}
+
 TEST(Trainer, NoRestartsLeftFailsTheTrial) {
   Trial r = train("2slot-no-restarts", config(2, 32, 1, "max_restarts: 0\n"), "--fail-at-batch 3 --fail-rank 0");
   EXPECT_EQ(r.exit_code, 1) << r.output;

@@ -148,6 +148,10 @@ def worker(rank, world, args, addr, port):
     dropout = hp.get("dropout", 0.4)
     slices = hp.get("layer_slices", 1) if args.separate_slices else 1
     model = Mlp(hp.get("mlp_hidden", 256), dropout, slices) if hp.get("model", "convnet") == "mlp" else ConvNet(dropout, slices)
+    if args.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    def to_layout(x):
+        return x.contiguous(memory_format=torch.channels_last) if args.channels_last else x
     # DDP's bucket cap is what Determined's tensor_fusion_threshold sets for Horovod.
     cap_mb = cfg.get("optimizations", {}).get("tensor_fusion_threshold", 25)
     ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=cap_mb)
@@ -167,23 +171,25 @@ def worker(rank, world, args, addr, port):
 
     emit(kind="start", batch=0, time=0.0, slots=world, global_batch=global_batch, per_slot_batch=per_slot,
          model=hp.get("model", "convnet"), data=data, total_batches=total, resumed_from=-1,
-         anchor="pytorch-ddp-gloo" + ("+fp16-hook" if args.fp16_hook else ""), compute_nice=args.compute_nice)
+         anchor="pytorch-ddp-gloo" + ("+fp16-hook" if args.fp16_hook else "") + ("+channels-last" if args.channels_last else ""), compute_nice=args.compute_nice)
 
-    def validate(batch, now):
+    def validate(batch):
+        tv = time.perf_counter()
         ddp.eval()
         n = len(yt)
         lo, hi = n * rank // world, n * (rank + 1) // world
         sums = torch.zeros(3, dtype=torch.float64)
         with torch.no_grad():
             for i in range(lo, hi, 500):
-                logits = model(xt[i:min(i + 500, hi)])
+                logits = model(to_layout(xt[i:min(i + 500, hi)]))
                 y = yt[i:min(i + 500, hi)]
                 sums += torch.tensor([F.cross_entropy(logits, y, reduction="sum").item(),
                                       (logits.argmax(1) == y).sum().item(), len(y)], dtype=torch.float64)
         dist.all_reduce(sums)
         ddp.train()
-        emit(kind="validation", batch=batch, time=now, loss=sums[0].item() / sums[2].item(),
-             accuracy=sums[1].item() / sums[2].item(), records=int(sums[2].item()))
+        # Stamped when the result is known, as tandem's.
+        emit(kind="validation", batch=batch, time=time.perf_counter() - t0, loss=sums[0].item() / sums[2].item(),
+             accuracy=sums[1].item() / sums[2].item(), records=int(sums[2].item()), seconds=time.perf_counter() - tv)
 
     per_epoch = records // global_batch
     order, order_epoch = None, -1
@@ -198,7 +204,7 @@ def worker(rank, world, args, addr, port):
         x, y = xs[idx], ys[idx]
         data_s = time.perf_counter() - ts
         opt.zero_grad(set_to_none=False)
-        logits = ddp(x)
+        logits = ddp(to_layout(x))
         loss = F.cross_entropy(logits, y)
         loss.backward()  # DDP all-reduces buckets during backward and waits at its end
         opt.step()
@@ -209,7 +215,7 @@ def worker(rank, world, args, addr, port):
              accuracy=m[1].item() / world, samples_per_s=global_batch / step, step=step, data=data_s,
              compute=step - data_s, exposed=0.0, communication=0.0, communicated=True)
         if (validate_every and batch % validate_every == 0) or batch == total:
-            validate(batch, time.perf_counter() - t0)
+            validate(batch)
     emit(kind="end", batch=total, time=time.perf_counter() - t0)
     dist.barrier()
     if log:
@@ -228,6 +234,8 @@ def main():
     p.add_argument("--per-slot-batch", type=int, default=0,
                    help="samples per rank per batch; the global batch is this times the ranks")
     p.add_argument("--fp16-hook", action="store_true", help="DDP's fp16_compress_hook on every bucket")
+    p.add_argument("--channels-last", action="store_true",
+                   help="the model and inputs channels-last, as tandem-train keeps the convnet's convolutions")
     p.add_argument("--separate-slices", action="store_true",
                    help="hyperparameters.layer_slices as separate layers (DDP reduces whole parameters only)")
     p.add_argument("--compute-nice", type=int, default=0, choices=range(20), metavar="N",

@@ -156,6 +156,12 @@ TrialSummary read_metrics(const std::string& path) {
   return s;
 }
 
+double TrialSummary::validation_seconds() const {
+  double sum = 0;
+  for (const auto& v : validation) sum += v.seconds;
+  return validation.empty() ? 0 : sum / double(validation.size());
+}
+
 std::string progress_line(const TrialSummary& s, int64_t total) {
   if (s.train.empty()) return "starting...";
   const auto& r = s.train.back();
