@@ -233,13 +233,14 @@ TEST(Trainer, GradientCompressionPutsHalfTheBytesOnTheWire) {
   EXPECT_LE(s.wire_bytes * 2, s.gradient_bytes + s.gradient_bytes / 100);
   EXPECT_EQ(s.compression_fallbacks, 0u);
 
-  // Without overlap (one all-reduce after backward), bf16.
+  // Without overlap (the same buckets, reduced after backward), bf16.
   Trial bf16 = train("2slot-bf16-plain", config(2, 32, 1, "", ", gradient_compression: bf16"),
                      "--no-overlap");
   expect_same_params(reference("1slot-b32"), bf16, 1e-2);  // measured 2.4e-3
   auto b = read_metrics((bf16.dir / "out/metrics.jsonl").string());
   EXPECT_EQ(b.compression, "bf16");
-  EXPECT_EQ(b.wire_bytes * 2, b.gradient_bytes);
+  EXPECT_GE(b.wire_bytes * 2, b.gradient_bytes);
+  EXPECT_LE(b.wire_bytes * 2, b.gradient_bytes + b.gradient_bytes / 100);
 }
 
 TEST(Trainer, KilledWorkerRestartsFromTheCheckpointAndEndsAtTheSameStep) {

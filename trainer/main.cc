@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
   app.add_option("--scaling", scaling, "Run once per slot count, e.g. 1,2,4, and compare");
   app.add_flag("--resume", w.resume, "Continue from the newest intact checkpoint");
   app.add_option("--output", o.output_dir, "Directory for metrics, plots and checkpoints (default runs/<name>)");
-  app.add_flag("--no-overlap", no_overlap, "Reduce all gradients in one all-reduce after backward (no wait-free backprop)");
+  app.add_flag("--no-overlap", no_overlap, "Reduce the gradients after backward, none during it (no wait-free backprop)");
   app.add_option("--dtrain-network-interface", o.network_interface,
                  "Interface(s) for the slots (as dtrain_network_interface; else TANDEM_NETWORK_INTERFACE, else the config)");
   app.add_option("--rsh", o.rsh, "With resources.hosts: how `tandem launch` reaches a host (default ssh)");
@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--dump-params", w.dump_params, "Write the final parameters (float32, model order) to this file");
   app.add_flag("--timeline", w.timeline,
-               "Each slot writes a Chrome trace (compute, waits, bucket all-reduces) to OUTPUT/timeline-rank<r>.json (not with --no-overlap)");
+               "Each slot writes a Chrome trace (compute, waits, bucket all-reduces) to OUTPUT/timeline-rank<r>.json");
   app.add_option("--compute-nice", w.compute_nice,
                  "Nice value of each slot's compute thread while gradients overlap backward, so communication runs "
                  "first when it has work (0 = unchanged)")

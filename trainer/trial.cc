@@ -198,26 +198,22 @@ void Trial::build_exchange() {
   if (codec != compression::Codec::none)
     compressor_ = std::make_unique<compression::CompressedAllreduce>(
         *comm_, compression::CompressionOptions{codec, opt.gradient_predivide_factor, opt.error_feedback});
-  if (wo_.overlap) {
-    fusion::GradientSyncOptions so;
-    so.fusion.fusion_threshold_bytes = static_cast<size_t>(opt.tensor_fusion_threshold_mb) << 20;
-    so.aggregation_frequency = k_;
-    so.average_aggregated_gradients = opt.average_aggregated_gradients;
-    so.cycle_time = std::chrono::milliseconds(opt.tensor_fusion_cycle_time_ms);
-    if (defer_) so.input_layers_ahead_bytes = wo_.input_layers_ahead_bytes;
-    so.metric_slots = metric_slots_;
-    so.compression = compressor_.get();
-    so.autotune.enabled = opt.auto_tune_tensor_fusion;
-    if (chief_ && opt.auto_tune_tensor_fusion) so.autotune.log_path = wo_.output_dir + "/autotune.jsonl";
-    if (wo_.timeline) {
-      std::filesystem::create_directories(wo_.output_dir);
-      so.timeline_path = wo_.output_dir + "/timeline-rank" + std::to_string(rank_) + ".json";
-    }
-    exchange_ = std::make_unique<OverlappedExchange>(*comm_, so, parts_);
-  } else {
-    exchange_ = std::make_unique<PlainExchange>(*comm_, parts_, k_, opt.average_aggregated_gradients, metric_slots_,
-                                                compressor_.get());
+  fusion::GradientSyncOptions so;
+  so.overlap = wo_.overlap;
+  so.fusion.fusion_threshold_bytes = static_cast<size_t>(opt.tensor_fusion_threshold_mb) << 20;
+  so.aggregation_frequency = k_;
+  so.average_aggregated_gradients = opt.average_aggregated_gradients;
+  so.cycle_time = std::chrono::milliseconds(opt.tensor_fusion_cycle_time_ms);
+  if (defer_) so.input_layers_ahead_bytes = wo_.input_layers_ahead_bytes;
+  so.metric_slots = metric_slots_;
+  so.compression = compressor_.get();
+  so.autotune.enabled = opt.auto_tune_tensor_fusion;
+  if (chief_ && opt.auto_tune_tensor_fusion) so.autotune.log_path = wo_.output_dir + "/autotune.jsonl";
+  if (wo_.timeline) {
+    std::filesystem::create_directories(wo_.output_dir);
+    so.timeline_path = wo_.output_dir + "/timeline-rank" + std::to_string(rank_) + ".json";
   }
+  exchange_ = std::make_unique<Exchange>(*comm_, so, parts_);
   // The engine thread exists now; from here this thread computes. Lowering its
   // priority lets the engine and the kernel's network work run the moment they
   // have something to do, instead of waiting out the compute thread's time

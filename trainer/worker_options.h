@@ -15,7 +15,7 @@ struct WorkerOptions {
   int slots = 0;               // overrides resources.slots_per_trial when > 0
   int64_t per_slot_batch = 0;  // when > 0: the global batch is this times the slots (weak scaling)
   bool resume = false;         // continue from the newest intact checkpoint
-  bool overlap = true;         // false: one all-reduce of every gradient after backward
+  bool overlap = true;         // false: the gradient sync reduces every bucket after backward, none during it
   int compute_nice = 19;       // with overlap and several slots, the compute thread's nice value (0 = unchanged)
   // With overlap: each parameter is updated as its bucket lands, as late as
   // its first use in the next forward, instead of all after the last bucket.

@@ -37,7 +37,10 @@ void GradientSync::Impl::run_step() {
   for (size_t i = 0; i < order.size(); ++i) {
     const size_t b = size_t(order[i]);
     const bool last = i + 1 == order.size();
-    if (!engine_wait([&] { return pending[b].load() == 0 && (!last || !tail_rides || gate_open()); })) return;
+    if (!engine_wait([&] {
+          return pending[b].load() == 0 && (opt.overlap || closing.load()) && (!last || !tail_rides || gate_open());
+        }))
+      return;
     run_bucket(b, last && tail_rides);
     {
       std::lock_guard<std::mutex> lock(mu);

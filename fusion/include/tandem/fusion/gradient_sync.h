@@ -73,6 +73,10 @@ struct GradientSyncOptions {
   // A gradient not marked ready by wait() is reduced as zeros on that rank
   // instead of failing every rank with its name.
   bool allow_unused = false;
+  // false: a bucket waits for wait() (or wait_gradient()) before it is
+  // reduced, whatever its readiness: every gradient after backward, none
+  // during it (the baseline that shows what overlap buys; same arithmetic).
+  bool overlap = true;
   // Determined's tensor_fusion_cycle_time. Buckets here are fixed and launch
   // the moment their last gradient is ready, so there is no batching cycle to
   // wait out: the value only bounds how long the idle engine sleeps between
