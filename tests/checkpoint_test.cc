@@ -213,6 +213,14 @@ TEST_F(Checkpoints, KeepPolicyKeepsLatestAndBestInBothDirections) {
   w.drain();
   EXPECT_EQ(batches_in(dir() + "/loss"), (std::vector<int64_t>{2, 4, 5, 6}));
   EXPECT_EQ(best_checkpoint(dir() + "/loss", KeepPolicy{2, 2, true}), checkpoint_file(dir() + "/loss", 2));
+  // The policy of the checkpoint_storage and searcher keys.
+  const auto c = parse_config("hyperparameters: {global_batch_size: 8}\n"
+                              "searcher: {metric: validation_loss, max_length: {batches: 1}}\n"
+                              "checkpoint_storage: {host_path: ck, save_trial_best: 3, save_trial_latest: 2}\n");
+  const KeepPolicy from_config = keep_policy(c);
+  EXPECT_EQ(from_config.latest, 2);
+  EXPECT_EQ(from_config.best, 3);
+  EXPECT_TRUE(from_config.smaller_is_better);
   // The newest is kept even with latest = 0.
   CheckpointWriter none(dir() + "/none", KeepPolicy{0, 0, false});
   for (int b = 1; b <= 3; ++b) none.submit(small_snapshot(b));

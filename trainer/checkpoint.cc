@@ -299,6 +299,10 @@ void prune(const std::string& dir, const KeepPolicy& keep) {
 
 }  // namespace
 
+KeepPolicy keep_policy(const ExperimentConfig& c) {
+  return KeepPolicy{c.save_trial_latest, c.save_trial_best, c.smaller_is_better};
+}
+
 std::string checkpoint_file(const std::string& dir, int64_t batch) {
   char name[64];
   std::snprintf(name, sizeof name, "ckpt-%012lld.pt", static_cast<long long>(batch));

@@ -30,6 +30,8 @@
 #include <utility>
 #include <vector>
 
+#include "config.h"
+
 namespace torch::optim {
 class Optimizer;
 }
@@ -47,7 +49,7 @@ struct CheckpointSnapshot {
   // {"kind": sgd|adam|adamw, "state": {index: {name: tensor or step}}, "param_groups": [{options, "params"}]},
   // PyTorch's optimizer.state_dict() layout, of cloned tensors.
   c10::IValue optimizer;
-  nlohmann::json meta;
+  nlohmann::json meta;            // batch, epoch, time, seed, ...; its "metrics" object is copied to the sidecar
   std::optional<double> metric;  // the searcher metric validated at this batch, if any
 };
 
@@ -62,6 +64,8 @@ struct KeepPolicy {
   int best = 1;
   bool smaller_is_better = false;
 };
+// checkpoint_storage.save_trial_latest and save_trial_best, ranked in searcher.smaller_is_better's direction.
+KeepPolicy keep_policy(const ExperimentConfig& c);
 
 // One background thread: serialises, writes, fsyncs, renames, then prunes to
 // the KeepPolicy. Never two writes in flight: submit() first waits for the
