@@ -258,20 +258,19 @@ void read_entrypoint(Reader& r, const YAML::Node& root, const std::string& base_
   if (!r.scalar(root["entrypoint"], "entrypoint", entry, "a TorchScript file (e.g. model.pt)")) return;
   const std::string how = "tandem trains TorchScript models: save one with "
                           "torch.jit.save(torch.jit.script(model), \"model.pt\") and set entrypoint: model.pt";
-  if (entry.find(':') != std::string::npos && !std::filesystem::exists(entry)) {
-    r.error("entrypoint", "'" + entry + "' is Determined's module:TrialClass form; " + how);
-    return;
-  }
   namespace fs = std::filesystem;
   fs::path path(entry);
   if (path.is_relative()) path = fs::absolute(base_dir.empty() ? fs::current_path() : fs::path(base_dir)) / path;
   path = path.lexically_normal();
-  if (!fs::is_regular_file(path)) {
-    r.error("entrypoint", "'" + entry + "': no file at " + path.string() +
-                              " (a relative path is taken from the YAML's directory); " + how);
+  if (fs::is_regular_file(path)) {
+    c.entrypoint = path.string();
     return;
   }
-  c.entrypoint = path.string();
+  if (entry.find(':') != std::string::npos)
+    r.error("entrypoint", "'" + entry + "' is Determined's module:TrialClass form; " + how);
+  else
+    r.error("entrypoint", "'" + entry + "': no file at " + path.string() +
+                              " (a relative path is taken from the YAML's directory); " + how);
 }
 
 void validate_slots(ExperimentConfig& c, std::vector<std::string>& errors) {
