@@ -58,12 +58,10 @@ void write_atomically(const std::string& path, const char* data, size_t size, in
   const std::string tmp = path + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) sys_fail("cannot create checkpoint file", tmp);
+  const size_t end = kill_after_bytes >= 0 ? std::min(size, static_cast<size_t>(kill_after_bytes)) : size;
   size_t done = 0;
-  while (done < size) {
-    size_t chunk = std::min<size_t>(size - done, 1 << 20);
-    if (kill_after_bytes >= 0) chunk = std::min<size_t>(chunk, static_cast<size_t>(kill_after_bytes) - std::min(done, static_cast<size_t>(kill_after_bytes)));
-    if (chunk == 0) ::raise(SIGKILL);
-    const ssize_t n = ::write(fd, data + done, chunk);
+  while (done < end) {
+    const ssize_t n = ::write(fd, data + done, std::min<size_t>(end - done, 1 << 20));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       const int e = errno;
@@ -74,7 +72,7 @@ void write_atomically(const std::string& path, const char* data, size_t size, in
     }
     done += static_cast<size_t>(n);
   }
-  if (kill_after_bytes >= 0 && done >= static_cast<size_t>(kill_after_bytes)) ::raise(SIGKILL);
+  if (kill_after_bytes >= 0) ::raise(SIGKILL);  // before the fsync and the rename
   if (::fsync(fd) != 0) {
     ::close(fd);
     sys_fail("cannot fsync checkpoint file", tmp);
