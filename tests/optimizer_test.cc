@@ -27,7 +27,7 @@ bool bitwise_equal(const torch::Tensor& a, const torch::Tensor& b) {
 // one by update_rows over random row blocks in a random order; after every step they must agree bitwise.
 void expect_rows_equal_step(const ExperimentConfig& c, bool whole_blocks) {
   torch::manual_seed(7);
-  const std::vector<std::vector<int64_t>> shapes = {{37, 11}, {64}, {9, 4, 3}, {1, 5}};
+  const std::vector<std::vector<int64_t>> shapes = {{37, 11}, {64}, {9, 4, 3}, {1, 5}, {}};  // {}: a scalar
   std::vector<torch::Tensor> a, b;
   for (const auto& s : shapes) {
     auto t = torch::randn(s);
@@ -46,7 +46,7 @@ void expect_rows_equal_step(const ExperimentConfig& c, bool whole_blocks) {
     step_opt->step();
     std::vector<std::pair<size_t, std::pair<int64_t, int64_t>>> blocks;  // parameter, [begin, rows)
     for (size_t i = 0; i < b.size(); ++i) {
-      const int64_t n = b[i].size(0);
+      const int64_t n = b[i].dim() == 0 ? 1 : b[i].size(0);
       if (whole_blocks) {
         blocks.push_back({i, {0, n}});
         continue;

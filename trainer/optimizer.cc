@@ -13,6 +13,11 @@
 namespace tandem::trainer {
 namespace {
 
+// Rows [begin, begin + rows) of t; a 0-dim tensor is its own single row.
+torch::Tensor rows_of(const torch::Tensor& t, int64_t begin, int64_t rows) {
+  return t.dim() == 0 ? t : t.narrow(0, begin, rows);
+}
+
 std::string state_key(const torch::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
 
 int64_t length_in_steps(const ExperimentConfig& c, const Length& l, int64_t steps_per_epoch) {
@@ -35,9 +40,9 @@ const torch::optim::OptimizerParamGroup& group_of(const torch::optim::Optimizer&
 
 void sgd_rows(torch::optim::Optimizer& optimizer, const torch::optim::SGDOptions& o, const torch::Tensor& p,
               int64_t begin, int64_t rows) {
-  const bool whole = begin == 0 && rows == p.size(0);
-  auto param = p.data().narrow(0, begin, rows);
-  auto d_p = p.grad().data().narrow(0, begin, rows);
+  const bool whole = p.dim() == 0 || (begin == 0 && rows == p.size(0));
+  auto param = rows_of(p.data(), begin, rows);
+  auto d_p = rows_of(p.grad().data(), begin, rows);
   if (o.weight_decay() != 0) d_p = d_p.add(param, o.weight_decay());
   if (o.momentum() != 0) {
     auto& state = optimizer.state();
@@ -51,14 +56,14 @@ void sgd_rows(torch::optim::Optimizer& optimizer, const torch::optim::SGDOptions
       if (fresh && o.dampening() != 0) throw std::logic_error("row-block SGD updates need dampening 0");
       buf = fresh ? torch::zeros_like(p.data())
                   : static_cast<torch::optim::SGDParamState&>(*found->second).momentum_buffer();
-      buf.narrow(0, begin, rows).mul_(o.momentum()).add_(d_p, 1 - o.dampening());
+      rows_of(buf, begin, rows).mul_(o.momentum()).add_(d_p, 1 - o.dampening());
     }
     if (fresh) {
       auto entry = std::make_unique<torch::optim::SGDParamState>();
       entry->momentum_buffer(buf);
       state[state_key(p)] = std::move(entry);
     }
-    buf = buf.narrow(0, begin, rows);
+    buf = rows_of(buf, begin, rows);
     d_p = o.nesterov() ? d_p.add(buf, o.momentum()) : buf;
   }
   param.add_(d_p, -1 * o.lr());
@@ -69,8 +74,8 @@ template <class State, class Options>
 void adam_rows(torch::optim::Optimizer& optimizer, const Options& o, bool decoupled, const torch::Tensor& p,
                int64_t begin, int64_t rows, int64_t step) {
   if (o.amsgrad()) throw std::logic_error("row-block Adam updates do not support amsgrad");
-  auto param = p.data().narrow(0, begin, rows);
-  auto grad = p.grad().data().narrow(0, begin, rows);
+  auto param = rows_of(p.data(), begin, rows);
+  auto grad = rows_of(p.grad().data(), begin, rows);
   if (decoupled && o.weight_decay() != 0) param.mul_(1 - o.lr() * o.weight_decay());
   auto& states = optimizer.state();
   auto found = states.find(state_key(p));
@@ -83,8 +88,8 @@ void adam_rows(torch::optim::Optimizer& optimizer, const Options& o, bool decoup
   }
   auto& state = static_cast<State&>(*found->second);
   state.step(step);
-  auto exp_avg = state.exp_avg().narrow(0, begin, rows);
-  auto exp_avg_sq = state.exp_avg_sq().narrow(0, begin, rows);
+  auto exp_avg = rows_of(state.exp_avg(), begin, rows);
+  auto exp_avg_sq = rows_of(state.exp_avg_sq(), begin, rows);
   const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
   const double bias_correction1 = 1 - std::pow(beta1, state.step());
   const double bias_correction2 = 1 - std::pow(beta2, state.step());

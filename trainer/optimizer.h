@@ -28,7 +28,8 @@ void set_learning_rate(torch::optim::Optimizer& o, double lr);
 // The update of rows [begin, begin + rows) of parameter p (its .grad holds the reduced gradient), in
 // the optimizer's own arithmetic and on its own state, so updating a parameter block by block equals
 // optimizer.step() bitwise. `step` is the 1-based optimizer step (Adam's bias correction; the state's
-// step is set to it). A state first made for part of a parameter starts at zero for the whole of it.
+// step is set to it). A state first made for part of a parameter starts at zero for the whole of it;
+// a 0-dim parameter is one row.
 void update_rows(torch::optim::Optimizer& o, const torch::Tensor& p, int64_t begin, int64_t rows, int64_t step);
 
 }  // namespace tandem::trainer
