@@ -6,6 +6,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <algorithm>
+#include <functional>
 #include <set>
 
 #include "checkpoint.h"
@@ -125,6 +127,186 @@ searcher: {max_length: {batches: 10}}
   expect_error("hyperparameters: 3\nsearcher: {max_length: {batches: 1}}\n", {"hyperparameters: expected a map of keys, got '3'"});
   expect_error(kBase + "max_restarts: 1\nmax_restarts: 2\n", {"max_restarts: given twice", "keep one"});
   expect_error("name: [unclosed\n", {"not valid YAML"});
+}
+
+// One row per key parse_config knows: a YAML snippet and either the field it sets or the text of the
+// error or warning naming the key. Every known key must have a row.
+struct KeyRow {
+  std::string section, key;
+  std::string kv;    // "key: value" inside the section; the whole document when `raw`
+  bool raw = false;
+  std::function<void(const ExperimentConfig&)> check;  // when accepted
+  std::string message;  // else: an error or warning holding it (and the key)
+};
+
+std::string document(const KeyRow& row) {
+  if (row.raw) return row.kv;
+  std::string hp = "global_batch_size: 64", searcher = "name: single, max_length: {batches: 100}", extra;
+  if (row.section == "hyperparameters") hp += ", " + row.kv;
+  else if (row.section == "hyperparameters.lr_schedule") hp += ", lr_schedule: {" + row.kv + "}";
+  else if (row.section == "searcher") searcher += ", " + row.kv;
+  else if (row.section.empty()) extra = row.kv + "\n";
+  else extra = row.section + ": {" + row.kv + "}\n";
+  return "hyperparameters: {" + hp + "}\nsearcher: {" + searcher + "}\n" + extra;
+}
+
+using C = const ExperimentConfig&;
+const std::string kMinimal = "hyperparameters: {global_batch_size: 64}\nsearcher: {max_length: {batches: 100}}\n";
+
+std::vector<KeyRow> key_rows() {
+  return {
+      {"", "name", "name: mnist", false, [](C c) { EXPECT_EQ(c.name, "mnist"); }, ""},
+      {"", "description", "description: a run", false, [](C c) { EXPECT_EQ(c.description, "a run"); }, ""},
+      {"", "hyperparameters", kMinimal, true, [](C c) { EXPECT_EQ(c.global_batch_size, 64); }, ""},
+      {"", "resources", "resources: {slots_per_trial: 4}", false, [](C c) { EXPECT_EQ(c.slots_per_trial, 4); }, ""},
+      {"", "searcher", kMinimal, true, [](C c) { EXPECT_EQ(c.max_length.value, 100); }, ""},
+      {"", "min_validation_period", "min_validation_period: {records: 640}", false,
+       [](C c) { EXPECT_EQ(c.min_validation_period.unit, LengthUnit::records); EXPECT_EQ(c.min_validation_period.value, 640); }, ""},
+      {"", "min_checkpoint_period", "min_checkpoint_period: {epochs: 2}", false,
+       [](C c) { EXPECT_EQ(c.min_checkpoint_period.unit, LengthUnit::epochs); EXPECT_EQ(c.min_checkpoint_period.value, 2); }, ""},
+      {"", "records_per_epoch", "records_per_epoch: 6400", false, [](C c) { EXPECT_EQ(c.records_per_epoch, 6400); }, ""},
+      {"", "optimizations", "optimizations: {}", false, [](C c) { EXPECT_EQ(c.optimizations.aggregation_frequency, 1); }, ""},
+      {"", "checkpoint_storage", "checkpoint_storage: {host_path: /ck}", false, [](C c) { EXPECT_EQ(c.checkpoint_dir, "/ck"); }, ""},
+      {"", "max_restarts", "max_restarts: 0", false, [](C c) { EXPECT_EQ(c.max_restarts, 0); }, ""},
+      {"", "reproducibility", "reproducibility: {experiment_seed: 9}", false, [](C c) { EXPECT_EQ(c.seed, 9u); }, ""},
+      {"", "dtrain_network_interface", "dtrain_network_interface: eth1", false, [](C c) { EXPECT_EQ(c.network_interface, "eth1"); }, ""},
+      {"", "data", "data: synthetic", false, [](C c) { EXPECT_EQ(c.data, "synthetic"); }, ""},
+      {"", "entrypoint", "entrypoint: model_def:MNistTrial", false, nullptr, "Determined's module:TrialClass form; tandem trains TorchScript models"},
+      {"hyperparameters", "global_batch_size", "hyperparameters: {global_batch_size: 96}\nsearcher: {max_length: {batches: 1}}\n", true,
+       [](C c) { EXPECT_EQ(c.global_batch_size, 96); }, ""},
+      {"hyperparameters", "learning_rate", "learning_rate: 0.5", false, [](C c) { EXPECT_EQ(c.learning_rate, 0.5); }, ""},
+      {"hyperparameters", "optimizer", "optimizer: adamw", false, [](C c) { EXPECT_EQ(c.optimizer, "adamw"); }, ""},
+      {"hyperparameters", "momentum", "optimizer: adam, momentum: 0.9", false, nullptr, "'0.9' is an sgd setting, unused by optimizer adam"},
+      {"hyperparameters", "nesterov", "nesterov: true, momentum: 0", false, nullptr, "'true' needs momentum > 0"},
+      {"hyperparameters", "weight_decay", "weight_decay: 0.001", false, [](C c) { EXPECT_EQ(c.weight_decay, 0.001); }, ""},
+      {"hyperparameters", "beta1", "beta1: 0.8", false, nullptr, "'0.8' is an adam/adamw setting, unused by optimizer sgd"},
+      {"hyperparameters", "beta2", "optimizer: adam, beta2: 0.99", false, [](C c) { EXPECT_EQ(c.beta2, 0.99); }, ""},
+      {"hyperparameters", "eps", "optimizer: adam, eps: 1e-6", false, [](C c) { EXPECT_EQ(c.eps, 1e-6); }, ""},
+      {"hyperparameters", "lr_schedule", "lr_schedule: {type: cosine}", false, [](C c) { EXPECT_EQ(c.lr_schedule.type, "cosine"); }, ""},
+      {"hyperparameters", "model", "model: mlp", false, [](C c) { EXPECT_EQ(c.model, "mlp"); }, ""},
+      {"hyperparameters", "mlp_hidden", "mlp_hidden: 128", false, [](C c) { EXPECT_EQ(c.mlp_hidden, 128); }, ""},
+      {"hyperparameters", "dropout", "dropout: 0", false, [](C c) { EXPECT_EQ(c.dropout, 0); }, ""},
+      {"hyperparameters", "layer_slices", "layer_slices: 4", false, [](C c) { EXPECT_EQ(c.layer_slices, 4); }, ""},
+      {"hyperparameters.lr_schedule", "type", "type: step, step_size: {epochs: 1}", false,
+       [](C c) { EXPECT_EQ(c.lr_schedule.type, "step"); EXPECT_EQ(c.lr_schedule.step_size.unit, LengthUnit::epochs); }, ""},
+      {"hyperparameters.lr_schedule", "warmup", "warmup: {batches: 50}", false, [](C c) { EXPECT_EQ(c.lr_schedule.warmup.value, 50); }, ""},
+      {"hyperparameters.lr_schedule", "step_size", "type: cosine, step_size: {batches: 5}", false, nullptr,
+       "step_size: set, but only type step uses it (type is cosine)"},
+      {"hyperparameters.lr_schedule", "gamma", "type: step, step_size: {batches: 5}, gamma: 0.5", false,
+       [](C c) { EXPECT_EQ(c.lr_schedule.gamma, 0.5); }, ""},
+      {"hyperparameters.lr_schedule", "min_learning_rate", "type: cosine, min_learning_rate: 0.001", false,
+       [](C c) { EXPECT_EQ(c.lr_schedule.min_learning_rate, 0.001); }, ""},
+      {"resources", "slots_per_trial", "slots_per_trial: 8", false, [](C c) { EXPECT_EQ(c.slots_per_trial, 8); }, ""},
+      {"resources", "slots_per_host", "slots_per_trial: 4, slots_per_host: 2", false, [](C c) { EXPECT_EQ(c.slots_per_host, 2); }, ""},
+      {"resources", "hosts", "slots_per_trial: 2, hosts: [a, b]", false,
+       [](C c) { EXPECT_EQ(c.hosts, (std::vector<std::string>{"a", "b"})); }, ""},
+      {"searcher", "name", "hyperparameters: {global_batch_size: 64}\nsearcher: {name: adaptive_asha, max_length: {batches: 1}}\n", true,
+       nullptr, "searcher.name: unknown value 'adaptive_asha'"},
+      {"searcher", "metric", "metric: validation_loss", false,
+       [](C c) { EXPECT_EQ(c.searcher_metric, "validation_loss"); EXPECT_TRUE(c.smaller_is_better); }, ""},
+      {"searcher", "max_length", "hyperparameters: {global_batch_size: 64}\nsearcher: {max_length: {epochs: 3}}\n", true,
+       [](C c) { EXPECT_EQ(c.max_length.unit, LengthUnit::epochs); EXPECT_EQ(c.max_length.value, 3); }, ""},
+      {"searcher", "smaller_is_better", "smaller_is_better: true", false,
+       [](C c) { EXPECT_EQ(c.searcher_metric, "validation_accuracy"); EXPECT_TRUE(c.smaller_is_better); }, ""},
+      {"optimizations", "aggregation_frequency", "aggregation_frequency: 4", false,
+       [](C c) { EXPECT_EQ(c.optimizations.aggregation_frequency, 4); }, ""},
+      {"optimizations", "average_aggregated_gradients", "average_aggregated_gradients: false", false,
+       [](C c) { EXPECT_FALSE(c.optimizations.average_aggregated_gradients); }, ""},
+      {"optimizations", "average_training_metrics", "average_training_metrics: false", false,
+       [](C c) { EXPECT_FALSE(c.optimizations.average_training_metrics); }, ""},
+      {"optimizations", "gradient_compression", "gradient_compression: true", false,
+       [](C c) { EXPECT_EQ(c.optimizations.gradient_compression, "fp16"); }, ""},
+      {"optimizations", "gradient_predivide_factor", "gradient_predivide_factor: 2", false, nullptr,
+       "acts only on compressed gradients"},
+      {"optimizations", "error_feedback", "gradient_compression: bf16, error_feedback: true", false,
+       [](C c) { EXPECT_TRUE(c.optimizations.error_feedback); }, ""},
+      {"optimizations", "auto_tune_tensor_fusion", "auto_tune_tensor_fusion: true", false,
+       [](C c) { EXPECT_TRUE(c.optimizations.auto_tune_tensor_fusion); }, ""},
+      {"optimizations", "tensor_fusion_threshold", "tensor_fusion_threshold: 16", false,
+       [](C c) { EXPECT_EQ(c.optimizations.tensor_fusion_threshold_mb, 16); }, ""},
+      {"optimizations", "tensor_fusion_cycle_time", "tensor_fusion_cycle_time: 20", false, nullptr,
+       "only bounds the idle engine's sleep"},
+      {"optimizations", "mixed_precision", "mixed_precision: O1", false, nullptr,
+       "'O1': automatic mixed precision (AMP) is not implemented for CPU training"},
+      {"checkpoint_storage", "type", "type: shared_fs, host_path: ck", false, [](C c) { EXPECT_EQ(c.checkpoint_dir, "ck"); }, ""},
+      {"checkpoint_storage", "host_path", "host_path: /data", false, [](C c) { EXPECT_EQ(c.checkpoint_dir, "/data"); }, ""},
+      {"checkpoint_storage", "storage_path", "host_path: /data, storage_path: exp", false,
+       [](C c) { EXPECT_EQ(c.checkpoint_dir, "/data/exp"); }, ""},
+      {"checkpoint_storage", "save_trial_latest", "save_trial_latest: 3", false, [](C c) { EXPECT_EQ(c.save_trial_latest, 3); }, ""},
+      {"checkpoint_storage", "save_trial_best", "save_trial_best: 2", false, [](C c) { EXPECT_EQ(c.save_trial_best, 2); }, ""},
+      {"checkpoint_storage", "save_experiment_best", "save_experiment_best: 5", false, nullptr,
+       "save_experiment_best 5 has no further effect"},
+      {"reproducibility", "experiment_seed", "experiment_seed: 77", false, [](C c) { EXPECT_EQ(c.seed, 77u); }, ""},
+      {"data", "type", "type: synthetic", false, [](C c) { EXPECT_EQ(c.data, "synthetic"); }, ""},
+      {"data", "path", "path: /d", false, [](C c) { EXPECT_EQ(c.data_path, "/d"); }, ""},
+  };
+}
+
+TEST(TrainerConfig, EveryKnownKeyIsHonouredOrRefusedByName) {
+  const auto rows = key_rows();
+  for (const auto& [section, keys] : known_config_keys()) {
+    for (const auto& key : keys) {
+      const bool has_row = std::any_of(rows.begin(), rows.end(), [&](const KeyRow& r) { return r.section == section && r.key == key; });
+      EXPECT_TRUE(has_row) << "no row for the key '" << (section.empty() ? "" : section + ".") << key << "'";
+    }
+  }
+  for (const auto& row : rows) {
+    const std::string full = (row.section.empty() ? "" : row.section + ".") + row.key, yaml = document(row);
+    SCOPED_TRACE(full + " in:\n" + yaml);
+    std::string text;
+    try {
+      const auto c = parse_config(yaml);
+      if (row.check) row.check(c);
+      for (const auto& w : c.warnings) text += w + "\n";
+    } catch (const ConfigError& e) {
+      EXPECT_FALSE(row.check) << "refused: " << e.what();
+      text = e.what();
+    }
+    if (row.message.empty()) continue;
+    EXPECT_NE(text.find(full), std::string::npos) << "the key is not named: " << text;
+    EXPECT_NE(text.find(row.message), std::string::npos) << text;
+  }
+}
+
+TEST(TrainerConfig, EntrypointIsATorchScriptFileBesideTheYaml) {
+  const auto dir = std::filesystem::temp_directory_path() / ("tandem_entry_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "models");
+  std::ofstream(dir / "models/net.pt") << "x";
+  const std::string yaml = kMinimal + "entrypoint: models/net.pt\n";
+  EXPECT_EQ(parse_config(yaml, dir.string()).entrypoint, (dir / "models/net.pt").string());
+  std::ofstream(dir / "exp.yaml") << yaml;
+  EXPECT_EQ(load_config((dir / "exp.yaml").string()).entrypoint, (dir / "models/net.pt").string());
+  const std::string missing = error_of(kMinimal + "entrypoint: nothere.pt\n");
+  EXPECT_NE(missing.find("entrypoint: 'nothere.pt': no file at"), std::string::npos) << missing;
+  EXPECT_NE(missing.find("torch.jit.save(torch.jit.script(model), \"model.pt\")"), std::string::npos) << missing;
+  // The built-in model's keys: layer_slices refused, model and mlp_hidden ignored with a warning.
+  const std::string hp = "hyperparameters: {global_batch_size: 64, model: mlp, mlp_hidden: 64";
+  const std::string rest = "}\nsearcher: {max_length: {batches: 1}}\nentrypoint: models/net.pt\n";
+  std::string sliced;
+  try {
+    parse_config(hp + ", layer_slices: 4" + rest, dir.string());
+  } catch (const ConfigError& e) {
+    sliced = e.what();
+  }
+  EXPECT_NE(sliced.find("hyperparameters.layer_slices: 4 slices apply to the built-in models only"), std::string::npos) << sliced;
+  const auto c = parse_config(hp + rest, dir.string());
+  ASSERT_EQ(c.warnings.size(), 2u);
+  EXPECT_EQ(c.warnings[0], "hyperparameters.model is not used: entrypoint's TorchScript module is the model");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(TrainerConfig, SearcherMetricDirectionDefaultsFromTheMetric) {
+  EXPECT_FALSE(parse_config(kMinimal).smaller_is_better);
+  auto loss = parse_config("hyperparameters: {global_batch_size: 64}\nsearcher: {metric: validation_loss, max_length: {batches: 1}}\n");
+  EXPECT_TRUE(loss.smaller_is_better);
+  auto given = parse_config("hyperparameters: {global_batch_size: 64}\n"
+                            "searcher: {metric: validation_loss, smaller_is_better: false, max_length: {batches: 1}}\n");
+  EXPECT_FALSE(given.smaller_is_better);
+  const auto keep = parse_config(kMinimal);
+  EXPECT_EQ(keep.save_trial_best, 1);
+  EXPECT_EQ(keep.save_trial_latest, 1);
+  EXPECT_EQ(keep.save_experiment_best, 0);
+  EXPECT_TRUE(parse_config(kMinimal + "checkpoint_storage: {save_trial_best: 3, save_experiment_best: 2}\n").warnings.empty());
 }
 
 TEST(TrainerConfig, GradientCompressionAsDetermined) {

@@ -1,11 +1,24 @@
+// Checkpoints as LibTorch archives with a checksummed sidecar, written on a
+// background thread (checkpoint.h). Terms: a checkpoint is complete when its
+// .pt file and its .json sidecar both exist and the file's size (and, on
+// loading, its CRC-32) match the sidecar; anything else in the directory named
+// like a checkpoint is incomplete.
 #include "checkpoint.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 #include <zlib.h>
 
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/sgd.h>
+#include <torch/serialize.h>
+
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -15,139 +28,471 @@ namespace tandem::trainer {
 namespace {
 
 namespace fs = std::filesystem;
-constexpr char kMagic[8] = {'T', 'N', 'D', 'M', 'C', 'K', 'P', 'T'};
-constexpr uint32_t kVersion = 1;
-constexpr size_t kHeader = 8 + 4 + 8 + 4;  // magic, version, payload length, crc32
-
-void put64(std::string& s, uint64_t v) { s.append(reinterpret_cast<const char*>(&v), 8); }
-void put32(std::string& s, uint32_t v) { s.append(reinterpret_cast<const char*>(&v), 4); }
-template <class T>
-T get(const std::string& s, size_t& at) {
-  T v;
-  std::memcpy(&v, s.data() + at, sizeof v);
-  at += sizeof v;
-  return v;
-}
+using Seconds = std::chrono::duration<double>;
+using SteadyClock = std::chrono::steady_clock;
 
 [[noreturn]] void sys_fail(const std::string& what, const std::string& path) {
   throw std::runtime_error(what + " '" + path + "': " + std::strerror(errno));
 }
 
-void write_fd(int fd, const std::string& data, const std::string& path) {
+uint32_t crc32_of(const char* data, size_t size) {
+  uLong crc = crc32(0, nullptr, 0);
+  for (size_t done = 0; done < size;) {
+    const auto n = static_cast<uInt>(std::min<size_t>(size - done, 1u << 30));
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(data + done), n);
+    done += n;
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+void fsync_dir(const fs::path& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+// Writes `data` to `<path>.tmp`, fsyncs it and renames it to `path`. With kill_after_bytes >= 0 the
+// process kills itself once that many bytes are written (a worker dying mid-write).
+void write_atomically(const std::string& path, const char* data, size_t size, int64_t kill_after_bytes) {
+  const std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) sys_fail("cannot create checkpoint file", tmp);
+  const size_t end = kill_after_bytes >= 0 ? std::min(size, static_cast<size_t>(kill_after_bytes)) : size;
   size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+  while (done < end) {
+    const ssize_t n = ::write(fd, data + done, std::min<size_t>(end - done, 1 << 20));
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) sys_fail("cannot write checkpoint", path);
+    if (n <= 0) {
+      const int e = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      errno = e;
+      sys_fail("cannot write checkpoint file", tmp);
+    }
     done += static_cast<size_t>(n);
   }
+  if (kill_after_bytes >= 0) ::raise(SIGKILL);  // before the fsync and the rename
+  if (::fsync(fd) != 0) {
+    ::close(fd);
+    sys_fail("cannot fsync checkpoint file", tmp);
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) sys_fail("cannot rename checkpoint file to", path);
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw CorruptCheckpoint("cannot read '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Checkpoint files of a directory by batch: the .pt, its sidecar and leftovers, legacy .tck files.
+struct Listed {
+  int64_t batch = 0;
+  std::string pt, sidecar, tck;
+  std::vector<std::string> leftovers;  // *.tmp of a write that never finished
+};
+
+std::optional<int64_t> batch_of(const std::string& name, const std::string& suffix) {
+  if (name.size() != 5 + 12 + suffix.size() || !name.starts_with("ckpt-") || !name.ends_with(suffix)) return std::nullopt;
+  const std::string digits = name.substr(5, 12);
+  if (!std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) return std::nullopt;
+  return std::stoll(digits);
+}
+
+std::vector<Listed> list_dir(const std::string& dir) {
+  std::map<int64_t, Listed> by_batch;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string(), path = e.path().string();
+    for (const char* suffix : {".pt", ".json", ".tck", ".pt.tmp", ".json.tmp"}) {
+      const auto batch = batch_of(name, suffix);
+      if (!batch) continue;
+      Listed& l = by_batch[*batch];
+      l.batch = *batch;
+      const std::string s = suffix;
+      if (s == ".pt") l.pt = path;
+      else if (s == ".json") l.sidecar = path;
+      else if (s == ".tck") l.tck = path;
+      else l.leftovers.push_back(path);
+    }
+  }
+  std::vector<Listed> out;
+  for (auto& [batch, l] : by_batch) out.push_back(std::move(l));
+  std::reverse(out.begin(), out.end());  // newest first
+  return out;
+}
+
+// The sidecar of a listed checkpoint, when it and the file's size agree (the cheap check; loading also checks the CRC-32).
+std::optional<nlohmann::json> complete_sidecar(const Listed& l, std::string* why) {
+  if (l.pt.empty()) return std::nullopt;
+  const std::string name = fs::path(l.pt).filename().string();
+  if (l.sidecar.empty()) {
+    if (why) *why = name + " skipped: no sidecar " + fs::path(l.pt).stem().string() + ".json (the write never finished)";
+    return std::nullopt;
+  }
+  nlohmann::json side;
+  try {
+    side = nlohmann::json::parse(read_file(l.sidecar));
+    (void)side.at("bytes").get<uint64_t>(), (void)side.at("crc32").get<uint32_t>();
+  } catch (const std::exception& e) {
+    if (why) *why = name + " skipped: its sidecar is unreadable (" + e.what() + ")";
+    return std::nullopt;
+  }
+  std::error_code ec;
+  const auto size = fs::file_size(l.pt, ec);
+  if (ec || size != side["bytes"].get<uint64_t>()) {
+    if (why) *why = name + " skipped: torn, " + std::to_string(ec ? 0 : size) + " bytes where its sidecar says " +
+                    std::to_string(side["bytes"].get<uint64_t>());
+    return std::nullopt;
+  }
+  return side;
+}
+
+std::optional<double> metric_of(const nlohmann::json& side) {
+  if (!side.contains("metric") || !side["metric"].is_number()) return std::nullopt;
+  return side["metric"].get<double>();
+}
+
+c10::impl::GenericDict string_dict() { return c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get()); }
+
+// PyTorch's layout: param_groups' parameters numbered in order, state by number.
+std::vector<at::Tensor> flat_params(const torch::optim::Optimizer& o) {
+  std::vector<at::Tensor> out;
+  for (const auto& g : o.param_groups())
+    for (const auto& p : g.params()) out.push_back(p);
+  return out;
+}
+
+std::string kind_of(const torch::optim::Optimizer& o) {
+  if (dynamic_cast<const torch::optim::SGD*>(&o)) return "sgd";
+  if (dynamic_cast<const torch::optim::AdamW*>(&o)) return "adamw";
+  if (dynamic_cast<const torch::optim::Adam*>(&o)) return "adam";
+  throw std::invalid_argument("checkpoints hold SGD, Adam or AdamW state only");
+}
+
+c10::IValue group_options(const torch::optim::OptimizerOptions& options) {
+  auto g = string_dict();
+  g.insert("lr", options.get_lr());
+  if (const auto* o = dynamic_cast<const torch::optim::SGDOptions*>(&options)) {
+    g.insert("momentum", o->momentum()), g.insert("dampening", o->dampening());
+    g.insert("weight_decay", o->weight_decay()), g.insert("nesterov", o->nesterov());
+  }
+  auto adam_like = [&](const auto& o) {
+    g.insert("betas", c10::List<double>({std::get<0>(o.betas()), std::get<1>(o.betas())}));
+    g.insert("eps", o.eps()), g.insert("weight_decay", o.weight_decay()), g.insert("amsgrad", o.amsgrad());
+  };
+  if (const auto* o = dynamic_cast<const torch::optim::AdamOptions*>(&options)) adam_like(*o);
+  if (const auto* o = dynamic_cast<const torch::optim::AdamWOptions*>(&options)) adam_like(*o);
+  return g;
+}
+
+c10::IValue param_state(const torch::optim::OptimizerParamState& state) {
+  auto s = string_dict();
+  auto copy = [](const at::Tensor& t) { return t.detach().clone(); };
+  if (const auto* sgd = dynamic_cast<const torch::optim::SGDParamState*>(&state)) {
+    if (sgd->momentum_buffer().defined()) s.insert("momentum_buffer", copy(sgd->momentum_buffer()));
+  }
+  auto adam_like = [&](const auto& a) {
+    s.insert("step", a.step());
+    s.insert("exp_avg", copy(a.exp_avg())), s.insert("exp_avg_sq", copy(a.exp_avg_sq()));
+    if (a.max_exp_avg_sq().defined()) s.insert("max_exp_avg_sq", copy(a.max_exp_avg_sq()));
+  };
+  if (const auto* a = dynamic_cast<const torch::optim::AdamParamState*>(&state)) adam_like(*a);
+  if (const auto* a = dynamic_cast<const torch::optim::AdamWParamState*>(&state)) adam_like(*a);
+  return s;
+}
+
+c10::IValue optimizer_state(const torch::optim::Optimizer& o) {
+  const auto params = flat_params(o);
+  c10::impl::GenericDict state(c10::IntType::get(), c10::AnyType::get());
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto found = o.state().find(c10::guts::to_string(params[i].unsafeGetTensorImpl()));
+    if (found != o.state().end()) state.insert(static_cast<int64_t>(i), param_state(*found->second));
+  }
+  c10::impl::GenericList groups(c10::AnyType::get());
+  int64_t index = 0;
+  for (const auto& g : o.param_groups()) {
+    auto options = group_options(g.options()).toGenericDict();
+    c10::List<int64_t> numbers;
+    for (size_t k = 0; k < g.params().size(); ++k) numbers.push_back(index++);
+    options.insert("params", numbers);
+    groups.push_back(options);
+  }
+  auto out = string_dict();
+  out.insert("kind", kind_of(o));
+  out.insert("state", state);
+  out.insert("param_groups", groups);
+  return out;
+}
+
+std::vector<char> serialise(const CheckpointSnapshot& s) {
+  c10::Dict<std::string, at::Tensor> model;
+  for (const auto& [name, t] : s.model) model.insert(name, t);
+  auto root = string_dict();
+  root.insert("model", model);
+  root.insert("optimizer", s.optimizer);
+  root.insert("meta", s.meta.dump());
+  return torch::pickle_save(root);
+}
+
+// Reads and checks a .pt against its sidecar; throws CorruptCheckpoint naming the file and the check.
+LoadedCheckpoint load_pt(const Listed& l) {
+  std::string why;
+  const auto side = complete_sidecar(l, &why);
+  if (!side) throw CorruptCheckpoint(why);
+  const std::string name = fs::path(l.pt).filename().string();
+  const std::string bytes = read_file(l.pt);
+  if (crc32_of(bytes.data(), bytes.size()) != (*side)["crc32"].get<uint32_t>())
+    throw CorruptCheckpoint(name + " skipped: CRC-32 mismatch with its sidecar (torn or overwritten)");
+  LoadedCheckpoint c;
+  c.batch = l.batch, c.path = l.pt, c.metric = metric_of(*side);
+  try {
+    const auto root = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end())).toGenericDict();
+    for (const auto& kv : root.at("model").toGenericDict()) c.model[kv.key().toStringRef()] = kv.value().toTensor();
+    c.optimizer = root.at("optimizer");
+    c.meta = nlohmann::json::parse(root.at("meta").toStringRef());
+  } catch (const std::exception& e) {
+    throw CorruptCheckpoint(name + " skipped: not a tandem checkpoint archive (" + e.what() + ")");
+  }
+  return c;
+}
+
+LoadedCheckpoint load_tck(const Listed& l) {
+  LoadedCheckpoint c;
+  c.batch = l.batch, c.path = l.tck, c.blobs = read_checkpoint(l.tck);
+  if (c.blobs.count("meta")) c.meta = nlohmann::json::parse(c.blobs["meta"], nullptr, false);
+  return c;
+}
+
+void remove_files(const Listed& l) {
+  std::error_code ec;
+  for (const auto& f : {l.pt, l.sidecar}) if (!f.empty()) fs::remove(f, ec);
+  for (const auto& f : l.leftovers) fs::remove(f, ec);
+}
+
+// Keeps the newest `latest` (at least one) and the `best` best complete checkpoints; removes the
+// rest and every incomplete one.
+void prune(const std::string& dir, const KeepPolicy& keep) {
+  struct Complete { const Listed* listed; std::optional<double> metric; };
+  const auto listed = list_dir(dir);
+  std::vector<Complete> complete;
+  for (const auto& l : listed) {
+    if (const auto side = complete_sidecar(l, nullptr)) complete.push_back({&l, metric_of(*side)});
+    else if (!l.pt.empty() || !l.sidecar.empty() || !l.leftovers.empty()) remove_files(l);
+  }
+  std::vector<char> kept(complete.size(), 0);
+  for (size_t i = 0; i < complete.size() && i < static_cast<size_t>(std::max(1, keep.latest)); ++i) kept[i] = 1;
+  std::vector<size_t> ranked;
+  for (size_t i = 0; i < complete.size(); ++i) if (complete[i].metric) ranked.push_back(i);
+  std::stable_sort(ranked.begin(), ranked.end(), [&](size_t a, size_t b) {
+    return keep.smaller_is_better ? *complete[a].metric < *complete[b].metric : *complete[a].metric > *complete[b].metric;
+  });
+  for (size_t i = 0; i < ranked.size() && i < static_cast<size_t>(std::max(0, keep.best)); ++i) kept[ranked[i]] = 1;
+  for (size_t i = 0; i < complete.size(); ++i) if (!kept[i]) remove_files(*complete[i].listed);
 }
 
 }  // namespace
 
-void write_checkpoint(const std::string& path, const Blobs& blobs) {
-  std::string payload;
-  put32(payload, static_cast<uint32_t>(blobs.size()));
-  for (const auto& [name, data] : blobs) {
-    put32(payload, static_cast<uint32_t>(name.size()));
-    payload += name;
-    put64(payload, data.size());
-    payload += data;
-  }
-  std::string file(kMagic, 8);
-  put32(file, kVersion);
-  put64(file, payload.size());
-  put32(file, static_cast<uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(payload.data()), static_cast<uInt>(payload.size()))));
-  file += payload;
-
-  const fs::path final_path(path);
-  const fs::path dir = final_path.has_parent_path() ? final_path.parent_path() : fs::path(".");
-  const std::string tmp = (dir / ("." + final_path.filename().string() + ".tmp")).string();
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) sys_fail("cannot create", tmp);
-  try {
-    write_fd(fd, file, tmp);
-    if (::fsync(fd) != 0) sys_fail("cannot fsync", tmp);
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) sys_fail("cannot rename checkpoint to", path);
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
+KeepPolicy keep_policy(const ExperimentConfig& c) {
+  return KeepPolicy{c.save_trial_latest, c.save_trial_best, c.smaller_is_better};
 }
 
-Blobs read_checkpoint(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw CorruptCheckpoint("cannot read checkpoint '" + path + "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string file = ss.str();
-  auto bad = [&](const std::string& why) { return CorruptCheckpoint("checkpoint '" + path + "' rejected: " + why); };
-  if (file.size() < kHeader || std::memcmp(file.data(), kMagic, 8) != 0) throw bad("not a tandem checkpoint (bad magic)");
-  size_t at = 8;
-  if (get<uint32_t>(file, at) != kVersion) throw bad("unknown format version");
-  const uint64_t length = get<uint64_t>(file, at);
-  const uint32_t crc = get<uint32_t>(file, at);
-  if (file.size() - kHeader != length)
-    throw bad("torn: " + std::to_string(file.size() - kHeader) + " payload bytes, header says " + std::to_string(length));
-  if (crc32(0, reinterpret_cast<const Bytef*>(file.data() + kHeader), static_cast<uInt>(length)) != crc)
-    throw bad("checksum mismatch (torn or overwritten)");
-  Blobs blobs;
-  const uint32_t count = get<uint32_t>(file, at);
-  for (uint32_t i = 0; i < count; ++i) {
-    if (at + 4 > file.size()) throw bad("entry table overruns the file");
-    const uint32_t name_len = get<uint32_t>(file, at);
-    if (at + name_len + 8 > file.size()) throw bad("entry table overruns the file");
-    std::string name = file.substr(at, name_len);
-    at += name_len;
-    const uint64_t len = get<uint64_t>(file, at);
-    if (at + len > file.size()) throw bad("entry '" + name + "' overruns the file");
-    blobs[name] = file.substr(at, len);
-    at += len;
-  }
-  return blobs;
-}
-
-std::string checkpoint_path(const std::string& dir, int64_t batch) {
+std::string checkpoint_file(const std::string& dir, int64_t batch) {
   char name[64];
-  std::snprintf(name, sizeof name, "ckpt-%012lld.tck", static_cast<long long>(batch));
+  std::snprintf(name, sizeof name, "ckpt-%012lld.pt", static_cast<long long>(batch));
   return (fs::path(dir) / name).string();
 }
 
-namespace {
-std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& dir) {
-  std::vector<std::pair<int64_t, std::string>> out;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.size() == 21 && name.starts_with("ckpt-") && name.ends_with(".tck"))
-      out.emplace_back(std::stoll(name.substr(5, 12)), e.path().string());
-  }
-  std::sort(out.rbegin(), out.rend());
-  return out;
+CheckpointSnapshot take_snapshot(int64_t batch, const std::vector<std::string>& names,
+                                 const std::vector<at::Tensor>& params, const torch::optim::Optimizer& o,
+                                 nlohmann::json meta, std::optional<double> metric) {
+  if (names.size() != params.size()) throw std::invalid_argument("take_snapshot: one name per parameter");
+  CheckpointSnapshot s;
+  s.batch = batch;
+  for (size_t i = 0; i < params.size(); ++i) s.model.emplace_back(names[i], params[i].detach().clone());
+  s.optimizer = optimizer_state(o);
+  s.meta = std::move(meta);
+  s.metric = metric;
+  return s;
 }
-}  // namespace
 
-std::optional<Found> latest_checkpoint(const std::string& dir, std::vector<std::string>* warnings) {
-  for (auto& [batch, path] : list_checkpoints(dir)) {
+CheckpointWriter::CheckpointWriter(std::string dir, KeepPolicy keep, int64_t kill_after_bytes)
+    : dir_(std::move(dir)), keep_(keep), kill_after_bytes_(kill_after_bytes), thread_([this] { run(); }) {}
+
+CheckpointWriter::~CheckpointWriter() {
+  try {
+    drain();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tandem train: warning: checkpoint not written: %s\n", e.what());
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void CheckpointWriter::wait_idle(std::unique_lock<std::mutex>& lock) {
+  const auto start = SteadyClock::now();
+  cv_.wait(lock, [&] { return !busy_; });
+  wait_seconds_ += Seconds(SteadyClock::now() - start).count();
+  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+}
+
+void CheckpointWriter::submit(CheckpointSnapshot s) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  wait_idle(lock);
+  pending_ = std::move(s);
+  busy_ = true;
+  lock.unlock();
+  cv_.notify_all();
+}
+
+void CheckpointWriter::drain() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  wait_idle(lock);
+}
+
+double CheckpointWriter::wait_seconds() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return wait_seconds_;
+}
+double CheckpointWriter::write_seconds() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return write_seconds_;
+}
+int64_t CheckpointWriter::written() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return written_;
+}
+
+void CheckpointWriter::run() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stop_ || pending_.has_value(); });
+    if (!pending_) return;
+    CheckpointSnapshot s = std::move(*pending_);
+    pending_.reset();
+    lock.unlock();
+    const auto start = SteadyClock::now();
+    std::exception_ptr error;
     try {
-      return Found{batch, path, read_checkpoint(path)};
-    } catch (const CorruptCheckpoint& e) {
-      if (warnings) warnings->push_back(e.what());
+      write(s);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    lock.lock();
+    write_seconds_ += Seconds(SteadyClock::now() - start).count();
+    if (error) error_ = error;
+    else ++written_;
+    busy_ = false;
+    cv_.notify_all();
+  }
+}
+
+void CheckpointWriter::write(const CheckpointSnapshot& s) {
+  fs::create_directories(dir_);
+  const std::string path = checkpoint_file(dir_, s.batch);
+  const std::vector<char> bytes = serialise(s);
+  write_atomically(path, bytes.data(), bytes.size(), kill_after_bytes_);
+  nlohmann::json side = {{"file", fs::path(path).filename().string()},
+                         {"bytes", bytes.size()},
+                         {"crc32", crc32_of(bytes.data(), bytes.size())},
+                         {"batch", s.batch},
+                         {"metrics", s.meta.contains("metrics") ? s.meta["metrics"] : nlohmann::json::object()},
+                         {"metric", s.metric ? nlohmann::json(*s.metric) : nlohmann::json(nullptr)}};
+  const std::string text = side.dump(1) + "\n";
+  const std::string side_path = (fs::path(dir_) / fs::path(path).stem()).string() + ".json";
+  write_atomically(side_path, text.data(), text.size(), -1);
+  fsync_dir(dir_);
+  prune(dir_, keep_);
+}
+
+std::optional<LoadedCheckpoint> latest_checkpoint(const std::string& dir, std::vector<std::string>* warnings) {
+  for (const auto& l : list_dir(dir)) {
+    for (bool pt : {true, false}) {
+      if ((pt ? l.pt : l.tck).empty()) continue;
+      try {
+        return pt ? load_pt(l) : load_tck(l);
+      } catch (const CorruptCheckpoint& e) {
+        if (warnings) warnings->push_back(e.what());
+      }
     }
   }
   return std::nullopt;
 }
 
-void prune_checkpoints(const std::string& dir, size_t keep) {
-  auto all = list_checkpoints(dir);
-  for (size_t i = keep; i < all.size(); ++i) fs::remove(all[i].second);
+void restore_optimizer(const LoadedCheckpoint& c, torch::optim::Optimizer& o) {
+  const std::string name = fs::path(c.path).filename().string();
+  if (c.optimizer.isNone()) {
+    const auto blob = c.blobs.find("optimizer");  // a legacy .tck
+    if (blob == c.blobs.end()) throw CorruptCheckpoint(name + ": holds no optimizer state");
+    std::istringstream in(blob->second);
+    torch::serialize::InputArchive archive;
+    archive.load_from(in);
+    o.load(archive);
+    return;
+  }
+  const auto root = c.optimizer.toGenericDict();
+  const std::string kind = root.at("kind").toStringRef();
+  if (kind != kind_of(o))
+    throw CorruptCheckpoint(name + ": holds " + kind + " state but the optimizer is " + kind_of(o) +
+                            "; set hyperparameters.optimizer: " + kind + " or train afresh without --resume");
+  const auto params = flat_params(o);
+  auto& states = o.state();
+  for (const auto& kv : root.at("state").toGenericDict()) {
+    const int64_t index = kv.key().toInt();
+    if (index < 0 || index >= static_cast<int64_t>(params.size()))
+      throw CorruptCheckpoint(name + ": optimizer state for parameter " + std::to_string(index) + " of " +
+                              std::to_string(params.size()));
+    const auto& p = params[static_cast<size_t>(index)];
+    const auto saved = kv.value().toGenericDict();
+    auto tensor = [&](const std::string& key) {
+      at::Tensor t = saved.at(key).toTensor();
+      if (t.sizes() != p.sizes())
+        throw CorruptCheckpoint(name + ": optimizer state '" + key + "' of parameter " + std::to_string(index) +
+                                " has another shape than the parameter (a different model?)");
+      return t.clone();
+    };
+    std::unique_ptr<torch::optim::OptimizerParamState> state;
+    auto adam_like = [&](auto entry) {
+      entry->step(saved.at("step").toInt());
+      entry->exp_avg(tensor("exp_avg"));
+      entry->exp_avg_sq(tensor("exp_avg_sq"));
+      if (saved.contains("max_exp_avg_sq")) entry->max_exp_avg_sq(tensor("max_exp_avg_sq"));
+      state = std::move(entry);
+    };
+    if (kind == "sgd") {
+      auto entry = std::make_unique<torch::optim::SGDParamState>();
+      if (saved.contains("momentum_buffer")) entry->momentum_buffer(tensor("momentum_buffer"));
+      state = std::move(entry);
+    } else if (kind == "adam") {
+      adam_like(std::make_unique<torch::optim::AdamParamState>());
+    } else {
+      adam_like(std::make_unique<torch::optim::AdamWParamState>());
+    }
+    states[c10::guts::to_string(p.unsafeGetTensorImpl())] = std::move(state);
+  }
+  const auto groups = root.at("param_groups").toList();
+  for (size_t i = 0; i < groups.size() && i < o.param_groups().size(); ++i)
+    o.param_groups()[i].options().set_lr(groups.get(i).toGenericDict().at("lr").toDouble());
+}
+
+std::optional<std::string> best_checkpoint(const std::string& dir, const KeepPolicy& keep) {
+  std::optional<std::string> best;
+  std::optional<double> best_metric;
+  for (const auto& l : list_dir(dir)) {  // newest first: ties go to the newest
+    const auto side = complete_sidecar(l, nullptr);
+    const auto m = side ? metric_of(*side) : std::nullopt;
+    if (!m) continue;
+    if (!best_metric || (keep.smaller_is_better ? *m < *best_metric : *m > *best_metric)) best_metric = m, best = l.pt;
+  }
+  return best;
 }
 
 }  // namespace tandem::trainer

@@ -188,6 +188,90 @@ const std::vector<std::string> kTopKeys = {
     "name", "description", "hyperparameters", "resources", "searcher", "min_validation_period",
     "min_checkpoint_period", "records_per_epoch", "optimizations", "checkpoint_storage", "max_restarts",
     "reproducibility", "dtrain_network_interface", "data", "entrypoint"};
+const std::vector<std::string> kHyperparameterKeys = {
+    "global_batch_size", "learning_rate", "optimizer", "momentum", "nesterov", "weight_decay", "beta1", "beta2",
+    "eps", "lr_schedule", "model", "mlp_hidden", "dropout", "layer_slices"};
+const std::vector<std::string> kLrScheduleKeys = {"type", "warmup", "step_size", "gamma", "min_learning_rate"};
+const std::vector<std::string> kResourceKeys = {"slots_per_trial", "slots_per_host", "hosts"};
+const std::vector<std::string> kSearcherKeys = {"name", "metric", "max_length", "smaller_is_better"};
+const std::vector<std::string> kOptimizationKeys = {
+    "aggregation_frequency", "average_aggregated_gradients", "average_training_metrics", "gradient_compression",
+    "gradient_predivide_factor", "error_feedback", "auto_tune_tensor_fusion", "tensor_fusion_threshold",
+    "tensor_fusion_cycle_time", "mixed_precision"};
+const std::vector<std::string> kCheckpointStorageKeys = {"type", "host_path", "storage_path", "save_trial_latest",
+                                                         "save_trial_best", "save_experiment_best"};
+const std::vector<std::string> kReproducibilityKeys = {"experiment_seed"};
+const std::vector<std::string> kDataKeys = {"type", "path"};
+
+// hyperparameters: the optimizer's knobs (optimizer.h) and lr_schedule. A key
+// the chosen optimizer would not use is an error naming the one that would.
+void read_optimizer(Reader& r, const YAML::Node& hp, ExperimentConfig& c) {
+  r.choice(hp["optimizer"], "hyperparameters.optimizer", c.optimizer, {"sgd", "adam", "adamw"});
+  r.number(hp["momentum"], "hyperparameters.momentum", c.momentum, 0, 0.999999, "use a value in [0, 1), e.g. 0.9");
+  r.boolean(hp["nesterov"], "hyperparameters.nesterov", c.nesterov);
+  r.number(hp["weight_decay"], "hyperparameters.weight_decay", c.weight_decay, 0, 1, "use a value in [0, 1], e.g. 0.0001");
+  r.number(hp["beta1"], "hyperparameters.beta1", c.beta1, 0, 0.999999, "use a value in [0, 1), e.g. 0.9");
+  r.number(hp["beta2"], "hyperparameters.beta2", c.beta2, 0, 0.999999, "use a value in [0, 1), e.g. 0.999");
+  r.number(hp["eps"], "hyperparameters.eps", c.eps, 1e-30, 1, "use a small positive value, e.g. 1e-8");
+  const bool sgd = c.optimizer == "sgd";
+  for (const char* k : {"momentum", "nesterov"})
+    if (!sgd && hp[k])
+      r.error(std::string("hyperparameters.") + k, "'" + hp[k].Scalar() + "' is an sgd setting, unused by optimizer " +
+                                                       c.optimizer + "; remove it or set hyperparameters.optimizer: sgd");
+  for (const char* k : {"beta1", "beta2", "eps"})
+    if (sgd && hp[k])
+      r.error(std::string("hyperparameters.") + k, "'" + hp[k].Scalar() +
+                                                       "' is an adam/adamw setting, unused by optimizer sgd; remove it "
+                                                       "or set hyperparameters.optimizer: adam or adamw");
+  if (!sgd) c.momentum = 0;
+  if (sgd && c.nesterov && c.momentum <= 0)
+    r.error("hyperparameters.nesterov", "'true' needs momentum > 0 (hyperparameters.momentum is " +
+                                            std::to_string(c.momentum) + "); set momentum, e.g. 0.9, or nesterov: false");
+
+  const auto ls = hp["lr_schedule"];
+  if (!r.is_map(ls, "hyperparameters.lr_schedule")) return;
+  const std::string at = "hyperparameters.lr_schedule";
+  r.check_keys(ls, at, kLrScheduleKeys);
+  auto& s = c.lr_schedule;
+  r.choice(ls["type"], at + ".type", s.type, {"constant", "step", "cosine"});
+  r.length(ls["warmup"], at + ".warmup", s.warmup);
+  r.length(ls["step_size"], at + ".step_size", s.step_size);
+  r.number(ls["gamma"], at + ".gamma", s.gamma, 1e-12, 1, "use a factor in (0, 1], e.g. 0.1");
+  r.number(ls["min_learning_rate"], at + ".min_learning_rate", s.min_learning_rate, 0, 100,
+           "use a rate below hyperparameters.learning_rate, e.g. 0");
+  for (auto [key, used_by] : {std::pair{"step_size", "step"}, std::pair{"gamma", "step"},
+                              std::pair{"min_learning_rate", "cosine"}})
+    if (ls[key] && s.type != used_by)
+      r.error(at + "." + key, std::string("set, but only type ") + used_by + " uses it (type is " + s.type +
+                                  "); remove it or set " + at + ".type: " + used_by);
+  if (s.type == "step" && !s.step_size.set() && !ls["step_size"])
+    r.error(at + ".step_size", "missing; type step multiplies the rate by gamma every step_size, e.g. {epochs: 1}");
+  if (s.type == "cosine" && s.min_learning_rate >= c.learning_rate)
+    r.error(at + ".min_learning_rate", std::to_string(s.min_learning_rate) +
+                                           " is not below hyperparameters.learning_rate " +
+                                           std::to_string(c.learning_rate) + "; use a smaller value, e.g. 0");
+}
+
+// entrypoint: a TorchScript module file, relative to the YAML's directory.
+void read_entrypoint(Reader& r, const YAML::Node& root, const std::string& base_dir, ExperimentConfig& c) {
+  std::string entry;
+  if (!r.scalar(root["entrypoint"], "entrypoint", entry, "a TorchScript file (e.g. model.pt)")) return;
+  const std::string how = "tandem trains TorchScript models: save one with "
+                          "torch.jit.save(torch.jit.script(model), \"model.pt\") and set entrypoint: model.pt";
+  namespace fs = std::filesystem;
+  fs::path path(entry);
+  if (path.is_relative()) path = fs::absolute(base_dir.empty() ? fs::current_path() : fs::path(base_dir)) / path;
+  path = path.lexically_normal();
+  if (fs::is_regular_file(path)) {
+    c.entrypoint = path.string();
+    return;
+  }
+  if (entry.find(':') != std::string::npos)
+    r.error("entrypoint", "'" + entry + "' is Determined's module:TrialClass form; " + how);
+  else
+    r.error("entrypoint", "'" + entry + "': no file at " + path.string() +
+                              " (a relative path is taken from the YAML's directory); " + how);
+}
 
 void validate_slots(ExperimentConfig& c, std::vector<std::string>& errors) {
   if (c.global_batch_size > 0 && c.slots_per_trial > c.global_batch_size) {
@@ -233,7 +317,7 @@ void validate_slots(ExperimentConfig& c, std::vector<std::string>& errors) {
 
 }  // namespace
 
-ExperimentConfig parse_config(const std::string& yaml_text) {
+ExperimentConfig parse_config(const std::string& yaml_text, const std::string& base_dir) {
   YAML::Node root;
   try {
     root = YAML::Load(yaml_text);
@@ -247,20 +331,18 @@ ExperimentConfig parse_config(const std::string& yaml_text) {
   r.check_keys(root, "", kTopKeys);
   r.scalar(root["name"], "name", c.name, "a string");
   r.scalar(root["description"], "description", c.description, "a string");
+  read_entrypoint(r, root, base_dir, c);
 
   const auto hp = root["hyperparameters"];
   if (!hp) r.error("hyperparameters", "missing; set at least hyperparameters.global_batch_size (e.g. 64)");
   if (r.is_map(hp, "hyperparameters")) {
-    r.check_keys(hp, "hyperparameters",
-                 {"global_batch_size", "learning_rate", "momentum", "weight_decay", "model", "mlp_hidden", "dropout",
-                  "layer_slices"});
+    r.check_keys(hp, "hyperparameters", kHyperparameterKeys);
     if (!hp["global_batch_size"]) r.error("hyperparameters.global_batch_size", "missing; set the samples per optimizer step over all slots, e.g. 64");
     r.integer(hp["global_batch_size"], "hyperparameters.global_batch_size", c.global_batch_size, 1, 1 << 24,
               "use a positive number of samples per step, e.g. 64");
     r.number(hp["learning_rate"], "hyperparameters.learning_rate", c.learning_rate, 1e-12, 100,
              "use a positive rate, e.g. 0.01");
-    r.number(hp["momentum"], "hyperparameters.momentum", c.momentum, 0, 0.999999, "use a value in [0, 1), e.g. 0.9");
-    r.number(hp["weight_decay"], "hyperparameters.weight_decay", c.weight_decay, 0, 1, "use a value in [0, 1], e.g. 0.0001");
+    read_optimizer(r, hp, c);
     r.choice(hp["model"], "hyperparameters.model", c.model, {"convnet", "mlp"});
     r.number(hp["dropout"], "hyperparameters.dropout", c.dropout, 0, 0.99, "use a drop probability in [0, 0.99], e.g. 0.4 (0 = off)");
     r.integer(hp["mlp_hidden"], "hyperparameters.mlp_hidden", c.mlp_hidden, 1, 1 << 16, "use a layer width, e.g. 256");
@@ -268,7 +350,17 @@ ExperimentConfig parse_config(const std::string& yaml_text) {
               "use 1 (whole layers) to 64 slices per hidden fully-connected layer, e.g. 8");
     // fc2 (hidden inputs a row) is the mlp layer with the fewest possible blocks.
     const int64_t most = most_row_blocks(c.mlp_hidden, c.mlp_hidden);
-    if (c.model == "mlp" && c.layer_slices > most)
+    if (!c.entrypoint.empty()) {
+      if (c.layer_slices > 1)
+        r.error("hyperparameters.layer_slices", std::to_string(c.layer_slices) +
+                                                    " slices apply to the built-in models only, not to entrypoint's "
+                                                    "TorchScript module; remove layer_slices or entrypoint");
+      for (const char* k : {"model", "mlp_hidden"})
+        if (hp[k])
+          c.notes.push_back(std::string("hyperparameters.") + k +
+                            " is not used: entrypoint's TorchScript module is the model");
+    }
+    if (c.entrypoint.empty() && c.model == "mlp" && c.layer_slices > most)
       r.error("hyperparameters.layer_slices", std::to_string(c.layer_slices) + " slices of a " + std::to_string(c.mlp_hidden) +
                                                   "-wide layer; use at most " + std::to_string(most) +
                                                   " (each block of fc2 holds a multiple of 16 weights)");
@@ -276,7 +368,7 @@ ExperimentConfig parse_config(const std::string& yaml_text) {
 
   const auto res = root["resources"];
   if (r.is_map(res, "resources")) {
-    r.check_keys(res, "resources", {"slots_per_trial", "slots_per_host", "hosts"});
+    r.check_keys(res, "resources", kResourceKeys);
     r.integer(res["slots_per_trial"], "resources.slots_per_trial", c.slots_per_trial, 1, 1024,
               "use 1 to 1024 slots");
     r.integer(res["slots_per_host"], "resources.slots_per_host", c.slots_per_host, 1, 1024, "use 1 to 1024 slots");
@@ -291,13 +383,13 @@ ExperimentConfig parse_config(const std::string& yaml_text) {
 
   const auto searcher = root["searcher"];
   if (r.is_map(searcher, "searcher")) {
-    r.check_keys(searcher, "searcher", {"name", "metric", "max_length", "smaller_is_better"});
+    r.check_keys(searcher, "searcher", kSearcherKeys);
     std::string name = "single";
     r.choice(searcher["name"], "searcher.name", name, {"single"});
-    std::string metric = "validation_accuracy";
-    r.choice(searcher["metric"], "searcher.metric", metric, {"validation_accuracy", "validation_loss"});
-    bool smaller = false;
-    r.boolean(searcher["smaller_is_better"], "searcher.smaller_is_better", smaller);
+    r.choice(searcher["metric"], "searcher.metric", c.searcher_metric, {"validation_accuracy", "validation_loss"});
+    // Determined defaults smaller_is_better to true; tandem's default metric is the accuracy, so the default follows the metric.
+    c.smaller_is_better = c.searcher_metric == "validation_loss";
+    r.boolean(searcher["smaller_is_better"], "searcher.smaller_is_better", c.smaller_is_better);
     r.length(searcher["max_length"], "searcher.max_length", c.max_length);
   }
   if (!c.max_length.set() && r.errors.empty())
@@ -309,10 +401,7 @@ ExperimentConfig parse_config(const std::string& yaml_text) {
 
   const auto opt = root["optimizations"];
   if (r.is_map(opt, "optimizations")) {
-    r.check_keys(opt, "optimizations",
-                 {"aggregation_frequency", "average_aggregated_gradients", "average_training_metrics",
-                  "gradient_compression", "gradient_predivide_factor", "error_feedback", "auto_tune_tensor_fusion",
-                  "tensor_fusion_threshold", "tensor_fusion_cycle_time", "mixed_precision"});
+    r.check_keys(opt, "optimizations", kOptimizationKeys);
     auto& o = c.optimizations;
     r.integer(opt["aggregation_frequency"], "optimizations.aggregation_frequency", o.aggregation_frequency, 1, 1024,
               "use 1 (communicate every batch) or more batches per communication");
@@ -337,16 +426,21 @@ ExperimentConfig parse_config(const std::string& yaml_text) {
               4096, "use megabytes per fused bucket, 1 to 4096 (Determined's default 64)");
     r.integer(opt["tensor_fusion_cycle_time"], "optimizations.tensor_fusion_cycle_time", o.tensor_fusion_cycle_time_ms,
               1, 10000, "use milliseconds, 1 to 10000 (Determined's default 5)");
-    std::string mp = "O0";
-    r.choice(opt["mixed_precision"], "optimizations.mixed_precision", mp, {"O0"});
+    if (opt["tensor_fusion_cycle_time"])
+      c.notes.push_back("optimizations.tensor_fusion_cycle_time: Horovod's cycle time batches the tensors ready within "
+                        "it; tandem launches a bucket as soon as it is full or backward ends, so the value only bounds "
+                        "the idle engine's sleep");
+    std::string mp;
+    if (r.scalar(opt["mixed_precision"], "optimizations.mixed_precision", mp, "an apex level (O0)") && mp != "O0")
+      r.error("optimizations.mixed_precision", "'" + mp + "': automatic mixed precision (AMP) is not implemented for "
+                                               "CPU training; use O0 (full precision) or remove the key");
     if (o.error_feedback && o.gradient_compression == "none")
       r.error("optimizations.error_feedback", "'true' needs a compressed gradient; set optimizations.gradient_compression: fp16 or bf16, or error_feedback: false");
   }
 
   const auto cs = root["checkpoint_storage"];
   if (r.is_map(cs, "checkpoint_storage")) {
-    r.check_keys(cs, "checkpoint_storage", {"type", "host_path", "storage_path", "save_trial_latest",
-                                            "save_trial_best", "save_experiment_best"});
+    r.check_keys(cs, "checkpoint_storage", kCheckpointStorageKeys);
     std::string type = "shared_fs";
     r.choice(cs["type"], "checkpoint_storage.type", type, {"shared_fs"});
     std::string host_path, storage_path;
@@ -355,16 +449,20 @@ ExperimentConfig parse_config(const std::string& yaml_text) {
     if (host_path.empty() && cs["type"]) r.error("checkpoint_storage.host_path", "missing; set the directory checkpoints go to, e.g. checkpoints (a relative path is under --output)");
     c.checkpoint_dir = host_path;
     if (!storage_path.empty()) c.checkpoint_dir += (host_path.empty() ? "" : "/") + storage_path;
-    for (const char* k : {"save_trial_latest", "save_trial_best", "save_experiment_best"}) {
-      int64_t ignored = 0;
-      r.integer(cs[k], std::string("checkpoint_storage.") + k, ignored, 0, 1 << 20, "use a count of checkpoints, e.g. 1");
-    }
+    const std::string fix = "use a count of checkpoints, e.g. 1";
+    r.integer(cs["save_trial_best"], "checkpoint_storage.save_trial_best", c.save_trial_best, 0, 1 << 20, fix);
+    r.integer(cs["save_trial_latest"], "checkpoint_storage.save_trial_latest", c.save_trial_latest, 0, 1 << 20, fix);
+    r.integer(cs["save_experiment_best"], "checkpoint_storage.save_experiment_best", c.save_experiment_best, 0, 1 << 20, fix);
+    if (c.save_experiment_best > c.save_trial_best)
+      c.notes.push_back("checkpoint_storage.save_experiment_best " + std::to_string(c.save_experiment_best) +
+                        " has no further effect: an experiment is one trial, whose best are kept by save_trial_best (" +
+                        std::to_string(c.save_trial_best) + ")");
   }
   r.integer(root["max_restarts"], "max_restarts", c.max_restarts, 0, 1000, "use 0 (never restart) to 1000; Determined's default is 5");
 
   const auto rep = root["reproducibility"];
   if (r.is_map(rep, "reproducibility")) {
-    r.check_keys(rep, "reproducibility", {"experiment_seed"});
+    r.check_keys(rep, "reproducibility", kReproducibilityKeys);
     int64_t seed = 0;
     r.integer(rep["experiment_seed"], "reproducibility.experiment_seed", seed, 0, (int64_t{1} << 31) - 1,
               "use 0 to 2147483647");
@@ -375,7 +473,7 @@ ExperimentConfig parse_config(const std::string& yaml_text) {
   if (const auto d = root["data"]; d && !d.IsNull()) {
     const std::vector<std::string> kinds = {"fashion-mnist", "synthetic"};
     if (d.IsMap()) {
-      r.check_keys(d, "data", {"type", "path"});
+      r.check_keys(d, "data", kDataKeys);
       r.choice(d["type"], "data.type", c.data, kinds);
       r.scalar(d["path"], "data.path", c.data_path, "a directory");
     } else {
@@ -395,10 +493,24 @@ ExperimentConfig load_config(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   try {
-    return parse_config(ss.str());
+    return parse_config(ss.str(), std::filesystem::path(path).parent_path().string());
   } catch (const ConfigError& e) {
     throw ConfigError(path + ": " + e.what());
   }
+}
+
+const std::vector<std::pair<std::string, std::vector<std::string>>>& known_config_keys() {
+  static const std::vector<std::pair<std::string, std::vector<std::string>>> keys = {
+      {"", kTopKeys},
+      {"hyperparameters", kHyperparameterKeys},
+      {"hyperparameters.lr_schedule", kLrScheduleKeys},
+      {"resources", kResourceKeys},
+      {"searcher", kSearcherKeys},
+      {"optimizations", kOptimizationKeys},
+      {"checkpoint_storage", kCheckpointStorageKeys},
+      {"reproducibility", kReproducibilityKeys},
+      {"data", kDataKeys}};
+  return keys;
 }
 
 std::string checkpoint_storage_dir(const ExperimentConfig& config, const std::string& output_dir) {

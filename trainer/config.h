@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tandem::trainer {
@@ -47,7 +48,16 @@ struct Optimizations {
   bool error_feedback = false;  // what rounding to 16 bits dropped is sent with the next step
   bool auto_tune_tensor_fusion = false;
   int tensor_fusion_threshold_mb = 64;  // Determined's unit and default
-  int tensor_fusion_cycle_time_ms = 5;
+  int tensor_fusion_cycle_time_ms = 5;  // bounds the idle engine's sleep only (buckets launch when full)
+};
+
+// hyperparameters.lr_schedule: linear warm-up, then constant | step | cosine (optimizer.h).
+struct LrSchedule {
+  std::string type = "constant";  // constant | step | cosine
+  Length warmup;                  // unset: no warm-up
+  Length step_size;               // step: the learning rate is multiplied by gamma every step_size
+  double gamma = 0.1;
+  double min_learning_rate = 0;   // cosine: the rate at the last step
 };
 
 struct ExperimentConfig {
@@ -56,24 +66,35 @@ struct ExperimentConfig {
   // hyperparameters
   int64_t global_batch_size = 0;
   double learning_rate = 0.01;
-  double momentum = 0.9;
+  std::string optimizer = "sgd";  // sgd | adam | adamw (LibTorch's)
+  double momentum = 0.9;          // sgd
+  bool nesterov = false;          // sgd, with momentum > 0
   double weight_decay = 0.0;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adam, adamw
+  LrSchedule lr_schedule;
   std::string model = "convnet";  // convnet | mlp
   int mlp_hidden = 256;
   double dropout = 0.4;  // before the last layer, as the dataset's convnet
   int layer_slices = 1;  // hidden fully-connected layers computed in this many output slices (model.h)
+  // entrypoint: the absolute path of a TorchScript module (torch.jit.save); "" = the built-in model
+  std::string entrypoint;
   // resources
   int slots_per_trial = 1;
   int slots_per_host = 0;          // 0 = every slot on this host
   std::vector<std::string> hosts;  // multi-host layout; empty = this host
   // lengths
   Length max_length;
+  std::string searcher_metric = "validation_accuracy";  // validation_accuracy | validation_loss
+  bool smaller_is_better = false;  // unless given: true for the loss, false for the accuracy
   Length min_validation_period;
   Length min_checkpoint_period;
   int64_t records_per_epoch = 0;  // 0 = the training set's size
   Optimizations optimizations;
   // checkpoint_storage (shared_fs); a relative path is under the trial's output (checkpoint_storage_dir)
   std::string checkpoint_dir;  // host_path / storage_path
+  int save_trial_best = 1;     // checkpoints kept by the searcher metric
+  int save_trial_latest = 1;   // checkpoints kept by recency
+  int save_experiment_best = 0;  // one trial per experiment: no further effect
   int max_restarts = 5;
   uint64_t seed = 0;
   std::string network_interface;  // dtrain_network_interface
@@ -90,8 +111,9 @@ struct ExperimentConfig {
   int64_t to_batches(const Length& l, int64_t records_per_epoch) const;
 };
 
-// Parses and validates; throws ConfigError listing every problem.
-ExperimentConfig parse_config(const std::string& yaml_text);
+// Parses and validates; throws ConfigError listing every problem. A relative
+// entrypoint is resolved against `base_dir` (the YAML's directory; "" = the working directory).
+ExperimentConfig parse_config(const std::string& yaml_text, const std::string& base_dir = "");
 ExperimentConfig load_config(const std::string& path);
 
 // Re-applies the slot-dependent checks after a flag changed slots_per_trial;
@@ -103,6 +125,9 @@ size_t edit_distance(const std::string& a, const std::string& b);
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);
 
 const char* to_string(LengthUnit u);
+
+// Every key parse_config knows, by section ("" = top level, "hyperparameters", "searcher", ...).
+const std::vector<std::pair<std::string, std::vector<std::string>>>& known_config_keys();
 
 // checkpoint_storage's directory: an absolute one as written, a relative one
 // under `output_dir` (so runs keep their checkpoints beside their metrics); "" when not set.
