@@ -89,10 +89,10 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-// Checkpoint files of a directory by batch: the .pt, its sidecar and leftovers, legacy .tck files.
+// Checkpoint files of a directory by batch: the .pt, its sidecar and leftovers.
 struct Listed {
   int64_t batch = 0;
-  std::string pt, sidecar, tck;
+  std::string pt, sidecar;
   std::vector<std::string> leftovers;  // *.tmp of a write that never finished
 };
 
@@ -108,7 +108,7 @@ std::vector<Listed> list_dir(const std::string& dir) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string(), path = e.path().string();
-    for (const char* suffix : {".pt", ".json", ".tck", ".pt.tmp", ".json.tmp"}) {
+    for (const char* suffix : {".pt", ".json", ".pt.tmp", ".json.tmp"}) {
       const auto batch = batch_of(name, suffix);
       if (!batch) continue;
       Listed& l = by_batch[*batch];
@@ -116,7 +116,6 @@ std::vector<Listed> list_dir(const std::string& dir) {
       const std::string s = suffix;
       if (s == ".pt") l.pt = path;
       else if (s == ".json") l.sidecar = path;
-      else if (s == ".tck") l.tck = path;
       else l.leftovers.push_back(path);
     }
   }
@@ -258,13 +257,6 @@ LoadedCheckpoint load_pt(const Listed& l) {
   } catch (const std::exception& e) {
     throw CorruptCheckpoint(name + " skipped: not a tandem checkpoint archive (" + e.what() + ")");
   }
-  return c;
-}
-
-LoadedCheckpoint load_tck(const Listed& l) {
-  LoadedCheckpoint c;
-  c.batch = l.batch, c.path = l.tck, c.blobs = read_checkpoint(l.tck);
-  if (c.blobs.count("meta")) c.meta = nlohmann::json::parse(c.blobs["meta"], nullptr, false);
   return c;
 }
 
@@ -415,13 +407,11 @@ void CheckpointWriter::write(const CheckpointSnapshot& s) {
 
 std::optional<LoadedCheckpoint> latest_checkpoint(const std::string& dir, std::vector<std::string>* warnings) {
   for (const auto& l : list_dir(dir)) {
-    for (bool pt : {true, false}) {
-      if ((pt ? l.pt : l.tck).empty()) continue;
-      try {
-        return pt ? load_pt(l) : load_tck(l);
-      } catch (const CorruptCheckpoint& e) {
-        if (warnings) warnings->push_back(e.what());
-      }
+    if (l.pt.empty()) continue;
+    try {
+      return load_pt(l);
+    } catch (const CorruptCheckpoint& e) {
+      if (warnings) warnings->push_back(e.what());
     }
   }
   return std::nullopt;
@@ -429,15 +419,7 @@ std::optional<LoadedCheckpoint> latest_checkpoint(const std::string& dir, std::v
 
 void restore_optimizer(const LoadedCheckpoint& c, torch::optim::Optimizer& o) {
   const std::string name = fs::path(c.path).filename().string();
-  if (c.optimizer.isNone()) {
-    const auto blob = c.blobs.find("optimizer");  // a legacy .tck
-    if (blob == c.blobs.end()) throw CorruptCheckpoint(name + ": holds no optimizer state");
-    std::istringstream in(blob->second);
-    torch::serialize::InputArchive archive;
-    archive.load_from(in);
-    o.load(archive);
-    return;
-  }
+  if (c.optimizer.isNone()) throw CorruptCheckpoint(name + ": holds no optimizer state");
   const auto root = c.optimizer.toGenericDict();
   const std::string kind = root.at("kind").toStringRef();
   if (kind != kind_of(o))

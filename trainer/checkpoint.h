@@ -104,8 +104,6 @@ class CheckpointWriter {
   std::thread thread_;
 };
 
-using Blobs = std::map<std::string, std::string>;
-
 struct LoadedCheckpoint {
   int64_t batch = 0;
   std::string path;
@@ -113,11 +111,10 @@ struct LoadedCheckpoint {
   std::map<std::string, at::Tensor> model;
   c10::IValue optimizer;  // as in CheckpointSnapshot; restore_optimizer() puts it back
   std::optional<double> metric;
-  Blobs blobs;  // a legacy ckpt-<batch>.tck's blobs (to be removed with the legacy format)
 };
 
-// The newest complete checkpoint of `dir` (.pt with a matching sidecar, or a legacy .tck that reads
-// back intact); skipped ones add a warning each naming the file and the failed check.
+// The newest complete checkpoint of `dir` (a .pt with a matching sidecar that reads back intact);
+// skipped ones add a warning each naming the file and the failed check.
 std::optional<LoadedCheckpoint> latest_checkpoint(const std::string& dir, std::vector<std::string>* warnings = nullptr);
 // Puts the checkpoint's optimizer state (and learning rate) into `o`, whose parameters are the
 // saved ones in the same order. Throws CorruptCheckpoint when the kinds or shapes disagree.
@@ -125,13 +122,5 @@ void restore_optimizer(const LoadedCheckpoint& c, torch::optim::Optimizer& o);
 // The complete checkpoint with the best sidecar metric, by the policy's direction.
 std::optional<std::string> best_checkpoint(const std::string& dir, const KeepPolicy& keep);
 std::string checkpoint_file(const std::string& dir, int64_t batch);  // <dir>/ckpt-<batch, 12 digits>.pt
-
-// Legacy format (magic, CRC-32, named blobs in ckpt-<batch>.tck), written
-// synchronously; kept until the training loop moves to CheckpointWriter.
-using Found = LoadedCheckpoint;
-void write_checkpoint(const std::string& path, const Blobs& blobs);
-Blobs read_checkpoint(const std::string& path);  // throws CorruptCheckpoint naming the file and the check
-std::string checkpoint_path(const std::string& dir, int64_t batch);
-void prune_checkpoints(const std::string& dir, size_t keep);  // the `keep` newest .tck files stay
 
 }  // namespace tandem::trainer

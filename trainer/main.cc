@@ -89,6 +89,7 @@ int main(int argc, char** argv) {
   app.add_option("--attempt", w.attempt, "")->group("");
   app.add_option("--fail-at-batch", w.fail_at_batch, "")->group("");
   app.add_option("--fail-rank", w.fail_rank, "")->group("");
+  app.add_option("--fail-checkpoint-batch", w.fail_checkpoint_batch, "")->group("");
   CLI11_PARSE(app, argc, argv);
   w.overlap = !no_overlap;
   w.deferred_updates = !no_deferred;

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "tandem/compression/compression.h"
+#include "optimizer.h"
 #include "tandem/fusion/gradient_sync.h"
 
 namespace tandem::trainer {
@@ -32,58 +33,6 @@ struct ReadyHook : torch::autograd::FunctionPostHook {
   Exchange& exchange;
   size_t param;
 };
-
-// torch::optim::SGD's step for rows [begin, begin + rows) of one parameter,
-// in its arithmetic and on its state (so checkpoints and results are the same
-// as optimizer.step()). A momentum buffer first made for a part of the
-// parameter starts at zero: with no dampening, the same first step as SGD's
-// copy of the gradient.
-void sgd_update(torch::optim::SGD& optimizer, const torch::Tensor& p, int64_t begin, int64_t rows) {
-  torch::NoGradGuard no_grad;
-  const auto& o = static_cast<const torch::optim::SGDOptions&>(optimizer.param_groups().at(0).options());
-  const bool whole = rows == p.size(0);
-  auto param = p.data().narrow(0, begin, rows);
-  auto d_p = p.grad().data().narrow(0, begin, rows);
-  if (o.weight_decay() != 0) d_p = d_p.add(param, o.weight_decay());
-  if (o.momentum() != 0) {
-    const std::string key = c10::guts::to_string(p.unsafeGetTensorImpl());
-    auto& state = optimizer.state();
-    const auto found = state.find(key);
-    const bool fresh = found == state.end();
-    torch::Tensor buf;  // the whole parameter's
-    if (fresh && whole) {
-      buf = torch::clone(d_p).detach();
-    } else {
-      if (fresh && o.dampening() != 0) throw std::logic_error("row-block SGD updates need dampening 0");
-      buf = fresh ? torch::zeros_like(p.data())
-                  : static_cast<torch::optim::SGDParamState&>(*found->second).momentum_buffer();
-      buf.narrow(0, begin, rows).mul_(o.momentum()).add_(d_p, 1 - o.dampening());
-    }
-    if (fresh) {
-      auto entry = std::make_unique<torch::optim::SGDParamState>();
-      entry->momentum_buffer(buf);
-      state[key] = std::move(entry);
-    }
-    buf = buf.narrow(0, begin, rows);
-    d_p = o.nesterov() ? d_p.add(buf, o.momentum()) : buf;
-  }
-  param.add_(d_p, -1 * o.lr());
-}
-
-std::string save_to_string(const std::function<void(torch::serialize::OutputArchive&)>& fill) {
-  torch::serialize::OutputArchive archive;
-  fill(archive);
-  std::ostringstream out;
-  archive.save_to(out);
-  return out.str();
-}
-
-torch::serialize::InputArchive archive_from(const std::string& blob) {
-  std::istringstream in(blob);
-  torch::serialize::InputArchive archive;
-  archive.load_from(in);
-  return archive;
-}
 
 // A batch of records as a normalised [N, 1, 28, 28] float tensor and [N] labels.
 std::pair<torch::Tensor, torch::Tensor> make_batch(const Dataset& d, const int64_t* idx, int64_t n) {
@@ -125,14 +74,16 @@ Trial::Trial(const WorkerOptions& options, ExperimentConfig config, std::unique_
 
   // The same initial parameters everywhere (seeded, then the chief's broadcast).
   torch::manual_seed(cfg_.seed);
-  model_ = make_model(cfg_.model, cfg_.mlp_hidden, cfg_.dropout, cfg_.layer_slices);
+  model_ = cfg_.entrypoint.empty() ? make_model(cfg_.model, cfg_.mlp_hidden, cfg_.dropout, cfg_.layer_slices)
+                                   : load_torchscript(cfg_.entrypoint);
   for (const auto& [name, p] : model_.parameters) params_.push_back(p), names_.push_back(name);
   {
     torch::NoGradGuard no_grad;
     for (auto& p : params_) comm_->broadcast(p.data_ptr<float>(), static_cast<size_t>(p.numel()), DataType::f32, 0);
   }
-  optimizer_ = std::make_unique<torch::optim::SGD>(
-      params_, torch::optim::SGDOptions(cfg_.learning_rate).momentum(cfg_.momentum).weight_decay(cfg_.weight_decay));
+  optimizer_ = make_optimizer(cfg_, params_);
+  if (chief_ && !wo_.checkpoint_dir.empty())
+    checkpoints_ = std::make_unique<CheckpointWriter>(wo_.checkpoint_dir, keep_policy(cfg_));
 }
 
 Trial::~Trial() = default;
@@ -165,18 +116,17 @@ void Trial::resume() {
   if (chief_)
     for (const auto& w : warnings_) std::fprintf(stderr, "warning: %s\n", w.c_str());
   if (!found) return;
-  auto meta = nlohmann::json::parse(found->blobs.at("meta"));
-  start_ = meta.at("batch").get<int64_t>();
-  resumed_time_ = meta.at("time").get<double>();
-  auto ma = archive_from(found->blobs.at("model"));
+  start_ = found->batch;
+  resumed_time_ = found->meta.at("time").get<double>();
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
-    torch::Tensor t;
-    ma.read(names_[i], t);
-    params_[i].copy_(t);
+    const auto t = found->model.find(names_[i]);
+    if (t == found->model.end())
+      throw CorruptCheckpoint("checkpoint '" + found->path + "' has no parameter '" + names_[i] +
+                              "': it was written for another model");
+    params_[i].copy_(t->second);
   }
-  auto oa = archive_from(found->blobs.at("optimizer"));
-  optimizer_->load(oa);
+  restore_optimizer(*found, *optimizer_);
   if (chief_) std::fprintf(stderr, "resuming from %s (batch %lld)\n", found->path.c_str(), static_cast<long long>(start_));
 }
 
@@ -269,7 +219,7 @@ void Trial::update_part(size_t i, int part) {
   if (done) return;
   exchange_->wait_for(i, part, kFar);
   const int64_t begin = row_begin_[i][size_t(part)], rows = row_begin_[i][size_t(part) + 1] - begin;
-  sgd_update(*optimizer_, params_[i], begin, rows);
+  update_rows(*optimizer_, params_[i], begin, rows, optimizer_step_);
   torch::NoGradGuard no_grad;
   params_[i].mutable_grad().narrow(0, begin, rows).zero_();
   done = 1;
@@ -343,6 +293,11 @@ void Trial::train_batch(int64_t batch) {
   }
   loss.backward();
   previous_arrival_ = seconds_since(b.start);
+  if (batch % k_ == 0) {  // the optimizer step this batch ends, at its scheduled learning rate
+    optimizer_step_ = batch / k_;
+    set_learning_rate(*optimizer_, learning_rate_at(cfg_, optimizer_step_, total_ / k_,
+                                                    std::max<int64_t>(1, plan_->batches_per_epoch() / k_)));
+  }
   const bool last_batch = batch == total_;
   const bool validate_now = (validate_every_ > 0 && batch % validate_every_ == 0) || last_batch;
   const bool checkpoint_now = (checkpoint_every_ > 0 && batch % checkpoint_every_ == 0) || last_batch;
@@ -392,22 +347,24 @@ ValidationRecord Trial::validate(int64_t batch) {
 }
 
 void Trial::checkpoint(int64_t batch, const std::optional<ValidationRecord>& validation) {
-  if (!chief_ || wo_.checkpoint_dir.empty()) return;
+  if (!checkpoints_) return;
   const auto t = SteadyClock::now();
-  std::filesystem::create_directories(wo_.checkpoint_dir);
-  Blobs blobs;
-  blobs["model"] = save_to_string([&](auto& a) {
-    for (size_t i = 0; i < params_.size(); ++i) a.write(names_[i], params_[i].detach());
-  });
-  blobs["optimizer"] = save_to_string([&](auto& a) { optimizer_->save(a); });
   // The data position and every random draw (epoch order, dropout) follow from (seed, batch).
   nlohmann::json meta{{"batch", batch}, {"epoch", plan_->epoch_of(batch)}, {"time", now()}, {"seed", cfg_.seed},
-                      {"slots", world_}, {"global_batch", cfg_.effective_global_batch()}, {"model", cfg_.model}};
-  if (validation) meta["validation"] = {{"loss", validation->loss}, {"accuracy", validation->accuracy}};
-  blobs["meta"] = meta.dump();
-  write_checkpoint(checkpoint_path(wo_.checkpoint_dir, batch), blobs);
-  prune_checkpoints(wo_.checkpoint_dir, 2);
-  const double waited = seconds_since(t);
+                      {"slots", world_}, {"global_batch", cfg_.effective_global_batch()},
+                      {"model", cfg_.entrypoint.empty() ? cfg_.model : cfg_.entrypoint}};
+  std::optional<double> metric;
+  if (validation) {
+    meta["metrics"] = {{"validation_loss", validation->loss}, {"validation_accuracy", validation->accuracy}};
+    metric = cfg_.searcher_metric == "validation_loss" ? validation->loss : validation->accuracy;
+  }
+  if (batch == wo_.fail_checkpoint_batch && wo_.attempt == 0) {
+    // Fault injection: this checkpoint's write kills the process midway.
+    checkpoints_->drain();
+    checkpoints_ = std::make_unique<CheckpointWriter>(wo_.checkpoint_dir, keep_policy(cfg_), 4096);
+  }
+  checkpoints_->submit(take_snapshot(batch, names_, params_, *optimizer_, std::move(meta), metric));
+  const double waited = seconds_since(t);  // the snapshot, and a previous write still in flight
   checkpoint_seconds_ += waited;
   log_->line(nlohmann::json{{"kind", "checkpoint"}, {"batch", batch}, {"time", now()}, {"waited", waited}}.dump());
 }
@@ -432,6 +389,11 @@ void Trial::run() {
       auto c = p.detach().contiguous();
       out.write(reinterpret_cast<const char*>(c.data_ptr<float>()), static_cast<std::streamsize>(c.numel() * sizeof(float)));
     }
+  }
+  if (checkpoints_) {
+    const auto t = SteadyClock::now();
+    checkpoints_->drain();  // the last checkpoint is complete before the trial ends
+    checkpoint_seconds_ += seconds_since(t);
   }
   if (log_)
     log_->line(nlohmann::json{{"kind", "end"}, {"batch", total_}, {"time", now()}, {"gradient_bytes", payload_bytes_},

@@ -85,7 +85,9 @@ class Trial {
   Model model_;
   std::vector<torch::Tensor> params_;
   std::vector<std::string> names_;
-  std::unique_ptr<torch::optim::SGD> optimizer_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  int64_t optimizer_step_ = 0;  // 1-based, of the step being applied
+  std::unique_ptr<CheckpointWriter> checkpoints_;  // the chief's, with a checkpoint directory
 
   int64_t start_ = 0;  // the batch resumed from
   double resumed_time_ = 0;  // the trial clock of that checkpoint

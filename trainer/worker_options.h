@@ -30,13 +30,15 @@ struct WorkerOptions {
   // Fault injection for tests: SIGKILL this rank at the start of that batch, on attempt 0 only.
   int64_t fail_at_batch = -1;
   int fail_rank = 1;
+  // Fault injection for tests: the chief dies (SIGKILL) while writing the checkpoint of that batch, on attempt 0.
+  int64_t fail_checkpoint_batch = -1;
   std::string dump_params;  // the chief writes every parameter, float32, model order, here at the end
   bool timeline = false;    // each slot writes a Chrome trace to <output_dir>/timeline-rank<r>.json
 };
 // Every field, by its name: a new option is one more name here.
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(WorkerOptions, config_path, output_dir, checkpoint_dir, slots, per_slot_batch,
                                    resume, overlap, compute_nice, deferred_updates, input_layers_ahead_bytes, attempt,
-                                   max_batches, stall_factor, validation_batch, fail_at_batch, fail_rank, dump_params, timeline)
+                                   max_batches, stall_factor, validation_batch, fail_at_batch, fail_rank, fail_checkpoint_batch, dump_params, timeline)
 
 // Writes `options` as JSON to `path`, replacing it; throws std::runtime_error naming the path.
 void save_worker_options(const WorkerOptions& options, const std::string& path);
