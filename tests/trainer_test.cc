@@ -278,6 +278,45 @@ TEST(Trainer, ARestartFromTheStartIsCountedAndItsTimeKept) {
   expect_same_params(reference("2slot-b32"), r, 1e-6);
 }
 
+// The chief dies while its background thread writes the checkpoint of batch 15:
+// the restart resumes from batch 10's, the newest complete one, and ends where
+// an uninterrupted run does.
+TEST(Trainer, KilledDuringABackgroundCheckpointWriteResumesFromTheLastComplete) {
+  Trial r = train("2slot-killed-writing", config(2, 32, 1, "min_checkpoint_period: {batches: 5}\nmax_restarts: 1\n"),
+                  "--fail-checkpoint-batch 15");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("restart 1 of 1 from the checkpoint at batch 10"), std::string::npos) << r.output;
+  auto s = read_metrics((r.dir / "out/metrics.jsonl").string());
+  EXPECT_EQ(s.restarts, 1);
+  expect_same_params(reference("2slot-b32"), r, 1e-6);
+}
+
+// entrypoint: a model of the user's own, saved from Python with torch.jit.save,
+// trains through the same gradient sync: 1 and 2 slots agree.
+TEST(Trainer, ATorchScriptEntrypointTrainsTheSameAtOneAndTwoSlots) {
+  const fs::path dir = work_dir() / "torchscript";
+  fs::create_directories(dir);
+  const std::string make = "timeout 120 /usr/bin/python3 " + std::string(TANDEM_SOURCE_DIR) +
+                           "/trainer/examples/torchscript_model.py " + (dir / "model.pt").string() +
+                           " --hidden 32 > " + (dir / "make.txt").string() + " 2>&1";
+  if (std::system(make.c_str()) != 0) GTEST_SKIP() << "python3-torch cannot save a TorchScript model here";
+  auto yaml = [&](int slots) {
+    std::string y = config(slots, 32, 1, "entrypoint: " + (dir / "model.pt").string() + "\n");
+    // The built-in model's keys have no say with an entrypoint.
+    const std::string hp = ", model: mlp, mlp_hidden: 64";
+    y.replace(y.find(hp), hp.size(), "");
+    return y;
+  };
+  Trial one = train("torchscript-1", yaml(1)), two = train("torchscript-2", yaml(2));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  ASSERT_EQ(one.params.size(), 784u * 32 + 32 + 32 * 10 + 10);
+  EXPECT_LE(max_abs_diff(one.params, two.params), 1e-4);
+  auto s = read_metrics((two.dir / "out/metrics.jsonl").string());
+  ASSERT_FALSE(s.validation.empty());
+  EXPECT_GT(s.validation.back().accuracy, 0.5);  // it learned the synthetic classes
+}
+
 TEST(Trainer, NoRestartsLeftFailsTheTrial) {
   Trial r = train("2slot-no-restarts", config(2, 32, 1, "max_restarts: 0\n"), "--fail-at-batch 3 --fail-rank 0");
   EXPECT_EQ(r.exit_code, 1) << r.output;

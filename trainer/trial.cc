@@ -318,7 +318,7 @@ ValidationRecord Trial::validate(int64_t batch) {
   double forward_s = 0;
   double sums[3] = {0, 0, 0};
   {
-    c10::InferenceMode inference;
+    torch::NoGradGuard no_grad;  // not InferenceMode: a TorchScript executor would keep its inference tensors
     const auto [begin, end] = validation_range(test_.size, rank_, world_);
     const int64_t step = wo_.validation_batch > 0 ? wo_.validation_batch : std::max<int64_t>(per_slot_, 64);
     std::vector<int64_t> idx;
