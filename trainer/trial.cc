@@ -174,7 +174,9 @@ void Trial::build_exchange() {
                  std::strerror(errno));
   for (size_t i = 0; i < params_.size(); ++i) param_of_[params_[i].unsafeGetTensorImpl()] = i;
   for (size_t i = 0; i < params_.size(); ++i) {
-    params_[i].mutable_grad() = torch::from_blob(exchange_->storage(i), params_[i].sizes(), torch::kFloat32);
+    // With the parameter's own strides (a channels-last weight's too): autograd accumulates in place.
+    params_[i].mutable_grad() =
+        torch::from_blob(exchange_->storage(i), params_[i].sizes(), params_[i].strides(), torch::kFloat32);
     if (model_.sunk_parts.count(params_[i].unsafeGetTensorImpl())) continue;  // the model's sink marks it
     auto acc = torch::autograd::impl::grad_accumulator(params_[i]);
     acc->add_post_hook(std::make_unique<ReadyHook>(*exchange_, i));
