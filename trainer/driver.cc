@@ -30,6 +30,7 @@ struct Trial {
   std::string system = "tandem";
   std::string dir, checkpoint_dir;
   TrialSummary summary;
+  std::string best_checkpoint;  // by searcher.metric, when one was validated
   bool ok = false;
 };
 
@@ -82,6 +83,7 @@ class Driver {
                    found ? ("the checkpoint at batch " + std::to_string(found->batch)).c_str() : "the start");
     }
     t.summary = read_metrics(metrics);
+    if (auto best = tandem::trainer::best_checkpoint(checkpoint_dir, keep_policy(cfg))) t.best_checkpoint = *best;
     return t;
   }
 
@@ -189,6 +191,7 @@ void report_trial(const Trial& t, double target, bool quiet) {
   for (const auto& f : files) std::printf("  plot: %s\n", f.c_str());
   if (!error.empty()) std::fprintf(stderr, "tandem train: warning: no plots: %s\n", error.c_str());
   std::printf("  metrics: %s/metrics.jsonl\n", t.dir.c_str());
+  if (!t.best_checkpoint.empty()) std::printf("  best checkpoint: %s\n", t.best_checkpoint.c_str());
   std::fflush(stdout);
 }
 
