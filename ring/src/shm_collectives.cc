@@ -61,15 +61,8 @@
 
 namespace tandem::ring {
 
-namespace {
-
-// Arrives when `bytes` make a direct call worth it and says how it can run:
-// mapped when `registrant`'s buffers (every rank's if < 0; outputs too if
-// asked) lie in allocate_shared memory, else as rank 0 offers: by
-// cross-memory attach (the caller's `offer` where the kernel allows it), or
-// staged. `far_ns`: rank 0's threshold for a probe.
 Reach arrive_direct(Segments& s, Offer offer, size_t bytes, const void* in, size_t in_bytes, void* out,
-                    size_t out_bytes, int registrant, bool outputs_too, uint64_t far_ns = 0) {
+                    size_t out_bytes, int registrant, bool outputs_too, uint64_t far_ns) {
   if (bytes < kDirectMinBytes) return Reach::staged;
   SharedRef input, output;
   const bool in_ok = in && s.memory().find_shared(in, in_bytes, input);
@@ -89,6 +82,8 @@ Reach arrive_direct(Segments& s, Offer offer, size_t bytes, const void* in, size
   }
   return Reach::staged;
 }
+
+namespace {
 
 // The cross-memory window of the reduce-scatter and the allgather.
 Offer window_offer(const RingOptions& o, size_t bytes) {

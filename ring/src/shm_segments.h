@@ -50,6 +50,7 @@ struct Call {
 
   bool operator==(const Call&) const = default;
   std::string str() const {
+    if (kind == Kind::alltoallv) return "alltoallv(" + std::string(to_string(DataType(dtype))) + ")";  // counts per rank
     std::string s = std::string(to_string(kind)) + "(" + std::to_string(count) + " x " +
                     std::string(to_string(DataType(dtype)));
     if (kind == Kind::allreduce || kind == Kind::reduce_scatter) s += ", " + std::string(to_string(ReduceOp(op)));
