@@ -29,33 +29,31 @@ namespace tandem::ring {
 namespace {
 
 // What every rank sends and receives: counts and displacements in elements.
+// alltoall: every count `equal`, nothing stored (no allocation on the small path).
 struct Matrix {
   int n = 0;
+  size_t equal = 0;
   std::vector<size_t> send_counts, send_displs, recv_counts;  // [p * n + q]: rank p's entry for rank q
 
-  size_t send_count(int p, int q) const { return send_counts[size_t(p * n + q)]; }
-  size_t send_displ(int p, int q) const { return send_displs[size_t(p * n + q)]; }
-  size_t recv_count(int p, int q) const { return recv_counts[size_t(p * n + q)]; }
-  size_t largest_block() const { return *std::max_element(send_counts.begin(), send_counts.end()); }
-  size_t total() const { return std::accumulate(send_counts.begin(), send_counts.end(), size_t(0)); }
+  bool stored() const { return !send_counts.empty(); }
+  size_t send_count(int p, int q) const { return stored() ? send_counts[size_t(p * n + q)] : equal; }
+  size_t send_displ(int p, int q) const { return stored() ? send_displs[size_t(p * n + q)] : size_t(q) * equal; }
+  size_t recv_count(int p, int q) const { return stored() ? recv_counts[size_t(p * n + q)] : equal; }
+  size_t largest_block() const {
+    return stored() ? *std::max_element(send_counts.begin(), send_counts.end()) : equal;
+  }
+  size_t total() const {
+    return stored() ? std::accumulate(send_counts.begin(), send_counts.end(), size_t(0)) : equal * size_t(n * n);
+  }
 };
 
 // The directory entries a rank stages: its send counts, send displacements, receive counts.
 constexpr size_t kDirectoryFields = 3;
 
-Matrix equal_matrix(int n, size_t count) {
-  Matrix m{n, std::vector<size_t>(size_t(n * n), count), std::vector<size_t>(size_t(n * n)),
-           std::vector<size_t>(size_t(n * n), count)};
-  for (int p = 0; p < n; ++p) {
-    for (int q = 0; q < n; ++q) m.send_displs[size_t(p * n + q)] = size_t(q) * count;
-  }
-  return m;
-}
-
 // Exchanges every rank's directory through one staged chunk.
 Matrix exchange_directory(Segments& s, const AlltoallvArgs& a) {
   const int n = s.size();
-  Matrix m{n, std::vector<size_t>(size_t(n * n)), std::vector<size_t>(size_t(n * n)),
+  Matrix m{n, 0, std::vector<size_t>(size_t(n * n)), std::vector<size_t>(size_t(n * n)),
            std::vector<size_t>(size_t(n * n))};
   auto unpack = [&](int p, const std::byte* from) {
     const auto* e = reinterpret_cast<const uint64_t*>(from);
@@ -107,9 +105,11 @@ size_t extent(const Blocks& b, size_t esize) {
   return end;
 }
 
-// Cross-memory attach from kCmaMinBytes per rank on (measured against staging: shm_alltoall_plan below).
-Offer alltoall_offer(const RingOptions& o, size_t bytes) {
-  return bytes >= kCmaMinBytes && o.shm_cma_max_bytes > 0 ? Offer::cross_memory : Offer::staged;
+// Cross-memory attach from kCmaMinBytes per rank on, out of place only. In
+// place, the direct path must receive aside and copy back: staging ran 2x
+// faster at 1 MiB (2 ranks).
+Offer alltoall_offer(const RingOptions& o, size_t bytes, bool overlap) {
+  return bytes >= kCmaMinBytes && o.shm_cma_max_bytes > 0 && !overlap ? Offer::cross_memory : Offer::staged;
 }
 
 void copy_own_block(Segments& s, const AlltoallvArgs& a, std::byte* out, size_t es) {
@@ -168,7 +168,7 @@ void shm_alltoallv(Channel& ch, const AlltoallvArgs& a, const RingOptions& o) {
   if (a.equal && count == 0) return;
   Segments s(ch, o.shm_chunk_bytes,
              a.equal ? call_of(Kind::alltoall, count, a.dtype) : call_of(Kind::alltoallv, 0, a.dtype));
-  const Matrix m = a.equal ? equal_matrix(n, count) : exchange_directory(s, a);
+  const Matrix m = a.equal ? Matrix{n, count, {}, {}, {}} : exchange_directory(s, a);
   if (!a.equal) check_matrix(m);
   const size_t per_rank = m.total() / size_t(n) * es;  // the same on every rank
   if (per_rank == 0) return;
@@ -176,7 +176,7 @@ void shm_alltoallv(Channel& ch, const AlltoallvArgs& a, const RingOptions& o) {
   auto* out = bytes_of(a.output);
   const bool overlap = in_bytes > 0 && out_bytes > 0 && bytes_of(a.input) < out + out_bytes &&
                        out < bytes_of(a.input) + in_bytes;
-  const Reach reach = arrive_direct(s, alltoall_offer(o, per_rank), per_rank, a.input, in_bytes, out, out_bytes, -1, false);
+  const Reach reach = arrive_direct(s, alltoall_offer(o, per_rank, overlap), per_rank, a.input, in_bytes, out, out_bytes, -1, false);
   // In place, staged chunk i overwrites only the runs chunk i staged: safe.
   // Read directly, the peers read this rank's input until finish(), and
   // other overlaps would overwrite runs not yet staged: receive aside.
