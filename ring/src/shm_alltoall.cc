@@ -13,9 +13,10 @@
 // Rank r copies piece r out of every peer's slot. One handshake per chunk for
 // the whole call, not a message per peer.
 //
-// *Direct* (from kDirectMinBytes per rank): after the arrival, rank r reads
-// its block from each peer's input, mapped or by cross-memory attach, one
-// copy per block, starting at peer r+1 so the readers spread over the ranks.
+// *Direct*: after the arrival, rank r reads its block from each peer's
+// input, one copy per block, starting at peer r+1 so the readers spread over
+// the ranks: mapped (allocate_shared inputs) from kDirectMinBytes per rank,
+// by cross-memory attach (heap, out of place) from kCmaMinBytes.
 #include <algorithm>
 #include <numeric>
 #include <string>
