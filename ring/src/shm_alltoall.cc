@@ -16,7 +16,7 @@
 // *Direct*: after the arrival, rank r reads its block from each peer's
 // input, one copy per block, starting at peer r+1 so the readers spread over
 // the ranks: mapped (allocate_shared inputs) from kDirectMinBytes per rank,
-// by cross-memory attach (heap, out of place) from kCmaMinBytes.
+// by cross-memory attach (heap, out of place) from kAlltoallCmaMinBytes.
 #include <algorithm>
 #include <numeric>
 #include <string>
@@ -106,11 +106,11 @@ size_t extent(const Blocks& b, size_t esize) {
   return end;
 }
 
-// Cross-memory attach from kCmaMinBytes per rank on, out of place only. In
-// place, the direct path must receive aside and copy back: staging ran 2x
+// Cross-memory attach from kAlltoallCmaMinBytes per rank, out of place only.
+// In place, the direct path must receive aside and copy back: staging ran 2x
 // faster at 1 MiB (2 ranks).
 Offer alltoall_offer(const RingOptions& o, size_t bytes, bool overlap) {
-  return bytes >= kCmaMinBytes && o.shm_cma_max_bytes > 0 && !overlap ? Offer::cross_memory : Offer::staged;
+  return bytes >= kAlltoallCmaMinBytes && o.shm_cma_max_bytes > 0 && !overlap ? Offer::cross_memory : Offer::staged;
 }
 
 void copy_own_block(Segments& s, const AlltoallvArgs& a, std::byte* out, size_t es) {
