@@ -250,12 +250,13 @@ void checked_alltoall(Communicator& comm, DataType t, const std::vector<std::vec
 }
 
 // Every all-to-all path through shared memory against UCX: staged (small
-// blocks), read directly by cross-memory attach (heap) or through mappings
-// (allocate_shared), in place (staged, or received aside), and alltoallv
+// blocks), read directly by cross-memory attach (heap, when forced) or
+// through mappings (allocate_shared), in place (staged, or received aside), and alltoallv
 // after its count directory, blocks up to 300001 elements.
-int alltoall_paths(const CommOptions& o, bool shared_memory) {
+int alltoall_paths(const CommOptions& o, bool shared_memory, bool cross_memory) {
   ring::RingOptions ring_options;
   ring_options.shared_memory = shared_memory;
+  if (cross_memory) ring_options.shm_allreduce_cma = ring::ShmAllreduceCma::always;
   auto comm = ring::connect(o, ring_options);
   const int n = comm->size();
   std::mt19937_64 rng(77 + size_t(n));
@@ -292,9 +293,11 @@ int alltoall_paths(const CommOptions& o, bool shared_memory) {
 
 TEST(Alltoall, EverySharedMemoryPath) {
   for (int n : {2, 3, 4}) {
-    for (bool shm : {true, false}) {
-      SCOPED_TRACE(std::to_string(n) + (shm ? " ranks, shared memory on" : " ranks, UCX only"));
-      RankGroup group(n, [shm](const CommOptions& o) { return alltoall_paths(o, shm); });
+    for (int path : {0, 1, 2}) {
+      const bool shm = path != 2, cma = path == 1;
+      SCOPED_TRACE(std::to_string(n) + (shm ? cma ? " ranks, cross-memory attach" : " ranks, shared memory on"
+                                            : " ranks, UCX only"));
+      RankGroup group(n, [shm, cma](const CommOptions& o) { return alltoall_paths(o, shm, cma); });
       group.expect_success(240s);
     }
   }

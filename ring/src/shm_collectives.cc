@@ -132,9 +132,9 @@ std::string shared_memory_plan(const RingOptions& o, int local_ranks, bool overs
        (o.shm_cma_max_bytes >= kCmaMinBytes ? kib(o.shm_cma_max_bytes) : std::string("(off)")) +
        " where the kernel allows it (TANDEM_SHM_CMA_MAX_BYTES; outside, its system calls or page pinning cost more "
        "than staging; the broadcast of such buffers always stages, measured faster)\n";
-  s += "  all-to-all of other buffers: cross-memory attach out of place from " + kib(kAlltoallCmaMinBytes) +
-       " per rank, no upper bound (" + (o.shm_cma_max_bytes > 0 ? "on" : "off: TANDEM_SHM_CMA_MAX_BYTES=0") +
-       "); staged below and in place\n";
+  s += "  all-to-all of other buffers: staged; out of place from " + kib(kAlltoallCmaMinBytes) +
+       " per rank (no upper bound) by cross-memory attach where the all-reduce's would run (TANDEM_SHM_ALLREDUCE_CMA" +
+       (o.shm_cma_max_bytes > 0 ? "" : "; off: TANDEM_SHM_CMA_MAX_BYTES=0") + ")\n";
   const size_t cma_from = std::max(o.shm_allreduce_cma_min_bytes, kDirectMinBytes);
   const std::string window = o.shm_cma_max_bytes > 0 && o.shm_allreduce_cma_max_bytes >= cma_from
                                  ? "from " + kib(cma_from) + " to " + kib(o.shm_allreduce_cma_max_bytes)

@@ -29,9 +29,9 @@ constexpr size_t kDirectMinBytes = 16 << 10;
 // kernel's copy dominate). Never for the broadcast: staged, it ran faster.
 constexpr size_t kCmaMinBytes = 256 << 10;
 // The all-to-all's cross-memory attach from here per rank, out of place
-// (2 ranks, 4 alternations on a loaded host: 64 KiB 32-47 us against 38-55
+// (2 ranks on a loaded host, 4 alternations: 64 KiB 32-47 us against 38-55
 // staged, 128 KiB 56-73 against 82-98; 32 KiB level). No upper bound: the
-// all-to-all moves no block twice, unlike staging.
+// all-to-all moves each block once, where staging copies it twice.
 constexpr size_t kAlltoallCmaMinBytes = 64 << 10;
 using Kind = Collective;  // its wire numbers
 // The hand-off probe: rounds of ping-pong per batch; the median batch counts.
