@@ -231,7 +231,9 @@ void checked_alltoall(Communicator& comm, DataType t, const std::vector<std::vec
   }
   const Blocks send = packed(send_counts), recv = packed(recv_counts);
   for (int q = 0; q < n; ++q) {
-    for (size_t j = 0; j < send.counts[size_t(q)]; ++j) put(t, in, send.displs[size_t(q)] + j, addressed_value(r, q, j));
+    for (size_t j = 0; j < send.counts[size_t(q)]; ++j) {
+      put(t, in, send.displs[size_t(q)] + j, addressed_value(r, q, j));
+    }
   }
   if (equal) {
     comm.alltoall(in, out, count, t);

@@ -31,7 +31,8 @@ EngineChannel::EngineChannel(Communicator::Impl& impl, const Task& task)
   // have no shared-memory path (rooted, variable-size, split): a rank that
   // sends nothing in them still checks its call.
   const Collective c = task.what.collective;
-  const bool shm_path = impl_.shm && (c <= Collective::barrier || c == Collective::alltoall || c == Collective::alltoallv);
+  const bool shm_path =
+      impl_.shm && (c <= Collective::barrier || c == Collective::alltoall || c == Collective::alltoallv);
   if (!shm_path && impl_.opts.size > 1 && !point_to_point_) post_fingerprint();
 }
 

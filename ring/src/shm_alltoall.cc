@@ -40,9 +40,7 @@ struct Matrix {
   size_t send_count(int p, int q) const { return stored() ? send_counts[size_t(p * n + q)] : equal; }
   size_t send_displ(int p, int q) const { return stored() ? send_displs[size_t(p * n + q)] : size_t(q) * equal; }
   size_t recv_count(int p, int q) const { return stored() ? recv_counts[size_t(p * n + q)] : equal; }
-  size_t largest_block() const {
-    return stored() ? *std::max_element(send_counts.begin(), send_counts.end()) : equal;
-  }
+  size_t largest_block() const { return stored() ? *std::max_element(send_counts.begin(), send_counts.end()) : equal; }
   size_t total() const {
     return stored() ? std::accumulate(send_counts.begin(), send_counts.end(), size_t(0)) : equal * size_t(n * n);
   }
@@ -155,8 +153,8 @@ void staged_alltoallv(Segments& s, const AlltoallvArgs& a, const Matrix& m, std:
         for (int q = 0; q < n; ++q) {
           const size_t count = run(a.send.counts[size_t(q)], i);
           if (q == r || count == 0) continue;
-          s.counted_copy(slot + size_t(q) * per_block * es, bytes_of(a.input) + (a.send.displs[size_t(q)] + i * per_block) * es,
-                         count * es);
+          s.counted_copy(slot + size_t(q) * per_block * es,
+                         bytes_of(a.input) + (a.send.displs[size_t(q)] + i * per_block) * es, count * es);
         }
       },
       [&](size_t i, auto slot_of) {
@@ -187,8 +185,8 @@ void shm_alltoallv(Channel& ch, const AlltoallvArgs& a, const RingOptions& o) {
   if (per_rank == 0) return;
   const size_t in_bytes = extent(a.send, es), out_bytes = extent(a.recv, es);
   auto* out = bytes_of(a.output);
-  const bool overlap = in_bytes > 0 && out_bytes > 0 && bytes_of(a.input) < out + out_bytes &&
-                       out < bytes_of(a.input) + in_bytes;
+  const bool overlap =
+      in_bytes > 0 && out_bytes > 0 && bytes_of(a.input) < out + out_bytes && out < bytes_of(a.input) + in_bytes;
   const Reach reach = arrive_direct(s, alltoall_offer(s, o, per_rank, overlap), per_rank, a.input, in_bytes, out,
                                     out_bytes, -1, false, o.shm_far_handoff_ns);
   // In place, staged chunk i overwrites only the runs chunk i staged: safe.
