@@ -217,6 +217,115 @@ TEST(RandomCallsOverTcp, AgainstClosedForm) {
 INSTANTIATE_TEST_SUITE_P(WorldSizes, RandomCalls, ::testing::Values(1, 2, 3, 4, 5),
                          [](const auto& info) { return "n" + std::to_string(info.param); });
 
+// Rank r's all-to-all of `count`-element blocks (every block if `counts` is
+// empty, else counts[p][q] from p to q) in `in`/`out` (in place if equal),
+// checked element by element; the failures name the case.
+void checked_alltoall(Communicator& comm, DataType t, const std::vector<std::vector<size_t>>& counts, size_t count,
+                      char* in, char* out, const char* what) {
+  const int n = comm.size(), r = comm.rank();
+  const bool equal = counts.empty();
+  std::vector<size_t> send_counts(size_t(n), count), recv_counts(size_t(n), count);
+  for (int p = 0; !equal && p < n; ++p) {
+    send_counts[size_t(p)] = counts[size_t(r)][size_t(p)];
+    recv_counts[size_t(p)] = counts[size_t(p)][size_t(r)];
+  }
+  const Blocks send = packed(send_counts), recv = packed(recv_counts);
+  for (int q = 0; q < n; ++q) {
+    for (size_t j = 0; j < send.counts[size_t(q)]; ++j) {
+      put(t, in, send.displs[size_t(q)] + j, addressed_value(r, q, j));
+    }
+  }
+  if (equal) {
+    comm.alltoall(in, out, count, t);
+  } else {
+    comm.alltoallv(in, send, out, recv, t);
+  }
+  for (int p = 0; p < n; ++p) {
+    for (size_t j = 0; j < recv.counts[size_t(p)]; ++j) {
+      if (get(t, out, recv.displs[size_t(p)] + j) != addressed_value(p, r, j)) {
+        ADD_FAILURE() << what << " " << to_string(t) << " count " << count << ": block from rank " << p
+                      << " element " << j << " is " << get(t, out, recv.displs[size_t(p)] + j);
+        return;
+      }
+    }
+  }
+}
+
+// Every all-to-all path through shared memory against UCX: staged (small
+// blocks), read directly by cross-memory attach (heap, when forced) or
+// through mappings (allocate_shared), in place (staged, or received aside), and alltoallv
+// after its count directory, blocks up to 300001 elements.
+int alltoall_paths(const CommOptions& o, bool shared_memory, bool cross_memory) {
+  ring::RingOptions ring_options;
+  ring_options.shared_memory = shared_memory;
+  if (cross_memory) ring_options.shm_allreduce_cma = ring::ShmAllreduceCma::always;
+  auto comm = ring::connect(o, ring_options);
+  const int n = comm->size();
+  std::mt19937_64 rng(77 + size_t(n));
+  size_t round = 0;
+  for (size_t count : {size_t(0), size_t(1), size_t(517), size_t(9001), size_t(70001), size_t(300001)}) {
+    const DataType t = kAllDataTypes[round++ % std::size(kAllDataTypes)];
+    const size_t bytes = size_t(n) * count * dtype_size(t) + 1;
+    Bytes in(bytes), out(bytes, char(0xab));
+    checked_alltoall(*comm, t, {}, count, in.data(), out.data(), "alltoall");
+    checked_alltoall(*comm, t, {}, count, out.data(), out.data(), "alltoall in place");
+    auto* shared_in = static_cast<char*>(comm->allocate_shared(bytes));
+    auto* shared_out = static_cast<char*>(comm->allocate_shared(bytes));
+    checked_alltoall(*comm, t, {}, count, shared_in, shared_out, "alltoall registered");
+    checked_alltoall(*comm, t, {}, count, shared_out, shared_out, "alltoall registered in place");
+    comm->free_shared(shared_in);
+    comm->free_shared(shared_out);
+    // Variable blocks around `count`, some empty: every rank draws the same matrix.
+    std::vector<std::vector<size_t>> matrix(static_cast<size_t>(n), std::vector<size_t>(static_cast<size_t>(n)));
+    size_t largest_row = 0;
+    for (auto& row : matrix) {
+      for (auto& c : row) c = rng() % 4 == 0 ? 0 : size_t(rng() % (2 * count + 2));
+    }
+    for (int p = 0; p < n; ++p) {
+      size_t row = 0, column = 0;
+      for (int q = 0; q < n; ++q) row += matrix[size_t(p)][size_t(q)], column += matrix[size_t(q)][size_t(p)];
+      largest_row = std::max({largest_row, row, column});
+    }
+    Bytes vin(largest_row * dtype_size(t) + 1), vout(largest_row * dtype_size(t) + 1);
+    checked_alltoall(*comm, t, matrix, count, vin.data(), vout.data(), "alltoallv");
+    if (::testing::Test::HasFailure()) break;
+  }
+  return ::testing::Test::HasFailure() ? kExpectationFailed : 0;
+}
+
+TEST(Alltoall, EverySharedMemoryPath) {
+  for (int n : {2, 3, 4}) {
+    for (int path : {0, 1, 2}) {
+      const bool shm = path != 2, cma = path == 1;
+      SCOPED_TRACE(std::to_string(n) + (shm ? cma ? " ranks, cross-memory attach" : " ranks, shared memory on"
+                                            : " ranks, UCX only"));
+      RankGroup group(n, [shm, cma](const CommOptions& o) { return alltoall_paths(o, shm, cma); });
+      group.expect_success(240s);
+    }
+  }
+}
+
+// An alltoallv whose sender and receiver disagree on a block's size fails on
+// every rank at once, naming both sizes (the count directory shows them all).
+TEST(Alltoall, BlockSizeMismatchIsNamedOnEveryRank) {
+  RankGroup group(3, [](const CommOptions& o) {
+    auto comm = ring::connect(o, {});
+    const int n = comm->size(), r = comm->rank();
+    std::vector<float> in(64), out(64);
+    Blocks send = packed(std::vector<size_t>(size_t(n), 4)), recv = send;
+    if (r == 1) recv = packed({5, 4, 4});  // rank 0 sends it 4
+    try {
+      comm->alltoallv(in.data(), send, out.data(), recv, DataType::f32);
+      ADD_FAILURE() << "an alltoallv with mismatched block sizes succeeded";
+    } catch (const CollectiveMismatch& e) {
+      EXPECT_NE(std::string(e.what()).find("rank 0 sends rank 1 4 elements but rank 1 expects 5"), std::string::npos)
+          << e.what();
+    }
+    return ::testing::Test::HasFailure() ? kExpectationFailed : 0;
+  });
+  group.expect_success(60s);
+}
+
 TEST(PointToPoint, TagsAnySourceAndSymmetricExchange) {
   RankGroup group(3, [](const CommOptions& o) {
     auto comm = ring::connect(o, {});

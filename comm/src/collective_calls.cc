@@ -48,7 +48,7 @@ Bound alltoallv_call(Communicator::Impl& impl, Collective kind, const void* inpu
   const char* what = to_string(kind);
   const int n = impl.opts.size;
   AlltoallvArgs args{input, output, complete(what, "send", send, n), complete(what, "recv", recv, n), dtype,
-                     impl.memory_type(opts)};
+                     impl.memory_type(opts), kind == Collective::alltoall};
   check_buffer(what, "input", input, total(send));
   check_buffer(what, "output", output, total(recv));
   const size_t count = kind == Collective::alltoall ? send.counts[0] : total(send);

@@ -28,9 +28,11 @@ EngineChannel::EngineChannel(Communicator::Impl& impl, const Task& task)
   fingerprint_posted_ = fingerprint_compared_ = point_to_point_;
   // Without shared memory every collective goes over UCX: post at once (a
   // zero-count call sends nothing, yet must be checked). So do the calls that
-  // have no shared-memory path (all-to-all, rooted, variable-size, split):
-  // a rank that sends nothing in them still checks its call.
-  const bool shm_path = impl_.shm && task.what.collective <= Collective::barrier;
+  // have no shared-memory path (rooted, variable-size, split): a rank that
+  // sends nothing in them still checks its call.
+  const Collective c = task.what.collective;
+  const bool shm_path =
+      impl_.shm && (c <= Collective::barrier || c == Collective::alltoall || c == Collective::alltoallv);
   if (!shm_path && impl_.opts.size > 1 && !point_to_point_) post_fingerprint();
 }
 

@@ -67,8 +67,10 @@ class RingAlgorithms final : public Algorithms {
     pipelined_broadcast(ch, args, options_);
   }
   void barrier(Channel& ch) override { ring::barrier(ch); }
-  // Over point-to-point messages only (UCX's shared-memory transports between ranks on one host).
-  void alltoallv(Channel& ch, const AlltoallvArgs& args) override { pairwise_alltoallv(ch, args); }
+  void alltoallv(Channel& ch, const AlltoallvArgs& args) override {
+    if (shared(ch, args.memory) && shm_alltoall_fits(ch, options_)) return shm_alltoallv(ch, args, options_);
+    pairwise_alltoallv(ch, args);
+  }
   void reduce(Channel& ch, const ReduceArgs& args) override { reduce_to_root(ch, args); }
   void gatherv(Channel& ch, const VariableArgs& args) override { ring::gatherv(ch, args); }
   void scatterv(Channel& ch, const VariableArgs& args) override { ring::scatterv(ch, args); }

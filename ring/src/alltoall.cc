@@ -4,7 +4,8 @@
 // kStepsInFlight steps are posted at once. Per rank: (n-1)/n of its input sent,
 // (n-1)/n of its output received. Every step exchanges a message, empty ones
 // too, so a block whose sizes differ between sender and receiver fails at
-// once naming the sizes instead of waiting out the deadline.
+// once naming the sizes instead of waiting out the deadline. For ranks across
+// hosts or with shared memory off; on one host: shm_alltoall.cc.
 #include <cstring>
 #include <deque>
 

@@ -80,6 +80,9 @@ void shm_allreduce(Channel& ch, const AllreduceArgs& args, const RingOptions& op
 void shm_reduce_scatter(Channel& ch, const ReduceScatterArgs& args, const RingOptions& options);
 void shm_allgather(Channel& ch, const AllgatherArgs& args, const RingOptions& options);
 void shm_broadcast(Channel& ch, const BroadcastArgs& args, const RingOptions& options);
+// shm_alltoall.cc. Fits: every rank's directory (3 words per rank) fits a chunk.
+void shm_alltoallv(Channel& ch, const AlltoallvArgs& args, const RingOptions& options);
+bool shm_alltoall_fits(const Channel& ch, const RingOptions& options);
 // The segment bytes the shm_* functions need per rank.
 size_t shm_segment_bytes(size_t chunk_bytes);
 

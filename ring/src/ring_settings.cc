@@ -76,8 +76,8 @@ SettingTable<RingOptions> make_table() {
                                "set it to a byte count (0: never use cross-memory attach)"),
                            &O::shm_cma_max_bytes));
   Setting cma = row("TANDEM_SHM_ALLREDUCE_CMA", "shm_allreduce_cma", K::choice, "far",
-                    "Shared-memory all-reduce of buffers outside shared memory: staged, by cross-memory attach, or "
-                    "by it while the ranks' cores are far apart.");
+                    "Shared-memory all-reduce and all-to-all of buffers outside shared memory: staged, by "
+                    "cross-memory attach, or by it while the ranks' cores are far apart.");
   cma.accepted = {"never", "far", "always"};
   t.push_back({cma,
                [cma](O& o, const std::string& v) {

@@ -61,15 +61,8 @@
 
 namespace tandem::ring {
 
-namespace {
-
-// Arrives when `bytes` make a direct call worth it and says how it can run:
-// mapped when `registrant`'s buffers (every rank's if < 0; outputs too if
-// asked) lie in allocate_shared memory, else as rank 0 offers: by
-// cross-memory attach (the caller's `offer` where the kernel allows it), or
-// staged. `far_ns`: rank 0's threshold for a probe.
 Reach arrive_direct(Segments& s, Offer offer, size_t bytes, const void* in, size_t in_bytes, void* out,
-                    size_t out_bytes, int registrant, bool outputs_too, uint64_t far_ns = 0) {
+                    size_t out_bytes, int registrant, bool outputs_too, uint64_t far_ns) {
   if (bytes < kDirectMinBytes) return Reach::staged;
   SharedRef input, output;
   const bool in_ok = in && s.memory().find_shared(in, in_bytes, input);
@@ -89,6 +82,8 @@ Reach arrive_direct(Segments& s, Offer offer, size_t bytes, const void* in, size
   }
   return Reach::staged;
 }
+
+namespace {
 
 // The cross-memory window of the reduce-scatter and the allgather.
 Offer window_offer(const RingOptions& o, size_t bytes) {
@@ -137,6 +132,9 @@ std::string shared_memory_plan(const RingOptions& o, int local_ranks, bool overs
        (o.shm_cma_max_bytes >= kCmaMinBytes ? kib(o.shm_cma_max_bytes) : std::string("(off)")) +
        " where the kernel allows it (TANDEM_SHM_CMA_MAX_BYTES; outside, its system calls or page pinning cost more "
        "than staging; the broadcast of such buffers always stages, measured faster)\n";
+  s += "  all-to-all of other buffers: staged; out of place from " + kib(kAlltoallCmaMinBytes) +
+       " per rank (no upper bound) by cross-memory attach where the all-reduce's would run (TANDEM_SHM_ALLREDUCE_CMA" +
+       (o.shm_cma_max_bytes > 0 ? "" : "; off: TANDEM_SHM_CMA_MAX_BYTES=0") + ")\n";
   const size_t cma_from = std::max(o.shm_allreduce_cma_min_bytes, kDirectMinBytes);
   const std::string window = o.shm_cma_max_bytes > 0 && o.shm_allreduce_cma_max_bytes >= cma_from
                                  ? "from " + kib(cma_from) + " to " + kib(o.shm_allreduce_cma_max_bytes)

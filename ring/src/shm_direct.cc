@@ -7,9 +7,6 @@
 
 namespace tandem::ring {
 
-namespace {
-
-// Copies from a peer's input, `offset` bytes in: through the mapping or by cross-memory attach.
 void read_input(Segments& s, Reach reach, int p, size_t offset, void* dst, size_t bytes) {
   if (reach == Reach::mapped) {
     s.counted_copy(dst, s.peer_input(p) + offset, bytes);
@@ -18,6 +15,8 @@ void read_input(Segments& s, Reach reach, int p, size_t offset, void* dst, size_
     s.count_traffic(2 * bytes);
   }
 }
+
+namespace {
 
 // Where piece `offset` of rank p's input can be read: rank p's input itself
 // (through the mapping, or this rank's own), or `local` after a cross-memory

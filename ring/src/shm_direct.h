@@ -9,6 +9,17 @@ namespace tandem::ring {
 // How a direct call reaches the peers' buffers.
 enum class Reach { staged, mapped, cross_memory };
 
+// Arrives when `bytes` make a direct call worth it and says how it can run:
+// mapped when `registrant`'s buffers (every rank's if < 0; outputs too if
+// asked) lie in allocate_shared memory, else as rank 0 offers: by
+// cross-memory attach (the caller's `offer` where the kernel allows it), or
+// staged. `far_ns`: rank 0's threshold for a probe.
+Reach arrive_direct(Segments& s, Offer offer, size_t bytes, const void* in, size_t in_bytes, void* out,
+                    size_t out_bytes, int registrant, bool outputs_too, uint64_t far_ns = 0);
+
+// Copies from a peer's input, `offset` bytes in: through the mapping or by cross-memory attach.
+void read_input(Segments& s, Reach reach, int p, size_t offset, void* dst, size_t bytes);
+
 // Rank r reduces its slice of every rank's input, piece by piece, into its own
 // output, and delivers each piece to the others' outputs: through the
 // mappings, or by cross-memory attach.

@@ -28,6 +28,11 @@ constexpr size_t kDirectMinBytes = 16 << 10;
 // 256 KiB to 8 MiB, slower again at 16 MiB where page pinning and the
 // kernel's copy dominate). Never for the broadcast: staged, it ran faster.
 constexpr size_t kCmaMinBytes = 256 << 10;
+// The all-to-all's cross-memory attach from here per rank, out of place
+// (2 ranks on a loaded host, 4 alternations: 64 KiB 32-47 us against 38-55
+// staged, 128 KiB 56-73 against 82-98; 32 KiB level). No upper bound: the
+// all-to-all moves each block once, where staging copies it twice.
+constexpr size_t kAlltoallCmaMinBytes = 64 << 10;
 using Kind = Collective;  // its wire numbers
 // The hand-off probe: rounds of ping-pong per batch; the median batch counts.
 constexpr uint64_t kProbeRounds = 100;
@@ -50,6 +55,7 @@ struct Call {
 
   bool operator==(const Call&) const = default;
   std::string str() const {
+    if (kind == Kind::alltoallv) return "alltoallv(" + std::string(to_string(DataType(dtype))) + ")";  // counts per rank
     std::string s = std::string(to_string(kind)) + "(" + std::to_string(count) + " x " +
                     std::string(to_string(DataType(dtype)));
     if (kind == Kind::allreduce || kind == Kind::reduce_scatter) s += ", " + std::string(to_string(ReduceOp(op)));

@@ -172,6 +172,7 @@ struct AlltoallvArgs {
   Blocks send, recv;  // displacements filled in
   DataType dtype = DataType::f32;
   MemoryType memory = MemoryType::host;
+  bool equal = false;  // called as alltoall (every count equal), so a call check names it so
 };
 
 // The op-combination of every rank's input lands in root's output (read only

@@ -1,0 +1,205 @@
+// All-to-all (equal and variable blocks) for ranks on one host, through the
+// shared segments: small blocks staged through the slots, large ones read
+// straight from each peer's input (terms: shm_collectives.cc).
+//
+// *Directory* (alltoallv only): every rank stages its send counts, send
+// displacements and receive counts as one chunk, so each learns the whole
+// count matrix. Every rank then checks it the same way (so all fail alike on
+// a block whose sizes differ) and takes the same path by the same totals.
+// alltoall needs none: every block has the call's count.
+//
+// *Staged*: each chunk carries the same run of every block, as in the
+// reduce-scatter: piece q of rank p's slot holds part of p's block for q.
+// Rank r copies piece r out of every peer's slot. One handshake per chunk for
+// the whole call, not a message per peer.
+//
+// *Direct*: after the arrival, rank r reads its block from each peer's
+// input, one copy per block, starting at peer r+1 so the readers spread over
+// the ranks: mapped (allocate_shared inputs) from kDirectMinBytes per rank,
+// by cross-memory attach (heap, out of place) as alltoall_offer() decides.
+#include <algorithm>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "collectives.h"
+#include "shm_direct.h"
+#include "shm_segments.h"
+
+namespace tandem::ring {
+namespace {
+
+// What every rank sends and receives: counts and displacements in elements.
+// alltoall: every count `equal`, nothing stored (no allocation on the small path).
+struct Matrix {
+  int n = 0;
+  size_t equal = 0;
+  std::vector<size_t> send_counts, send_displs, recv_counts;  // [p * n + q]: rank p's entry for rank q
+
+  bool stored() const { return !send_counts.empty(); }
+  size_t send_count(int p, int q) const { return stored() ? send_counts[size_t(p * n + q)] : equal; }
+  size_t send_displ(int p, int q) const { return stored() ? send_displs[size_t(p * n + q)] : size_t(q) * equal; }
+  size_t recv_count(int p, int q) const { return stored() ? recv_counts[size_t(p * n + q)] : equal; }
+  size_t largest_block() const { return stored() ? *std::max_element(send_counts.begin(), send_counts.end()) : equal; }
+  size_t total() const {
+    return stored() ? std::accumulate(send_counts.begin(), send_counts.end(), size_t(0)) : equal * size_t(n * n);
+  }
+};
+
+// The directory entries a rank stages: its send counts, send displacements, receive counts.
+constexpr size_t kDirectoryFields = 3;
+
+// Exchanges every rank's directory through one staged chunk.
+Matrix exchange_directory(Segments& s, const AlltoallvArgs& a) {
+  const int n = s.size();
+  Matrix m{n, 0, std::vector<size_t>(size_t(n * n)), std::vector<size_t>(size_t(n * n)),
+           std::vector<size_t>(size_t(n * n))};
+  auto unpack = [&](int p, const std::byte* from) {
+    const auto* e = reinterpret_cast<const uint64_t*>(from);
+    for (int q = 0; q < n; ++q) {
+      m.send_counts[size_t(p * n + q)] = e[q];
+      m.send_displs[size_t(p * n + q)] = e[n + q];
+      m.recv_counts[size_t(p * n + q)] = e[2 * n + q];
+    }
+  };
+  std::vector<uint64_t> mine(kDirectoryFields * size_t(n));
+  for (int q = 0; q < n; ++q) {
+    mine[size_t(q)] = a.send.counts[size_t(q)];
+    mine[size_t(n + q)] = a.send.displs[size_t(q)];
+    mine[size_t(2 * n + q)] = a.recv.counts[size_t(q)];
+  }
+  const size_t bytes = mine.size() * sizeof(uint64_t);
+  s.staged(
+      1, -1, [&](size_t, std::byte* slot) { s.counted_copy(slot, mine.data(), bytes); },
+      [&](size_t, auto slot_of) {
+        for (int p = 0; p < n; ++p) {
+          if (p != s.rank()) unpack(p, slot_of(p));
+        }
+      });
+  unpack(s.rank(), reinterpret_cast<const std::byte*>(mine.data()));
+  return m;
+}
+
+// Every rank checks the whole matrix in the same order, so all throw the same error.
+void check_matrix(const Matrix& m) {
+  for (int p = 0; p < m.n; ++p) {
+    for (int q = 0; q < m.n; ++q) {
+      const size_t sent = m.send_count(p, q), expected = m.recv_count(q, p);
+      if (sent == expected) continue;
+      if (p == q) {
+        throw InvalidArgument("alltoallv: rank " + std::to_string(p) + " sends itself " + std::to_string(sent) +
+                              " elements but expects " + std::to_string(expected));
+      }
+      throw CollectiveMismatch("alltoallv: rank " + std::to_string(p) + " sends rank " + std::to_string(q) + " " +
+                               std::to_string(sent) + " elements but rank " + std::to_string(q) + " expects " +
+                               std::to_string(expected) + " from it");
+    }
+  }
+}
+
+// The bytes from the start of a buffer to the end of its last block.
+size_t extent(const Blocks& b, size_t esize) {
+  size_t end = 0;
+  for (size_t p = 0; p < b.counts.size(); ++p) end = std::max(end, (b.displs[p] + b.counts[p]) * esize);
+  return end;
+}
+
+// Heap buffers out of place from kAlltoallCmaMinBytes per rank: staged while
+// the ranks' cores hand cache lines over cheaply, by cross-memory attach while
+// rank 0's hand-off probe (the all-reduce's, same setting and verdict) reads
+// them far. Near, staging ran 1.2-2x faster from 64 KiB to 64 MiB (2 ranks;
+// 4 ranks level to 1.3x); under load, cross-memory attach 1.2-1.4x faster at
+// 64-128 KiB. In place, the direct path would receive aside and copy back.
+Offer alltoall_offer(const Segments& s, const RingOptions& o, size_t bytes, bool overlap) {
+  if (overlap || bytes < kAlltoallCmaMinBytes || o.shm_cma_max_bytes == 0) return Offer::staged;
+  switch (o.shm_allreduce_cma) {
+    case ShmAllreduceCma::always: return Offer::cross_memory;
+    case ShmAllreduceCma::far:
+      if (s.size() != 2) return Offer::staged;
+      if (s.probe_due(o.shm_probe_period)) return Offer::probe;
+      return s.far() ? Offer::cross_memory : Offer::staged;
+    case ShmAllreduceCma::never: break;
+  }
+  return Offer::staged;
+}
+
+void copy_own_block(Segments& s, const AlltoallvArgs& a, std::byte* out, size_t es) {
+  const size_t r = size_t(s.rank());
+  const std::byte* from = bytes_of(a.input) + a.send.displs[r] * es;
+  std::byte* to = out + a.recv.displs[r] * es;
+  if (from != to && a.send.counts[r] > 0) s.counted_copy(to, from, a.send.counts[r] * es);
+}
+
+void direct_alltoallv(Segments& s, const AlltoallvArgs& a, const Matrix& m, Reach reach, std::byte* out) {
+  const int n = s.size(), r = s.rank();
+  const size_t es = dtype_size(a.dtype);
+  for (int k = 1; k < n; ++k) {
+    const int p = (r + k) % n;  // rank r starts at r + 1: the readers spread over the ranks
+    const size_t bytes = a.recv.counts[size_t(p)] * es;
+    if (bytes > 0) read_input(s, reach, p, m.send_displ(p, r) * es, out + a.recv.displs[size_t(p)] * es, bytes);
+  }
+  copy_own_block(s, a, out, es);
+  s.finish();  // the peers read this rank's input until then
+}
+
+void staged_alltoallv(Segments& s, const AlltoallvArgs& a, const Matrix& m, std::byte* out) {
+  const int n = s.size(), r = s.rank();
+  const size_t es = dtype_size(a.dtype), per_block = std::max<size_t>(1, s.chunk_bytes() / es / size_t(n));
+  auto run = [&](size_t count, size_t i) { return std::min(per_block, count - std::min(count, i * per_block)); };
+  copy_own_block(s, a, out, es);
+  s.staged(
+      chunks_for(m.largest_block(), per_block), -1,
+      [&](size_t i, std::byte* slot) {
+        for (int q = 0; q < n; ++q) {
+          const size_t count = run(a.send.counts[size_t(q)], i);
+          if (q == r || count == 0) continue;
+          s.counted_copy(slot + size_t(q) * per_block * es,
+                         bytes_of(a.input) + (a.send.displs[size_t(q)] + i * per_block) * es, count * es);
+        }
+      },
+      [&](size_t i, auto slot_of) {
+        for (int p = 0; p < n; ++p) {
+          const size_t count = run(a.recv.counts[size_t(p)], i);
+          if (p == r || count == 0) continue;
+          s.counted_copy(out + (a.recv.displs[size_t(p)] + i * per_block) * es, slot_of(p) + size_t(r) * per_block * es,
+                         count * es);
+        }
+      });
+}
+
+}  // namespace
+
+bool shm_alltoall_fits(const Channel& ch, const RingOptions& o) {
+  return kDirectoryFields * sizeof(uint64_t) * size_t(ch.size()) <= o.shm_chunk_bytes;
+}
+
+void shm_alltoallv(Channel& ch, const AlltoallvArgs& a, const RingOptions& o) {
+  const int n = ch.size();
+  const size_t es = dtype_size(a.dtype), count = a.send.counts[0];
+  if (a.equal && count == 0) return;
+  Segments s(ch, o.shm_chunk_bytes,
+             a.equal ? call_of(Kind::alltoall, count, a.dtype) : call_of(Kind::alltoallv, 0, a.dtype));
+  const Matrix m = a.equal ? Matrix{n, count, {}, {}, {}} : exchange_directory(s, a);
+  if (!a.equal) check_matrix(m);
+  const size_t per_rank = m.total() / size_t(n) * es;  // the same on every rank
+  if (per_rank == 0) return;
+  const size_t in_bytes = extent(a.send, es), out_bytes = extent(a.recv, es);
+  auto* out = bytes_of(a.output);
+  const bool overlap =
+      in_bytes > 0 && out_bytes > 0 && bytes_of(a.input) < out + out_bytes && out < bytes_of(a.input) + in_bytes;
+  const Reach reach = arrive_direct(s, alltoall_offer(s, o, per_rank, overlap), per_rank, a.input, in_bytes, out,
+                                    out_bytes, -1, false, o.shm_far_handoff_ns);
+  // In place, staged chunk i overwrites only the runs chunk i staged: safe.
+  // Read directly, the peers read this rank's input until finish(), and
+  // other overlaps would overwrite runs not yet staged: receive aside.
+  const bool aside = overlap && (reach != Reach::staged || !a.equal || a.input != a.output);
+  std::byte* target = aside ? static_cast<std::byte*>(ch.scratch(out_bytes, 0)) : out;
+  if (reach != Reach::staged) {
+    direct_alltoallv(s, a, m, reach, target);
+  } else {
+    staged_alltoallv(s, a, m, target);
+  }
+  if (aside) s.counted_copy(out, target, out_bytes);
+}
+
+}  // namespace tandem::ring
