@@ -112,15 +112,7 @@ size_t extent(const Blocks& b, size_t esize) {
 // 64-128 KiB. In place, the direct path would receive aside and copy back.
 Offer alltoall_offer(const Segments& s, const RingOptions& o, size_t bytes, bool overlap) {
   if (overlap || bytes < kAlltoallCmaMinBytes || o.shm_cma_max_bytes == 0) return Offer::staged;
-  switch (o.shm_allreduce_cma) {
-    case ShmAllreduceCma::always: return Offer::cross_memory;
-    case ShmAllreduceCma::far:
-      if (s.size() != 2) return Offer::staged;
-      if (s.probe_due(o.shm_probe_period)) return Offer::probe;
-      return s.far() ? Offer::cross_memory : Offer::staged;
-    case ShmAllreduceCma::never: break;
-  }
-  return Offer::staged;
+  return cross_memory_offer(s, o);
 }
 
 void copy_own_block(Segments& s, const AlltoallvArgs& a, std::byte* out, size_t es) {

@@ -100,6 +100,12 @@ Offer allreduce_offer(const Segments& s, const RingOptions& o, size_t bytes) {
   if (bytes < o.shm_allreduce_cma_min_bytes || bytes > o.shm_allreduce_cma_max_bytes || o.shm_cma_max_bytes == 0) {
     return Offer::staged;
   }
+  return cross_memory_offer(s, o);
+}
+
+}  // namespace
+
+Offer cross_memory_offer(const Segments& s, const RingOptions& o) {
   switch (o.shm_allreduce_cma) {
     case ShmAllreduceCma::always: return Offer::cross_memory;
     case ShmAllreduceCma::far:
@@ -110,8 +116,6 @@ Offer allreduce_offer(const Segments& s, const RingOptions& o, size_t bytes) {
   }
   return Offer::staged;
 }
-
-}  // namespace
 
 std::string shared_memory_plan(const RingOptions& o, int local_ranks, bool oversubscribed) {
   auto kib = [](size_t b) { return b >= (1 << 20) ? std::to_string(b >> 20) + " MiB" : std::to_string(b >> 10) + " KiB"; };

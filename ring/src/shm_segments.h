@@ -288,4 +288,8 @@ void fold(const Segments& s, DataType dtype, ReduceOp op, void* dst, SlotOf& slo
 
 inline size_t chunks_for(size_t count, size_t per_chunk) { return (count + per_chunk - 1) / per_chunk; }
 
+// What TANDEM_SHM_ALLREDUCE_CMA offers for heap buffers within the size range
+// a collective allows: always, never, or by rank 0's hand-off probe (2 ranks).
+Offer cross_memory_offer(const Segments& s, const RingOptions& o);
+
 }  // namespace tandem::ring
