@@ -94,9 +94,9 @@ ConvNetImpl::ConvNetImpl(double dropout, int slices, ParameterGate gate, Gradien
   fc1 = register_module("fc1", SlicedLinear(7 * 7 * 64, 1024, slices, gate, sink));
   fc2 = register_module("fc2", nn::Linear(1024, 10));
   drop = register_module("drop", nn::Dropout(dropout));
-  // Channels-last kernels take oneDNN's convolutions: 1.3-1.5x the samples/s
-  // of the default layout here, the same values (the layout is not the state:
-  // checkpoints and broadcasts see the same numbers).
+  // Channels-last kernels take oneDNN's convolutions: a validation pass 1.34x
+  // faster here, training 3% (DDP on both layouts, quiet VM); the same values
+  // (a layout is not state: checkpoints and broadcasts see the same numbers).
   torch::NoGradGuard no_grad;
   for (auto* conv : {&conv1, &conv2})
     (*conv)->weight.set_data((*conv)->weight.data().contiguous(at::MemoryFormat::ChannelsLast));
