@@ -112,9 +112,10 @@ void Trial::load_data() {
 
 void Trial::resume() {
   if (!wo_.resume || wo_.checkpoint_dir.empty()) return;
-  auto found = latest_checkpoint(wo_.checkpoint_dir, &warnings_);
+  std::vector<std::string> warnings;
+  auto found = latest_checkpoint(wo_.checkpoint_dir, &warnings);
   if (chief_)
-    for (const auto& w : warnings_) std::fprintf(stderr, "warning: %s\n", w.c_str());
+    for (const auto& w : warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
   if (!found) return;
   start_ = found->batch;
   resumed_time_ = found->meta.at("time").get<double>();
@@ -130,6 +131,8 @@ void Trial::resume() {
   if (chief_) std::fprintf(stderr, "resuming from %s (batch %lld)\n", found->path.c_str(), static_cast<long long>(start_));
 }
 
+std::string Trial::model_name() const { return cfg_.entrypoint.empty() ? cfg_.model : cfg_.entrypoint; }
+
 double Trial::now() const { return std::chrono::duration<double>(std::chrono::system_clock::now() - *origin_).count(); }
 
 void Trial::build_exchange() {
@@ -138,7 +141,8 @@ void Trial::build_exchange() {
     const auto sunk = model_.sunk_parts.find(params_[i].unsafeGetTensorImpl());
     parts_.push_back({names_[i], sunk != model_.sunk_parts.end() ? sunk->second
                                                                  : std::vector<size_t>{size_t(params_[i].numel())}});
-    const size_t row = size_t(params_[i].numel() / params_[i].size(0));
+    // A scalar parameter (a TorchScript module may have one) is one row.
+    const size_t row = params_[i].dim() == 0 ? 1 : size_t(params_[i].numel() / params_[i].size(0));
     row_begin_.push_back({0});
     for (size_t c : parts_.back().counts) row_begin_.back().push_back(row_begin_.back().back() + int64_t(c / row));
   }
@@ -206,7 +210,7 @@ void Trial::open_metrics() {
   const double origin = std::chrono::duration<double>(origin_->time_since_epoch()).count();
   log_->line(nlohmann::json{{"kind", "start"}, {"batch", start_}, {"time", now()}, {"origin", origin},
                             {"slots", world_}, {"global_batch", cfg_.effective_global_batch()},
-                            {"per_slot_batch", per_slot_}, {"model", cfg_.model}, {"data", cfg_.data},
+                            {"per_slot_batch", per_slot_}, {"model", model_name()}, {"data", cfg_.data},
                             {"total_batches", total_}, {"overlap", wo_.overlap}, {"compute_nice", compute_nice_},
                             {"deferred_updates", defer_}, {"attempt", wo_.attempt},
                             {"gradient_compression", opt.gradient_compression},
@@ -354,7 +358,7 @@ void Trial::checkpoint(int64_t batch, const std::optional<ValidationRecord>& val
   // The data position and every random draw (epoch order, dropout) follow from (seed, batch).
   nlohmann::json meta{{"batch", batch}, {"epoch", plan_->epoch_of(batch)}, {"time", now()}, {"seed", cfg_.seed},
                       {"slots", world_}, {"global_batch", cfg_.effective_global_batch()},
-                      {"model", cfg_.entrypoint.empty() ? cfg_.model : cfg_.entrypoint}};
+                      {"model", model_name()}};
   std::optional<double> metric;
   if (validation) {
     meta["metrics"] = {{"validation_loss", validation->loss}, {"validation_accuracy", validation->accuracy}};

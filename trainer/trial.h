@@ -71,6 +71,7 @@ class Trial {
   ValidationRecord validate(int64_t batch);
   void checkpoint(int64_t batch, const std::optional<ValidationRecord>& validation);
   double now() const;  // the trial clock
+  std::string model_name() const;  // the built-in model's name, or the TorchScript file
 
   WorkerOptions wo_;
   ExperimentConfig cfg_;
@@ -92,7 +93,6 @@ class Trial {
   int64_t start_ = 0;  // the batch resumed from
   double resumed_time_ = 0;  // the trial clock of that checkpoint
   std::optional<std::chrono::system_clock::time_point> origin_;  // of the trial clock
-  std::vector<std::string> warnings_;
 
   std::vector<GradientParts> parts_;
   std::vector<std::vector<int64_t>> row_begin_;  // per parameter: its parts' first rows, then the end
