@@ -12,9 +12,12 @@ host on the next port (set GLOO_SOCKET_IFNAME to the link's interface).
 Same model (the dataset package's convnet or the MLP), same data (Fashion-MNIST
 IDX files or the synthetic set's shape), same global batch split over the
 slots, same SGD settings and seed, one compute thread per rank, validation over
-the whole test set split across ranks. The epoch order comes from numpy's
-generator, so the records of a batch differ from tandem's (the distribution is
-the same). Writes the same JSON-lines metrics as tandem (kind start, train,
+the whole test set split across ranks. Same trajectory: the initial values
+(seeded module construction in the same order), each epoch's order (tandem's
+Fisher-Yates over std::mt19937_64, reproduced here) and each batch's dropout
+seed are tandem's, so both systems train on the same records in the same
+batches and their accuracies differ only by rounding (reduction order, fp16).
+Optimizers other than SGD and lr_schedule are refused, not approximated. Writes the same JSON-lines metrics as tandem (kind start, train,
 validation, end) to DIR/metrics.jsonl, so `tandem train --anchor` reads both.
 --fp16-hook registers DDP's fp16_compress_hook (gradient_compression: fp16).
 optimizations.tensor_fusion_threshold is DDP's bucket_cap_mb (default 25).
@@ -51,6 +54,43 @@ def load_idx(images, labels):
     with gzip.open(labels, "rb") as f:
         lab = np.frombuffer(f.read(), dtype=np.uint8, offset=8)
     return img.reshape(-1, 28, 28), lab
+
+
+M64 = (1 << 64) - 1
+
+
+def mt19937_64(seed, n):
+    """The first n outputs of C++'s std::mt19937_64 seeded with seed (numpy has the 32-bit one only)."""
+    mt = [seed & M64]
+    for i in range(1, 312):
+        mt.append((6364136223846793005 * (mt[-1] ^ (mt[-1] >> 62)) + i) & M64)
+    mt = np.array(mt, dtype=np.uint64)
+    upper, lower, a, one = np.uint64(0xFFFFFFFF80000000), np.uint64(0x7FFFFFFF), np.uint64(0xB5026F5AA96619E9), np.uint64(1)
+    out = []
+    for _ in range(-(-n // 312)):
+        # The twist in three vector steps: words 0-155 read old words only, 156-310 the new 0-154, 311 the new 0.
+        for lo, hi in ((0, 156), (156, 311)):
+            x = (mt[lo:hi] & upper) | (mt[lo + 1:hi + 1] & lower)
+            mt[lo:hi] = mt[(np.arange(lo, hi) + 156) % 312] ^ (x >> one) ^ np.where(x & one, a, np.uint64(0))
+        x = (mt[311] & upper) | (mt[0] & lower)
+        mt[311] = mt[155] ^ (x >> one) ^ (a if x & one else np.uint64(0))
+        y = mt.copy()
+        y ^= (y >> np.uint64(29)) & np.uint64(0x5555555555555555)
+        y ^= (y << np.uint64(17)) & np.uint64(0x71D67FFFEDA60000)
+        y ^= (y << np.uint64(37)) & np.uint64(0xFFF7EEE000000000)
+        y ^= y >> np.uint64(43)
+        out.append(y)
+    return np.concatenate(out)[:n]
+
+
+def epoch_order(records, seed, epoch):
+    """tandem's BatchPlan::order (trainer/data.cc): Fisher-Yates, j = draw % (i + 1), i from the top."""
+    draws = mt19937_64((seed * 0x9E3779B97F4A7C15 + epoch + 1) & M64, records - 1)
+    js = (draws % np.arange(records, 1, -1, dtype=np.uint64)).tolist()
+    order = list(range(records))
+    for i, j in zip(range(records - 1, 0, -1), js):
+        order[i], order[j] = order[j], order[i]
+    return np.array(order, dtype=np.int64)
 
 
 def synthetic(size, seed, train):
@@ -161,7 +201,7 @@ def worker(rank, world, args, addr, port):
     if args.compute_nice and world > 1:
         os.setpriority(os.PRIO_PROCESS, 0, args.compute_nice)  # this thread only; gloo's threads keep theirs
     opt = torch.optim.SGD(ddp.parameters(), lr=hp.get("learning_rate", 0.01), momentum=hp.get("momentum", 0.9),
-                          weight_decay=hp.get("weight_decay", 0.0))
+                          nesterov=hp.get("nesterov", False), weight_decay=hp.get("weight_decay", 0.0))
     log = open(os.path.join(args.output, "metrics.jsonl"), "w") if rank == 0 else None
 
     def emit(**kw):
@@ -192,18 +232,18 @@ def worker(rank, world, args, addr, port):
              accuracy=sums[1].item() / sums[2].item(), records=int(sums[2].item()), seconds=time.perf_counter() - tv)
 
     per_epoch = records // global_batch
-    order, order_epoch = None, -1
+    # Every epoch's order before the clock starts (tandem draws its own in C++ in milliseconds).
+    orders = {e: epoch_order(records, seed, e) for e in range((total - 1) // per_epoch + 1)}
     t0 = time.perf_counter()
     for batch in range(1, total + 1):
         ts = time.perf_counter()
         epoch = (batch - 1) // per_epoch
-        if epoch != order_epoch:
-            order, order_epoch = np.random.default_rng([seed, epoch]).permutation(records), epoch
         start = ((batch - 1) % per_epoch) * global_batch + rank * per_slot
-        idx = torch.from_numpy(order[start:start + per_slot])
+        idx = torch.from_numpy(orders[epoch][start:start + per_slot])
         x, y = xs[idx], ys[idx]
         data_s = time.perf_counter() - ts
         opt.zero_grad(set_to_none=False)
+        torch.manual_seed((seed * 1000003 + batch * 131 + rank) & M64)  # dropout, as tandem's Trial::train_batch
         logits = ddp(to_layout(x))
         loss = F.cross_entropy(logits, y)
         loss.backward()  # DDP all-reduces buckets during backward and waits at its end
@@ -243,6 +283,10 @@ def main():
     p.add_argument("--from-env", action="store_true", help="be one rank: TANDEM_RANK, TANDEM_WORLD_SIZE, TANDEM_STORE_ADDR")
     args = p.parse_args()
     cfg = yaml.safe_load(open(args.config))
+    hp = cfg.get("hyperparameters", {})
+    if hp.get("optimizer", "sgd") != "sgd" or "lr_schedule" in hp:
+        sys.exit(f"ddp anchor: {args.config}: the anchor reproduces SGD at a constant rate only; remove "
+                 "hyperparameters.optimizer / lr_schedule to compare against it")
     world = args.slots or cfg.get("resources", {}).get("slots_per_trial", 1)
     args.output = args.output or os.path.join("runs", cfg.get("name", "experiment") + "-ddp")
     os.makedirs(args.output, exist_ok=True)
