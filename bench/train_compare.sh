@@ -13,6 +13,12 @@
 #      speed-up and scaling efficiency against the same system's 1-slot run,
 #      time to the target validation accuracy, final accuracy.
 #
+# Both systems train the same trajectory (the same initial values, epoch
+# order and dropout draws; trainer/ddp_anchor.py), yet rounding (blocked fc1,
+# reduction order, fp16) grows over hundreds of steps into accuracies a point
+# apart, so one seed's time to the target is a draw: --seeds repeats the
+# 2-slot rows for each seed and gives every ratio's median (seeds.md).
+#
 # Every rank trains the same per-slot batch (--per-slot-batch, weak scaling:
 # the global batch grows with the slots) for the same number of records
 # (--records), so every run sees the same data and time to accuracy compares.
@@ -32,6 +38,10 @@ usage: bench/train_compare.sh [options]
   --layer-slices K     hyperparameters.layer_slices for every run (default: the config's)
   --fusion-threshold M optimizations.tensor_fusion_threshold in MB (tandem's largest bucket, DDP's bucket_cap_mb)
   --output DIR         results (default build/train-compare)
+  --seed N             reproducibility.experiment_seed for every run (default: the config's)
+  --seeds N,N,...      every run for the first seed (with --core, only its rows), the 2-slot rows for the others, each into DIR/seed-N;
+                       then DIR/seeds.md: time to the target and final accuracy per seed, ratios, medians
+  --core               only the 2-slot rows (one host, and the link without --separate-slices runs)
   --skip-local         only the namespace runs (still compared against 1-slot runs in DIR, if any)
   -h, --help           this text
 EOF
@@ -39,7 +49,8 @@ EOF
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 config="$repo/trainer/examples/fashion_mnist.yaml" per_slot=32 records=38400 validate=12800 rate=1gbit
-target=0.85 out="$repo/build/train-compare" skip_local=0 slices="" fusion="" bind=auto
+target=0.85 out="$repo/build/train-compare" skip_local=0 slices="" fusion="" bind=auto seed="" seeds="" core=0
+args_in=("$@")
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --config) config="$2"; shift 2 ;;
@@ -52,6 +63,9 @@ while [[ $# -gt 0 ]]; do
     --layer-slices) slices="$2"; shift 2 ;;
     --fusion-threshold) fusion="$2"; shift 2 ;;
     --output) out="$2"; shift 2 ;;
+    --seed) seed="$2"; shift 2 ;;
+    --seeds) seeds="$2"; shift 2 ;;
+    --core) core=1; shift ;;
     --skip-local) skip_local=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "train_compare: unknown option '$1'" >&2; usage >&2; exit 2 ;;
@@ -62,12 +76,32 @@ train="$repo/build/bin/tandem-train"
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
 
+if [[ -n "$seeds" ]]; then
+  # This script once per seed (without --seeds/--output), then the medians.
+  pass=() skip=0
+  for a in "${args_in[@]}"; do
+    if (( skip )); then skip=0; continue; fi
+    case "$a" in --seeds|--output|--seed) skip=1 ;; *) pass+=("$a") ;; esac
+  done
+  IFS=, read -ra list <<< "$seeds"
+  first=1
+  for s in "${list[@]}"; do
+    echo "==== seed $s"
+    extra=(); (( first )) || extra=(--core)
+    "$0" "${pass[@]}" --seed "$s" --output "$out/seed-$s" "${extra[@]}"
+    first=0
+  done
+  exec /usr/bin/python3 "$repo/bench/train_seeds.py" --target "$target" --rate "$rate" --output "$out/seeds.md" "$out"/seed-*
+fi
+
 # The experiment with the lengths in records (the same data at every slot count)
 # and, for tandem over the link, fp16 gradients.
-/usr/bin/python3 - "$config" "$out" "$records" "$validate" "$slices" "$fusion" <<'EOF'
+/usr/bin/python3 - "$config" "$out" "$records" "$validate" "$slices" "$fusion" "$seed" <<'EOF'
 import sys, yaml
-src, out, records, validate, slices, fusion = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
+src, out, records, validate, slices, fusion, seed = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6], sys.argv[7]
 cfg = yaml.safe_load(open(src))
+if seed:
+    cfg.setdefault("reproducibility", {})["experiment_seed"] = int(seed)
 if slices:
     cfg["hyperparameters"]["layer_slices"] = int(slices)
 if fusion:
@@ -85,12 +119,15 @@ EOF
 common=(--per-slot-batch "$per_slot" --target-accuracy "$target")
 if (( ! skip_local )); then
   echo "== one host: tandem and DDP (gloo), 1 and 2 slots"
-  "$train" "$out/exp.yaml" --scaling 1,2 --anchor "${common[@]}" --output "$out/local"
+  "$train" "$out/exp.yaml" --scaling "$( (( core )) && echo 2 || echo 1,2)" --anchor "${common[@]}" --output "$out/local"
 fi
 
-compare=("tandem=$out/local/slots-1" "tandem, one host=$out/local/slots-2"
-         "DDP gloo=$out/local/ddp-slots-1" "DDP gloo, one host=$out/local/ddp-slots-2")
-if (( ! skip_local )); then
+compare=()
+for c in "tandem=$out/local/slots-1" "tandem, one host=$out/local/slots-2" \
+         "DDP gloo=$out/local/ddp-slots-1" "DDP gloo, one host=$out/local/ddp-slots-2"; do
+  [[ -f "${c#*=}/metrics.jsonl" ]] && compare+=("$c")
+done
+if (( ! skip_local && ! core )); then
   # tandem-train keeps the convnet's convolutions channels-last; DDP on the same layout, for reference.
   echo "== one host: DDP (gloo), channels-last, 2 ranks"
   /usr/bin/python3 "$repo/trainer/ddp_anchor.py" "$out/exp.yaml" --slots 2 --per-slot-batch "$per_slot" \
@@ -115,7 +152,7 @@ else
   }
   ddp_link link-ddp "DDP gloo"
   ddp_link link-ddp-fp16 "DDP gloo + fp16 hook" --fp16-hook
-  if [[ -n "$slices" && "$slices" != 1 ]]; then
+  if [[ -n "$slices" && "$slices" != 1 ]] && (( ! core )); then
     ddp_link link-ddp-separate "DDP gloo, $slices separate slices" --separate-slices
     ddp_link link-ddp-separate-fp16 "DDP gloo + fp16 hook, $slices separate slices" --separate-slices --fp16-hook
   fi

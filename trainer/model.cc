@@ -103,8 +103,10 @@ ConvNetImpl::ConvNetImpl(double dropout, int slices, ParameterGate gate, Gradien
 }
 
 torch::Tensor ConvNetImpl::forward(torch::Tensor x) {
-  x = torch::max_pool2d(torch::relu(gated(gate, conv1)(x)), 2);
-  x = torch::max_pool2d(torch::relu(gated(gate, conv2)(x)), 2);
+  // Pooling before the ReLU: the same values and gradients (both are monotone;
+  // ReLU's gradient is 0 wherever the window's max is <= 0), on a quarter of the elements.
+  x = torch::relu(torch::max_pool2d(gated(gate, conv1)(x), 2));
+  x = torch::relu(torch::max_pool2d(gated(gate, conv2)(x), 2));
   x = torch::relu(fc1(x.flatten(1)));
   return gated(gate, fc2)(drop(x));
 }

@@ -1,0 +1,102 @@
+#!/usr/bin/python3
+"""Time to a validation accuracy over several seeds: bench/train_compare.sh --seeds.
+
+    bench/train_seeds.py [--target 0.85] [--rate 1gbit] [--output seeds.md] DIR/seed-N ...
+
+Each DIR/seed-N holds one train_compare.sh run. Per seed and system: the
+trial-clock time of the first validation at or above the target, the final
+validation accuracy, and tandem's time over DDP's; then the median of each
+column. A seed that never reaches the target counts as slower than any that
+does (its ratio is "not reached" and sorts last).
+"""
+import argparse
+import json
+import math
+import os
+import re
+import statistics
+
+SYSTEMS = [  # (column, directory under a seed's run)
+    ("tandem, one host", "local/slots-2"),
+    ("DDP gloo, one host", "local/ddp-slots-2"),
+    ("tandem fp16, link", "link-tandem-fp16"),
+    ("DDP gloo, link", "link-ddp"),
+    ("DDP fp16 hook, link", "link-ddp-fp16"),
+]
+RATIOS = [  # (column, numerator, denominator)
+    ("one host ÷ DDP", "tandem, one host", "DDP gloo, one host"),
+    ("link ÷ DDP", "tandem fp16, link", "DDP gloo, link"),
+    ("link ÷ DDP fp16", "tandem fp16, link", "DDP fp16 hook, link"),
+]
+
+
+def read_run(path, target):
+    """(seconds to target or inf, final accuracy) of one metrics.jsonl, or None if absent."""
+    if not os.path.exists(path):
+        return None
+    reached, final = math.inf, None
+    for line in open(path):
+        r = json.loads(line)
+        if r.get("kind") != "validation":
+            continue
+        final = r["accuracy"]
+        if r["accuracy"] >= target and reached == math.inf:
+            reached = r["time"]
+    return reached, final
+
+
+def median(values):
+    return statistics.median(values) if values else None
+
+
+def fmt(v, spec):
+    if v is None:
+        return "-"
+    return "not reached" if math.isinf(v) else format(v, spec)
+
+
+def fmt_ratio(v):
+    return "DDP not reached" if v == 0.0 else fmt(v, ".2f")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("runs", nargs="+")
+    p.add_argument("--target", type=float, default=0.85)
+    p.add_argument("--rate", default="1gbit")
+    p.add_argument("--output", default="")
+    a = p.parse_args()
+    rows = []
+    runs = sorted(a.runs, key=lambda d: int(re.sub(r"\D", "", os.path.basename(d.rstrip("/"))) or 0))
+    for d in runs:
+        got = {name: read_run(os.path.join(d, sub, "metrics.jsonl"), a.target) for name, sub in SYSTEMS}
+        ratios = {}
+        for col, num, den in RATIOS:
+            if got[num] and got[den]:
+                n, m = got[num][0], got[den][0]
+                ratios[col] = math.inf if math.isinf(n) else (0.0 if math.isinf(m) else n / m)
+        rows.append((os.path.basename(d.rstrip("/")).removeprefix("seed-"), got, ratios))
+
+    head = ["seed"] + [f"{n} (s)" for n, _ in SYSTEMS] + [c for c, _, _ in RATIOS] + \
+           ["final acc: " + n for n, _ in SYSTEMS]
+    out = [f"Time to {a.target:.0%} validation accuracy (trial clock, s), link {a.rate}; "
+           "a seed that never reaches it sorts last", "",
+           "| " + " | ".join(head) + " |", "|" + "---|" + "---:|" * (len(head) - 1)]
+    for seed, got, ratios in rows:
+        cells = [seed] + [fmt(got[n][0], ".1f") if got[n] else "-" for n, _ in SYSTEMS]
+        cells += [fmt_ratio(ratios.get(c)) for c, _, _ in RATIOS]
+        cells += [fmt(got[n][1], ".4f") if got[n] else "-" for n, _ in SYSTEMS]
+        out.append("| " + " | ".join(cells) + " |")
+    med = ["**median**"]
+    med += [fmt(median([g[n][0] for _, g, _ in rows if g[n]]), ".1f") for n, _ in SYSTEMS]
+    med += [fmt_ratio(median([r[c] for _, _, r in rows if c in r])) for c, _, _ in RATIOS]
+    med += [fmt(median([g[n][1] for _, g, _ in rows if g[n]]), ".4f") for n, _ in SYSTEMS]
+    out.append("| " + " | ".join(med) + " |")
+    text = "\n".join(out) + "\n"
+    print(text, end="")
+    if a.output:
+        open(a.output, "w").write(text)
+
+
+if __name__ == "__main__":
+    main()
