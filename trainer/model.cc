@@ -14,6 +14,17 @@ void pass(const ParameterGate& gate, const torch::Tensor& p, int part = 0) {
   if (gate && *gate) (*gate)(p, part);
 }
 // A whole layer's parameters through the gate.
+// 2x2 max pooling, stride 2. Training keeps max_pool2d (its backward's
+// tie rule is the anchor's); evaluation takes the max of the four strided
+// views: the same values without max_pool2d's indices, about 2x faster on
+// the convnet's channels-last activations.
+torch::Tensor max_pool_2x2(const torch::Tensor& x, bool training) {
+  if (training) return torch::max_pool2d(x, 2);
+  const int64_t h = x.size(2) / 2 * 2, w = x.size(3) / 2 * 2;
+  auto at = [&](int64_t dy, int64_t dx) { return x.slice(2, dy, h, 2).slice(3, dx, w, 2); };
+  return torch::maximum(torch::maximum(at(0, 0), at(0, 1)), torch::maximum(at(1, 0), at(1, 1)));
+}
+
 template <class Layer>
 Layer& gated(const ParameterGate& gate, Layer& layer) {
   for (const auto& p : layer->parameters()) pass(gate, p);
@@ -105,8 +116,8 @@ ConvNetImpl::ConvNetImpl(double dropout, int slices, ParameterGate gate, Gradien
 torch::Tensor ConvNetImpl::forward(torch::Tensor x) {
   // Pooling before the ReLU: the same values and gradients (both are monotone;
   // ReLU's gradient is 0 wherever the window's max is <= 0), on a quarter of the elements.
-  x = torch::relu(torch::max_pool2d(gated(gate, conv1)(x), 2));
-  x = torch::relu(torch::max_pool2d(gated(gate, conv2)(x), 2));
+  x = torch::relu(max_pool_2x2(gated(gate, conv1)(x), is_training()));
+  x = torch::relu(max_pool_2x2(gated(gate, conv2)(x), is_training()));
   x = torch::relu(fc1(x.flatten(1)));
   return gated(gate, fc2)(drop(x));
 }
