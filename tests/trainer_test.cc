@@ -317,6 +317,33 @@ TEST(Trainer, ATorchScriptEntrypointTrainsTheSameAtOneAndTwoSlots) {
   EXPECT_GT(s.validation.back().accuracy, 0.5);  // it learned the synthetic classes
 }
 
+// trainer/ddp_anchor.py (PyTorch DDP) trains tandem's trajectory: the same
+// initial values, epoch order (two epochs) and dropout draws give the same
+// training loss at every batch, bitwise, on the real data.
+TEST(Trainer, TheDdpAnchorTrainsTandemsTrajectory) {
+  const std::string data = "/usr/share/datasets/fashion-mnist";
+  if (!fs::exists(data + "/train-images-idx3-ubyte.gz")) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  if (std::system("timeout 60 /usr/bin/python3 -c 'import torch, yaml' > /dev/null 2>&1") != 0)
+    GTEST_SKIP() << "the anchor needs python3-torch and python3-yaml under /usr/bin/python3";
+  std::string yaml = config(2, 64, 1, "", "");
+  yaml.replace(yaml.find("dropout: 0"), 10, "dropout: 0.3");
+  yaml.replace(yaml.find("records_per_epoch: 2048"), 23, "records_per_epoch: 640");
+  yaml.replace(yaml.find("data: synthetic"), 15, "data: fashion-mnist");
+  Trial t = train("anchor-tandem", yaml);
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  const fs::path ddp = work_dir() / "anchor-ddp";
+  const std::string cmd = "timeout -k 5 150 /usr/bin/python3 " + std::string(TANDEM_SOURCE_DIR) +
+                          "/trainer/ddp_anchor.py " + (t.dir / "exp.yaml").string() + " --output " + ddp.string() +
+                          " > " + (t.dir / "anchor.txt").string() + " 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  auto ours = read_metrics((t.dir / "out/metrics.jsonl").string()), theirs = read_metrics((ddp / "metrics.jsonl").string());
+  ASSERT_EQ(ours.train.size(), 20u);
+  ASSERT_EQ(theirs.train.size(), 20u);
+  for (size_t i = 0; i < ours.train.size(); ++i)
+    EXPECT_EQ(ours.train[i].loss, theirs.train[i].loss) << "batch " << ours.train[i].batch;
+  EXPECT_LT(ours.train.back().loss, ours.train.front().loss);  // it learned
+}
+
 TEST(Trainer, NoRestartsLeftFailsTheTrial) {
   Trial r = train("2slot-no-restarts", config(2, 32, 1, "max_restarts: 0\n"), "--fail-at-batch 3 --fail-rank 0");
   EXPECT_EQ(r.exit_code, 1) << r.output;
