@@ -194,7 +194,8 @@ std::string summary_table(const TrialSummary& s, double target) {
   row("slots", std::to_string(s.slots));
   row("global batch", std::to_string(s.global_batch));
   row("batches trained", std::to_string(s.train.empty() ? 0 : s.train.back().batch));
-  row("wall time", num("%.1f s", s.wall_time > 0 ? s.wall_time : (s.train.empty() ? 0 : s.train.back().time)));
+  const double wall = s.wall_time > 0 ? s.wall_time : (s.train.empty() ? 0 : s.train.back().time);
+  row("wall time", num("%.1f s", wall));
   row("throughput (median)", num("%.1f samples/s", s.samples_per_s()));
   row("step time (mean)", num("%.1f ms", 1e3 * step));
   const double data = s.mean(&TrainRecord::data), compute = s.mean(&TrainRecord::compute),
@@ -217,14 +218,19 @@ std::string summary_table(const TrialSummary& s, double target) {
   const std::string label = buf;
   row(label.c_str(), t >= 0 ? num("%.1f s", t) : std::string("not reached"));
   if (!s.validation.empty()) {
-    double pass = 0, forward = 0, records = 0;
-    for (const auto& v : s.validation) pass += v.seconds, forward += v.forward_seconds, records += double(v.records);
-    const double n = double(s.validation.size());
-    row("validation (mean of passes)", num("%.2f s", pass / n) + " a pass (forward " + num("%.2f s", forward / n) +
-                                           "), " + num("%.0f images/s", pass > 0 ? records / pass : 0) + ", " +
+    double forward = 0, records = 0;
+    for (const auto& v : s.validation) forward += v.forward_seconds, records += double(v.records);
+    const double n = double(s.validation.size()), pass = s.validation_seconds();
+    row("validation (mean of passes)", num("%.2f s", pass) + " a pass (forward " + num("%.2f s", forward / n) +
+                                           "), " + num("%.0f images/s", pass > 0 ? records / (pass * n) : 0) + ", " +
                                            std::to_string(s.validation.size()) + " passes");
   }
   if (s.checkpoint_wait > 0) row("training waited for checkpoints", num("%.2f s", s.checkpoint_wait));
+  // What validating and checkpointing cost the trial: the time training did not run.
+  const double off_training = s.validation_seconds() * double(s.validation.size()) + s.checkpoint_wait;
+  if (wall > 0 && off_training > 0)
+    row("validation and checkpoints", num("%.1f s", off_training) + " (" + num("%.1f%%", 100 * off_training / wall) +
+                                          " of the wall time)");
   row("stalls", std::to_string(s.stalls));
   row("restarts", std::to_string(s.restarts) + (s.restarts ? ", " + num("%.1f s", s.lost_time) + " lost to failures" : ""));
   return o.str();
