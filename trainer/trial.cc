@@ -20,7 +20,9 @@ namespace tandem::trainer {
 namespace {
 
 using fusion::Metric;
-const Deadline kFar = Clock::now() + std::chrono::hours(24 * 365);
+// A wait on the gradient exchange: each bucket's collective fails first, at
+// the communicator's timeout naming the peer; this bounds the wait itself.
+Deadline exchange_deadline(const Communicator& comm) { return Clock::now() + 2 * comm.options().timeout; }
 
 // Marks a parameter's gradient ready once AccumulateGrad has added into it.
 struct ReadyHook : torch::autograd::FunctionPostHook {
@@ -223,7 +225,7 @@ void Trial::open_metrics() {
 void Trial::update_part(size_t i, int part) {
   char& done = updated_[i][size_t(part)];
   if (done) return;
-  exchange_->wait_for(i, part, kFar);
+  exchange_->wait_for(i, part, exchange_deadline(*comm_));
   const int64_t begin = row_begin_[i][size_t(part)], rows = row_begin_[i][size_t(part) + 1] - begin;
   update_rows(*optimizer_, params_[i], begin, rows, optimizer_step_);
   torch::NoGradGuard no_grad;
@@ -236,9 +238,9 @@ void Trial::complete(const Open& b, bool was_deferred) {
   if (was_deferred) {
     for (size_t i = 0; i < params_.size(); ++i)
       for (size_t part = 0; part < updated_[i].size(); ++part) update_part(i, int(part));
-    ex = exchange_->finish(kFar);
+    ex = exchange_->finish(exchange_deadline(*comm_));
   } else {
-    ex = exchange_->finish(kFar);
+    ex = exchange_->finish(exchange_deadline(*comm_));
     if (ex.communicated) {
       optimizer_->step();
       exchange_->zero();
