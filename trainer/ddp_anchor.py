@@ -17,7 +17,10 @@ the whole test set split across ranks. Same trajectory: the initial values
 Fisher-Yates over std::mt19937_64, reproduced here) and each batch's dropout
 seed are tandem's, so both systems train on the same records in the same
 batches and their accuracies differ only by rounding (reduction order, fp16).
-Optimizers other than SGD and lr_schedule are refused, not approximated. Writes the same JSON-lines metrics as tandem (kind start, train,
+The optimizer (SGD with momentum, Nesterov and weight decay, Adam, AdamW)
+and lr_schedule (warm-up, then constant, step or cosine) are tandem's,
+through PyTorch's own optimizers, the rate set before each step by the same
+formula as trainer/optimizer.cc. Writes the same JSON-lines metrics as tandem (kind start, train,
 validation, end) to DIR/metrics.jsonl, so `tandem train --anchor` reads both.
 --fp16-hook registers DDP's fp16_compress_hook (gradient_compression: fp16).
 optimizations.tensor_fusion_threshold is DDP's bucket_cap_mb (default 25).
@@ -34,6 +37,7 @@ import argparse
 import datetime
 import gzip
 import json
+import math
 import os
 import socket
 import sys
@@ -91,6 +95,43 @@ def epoch_order(records, seed, epoch):
     for i, j in zip(range(records - 1, 0, -1), js):
         order[i], order[j] = order[j], order[i]
     return np.array(order, dtype=np.int64)
+
+
+def steps_of(length, global_batch, steps_per_epoch):
+    """A {batches|records|epochs: N} length in optimizer steps (trainer/optimizer.cc's length_in_steps)."""
+    if not length:
+        return 0
+    (unit, value), = length.items()
+    value = int(value)
+    return {"batches": value, "records": -(-value // global_batch), "epochs": value * steps_per_epoch}[unit]
+
+
+def learning_rate_at(hp, step, total_steps, global_batch, steps_per_epoch):
+    """trainer/optimizer.cc's learning_rate_at: the rate of 1-based optimizer step `step`."""
+    lr, s = hp.get("learning_rate", 0.01), hp.get("lr_schedule") or {}
+    warmup = steps_of(s.get("warmup"), global_batch, steps_per_epoch)
+    if warmup > 0 and step <= warmup:
+        return lr * step / warmup
+    after, kind = step - warmup, s.get("type", "constant")
+    if kind == "step":
+        size = max(1, steps_of(s.get("step_size"), global_batch, steps_per_epoch))
+        return lr * math.pow(s.get("gamma", 0.1), (after - 1) // size)
+    if kind == "cosine":
+        span, low = total_steps - warmup, s.get("min_learning_rate", 0.0)
+        if span <= 0:
+            return low
+        return low + (lr - low) * 0.5 * (1 + math.cos(math.pi * min(1.0, after / span)))
+    return lr
+
+
+def make_optimizer(hp, params):
+    name, wd = hp.get("optimizer", "sgd"), hp.get("weight_decay", 0.0)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=hp.get("learning_rate", 0.01), momentum=hp.get("momentum", 0.9),
+                               nesterov=hp.get("nesterov", False), weight_decay=wd)
+    adam = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[name]
+    return adam(params, lr=hp.get("learning_rate", 0.01), betas=(hp.get("beta1", 0.9), hp.get("beta2", 0.999)),
+                eps=hp.get("eps", 1e-8), weight_decay=wd)  # tandem's default 0 for AdamW too
 
 
 def synthetic(size, seed, train):
@@ -200,8 +241,7 @@ def worker(rank, world, args, addr, port):
         ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
     if args.compute_nice and world > 1:
         os.setpriority(os.PRIO_PROCESS, 0, args.compute_nice)  # this thread only; gloo's threads keep theirs
-    opt = torch.optim.SGD(ddp.parameters(), lr=hp.get("learning_rate", 0.01), momentum=hp.get("momentum", 0.9),
-                          nesterov=hp.get("nesterov", False), weight_decay=hp.get("weight_decay", 0.0))
+    opt = make_optimizer(hp, ddp.parameters())
     log = open(os.path.join(args.output, "metrics.jsonl"), "w") if rank == 0 else None
 
     def emit(**kw):
@@ -247,6 +287,8 @@ def worker(rank, world, args, addr, port):
         logits = ddp(to_layout(x))
         loss = F.cross_entropy(logits, y)
         loss.backward()  # DDP all-reduces buckets during backward and waits at its end
+        for g in opt.param_groups:
+            g["lr"] = learning_rate_at(hp, batch, total, global_batch, max(1, per_epoch))
         opt.step()
         m = torch.tensor([loss.item(), (logits.argmax(1) == y).float().mean().item()])
         dist.all_reduce(m)  # averaged training metrics, as tandem's average_training_metrics
@@ -284,9 +326,8 @@ def main():
     args = p.parse_args()
     cfg = yaml.safe_load(open(args.config))
     hp = cfg.get("hyperparameters", {})
-    if hp.get("optimizer", "sgd") != "sgd" or "lr_schedule" in hp:
-        sys.exit(f"ddp anchor: {args.config}: the anchor reproduces SGD at a constant rate only; remove "
-                 "hyperparameters.optimizer / lr_schedule to compare against it")
+    if hp.get("optimizer", "sgd") not in ("sgd", "adam", "adamw"):
+        sys.exit(f"ddp anchor: {args.config}: hyperparameters.optimizer '{hp['optimizer']}' is none of sgd, adam, adamw")
     world = args.slots or cfg.get("resources", {}).get("slots_per_trial", 1)
     args.output = args.output or os.path.join("runs", cfg.get("name", "experiment") + "-ddp")
     os.makedirs(args.output, exist_ok=True)
