@@ -344,6 +344,21 @@ TEST(Trainer, TheDdpAnchorTrainsTandemsTrajectory) {
   EXPECT_LT(ours.train.back().loss, ours.train.front().loss);  // it learned
 }
 
+// A trial whose workers cannot set it up (here a model file that is not
+// TorchScript) fails at once, naming why, without burning its restarts.
+TEST(Trainer, ATrialThatCannotBeSetUpIsNotRestarted) {
+  const fs::path model = work_dir() / "not-a-module.pt";
+  std::ofstream(model) << "not a TorchScript module";
+  std::string yaml = config(2, 32, 1, "entrypoint: " + model.string() + "\nmax_restarts: 3\n");
+  const std::string hp = ", model: mlp, mlp_hidden: 64";
+  yaml.replace(yaml.find(hp), hp.size(), "");
+  Trial t = train("setup-error", yaml);
+  EXPECT_NE(t.exit_code, 0);
+  EXPECT_NE(t.output.find("cannot set up the trial: entrypoint"), std::string::npos) << t.output;
+  EXPECT_NE(t.output.find("so none is made"), std::string::npos) << t.output;
+  EXPECT_EQ(t.output.find("restart 1 of"), std::string::npos) << t.output;
+}
+
 TEST(Trainer, NoRestartsLeftFailsTheTrial) {
   Trial r = train("2slot-no-restarts", config(2, 32, 1, "max_restarts: 0\n"), "--fail-at-batch 3 --fail-rank 0");
   EXPECT_EQ(r.exit_code, 1) << r.output;

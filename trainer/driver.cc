@@ -18,6 +18,7 @@
 #include "metrics.h"
 #include "tandem/bootstrap.h"
 #include "tandem/launch/launch.h"
+#include "worker.h"
 
 namespace tandem::trainer {
 namespace {
@@ -68,6 +69,11 @@ class Driver {
       const int code = launch_slots(cfg, slots, {o_.self, "--worker-options", options_file}, metrics, total);
       if (code == 0) {
         t.ok = true;
+        break;
+      }
+      if (code == kSetupFailedExit) {
+        std::fprintf(stderr, "tandem train: trial failed: a worker could not set it up (its error is above); "
+                             "every restart would fail the same way, so none is made\n");
         break;
       }
       if (attempt >= cfg.max_restarts) {

@@ -18,7 +18,8 @@
 
 namespace tr = tandem::trainer;
 
-// Runs `body`; a configuration error exits 2, any other error 1.
+// Runs `body`; a configuration error exits 2, a trial that cannot be set up
+// tr::kSetupFailedExit, any other error 1.
 template <typename Body>
 int reporting_errors(Body body) {
   try {
@@ -26,6 +27,9 @@ int reporting_errors(Body body) {
   } catch (const tr::ConfigError& e) {
     std::fprintf(stderr, "tandem train: %s\n", e.what());
     return 2;
+  } catch (const tr::SetupError& e) {
+    std::fprintf(stderr, "tandem train: cannot set up the trial: %s\n", e.what());
+    return tr::kSetupFailedExit;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tandem train: error: %s\n", e.what());
     return 1;

@@ -2,7 +2,10 @@
 
 #include <torch/torch.h>
 
+#include <optional>
+
 #include "config.h"
+#include "tandem/errors.h"
 #include "tandem/ring/ring.h"
 #include "trial.h"
 
@@ -15,9 +18,17 @@ int run_worker(const WorkerOptions& wo) {
   // which follows them) would fight the other slots and the engine for the cores.
   torch::set_num_threads(1);
   at::set_num_interop_threads(1);
-  Trial trial(wo, std::move(cfg), ring::connect_from_env());
-  trial.resume();
-  trial.run();
+  auto comm = ring::connect_from_env();
+  std::optional<Trial> trial;
+  try {
+    trial.emplace(wo, std::move(cfg), std::move(comm));
+    trial->resume();
+  } catch (const tandem::Error&) {
+    throw;  // the communicator's (a peer, a deadline): a restart may succeed
+  } catch (const std::exception& e) {
+    throw SetupError(e.what());  // the data, the model, a checkpoint: the same on every attempt
+  }
+  trial->run();
   return 0;
 }
 
