@@ -16,6 +16,7 @@
 #include "call_description.h"
 #include "flight_recorder.h"
 #include "peer_watch.h"
+#include "shm_mailbox.h"
 #include "tandem/communicator.h"
 #include "tandem/netif.h"
 #include "tandem/reduce.h"
@@ -100,6 +101,9 @@ struct Communicator::Impl {
   std::unique_ptr<SharedSegmentSet> host_shm;  // when ranks span hosts: this host's ranks' segments
   SharedSegments host_view;                    // host_shm's segments by local rank
   bool cma = false;                        // and every rank may copy from every other's memory
+  // Point-to-point through shared memory, when shm and cma are (open_mailbox).
+  std::unique_ptr<SharedSegmentSet> mailbox_shm;
+  std::unique_ptr<ShmMailbox> mailbox;
   std::atomic<uint64_t> shm_traffic{0};    // bytes the shared-memory collectives read and wrote
   std::unique_ptr<SharedAllocations> allocations;  // allocate_shared()
   std::unique_ptr<FlightRecorder> flight;          // the last collectives, for `tandem doctor`
@@ -193,6 +197,11 @@ struct Communicator::Impl {
   void progress_posted();
   // A send/recv call, checked, with its messages (empty: already finished).
   Task p2p_task(const std::vector<P2POp>& ops, const CollectiveOptions& o);
+  // Maps every rank's mailbox segment; on success send/recv go through `mailbox`.
+  void open_mailbox(Deadline deadline);
+  // Polls a posted message on its transport; *source: who sent a received one.
+  bool poll_message(Pending& m, int* source);
+  void cancel_message(Pending& m);
   // Runs a send/recv call to completion, on this thread when the engine is idle.
   void run_p2p_blocking(Task task);
   // Queued (async) or run now; a blocking call returns an empty Request.

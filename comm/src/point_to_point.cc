@@ -2,8 +2,9 @@
 // them. Unlike collectives they are not run to completion one at a time:
 // the engine posts each call's messages in issue order and completes them in
 // the background (sweep_posted), so two ranks that each send and then
-// receive never wait on each other. Tags: the send_recv signature, sequence
-// number 0, the sender, the caller's tag.
+// receive never wait on each other. Over UCX, tags: the send_recv signature,
+// sequence number 0, the sender, the caller's tag. Ranks that all share one
+// host (with cross-memory attach) use the shared-memory mailbox instead.
 #include <spdlog/spdlog.h>
 
 #include <thread>
@@ -45,18 +46,23 @@ void Communicator::Impl::post(Task task) {
     for (size_t i = 0; i < call.task.p2p.size(); ++i) {
       const P2POp& op = call.task.p2p[i];
       const size_t bytes = op.count * dtype_size(op.dtype);
-      if (op.kind == P2POp::send) {
-        call.messages.push_back(ucx->send(op.peer, message_tag(opts.rank, op.tag), op.data, bytes));
-      } else if (op.peer == kAnySource) {
+      if (op.kind == P2POp::recv && op.peer == kAnySource) {
         call.any_source_mask = ~kSenderMask;
         call.any_source_op = i;
+      }
+      if (mailbox) {
+        call.messages.push_back(op.kind == P2POp::send ? mailbox->send(op.peer, op.tag, op.data, bytes)
+                                                       : mailbox->recv(op.peer, op.tag, op.data, bytes));
+      } else if (op.kind == P2POp::send) {
+        call.messages.push_back(ucx->send(op.peer, message_tag(opts.rank, op.tag), op.data, bytes));
+      } else if (op.peer == kAnySource) {
         call.messages.push_back(ucx->recv(-1, message_tag(0, op.tag), ~kSenderMask, op.data, bytes));
       } else {
         call.messages.push_back(ucx->recv(op.peer, message_tag(op.peer, op.tag), op.data, bytes));
       }
     }
   } catch (...) {
-    for (auto& m : call.messages) ucx->cancel(m);
+    for (auto& m : call.messages) cancel_message(m);
     sticky = std::current_exception();
     failed = true;
     call.task.state->finish(sticky);
@@ -65,21 +71,46 @@ void Communicator::Impl::post(Task task) {
   posted.push_back(std::move(call));
 }
 
+bool Communicator::Impl::poll_message(Pending& m, int* source) {
+  if (mailbox) return mailbox->poll(m, source);
+  Tag sender = 0;
+  if (!ucx->poll(m, &sender)) return false;
+  *source = int((sender & kSenderMask) >> kLocalBits);
+  return true;
+}
+
+void Communicator::Impl::cancel_message(Pending& m) {
+  if (mailbox) {
+    mailbox->cancel(m);
+  } else {
+    ucx->cancel(m);
+  }
+}
+
 bool Communicator::Impl::sweep_posted() {
   if (posted.empty()) return false;
-  ucx->progress();
   bool finished = false;
+  try {
+    if (mailbox) {
+      mailbox->progress();
+    } else {
+      ucx->progress();
+    }
+  } catch (...) {
+    fail_posted(std::current_exception());
+    return true;
+  }
   for (auto it = posted.begin(); it != posted.end();) {
     PostedCall& call = *it;
     try {
       bool done = true;
       for (size_t i = 0; i < call.messages.size(); ++i) {
-        Tag sender = 0;
+        int source = -1;
         if (call.messages[i].done()) continue;
-        if (!ucx->poll(call.messages[i], &sender)) {
+        if (!poll_message(call.messages[i], &source)) {
           done = false;
         } else if (call.any_source_mask && i == call.any_source_op) {
-          call.task.state->source = int((sender & kSenderMask) >> kLocalBits);
+          call.task.state->source = source;
         }
       }
       if (!done) {
@@ -118,7 +149,7 @@ void Communicator::Impl::fail_posted(std::exception_ptr error) {
     }
   }
   for (auto& call : posted) {
-    for (auto& m : call.messages) ucx->cancel(m);
+    for (auto& m : call.messages) cancel_message(m);
     call.task.state->finish(error);
   }
   posted.clear();
@@ -147,8 +178,19 @@ void Communicator::Impl::progress_posted() {
     }
     if (oversubscribed && spins > kSpinsBeforeYield) std::this_thread::yield();
   }
+  // The mailbox has no event to sleep on: yield a while, then nap (wait_policy.h).
+  const auto idle_since = Clock::now();
   while (!posted.empty()) {
     if (sweep_posted() || work_queued()) return;
+    if (mailbox) {
+      const auto waited = Clock::now() - idle_since;
+      if (waited < kIdleYieldWindow) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(waited < kIdleLongWait ? kIdleSleep : kIdleLongSleep);
+      }
+      continue;
+    }
     if (Clock::now() - ucx->last_progress() < kUcxBusyWindow) {
       std::this_thread::yield();
       continue;
@@ -158,6 +200,43 @@ void Communicator::Impl::progress_posted() {
     engine_sleeping_on_ucx = false;
     return;
   }
+}
+
+// Ranks on one host (the collectives' segments mapped, cross-memory attach
+// allowed) map each other's mailbox segment too; any failure leaves every
+// rank on UCX, as all must agree on the path (messages of one pair never mix paths).
+void Communicator::Impl::open_mailbox(Deadline deadline) {
+  // The mailbox copies host memory only: a UCX that takes device buffers keeps send/recv.
+  if (!cma || ucx->supports_cuda_memory()) return;
+  const std::string me = std::to_string(opts.rank);
+  std::string why;
+  std::unique_ptr<SharedSegmentSet> set;
+  try {
+    set = std::make_unique<SharedSegmentSet>(opts.rank, opts.size, ShmMailbox::segment_bytes(opts.size));
+  } catch (const Error& e) {
+    why = "rank " + me + " could not create its mailbox segment: " + e.what();
+  }
+  store->set(key("p2p/at/" + me), set ? set->locator() : "", deadline);
+  for (int p = 0; p < opts.size && why.empty(); ++p) {
+    if (p == opts.rank) continue;
+    const std::string locator = store->get(key("p2p/at/" + std::to_string(p)), deadline);
+    if (locator.empty()) {
+      why = "rank " + std::to_string(p) + " has no mailbox segment";
+      break;
+    }
+    const std::string failed = set->map_peer(p, locator);
+    if (!failed.empty()) why = "rank " + me + " cannot map rank " + std::to_string(p) + "'s mailbox: " + failed;
+  }
+  store->set(key("p2p/ok/" + me), why.empty() ? "ok" : why, deadline);
+  for (int p = 0; p < opts.size; ++p) {
+    const std::string verdict = store->get(key("p2p/ok/" + std::to_string(p)), deadline);
+    if (verdict != "ok") {
+      if (opts.rank == 0) spdlog::warn("tandem: send/recv go through UCX ({})", verdict);
+      return;
+    }
+  }
+  mailbox_shm = std::move(set);
+  mailbox = std::make_unique<ShmMailbox>(opts.rank, opts.size, mailbox_shm->view(), *shm);
 }
 
 // ---- The API ----------------------------------------------------------------
@@ -246,7 +325,8 @@ void Communicator::Impl::run_p2p_blocking(Task task) {
     // cost more than the message (2 ranks, 64 B-4 KiB: 3-5x faster without).
     // From kQuietWakeMaxBytes on, skipping it measured 2-3x slower (32-256
     // KiB: the ranks then slept through UCX's rendezvous): wake as before.
-    wake = bytes >= kQuietWakeMaxBytes || !queue.empty() || !posted.empty() || stopping;
+    // The mailbox has no rendezvous to sleep through.
+    wake = (!mailbox && bytes >= kQuietWakeMaxBytes) || !queue.empty() || !posted.empty() || stopping;
   } else if (engine_sleeping_on_ucx) {
     ucx->wake();
   }

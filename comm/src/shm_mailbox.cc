@@ -1,0 +1,212 @@
+// The shared-memory mailbox: per-pair rings of slots, tag matching in posting
+// order, and the receiver's cross-memory reads of large messages.
+#include "shm_mailbox.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <string>
+
+#include "transport/shared_segments.h"
+
+namespace tandem {
+namespace {
+
+struct SlotHeader {
+  uint64_t stamp;    // sequence number + 1 once the message is in
+  uint64_t tag;
+  uint64_t bytes;    // up to kMailboxInlineBytes: the payload follows; else at `address` in the sender
+  uint64_t address;
+};
+static_assert(sizeof(SlotHeader) <= kMailboxHeaderBytes);
+
+uint64_t load_acquire(const uint64_t& x) { return std::atomic_ref<const uint64_t>(x).load(std::memory_order_acquire); }
+void store_release(uint64_t& x, uint64_t v) { std::atomic_ref<uint64_t>(x).store(v, std::memory_order_release); }
+
+bool is_inline(size_t bytes) { return bytes <= kMailboxInlineBytes; }
+
+}  // namespace
+
+struct ShmMailbox::Op {
+  bool is_recv;
+  int peer;  // receives: -1 for any source
+  uint64_t tag;
+  void* data;
+  size_t bytes;
+  bool done = false;
+  bool written = false;  // sends: in their slot
+  uint64_t seq = 0;      // sends: the slot's sequence number; a large send ends when the receiver passes it
+  int source = -1;       // receives: who sent the message
+  size_t arrived_bytes = 0;
+};
+
+// In the sender's segment, one per receiver. The receiver writes `consumed`
+// (messages it has read), the sender everything else.
+struct ShmMailbox::Ring {
+  alignas(64) uint64_t consumed;
+  alignas(64) std::byte slots[kMailboxSlots][kMailboxSlotBytes];
+};
+
+ShmMailbox::ShmMailbox(int rank, int size, const SharedSegments& rings, const SharedSegmentSet& peers)
+    : rank_(rank), size_(size), rings_(rings), peers_(peers), next_out_(size_t(size)), next_in_(size_t(size)),
+      waiting_(size_t(size)), receives_from_(size_t(size)) {}
+
+ShmMailbox::~ShmMailbox() {
+  for (Op* op : receives_) delete op;
+  for (auto& q : waiting_) {
+    for (Op* op : q) delete op;
+  }
+}
+
+size_t ShmMailbox::segment_bytes(int size) { return size_t(size) * sizeof(Ring); }
+
+ShmMailbox::Ring& ShmMailbox::ring(int sender, int receiver) const {
+  return reinterpret_cast<Ring*>(rings_.segment[size_t(sender)])[receiver];
+}
+
+Pending ShmMailbox::send(int peer, uint64_t tag, const void* data, size_t bytes) {
+  Op* op = new Op{false, peer, tag, const_cast<void*>(data), bytes};
+  Pending p(op, peer, bytes, false);
+  if (!waiting_[size_t(peer)].empty() || !try_write(*op)) {
+    waiting_[size_t(peer)].push_back(op);
+  } else if (op->done) {  // inline: complete once copied
+    delete op;
+    p.mark_done();
+  }
+  return p;
+}
+
+bool ShmMailbox::try_write(Op& op) {
+  Ring& r = ring(rank_, op.peer);
+  const uint64_t seq = next_out_[size_t(op.peer)];
+  if (seq - load_acquire(r.consumed) >= kMailboxSlots) return false;
+  std::byte* slot = r.slots[seq % kMailboxSlots];
+  auto* header = reinterpret_cast<SlotHeader*>(slot);
+  header->tag = op.tag;
+  header->bytes = op.bytes;
+  header->address = reinterpret_cast<uint64_t>(op.data);
+  if (is_inline(op.bytes) && op.bytes > 0) std::memcpy(slot + kMailboxHeaderBytes, op.data, op.bytes);
+  store_release(header->stamp, seq + 1);
+  next_out_[size_t(op.peer)] = seq + 1;
+  op.written = true;
+  op.seq = seq;
+  op.done = is_inline(op.bytes);
+  return true;
+}
+
+Pending ShmMailbox::recv(int peer, uint64_t tag, void* data, size_t bytes) {
+  Op* op = new Op{true, peer, tag, data, bytes};
+  // Messages already here come first: one (source, tag)'s keep their order.
+  for (auto it = unexpected_.begin(); it != unexpected_.end(); ++it) {
+    if (it->tag != tag || (peer >= 0 && it->source != peer)) continue;
+    deliver(*op, it->source, it->data.data(), 0, it->data.size());
+    unexpected_.erase(it);
+    return Pending(op, peer, bytes, true);
+  }
+  receives_.push_back(op);
+  ++(peer >= 0 ? receives_from_[size_t(peer)] : receives_from_any_);
+  return Pending(op, peer, bytes, true);
+}
+
+void ShmMailbox::deliver(Op& op, int source, const void* inline_data, uint64_t remote_address, size_t bytes) {
+  op.source = source;
+  op.arrived_bytes = bytes;
+  op.done = true;
+  if (bytes != op.bytes || bytes == 0) return;  // a mismatch is thrown by poll()
+  if (inline_data) {
+    std::memcpy(op.data, inline_data, bytes);
+  } else {
+    read_large(source, remote_address, op.data, bytes);
+  }
+}
+
+void ShmMailbox::read_large(int source, uint64_t remote_address, void* into, size_t bytes) const {
+  const auto* from = reinterpret_cast<const void*>(remote_address);
+  if (source == rank_) {
+    std::memcpy(into, from, bytes);  // a send to oneself
+  } else {
+    peers_.read_peer(source, from, into, bytes);
+  }
+}
+
+bool ShmMailbox::drain(int sender) {
+  Ring& r = ring(sender, rank_);
+  bool arrived = false;
+  for (;;) {
+    const uint64_t seq = next_in_[size_t(sender)];
+    const std::byte* slot = r.slots[seq % kMailboxSlots];
+    const auto* header = reinterpret_cast<const SlotHeader*>(slot);
+    if (load_acquire(header->stamp) != seq + 1) return arrived;
+    const uint64_t tag = header->tag, address = header->address;
+    const size_t bytes = header->bytes;
+    const std::byte* payload = is_inline(bytes) ? slot + kMailboxHeaderBytes : nullptr;
+    // The earliest posted receive that takes it.
+    auto match = std::find_if(receives_.begin(), receives_.end(),
+                              [&](const Op* op) { return op->tag == tag && (op->peer == sender || op->peer < 0); });
+    if (match != receives_.end()) {
+      Op* op = *match;
+      receives_.erase(match);
+      --(op->peer >= 0 ? receives_from_[size_t(sender)] : receives_from_any_);
+      deliver(*op, sender, payload, address, bytes);
+    } else {
+      // Copied out (read, if large) so the slot frees and the sender's call completes.
+      Unexpected u{sender, tag, std::vector<std::byte>(bytes)};
+      if (payload && bytes > 0) std::memcpy(u.data.data(), payload, bytes);
+      if (!payload) read_large(sender, address, u.data.data(), bytes);
+      unexpected_.push_back(std::move(u));
+    }
+    next_in_[size_t(sender)] = seq + 1;
+    store_release(r.consumed, seq + 1);
+    arrived = true;
+  }
+}
+
+void ShmMailbox::progress() {
+  for (auto& queue : waiting_) {
+    while (!queue.empty() && try_write(*queue.front())) queue.pop_front();
+  }
+  if (receives_.empty()) return;
+  for (int sender = 0; sender < size_; ++sender) {
+    if ((receives_from_any_ > 0 || receives_from_[size_t(sender)] > 0)) drain(sender);
+  }
+}
+
+bool ShmMailbox::poll(Pending& p, int* source) {
+  if (p.done()) return true;
+  Op* op = static_cast<Op*>(p.handle());
+  if (!op->done && op->written) op->done = load_acquire(ring(rank_, op->peer).consumed) > op->seq;
+  if (!op->done) return false;
+  const bool mismatch = op->is_recv && op->arrived_bytes != op->bytes;
+  const size_t expected = op->bytes, arrived = op->arrived_bytes;
+  if (source) *source = op->source;
+  delete op;
+  p.mark_done();
+  if (mismatch) {
+    throw CollectiveMismatch("collective mismatch: rank " + std::to_string(rank_) + " expected a " +
+                             std::to_string(expected) + "-byte message but got a " + std::to_string(arrived) +
+                             "-byte one");
+  }
+  return true;
+}
+
+void ShmMailbox::cancel(Pending& p) {
+  if (p.done()) return;
+  forget(static_cast<Op*>(p.handle()));
+  p.mark_done();
+}
+
+void ShmMailbox::forget(Op* op) {
+  if (op->is_recv) {
+    auto it = std::find(receives_.begin(), receives_.end(), op);
+    if (it != receives_.end()) {
+      receives_.erase(it);
+      --(op->peer >= 0 ? receives_from_[size_t(op->peer)] : receives_from_any_);
+    }
+  } else {
+    auto& queue = waiting_[size_t(op->peer)];
+    queue.erase(std::remove(queue.begin(), queue.end(), op), queue.end());
+  }
+  delete op;
+}
+
+}  // namespace tandem

@@ -1,0 +1,86 @@
+// Point-to-point messages between ranks of one host through shared memory:
+// a single-producer ring of slots per ordered pair of ranks, small messages
+// inline, larger ones read by the receiver from the sender's buffer.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "tandem/shared_memory.h"
+#include "tandem/transport.h"
+
+namespace tandem {
+
+class SharedSegmentSet;
+
+// Sends and receives as posted messages (Pending, like UcxTransport's): a
+// send of up to kMailboxInlineBytes completes once copied into its slot; a
+// larger one once the receiver has read it (cross-memory attach). Receives
+// match by (source, tag) in the order they were posted, any source included;
+// a message that arrives before its receive waits in an unexpected list, so
+// messages of one (source, tag) never overtake each other. Used only by the
+// thread that drives the communicator's point-to-point calls.
+class ShmMailbox {
+ public:
+  // `rings`: every rank's mailbox segment, segment_bytes(size) each, zero-filled.
+  // `peers`: cross-memory copies from the ranks' own addresses.
+  ShmMailbox(int rank, int size, const SharedSegments& rings, const SharedSegmentSet& peers);
+  ~ShmMailbox();
+  ShmMailbox(const ShmMailbox&) = delete;
+  ShmMailbox& operator=(const ShmMailbox&) = delete;
+
+  static size_t segment_bytes(int size);
+
+  Pending send(int peer, uint64_t tag, const void* data, size_t bytes);
+  // peer -1: from any rank.
+  Pending recv(int peer, uint64_t tag, void* data, size_t bytes);
+  // Writes queued sends whose ring has room and delivers arrived messages.
+  void progress();
+  // True once p completed (receives: *source says from whom). Throws
+  // CollectiveMismatch when a message's size differs from its receive's, and
+  // PeerFailure when the sender's process is gone.
+  bool poll(Pending& p, int* source);
+  // Forgets an unfinished message (the call failed).
+  void cancel(Pending& p);
+
+ private:
+  struct Op;
+  struct Ring;
+  struct Unexpected {
+    int source;
+    uint64_t tag;
+    std::vector<std::byte> data;
+  };
+
+  Ring& ring(int sender, int receiver) const;
+  bool try_write(Op& op);
+  // Delivers what `sender` has written for this rank; true if anything arrived.
+  bool drain(int sender);
+  // Copies a message into a receive, or records the mismatch.
+  void deliver(Op& op, int source, const void* inline_data, uint64_t remote_address, size_t bytes);
+  // A large message from `source`'s own memory into this rank's.
+  void read_large(int source, uint64_t remote_address, void* into, size_t bytes) const;
+  void forget(Op* op);
+
+  int rank_, size_;
+  const SharedSegments& rings_;
+  const SharedSegmentSet& peers_;
+  std::vector<uint64_t> next_out_;  // by receiver: the sequence number of this rank's next message
+  std::vector<uint64_t> next_in_;   // by sender: the sequence number of the next message to read
+  std::vector<std::deque<Op*>> waiting_;  // by receiver: sends posted but not yet written (ring full)
+  std::deque<Op*> receives_;              // posted, unmatched, in posting order
+  std::vector<size_t> receives_from_;     // by sender: how many of receives_ name it
+  size_t receives_from_any_ = 0;
+  std::deque<Unexpected> unexpected_;  // arrived before their receive, in arrival order
+};
+
+// Inline messages up to this size (one slot's payload); larger ones are read
+// from the sender's memory.
+constexpr size_t kMailboxSlotBytes = 4096;
+constexpr size_t kMailboxHeaderBytes = 64;
+constexpr size_t kMailboxInlineBytes = kMailboxSlotBytes - kMailboxHeaderBytes;
+constexpr size_t kMailboxSlots = 16;
+
+}  // namespace tandem
