@@ -204,6 +204,16 @@ struct Communicator::Impl {
   void cancel_message(Pending& m);
   // Runs a send/recv call to completion, on this thread when the engine is idle.
   void run_p2p_blocking(Task task);
+  // A blocking send/recv/group; returns the source of a receive (else -1).
+  int run_p2p(const P2POp* ops, size_t n, const CollectiveOptions& o);
+  // run_p2p on the mailbox without a Task while it finishes quickly; false: not started.
+  bool run_p2p_inline(const P2POp* ops, size_t n, const CollectiveOptions& o, int* source);
+  // This thread holds busy and its call is posted: progresses until the call
+  // finishes or queued work takes the engine back, then releases busy.
+  void progress_here(Request::State& state, size_t bytes);
+  void release_busy(bool wake);
+  // Fails every posted call, `call`'s error named for it (a size mismatch).
+  void fail_call(const PostedCall& call, std::exception_ptr error);
   // Queued (async) or run now; a blocking call returns an empty Request.
   Request submit(bool async, std::function<void(Channel&)> body, const CollectiveOptions& o, const Description& what);
   void finalize();

@@ -48,7 +48,7 @@ struct ShmMailbox::Ring {
 };
 
 ShmMailbox::ShmMailbox(int rank, int size, const SharedSegments& rings, const SharedSegmentSet& peers)
-    : rank_(rank), size_(size), rings_(rings), peers_(peers), next_out_(size_t(size)), next_in_(size_t(size)),
+    : rank_(rank), size_(size), rings_(rings), peers_(peers), next_out_(size_t(size)), next_in_(size_t(size)), consumed_seen_(size_t(size)),
       waiting_(size_t(size)), receives_from_(size_t(size)) {}
 
 ShmMailbox::~ShmMailbox() {
@@ -56,7 +56,22 @@ ShmMailbox::~ShmMailbox() {
   for (auto& q : waiting_) {
     for (Op* op : q) delete op;
   }
+  for (Op* op : spare_) delete op;
 }
+
+ShmMailbox::Op* ShmMailbox::make_op(bool is_recv, int peer, uint64_t tag, void* data, size_t bytes) {
+  Op* op;
+  if (spare_.empty()) {
+    op = new Op{};
+  } else {
+    op = spare_.back();
+    spare_.pop_back();
+  }
+  *op = Op{is_recv, peer, tag, data, bytes};
+  return op;
+}
+
+void ShmMailbox::recycle(Op* op) { spare_.push_back(op); }
 
 size_t ShmMailbox::segment_bytes(int size) { return size_t(size) * sizeof(Ring); }
 
@@ -65,12 +80,13 @@ ShmMailbox::Ring& ShmMailbox::ring(int sender, int receiver) const {
 }
 
 Pending ShmMailbox::send(int peer, uint64_t tag, const void* data, size_t bytes) {
-  Op* op = new Op{false, peer, tag, const_cast<void*>(data), bytes};
+  Op* op = make_op(false, peer, tag, const_cast<void*>(data), bytes);
   Pending p(op, peer, bytes, false);
   if (!waiting_[size_t(peer)].empty() || !try_write(*op)) {
     waiting_[size_t(peer)].push_back(op);
+    ++waiting_sends_;
   } else if (op->done) {  // inline: complete once copied
-    delete op;
+    recycle(op);
     p.mark_done();
   }
   return p;
@@ -79,7 +95,11 @@ Pending ShmMailbox::send(int peer, uint64_t tag, const void* data, size_t bytes)
 bool ShmMailbox::try_write(Op& op) {
   Ring& r = ring(rank_, op.peer);
   const uint64_t seq = next_out_[size_t(op.peer)];
-  if (seq - load_acquire(r.consumed) >= kMailboxSlots) return false;
+  // The receiver's count is read only when the ring looks full: its cache
+  // line then stays with the receiver (one miss fewer per small message).
+  uint64_t& seen = consumed_seen_[size_t(op.peer)];
+  if (seq - seen >= kMailboxSlots) seen = load_acquire(r.consumed);
+  if (seq - seen >= kMailboxSlots) return false;
   std::byte* slot = r.slots[seq % kMailboxSlots];
   auto* header = reinterpret_cast<SlotHeader*>(slot);
   header->tag = op.tag;
@@ -95,7 +115,7 @@ bool ShmMailbox::try_write(Op& op) {
 }
 
 Pending ShmMailbox::recv(int peer, uint64_t tag, void* data, size_t bytes) {
-  Op* op = new Op{true, peer, tag, data, bytes};
+  Op* op = make_op(true, peer, tag, data, bytes);
   // Messages already here come first: one (source, tag)'s keep their order.
   for (auto it = unexpected_.begin(); it != unexpected_.end(); ++it) {
     if (it->tag != tag || (peer >= 0 && it->source != peer)) continue;
@@ -162,8 +182,12 @@ bool ShmMailbox::drain(int sender) {
 }
 
 void ShmMailbox::progress() {
-  for (auto& queue : waiting_) {
-    while (!queue.empty() && try_write(*queue.front())) queue.pop_front();
+  for (size_t peer = 0; waiting_sends_ > 0 && peer < waiting_.size(); ++peer) {
+    auto& queue = waiting_[peer];
+    while (!queue.empty() && try_write(*queue.front())) {
+      queue.pop_front();
+      --waiting_sends_;
+    }
   }
   if (receives_.empty()) return;
   for (int sender = 0; sender < size_; ++sender) {
@@ -179,7 +203,7 @@ bool ShmMailbox::poll(Pending& p, int* source) {
   const bool mismatch = op->is_recv && op->arrived_bytes != op->bytes;
   const size_t expected = op->bytes, arrived = op->arrived_bytes;
   if (source) *source = op->source;
-  delete op;
+  recycle(op);
   p.mark_done();
   if (mismatch) {
     throw CollectiveMismatch("collective mismatch: rank " + std::to_string(rank_) + " expected a " +
@@ -204,9 +228,11 @@ void ShmMailbox::forget(Op* op) {
     }
   } else {
     auto& queue = waiting_[size_t(op->peer)];
-    queue.erase(std::remove(queue.begin(), queue.end(), op), queue.end());
+    const auto kept = std::remove(queue.begin(), queue.end(), op);
+    waiting_sends_ -= size_t(queue.end() - kept);
+    queue.erase(kept, queue.end());
   }
-  delete op;
+  recycle(op);
 }
 
 }  // namespace tandem

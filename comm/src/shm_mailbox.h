@@ -54,6 +54,8 @@ class ShmMailbox {
     std::vector<std::byte> data;
   };
 
+  Op* make_op(bool is_recv, int peer, uint64_t tag, void* data, size_t bytes);
+  void recycle(Op* op);
   Ring& ring(int sender, int receiver) const;
   bool try_write(Op& op);
   // Delivers what `sender` has written for this rank; true if anything arrived.
@@ -69,17 +71,20 @@ class ShmMailbox {
   const SharedSegmentSet& peers_;
   std::vector<uint64_t> next_out_;  // by receiver: the sequence number of this rank's next message
   std::vector<uint64_t> next_in_;   // by sender: the sequence number of the next message to read
+  std::vector<uint64_t> consumed_seen_;  // by receiver: its `consumed` when last read
   std::vector<std::deque<Op*>> waiting_;  // by receiver: sends posted but not yet written (ring full)
+  size_t waiting_sends_ = 0;
   std::deque<Op*> receives_;              // posted, unmatched, in posting order
   std::vector<size_t> receives_from_;     // by sender: how many of receives_ name it
   size_t receives_from_any_ = 0;
   std::deque<Unexpected> unexpected_;  // arrived before their receive, in arrival order
+  std::vector<Op*> spare_;             // finished operations, reused (no allocation per message)
 };
 
 // Inline messages up to this size (one slot's payload); larger ones are read
 // from the sender's memory.
 constexpr size_t kMailboxSlotBytes = 4096;
-constexpr size_t kMailboxHeaderBytes = 64;
+constexpr size_t kMailboxHeaderBytes = 32;  // up to 32-byte messages share the header's cache line
 constexpr size_t kMailboxInlineBytes = kMailboxSlotBytes - kMailboxHeaderBytes;
 constexpr size_t kMailboxSlots = 16;
 
