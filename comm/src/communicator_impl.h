@@ -137,7 +137,8 @@ struct Communicator::Impl {
   // Point-to-point calls posted and not yet complete; touched only by the
   // thread that holds `busy` (the engine, or a blocking call run inline).
   std::deque<PostedCall> posted;
-  std::atomic<bool> engine_sleeping_on_ucx{false};  // enqueue() must wake it through UCX
+  // enqueue() must wake it (wake_sleeping_engine: through UCX, or the mailbox's doorbell)
+  std::atomic<bool> engine_sleeping_on_ucx{false};
 
   uint64_t splits = 0;                                      // split() calls so far, for the new communicators' keys
   uint32_t seq = 0;                                         // engine thread only
@@ -202,6 +203,7 @@ struct Communicator::Impl {
   // Polls a posted message on its transport; *source: who sent a received one.
   bool poll_message(Pending& m, int* source);
   void cancel_message(Pending& m);
+  void wake_sleeping_engine();
   // Runs a send/recv call to completion, on this thread when the engine is idle.
   void run_p2p_blocking(Task task);
   // A blocking send/recv/group; returns the source of a receive (else -1).

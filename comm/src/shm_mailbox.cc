@@ -1,9 +1,15 @@
 // The shared-memory mailbox: per-pair rings of slots, tag matching in posting
-// order, and the receiver's cross-memory reads of large messages.
+// order, the receiver's cross-memory reads of large messages, and a doorbell
+// (futex) per rank to wake it from a long wait.
 #include "shm_mailbox.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cstring>
 #include <string>
 
@@ -24,6 +30,17 @@ uint64_t load_acquire(const uint64_t& x) { return std::atomic_ref<const uint64_t
 void store_release(uint64_t& x, uint64_t v) { std::atomic_ref<uint64_t>(x).store(v, std::memory_order_release); }
 
 bool is_inline(size_t bytes) { return bytes <= kMailboxInlineBytes; }
+
+// The start of each rank's mailbox segment: whether the rank sleeps, and the
+// futex its peers ring after giving it something to do.
+struct Doorbell {
+  alignas(64) uint32_t sleeping;
+  uint32_t bell;
+};
+
+Doorbell& doorbell(const SharedSegments& segments, int rank) {
+  return *reinterpret_cast<Doorbell*>(segments.segment[size_t(rank)]);
+}
 
 }  // namespace
 
@@ -73,10 +90,33 @@ ShmMailbox::Op* ShmMailbox::make_op(bool is_recv, int peer, uint64_t tag, void* 
 
 void ShmMailbox::recycle(Op* op) { spare_.push_back(op); }
 
-size_t ShmMailbox::segment_bytes(int size) { return size_t(size) * sizeof(Ring); }
+size_t ShmMailbox::segment_bytes(int size) { return sizeof(Doorbell) + size_t(size) * sizeof(Ring); }
 
 ShmMailbox::Ring& ShmMailbox::ring(int sender, int receiver) const {
-  return reinterpret_cast<Ring*>(rings_.segment[size_t(sender)])[receiver];
+  return reinterpret_cast<Ring*>(rings_.segment[size_t(sender)] + sizeof(Doorbell))[receiver];
+}
+
+void ShmMailbox::ring_bell(int rank) const {
+  Doorbell& d = doorbell(rings_, rank);
+  if (std::atomic_ref<uint32_t>(d.sleeping).load(std::memory_order_relaxed) == 0) return;
+  std::atomic_ref<uint32_t>(d.bell).fetch_add(1, std::memory_order_release);
+  ::syscall(SYS_futex, &d.bell, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+uint32_t ShmMailbox::announce_sleep() const {
+  Doorbell& d = doorbell(rings_, rank_);
+  const uint32_t bell = std::atomic_ref<uint32_t>(d.bell).load(std::memory_order_acquire);
+  std::atomic_ref<uint32_t>(d.sleeping).store(1, std::memory_order_seq_cst);
+  return bell;
+}
+
+void ShmMailbox::sleep(uint32_t bell, std::chrono::microseconds timeout) const {
+  Doorbell& d = doorbell(rings_, rank_);
+  if (timeout.count() > 0) {
+    const timespec ts{time_t(timeout.count() / 1000000), long(timeout.count() % 1000000) * 1000};
+    ::syscall(SYS_futex, &d.bell, FUTEX_WAIT, bell, &ts, nullptr, 0);
+  }
+  std::atomic_ref<uint32_t>(d.sleeping).store(0, std::memory_order_relaxed);
 }
 
 Pending ShmMailbox::send(int peer, uint64_t tag, const void* data, size_t bytes) {
@@ -107,6 +147,7 @@ bool ShmMailbox::try_write(Op& op) {
   header->address = reinterpret_cast<uint64_t>(op.data);
   if (is_inline(op.bytes) && op.bytes > 0) std::memcpy(slot + kMailboxHeaderBytes, op.data, op.bytes);
   store_release(header->stamp, seq + 1);
+  ring_bell(op.peer);
   next_out_[size_t(op.peer)] = seq + 1;
   op.written = true;
   op.seq = seq;
@@ -177,6 +218,7 @@ bool ShmMailbox::drain(int sender) {
     }
     next_in_[size_t(sender)] = seq + 1;
     store_release(r.consumed, seq + 1);
+    ring_bell(sender);  // its large send completes, or its ring has room
     arrived = true;
   }
 }

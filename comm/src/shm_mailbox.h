@@ -3,6 +3,7 @@
 // inline, larger ones read by the receiver from the sender's buffer.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -44,6 +45,15 @@ class ShmMailbox {
   bool poll(Pending& p, int* source);
   // Forgets an unfinished message (the call failed).
   void cancel(Pending& p);
+
+  // Sleeping until a peer writes to this rank or reads from it: announce,
+  // check for work (progress and poll), then sleep unless there was some.
+  // A peer that wrote just before the announcement may not ring: the
+  // timeout bounds that wait.
+  uint32_t announce_sleep() const;
+  void sleep(uint32_t bell, std::chrono::microseconds timeout) const;
+  // Wakes `rank` if it sleeps (this rank too: new work for its engine). Any thread.
+  void ring_bell(int rank) const;
 
  private:
   struct Op;
