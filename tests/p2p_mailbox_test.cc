@@ -1,6 +1,6 @@
 // Send/recv between real rank processes on one host, through the shared-memory
 // mailbox and with shared memory off (UCX): random sizes (0, odd, either side
-// of the inline limit, large), tags received out of order, repeated tags in
+// of a slot and of the inline limit, large), tags received out of order, repeated tags in
 // order, any source, symmetric groups, receives that outlast the inline
 // polling, more messages than a ring holds, and size mismatches named.
 #include <gtest/gtest.h>
@@ -48,7 +48,8 @@ struct Message {
 // Every rank draws the same messages: each rank sends to random peers
 // (itself included), tags from a small set so that (source, tag) repeats.
 std::vector<Message> draw_messages(int n, int count, uint64_t seed) {
-  static const size_t kSizes[] = {0, 1, 7, 32, 33, 4063, 4064, 4065, 65537, 1 << 20};
+  // Either side of one slot's payload (8224 B) and of the inline limit (8 slots, 65792 B).
+  static const size_t kSizes[] = {0, 1, 7, 32, 33, 8223, 8224, 8225, 16449, 65791, 65792, 65793, 1 << 20};
   std::mt19937_64 rng(seed);
   std::vector<Message> all;
   for (int k = 0; k < count; ++k) {
@@ -115,7 +116,7 @@ int random_messages(const CommOptions& o, bool shm) {
 int blocking_calls(const CommOptions& o, bool shm) {
   auto comm = open(o, shm);
   const int n = comm->size(), r = comm->rank();
-  for (size_t bytes : {size_t(0), size_t(8), size_t(4065), size_t(1) << 20}) {
+  for (size_t bytes : {size_t(0), size_t(8), size_t(8225), size_t(65792), size_t(1) << 20}) {
     std::vector<std::vector<uint8_t>> out{size_t(n)}, in{size_t(n)};
     std::vector<P2POp> ops;
     for (int p = 0; p < n; ++p) {
@@ -153,18 +154,28 @@ int blocking_calls(const CommOptions& o, bool shm) {
     EXPECT_EQ(comm->recv(in.data(), 5, DataType::u8, kAnySource, 12), 1);
     EXPECT_TRUE(in == message(1, 12, 5));
   }
-  // 40 small messages (more than a ring's slots), received in reverse tag order.
+  // 40 messages (more than a ring holds; up to 5 slots each) received in
+  // reverse tag order: blocking small ones, then posted ones of up to 39 KB.
   constexpr int kMany = 40;
-  if (r == 0) {
-    for (int t = 0; t < kMany; ++t) {
-      const auto out = message(0, uint64_t(100 + t), size_t(t));
-      comm->send(out.data(), size_t(t), DataType::u8, 1, uint32_t(t));
-    }
-  } else if (r == 1) {
-    for (int t = kMany - 1; t >= 0; --t) {
-      std::vector<uint8_t> in(size_t(t), 0);
-      comm->recv(in.data(), size_t(t), DataType::u8, 0, uint32_t(t));
-      EXPECT_TRUE(in == message(0, uint64_t(100 + t), size_t(t))) << "tag " << t;
+  for (size_t scale : {size_t(1), size_t(997)}) {
+    if (r == 0) {
+      std::vector<std::vector<uint8_t>> out;
+      std::vector<Request> sent;
+      for (int t = 0; t < kMany; ++t) out.push_back(message(0, uint64_t(100 + t), size_t(t) * scale));
+      for (int t = 0; t < kMany; ++t) {
+        if (scale == 1) {
+          comm->send(out[size_t(t)].data(), out[size_t(t)].size(), DataType::u8, 1, uint32_t(t));
+        } else {
+          sent.push_back(comm->send_async(out[size_t(t)].data(), out[size_t(t)].size(), DataType::u8, 1, uint32_t(t)));
+        }
+      }
+      for (Request& q : sent) q.wait();
+    } else if (r == 1) {
+      for (int t = kMany - 1; t >= 0; --t) {
+        std::vector<uint8_t> in(size_t(t) * scale, 0);
+        comm->recv(in.data(), in.size(), DataType::u8, 0, uint32_t(t));
+        EXPECT_TRUE(in == message(0, uint64_t(100 + t), in.size())) << "tag " << t << ", " << in.size() << " B";
+      }
     }
   }
   comm->barrier();
@@ -207,8 +218,8 @@ TEST_P(Mailbox, GroupsAnySourceLateSenderAndFullRing) {
 }
 
 TEST_P(Mailbox, SizeMismatchIsNamed) {
-  // Inline and, on the mailbox, read from the sender's memory; larger and smaller.
-  std::vector<std::pair<size_t, size_t>> cases = {{8, 4}, {4, 8}};
+  // Inline (one slot, several) and, on the mailbox, read from the sender's memory; larger and smaller.
+  std::vector<std::pair<size_t, size_t>> cases = {{8, 4}, {4, 8}, {9000, 3000}};
   if (GetParam()) cases.insert(cases.end(), {{100000, 50000}, {50000, 100000}});
   for (auto [sent, expected] : cases) {
     RankGroup group(2, [shm = GetParam(), sent = sent, expected = expected](const CommOptions& o) {

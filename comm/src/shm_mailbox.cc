@@ -21,15 +21,20 @@ namespace {
 struct SlotHeader {
   uint64_t stamp;    // sequence number + 1 once the message is in
   uint64_t tag;
-  uint64_t bytes;    // up to kMailboxInlineBytes: the payload follows; else at `address` in the sender
+  uint64_t bytes;    // up to kMailboxInlineBytes: in the slots from this one on; else at `address` in the sender
   uint64_t address;
 };
 static_assert(sizeof(SlotHeader) <= kMailboxHeaderBytes);
 
 uint64_t load_acquire(const uint64_t& x) { return std::atomic_ref<const uint64_t>(x).load(std::memory_order_acquire); }
 void store_release(uint64_t& x, uint64_t v) { std::atomic_ref<uint64_t>(x).store(v, std::memory_order_release); }
+void* bytes_at(void* p, size_t offset) { return static_cast<std::byte*>(p) + offset; }
+
+constexpr size_t kSlotPayload = kMailboxSlotBytes - kMailboxHeaderBytes;
 
 bool is_inline(size_t bytes) { return bytes <= kMailboxInlineBytes; }
+// Slots a message takes: an inline one as many as its payload fills.
+uint64_t slots_for(size_t bytes) { return is_inline(bytes) && bytes > 0 ? (bytes + kSlotPayload - 1) / kSlotPayload : 1; }
 
 // The start of each rank's mailbox segment: whether the rank sleeps, and the
 // futex its peers ring after giving it something to do.
@@ -138,17 +143,22 @@ bool ShmMailbox::try_write(Op& op) {
   // The receiver's count is read only when the ring looks full: its cache
   // line then stays with the receiver (one miss fewer per small message).
   uint64_t& seen = consumed_seen_[size_t(op.peer)];
-  if (seq - seen >= kMailboxSlots) seen = load_acquire(r.consumed);
-  if (seq - seen >= kMailboxSlots) return false;
-  std::byte* slot = r.slots[seq % kMailboxSlots];
-  auto* header = reinterpret_cast<SlotHeader*>(slot);
+  const uint64_t slots = slots_for(op.bytes);
+  if (seq + slots - seen > kMailboxSlots) seen = load_acquire(r.consumed);
+  if (seq + slots - seen > kMailboxSlots) return false;
+  if (is_inline(op.bytes)) {
+    for (uint64_t i = 0; i < slots; ++i) {
+      const size_t at = i * kSlotPayload, piece = std::min(kSlotPayload, op.bytes - at);
+      if (piece > 0) std::memcpy(r.slots[(seq + i) % kMailboxSlots] + kMailboxHeaderBytes, bytes_at(op.data, at), piece);
+    }
+  }
+  auto* header = reinterpret_cast<SlotHeader*>(r.slots[seq % kMailboxSlots]);
   header->tag = op.tag;
   header->bytes = op.bytes;
   header->address = reinterpret_cast<uint64_t>(op.data);
-  if (is_inline(op.bytes) && op.bytes > 0) std::memcpy(slot + kMailboxHeaderBytes, op.data, op.bytes);
   store_release(header->stamp, seq + 1);
   ring_bell(op.peer);
-  next_out_[size_t(op.peer)] = seq + 1;
+  next_out_[size_t(op.peer)] = seq + slots;
   op.written = true;
   op.seq = seq;
   op.done = is_inline(op.bytes);
@@ -160,7 +170,7 @@ Pending ShmMailbox::recv(int peer, uint64_t tag, void* data, size_t bytes) {
   // Messages already here come first: one (source, tag)'s keep their order.
   for (auto it = unexpected_.begin(); it != unexpected_.end(); ++it) {
     if (it->tag != tag || (peer >= 0 && it->source != peer)) continue;
-    deliver(*op, it->source, it->data.data(), 0, it->data.size());
+    deliver(*op, it->source, it->data.size(), [&](void* into) { std::memcpy(into, it->data.data(), it->data.size()); });
     unexpected_.erase(it);
     return Pending(op, peer, bytes, true);
   }
@@ -169,15 +179,19 @@ Pending ShmMailbox::recv(int peer, uint64_t tag, void* data, size_t bytes) {
   return Pending(op, peer, bytes, true);
 }
 
-void ShmMailbox::deliver(Op& op, int source, const void* inline_data, uint64_t remote_address, size_t bytes) {
+template <class Copy>
+void ShmMailbox::deliver(Op& op, int source, size_t bytes, Copy copy) {
   op.source = source;
   op.arrived_bytes = bytes;
   op.done = true;
   if (bytes != op.bytes || bytes == 0) return;  // a mismatch is thrown by poll()
-  if (inline_data) {
-    std::memcpy(op.data, inline_data, bytes);
-  } else {
-    read_large(source, remote_address, op.data, bytes);
+  copy(op.data);
+}
+
+void ShmMailbox::copy_out(const Ring& r, uint64_t seq, void* into, size_t bytes) const {
+  for (size_t at = 0, i = 0; at < bytes; at += kSlotPayload, ++i) {
+    std::memcpy(bytes_at(into, at), r.slots[(seq + i) % kMailboxSlots] + kMailboxHeaderBytes,
+                std::min(kSlotPayload, bytes - at));
   }
 }
 
@@ -200,7 +214,13 @@ bool ShmMailbox::drain(int sender) {
     if (load_acquire(header->stamp) != seq + 1) return arrived;
     const uint64_t tag = header->tag, address = header->address;
     const size_t bytes = header->bytes;
-    const std::byte* payload = is_inline(bytes) ? slot + kMailboxHeaderBytes : nullptr;
+    const auto copy = [&](void* into) {
+      if (is_inline(bytes)) {
+        copy_out(r, seq, into, bytes);
+      } else {
+        read_large(sender, address, into, bytes);
+      }
+    };
     // The earliest posted receive that takes it.
     auto match = std::find_if(receives_.begin(), receives_.end(),
                               [&](const Op* op) { return op->tag == tag && (op->peer == sender || op->peer < 0); });
@@ -208,16 +228,15 @@ bool ShmMailbox::drain(int sender) {
       Op* op = *match;
       receives_.erase(match);
       --(op->peer >= 0 ? receives_from_[size_t(sender)] : receives_from_any_);
-      deliver(*op, sender, payload, address, bytes);
+      deliver(*op, sender, bytes, copy);
     } else {
-      // Copied out (read, if large) so the slot frees and the sender's call completes.
+      // Copied out (read, if large) so the slots free and the sender's call completes.
       Unexpected u{sender, tag, std::vector<std::byte>(bytes)};
-      if (payload && bytes > 0) std::memcpy(u.data.data(), payload, bytes);
-      if (!payload) read_large(sender, address, u.data.data(), bytes);
+      if (bytes > 0) copy(u.data.data());
       unexpected_.push_back(std::move(u));
     }
-    next_in_[size_t(sender)] = seq + 1;
-    store_release(r.consumed, seq + 1);
+    next_in_[size_t(sender)] = seq + slots_for(bytes);
+    store_release(r.consumed, seq + slots_for(bytes));
     ring_bell(sender);  // its large send completes, or its ring has room
     arrived = true;
   }
