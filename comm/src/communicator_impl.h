@@ -16,6 +16,7 @@
 #include "call_description.h"
 #include "flight_recorder.h"
 #include "peer_watch.h"
+#include "shm_mailbox.h"
 #include "tandem/communicator.h"
 #include "tandem/netif.h"
 #include "tandem/reduce.h"
@@ -100,6 +101,9 @@ struct Communicator::Impl {
   std::unique_ptr<SharedSegmentSet> host_shm;  // when ranks span hosts: this host's ranks' segments
   SharedSegments host_view;                    // host_shm's segments by local rank
   bool cma = false;                        // and every rank may copy from every other's memory
+  // Point-to-point through shared memory, when shm and cma are (open_mailbox).
+  std::unique_ptr<SharedSegmentSet> mailbox_shm;
+  std::unique_ptr<ShmMailbox> mailbox;
   std::atomic<uint64_t> shm_traffic{0};    // bytes the shared-memory collectives read and wrote
   std::unique_ptr<SharedAllocations> allocations;  // allocate_shared()
   std::unique_ptr<FlightRecorder> flight;          // the last collectives, for `tandem doctor`
@@ -133,7 +137,8 @@ struct Communicator::Impl {
   // Point-to-point calls posted and not yet complete; touched only by the
   // thread that holds `busy` (the engine, or a blocking call run inline).
   std::deque<PostedCall> posted;
-  std::atomic<bool> engine_sleeping_on_ucx{false};  // enqueue() must wake it through UCX
+  // enqueue() must wake it (wake_sleeping_engine: through UCX, or the mailbox's doorbell)
+  std::atomic<bool> engine_sleeping_on_ucx{false};
 
   uint64_t splits = 0;                                      // split() calls so far, for the new communicators' keys
   uint32_t seq = 0;                                         // engine thread only
@@ -193,8 +198,24 @@ struct Communicator::Impl {
   void progress_posted();
   // A send/recv call, checked, with its messages (empty: already finished).
   Task p2p_task(const std::vector<P2POp>& ops, const CollectiveOptions& o);
+  // Maps every rank's mailbox segment; on success send/recv go through `mailbox`.
+  void open_mailbox(Deadline deadline);
+  // Polls a posted message on its transport; *source: who sent a received one.
+  bool poll_message(Pending& m, int* source);
+  void cancel_message(Pending& m);
+  void wake_sleeping_engine();
   // Runs a send/recv call to completion, on this thread when the engine is idle.
   void run_p2p_blocking(Task task);
+  // A blocking send/recv/group; returns the source of a receive (else -1).
+  int run_p2p(const P2POp* ops, size_t n, const CollectiveOptions& o);
+  // run_p2p on the mailbox without a Task while it finishes quickly; false: not started.
+  bool run_p2p_inline(const P2POp* ops, size_t n, const CollectiveOptions& o, int* source);
+  // This thread holds busy and its call is posted: progresses until the call
+  // finishes or queued work takes the engine back, then releases busy.
+  void progress_here(Request::State& state, size_t bytes);
+  void release_busy(bool wake);
+  // Fails every posted call, `call`'s error named for it (a size mismatch).
+  void fail_call(const PostedCall& call, std::exception_ptr error);
   // Queued (async) or run now; a blocking call returns an empty Request.
   Request submit(bool async, std::function<void(Channel&)> body, const CollectiveOptions& o, const Description& what);
   void finalize();

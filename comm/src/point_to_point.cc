@@ -2,10 +2,12 @@
 // them. Unlike collectives they are not run to completion one at a time:
 // the engine posts each call's messages in issue order and completes them in
 // the background (sweep_posted), so two ranks that each send and then
-// receive never wait on each other. Tags: the send_recv signature, sequence
-// number 0, the sender, the caller's tag.
+// receive never wait on each other. Over UCX, tags: the send_recv signature,
+// sequence number 0, the sender, the caller's tag. Ranks that all share one
+// host (with cross-memory attach) use the shared-memory mailbox instead.
 #include <spdlog/spdlog.h>
 
+#include <array>
 #include <thread>
 
 #include "communicator_impl.h"
@@ -21,6 +23,11 @@ Tag message_tag(int sender, uint32_t tag) {
 
 // Blocking point-to-point calls moving fewer bytes skip the engine's wake-up (run_p2p_blocking).
 constexpr size_t kQuietWakeMaxBytes = 8 << 10;
+
+// Blocking calls of up to kInlineOps messages on the mailbox poll this many
+// times before they become posted calls (run_p2p_inline): tens of microseconds.
+constexpr size_t kInlineOps = 8;
+constexpr unsigned kInlinePolls = 2048;
 
 constexpr Tag kSenderMask = Tag(kMaxRanks - 1) << kLocalBits;
 
@@ -45,18 +52,23 @@ void Communicator::Impl::post(Task task) {
     for (size_t i = 0; i < call.task.p2p.size(); ++i) {
       const P2POp& op = call.task.p2p[i];
       const size_t bytes = op.count * dtype_size(op.dtype);
-      if (op.kind == P2POp::send) {
-        call.messages.push_back(ucx->send(op.peer, message_tag(opts.rank, op.tag), op.data, bytes));
-      } else if (op.peer == kAnySource) {
+      if (op.kind == P2POp::recv && op.peer == kAnySource) {
         call.any_source_mask = ~kSenderMask;
         call.any_source_op = i;
+      }
+      if (mailbox) {
+        call.messages.push_back(op.kind == P2POp::send ? mailbox->send(op.peer, op.tag, op.data, bytes)
+                                                       : mailbox->recv(op.peer, op.tag, op.data, bytes));
+      } else if (op.kind == P2POp::send) {
+        call.messages.push_back(ucx->send(op.peer, message_tag(opts.rank, op.tag), op.data, bytes));
+      } else if (op.peer == kAnySource) {
         call.messages.push_back(ucx->recv(-1, message_tag(0, op.tag), ~kSenderMask, op.data, bytes));
       } else {
         call.messages.push_back(ucx->recv(op.peer, message_tag(op.peer, op.tag), op.data, bytes));
       }
     }
   } catch (...) {
-    for (auto& m : call.messages) ucx->cancel(m);
+    for (auto& m : call.messages) cancel_message(m);
     sticky = std::current_exception();
     failed = true;
     call.task.state->finish(sticky);
@@ -65,21 +77,54 @@ void Communicator::Impl::post(Task task) {
   posted.push_back(std::move(call));
 }
 
+void Communicator::Impl::wake_sleeping_engine() {
+  if (mailbox) {
+    mailbox->ring_bell(opts.rank);
+  } else {
+    ucx->wake();
+  }
+}
+
+bool Communicator::Impl::poll_message(Pending& m, int* source) {
+  if (mailbox) return mailbox->poll(m, source);
+  Tag sender = 0;
+  if (!ucx->poll(m, &sender)) return false;
+  *source = int((sender & kSenderMask) >> kLocalBits);
+  return true;
+}
+
+void Communicator::Impl::cancel_message(Pending& m) {
+  if (mailbox) {
+    mailbox->cancel(m);
+  } else {
+    ucx->cancel(m);
+  }
+}
+
 bool Communicator::Impl::sweep_posted() {
   if (posted.empty()) return false;
-  ucx->progress();
   bool finished = false;
+  try {
+    if (mailbox) {
+      mailbox->progress();
+    } else {
+      ucx->progress();
+    }
+  } catch (...) {
+    fail_posted(std::current_exception());
+    return true;
+  }
   for (auto it = posted.begin(); it != posted.end();) {
     PostedCall& call = *it;
     try {
       bool done = true;
       for (size_t i = 0; i < call.messages.size(); ++i) {
-        Tag sender = 0;
+        int source = -1;
         if (call.messages[i].done()) continue;
-        if (!ucx->poll(call.messages[i], &sender)) {
+        if (!poll_message(call.messages[i], &source)) {
           done = false;
         } else if (call.any_source_mask && i == call.any_source_op) {
-          call.task.state->source = int((sender & kSenderMask) >> kLocalBits);
+          call.task.state->source = source;
         }
       }
       if (!done) {
@@ -87,14 +132,8 @@ bool Communicator::Impl::sweep_posted() {
         ++it;
         continue;
       }
-    } catch (const CollectiveMismatch&) {
-      const CollectiveMismatch named(describe_wait(call.task.what, seq, opts.rank, waiting_on(call)) +
-                                     ": a message's size differs from its receive buffer's; the sender's count and "
-                                     "dtype must match the receiver's");
-      fail_posted(std::make_exception_ptr(named));
-      return true;
     } catch (...) {
-      fail_posted(std::current_exception());
+      fail_call(call, std::current_exception());
       return true;
     }
     const P2POp& first = call.task.p2p[0];
@@ -104,6 +143,19 @@ bool Communicator::Impl::sweep_posted() {
     finished = true;
   }
   return finished;
+}
+
+void Communicator::Impl::fail_call(const PostedCall& call, std::exception_ptr error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const CollectiveMismatch&) {
+    const CollectiveMismatch named(describe_wait(call.task.what, seq, opts.rank, waiting_on(call)) +
+                                   ": a message's size differs from its receive buffer's; the sender's count and "
+                                   "dtype must match the receiver's");
+    fail_posted(std::make_exception_ptr(named));
+  } catch (...) {
+    fail_posted(error);
+  }
 }
 
 void Communicator::Impl::fail_posted(std::exception_ptr error) {
@@ -118,7 +170,7 @@ void Communicator::Impl::fail_posted(std::exception_ptr error) {
     }
   }
   for (auto& call : posted) {
-    for (auto& m : call.messages) ucx->cancel(m);
+    for (auto& m : call.messages) cancel_message(m);
     call.task.state->finish(error);
   }
   posted.clear();
@@ -149,6 +201,19 @@ void Communicator::Impl::progress_posted() {
   }
   while (!posted.empty()) {
     if (sweep_posted() || work_queued()) return;
+    if (mailbox) {
+      // Sleep until a peer rings this rank's doorbell (it wrote to us or read
+      // what we sent): woken at once, the rank runs ahead of whatever shares
+      // its core, where yields and timed naps lost it the core for whole
+      // time slices (1 MiB exchanges on a loaded host, 2-3x slower).
+      const uint32_t bell = mailbox->announce_sleep();
+      engine_sleeping_on_ucx = true;
+      const bool ready = sweep_posted() || work_queued();
+      mailbox->sleep(bell, ready ? std::chrono::microseconds(0)
+                                 : std::min(until_next_check(posted.front().task), kUcxSleepSlice));
+      engine_sleeping_on_ucx = false;
+      return;
+    }
     if (Clock::now() - ucx->last_progress() < kUcxBusyWindow) {
       std::this_thread::yield();
       continue;
@@ -158,6 +223,43 @@ void Communicator::Impl::progress_posted() {
     engine_sleeping_on_ucx = false;
     return;
   }
+}
+
+// Ranks on one host (the collectives' segments mapped, cross-memory attach
+// allowed) map each other's mailbox segment too; any failure leaves every
+// rank on UCX, as all must agree on the path (messages of one pair never mix paths).
+void Communicator::Impl::open_mailbox(Deadline deadline) {
+  // The mailbox copies host memory only: a UCX that takes device buffers keeps send/recv.
+  if (!cma || ucx->supports_cuda_memory()) return;
+  const std::string me = std::to_string(opts.rank);
+  std::string why;
+  std::unique_ptr<SharedSegmentSet> set;
+  try {
+    set = std::make_unique<SharedSegmentSet>(opts.rank, opts.size, ShmMailbox::segment_bytes(opts.size));
+  } catch (const Error& e) {
+    why = "rank " + me + " could not create its mailbox segment: " + e.what();
+  }
+  store->set(key("p2p/at/" + me), set ? set->locator() : "", deadline);
+  for (int p = 0; p < opts.size && why.empty(); ++p) {
+    if (p == opts.rank) continue;
+    const std::string locator = store->get(key("p2p/at/" + std::to_string(p)), deadline);
+    if (locator.empty()) {
+      why = "rank " + std::to_string(p) + " has no mailbox segment";
+      break;
+    }
+    const std::string failed = set->map_peer(p, locator);
+    if (!failed.empty()) why = "rank " + me + " cannot map rank " + std::to_string(p) + "'s mailbox: " + failed;
+  }
+  store->set(key("p2p/ok/" + me), why.empty() ? "ok" : why, deadline);
+  for (int p = 0; p < opts.size; ++p) {
+    const std::string verdict = store->get(key("p2p/ok/" + std::to_string(p)), deadline);
+    if (verdict != "ok") {
+      if (opts.rank == 0) spdlog::warn("tandem: send/recv go through UCX ({})", verdict);
+      return;
+    }
+  }
+  mailbox_shm = std::move(set);
+  mailbox = std::make_unique<ShmMailbox>(opts.rank, opts.size, mailbox_shm->view(), *shm);
 }
 
 // ---- The API ----------------------------------------------------------------
@@ -176,23 +278,27 @@ void check_op(const P2POp& op, int size, const char* what) {
   }
 }
 
-Description describe_ops(const std::vector<P2POp>& ops) {
-  if (ops.size() == 1) return {Collective::send_recv, ops[0].count, ops[0].dtype, std::nullopt, ops[0].peer, ops[0].tag};
-  return {Collective::send_recv, ops.size(), std::nullopt, std::nullopt};
+void check_ops(const P2POp* ops, size_t n, int size) {
+  size_t any = 0;
+  for (size_t i = 0; i < n; ++i) {
+    check_op(ops[i], size, n == 1 ? (ops[i].kind == P2POp::send ? "send" : "recv") : "group");
+    any += ops[i].kind == P2POp::recv && ops[i].peer == kAnySource;
+  }
+  if (any > 1) throw InvalidArgument("group: at most one receive from any source per group");
+  if (n > 0 && size == 1) throw InvalidArgument("send and recv need a peer: this communicator has one rank");
+}
+
+Description describe_ops(const P2POp* ops, size_t n) {
+  if (n == 1) return {Collective::send_recv, ops[0].count, ops[0].dtype, std::nullopt, ops[0].peer, ops[0].tag};
+  return {Collective::send_recv, n, std::nullopt, std::nullopt};
 }
 
 }  // namespace
 
 Task Communicator::Impl::p2p_task(const std::vector<P2POp>& ops, const CollectiveOptions& o) {
-  size_t any = 0;
-  for (const P2POp& op : ops) {
-    check_op(op, opts.size, ops.size() == 1 ? (op.kind == P2POp::send ? "send" : "recv") : "group");
-    any += op.kind == P2POp::recv && op.peer == kAnySource;
-  }
-  if (any > 1) throw InvalidArgument("group: at most one receive from any source per group");
-  if (!ops.empty() && opts.size == 1) throw InvalidArgument("send and recv need a peer: this communicator has one rank");
+  check_ops(ops.data(), ops.size(), opts.size);
   memory_type(o);
-  Task task = make_task({}, o, describe_ops(ops));
+  Task task = make_task({}, o, describe_ops(ops.data(), ops.size()));
   task.p2p = ops;
   if (ops.empty()) task.state->finish(nullptr);
   return task;
@@ -224,38 +330,130 @@ void Communicator::Impl::run_p2p_blocking(Task task) {
       queue.push_back(std::move(task));
     }
   }
-  bool wake = true;
   if (run_here) {
     post(std::move(task));
-    const auto finished = [&] {
-      std::lock_guard<std::mutex> lock(state->mu);
-      return state->done;
-    };
-    for (;;) {
-      if (finished()) break;
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        if (!queue.empty() || stopping) break;  // hand the engine back
-      }
-      progress_posted();
-    }
-    std::lock_guard<std::mutex> lock(mu);
-    busy = false;
-    // Small messages wake the engine only if it has work (queued meanwhile, or
-    // this call's messages handed back): the futex wake and context switch
-    // cost more than the message (2 ranks, 64 B-4 KiB: 3-5x faster without).
-    // From kQuietWakeMaxBytes on, skipping it measured 2-3x slower (32-256
-    // KiB: the ranks then slept through UCX's rendezvous): wake as before.
-    wake = bytes >= kQuietWakeMaxBytes || !queue.empty() || !posted.empty() || stopping;
-  } else if (engine_sleeping_on_ucx) {
-    ucx->wake();
+    progress_here(*state, bytes);
+  } else {
+    if (engine_sleeping_on_ucx) wake_sleeping_engine();
+    cv.notify_all();
   }
-  if (wake) cv.notify_all();
   Request(state).wait();
 }
 
+void Communicator::Impl::progress_here(Request::State& state, size_t bytes) {
+  const auto finished = [&] {
+    std::lock_guard<std::mutex> lock(state.mu);
+    return state.done;
+  };
+  for (;;) {
+    if (finished()) break;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!queue.empty() || stopping) break;  // hand the engine back
+    }
+    progress_posted();
+  }
+  // Small messages wake the engine only if it has work (queued meanwhile, or
+  // this call's messages handed back): the futex wake and context switch
+  // cost more than the message (2 ranks, 64 B-4 KiB: 3-5x faster without).
+  // From kQuietWakeMaxBytes on, skipping it measured 2-3x slower (32-256
+  // KiB: the ranks then slept through UCX's rendezvous): wake as before.
+  // The mailbox has no rendezvous to sleep through.
+  release_busy(!mailbox && bytes >= kQuietWakeMaxBytes);
+}
+
+void Communicator::Impl::release_busy(bool wake) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    busy = false;
+    wake = wake || !queue.empty() || !posted.empty() || stopping;
+  }
+  if (wake) cv.notify_all();
+}
+
+// A blocking call on an idle communicator whose messages go through the
+// mailbox: posted and polled here without a Task (shared request state,
+// deadline, posted call), most of a small message's cost. One still
+// unfinished after kInlinePolls, or failing, becomes a posted call as any other.
+bool Communicator::Impl::run_p2p_inline(const P2POp* ops, size_t n, const CollectiveOptions& o, int* source) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    check_open_locked();
+    if (!queue.empty() || busy) return false;
+    busy = true;
+  }
+  if (!posted.empty() || sticky || aborted) {  // ours to read while we hold busy
+    release_busy(false);
+    return false;
+  }
+  std::array<Pending, kInlineOps> messages;
+  size_t left = 0, bytes = 0;
+  int any_op = -1;
+  for (size_t i = 0; i < n; ++i) {
+    const P2POp& op = ops[i];
+    const size_t op_bytes = op.count * dtype_size(op.dtype);
+    bytes += op_bytes;
+    if (op.kind == P2POp::send) {
+      messages[i] = mailbox->send(op.peer, op.tag, op.data, op_bytes);
+    } else {
+      messages[i] = mailbox->recv(op.peer, op.tag, op.data, op_bytes);
+      if (op.peer == kAnySource) any_op = int(i);
+      *source = op.peer;
+    }
+    left += !messages[i].done();
+  }
+  std::exception_ptr error;
+  try {
+    for (unsigned polls = 0; left > 0 && polls < kInlinePolls; ++polls) {
+      mailbox->progress();
+      for (size_t i = 0; i < n; ++i) {
+        int from = -1;
+        if (messages[i].done() || !mailbox->poll(messages[i], &from)) continue;
+        --left;
+        if (int(i) == any_op) *source = from;
+      }
+      if (oversubscribed && polls > kSpinsBeforeYield) std::this_thread::yield();
+    }
+  } catch (...) {
+    error = std::current_exception();
+  }
+  if (left == 0 && !error) {
+    release_busy(false);
+    return true;
+  }
+  Task task = make_task({}, o, describe_ops(ops, n));
+  task.p2p.assign(ops, ops + n);
+  auto state = task.state;
+  PostedCall call{std::move(task), {}, 0, 0, 0};
+  for (size_t i = 0; i < n; ++i) call.messages.push_back(std::move(messages[i]));
+  if (any_op >= 0) {
+    call.any_source_mask = ~kSenderMask;
+    call.any_source_op = size_t(any_op);
+    if (call.messages[size_t(any_op)].done()) state->source = *source;
+  }
+  posted.push_back(std::move(call));
+  if (error) fail_call(posted.back(), error);
+  progress_here(*state, bytes);
+  Request request(state);
+  request.wait();
+  *source = request.source();
+  return true;
+}
+
+int Communicator::Impl::run_p2p(const P2POp* ops, size_t n, const CollectiveOptions& o) {
+  int source = -1;
+  if (mailbox && n > 0 && n <= kInlineOps && o.memory == MemoryType::host) {
+    check_ops(ops, n, opts.size);
+    if (run_p2p_inline(ops, n, o, &source)) return source;
+  }
+  Task task = p2p_task(std::vector<P2POp>(ops, ops + n), o);
+  Request request(task.state);
+  run_p2p_blocking(std::move(task));
+  return request.source();
+}
+
 void Communicator::group(const std::vector<P2POp>& ops, const CollectiveOptions& opts) {
-  impl_->run_p2p_blocking(impl_->p2p_task(ops, opts));
+  impl_->run_p2p(ops.data(), ops.size(), opts);
 }
 
 Request Communicator::send_async(const void* data, size_t count, DataType dtype, int peer, uint32_t tag,
@@ -265,7 +463,8 @@ Request Communicator::send_async(const void* data, size_t count, DataType dtype,
 
 void Communicator::send(const void* data, size_t count, DataType dtype, int peer, uint32_t tag,
                         const CollectiveOptions& opts) {
-  group({P2POp{P2POp::send, const_cast<void*>(data), count, dtype, peer, tag}}, opts);
+  const P2POp op{P2POp::send, const_cast<void*>(data), count, dtype, peer, tag};
+  impl_->run_p2p(&op, 1, opts);
 }
 
 Request Communicator::recv_async(void* data, size_t count, DataType dtype, int peer, uint32_t tag,
@@ -275,10 +474,8 @@ Request Communicator::recv_async(void* data, size_t count, DataType dtype, int p
 
 int Communicator::recv(void* data, size_t count, DataType dtype, int peer, uint32_t tag,
                        const CollectiveOptions& opts) {
-  Task task = impl_->p2p_task({P2POp{P2POp::recv, data, count, dtype, peer, tag}}, opts);
-  Request r(task.state);
-  impl_->run_p2p_blocking(std::move(task));
-  return r.source();
+  const P2POp op{P2POp::recv, data, count, dtype, peer, tag};
+  return impl_->run_p2p(&op, 1, opts);
 }
 
 }  // namespace tandem

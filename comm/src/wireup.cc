@@ -63,6 +63,7 @@ void Communicator::Impl::connect() {
   store_barrier("connected", deadline);
   transports = ucx->describe();
   if (shm) transports += cma ? " + shared memory, cross-memory attach" : " + shared memory";
+  if (mailbox) transports += "; send/recv through shared memory";
   if (host_shm) transports += " + shared memory within each host";
 }
 
@@ -181,6 +182,7 @@ void Communicator::Impl::map_shared_memory(Deadline deadline) {
   if (everyone) {
     shm = std::move(set);
     cma = cma_everywhere;
+    open_mailbox(deadline);
     return;
   }
   host_shm = std::move(set);

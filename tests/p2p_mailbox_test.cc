@@ -1,0 +1,236 @@
+// Send/recv between real rank processes on one host, through the shared-memory
+// mailbox and with shared memory off (UCX): random sizes (0, odd, either side
+// of a slot and of the inline limit, large), tags received out of order, repeated tags in
+// order, any source, symmetric groups, receives that outlast the inline
+// polling, more messages than a ring holds, and size mismatches named.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "multiprocess.h"
+#include "tandem/tandem.h"
+
+namespace tandem::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Byte i of message `id` from rank `from`: every byte says where it belongs.
+uint8_t pattern(int from, uint64_t id, size_t i) {
+  return uint8_t((uint64_t(from) * 131 + id * 7919 + i * 2654435761u) >> 3);
+}
+std::vector<uint8_t> message(int from, uint64_t id, size_t bytes) {
+  std::vector<uint8_t> m(bytes);
+  for (size_t i = 0; i < bytes; ++i) m[i] = pattern(from, id, i);
+  return m;
+}
+
+std::unique_ptr<Communicator> open(const CommOptions& o, bool shm) {
+  ring::RingOptions ring_options;
+  ring_options.shared_memory = shm;
+  auto comm = ring::connect(o, ring_options);
+  const bool mailbox = comm->transport_summary().find("send/recv through shared memory") != std::string::npos;
+  EXPECT_EQ(mailbox, shm) << comm->transport_summary();
+  return comm;
+}
+
+struct Message {
+  int from, to;
+  uint32_t tag;
+  size_t bytes;
+  uint64_t id;
+};
+
+// Every rank draws the same messages: each rank sends to random peers
+// (itself included), tags from a small set so that (source, tag) repeats.
+std::vector<Message> draw_messages(int n, int count, uint64_t seed) {
+  // Either side of one slot's payload (8224 B) and of the inline limit (8 slots, 65792 B).
+  static const size_t kSizes[] = {0, 1, 7, 32, 33, 8223, 8224, 8225, 16449, 65791, 65792, 65793, 1 << 20};
+  std::mt19937_64 rng(seed);
+  std::vector<Message> all;
+  for (int k = 0; k < count; ++k) {
+    const int from = int(rng() % uint64_t(n)), to = int(rng() % uint64_t(n));
+    const size_t bytes = rng() % 3 == 0 ? size_t(rng() % 20000) : kSizes[rng() % std::size(kSizes)];
+    all.push_back({from, to, uint32_t(rng() % 3), bytes, uint64_t(k)});
+  }
+  return all;
+}
+
+// Sends posted in order; receives posted shuffled, except that one
+// (source, tag)'s stay in sending order (they are told apart by order only).
+int random_messages(const CommOptions& o, bool shm) {
+  auto comm = open(o, shm);
+  const int n = comm->size(), r = comm->rank();
+  for (int round = 0; round < 6 && !::testing::Test::HasFailure(); ++round) {
+    const auto all = draw_messages(n, 40, 1000 + uint64_t(round));
+    std::vector<std::vector<uint8_t>> out, in;
+    std::vector<const Message*> mine;
+    for (const Message& m : all) {
+      if (m.from == r) out.push_back(message(r, m.id, m.bytes));
+      if (m.to == r) mine.push_back(&m);
+    }
+    std::mt19937_64 rng(77 + uint64_t(r) + uint64_t(round));
+    std::vector<const Message*> order = mine;
+    std::shuffle(order.begin(), order.end(), rng);
+    // Restore sending order within each (source, tag): sort each one's places by id.
+    const auto same_pair = [](const Message* a, const Message* b) { return a->from == b->from && a->tag == b->tag; };
+    for (size_t i = 0; i < order.size(); ++i) {
+      for (size_t j = i + 1; j < order.size(); ++j) {
+        if (same_pair(order[i], order[j]) && order[j]->id < order[i]->id) std::swap(order[i], order[j]);
+      }
+    }
+    std::vector<Request> requests;
+    in.resize(order.size());
+    const bool receives_first = round % 2 == 0;
+    auto post_receives = [&] {
+      for (size_t i = 0; i < order.size(); ++i) {
+        in[i].assign(order[i]->bytes, 0xee);
+        requests.push_back(comm->recv_async(in[i].data(), order[i]->bytes, DataType::u8, order[i]->from, order[i]->tag));
+      }
+    };
+    if (receives_first) post_receives();
+    size_t k = 0;
+    for (const Message& m : all) {
+      if (m.from == r) requests.push_back(comm->send_async(out[k++].data(), m.bytes, DataType::u8, m.to, m.tag));
+    }
+    if (!receives_first) post_receives();
+    for (Request& q : requests) q.wait();
+    for (size_t i = 0; i < order.size(); ++i) {
+      EXPECT_EQ(requests[receives_first ? i : requests.size() - order.size() + i].source(), order[i]->from);
+      EXPECT_TRUE(in[i] == message(order[i]->from, order[i]->id, order[i]->bytes))
+          << "round " << round << ": message " << order[i]->id << " (" << order[i]->bytes << " B, from "
+          << order[i]->from << ", tag " << order[i]->tag << ")";
+    }
+    comm->barrier();
+  }
+  return 0;
+}
+
+// Blocking calls: groups exchanging with every rank, any source with large
+// messages, a receive that waits for a late sender, and more messages than a
+// ring holds received in reverse tag order.
+int blocking_calls(const CommOptions& o, bool shm) {
+  auto comm = open(o, shm);
+  const int n = comm->size(), r = comm->rank();
+  for (size_t bytes : {size_t(0), size_t(8), size_t(8225), size_t(65792), size_t(1) << 20}) {
+    std::vector<std::vector<uint8_t>> out{size_t(n)}, in{size_t(n)};
+    std::vector<P2POp> ops;
+    for (int p = 0; p < n; ++p) {
+      out[size_t(p)] = message(r, uint64_t(p), bytes);
+      in[size_t(p)].assign(bytes, 0);
+      ops.push_back({P2POp::send, out[size_t(p)].data(), bytes, DataType::u8, p, 5});
+      ops.push_back({P2POp::recv, in[size_t(p)].data(), bytes, DataType::u8, p, 5});
+    }
+    comm->group(ops);
+    for (int p = 0; p < n; ++p) EXPECT_TRUE(in[size_t(p)] == message(p, uint64_t(r), bytes)) << bytes << " B from " << p;
+  }
+  // Any source, large: the returned source says whose bytes arrived.
+  const size_t large = 300001;
+  if (r == 0) {
+    std::vector<int> seen;
+    for (int i = 1; i < n; ++i) {
+      std::vector<uint8_t> in(large, 0);
+      const int from = comm->recv(in.data(), large, DataType::u8, kAnySource, 11);
+      EXPECT_TRUE(in == message(from, 11, large)) << "from " << from;
+      seen.push_back(from);
+    }
+    std::sort(seen.begin(), seen.end());
+    for (int i = 1; i < n; ++i) EXPECT_EQ(seen[size_t(i - 1)], i);
+  } else {
+    const auto out = message(r, 11, large);
+    comm->send(out.data(), large, DataType::u8, 0, 11);
+  }
+  // A late sender: the receive outlasts the inline polling and still completes.
+  if (r == 1) {
+    std::this_thread::sleep_for(50ms);
+    const auto out = message(1, 12, 5);
+    comm->send(out.data(), 5, DataType::u8, 0, 12);
+  } else if (r == 0) {
+    std::vector<uint8_t> in(5, 0);
+    EXPECT_EQ(comm->recv(in.data(), 5, DataType::u8, kAnySource, 12), 1);
+    EXPECT_TRUE(in == message(1, 12, 5));
+  }
+  // 40 messages (more than a ring holds; up to 5 slots each) received in
+  // reverse tag order: blocking small ones, then posted ones of up to 39 KB.
+  constexpr int kMany = 40;
+  for (size_t scale : {size_t(1), size_t(997)}) {
+    if (r == 0) {
+      std::vector<std::vector<uint8_t>> out;
+      std::vector<Request> sent;
+      for (int t = 0; t < kMany; ++t) out.push_back(message(0, uint64_t(100 + t), size_t(t) * scale));
+      for (int t = 0; t < kMany; ++t) {
+        if (scale == 1) {
+          comm->send(out[size_t(t)].data(), out[size_t(t)].size(), DataType::u8, 1, uint32_t(t));
+        } else {
+          sent.push_back(comm->send_async(out[size_t(t)].data(), out[size_t(t)].size(), DataType::u8, 1, uint32_t(t)));
+        }
+      }
+      for (Request& q : sent) q.wait();
+    } else if (r == 1) {
+      for (int t = kMany - 1; t >= 0; --t) {
+        std::vector<uint8_t> in(size_t(t) * scale, 0);
+        comm->recv(in.data(), in.size(), DataType::u8, 0, uint32_t(t));
+        EXPECT_TRUE(in == message(0, uint64_t(100 + t), in.size())) << "tag " << t << ", " << in.size() << " B";
+      }
+    }
+  }
+  comm->barrier();
+  return 0;
+}
+
+// A message larger or smaller than its receive fails the receive, named.
+int mismatch(const CommOptions& o, bool shm, size_t sent, size_t expected) {
+  auto comm = open(o, shm);
+  std::vector<float> data(std::max(sent, expected));
+  try {
+    if (comm->rank() == 0) {
+      comm->send(data.data(), sent, DataType::f32, 1, 4);
+      return 0;
+    }
+    comm->recv(data.data(), expected, DataType::f32, 0, 4);
+    ADD_FAILURE() << "a " << sent << "-element message into a " << expected << "-element receive succeeded";
+  } catch (const CollectiveMismatch& e) {
+    const std::string call = "send_recv(" + std::to_string(expected) + " x f32, peer 0, tag 4)";
+    EXPECT_NE(std::string(e.what()).find(call), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("size differs"), std::string::npos) << e.what();
+  }
+  return 0;
+}
+
+class Mailbox : public ::testing::TestWithParam<bool> {};
+
+TEST_P(Mailbox, RandomMessagesTagsAndOrder) {
+  for (int n : {2, 3}) {
+    RankGroup group(n, [shm = GetParam()](const CommOptions& o) { return random_messages(o, shm); });
+    group.expect_success(120s);
+  }
+}
+
+TEST_P(Mailbox, GroupsAnySourceLateSenderAndFullRing) {
+  for (int n : {2, 3}) {
+    RankGroup group(n, [shm = GetParam()](const CommOptions& o) { return blocking_calls(o, shm); });
+    group.expect_success(120s);
+  }
+}
+
+TEST_P(Mailbox, SizeMismatchIsNamed) {
+  // Inline (one slot, several) and, on the mailbox, read from the sender's memory; larger and smaller.
+  std::vector<std::pair<size_t, size_t>> cases = {{8, 4}, {4, 8}, {9000, 3000}};
+  if (GetParam()) cases.insert(cases.end(), {{100000, 50000}, {50000, 100000}});
+  for (auto [sent, expected] : cases) {
+    RankGroup group(2, [shm = GetParam(), sent = sent, expected = expected](const CommOptions& o) {
+      return mismatch(o, shm, sent, expected);
+    });
+    group.expect_success(60s);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(SharedMemory, Mailbox, ::testing::Values(true, false),
+                         [](const auto& info) { return info.param ? "mailbox" : "ucx"; });
+
+}  // namespace
+}  // namespace tandem::testing
