@@ -37,6 +37,7 @@ usage: bench/train_compare.sh [options]
   --target ACC         target validation accuracy (default 0.85)
   --layer-slices K     hyperparameters.layer_slices for every run (default: the config's)
   --fusion-threshold M optimizations.tensor_fusion_threshold in MB (tandem's largest bucket, DDP's bucket_cap_mb)
+  --error-feedback     tandem's fp16 link row with optimizations.error_feedback (what rounding dropped is sent next step)
   --output DIR         results (default build/train-compare)
   --seed N             reproducibility.experiment_seed for every run (default: the config's)
   --seeds N,N,...      every run for the first seed (with --core, only its rows), the 2-slot rows for the others, each into DIR/seed-N;
@@ -49,7 +50,7 @@ EOF
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 config="$repo/trainer/examples/fashion_mnist.yaml" per_slot=32 records=38400 validate=12800 rate=1gbit
-target=0.85 out="$repo/build/train-compare" skip_local=0 slices="" fusion="" bind=auto seed="" seeds="" core=0
+target=0.85 out="$repo/build/train-compare" skip_local=0 slices="" fusion="" bind=auto seed="" seeds="" core=0 feedback=0
 args_in=("$@")
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -66,6 +67,7 @@ while [[ $# -gt 0 ]]; do
     --seed) seed="$2"; shift 2 ;;
     --seeds) seeds="$2"; shift 2 ;;
     --core) core=1; shift ;;
+    --error-feedback) feedback=1; shift ;;
     --skip-local) skip_local=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "train_compare: unknown option '$1'" >&2; usage >&2; exit 2 ;;
@@ -96,9 +98,10 @@ fi
 
 # The experiment with the lengths in records (the same data at every slot count)
 # and, for tandem over the link, fp16 gradients.
-/usr/bin/python3 - "$config" "$out" "$records" "$validate" "$slices" "$fusion" "$seed" <<'EOF'
+/usr/bin/python3 - "$config" "$out" "$records" "$validate" "$slices" "$fusion" "$seed" "$feedback" <<'EOF'
 import sys, yaml
 src, out, records, validate, slices, fusion, seed = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6], sys.argv[7]
+feedback = sys.argv[8] == "1"
 cfg = yaml.safe_load(open(src))
 if seed:
     cfg.setdefault("reproducibility", {})["experiment_seed"] = int(seed)
@@ -113,6 +116,8 @@ cfg.pop("checkpoint_storage", None)  # checkpoints into each run's own directory
 cfg.setdefault("optimizations", {})["gradient_compression"] = False
 yaml.safe_dump(cfg, open(f"{out}/exp.yaml", "w"), sort_keys=False)
 cfg["optimizations"]["gradient_compression"] = "fp16"
+if feedback:
+    cfg["optimizations"]["error_feedback"] = True
 yaml.safe_dump(cfg, open(f"{out}/exp-fp16.yaml", "w"), sort_keys=False)
 EOF
 
@@ -138,11 +143,12 @@ if (( EUID != 0 )); then
   echo "train_compare: not root: skipping the runs between network namespaces" >&2
 else
   netns=("$repo/bench/netns_run.sh" -n 2 --rate "$rate" --bind "$bind" --timeout 1800)
-  echo "== two namespaces over a $rate link: tandem (overlap + fp16)"
+  fp16_label="overlap + fp16$( (( feedback )) && echo " + error feedback" || true)"
+  echo "== two namespaces over a $rate link: tandem ($fp16_label)"
   rm -rf "$out/link-tandem-fp16"
   "${netns[@]}" -- "$train" --worker "$out/exp-fp16.yaml" --slots 2 --per-slot-batch "$per_slot" \
     --output "$out/link-tandem-fp16" --checkpoint-dir "$out/link-tandem-fp16/checkpoints"
-  compare+=("tandem overlap + fp16, $rate=$out/link-tandem-fp16")
+  compare+=("tandem $fp16_label, $rate=$out/link-tandem-fp16")
   ddp_link() {  # directory, system, [ddp_anchor.py flags]
     echo "== two namespaces over a $rate link: $2"
     rm -rf "$out/$1"

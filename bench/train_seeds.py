@@ -7,7 +7,10 @@ Each DIR/seed-N holds one train_compare.sh run. Per seed and system: the
 trial-clock time of the first validation at or above the target, the final
 validation accuracy, and tandem's time over DDP's; then the median of each
 column. A seed that never reaches the target counts as slower than any that
-does (its ratio is "not reached" and sorts last).
+does (its ratio is "not reached" and sorts last). "same-trajectory" ratios
+divide the times to the last validation (the same records trained and
+validated): what time to the target would be if both crossed it at the same
+validation, as they do when they train bitwise the same trajectory.
 """
 import argparse
 import json
@@ -31,18 +34,18 @@ RATIOS = [  # (column, numerator, denominator)
 
 
 def read_run(path, target):
-    """(seconds to target or inf, final accuracy) of one metrics.jsonl, or None if absent."""
+    """(seconds to target or inf, final accuracy, seconds to the last validation) of one metrics.jsonl, or None."""
     if not os.path.exists(path):
         return None
-    reached, final = math.inf, None
+    reached, final, last = math.inf, None, None
     for line in open(path):
         r = json.loads(line)
         if r.get("kind") != "validation":
             continue
-        final = r["accuracy"]
+        final, last = r["accuracy"], r["time"]
         if r["accuracy"] >= target and reached == math.inf:
             reached = r["time"]
-    return reached, final
+    return reached, final, last
 
 
 def median(values):
@@ -75,21 +78,24 @@ def main():
             if got[num] and got[den]:
                 n, m = got[num][0], got[den][0]
                 ratios[col] = math.inf if math.isinf(n) else (0.0 if math.isinf(m) else n / m)
+            if got[num] and got[den] and got[num][2] and got[den][2]:
+                # The same records and validations end to end: the ratio if both crossed the target together.
+                ratios["same-trajectory " + col] = got[num][2] / got[den][2]
         rows.append((os.path.basename(d.rstrip("/")).removeprefix("seed-"), got, ratios))
 
-    head = ["seed"] + [f"{n} (s)" for n, _ in SYSTEMS] + [c for c, _, _ in RATIOS] + \
-           ["final acc: " + n for n, _ in SYSTEMS]
+    ratio_cols = [c for c, _, _ in RATIOS] + ["same-trajectory " + c for c, _, _ in RATIOS]
+    head = ["seed"] + [f"{n} (s)" for n, _ in SYSTEMS] + ratio_cols + ["final acc: " + n for n, _ in SYSTEMS]
     out = [f"Time to {a.target:.0%} validation accuracy (trial clock, s), link {a.rate}; "
            "a seed that never reaches it sorts last", "",
            "| " + " | ".join(head) + " |", "|" + "---|" + "---:|" * (len(head) - 1)]
     for seed, got, ratios in rows:
         cells = [seed] + [fmt(got[n][0], ".1f") if got[n] else "-" for n, _ in SYSTEMS]
-        cells += [fmt_ratio(ratios.get(c)) for c, _, _ in RATIOS]
+        cells += [fmt_ratio(ratios.get(c)) for c in ratio_cols]
         cells += [fmt(got[n][1], ".4f") if got[n] else "-" for n, _ in SYSTEMS]
         out.append("| " + " | ".join(cells) + " |")
     med = ["**median**"]
     med += [fmt(median([g[n][0] for _, g, _ in rows if g[n]]), ".1f") for n, _ in SYSTEMS]
-    med += [fmt_ratio(median([r[c] for _, _, r in rows if c in r])) for c, _, _ in RATIOS]
+    med += [fmt_ratio(median([r[c] for _, _, r in rows if c in r])) for c in ratio_cols]
     med += [fmt(median([g[n][1] for _, g, _ in rows if g[n]]), ".4f") for n, _ in SYSTEMS]
     out.append("| " + " | ".join(med) + " |")
     text = "\n".join(out) + "\n"
