@@ -16,7 +16,7 @@
 #include "call_description.h"
 #include "flight_recorder.h"
 #include "peer_watch.h"
-#include "shm_mailbox.h"
+#include "transport/shm_mailbox.h"
 #include "tandem/communicator.h"
 #include "tandem/netif.h"
 #include "tandem/reduce.h"

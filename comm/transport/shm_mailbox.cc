@@ -13,7 +13,7 @@
 #include <cstring>
 #include <string>
 
-#include "transport/shared_segments.h"
+#include "shared_segments.h"
 
 namespace tandem {
 namespace {
