@@ -43,7 +43,7 @@ std::shared_ptr<Request::State> Communicator::Impl::enqueue(Task task) {
     queue.push_back(std::move(task));
   }
   cv.notify_one();
-  if (engine_sleeping_on_ucx) wake_sleeping_engine();
+  if (engine_sleeping) wake_sleeping_engine();
   return state;
 }
 

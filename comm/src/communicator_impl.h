@@ -137,8 +137,8 @@ struct Communicator::Impl {
   // Point-to-point calls posted and not yet complete; touched only by the
   // thread that holds `busy` (the engine, or a blocking call run inline).
   std::deque<PostedCall> posted;
-  // enqueue() must wake it (wake_sleeping_engine: through UCX, or the mailbox's doorbell)
-  std::atomic<bool> engine_sleeping_on_ucx{false};
+  // The engine sleeps on UCX or the mailbox's doorbell: enqueue() must wake it (wake_sleeping_engine)
+  std::atomic<bool> engine_sleeping{false};
 
   uint64_t splits = 0;                                      // split() calls so far, for the new communicators' keys
   uint32_t seq = 0;                                         // engine thread only
@@ -200,6 +200,8 @@ struct Communicator::Impl {
   Task p2p_task(const std::vector<P2POp>& ops, const CollectiveOptions& o);
   // Maps every rank's mailbox segment; on success send/recv go through `mailbox`.
   void open_mailbox(Deadline deadline);
+  // One op's message on the transport that carries point-to-point (the mailbox, else UCX).
+  Pending post_message(const P2POp& op);
   // Polls a posted message on its transport; *source: who sent a received one.
   bool poll_message(Pending& m, int* source);
   void cancel_message(Pending& m);

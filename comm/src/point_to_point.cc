@@ -51,21 +51,11 @@ void Communicator::Impl::post(Task task) {
     if (aborted) throw_aborted();
     for (size_t i = 0; i < call.task.p2p.size(); ++i) {
       const P2POp& op = call.task.p2p[i];
-      const size_t bytes = op.count * dtype_size(op.dtype);
       if (op.kind == P2POp::recv && op.peer == kAnySource) {
         call.any_source_mask = ~kSenderMask;
         call.any_source_op = i;
       }
-      if (mailbox) {
-        call.messages.push_back(op.kind == P2POp::send ? mailbox->send(op.peer, op.tag, op.data, bytes)
-                                                       : mailbox->recv(op.peer, op.tag, op.data, bytes));
-      } else if (op.kind == P2POp::send) {
-        call.messages.push_back(ucx->send(op.peer, message_tag(opts.rank, op.tag), op.data, bytes));
-      } else if (op.peer == kAnySource) {
-        call.messages.push_back(ucx->recv(-1, message_tag(0, op.tag), ~kSenderMask, op.data, bytes));
-      } else {
-        call.messages.push_back(ucx->recv(op.peer, message_tag(op.peer, op.tag), op.data, bytes));
-      }
+      call.messages.push_back(post_message(op));
     }
   } catch (...) {
     for (auto& m : call.messages) cancel_message(m);
@@ -75,6 +65,17 @@ void Communicator::Impl::post(Task task) {
     return;
   }
   posted.push_back(std::move(call));
+}
+
+Pending Communicator::Impl::post_message(const P2POp& op) {
+  const size_t bytes = op.count * dtype_size(op.dtype);
+  if (mailbox) {
+    return op.kind == P2POp::send ? mailbox->send(op.peer, op.tag, op.data, bytes)
+                                  : mailbox->recv(op.peer, op.tag, op.data, bytes);
+  }
+  if (op.kind == P2POp::send) return ucx->send(op.peer, message_tag(opts.rank, op.tag), op.data, bytes);
+  if (op.peer == kAnySource) return ucx->recv(-1, message_tag(0, op.tag), ~kSenderMask, op.data, bytes);
+  return ucx->recv(op.peer, message_tag(op.peer, op.tag), op.data, bytes);
 }
 
 void Communicator::Impl::wake_sleeping_engine() {
@@ -207,20 +208,20 @@ void Communicator::Impl::progress_posted() {
       // its core, where yields and timed naps lost it the core for whole
       // time slices (1 MiB exchanges on a loaded host, 2-3x slower).
       const uint32_t bell = mailbox->announce_sleep();
-      engine_sleeping_on_ucx = true;
+      engine_sleeping = true;
       const bool ready = sweep_posted() || work_queued();
       mailbox->sleep(bell, ready ? std::chrono::microseconds(0)
                                  : std::min(until_next_check(posted.front().task), kUcxSleepSlice));
-      engine_sleeping_on_ucx = false;
+      engine_sleeping = false;
       return;
     }
     if (Clock::now() - ucx->last_progress() < kUcxBusyWindow) {
       std::this_thread::yield();
       continue;
     }
-    engine_sleeping_on_ucx = true;
+    engine_sleeping = true;
     if (!work_queued()) ucx->sleep(std::min(until_next_check(posted.front().task), kUcxSleepSlice));
-    engine_sleeping_on_ucx = false;
+    engine_sleeping = false;
     return;
   }
 }
@@ -334,7 +335,7 @@ void Communicator::Impl::run_p2p_blocking(Task task) {
     post(std::move(task));
     progress_here(*state, bytes);
   } else {
-    if (engine_sleeping_on_ucx) wake_sleeping_engine();
+    if (engine_sleeping) wake_sleeping_engine();
     cv.notify_all();
   }
   Request(state).wait();
@@ -391,12 +392,9 @@ bool Communicator::Impl::run_p2p_inline(const P2POp* ops, size_t n, const Collec
   int any_op = -1;
   for (size_t i = 0; i < n; ++i) {
     const P2POp& op = ops[i];
-    const size_t op_bytes = op.count * dtype_size(op.dtype);
-    bytes += op_bytes;
-    if (op.kind == P2POp::send) {
-      messages[i] = mailbox->send(op.peer, op.tag, op.data, op_bytes);
-    } else {
-      messages[i] = mailbox->recv(op.peer, op.tag, op.data, op_bytes);
+    bytes += op.count * dtype_size(op.dtype);
+    messages[i] = post_message(op);
+    if (op.kind == P2POp::recv) {
       if (op.peer == kAnySource) any_op = int(i);
       *source = op.peer;
     }
