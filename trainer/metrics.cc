@@ -156,10 +156,14 @@ TrialSummary read_metrics(const std::string& path) {
   return s;
 }
 
-double TrialSummary::validation_seconds() const {
+double TrialSummary::validation_total_seconds() const {
   double sum = 0;
   for (const auto& v : validation) sum += v.seconds;
-  return validation.empty() ? 0 : sum / double(validation.size());
+  return sum;
+}
+
+double TrialSummary::validation_seconds() const {
+  return validation.empty() ? 0 : validation_total_seconds() / double(validation.size());
 }
 
 std::string progress_line(const TrialSummary& s, int64_t total) {
@@ -220,14 +224,14 @@ std::string summary_table(const TrialSummary& s, double target) {
   if (!s.validation.empty()) {
     double forward = 0, records = 0;
     for (const auto& v : s.validation) forward += v.forward_seconds, records += double(v.records);
-    const double n = double(s.validation.size()), pass = s.validation_seconds();
-    row("validation (mean of passes)", num("%.2f s", pass) + " a pass (forward " + num("%.2f s", forward / n) +
-                                           "), " + num("%.0f images/s", pass > 0 ? records / (pass * n) : 0) + ", " +
+    const double n = double(s.validation.size()), total = s.validation_total_seconds();
+    row("validation (mean of passes)", num("%.2f s", total / n) + " a pass (forward " + num("%.2f s", forward / n) +
+                                           "), " + num("%.0f images/s", total > 0 ? records / total : 0) + ", " +
                                            std::to_string(s.validation.size()) + " passes");
   }
   if (s.checkpoint_wait > 0) row("training waited for checkpoints", num("%.2f s", s.checkpoint_wait));
   // What validating and checkpointing cost the trial: the time training did not run.
-  const double off_training = s.validation_seconds() * double(s.validation.size()) + s.checkpoint_wait;
+  const double off_training = s.validation_total_seconds() + s.checkpoint_wait;
   if (wall > 0 && off_training > 0)
     row("validation and checkpoints", num("%.1f s", off_training) + " (" + num("%.1f%%", 100 * off_training / wall) +
                                           " of the wall time)");

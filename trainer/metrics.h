@@ -90,7 +90,8 @@ struct TrialSummary {
   double hidden_fraction() const;
   double time_to_accuracy(double target) const;  // first validation reaching it; < 0 = never
   double final_accuracy() const;
-  double validation_seconds() const;  // mean duration of a validation pass (0 when not recorded)
+  double validation_seconds() const;        // mean duration of a validation pass (0 when not recorded)
+  double validation_total_seconds() const;  // all passes
 };
 
 TrialSummary read_metrics(const std::string& path);

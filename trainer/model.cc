@@ -13,7 +13,6 @@ namespace {
 void pass(const ParameterGate& gate, const torch::Tensor& p, int part = 0) {
   if (gate && *gate) (*gate)(p, part);
 }
-// A whole layer's parameters through the gate.
 // 2x2 max pooling, stride 2. Training keeps max_pool2d (its backward's
 // tie rule is the anchor's); evaluation takes the max of the four strided
 // views: the same values without max_pool2d's indices, about 2x faster on
@@ -25,6 +24,7 @@ torch::Tensor max_pool_2x2(const torch::Tensor& x, bool training) {
   return torch::maximum(torch::maximum(at(0, 0), at(0, 1)), torch::maximum(at(1, 0), at(1, 1)));
 }
 
+// A whole layer's parameters through the gate.
 template <class Layer>
 Layer& gated(const ParameterGate& gate, Layer& layer) {
   for (const auto& p : layer->parameters()) pass(gate, p);
