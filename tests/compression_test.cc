@@ -356,7 +356,8 @@ void run_ranks(int n, bool shared_memory, const std::function<void(Communicator&
 }
 
 // 4 ranks each near fp16's maximum: predivision by 4 keeps every partial sum
-// finite; without it (P = 1) the sum overflows and the call falls back to f32.
+// finite; without it (P = 1) the sum overflows and the call falls back to f32
+// (range scale off: it would scale the values beyond fp16's range at once).
 TEST(CompressedAllreduce, NearFp16MaxWithFourRanksDoesNotOverflow) {
   for (bool shm : {true, false}) {
     SCOPED_TRACE(shm ? "shared memory" : "UCX");
@@ -368,7 +369,7 @@ TEST(CompressedAllreduce, NearFp16MaxWithFourRanksDoesNotOverflow) {
         for (size_t i = 0; i < count; ++i) x[i] = (i % 2 ? -big : big) + float(comm.rank());
       };
       fill();
-      CompressedAllreduce predivided(comm, {Codec::fp16});
+      CompressedAllreduce predivided(comm, {Codec::fp16, 0, false, /*range_scale=*/false});
       EXPECT_TRUE(predivided.allreduce(x.data(), count, ReduceOp::sum));
       EXPECT_EQ(predivided.stats().fallbacks, 0u);
       for (size_t i = 0; i < count; ++i) {
@@ -377,7 +378,7 @@ TEST(CompressedAllreduce, NearFp16MaxWithFourRanksDoesNotOverflow) {
         ASSERT_TRUE(std::isfinite(x[i]));
       }
       fill();
-      CompressedAllreduce undivided(comm, {Codec::fp16, 1.0});
+      CompressedAllreduce undivided(comm, {Codec::fp16, 1.0, false, false});
       EXPECT_FALSE(undivided.allreduce(x.data(), count, ReduceOp::avg));
       EXPECT_EQ(undivided.stats().fallbacks, 1u);
       for (size_t i = 0; i < count; ++i) ASSERT_EQ(x[i], ((i % 2 ? -4.0f : 4.0f) * big + 6.0f) / 4.0f) << i;
@@ -439,8 +440,8 @@ TEST(CompressedAllreduce, ErrorFeedbackKeepsAccumulatedErrorLower) {
       if (i % 8 == 0) return 2e-8f * float(i % 5 + 1);  // below fp16's range after predivide
       return 0.01f * (1.0f + float((i * 37) % 97) / 97.0f) * (1.0f + 1e-3f * float(step % 7 - 3));
     };
-    CompressedAllreduce with_feedback(comm, {Codec::fp16, 0, true});
-    CompressedAllreduce without(comm, {Codec::fp16});
+    CompressedAllreduce with_feedback(comm, {Codec::fp16, 0, true, false});  // range scale off: it would lift
+    CompressedAllreduce without(comm, {Codec::fp16, 0, false, false});       // the tiny values into range
     std::vector<float> residual(count, 0.0f), a(count), b(count);
     std::vector<double> exact(count, 0.0), sum_a(count, 0.0), sum_b(count, 0.0);
     for (int t = 0; t < steps; ++t) {
@@ -467,6 +468,54 @@ TEST(CompressedAllreduce, ErrorFeedbackKeepsAccumulatedErrorLower) {
     }
     EXPECT_LT(err_a, 0.05 * err_b);
     expect_identical(comm, sum_a.data(), count * sizeof(double));
+  });
+}
+
+// The range scale lifts values below fp16's normal range (2^-14) to full
+// precision; it halves after an overflow (that call falls back exactly) and
+// doubles after kRangeGrowthCalls calls without one, the same on every rank.
+TEST(CompressedAllreduce, RangeScaleKeepsSmallValuesAndFollowsOverflows) {
+  run_ranks(2, true, [](Communicator& comm) {
+    const size_t count = 4096;
+    auto small = [&](size_t i) { return float(int(i % 97) - 48) * 1e-7f * float(comm.rank() + 1); };
+    CompressedAllreduce scaled(comm, {Codec::fp16});
+    CompressedAllreduce unscaled(comm, {Codec::fp16, 0, false, false});
+    EXPECT_EQ(scaled.range_scale(), CompressedAllreduce::kInitialRangeScale);
+    EXPECT_EQ(unscaled.range_scale(), 1.0f);
+    std::vector<float> a(count), b(count);
+    for (size_t i = 0; i < count; ++i) a[i] = b[i] = small(i);
+    EXPECT_TRUE(scaled.allreduce(a.data(), count, ReduceOp::sum));
+    EXPECT_TRUE(unscaled.allreduce(b.data(), count, ReduceOp::sum));
+    double worst_scaled = 0, worst_unscaled = 0;
+    for (size_t i = 0; i < count; ++i) {
+      const double exact = double(int(i % 97) - 48) * 1e-7 * 3.0;
+      if (exact == 0) continue;
+      worst_scaled = std::max(worst_scaled, std::fabs(a[i] - exact) / std::fabs(exact));
+      worst_unscaled = std::max(worst_unscaled, std::fabs(b[i] - exact) / std::fabs(exact));
+    }
+    EXPECT_LE(worst_scaled, 4 * 0x1p-11);  // 11 bits: two roundings and the f32 scaling
+    EXPECT_GT(worst_unscaled, 0.05);       // subnormal: a few bits at most
+
+    // Both ranks hold `big`: the 16-bit sum is big * S. 40 * 1024 fits fp16, 100 * 1024 does not:
+    // that call falls back and halves the scale, after which 100 * 512 fits.
+    for (float big : {40.0f, 100.0f, 100.0f}) {
+      const float before = scaled.range_scale();
+      std::vector<float> x(count, 1.0f);
+      x[5] = big;
+      const bool compressed = scaled.allreduce(x.data(), count, ReduceOp::sum);
+      EXPECT_EQ(x[5], 2 * big);
+      EXPECT_EQ(x[6], 2.0f);
+      EXPECT_EQ(compressed, big * before < 65504.0f);
+      EXPECT_EQ(scaled.range_scale(), compressed ? before : before / 2);
+    }
+    EXPECT_EQ(scaled.stats().fallbacks, 1u);
+    const float settled = scaled.range_scale();
+    std::vector<float> one(16, 0.5f);
+    for (uint32_t k = 0; k < CompressedAllreduce::kRangeGrowthCalls; ++k)
+      ASSERT_TRUE(scaled.allreduce(one.data(), one.size(), ReduceOp::avg));
+    EXPECT_EQ(scaled.range_scale(), 2 * settled);
+    float mine = scaled.range_scale();
+    expect_identical(comm, &mine, sizeof mine);
   });
 }
 

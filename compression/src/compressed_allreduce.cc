@@ -1,6 +1,7 @@
 // CompressedAllreduce: the codec around the communicator's 16-bit all-reduce.
 // Terms: P is the predivide factor, N the world size; "stage" is the 16-bit
 // buffer (allocate_shared memory) that the all-reduce runs on.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -27,6 +28,7 @@ CompressedAllreduce::CompressedAllreduce(Communicator& comm, CompressionOptions 
   if (options_.codec != Codec::none && options_.codec != Codec::fp16 && options_.codec != Codec::bf16) {
     throw InvalidArgument("compression: unknown codec " + std::to_string(static_cast<int>(options_.codec)));
   }
+  if (options_.codec == Codec::fp16 && options_.range_scale) range_scale_ = kInitialRangeScale;
 }
 
 CompressedAllreduce::~CompressedAllreduce() {
@@ -69,13 +71,14 @@ bool CompressedAllreduce::allreduce(float* data, size_t count, ReduceOp op, cons
   }
 
   const double p = predivide();
-  const float prescale = static_cast<float>(1.0 / p);
-  const float postscale = static_cast<float>(op == ReduceOp::sum ? p : p / comm_.size());
+  const double s = range_scale_;  // a power of two: scaling by it is exact
+  const float prescale = static_cast<float>(s / p);
+  const float postscale = static_cast<float>((op == ReduceOp::sum ? p : p / comm_.size()) / s);
   reserve_stage(std::max<size_t>(count, 1));
 
   auto t0 = Clock::now();
   if (residual) {
-    encode_feedback(options_.codec, data, residual, stage_, count, prescale, static_cast<float>(p));
+    encode_feedback(options_.codec, data, residual, stage_, count, prescale, static_cast<float>(p / s));
   } else {
     encode(options_.codec, data, stage_, count, prescale);
   }
@@ -89,6 +92,7 @@ bool CompressedAllreduce::allreduce(float* data, size_t count, ReduceOp op, cons
   const bool finite = all_finite(options_.codec, stage_, count);
   if (finite) decode(options_.codec, stage_, data, count, postscale);
   stats_.cast_seconds += elapsed(t0);
+  adjust_range_scale(!finite);
   if (finite) {
     ++stats_.compressed_calls;
     return true;
@@ -100,6 +104,18 @@ bool CompressedAllreduce::allreduce(float* data, size_t count, ReduceOp op, cons
   stats_.wire_bytes += count * sizeof(float);
   if (residual) std::memset(residual, 0, count * sizeof(float));
   return false;
+}
+
+// Identical 16-bit results on every rank: every rank takes the same branch.
+void CompressedAllreduce::adjust_range_scale(bool overflowed) {
+  if (options_.codec != Codec::fp16 || !options_.range_scale) return;
+  if (overflowed) {
+    range_scale_ = std::max(1.0f, range_scale_ / 2);
+    calls_since_overflow_ = 0;
+  } else if (++calls_since_overflow_ >= kRangeGrowthCalls) {
+    range_scale_ = std::min(kMaxRangeScale, range_scale_ * 2);
+    calls_since_overflow_ = 0;
+  }
 }
 
 }  // namespace tandem::compression

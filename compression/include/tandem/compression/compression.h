@@ -1,8 +1,8 @@
 // Gradient compression: f32 all-reduces whose values travel in 16 bits.
 //
 // A CompressedAllreduce wraps a Communicator. Each call
-//   1. prescales the f32 input by 1/P (P = predivide factor, default the
-//      world size) and rounds it to fp16 or bf16 (nearest-even) into a 16-bit
+//   1. prescales the f32 input by R/P (P = predivide factor, default the
+//      world size; R the range scale below) and rounds it to fp16 or bf16 (nearest-even) into a 16-bit
 //      staging buffer from Communicator::allocate_shared (so on one host the
 //      direct shared-memory path carries the 16-bit values, reused across calls);
 //   2. all-reduces the staging buffer with the communicator's f16/bf16 sum,
@@ -10,8 +10,8 @@
 //      shared-memory fold: accumulation is never done in 16 bits;
 //   3. checks the 16-bit result for inf/NaN. The all-reduce leaves every rank
 //      with bitwise-identical bytes, so every rank takes the same branch with
-//      no extra agreement step. Finite: widen to f32 and postscale (sum: by P;
-//      avg: by P/N) into the caller's buffer. Not finite (an overflow, or a
+//      no extra agreement step. Finite: widen to f32 and postscale (sum: by P/R;
+//      avg: by P/(N R)) into the caller's buffer. Not finite (an overflow, or a
 //      non-finite input): the call re-runs as a plain f32 all-reduce of the
 //      caller's untouched data and counts a fallback. No inf produced by the
 //      codec ever reaches the caller; the result is non-finite only when the
@@ -23,10 +23,20 @@
 // keeps the 16-bit partial sums within the range of the inputs, so N ranks
 // near fp16's maximum do not overflow; P = 1 is "sum, then divide".
 //
+// Range scale (fp16 only, on by default): fp16's normal range starts at
+// 2^-14, and most gradient components lie below it (subnormal, or 0 below
+// 2^-24), so the encoding also multiplies by a power of two R and the
+// decoding divides by it: exact, and it lifts small values into the range
+// where fp16 keeps 11 bits. R starts at 2^10, halves after a call that
+// overflowed (which falls back as above; never below 1) and doubles after
+// 1000 calls in a row that did not (never above 2^24): AMP's dynamic loss
+// scaling, moved to the wire. Every rank sees the same 16-bit result, so
+// every rank moves R the same way with no agreement step.
+//
 // Error feedback (optional, per call): the caller owns a residual of `count`
 // floats (zero at first). The call sends v = data + residual (and leaves v in
 // `data` until the result overwrites it) and stores the new rounding error
-// (v / P - 16-bit(v / P)) * P in the residual, so what rounding dropped in
+// (v R/P - 16-bit(v R/P)) * P/R in the residual, so what rounding dropped in
 // one step is sent in the next. On a fallback v travels exactly in f32 and
 // the residual is cleared.
 //
@@ -60,7 +70,8 @@ DataType wire_dtype(Codec c);
 // input is rounded once when encoded and each of the N-1 additions rounds its
 // partial sum (at most S/P) once, so
 //   |result - exact| <= 2N u S + 2N P 2^-24 (fp16's subnormal spacing; bf16: 0)
-// (2N rather than 2N-1 leaves room for the f32 scaling). none: 0.
+// (2N rather than 2N-1 leaves room for the f32 scaling). none: 0. The range
+// scale R >= 1 only divides the subnormal term, so the bound holds for any R.
 double error_bound(Codec c, int world_size, double predivide, double magnitude_sum);
 
 struct CompressionOptions {
@@ -71,6 +82,8 @@ struct CompressionOptions {
   // Whether callers are expected to pass a residual (informational for the
   // gradient-sync engine; allreduce() uses whatever residual it is given).
   bool error_feedback = false;
+  // fp16's range scale (above). false: values travel at 1/P, as before it.
+  bool range_scale = true;
 };
 
 struct CompressionStats {  // cumulative
@@ -100,15 +113,23 @@ class CompressedAllreduce {
   const CompressionOptions& options() const { return options_; }
   // The predivide factor in effect (options().predivide_factor, or the world size for 0).
   double predivide() const;
+  // The range scale R the next call encodes with (1 unless fp16 with range_scale).
+  float range_scale() const { return range_scale_; }
+
+  static constexpr float kInitialRangeScale = 0x1p10f, kMaxRangeScale = 0x1p24f;
+  static constexpr uint32_t kRangeGrowthCalls = 1000;
 
  private:
   void reserve_stage(size_t count);
+  void adjust_range_scale(bool overflowed);
 
   Communicator& comm_;
   CompressionOptions options_;
   CompressionStats stats_;
   uint16_t* stage_ = nullptr;  // allocate_shared, grown on demand, reused across calls
   size_t stage_count_ = 0;
+  float range_scale_ = 1.0f;
+  uint32_t calls_since_overflow_ = 0;
 };
 
 // ---- the codec on its own (run-time dispatch: AVX-512, AVX2+F16C, scalar) ----
