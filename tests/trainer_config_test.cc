@@ -490,6 +490,13 @@ TEST_F(TrainerMetrics, FileSummaryAndResumeTruncation) {
   const std::string table = summary_table(s, 0.85);
   EXPECT_NE(table.find("time to 85.0% validation accuracy  10.0 s"), std::string::npos) << table;
   EXPECT_NE(table.find("communication hidden               75.0%"), std::string::npos) << table;
+  TrialSummary none;  // a trial that failed before its first step says so, without a table of zeros
+  none.restarts = 1;
+  const std::string empty = summary_table(none, 0.85);
+  EXPECT_NE(empty.find("batches trained                    0 (the trial stopped before its first step)"),
+            std::string::npos) << empty;
+  EXPECT_NE(empty.find("restarts                           1, "), std::string::npos) << empty;
+  EXPECT_EQ(empty.find("throughput"), std::string::npos) << empty;
   { MetricsWriter resumed(path, 6); }  // a restart from batch 6 drops what came after
   s = read_metrics(path);
   EXPECT_EQ(s.train.size(), 6u);

@@ -195,6 +195,16 @@ std::string summary_table(const TrialSummary& s, double target) {
   const double step = s.mean(&TrainRecord::step);
   auto share = [&](double v) { return step > 0 ? num("%.1f%%", 100 * v / step) : std::string("-"); };
   o << "summary\n";
+  auto restarts = [&] {
+    row("restarts",
+        std::to_string(s.restarts) + (s.restarts ? ", " + num("%.1f s", s.lost_time) + " lost to failures" : ""));
+  };
+  if (s.train.empty()) {  // stopped before its first step: no figures to show
+    row("batches trained", "0 (the trial stopped before its first step)");
+    if (s.wall_time > 0) row("wall time", num("%.1f s", s.wall_time));
+    restarts();
+    return o.str();
+  }
   row("slots", std::to_string(s.slots));
   row("global batch", std::to_string(s.global_batch));
   row("batches trained", std::to_string(s.train.empty() ? 0 : s.train.back().batch));
@@ -236,7 +246,7 @@ std::string summary_table(const TrialSummary& s, double target) {
     row("validation and checkpoints", num("%.1f s", off_training) + " (" + num("%.1f%%", 100 * off_training / wall) +
                                           " of the wall time)");
   row("stalls", std::to_string(s.stalls));
-  row("restarts", std::to_string(s.restarts) + (s.restarts ? ", " + num("%.1f s", s.lost_time) + " lost to failures" : ""));
+  restarts();
   return o.str();
 }
 
