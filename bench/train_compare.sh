@@ -38,6 +38,8 @@ usage: bench/train_compare.sh [options]
   --layer-slices K     hyperparameters.layer_slices for every run (default: the config's)
   --fusion-threshold M optimizations.tensor_fusion_threshold in MB (tandem's largest bucket, DDP's bucket_cap_mb)
   --error-feedback     tandem's fp16 link row with optimizations.error_feedback (what rounding dropped is sent next step)
+  --rounding-control   with --layer-slices: also DDP on one host with each sliced layer as separate layers (the same
+                       function and trajectory, fc1 computed in blocks as tandem does): how far rounding alone moves DDP
   --output DIR         results (default build/train-compare)
   --seed N             reproducibility.experiment_seed for every run (default: the config's)
   --seeds N,N,...      every run for the first seed (with --core, only its rows), the 2-slot rows for the others, each into DIR/seed-N;
@@ -50,7 +52,7 @@ EOF
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 config="$repo/trainer/examples/fashion_mnist.yaml" per_slot=32 records=38400 validate=12800 rate=1gbit
-target=0.85 out="$repo/build/train-compare" skip_local=0 slices="" fusion="" bind=auto seed="" seeds="" core=0 feedback=0
+target=0.85 out="$repo/build/train-compare" skip_local=0 slices="" fusion="" bind=auto seed="" seeds="" core=0 feedback=0 control=0
 args_in=("$@")
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -68,6 +70,7 @@ while [[ $# -gt 0 ]]; do
     --seeds) seeds="$2"; shift 2 ;;
     --core) core=1; shift ;;
     --error-feedback) feedback=1; shift ;;
+    --rounding-control) control=1; shift ;;
     --skip-local) skip_local=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "train_compare: unknown option '$1'" >&2; usage >&2; exit 2 ;;
@@ -139,6 +142,13 @@ if (( ! skip_local && ! core )); then
     --channels-last --output "$out/local/ddp-cl-slots-2"
 fi
 [[ -f "$out/local/ddp-cl-slots-2/metrics.jsonl" ]] && compare+=("DDP gloo channels-last, one host=$out/local/ddp-cl-slots-2")
+if (( control && ! skip_local )) && [[ -n "$slices" && "$slices" != 1 ]]; then
+  echo "== one host: DDP (gloo), $slices separate slices, 2 ranks (rounding control)"
+  /usr/bin/python3 "$repo/trainer/ddp_anchor.py" "$out/exp.yaml" --slots 2 --per-slot-batch "$per_slot" \
+    --separate-slices --output "$out/local/ddp-separate-slots-2"
+fi
+[[ -f "$out/local/ddp-separate-slots-2/metrics.jsonl" ]] &&
+  compare+=("DDP gloo, separate slices, one host=$out/local/ddp-separate-slots-2")
 if (( EUID != 0 )); then
   echo "train_compare: not root: skipping the runs between network namespaces" >&2
 else

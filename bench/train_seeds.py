@@ -11,6 +11,11 @@ does (its ratio is "not reached" and sorts last). "same-trajectory" ratios
 divide the times to the last validation (the same records trained and
 validated): what time to the target would be if both crossed it at the same
 validation, as they do when they train bitwise the same trajectory.
+
+Final accuracies: each system's difference from DDP's in points per seed,
+their mean and standard error. With --rounding-control runs the table also
+has DDP with its sliced layers as separate layers (the same trajectory,
+other rounding): how far rounding alone moves DDP's own final accuracy.
 """
 import argparse
 import json
@@ -25,11 +30,18 @@ SYSTEMS = [  # (column, directory under a seed's run)
     ("tandem fp16, link", "link-tandem-fp16"),
     ("DDP gloo, link", "link-ddp"),
     ("DDP fp16 hook, link", "link-ddp-fp16"),
+    ("DDP separate slices, one host", "local/ddp-separate-slots-2"),
 ]
 RATIOS = [  # (column, numerator, denominator)
     ("one host ÷ DDP", "tandem, one host", "DDP gloo, one host"),
     ("link ÷ DDP", "tandem fp16, link", "DDP gloo, link"),
     ("link ÷ DDP fp16", "tandem fp16, link", "DDP fp16 hook, link"),
+]
+ACCURACY_GAPS = [  # (row, system, against)
+    ("tandem one host − DDP", "tandem, one host", "DDP gloo, one host"),
+    ("DDP separate slices − DDP (rounding alone)", "DDP separate slices, one host", "DDP gloo, one host"),
+    ("tandem fp16 link − DDP", "tandem fp16, link", "DDP gloo, link"),
+    ("DDP fp16 hook − DDP", "DDP fp16 hook, link", "DDP gloo, link"),
 ]
 
 
@@ -60,6 +72,22 @@ def fmt(v, spec):
 
 def fmt_ratio(v):
     return "DDP not reached" if v == 0.0 else fmt(v, ".2f")
+
+
+def accuracy_gaps(rows):
+    """Lines of a table: final accuracy minus DDP's, in points, per seed, mean and standard error."""
+    seeds = [seed for seed, _, _ in rows]
+    out = ["", "Final validation accuracy minus DDP's (points)", "",
+           "| | " + " | ".join(seeds) + " | mean | standard error |", "|---|" + "---:|" * (len(seeds) + 2)]
+    for row, system, against in ACCURACY_GAPS:
+        gaps = [100 * (g[system][1] - g[against][1]) if g[system] and g[against] else None for _, g, _ in rows]
+        have = [x for x in gaps if x is not None]
+        if not have:
+            continue
+        mean = statistics.fmean(have)
+        error = statistics.stdev(have) / math.sqrt(len(have)) if len(have) > 1 else None
+        out.append(f"| {row} | " + " | ".join(fmt(x, "+.2f") for x in gaps) + f" | {mean:+.2f} | {fmt(error, '.2f')} |")
+    return out
 
 
 def main():
@@ -98,6 +126,7 @@ def main():
     med += [fmt_ratio(median([r[c] for _, _, r in rows if c in r])) for c in ratio_cols]
     med += [fmt(median([g[n][1] for _, g, _ in rows if g[n]]), ".4f") for n, _ in SYSTEMS]
     out.append("| " + " | ".join(med) + " |")
+    out += accuracy_gaps(rows)
     text = "\n".join(out) + "\n"
     print(text, end="")
     if a.output:
