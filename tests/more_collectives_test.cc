@@ -326,6 +326,65 @@ TEST(Alltoall, BlockSizeMismatchIsNamedOnEveryRank) {
   group.expect_success(60s);
 }
 
+// A blocking all-to-all runs on the caller's thread borrowing per-thread
+// arguments; one issued behind queued calls must queue with its own copy.
+// Here blocking calls of changing counts follow async ones still queued, and
+// every output is checked afterwards against the closed form.
+int alltoall_behind_queued_calls(const CommOptions& o, bool shared_memory) {
+  ring::RingOptions ring_options;
+  ring_options.shared_memory = shared_memory;
+  auto comm = ring::connect(o, ring_options);
+  const int n = comm->size(), r = comm->rank();
+  constexpr size_t kCounts[] = {5, 1024, 3, 70001};
+  std::vector<std::vector<float>> ins, outs;
+  auto fill = [&](size_t count) {
+    ins.emplace_back(count * size_t(n));
+    outs.emplace_back(count * size_t(n), -1.0f);
+    for (int q = 0; q < n; ++q) {
+      for (size_t j = 0; j < count; ++j) ins.back()[size_t(q) * count + j] = float(addressed_value(r, q, j));
+    }
+  };
+  for (int round = 0; round < 3; ++round) {
+    ins.clear();
+    outs.clear();
+    std::vector<Request> pending;
+    for (size_t count : kCounts) {  // async, then blocking: the blocking ones find work queued
+      fill(count);
+      pending.push_back(comm->alltoall_async(ins.back().data(), outs.back().data(), count, DataType::f32));
+      fill(count + 1);
+      comm->alltoall(ins.back().data(), outs.back().data(), count + 1, DataType::f32);
+    }
+    for (auto& p : pending) p.wait();
+    fill(7);  // alltoallv on an idle communicator, after the others
+    comm->alltoallv(ins.back().data(), packed(std::vector<size_t>(size_t(n), 7)), outs.back().data(),
+                    packed(std::vector<size_t>(size_t(n), 7)), DataType::f32);
+    for (size_t b = 0; b < outs.size(); ++b) {
+      const size_t count = outs[b].size() / size_t(n);
+      for (int p = 0; p < n; ++p) {
+        for (size_t j = 0; j < count; ++j) {
+          const float want = float(addressed_value(p, r, j)), got = outs[b][size_t(p) * count + j];
+          if (got != want) {
+            ADD_FAILURE() << "round " << round << " call " << b << " (count " << count << ") from rank " << p
+                          << " element " << j << ": " << got << " != " << want;
+            return kExpectationFailed;
+          }
+        }
+      }
+    }
+  }
+  return ::testing::Test::HasFailure() ? kExpectationFailed : 0;
+}
+
+TEST(Alltoall, BlockingCallsBehindQueuedCalls) {
+  for (int n : {2, 3}) {
+    for (bool shm : {true, false}) {
+      SCOPED_TRACE(std::to_string(n) + (shm ? " ranks, shared memory on" : " ranks, UCX only"));
+      RankGroup group(n, [shm](const CommOptions& o) { return alltoall_behind_queued_calls(o, shm); });
+      group.expect_success(120s);
+    }
+  }
+}
+
 TEST(PointToPoint, TagsAnySourceAndSymmetricExchange) {
   RankGroup group(3, [](const CommOptions& o) {
     auto comm = ring::connect(o, {});

@@ -18,19 +18,38 @@ void check_buffer(const char* what, const char* which, const void* p, size_t cou
   if (count > 0 && !p) throw InvalidArgument(std::string(what) + ": null " + which + " buffer with count " + std::to_string(count));
 }
 
-// One count per rank; displacements given (one per rank) or packed in rank order.
-Blocks complete(const char* what, const char* which, const Blocks& b, int size) {
+void check_blocks(const char* what, const char* which, const Blocks& b, int size) {
   if (b.counts.size() != size_t(size) || (!b.displs.empty() && b.displs.size() != size_t(size))) {
     throw InvalidArgument(std::string(what) + ": " + which + " needs one count per rank (" + std::to_string(size) +
                           "; got " + std::to_string(b.counts.size()) + ") and no displacements or one per rank (got " +
                           std::to_string(b.displs.size()) + ")");
   }
-  Blocks out = b;
-  if (out.displs.empty()) {
+}
+
+// `out` = b with its displacements given (one per rank) or packed in rank
+// order; `out` keeps its capacity, so a reused one allocates nothing.
+void complete_into(Blocks& out, const char* what, const char* which, const Blocks& b, int size) {
+  check_blocks(what, which, b, size);
+  out.counts.assign(b.counts.begin(), b.counts.end());
+  if (b.displs.empty()) {
     out.displs.resize(size_t(size));
     std::exclusive_scan(b.counts.begin(), b.counts.end(), out.displs.begin(), size_t(0));
+  } else {
+    out.displs.assign(b.displs.begin(), b.displs.end());
   }
+}
+
+Blocks complete(const char* what, const char* which, const Blocks& b, int size) {
+  Blocks out;
+  complete_into(out, what, which, b, size);
   return out;
+}
+
+// Every rank `count` elements, packed in rank order.
+void equal_into(Blocks& out, size_t count, int size) {
+  out.counts.assign(size_t(size), count);
+  out.displs.resize(size_t(size));
+  for (size_t p = 0; p < size_t(size); ++p) out.displs[p] = p * count;
 }
 
 Blocks equal(size_t count, int size) { return {std::vector<size_t>(size_t(size), count), {}}; }
@@ -43,16 +62,40 @@ struct Bound {
   Description what;
 };
 
+// An all-to-all's arguments checked; what it is for fingerprints and errors.
+Description check_alltoallv(Collective kind, const AlltoallvArgs& args) {
+  const char* what = to_string(kind);
+  check_buffer(what, "input", args.input, total(args.send));
+  check_buffer(what, "output", args.output, total(args.recv));
+  const size_t count = kind == Collective::alltoall ? args.send.counts[0] : total(args.send);
+  return {kind, count, args.dtype, std::nullopt};
+}
+
+// A blocking all-to-all's arguments, reused call after call on this thread:
+// their blocks keep their capacity, so the steady path allocates nothing.
+AlltoallvArgs& reused_alltoallv_args() {
+  thread_local AlltoallvArgs args;
+  return args;
+}
+
+// A blocking all-to-all (args filled in): on this thread, borrowing `args`,
+// when the communicator is idle; else queued with its own copy.
+void run_alltoallv(Communicator::Impl& impl, const AlltoallvArgs& args, const CollectiveOptions& opts) {
+  const Description what = check_alltoallv(args.equal ? Collective::alltoall : Collective::alltoallv, args);
+  // Two pointers: std::function holds them without allocating.
+  std::function<void(Channel&)> borrowed = [a = impl.algorithms.get(), &args](Channel& ch) { a->alltoallv(ch, args); };
+  if (impl.try_run_here(borrowed, opts, what)) return;
+  impl.run_blocking([a = impl.algorithms, args](Channel& ch) { a->alltoallv(ch, args); }, opts, what);
+}
+
 Bound alltoallv_call(Communicator::Impl& impl, Collective kind, const void* input, const Blocks& send, void* output,
                      const Blocks& recv, DataType dtype, const CollectiveOptions& opts) {
   const char* what = to_string(kind);
   const int n = impl.opts.size;
   AlltoallvArgs args{input, output, complete(what, "send", send, n), complete(what, "recv", recv, n), dtype,
                      impl.memory_type(opts), kind == Collective::alltoall};
-  check_buffer(what, "input", input, total(send));
-  check_buffer(what, "output", output, total(recv));
-  const size_t count = kind == Collective::alltoall ? send.counts[0] : total(send);
-  return {[a = impl.algorithms, args](Channel& ch) { a->alltoallv(ch, args); }, {kind, count, dtype, std::nullopt}};
+  const Description d = check_alltoallv(kind, args);
+  return {[a = impl.algorithms, args](Channel& ch) { a->alltoallv(ch, args); }, d};
 }
 
 Bound reduce_call(Communicator::Impl& impl, const ReduceArgs& args) {
@@ -114,8 +157,15 @@ Request Communicator::alltoall_async(const void* input, void* output, size_t cou
 
 void Communicator::alltoall(const void* input, void* output, size_t count, DataType dtype,
                             const CollectiveOptions& opts) {
-  const Blocks b = equal(count, size());
-  run(*impl_, false, alltoallv_call(*impl_, Collective::alltoall, input, b, output, b, dtype, opts), opts);
+  AlltoallvArgs& args = reused_alltoallv_args();
+  args.input = input;
+  args.output = output;
+  equal_into(args.send, count, size());
+  equal_into(args.recv, count, size());
+  args.dtype = dtype;
+  args.memory = impl_->memory_type(opts);
+  args.equal = true;
+  run_alltoallv(*impl_, args, opts);
 }
 
 Request Communicator::alltoallv_async(const void* input, const Blocks& send, void* output, const Blocks& recv,
@@ -125,7 +175,15 @@ Request Communicator::alltoallv_async(const void* input, const Blocks& send, voi
 
 void Communicator::alltoallv(const void* input, const Blocks& send, void* output, const Blocks& recv, DataType dtype,
                              const CollectiveOptions& opts) {
-  run(*impl_, false, alltoallv_call(*impl_, Collective::alltoallv, input, send, output, recv, dtype, opts), opts);
+  AlltoallvArgs& args = reused_alltoallv_args();
+  args.input = input;
+  args.output = output;
+  complete_into(args.send, "alltoallv", "send", send, size());
+  complete_into(args.recv, "alltoallv", "recv", recv, size());
+  args.dtype = dtype;
+  args.memory = impl_->memory_type(opts);
+  args.equal = false;
+  run_alltoallv(*impl_, args, opts);
 }
 
 Request Communicator::reduce_async(const void* input, void* output, size_t count, DataType dtype, ReduceOp op, int root,

@@ -150,18 +150,25 @@ void Communicator::Impl::run_engine() {
 // Anything already queued keeps its place: then the call queues behind it.
 void Communicator::Impl::run_blocking(std::function<void(Channel&)> body, const CollectiveOptions& o,
                                       const Description& what) {
-  bool run_here = false;
+  if (!try_run_here(body, o, what)) Request(enqueue(std::move(body), o, what)).wait();
+}
+
+bool Communicator::Impl::try_run_here(std::function<void(Channel&)>& body, const CollectiveOptions& o,
+                                      const Description& what) {
   {
     std::lock_guard<std::mutex> lock(mu);
     check_open_locked();
-    run_here = queue.empty() && !busy;
-    if (run_here) busy = true;
+    if (!queue.empty() || busy) return false;
+    busy = true;
   }
-  if (!run_here) {
-    Request(enqueue(std::move(body), o, what)).wait();
-    return;
-  }
-  Task task = make_task(std::move(body), o, what);
+  // The inline calls' request state, reused: nothing else holds it between calls.
+  if (!inline_state || inline_state.use_count() > 1) inline_state = std::make_shared<Request::State>();
+  inline_state->done = false;
+  inline_state->error = nullptr;
+  inline_state->source = -1;
+  Task task{std::move(body), inline_state, o.timeout.value_or(opts.timeout), {}, what};
+  task.deadline = Clock::now() + task.timeout;
+  task.state->deadline = task.deadline;
   execute(task);
   bool queued = false;
   {
@@ -173,6 +180,7 @@ void Communicator::Impl::run_blocking(std::function<void(Channel&)> body, const 
   // collective would cost more than the collective.
   if (queued) cv.notify_all();
   if (task.state->error) std::rethrow_exception(task.state->error);
+  return true;
 }
 
 Request Communicator::Impl::submit(bool async, std::function<void(Channel&)> body, const CollectiveOptions& o,

@@ -143,6 +143,7 @@ struct Communicator::Impl {
   uint64_t splits = 0;                                      // split() calls so far, for the new communicators' keys
   uint32_t seq = 0;                                         // engine thread only
   std::vector<ScratchBuffer> host_scratch, device_scratch;  // by slot
+  std::shared_ptr<Request::State> inline_state;             // try_run_here's, reused while nothing else holds it
   Clock::time_point next_failure_poll{};
 
   // A create() that fails after the heartbeat started must still join it.
@@ -155,6 +156,8 @@ struct Communicator::Impl {
   void map_shared_memory(Deadline deadline);
   void run_engine();
   void run_blocking(std::function<void(Channel&)> body, const CollectiveOptions& o, const Description& what);
+  // run_blocking's inline half: false, `body` untouched, when the call must queue.
+  bool try_run_here(std::function<void(Channel&)>& body, const CollectiveOptions& o, const Description& what);
   MemoryType memory_type(const CollectiveOptions& o) const;
   void execute(Task& task);
   void record_begin(const Task& task);
