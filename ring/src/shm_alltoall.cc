@@ -25,7 +25,6 @@
 #include "collectives.h"
 #include "shm_direct.h"
 #include "shm_segments.h"
-#include "unaliased_copy.h"
 
 namespace tandem::ring {
 namespace {
@@ -49,13 +48,6 @@ struct Matrix {
 
 // The directory entries a rank stages: its send counts, send displacements, receive counts.
 constexpr size_t kDirectoryFields = 3;
-
-// counted_copy without the 4K-aliasing stall (unaliased_copy.h): an
-// all-to-all's own block often lies 16 bytes past its source modulo 4 KiB.
-void copy_block(const Segments& s, void* dst, const void* src, size_t bytes) {
-  copy_unaliased(dst, src, bytes);
-  s.count_traffic(2 * bytes);
-}
 
 // Exchanges every rank's directory through one staged chunk.
 Matrix exchange_directory(Segments& s, const AlltoallvArgs& a) {
@@ -127,7 +119,7 @@ void copy_own_block(Segments& s, const AlltoallvArgs& a, std::byte* out, size_t 
   const size_t r = size_t(s.rank());
   const std::byte* from = bytes_of(a.input) + a.send.displs[r] * es;
   std::byte* to = out + a.recv.displs[r] * es;
-  if (from != to && a.send.counts[r] > 0) copy_block(s, to, from, a.send.counts[r] * es);
+  if (from != to && a.send.counts[r] > 0) s.counted_copy(to, from, a.send.counts[r] * es);
 }
 
 void direct_alltoallv(Segments& s, const AlltoallvArgs& a, const Matrix& m, Reach reach, std::byte* out) {
@@ -153,7 +145,7 @@ void staged_alltoallv(Segments& s, const AlltoallvArgs& a, const Matrix& m, std:
         for (int q = 0; q < n; ++q) {
           const size_t count = run(a.send.counts[size_t(q)], i);
           if (q == r || count == 0) continue;
-          copy_block(s, slot + size_t(q) * per_block * es,
+          s.counted_copy(slot + size_t(q) * per_block * es,
                          bytes_of(a.input) + (a.send.displs[size_t(q)] + i * per_block) * es, count * es);
         }
       },
@@ -161,7 +153,7 @@ void staged_alltoallv(Segments& s, const AlltoallvArgs& a, const Matrix& m, std:
         for (int p = 0; p < n; ++p) {
           const size_t count = run(a.recv.counts[size_t(p)], i);
           if (p == r || count == 0) continue;
-          copy_block(s, out + (a.recv.displs[size_t(p)] + i * per_block) * es, slot_of(p) + size_t(r) * per_block * es,
+          s.counted_copy(out + (a.recv.displs[size_t(p)] + i * per_block) * es, slot_of(p) + size_t(r) * per_block * es,
                          count * es);
         }
       });
@@ -199,7 +191,7 @@ void shm_alltoallv(Channel& ch, const AlltoallvArgs& a, const RingOptions& o) {
   } else {
     staged_alltoallv(s, a, m, target);
   }
-  if (aside) copy_block(s, out, target, out_bytes);
+  if (aside) s.counted_copy(out, target, out_bytes);
 }
 
 }  // namespace tandem::ring
