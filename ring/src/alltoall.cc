@@ -11,18 +11,11 @@
 
 #include "collectives.h"
 #include "tandem/reduce.h"
-#include "unaliased_copy.h"
 
 namespace tandem::ring {
 namespace {
 
 constexpr size_t kStepsInFlight = 8;
-
-// copy(), on the host without the 4K-aliasing stall (unaliased_copy.h).
-void copy_block(MemoryType memory, void* dst, const void* src, size_t bytes) {
-  if (memory == MemoryType::host) return copy_unaliased(dst, src, bytes);
-  copy(memory, dst, src, bytes);
-}
 
 // The bytes from the start of a buffer to the end of its last block.
 size_t extent(const Blocks& b, size_t esize) {
@@ -53,7 +46,7 @@ void pairwise_alltoallv(Channel& ch, const AlltoallvArgs& a) {
   // This rank's own block is copied once the first steps are posted, while the peers move theirs.
   bool own_copied = false;
   const auto copy_own = [&] {
-    copy_block(a.memory, out + a.recv.displs[size_t(r)] * es, in + a.send.displs[size_t(r)] * es,
+    copy(a.memory, out + a.recv.displs[size_t(r)] * es, in + a.send.displs[size_t(r)] * es,
          a.send.counts[size_t(r)] * es);
     own_copied = true;
   };
@@ -76,7 +69,7 @@ void pairwise_alltoallv(Channel& ch, const AlltoallvArgs& a) {
     ch.wait(rx);
     ch.wait(tx);
   }
-  if (staged) copy_block(a.memory, final_out, out, out_bytes);
+  if (staged) copy(a.memory, final_out, out, out_bytes);
 }
 
 }  // namespace tandem::ring

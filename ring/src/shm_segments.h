@@ -14,7 +14,6 @@
 
 #include "collectives.h"
 #include "tandem/reduce.h"
-#include "unaliased_copy.h"
 
 namespace tandem::ring {
 
@@ -124,10 +123,10 @@ class Segments {
 
   // Counts bytes read and written into the communicator's shared-memory traffic.
   void count_traffic(size_t bytes) const { memory_.count_traffic(bytes); }
-  // memcpy without the 4K-aliasing stall (unaliased_copy.h), counted: the
-  // bytes read and the bytes written.
+  // A host copy (tandem::copy: no 4K-aliasing stall), counted: the bytes
+  // read and the bytes written.
   void counted_copy(void* dst, const void* src, size_t bytes) const {
-    copy_unaliased(dst, src, bytes);
+    copy(MemoryType::host, dst, src, bytes);
     count_traffic(2 * bytes);
   }
 

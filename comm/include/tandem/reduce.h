@@ -24,6 +24,8 @@ void scale_avg(DataType dtype, void* data, size_t count, int divisor);
 // InvalidArgument in a build without TANDEM_WITH_CUDA.
 void reduce(MemoryType memory, DataType dtype, ReduceOp op, void* dst, const void* a, const void* b, size_t count);
 void scale_avg(MemoryType memory, DataType dtype, void* data, size_t count, int divisor);
+// On the host, memcpy without its 4K-aliasing stall (a destination 1-31
+// bytes past the source modulo 4 KiB is copied backwards in pieces).
 void copy(MemoryType memory, void* dst, const void* src, size_t bytes);
 // Scratch memory of the given type (aligned to 4 KiB on the host).
 void* allocate(MemoryType memory, size_t bytes);
