@@ -71,10 +71,17 @@ Description check_alltoallv(Collective kind, const AlltoallvArgs& args) {
   return {kind, count, args.dtype, std::nullopt};
 }
 
-// A blocking all-to-all's arguments, reused call after call on this thread:
-// their blocks keep their capacity, so the steady path allocates nothing.
-AlltoallvArgs& reused_alltoallv_args() {
+// A blocking all-to-all's arguments but its blocks (the caller fills those),
+// reused call after call on this thread: the blocks keep their capacity, so
+// the steady path allocates nothing.
+AlltoallvArgs& reused_alltoallv_args(Communicator::Impl& impl, const void* input, void* output, DataType dtype,
+                                     const CollectiveOptions& opts, bool equal) {
   thread_local AlltoallvArgs args;
+  args.input = input;
+  args.output = output;
+  args.dtype = dtype;
+  args.memory = impl.memory_type(opts);
+  args.equal = equal;
   return args;
 }
 
@@ -157,14 +164,9 @@ Request Communicator::alltoall_async(const void* input, void* output, size_t cou
 
 void Communicator::alltoall(const void* input, void* output, size_t count, DataType dtype,
                             const CollectiveOptions& opts) {
-  AlltoallvArgs& args = reused_alltoallv_args();
-  args.input = input;
-  args.output = output;
+  AlltoallvArgs& args = reused_alltoallv_args(*impl_, input, output, dtype, opts, true);
   equal_into(args.send, count, size());
   equal_into(args.recv, count, size());
-  args.dtype = dtype;
-  args.memory = impl_->memory_type(opts);
-  args.equal = true;
   run_alltoallv(*impl_, args, opts);
 }
 
@@ -175,14 +177,9 @@ Request Communicator::alltoallv_async(const void* input, const Blocks& send, voi
 
 void Communicator::alltoallv(const void* input, const Blocks& send, void* output, const Blocks& recv, DataType dtype,
                              const CollectiveOptions& opts) {
-  AlltoallvArgs& args = reused_alltoallv_args();
-  args.input = input;
-  args.output = output;
+  AlltoallvArgs& args = reused_alltoallv_args(*impl_, input, output, dtype, opts, false);
   complete_into(args.send, "alltoallv", "send", send, size());
   complete_into(args.recv, "alltoallv", "recv", recv, size());
-  args.dtype = dtype;
-  args.memory = impl_->memory_type(opts);
-  args.equal = false;
   run_alltoallv(*impl_, args, opts);
 }
 
