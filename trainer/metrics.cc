@@ -207,8 +207,8 @@ std::string summary_table(const TrialSummary& s, double target) {
   }
   row("slots", std::to_string(s.slots));
   row("global batch", std::to_string(s.global_batch));
-  row("batches trained", std::to_string(s.train.empty() ? 0 : s.train.back().batch));
-  const double wall = s.wall_time > 0 ? s.wall_time : (s.train.empty() ? 0 : s.train.back().time);
+  row("batches trained", std::to_string(s.train.back().batch));
+  const double wall = s.wall_time > 0 ? s.wall_time : s.train.back().time;
   row("wall time", num("%.1f s", wall));
   row("throughput (median)", num("%.1f samples/s", s.samples_per_s()));
   row("step time (mean)", num("%.1f ms", 1e3 * step));
@@ -222,7 +222,7 @@ std::string summary_table(const TrialSummary& s, double target) {
     row("gradients on the wire", s.compression + ", " + num("%.0f%%", 100.0 * s.wire_bytes / s.gradient_bytes) +
                                      " of their f32 bytes, " + std::to_string(s.compression_fallbacks) +
                                      " f32 fallback" + (s.compression_fallbacks == 1 ? "" : "s"));
-  if (!s.train.empty()) row("final training loss", num("%.4f", s.train.back().loss));
+  row("final training loss", num("%.4f", s.train.back().loss));
   if (!s.validation.empty()) {
     row("final validation loss", num("%.4f", s.validation.back().loss));
     row("final validation accuracy", num("%.4f", s.final_accuracy()));
