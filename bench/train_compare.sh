@@ -135,18 +135,17 @@ for c in "tandem=$out/local/slots-1" "tandem, one host=$out/local/slots-2" \
          "DDP gloo=$out/local/ddp-slots-1" "DDP gloo, one host=$out/local/ddp-slots-2"; do
   [[ -f "${c#*=}/metrics.jsonl" ]] && compare+=("$c")
 done
-if (( ! skip_local && ! core )); then
-  # tandem-train keeps the convnet's convolutions channels-last; DDP on the same layout, for reference.
-  echo "== one host: DDP (gloo), channels-last, 2 ranks"
+ddp_local() {  # directory under local/, system, [ddp_anchor.py flags]: DDP at 2 ranks on this host
+  echo "== one host: $2, 2 ranks"
   /usr/bin/python3 "$repo/trainer/ddp_anchor.py" "$out/exp.yaml" --slots 2 --per-slot-batch "$per_slot" \
-    --channels-last --output "$out/local/ddp-cl-slots-2"
+    --output "$out/local/$1" "${@:3}"
+}
+# tandem-train keeps the convnet's convolutions channels-last; DDP on the same layout, for reference.
+if (( ! skip_local && ! core )); then ddp_local ddp-cl-slots-2 "DDP gloo channels-last" --channels-last; fi
+if (( control && ! skip_local )) && [[ -n "$slices" && "$slices" != 1 ]]; then
+  ddp_local ddp-separate-slots-2 "DDP gloo, $slices separate slices (rounding control)" --separate-slices
 fi
 [[ -f "$out/local/ddp-cl-slots-2/metrics.jsonl" ]] && compare+=("DDP gloo channels-last, one host=$out/local/ddp-cl-slots-2")
-if (( control && ! skip_local )) && [[ -n "$slices" && "$slices" != 1 ]]; then
-  echo "== one host: DDP (gloo), $slices separate slices, 2 ranks (rounding control)"
-  /usr/bin/python3 "$repo/trainer/ddp_anchor.py" "$out/exp.yaml" --slots 2 --per-slot-batch "$per_slot" \
-    --separate-slices --output "$out/local/ddp-separate-slots-2"
-fi
 [[ -f "$out/local/ddp-separate-slots-2/metrics.jsonl" ]] &&
   compare+=("DDP gloo, separate slices, one host=$out/local/ddp-separate-slots-2")
 if (( EUID != 0 )); then
