@@ -1,6 +1,7 @@
 // The shared-memory mailbox: per-pair rings of slots, tag matching in posting
 // order, the receiver's cross-memory reads of large messages, and a doorbell
-// (futex) per rank to wake it from a long wait.
+// (futex) per rank to wake it from a long wait. Copies take tandem::copy
+// (no 4K-aliasing stall between a buffer and a slot).
 #include "shm_mailbox.h"
 
 #include <linux/futex.h>
@@ -14,6 +15,7 @@
 #include <string>
 
 #include "shared_segments.h"
+#include "tandem/reduce.h"
 
 namespace tandem {
 namespace {
@@ -149,7 +151,9 @@ bool ShmMailbox::try_write(Op& op) {
   if (is_inline(op.bytes)) {
     for (uint64_t i = 0; i < slots; ++i) {
       const size_t at = i * kSlotPayload, piece = std::min(kSlotPayload, op.bytes - at);
-      if (piece > 0) std::memcpy(r.slots[(seq + i) % kMailboxSlots] + kMailboxHeaderBytes, bytes_at(op.data, at), piece);
+      if (piece > 0) {
+        copy(MemoryType::host, r.slots[(seq + i) % kMailboxSlots] + kMailboxHeaderBytes, bytes_at(op.data, at), piece);
+      }
     }
   }
   auto* header = reinterpret_cast<SlotHeader*>(r.slots[seq % kMailboxSlots]);
@@ -170,7 +174,8 @@ Pending ShmMailbox::recv(int peer, uint64_t tag, void* data, size_t bytes) {
   // Messages already here come first: one (source, tag)'s keep their order.
   for (auto it = unexpected_.begin(); it != unexpected_.end(); ++it) {
     if (it->tag != tag || (peer >= 0 && it->source != peer)) continue;
-    deliver(*op, it->source, it->data.size(), [&](void* into) { std::memcpy(into, it->data.data(), it->data.size()); });
+    deliver(*op, it->source, it->data.size(),
+            [&](void* into) { copy(MemoryType::host, into, it->data.data(), it->data.size()); });
     unexpected_.erase(it);
     return Pending(op, peer, bytes, true);
   }
@@ -190,15 +195,15 @@ void ShmMailbox::deliver(Op& op, int source, size_t bytes, Copy copy) {
 
 void ShmMailbox::copy_out(const Ring& r, uint64_t seq, void* into, size_t bytes) const {
   for (size_t at = 0, i = 0; at < bytes; at += kSlotPayload, ++i) {
-    std::memcpy(bytes_at(into, at), r.slots[(seq + i) % kMailboxSlots] + kMailboxHeaderBytes,
-                std::min(kSlotPayload, bytes - at));
+    copy(MemoryType::host, bytes_at(into, at), r.slots[(seq + i) % kMailboxSlots] + kMailboxHeaderBytes,
+         std::min(kSlotPayload, bytes - at));
   }
 }
 
 void ShmMailbox::read_large(int source, uint64_t remote_address, void* into, size_t bytes) const {
   const auto* from = reinterpret_cast<const void*>(remote_address);
   if (source == rank_) {
-    std::memcpy(into, from, bytes);  // a send to oneself
+    copy(MemoryType::host, into, from, bytes);  // a send to oneself
   } else {
     peers_.read_peer(source, from, into, bytes);
   }
