@@ -242,6 +242,36 @@ std::vector<KeyRow> key_rows() {
   };
 }
 
+// layer_slices: auto (the default) is whole layers on one host and 16 slices
+// across hosts, fewer where the MLP's width allows fewer; a number is kept.
+TEST(TrainerConfig, LayerSlicesAutoFollowsTheHosts) {
+  const ExperimentConfig deflt = parse_config(kBase);
+  EXPECT_EQ(deflt.layer_slices, kAutoLayerSlices);
+  const ExperimentConfig autos = parse_config(R"(
+hyperparameters: {global_batch_size: 64, layer_slices: auto}
+searcher: {max_length: {batches: 10}}
+)");
+  EXPECT_EQ(autos.layer_slices, kAutoLayerSlices);
+  EXPECT_EQ(layer_slices_for(autos, 1), 1);
+  EXPECT_EQ(layer_slices_for(autos, 2), 16);
+  const ExperimentConfig narrow = parse_config(R"(
+hyperparameters: {global_batch_size: 64, model: mlp, mlp_hidden: 8}
+searcher: {max_length: {batches: 10}}
+)");
+  EXPECT_EQ(layer_slices_for(narrow, 3), 4);
+  const ExperimentConfig fixed = parse_config(R"(
+hyperparameters: {global_batch_size: 64, layer_slices: 4}
+searcher: {max_length: {batches: 10}}
+)");
+  EXPECT_EQ(layer_slices_for(fixed, 1), 4);
+  EXPECT_EQ(layer_slices_for(fixed, 2), 4);
+  expect_error(R"(
+hyperparameters: {global_batch_size: 64, layer_slices: many}
+searcher: {max_length: {batches: 10}}
+)",
+               {"hyperparameters.layer_slices", "'many' is not an integer"});
+}
+
 TEST(TrainerConfig, EveryKnownKeyIsHonouredOrRefusedByName) {
   const auto rows = key_rows();
   for (const auto& [section, keys] : known_config_keys()) {

@@ -346,8 +346,11 @@ ExperimentConfig parse_config(const std::string& yaml_text, const std::string& b
     r.choice(hp["model"], "hyperparameters.model", c.model, {"convnet", "mlp"});
     r.number(hp["dropout"], "hyperparameters.dropout", c.dropout, 0, 0.99, "use a drop probability in [0, 0.99], e.g. 0.4 (0 = off)");
     r.integer(hp["mlp_hidden"], "hyperparameters.mlp_hidden", c.mlp_hidden, 1, 1 << 16, "use a layer width, e.g. 256");
-    r.integer(hp["layer_slices"], "hyperparameters.layer_slices", c.layer_slices, 1, 64,
-              "use 1 (whole layers) to 64 slices per hidden fully-connected layer, e.g. 8");
+    const YAML::Node slices = hp["layer_slices"];
+    if (!(slices && slices.IsScalar() && slices.Scalar() == "auto")) {
+      r.integer(hp["layer_slices"], "hyperparameters.layer_slices", c.layer_slices, 1, 64,
+                "use auto (the default), 1 (whole layers) or up to 64 slices per hidden fully-connected layer, e.g. 8");
+    }
     // fc2 (hidden inputs a row) is the mlp layer with the fewest possible blocks.
     const int64_t most = most_row_blocks(c.mlp_hidden, c.mlp_hidden);
     if (!c.entrypoint.empty()) {
@@ -360,7 +363,7 @@ ExperimentConfig parse_config(const std::string& yaml_text, const std::string& b
           c.notes.push_back(std::string("hyperparameters.") + k +
                             " is not used: entrypoint's TorchScript module is the model");
     }
-    if (c.entrypoint.empty() && c.model == "mlp" && c.layer_slices > most)
+    if (c.entrypoint.empty() && c.model == "mlp" && c.layer_slices != kAutoLayerSlices && c.layer_slices > most)
       r.error("hyperparameters.layer_slices", std::to_string(c.layer_slices) + " slices of a " + std::to_string(c.mlp_hidden) +
                                                   "-wide layer; use at most " + std::to_string(most) +
                                                   " (each block of fc2 holds a multiple of 16 weights)");
@@ -517,6 +520,14 @@ std::string checkpoint_storage_dir(const ExperimentConfig& config, const std::st
   if (config.checkpoint_dir.empty()) return "";
   const std::filesystem::path dir(config.checkpoint_dir);
   return dir.is_absolute() ? config.checkpoint_dir : (std::filesystem::path(output_dir) / dir).string();
+}
+
+int layer_slices_for(const ExperimentConfig& c, int hosts) {
+  if (c.layer_slices != kAutoLayerSlices) return c.layer_slices;
+  if (hosts <= 1 || !c.entrypoint.empty()) return 1;
+  constexpr int64_t kAcrossHosts = 16;  // the link runs measured best with 16 (performance.md)
+  const int64_t most = c.model == "mlp" ? most_row_blocks(c.mlp_hidden, c.mlp_hidden) : kAcrossHosts;
+  return int(std::max<int64_t>(1, std::min(kAcrossHosts, most)));
 }
 
 void set_slots(ExperimentConfig& c, int slots, int64_t per_slot_batch) {

@@ -60,6 +60,9 @@ struct LrSchedule {
   double min_learning_rate = 0;   // cosine: the rate at the last step
 };
 
+// hyperparameters.layer_slices: auto, resolved by layer_slices_for() once the hosts are known.
+constexpr int kAutoLayerSlices = 0;
+
 struct ExperimentConfig {
   std::string name = "experiment";
   std::string description;
@@ -75,7 +78,9 @@ struct ExperimentConfig {
   std::string model = "convnet";  // convnet | mlp
   int mlp_hidden = 256;
   double dropout = 0.4;  // before the last layer, as the dataset's convnet
-  int layer_slices = 1;  // hidden fully-connected layers computed in this many output slices (model.h)
+  // Hidden fully-connected layers computed in this many output slices
+  // (model.h); kAutoLayerSlices: layer_slices_for() decides by the hosts.
+  int layer_slices = kAutoLayerSlices;
   // entrypoint: the absolute path of a TorchScript module (torch.jit.save); "" = the built-in model
   std::string entrypoint;
   // resources
@@ -110,6 +115,13 @@ struct ExperimentConfig {
   // A length in optimizer steps; records_per_epoch must be known (> 0).
   int64_t to_batches(const Length& l, int64_t records_per_epoch) const;
 };
+
+// The slices the trial computes with: as configured, or for auto whole layers
+// while every slot shares one host (the shared-memory all-reduce hides behind
+// compute, and whole layers round as PyTorch does) and 16 across hosts
+// (their gradient reaches a slow link block by block; fewer where the MLP's
+// width allows fewer).
+int layer_slices_for(const ExperimentConfig& config, int hosts);
 
 // Parses and validates; throws ConfigError listing every problem. A relative
 // entrypoint is resolved against `base_dir` (the YAML's directory; "" = the working directory).

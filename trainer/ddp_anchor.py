@@ -227,7 +227,9 @@ def worker(rank, world, args, addr, port):
 
     torch.manual_seed(seed)
     dropout = hp.get("dropout", 0.4)
-    slices = hp.get("layer_slices", 1) if args.separate_slices else 1
+    slices = hp.get("layer_slices", "auto") if args.separate_slices else 1
+    if slices == "auto":
+        sys.exit("ddp_anchor: --separate-slices needs hyperparameters.layer_slices as a number, not auto")
     model = Mlp(hp.get("mlp_hidden", 256), dropout, slices) if hp.get("model", "convnet") == "mlp" else ConvNet(dropout, slices)
     if args.channels_last:
         model = model.to(memory_format=torch.channels_last)

@@ -76,7 +76,8 @@ Trial::Trial(const WorkerOptions& options, ExperimentConfig config, std::unique_
 
   // The same initial parameters everywhere (seeded, then the chief's broadcast).
   torch::manual_seed(cfg_.seed);
-  model_ = cfg_.entrypoint.empty() ? make_model(cfg_.model, cfg_.mlp_hidden, cfg_.dropout, cfg_.layer_slices)
+  layer_slices_ = layer_slices_for(cfg_, comm_->topology().hosts());
+  model_ = cfg_.entrypoint.empty() ? make_model(cfg_.model, cfg_.mlp_hidden, cfg_.dropout, layer_slices_)
                                    : load_torchscript(cfg_.entrypoint);
   for (const auto& [name, p] : model_.parameters) params_.push_back(p), names_.push_back(name);
   {
@@ -213,6 +214,7 @@ void Trial::open_metrics() {
   log_->line(nlohmann::json{{"kind", "start"}, {"batch", start_}, {"time", now()}, {"origin", origin},
                             {"slots", world_}, {"global_batch", cfg_.effective_global_batch()},
                             {"per_slot_batch", per_slot_}, {"model", model_name()}, {"data", cfg_.data},
+                            {"layer_slices", layer_slices_},
                             {"total_batches", total_}, {"overlap", wo_.overlap}, {"compute_nice", compute_nice_},
                             {"deferred_updates", defer_}, {"attempt", wo_.attempt},
                             {"gradient_compression", opt.gradient_compression},

@@ -77,6 +77,7 @@ class Trial {
   ExperimentConfig cfg_;
   std::unique_ptr<Communicator> comm_;
   int rank_ = 0, world_ = 1, k_ = 1;
+  int layer_slices_ = 1;  // hyperparameters.layer_slices as resolved for these hosts
   bool chief_ = false;
 
   Dataset train_, test_;
