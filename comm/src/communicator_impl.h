@@ -175,6 +175,8 @@ struct Communicator::Impl {
   // A mismatch found by one rank, published so that every rank fails in that call.
   void publish_mismatch(const std::string& text);
   void check_calls_match(const Task& task, int waiting_on, Deadline until);
+  // Before naming a dead peer: the mismatch it published, if any, explains its exit.
+  void throw_published_mismatch(const Task& task, int waiting_on);
   // Throws the mismatch another rank published, waiting up to a second for it.
   void explain_mismatch();
   PeerFailure rank_died(int rank, const std::string& detail);

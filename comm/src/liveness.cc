@@ -46,6 +46,7 @@ void Communicator::Impl::throw_store_lost(const std::exception& e) {
 // only have died because another rank did (and then exited on its own error).
 // The store knows which rank died first; name that one when it says so.
 void Communicator::Impl::blame_first_failure(const PeerFailure& seen, const Task& task) {
+  throw_published_mismatch(task, std::max(0, seen.rank()));
   const std::string during = "; during " + describe_wait(task.what, seq, opts.rank, std::max(0, seen.rank()));
   const Deadline until = Clock::now() + std::chrono::seconds(1);
   while (Clock::now() < until) {
@@ -71,6 +72,23 @@ void Communicator::Impl::publish_mismatch(const std::string& text) {
     if (!store->try_get(key("mismatch"), until)) store->set(key("mismatch"), text, until);  // the first finding stays
   } catch (const Error& e) {
     spdlog::debug("tandem rank {}: could not publish the mismatch: {}", opts.rank, e.what());
+  }
+}
+
+// A rank that found a mismatch publishes it, throws and may exit before this
+// rank polls the store: its departure is the mismatch's doing, so a transport
+// error or a failed-rank entry names the mismatch when one is published.
+void Communicator::Impl::throw_published_mismatch(const Task& task, int waiting_on) {
+  if (!store || task.what.point_to_point()) return;
+  std::optional<std::string> mismatch;
+  try {
+    mismatch = store->try_get(key("mismatch"), Clock::now() + std::chrono::milliseconds(500));
+  } catch (const Error&) {
+    return;  // the store may be going away too: the caller names the failure
+  }
+  if (mismatch) {
+    throw CollectiveMismatch(*mismatch + " (rank " + std::to_string(opts.rank) + " learned it during " +
+                             describe_wait(task.what, seq, opts.rank, waiting_on) + ")");
   }
 }
 
@@ -131,6 +149,7 @@ void Communicator::Impl::check_health(const Task& task, int waiting_on) {
   const auto now = Clock::now();
   int dead = ucx->failed_peer();
   if (dead >= 0) {
+    throw_published_mismatch(task, waiting_on);
     throw rank_died(dead, "; its UCX endpoint reported an error during " + describe_wait(what, seq, opts.rank, waiting_on));
   }
   if (now >= next_failure_poll) {
@@ -143,8 +162,10 @@ void Communicator::Impl::check_health(const Task& task, int waiting_on) {
     } catch (const PeerFailure& e) {
       throw_store_lost(e);
     }
-    if (auto r = first_failed_rank(failed_ranks))
+    if (auto r = first_failed_rank(failed_ranks)) {
+      throw_published_mismatch(task, waiting_on);
       throw rank_died(*r, "; during " + describe_wait(what, seq, opts.rank, waiting_on));
+    }
     check_calls_match(task, waiting_on, now + store_patience());
   }
   if (now >= task.deadline) {
