@@ -17,6 +17,11 @@ std::optional<int> first_failed_rank(const std::optional<std::string>& failed_ra
   return std::atoi(failed_ranks->c_str());
 }
 
+// A mismatch another rank published, as this rank reports it.
+CollectiveMismatch learned_mismatch(const std::string& found, int rank, const std::string& during) {
+  return CollectiveMismatch(found + " (rank " + std::to_string(rank) + " learned it during " + during + ")");
+}
+
 }  // namespace
 
 // "rank 1 (host vm, pid 42) failed: <why the store recorded it><detail>".
@@ -79,17 +84,14 @@ void Communicator::Impl::publish_mismatch(const std::string& text) {
 // rank polls the store: its departure is the mismatch's doing, so a transport
 // error or a failed-rank entry names the mismatch when one is published.
 void Communicator::Impl::throw_published_mismatch(const Task& task, int waiting_on) {
-  if (!store || task.what.point_to_point()) return;
+  if (!store) return;
   std::optional<std::string> mismatch;
   try {
     mismatch = store->try_get(key("mismatch"), Clock::now() + std::chrono::milliseconds(500));
   } catch (const Error&) {
     return;  // the store may be going away too: the caller names the failure
   }
-  if (mismatch) {
-    throw CollectiveMismatch(*mismatch + " (rank " + std::to_string(opts.rank) + " learned it during " +
-                             describe_wait(task.what, seq, opts.rank, waiting_on) + ")");
-  }
+  if (mismatch) throw learned_mismatch(*mismatch, opts.rank, describe_wait(task.what, seq, opts.rank, waiting_on));
 }
 
 // What other ranks found out about this call: a mismatch, or a rank that
@@ -107,7 +109,7 @@ void Communicator::Impl::check_calls_match(const Task& task, int waiting_on, Dea
     throw_store_lost(e);
   }
   const std::string during = describe_wait(task.what, seq, opts.rank, waiting_on);
-  if (mismatch) throw CollectiveMismatch(*mismatch + " (rank " + std::to_string(opts.rank) + " learned it during " + during + ")");
+  if (mismatch) throw learned_mismatch(*mismatch, opts.rank, during);
   if (abandoned) {
     throw PeerFailure(std::atoi(abandoned->c_str()), "rank " + *abandoned +
                                                          " left the communicator after an error or abort(), during " + during);
