@@ -38,8 +38,10 @@ usage: bench/train_compare.sh [options]
   --layer-slices K     hyperparameters.layer_slices for every run (default: the config's)
   --fusion-threshold M optimizations.tensor_fusion_threshold in MB (tandem's largest bucket, DDP's bucket_cap_mb)
   --error-feedback     tandem's fp16 link row with optimizations.error_feedback (what rounding dropped is sent next step)
-  --rounding-control   with --layer-slices: also DDP on one host with each sliced layer as separate layers (the same
-                       function and trajectory, fc1 computed in blocks as tandem does): how far rounding alone moves DDP
+  --rounding-control   also DDP on one host with the convolutions channels-last, as tandem-train keeps them (tandem's
+                       trajectory bit for bit, in every seed with --seeds); with --layer-slices, also DDP with each
+                       sliced layer as separate layers (fc1 computed in blocks as tandem does): how far rounding
+                       alone moves DDP
   --output DIR         results (default build/train-compare)
   --seed N             reproducibility.experiment_seed for every run (default: the config's)
   --seeds N,N,...      every run for the first seed (with --core, only its rows), the 2-slot rows for the others, each into DIR/seed-N;
@@ -141,7 +143,7 @@ ddp_local() {  # directory under local/, system, [ddp_anchor.py flags]: DDP at 2
     --output "$out/local/$1" "${@:3}"
 }
 # tandem-train keeps the convnet's convolutions channels-last; DDP on the same layout, for reference.
-if (( ! skip_local && ! core )); then ddp_local ddp-cl-slots-2 "DDP gloo channels-last" --channels-last; fi
+if (( ! skip_local && (! core || control) )); then ddp_local ddp-cl-slots-2 "DDP gloo channels-last" --channels-last; fi
 if (( control && ! skip_local )) && [[ -n "$slices" && "$slices" != 1 ]]; then
   ddp_local ddp-separate-slots-2 "DDP gloo, $slices separate slices (rounding control)" --separate-slices
 fi

@@ -13,9 +13,12 @@ validated): what time to the target would be if both crossed it at the same
 validation, as they do when they train bitwise the same trajectory.
 
 Final accuracies: each system's difference from DDP's in points per seed,
-their mean and standard error. With --rounding-control runs the table also
-has DDP with its sliced layers as separate layers (the same trajectory,
-other rounding): how far rounding alone moves DDP's own final accuracy.
+their mean and standard error. With --rounding-control runs the tables also
+have DDP with its sliced layers as separate layers and DDP with the
+convolutions channels-last, as tandem-train keeps them (the same trajectory,
+other rounding): how far rounding alone moves DDP's own final accuracy; and
+per seed, whether tandem's one-host losses and accuracies equal DDP's on the
+same layout bit for bit, or the first batch where they part.
 """
 import argparse
 import json
@@ -31,6 +34,7 @@ SYSTEMS = [  # (column, directory under a seed's run)
     ("DDP gloo, link", "link-ddp"),
     ("DDP fp16 hook, link", "link-ddp-fp16"),
     ("DDP separate slices, one host", "local/ddp-separate-slots-2"),
+    ("DDP channels-last, one host", "local/ddp-cl-slots-2"),
 ]
 RATIOS = [  # (column, numerator, denominator)
     ("one host ÷ DDP", "tandem, one host", "DDP gloo, one host"),
@@ -40,6 +44,8 @@ RATIOS = [  # (column, numerator, denominator)
 ACCURACY_GAPS = [  # (row, system, against)
     ("tandem one host − DDP", "tandem, one host", "DDP gloo, one host"),
     ("DDP separate slices − DDP (rounding alone)", "DDP separate slices, one host", "DDP gloo, one host"),
+    ("DDP channels-last − DDP (layout alone)", "DDP channels-last, one host", "DDP gloo, one host"),
+    ("tandem one host − DDP channels-last", "tandem, one host", "DDP channels-last, one host"),
     ("tandem fp16 link − DDP", "tandem fp16, link", "DDP gloo, link"),
     ("DDP fp16 hook − DDP", "DDP fp16 hook, link", "DDP gloo, link"),
 ]
@@ -58,6 +64,30 @@ def read_run(path, target):
         if r["accuracy"] >= target and reached == math.inf:
             reached = r["time"]
     return reached, final, last
+
+
+def trajectory(path):
+    """[(batch, kind, loss or accuracy)] of one metrics.jsonl: what two runs of one trajectory share bit for bit."""
+    out = []
+    for line in open(path):
+        r = json.loads(line)
+        if r.get("kind") == "train":
+            out.append((r["batch"], "loss", r["loss"]))
+        elif r.get("kind") == "validation":
+            out.append((r["batch"], "accuracy", r["accuracy"]))
+    return out
+
+
+def same_trajectory(run, system, against):
+    """Whether two runs of one seed trained bit for bit alike, as a table cell."""
+    a, b = (os.path.join(run, sub, "metrics.jsonl") for sub in (system, against))
+    if not (os.path.exists(a) and os.path.exists(b)):
+        return None
+    ta, tb = trajectory(a), trajectory(b)
+    for x, y in zip(ta, tb):
+        if x != y:
+            return f"parts at batch {x[0]} ({x[1]})"
+    return f"identical ({len(ta)} values)" if len(ta) == len(tb) else "identical while both ran, lengths differ"
 
 
 def median(values):
@@ -127,6 +157,11 @@ def main():
     med += [fmt(median([g[n][1] for _, g, _ in rows if g[n]]), ".4f") for n, _ in SYSTEMS]
     out.append("| " + " | ".join(med) + " |")
     out += accuracy_gaps(rows)
+    same = [(seed, same_trajectory(d, "local/slots-2", "local/ddp-cl-slots-2")) for (seed, _, _), d in zip(rows, runs)]
+    if any(cell for _, cell in same):
+        out += ["", "tandem one host against DDP channels-last: training losses and validation accuracies", "",
+                "| seed | bit for bit |", "|---|---|"]
+        out += [f"| {seed} | {cell or '-'} |" for seed, cell in same]
     text = "\n".join(out) + "\n"
     print(text, end="")
     if a.output:
