@@ -106,19 +106,13 @@ size_t extent(const Blocks& b, size_t esize) {
 
 // Heap buffers out of place from kAlltoallCmaMinBytes per rank: staged while
 // the ranks' cores hand cache lines over cheaply, by cross-memory attach while
-// rank 0's hand-off probe (the all-reduce's setting) reads them far, from
-// twice the all-reduce's threshold. Near, staging ran 1.2-2x faster from 64
-// KiB to 64 MiB (2 ranks; 4 ranks level to 1.3x), 1.5x at 1 MiB with
-// hand-offs up to 210 ns; under load (hand-offs from 300 ns), cross-memory
-// attach 1.2-2.5x faster. In place, the direct path would receive aside and
-// copy back.
-uint64_t alltoall_far_ns(const RingOptions& o) {
-  return o.shm_far_handoff_ns > UINT64_MAX / 2 ? UINT64_MAX : 2 * o.shm_far_handoff_ns;
-}
-
+// rank 0's hand-off probe (the all-reduce's, same setting and verdict) reads
+// them far. Near, staging ran 1.2-2x faster from 64 KiB to 64 MiB (2 ranks;
+// 4 ranks level to 1.3x); under load, cross-memory attach 1.2-1.4x faster at
+// 64-128 KiB. In place, the direct path would receive aside and copy back.
 Offer alltoall_offer(const Segments& s, const RingOptions& o, size_t bytes, bool overlap) {
   if (overlap || bytes < kAlltoallCmaMinBytes || o.shm_cma_max_bytes == 0) return Offer::staged;
-  return cross_memory_offer(s, o, alltoall_far_ns(o));
+  return cross_memory_offer(s, o);
 }
 
 void copy_own_block(Segments& s, const AlltoallvArgs& a, std::byte* out, size_t es) {
@@ -186,7 +180,7 @@ void shm_alltoallv(Channel& ch, const AlltoallvArgs& a, const RingOptions& o) {
   const bool overlap =
       in_bytes > 0 && out_bytes > 0 && bytes_of(a.input) < out + out_bytes && out < bytes_of(a.input) + in_bytes;
   const Reach reach = arrive_direct(s, alltoall_offer(s, o, per_rank, overlap), per_rank, a.input, in_bytes, out,
-                                    out_bytes, -1, false, alltoall_far_ns(o));
+                                    out_bytes, -1, false, o.shm_far_handoff_ns);
   // In place, staged chunk i overwrites only the runs chunk i staged: safe.
   // Read directly, the peers read this rank's input until finish(), and
   // other overlaps would overwrite runs not yet staged: receive aside.

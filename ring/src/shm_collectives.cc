@@ -100,18 +100,18 @@ Offer allreduce_offer(const Segments& s, const RingOptions& o, size_t bytes) {
   if (bytes < o.shm_allreduce_cma_min_bytes || bytes > o.shm_allreduce_cma_max_bytes || o.shm_cma_max_bytes == 0) {
     return Offer::staged;
   }
-  return cross_memory_offer(s, o, o.shm_far_handoff_ns);
+  return cross_memory_offer(s, o);
 }
 
 }  // namespace
 
-Offer cross_memory_offer(const Segments& s, const RingOptions& o, uint64_t far_ns) {
+Offer cross_memory_offer(const Segments& s, const RingOptions& o) {
   switch (o.shm_allreduce_cma) {
     case ShmAllreduceCma::always: return Offer::cross_memory;
     case ShmAllreduceCma::far:
       if (s.size() != 2) return Offer::staged;
       if (s.probe_due(o.shm_probe_period)) return Offer::probe;
-      return s.far(far_ns) ? Offer::cross_memory : Offer::staged;
+      return s.far() ? Offer::cross_memory : Offer::staged;
     case ShmAllreduceCma::never: break;
   }
   return Offer::staged;
@@ -137,8 +137,7 @@ std::string shared_memory_plan(const RingOptions& o, int local_ranks, bool overs
        " where the kernel allows it (TANDEM_SHM_CMA_MAX_BYTES; outside, its system calls or page pinning cost more "
        "than staging; the broadcast of such buffers always stages, measured faster)\n";
   s += "  all-to-all of other buffers: staged; out of place from " + kib(kAlltoallCmaMinBytes) +
-       " per rank (no upper bound) by cross-memory attach where the all-reduce's would run, at twice its hand-off "
-       "threshold (TANDEM_SHM_ALLREDUCE_CMA, TANDEM_SHM_FAR_HANDOFF_NS" +
+       " per rank (no upper bound) by cross-memory attach where the all-reduce's would run (TANDEM_SHM_ALLREDUCE_CMA" +
        (o.shm_cma_max_bytes > 0 ? "" : "; off: TANDEM_SHM_CMA_MAX_BYTES=0") + ")\n";
   const size_t cma_from = std::max(o.shm_allreduce_cma_min_bytes, kDirectMinBytes);
   const std::string window = o.shm_cma_max_bytes > 0 && o.shm_allreduce_cma_max_bytes >= cma_from

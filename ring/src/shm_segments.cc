@@ -62,7 +62,6 @@ bool Segments::probe_far(uint64_t far_ns) {
       slowest = std::max(slowest, batch[kProbeBatches / 2]);
     }
     const bool far = slowest >= far_ns;
-    store_relaxed(self_->handoff_ns, slowest);
     store_release(self_->verdict, arrival_ << 1 | uint64_t(far));
     store_relaxed(self_->probed_at_ns, now_ns());
     return far;

@@ -83,12 +83,10 @@ struct Control {
   Offer offer;                    // rank 0's word on this call
   alignas(64) uint64_t finished;  // the arrival number of the last direct call this rank completed
   // The hand-off probe, each on its own cache line: rank 0 pings, a peer
-  // answers with the same value, rank 0 publishes the median one-way
-  // hand-off and then arrival * 2 + far.
+  // answers with the same value, rank 0 publishes arrival * 2 + far.
   alignas(64) uint64_t ping;
   alignas(64) uint64_t pong;
   alignas(64) uint64_t verdict;
-  uint64_t handoff_ns;
 };
 static_assert(sizeof(Control) <= kControlBytes);
 
@@ -188,9 +186,9 @@ class Segments {
   void offer(Offer o) { offer_ = o; }
   // After arrive(): rank 0's offer (the same on every rank).
   Offer rank0_offer() const { return rank0_offer_; }
-  // Whether rank 0's last hand-off probe read `far_ns` or more one way, and
-  // whether it is older than `period` (every rank reads the same clock).
-  bool far(uint64_t far_ns) const { return load_relaxed(control(0)->handoff_ns) >= far_ns; }
+  // Rank 0's last hand-off verdict, and whether it is older than `period`
+  // (every rank reads the same clock).
+  bool far() const { return (load_relaxed(control(0)->verdict) & 1) != 0; }
   bool probe_due(std::chrono::nanoseconds period) const {
     const uint64_t at = load_relaxed(control(0)->probed_at_ns);
     return at == 0 || int64_t(now_ns() - at) >= int64_t(period.count());
@@ -292,8 +290,7 @@ void fold(const Segments& s, DataType dtype, ReduceOp op, void* dst, SlotOf& slo
 inline size_t chunks_for(size_t count, size_t per_chunk) { return (count + per_chunk - 1) / per_chunk; }
 
 // What TANDEM_SHM_ALLREDUCE_CMA offers for heap buffers within the size range
-// a collective allows: always, never, or by rank 0's hand-off probe (2 ranks)
-// against the collective's threshold `far_ns`.
-Offer cross_memory_offer(const Segments& s, const RingOptions& o, uint64_t far_ns);
+// a collective allows: always, never, or by rank 0's hand-off probe (2 ranks).
+Offer cross_memory_offer(const Segments& s, const RingOptions& o);
 
 }  // namespace tandem::ring
