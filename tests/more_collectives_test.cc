@@ -7,6 +7,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <thread>
@@ -291,6 +292,35 @@ int alltoall_paths(const CommOptions& o, bool shared_memory, bool cross_memory) 
     if (::testing::Test::HasFailure()) break;
   }
   return ::testing::Test::HasFailure() ? kExpectationFailed : 0;
+}
+
+// The default path choice for heap buffers (shm_alltoall.cc): each size
+// class opens with warm calls alternating staged and cross-memory attach,
+// then a block of each, then rank 0's verdict; in-place calls count too and
+// stage. Every call's output is checked, over the opening and after it.
+int alltoall_timed_path(const CommOptions& o) {
+  auto comm = ring::connect(o, ring::RingOptions{});
+  const int n = comm->size();
+  for (size_t per_rank : {size_t(96) << 10, size_t(4) << 20}) {  // a small class and a large one
+    const size_t count = per_rank / size_t(n) / sizeof(float), bytes = per_rank + 1;
+    Bytes in(bytes), out(bytes);
+    for (int call = 0; call < 30; ++call) {
+      std::memset(out.data(), 0xab, bytes);  // no call passes on a previous one's output
+      const bool in_place = call % 7 == 3;
+      checked_alltoall(*comm, DataType::f32, {}, count, in.data(), in_place ? in.data() : out.data(),
+                       in_place ? "timed-path alltoall in place" : "timed-path alltoall");
+      if (::testing::Test::HasFailure()) return kExpectationFailed;
+    }
+  }
+  return 0;
+}
+
+TEST(Alltoall, TimedPathOpeningThenVerdict) {
+  for (int n : {2, 3}) {
+    SCOPED_TRACE(std::to_string(n) + " ranks");
+    RankGroup group(n, alltoall_timed_path);
+    group.expect_success(120s);
+  }
 }
 
 TEST(Alltoall, EverySharedMemoryPath) {

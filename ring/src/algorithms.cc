@@ -142,10 +142,7 @@ RingOptions fit_to_host(RingOptions r, const CommOptions& options) {
   if (r.shm_chunk_bytes == 0) {
     r.shm_chunk_bytes = ranks_outnumber_cores(options) ? 1 << 20 : kDefaultShmChunkBytes;
   }
-  // Ranks taking turns on a core would time the scheduler, not the cores.
-  if (r.shm_allreduce_cma == ShmAllreduceCma::far && ranks_outnumber_cores(options)) {
-    r.shm_allreduce_cma = ShmAllreduceCma::never;
-  }
+  r.ranks_outnumber_cores = ranks_outnumber_cores(options);
   return r;
 }
 

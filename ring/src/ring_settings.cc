@@ -77,7 +77,8 @@ SettingTable<RingOptions> make_table() {
                            &O::shm_cma_max_bytes));
   Setting cma = row("TANDEM_SHM_ALLREDUCE_CMA", "shm_allreduce_cma", K::choice, "far",
                     "Shared-memory all-reduce and all-to-all of buffers outside shared memory: staged, by "
-                    "cross-memory attach, or by it while the ranks' cores are far apart.");
+                    "cross-memory attach, or (far) the all-reduce by it while the ranks' cores are far apart and "
+                    "the all-to-all by whichever path rank 0 timed faster.");
   cma.accepted = {"never", "far", "always"};
   t.push_back({cma,
                [cma](O& o, const std::string& v) {

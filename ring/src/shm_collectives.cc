@@ -100,22 +100,19 @@ Offer allreduce_offer(const Segments& s, const RingOptions& o, size_t bytes) {
   if (bytes < o.shm_allreduce_cma_min_bytes || bytes > o.shm_allreduce_cma_max_bytes || o.shm_cma_max_bytes == 0) {
     return Offer::staged;
   }
-  return cross_memory_offer(s, o);
-}
-
-}  // namespace
-
-Offer cross_memory_offer(const Segments& s, const RingOptions& o) {
   switch (o.shm_allreduce_cma) {
     case ShmAllreduceCma::always: return Offer::cross_memory;
     case ShmAllreduceCma::far:
-      if (s.size() != 2) return Offer::staged;
+      // Ranks taking turns on a core would time the scheduler, not the cores.
+      if (s.size() != 2 || o.ranks_outnumber_cores) return Offer::staged;
       if (s.probe_due(o.shm_probe_period)) return Offer::probe;
       return s.far() ? Offer::cross_memory : Offer::staged;
     case ShmAllreduceCma::never: break;
   }
   return Offer::staged;
 }
+
+}  // namespace
 
 std::string shared_memory_plan(const RingOptions& o, int local_ranks, bool oversubscribed) {
   auto kib = [](size_t b) { return b >= (1 << 20) ? std::to_string(b >> 20) + " MiB" : std::to_string(b >> 10) + " KiB"; };
@@ -136,17 +133,25 @@ std::string shared_memory_plan(const RingOptions& o, int local_ranks, bool overs
        (o.shm_cma_max_bytes >= kCmaMinBytes ? kib(o.shm_cma_max_bytes) : std::string("(off)")) +
        " where the kernel allows it (TANDEM_SHM_CMA_MAX_BYTES; outside, its system calls or page pinning cost more "
        "than staging; the broadcast of such buffers always stages, measured faster)\n";
-  s += "  all-to-all of other buffers: staged; out of place from " + kib(kAlltoallCmaMinBytes) +
-       " per rank (no upper bound) by cross-memory attach where the all-reduce's would run (TANDEM_SHM_ALLREDUCE_CMA" +
-       (o.shm_cma_max_bytes > 0 ? "" : "; off: TANDEM_SHM_CMA_MAX_BYTES=0") + ")\n";
+  s += "  all-to-all of other buffers: staged; out of place from " + kib(kAlltoallCmaMinBytes) + " per rank " +
+       (o.shm_cma_max_bytes == 0 || o.shm_allreduce_cma == ShmAllreduceCma::never
+            ? std::string("too (TANDEM_SHM_CMA_MAX_BYTES=0 or TANDEM_SHM_ALLREDUCE_CMA=never)")
+        : o.shm_allreduce_cma == ShmAllreduceCma::always
+            ? std::string("by cross-memory attach (TANDEM_SHM_ALLREDUCE_CMA=always)")
+            : "staged or by cross-memory attach, whichever rank 0 timed faster for that size class (a power of "
+              "two): " + std::to_string(kPathBlock - 1) + " calls of each after " + std::to_string(kPathWarmCalls) +
+                  " warm ones, again every " + std::to_string(kPathRoundCalls) +
+                  " calls of the class (TANDEM_SHM_ALLREDUCE_CMA=never|always fixes it)") +
+       "\n";
   const size_t cma_from = std::max(o.shm_allreduce_cma_min_bytes, kDirectMinBytes);
   const std::string window = o.shm_cma_max_bytes > 0 && o.shm_allreduce_cma_max_bytes >= cma_from
                                  ? "from " + kib(cma_from) + " to " + kib(o.shm_allreduce_cma_max_bytes)
                                  : std::string();
   s += "  all-reduce of other buffers: ";
-  if (window.empty() || o.shm_allreduce_cma == ShmAllreduceCma::never) {
+  const bool far_but_oversubscribed = oversubscribed && o.shm_allreduce_cma == ShmAllreduceCma::far;
+  if (window.empty() || o.shm_allreduce_cma == ShmAllreduceCma::never || far_but_oversubscribed) {
     s += std::string("staged") +
-         (oversubscribed && o.shm_allreduce_cma == ShmAllreduceCma::never
+         (far_but_oversubscribed
               ? " (ranks outnumber cores: a hand-off probe would time the scheduler, not the cores)"
               : " (TANDEM_SHM_ALLREDUCE_CMA=never or TANDEM_SHM_CMA_MAX_BYTES=0)") +
          "\n";

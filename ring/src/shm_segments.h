@@ -33,6 +33,29 @@ constexpr size_t kCmaMinBytes = 256 << 10;
 // staged, 128 KiB 56-73 against 82-98; 32 KiB level). No upper bound: the
 // all-to-all moves each block once, where staging copies it twice.
 constexpr size_t kAlltoallCmaMinBytes = 64 << 10;
+// The all-to-all's timed choice between staging and cross-memory attach
+// (shm_alltoall.cc): one entry per power-of-two class of bytes per rank from
+// kAlltoallCmaMinBytes. Every rank counts its calls of each class (the same
+// count on all); each round of kPathRoundCalls calls opens with
+// kPathWarmCalls alternating the paths untimed (cold pages, caches and
+// branches on either path: the first six staged calls ran 2x slower), then a
+// block of kPathBlock staged calls and one of kPathBlock by cross-memory
+// attach, each timed from its second call (the first pays the switch); from
+// kPathLargeBytes per rank (longer calls, less noise, each slow trial
+// dearer) half as many.
+constexpr size_t kPathClasses = 24;
+constexpr uint64_t kPathWarmCalls = 8;
+constexpr uint64_t kPathBlock = 4;
+constexpr size_t kPathLargeBytes = 4 << 20;
+constexpr uint64_t kPathRoundCalls = 1 << 14;
+enum Path : uint64_t { kUntimed = 0, kStaged = 1, kCrossMemory = 2 };
+struct PathTrials {
+  uint64_t calls;    // this rank's calls of the class
+  uint64_t verdict;  // rank 0's Path for the rest of the round; peers read it racily
+  // Rank 0's only: when the block being timed opened, and each block's time per call.
+  uint64_t opened_at_ns;
+  uint64_t staged_ns, cross_memory_ns;
+};
 using Kind = Collective;  // its wire numbers
 // The hand-off probe: rounds of ping-pong per batch; the median batch counts.
 constexpr uint64_t kProbeRounds = 100;
@@ -87,6 +110,7 @@ struct Control {
   alignas(64) uint64_t ping;
   alignas(64) uint64_t pong;
   alignas(64) uint64_t verdict;
+  alignas(64) PathTrials alltoall_paths[kPathClasses];
 };
 static_assert(sizeof(Control) <= kControlBytes);
 
@@ -115,6 +139,12 @@ class Segments {
   Segments(Channel& ch, size_t chunk_bytes, const Call& call)
       : ch_(ch), memory_(*ch.shared_memory()), seg_(*memory_.segments()), n_(ch.size()), r_(ch.rank()),
         chunk_bytes_(chunk_bytes), call_(call), self_(control(r_)) {}
+
+  static uint64_t now_ns() {
+    return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                        std::chrono::steady_clock::now().time_since_epoch())
+                        .count());
+  }
 
   int size() const { return n_; }
   int rank() const { return r_; }
@@ -199,6 +229,8 @@ class Segments {
   // hand-off exceeds `far_ns`; every rank returns that verdict. Values carry
   // the arrival number, so probes of different calls never mix.
   bool probe_far(uint64_t far_ns);
+  // Rank `rank`'s entry of the all-to-all's timed path for size class `c`.
+  PathTrials& alltoall_paths(int rank, size_t c) const { return control(rank)->alltoall_paths[c]; }
   // After arrive(): rank p's input (and output) lie in allocate_shared memory;
   // p < 0: every rank's.
   bool registered(int p, bool output_too) const;
@@ -219,11 +251,6 @@ class Segments {
     return reinterpret_cast<SlotHeader*>(seg_.segment[size_t(rank)] + kControlBytes + (g % kSlots) * slot_bytes);
   }
   static std::byte* data(SlotHeader* h) { return reinterpret_cast<std::byte*>(h) + kHeaderBytes; }
-  static uint64_t now_ns() {
-    return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                        std::chrono::steady_clock::now().time_since_epoch())
-                        .count());
-  }
 
   template <class Stage>
   void stage_chunk(uint64_t g, size_t i, Stage& stage) {
@@ -288,9 +315,5 @@ void fold(const Segments& s, DataType dtype, ReduceOp op, void* dst, SlotOf& slo
 }
 
 inline size_t chunks_for(size_t count, size_t per_chunk) { return (count + per_chunk - 1) / per_chunk; }
-
-// What TANDEM_SHM_ALLREDUCE_CMA offers for heap buffers within the size range
-// a collective allows: always, never, or by rank 0's hand-off probe (2 ranks).
-Offer cross_memory_offer(const Segments& s, const RingOptions& o);
 
 }  // namespace tandem::ring

@@ -65,11 +65,16 @@ struct RingOptions {
   // (TANDEM_SHM_ALLREDUCE_CMA, TANDEM_SHM_FAR_HANDOFF_NS). Hosts move cores
   // apart and back within minutes; at 1 MiB staging ran 2x faster while near
   // (0.04-0.06 us), cross-memory attach 1.4x faster while far (0.25 us).
+  // The all-to-all takes the same setting, but far means timed there (its
+  // own trials of both paths, at any rank count).
   ShmAllreduceCma shm_allreduce_cma = ShmAllreduceCma::far;
   size_t shm_allreduce_cma_min_bytes = 256 << 10;
   size_t shm_allreduce_cma_max_bytes = 16 << 20;
   uint64_t shm_far_handoff_ns = 180;
   std::chrono::milliseconds shm_probe_period{1000};
+  // Not a setting: ranks outnumber cores (fit_to_host), so a hand-off probe
+  // would time the scheduler and the all-reduce's far stages.
+  bool ranks_outnumber_cores = false;
 };
 
 // "auto", "ring", "recursive_doubling" (also "rd"), "shared_memory" (also "shm"),
