@@ -139,10 +139,8 @@ std::shared_ptr<Algorithms> algorithms(const RingOptions& options) {
 }
 
 RingOptions fit_to_host(RingOptions r, const CommOptions& options) {
-  if (r.shm_chunk_bytes == 0) {
-    r.shm_chunk_bytes = ranks_outnumber_cores(options) ? 1 << 20 : kDefaultShmChunkBytes;
-  }
   r.ranks_outnumber_cores = ranks_outnumber_cores(options);
+  if (r.shm_chunk_bytes == 0) r.shm_chunk_bytes = r.ranks_outnumber_cores ? 1 << 20 : kDefaultShmChunkBytes;
   return r;
 }
 

@@ -128,6 +128,9 @@ struct AlltoallPath {
   uint64_t block_calls = 0;                 // timed calls in a block
 };
 
+// Rank 0: a timed block's time per call, from its opening to now.
+uint64_t per_call(const PathTrials& t, uint64_t calls) { return (Segments::now_ns() - t.opened_at_ns) / calls; }
+
 AlltoallPath alltoall_path(const Segments& s, const RingOptions& o, size_t bytes, bool overlap) {
   if (bytes < kAlltoallCmaMinBytes || o.shm_cma_max_bytes == 0 || !s.memory().can_copy_peer()) return {};
   switch (o.shm_allreduce_cma) {
@@ -147,7 +150,7 @@ AlltoallPath alltoall_path(const Segments& s, const RingOptions& o, size_t bytes
     if (call == warm + 1 || call == cma_block + 1) t.opened_at_ns = now;
     if (call == cma_block) path.ends_staged_block = &t, path.block_calls = block - 1;
     if (call == end) {
-      t.cross_memory_ns = (now - t.opened_at_ns) / (block - 1);
+      t.cross_memory_ns = per_call(t, block - 1);
       const bool staged = t.staged_ns != 0 && t.staged_ns <= t.cross_memory_ns;  // 0: the block's end was missed
       store_relaxed(t.verdict, staged ? kStaged : kCrossMemory);
     }
@@ -226,8 +229,7 @@ void shm_alltoallv(Channel& ch, const AlltoallvArgs& a, const RingOptions& o) {
   const AlltoallPath path = alltoall_path(s, o, per_rank, overlap);
   const Reach reach = arrive_direct(s, path.offer, per_rank, a.input, in_bytes, out, out_bytes, -1, false);
   if (path.ends_staged_block && reach != Reach::staged) {  // every rank is done with the staged block
-    PathTrials& t = *path.ends_staged_block;
-    t.staged_ns = (Segments::now_ns() - t.opened_at_ns) / path.block_calls;
+    path.ends_staged_block->staged_ns = per_call(*path.ends_staged_block, path.block_calls);
   }
   // In place, staged chunk i overwrites only the runs chunk i staged: safe.
   // Read directly, the peers read this rank's input until finish(), and

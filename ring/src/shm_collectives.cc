@@ -114,7 +114,8 @@ Offer allreduce_offer(const Segments& s, const RingOptions& o, size_t bytes) {
 
 }  // namespace
 
-std::string shared_memory_plan(const RingOptions& o, int local_ranks, bool oversubscribed) {
+std::string shared_memory_plan(const RingOptions& o, int local_ranks) {
+  const bool oversubscribed = o.ranks_outnumber_cores;
   auto kib = [](size_t b) { return b >= (1 << 20) ? std::to_string(b >> 20) + " MiB" : std::to_string(b >> 10) + " KiB"; };
   std::string s = "shared memory for " + std::to_string(local_ranks) + " ranks on this host:\n";
   s += "  below " + kib(kDirectMinBytes) + " and for buffers the others cannot read: staged through " +

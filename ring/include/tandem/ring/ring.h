@@ -73,7 +73,8 @@ struct RingOptions {
   uint64_t shm_far_handoff_ns = 180;
   std::chrono::milliseconds shm_probe_period{1000};
   // Not a setting: ranks outnumber cores (fit_to_host), so a hand-off probe
-  // would time the scheduler and the all-reduce's far stages.
+  // would time the scheduler and the all-reduce's far stages; the waits
+  // yield sooner and the chunk is larger.
   bool ranks_outnumber_cores = false;
 };
 
@@ -91,9 +92,10 @@ ShmAllreduceCma parse_shm_allreduce_cma(const std::string& name);
 // 256 KiB here (fit_to_host chooses it knowing the host).
 std::shared_ptr<Algorithms> algorithms(const RingOptions& options = {});
 
-// What the shared-memory collectives do with these options for `local_ranks`
-// ranks on one host, each threshold with its reason (for `tandem info`).
-std::string shared_memory_plan(const RingOptions& options, int local_ranks, bool oversubscribed);
+// What the shared-memory collectives do with these options (fitted to the
+// host: fit_to_host) for `local_ranks` ranks on one host, each threshold with
+// its reason (for `tandem info`).
+std::string shared_memory_plan(const RingOptions& options, int local_ranks);
 
 // The ring's table: one row per TANDEM_* variable that fills RingOptions.
 const SettingTable<RingOptions>& ring_settings();
