@@ -301,10 +301,11 @@ int alltoall_paths(const CommOptions& o, bool shared_memory, bool cross_memory) 
 int alltoall_timed_path(const CommOptions& o) {
   auto comm = ring::connect(o, ring::RingOptions{});
   const int n = comm->size();
-  for (size_t per_rank : {size_t(96) << 10, size_t(4) << 20}) {  // a small class and a large one
+  // A small class (8 warm calls, blocks of 64) and a large one (4 warm, blocks of 2), each past its opening.
+  for (auto [per_rank, calls] : {std::pair{size_t(96) << 10, 150}, std::pair{size_t(4) << 20, 30}}) {
     const size_t count = per_rank / size_t(n) / sizeof(float), bytes = per_rank + 1;
     Bytes in(bytes), out(bytes);
-    for (int call = 0; call < 30; ++call) {
+    for (int call = 0; call < calls; ++call) {
       std::memset(out.data(), 0xab, bytes);  // no call passes on a previous one's output
       const bool in_place = call % 7 == 3;
       checked_alltoall(*comm, DataType::f32, {}, count, in.data(), in_place ? in.data() : out.data(),

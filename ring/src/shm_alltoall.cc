@@ -140,7 +140,7 @@ AlltoallPath alltoall_path(const Segments& s, const RingOptions& o, size_t bytes
   }
   const size_t c = std::min<size_t>(std::bit_width(bytes / kAlltoallCmaMinBytes) - 1, kPathClasses - 1);
   const uint64_t call = s.alltoall_paths(s.rank(), c).calls++ % kPathRoundCalls;  // counted in place too
-  const uint64_t shrink = bytes >= kPathLargeBytes ? 2 : 1, warm = kPathWarmCalls / shrink, block = kPathBlock / shrink;
+  const uint64_t block = path_block_calls(bytes), warm = std::min(kPathWarmCalls, 2 * block);
   const uint64_t cma_block = warm + block, end = warm + 2 * block;
   PathTrials& t = s.alltoall_paths(0, c);
   AlltoallPath path;

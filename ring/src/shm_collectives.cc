@@ -140,8 +140,8 @@ std::string shared_memory_plan(const RingOptions& o, int local_ranks) {
         : o.shm_allreduce_cma == ShmAllreduceCma::always
             ? std::string("by cross-memory attach (TANDEM_SHM_ALLREDUCE_CMA=always)")
             : "staged or by cross-memory attach, whichever rank 0 timed faster for that size class (a power of "
-              "two): " + std::to_string(kPathBlock - 1) + " calls of each after " + std::to_string(kPathWarmCalls) +
-                  " warm ones, again every " + std::to_string(kPathRoundCalls) +
+              "two): blocks of " + kib(kPathBlockBytes) + " per rank (2 to " + std::to_string(kPathMaxBlock) +
+                  " calls) of each after up to " + std::to_string(kPathWarmCalls) + " warm calls, again every " + std::to_string(kPathRoundCalls) +
                   " calls of the class (TANDEM_SHM_ALLREDUCE_CMA=never|always fixes it)") +
        "\n";
   const size_t cma_from = std::max(o.shm_allreduce_cma_min_bytes, kDirectMinBytes);

@@ -36,17 +36,23 @@ constexpr size_t kAlltoallCmaMinBytes = 64 << 10;
 // The all-to-all's timed choice between staging and cross-memory attach
 // (shm_alltoall.cc): one entry per power-of-two class of bytes per rank from
 // kAlltoallCmaMinBytes. Every rank counts its calls of each class (the same
-// count on all); each round of kPathRoundCalls calls opens with
+// count on all); each round of kPathRoundCalls calls opens with up to
 // kPathWarmCalls alternating the paths untimed (cold pages, caches and
 // branches on either path: the first six staged calls ran 2x slower), then a
-// block of kPathBlock staged calls and one of kPathBlock by cross-memory
-// attach, each timed from its second call (the first pays the switch); from
-// kPathLargeBytes per rank (longer calls, less noise, each slow trial
-// dearer) half as many.
+// block of staged calls and one by cross-memory attach, each timed from its
+// second call (the first pays the switch). A block moves kPathBlockBytes per
+// rank, from 2 to kPathMaxBlock calls: 4 calls of 64 KiB timed the staged
+// path 1.3x faster than it ran, still filling its slots, and cross-memory
+// attach 1.5x slower, so rank 0 chose staging at 1.4x the cost. Blocks of 2
+// (from 4 MiB per rank) follow 4 warm calls: the first calls on fresh
+// buffers of 16 MiB ran 2x slower on either path, settling by the fourth.
 constexpr size_t kPathClasses = 24;
 constexpr uint64_t kPathWarmCalls = 8;
-constexpr uint64_t kPathBlock = 4;
-constexpr size_t kPathLargeBytes = 4 << 20;
+constexpr size_t kPathBlockBytes = 8 << 20;
+constexpr uint64_t kPathMaxBlock = 64;
+inline uint64_t path_block_calls(size_t bytes) {
+  return std::clamp<uint64_t>(kPathBlockBytes / std::max<size_t>(bytes, 1), 2, kPathMaxBlock);
+}
 constexpr uint64_t kPathRoundCalls = 1 << 14;
 enum Path : uint64_t { kUntimed = 0, kStaged = 1, kCrossMemory = 2 };
 struct PathTrials {
