@@ -139,10 +139,10 @@ AlltoallPath alltoall_path(const Segments& s, const RingOptions& o, size_t bytes
     case ShmAllreduceCma::far: break;
   }
   const size_t c = std::min<size_t>(std::bit_width(bytes / kAlltoallCmaMinBytes) - 1, kPathClasses - 1);
-  const uint64_t call = s.alltoall_paths(s.rank(), c).calls++ % kPathRoundCalls;  // counted in place too
+  const uint64_t call = s.alltoall_calls(c)++ % kPathRoundCalls;  // counted in place too
   const uint64_t block = path_block_calls(bytes), warm = std::min(kPathWarmCalls, 2 * block);
   const uint64_t cma_block = warm + block, end = warm + 2 * block;
-  PathTrials& t = s.alltoall_paths(0, c);
+  PathTrials& t = s.alltoall_trials(c);
   AlltoallPath path;
   if (s.rank() == 0 && call <= end) {
     const uint64_t now = Segments::now_ns();

@@ -55,8 +55,9 @@ inline uint64_t path_block_calls(size_t bytes) {
 }
 constexpr uint64_t kPathRoundCalls = 1 << 14;
 enum Path : uint64_t { kUntimed = 0, kStaged = 1, kCrossMemory = 2 };
+// Rank 0's, written only in a round's opening: peers read the verdict every
+// call, so a line rank 0 wrote every call would move between the cores every call.
 struct PathTrials {
-  uint64_t calls;    // this rank's calls of the class
   uint64_t verdict;  // rank 0's Path for the rest of the round; peers read it racily
   // Rank 0's only: when the block being timed opened, and each block's time per call.
   uint64_t opened_at_ns;
@@ -100,6 +101,7 @@ struct Control {
   alignas(64) uint64_t next;   // the next chunk number
   uint64_t peers_consumed;     // the least `consumed` last seen among peers
   uint64_t direct_calls;       // arrival numbers taken (one per direct-eligible call)
+  uint64_t alltoall_calls[kPathClasses];  // calls of each all-to-all size class (PathTrials)
   // When rank 0's hand-off probe last ran (steady clock). Peers read it and
   // the verdict below racily, only to choose whether to arrive; rank 0's
   // offer rules the path.
@@ -235,8 +237,9 @@ class Segments {
   // hand-off exceeds `far_ns`; every rank returns that verdict. Values carry
   // the arrival number, so probes of different calls never mix.
   bool probe_far(uint64_t far_ns);
-  // Rank `rank`'s entry of the all-to-all's timed path for size class `c`.
-  PathTrials& alltoall_paths(int rank, size_t c) const { return control(rank)->alltoall_paths[c]; }
+  // The all-to-all's timed path for size class `c`: rank 0's trials, and this rank's calls.
+  PathTrials& alltoall_trials(size_t c) const { return control(0)->alltoall_paths[c]; }
+  uint64_t& alltoall_calls(size_t c) const { return self_->alltoall_calls[c]; }
   // After arrive(): rank p's input (and output) lie in allocate_shared memory;
   // p < 0: every rank's.
   bool registered(int p, bool output_too) const;
