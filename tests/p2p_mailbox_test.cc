@@ -48,8 +48,8 @@ struct Message {
 // Every rank draws the same messages: each rank sends to random peers
 // (itself included), tags from a small set so that (source, tag) repeats.
 std::vector<Message> draw_messages(int n, int count, uint64_t seed) {
-  // Either side of one slot's payload (8224 B) and of the inline limit (8 slots, 65792 B).
-  static const size_t kSizes[] = {0, 1, 7, 32, 33, 8223, 8224, 8225, 16449, 65791, 65792, 65793, 1 << 20};
+  // Either side of one slot's payload (8224 B) and of the inline limit (2 slots, 16448 B).
+  static const size_t kSizes[] = {0, 1, 7, 32, 33, 8223, 8224, 8225, 16447, 16448, 16449, 65792, 1 << 20};
   std::mt19937_64 rng(seed);
   std::vector<Message> all;
   for (int k = 0; k < count; ++k) {
@@ -116,7 +116,7 @@ int random_messages(const CommOptions& o, bool shm) {
 int blocking_calls(const CommOptions& o, bool shm) {
   auto comm = open(o, shm);
   const int n = comm->size(), r = comm->rank();
-  for (size_t bytes : {size_t(0), size_t(8), size_t(8225), size_t(65792), size_t(1) << 20}) {
+  for (size_t bytes : {size_t(0), size_t(8), size_t(8225), size_t(16448), size_t(16449), size_t(1) << 20}) {
     std::vector<std::vector<uint8_t>> out{size_t(n)}, in{size_t(n)};
     std::vector<P2POp> ops;
     for (int p = 0; p < n; ++p) {
