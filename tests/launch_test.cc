@@ -335,19 +335,25 @@ TEST_F(LaunchTest, InfoPrintsTheSharedMemoryPlanInForce) {
   EXPECT_THAT(r.out, HasSubstr("4 slots of 64 KiB per rank")) << describe(r);
   EXPECT_THAT(r.out, HasSubstr("cross-memory attach from 256 KiB to 8 MiB")) << describe(r);
   EXPECT_THAT(r.out, HasSubstr("[0] cpus: ")) << describe(r);
-  if (std::thread::hardware_concurrency() < 3) {
-    EXPECT_THAT(r.out, HasSubstr("all-reduce of other buffers: staged (ranks outnumber cores")) << describe(r);
-  }
+  EXPECT_THAT(r.out, HasSubstr("all-reduce of other buffers: from 256 KiB to 16 MiB staged or by cross-memory "
+                               "attach, whichever rank 0 timed faster for that size class, in place and out of place "
+                               "apart"))
+      << describe(r);
   EXPECT_THAT(r.out, HasSubstr("all-reduce of other buffers: cross-memory attach from 256 KiB to 16 MiB "
                                "(TANDEM_SHM_ALLREDUCE_CMA=always)"))
       << describe(r);
-  // 2 ranks: the switch on the hand-off probe, its threshold and period.
-  r = run_tandem({"launch", "-n", "2", "--", tandem_bin(), "info"});
+  // 2 ranks under far: the switch on the hand-off probe, its threshold and period.
+  r = run_tandem({"launch", "-n", "2", "--", "sh", "-c", "TANDEM_SHM_ALLREDUCE_CMA=far " + tandem_bin() + " info"});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   EXPECT_THAT(r.out, HasSubstr("staged, but from 256 KiB to 16 MiB cross-memory attach while a hand-off between the "
                                "ranks' cores takes 180 ns or more one way"))
       << describe(r);
   EXPECT_THAT(r.out, HasSubstr("again every 1000 ms")) << describe(r);
+  if (std::thread::hardware_concurrency() < 3) {  // far with ranks outnumbering cores
+    r = run_tandem({"launch", "-n", "3", "--", "sh", "-c", "TANDEM_SHM_ALLREDUCE_CMA=far " + tandem_bin() + " info"});
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    EXPECT_THAT(r.out, HasSubstr("all-reduce of other buffers: staged (ranks outnumber cores")) << describe(r);
+  }
 }
 
 // A fresh 32-byte secret per job, in the ranks' environment only: never on

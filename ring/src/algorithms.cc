@@ -120,8 +120,9 @@ AllreduceAlgorithm parse_allreduce_algorithm(const std::string& name) {
 ShmAllreduceCma parse_shm_allreduce_cma(const std::string& name) {
   if (name == "never") return ShmAllreduceCma::never;
   if (name == "far") return ShmAllreduceCma::far;
+  if (name == "timed") return ShmAllreduceCma::timed;
   if (name == "always") return ShmAllreduceCma::always;
-  throw InvalidArgument("unknown TANDEM_SHM_ALLREDUCE_CMA '" + name + "'; use never, far or always");
+  throw InvalidArgument("unknown TANDEM_SHM_ALLREDUCE_CMA '" + name + "'; use never, far, timed or always");
 }
 
 std::shared_ptr<Algorithms> algorithms(const RingOptions& options) {

@@ -21,6 +21,7 @@ const char* to_string(ShmAllreduceCma c) {
   switch (c) {
     case ShmAllreduceCma::never: return "never";
     case ShmAllreduceCma::far: return "far";
+    case ShmAllreduceCma::timed: return "timed";
     case ShmAllreduceCma::always: return "always";
   }
   return "unknown";
@@ -75,11 +76,12 @@ SettingTable<RingOptions> make_table() {
                                "Largest buffer outside shared memory read by cross-memory attach instead of staged.",
                                "set it to a byte count (0: never use cross-memory attach)"),
                            &O::shm_cma_max_bytes));
-  Setting cma = row("TANDEM_SHM_ALLREDUCE_CMA", "shm_allreduce_cma", K::choice, "far",
-                    "Shared-memory all-reduce and all-to-all of buffers outside shared memory: staged, by "
-                    "cross-memory attach, or (far) the all-reduce by it while the ranks' cores are far apart and "
-                    "the all-to-all by whichever path rank 0 timed faster.");
-  cma.accepted = {"never", "far", "always"};
+  Setting cma = row("TANDEM_SHM_ALLREDUCE_CMA", "shm_allreduce_cma", K::choice, "timed",
+                    "Shared-memory all-reduce and all-to-all of buffers outside shared memory: staged (never), by "
+                    "cross-memory attach (always), by whichever rank 0 timed faster for that size (timed), or "
+                    "(far) the all-reduce by cross-memory attach while a hand-off probe reads the ranks' cores far "
+                    "apart and the all-to-all as timed.");
+  cma.accepted = {"never", "far", "timed", "always"};
   t.push_back({cma,
                [cma](O& o, const std::string& v) {
                  o.shm_allreduce_cma = parse_shm_allreduce_cma(parse_choice_setting(cma, v));

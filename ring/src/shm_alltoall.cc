@@ -18,7 +18,6 @@
 // the ranks: mapped (allocate_shared inputs) from kDirectMinBytes per rank,
 // by cross-memory attach (heap, out of place) when alltoall_path() says so.
 #include <algorithm>
-#include <bit>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -26,6 +25,7 @@
 #include "collectives.h"
 #include "shm_direct.h"
 #include "shm_segments.h"
+#include "shm_timed_path.h"
 
 namespace tandem::ring {
 namespace {
@@ -107,58 +107,21 @@ size_t extent(const Blocks& b, size_t esize) {
 
 // Heap buffers out of place from kAlltoallCmaMinBytes per rank go by
 // TANDEM_SHM_ALLREDUCE_CMA: never staged, always by cross-memory attach, and
-// by default (far) the faster of the two as rank 0 times them: which wins
-// differs by host more than any probe predicts (one host staged 1 MiB at 2
-// ranks 1.5x faster while quiet and 1.4-2.5x slower under load; another,
-// quiet, read 1 MiB by cross-memory attach 1.7x and 16 MiB 1.4x faster).
-// Every rank knows from its own count which path a call of the round's
-// opening takes, so staged calls run as staging always does, no rank
-// arriving. Rank 0 times each block from its second call's start until
-// every rank is done with the block: staged calls return before the peers
-// have read their slots and pipeline over them, so the staged block ends
-// when the next call's arrival completes; a direct call ends once all have
-// finished, so the cross-memory block ends at the next call's start. The
-// faster block per call becomes the verdict for the rest of the round. A
-// peer that reads no verdict yet (it ran ahead) arrives; if rank 0 stages,
-// that call stages. In place, the direct path would receive aside and copy
-// back: it stages.
-struct AlltoallPath {
-  Offer offer = Offer::staged;
-  PathTrials* ends_staged_block = nullptr;  // rank 0: at this call's arrival
-  uint64_t block_calls = 0;                 // timed calls in a block
-};
-
-// Rank 0: a timed block's time per call, from its opening to now.
-uint64_t per_call(const PathTrials& t, uint64_t calls) { return (Segments::now_ns() - t.opened_at_ns) / calls; }
-
-AlltoallPath alltoall_path(const Segments& s, const RingOptions& o, size_t bytes, bool overlap) {
+// by default (timed, and far) the faster of the two as rank 0 times them
+// (shm_timed_path.h): one host staged 1 MiB at 2 ranks 1.5x faster while
+// quiet and 1.4-2.5x slower under load; another, quiet, read 1 MiB by
+// cross-memory attach 1.7x and 16 MiB 1.4x faster. In place, the direct
+// path would receive aside and copy back: it stages.
+TimedPath alltoall_path(const Segments& s, const RingOptions& o, size_t bytes, bool overlap) {
   if (bytes < kAlltoallCmaMinBytes || o.shm_cma_max_bytes == 0 || !s.memory().can_copy_peer()) return {};
   switch (o.shm_allreduce_cma) {
     case ShmAllreduceCma::never: return {};
     case ShmAllreduceCma::always: return {overlap ? Offer::staged : Offer::cross_memory};
-    case ShmAllreduceCma::far: break;
+    case ShmAllreduceCma::far:
+    case ShmAllreduceCma::timed: break;
   }
-  const size_t c = std::min<size_t>(std::bit_width(bytes / kAlltoallCmaMinBytes) - 1, kPathClasses - 1);
-  const uint64_t call = s.alltoall_calls(c)++ % kPathRoundCalls;  // counted in place too
-  const uint64_t block = path_block_calls(bytes), warm = std::min(kPathWarmCalls, 2 * block);
-  const uint64_t cma_block = warm + block, end = warm + 2 * block;
-  PathTrials& t = s.alltoall_trials(c);
-  AlltoallPath path;
-  if (s.rank() == 0 && call <= end) {
-    const uint64_t now = Segments::now_ns();
-    if (call == 0) store_relaxed(t.verdict, kUntimed), t.staged_ns = t.cross_memory_ns = 0;
-    if (call == warm + 1 || call == cma_block + 1) t.opened_at_ns = now;
-    if (call == cma_block) path.ends_staged_block = &t, path.block_calls = block - 1;
-    if (call == end) {
-      t.cross_memory_ns = per_call(t, block - 1);
-      const bool staged = t.staged_ns != 0 && t.staged_ns <= t.cross_memory_ns;  // 0: the block's end was missed
-      store_relaxed(t.verdict, staged ? kStaged : kCrossMemory);
-    }
-  }
-  // The opening: warm calls alternating (staged first), a staged block, a cross-memory block.
-  const bool staged = call < warm ? call % 2 == 0 : call < cma_block ? true : call < end ? false
-                                                   : load_relaxed(t.verdict) == kStaged;
-  path.offer = overlap || staged ? Offer::staged : Offer::cross_memory;
+  TimedPath path = timed_path(s, PathFamily::alltoall, bytes);  // in place counted too: the counts agree
+  if (overlap && path.offer == Offer::cross_memory) path.offer = Offer::staged;
   return path;
 }
 
@@ -226,11 +189,9 @@ void shm_alltoallv(Channel& ch, const AlltoallvArgs& a, const RingOptions& o) {
   auto* out = bytes_of(a.output);
   const bool overlap =
       in_bytes > 0 && out_bytes > 0 && bytes_of(a.input) < out + out_bytes && out < bytes_of(a.input) + in_bytes;
-  const AlltoallPath path = alltoall_path(s, o, per_rank, overlap);
+  TimedPath path = alltoall_path(s, o, per_rank, overlap);
   const Reach reach = arrive_direct(s, path.offer, per_rank, a.input, in_bytes, out, out_bytes, -1, false);
-  if (path.ends_staged_block && reach != Reach::staged) {  // every rank is done with the staged block
-    path.ends_staged_block->staged_ns = per_call(*path.ends_staged_block, path.block_calls);
-  }
+  start_trial(path, reach);
   // In place, staged chunk i overwrites only the runs chunk i staged: safe.
   // Read directly, the peers read this rank's input until finish(), and
   // other overlaps would overwrite runs not yet staged: receive aside.
@@ -242,6 +203,7 @@ void shm_alltoallv(Channel& ch, const AlltoallvArgs& a, const RingOptions& o) {
     staged_alltoallv(s, a, m, target);
   }
   if (aside) s.counted_copy(out, target, out_bytes);
+  end_trial(s, path);
 }
 
 }  // namespace tandem::ring

@@ -40,15 +40,17 @@
 //    process_vm_readv from the peers' inputs (the all-reduce also
 //    process_vm_writev into their outputs). The reduce-scatter and allgather
 //    from kCmaMinBytes to shm_cma_max_bytes. The all-reduce (from
-//    shm_allreduce_cma_min_bytes to shm_allreduce_cma_max_bytes) by default
-//    only at 2 ranks while the
-//    *hand-off* between their cores is far: rank 0 times it with a *probe*
-//    (ping-pong through the control blocks) in a call of that window, again
-//    once the last probe is shm_probe_period old. Near, staging ran 2x
-//    faster at 1 MiB; far, 1.4x slower: every line a peer staged crosses
-//    between the cores at several times the cost, while cross-memory attach
-//    leaves a rank's slice of the peer's buffer in its own cache, where
-//    repeated in-place calls find it (buffers rewritten between calls: 1.06x).
+//    shm_allreduce_cma_min_bytes to shm_allreduce_cma_max_bytes) and the
+//    all-to-all by default where rank 0 *timed* it faster than staging on
+//    calls of that size (shm_timed_path.h). The all-reduce's earlier rule
+//    (far) stays selectable: at 2 ranks while the *hand-off* between their
+//    cores is far, as rank 0 times it with a *probe* (ping-pong through the
+//    control blocks), again once the last probe is shm_probe_period old.
+//    Near, staging ran 2x faster at 1 MiB on one host; far, 1.4x slower:
+//    every line a peer staged crosses between the cores at several times the
+//    cost, while cross-memory attach leaves a rank's slice of the peer's
+//    buffer in its own cache, where repeated in-place calls find it. Another
+//    host read near yet ran cross-memory attach 1.7x faster at 1 MiB in place.
 //  - Which way a call goes is rank 0's *offer*, published with its arrival,
 //    so every rank takes the same path whatever its own options say.
 #include <algorithm>
@@ -58,6 +60,7 @@
 #include "collectives.h"
 #include "shm_direct.h"
 #include "shm_segments.h"
+#include "shm_timed_path.h"
 
 namespace tandem::ring {
 
@@ -78,7 +81,8 @@ Reach arrive_direct(Segments& s, Offer offer, size_t bytes, const void* in, size
   switch (s.rank0_offer()) {
     case Offer::cross_memory: return Reach::cross_memory;
     case Offer::probe: return s.probe_far(far_ns) ? Reach::cross_memory : Reach::staged;
-    case Offer::staged: break;
+    case Offer::staged:
+    case Offer::staged_trial: break;
   }
   return Reach::staged;
 }
@@ -91,32 +95,50 @@ Offer window_offer(const RingOptions& o, size_t bytes) {
 }
 
 // The all-reduce of buffers the others cannot map, by cross-memory attach:
-// always, or at 2 ranks while rank 0's last probe read the hand-off as far,
-// probing again once the last probe is shm_probe_period old. Every rank
-// offers by rank 0's published probe, so that while near none arrives (the
-// arrival would cost a round trip and the staging's overlap); one that read
-// it stale only makes this call stage.
-Offer allreduce_offer(const Segments& s, const RingOptions& o, size_t bytes) {
-  if (bytes < o.shm_allreduce_cma_min_bytes || bytes > o.shm_allreduce_cma_max_bytes || o.shm_cma_max_bytes == 0) {
-    return Offer::staged;
+// always; by default (timed) where rank 0 timed it faster than staging for
+// calls of that size, in place or out of place (shm_timed_path.h); or (far)
+// at 2 ranks while rank 0's last hand-off probe read the cores far apart,
+// probing again once the last probe is shm_probe_period old. Under far every
+// rank offers by rank 0's published probe, so that while near none arrives
+// (the arrival would cost a round trip and the staging's overlap); one that
+// read it stale only makes this call stage.
+TimedPath allreduce_path(const Segments& s, const RingOptions& o, size_t bytes, bool in_place) {
+  if (bytes < o.shm_allreduce_cma_min_bytes || bytes > o.shm_allreduce_cma_max_bytes || o.shm_cma_max_bytes == 0 ||
+      !s.memory().can_copy_peer()) {
+    return {};
   }
   switch (o.shm_allreduce_cma) {
-    case ShmAllreduceCma::always: return Offer::cross_memory;
+    case ShmAllreduceCma::always: return {Offer::cross_memory};
+    case ShmAllreduceCma::timed:
+      return timed_path(s, in_place ? PathFamily::allreduce_in_place : PathFamily::allreduce, bytes);
     case ShmAllreduceCma::far:
       // Ranks taking turns on a core would time the scheduler, not the cores.
-      if (s.size() != 2 || o.ranks_outnumber_cores) return Offer::staged;
-      if (s.probe_due(o.shm_probe_period)) return Offer::probe;
-      return s.far() ? Offer::cross_memory : Offer::staged;
+      if (s.size() != 2 || o.ranks_outnumber_cores) return {};
+      if (s.probe_due(o.shm_probe_period)) return {Offer::probe};
+      return {s.far() ? Offer::cross_memory : Offer::staged};
     case ShmAllreduceCma::never: break;
   }
-  return Offer::staged;
+  return {};
+}
+
+}  // namespace
+
+namespace {
+
+std::string kib(size_t b) { return b >= (1 << 20) ? std::to_string(b >> 20) + " MiB" : std::to_string(b >> 10) + " KiB"; }
+
+// How the timed choice runs, for the plan.
+std::string timed_rule() {
+  return "a power of two of bytes per rank; blocks of " + kib(kPathBlockBytes) + " (2 to " +
+         std::to_string(kPathMaxBlock) + " calls) of each after up to " + std::to_string(kPathWarmCalls) +
+         " warm calls, each call timed from every rank present to every rank done, again every " +
+         std::to_string(kPathRoundCalls) + " calls of the class; TANDEM_SHM_ALLREDUCE_CMA=never|always fixes it";
 }
 
 }  // namespace
 
 std::string shared_memory_plan(const RingOptions& o, int local_ranks) {
   const bool oversubscribed = o.ranks_outnumber_cores;
-  auto kib = [](size_t b) { return b >= (1 << 20) ? std::to_string(b >> 20) + " MiB" : std::to_string(b >> 10) + " KiB"; };
   std::string s = "shared memory for " + std::to_string(local_ranks) + " ranks on this host:\n";
   s += "  below " + kib(kDirectMinBytes) + " and for buffers the others cannot read: staged through " +
        std::to_string(kSlots) + " slots of " + kib(o.shm_chunk_bytes) + " per rank (TANDEM_SHM_CHUNK_BYTES" +
@@ -139,10 +161,8 @@ std::string shared_memory_plan(const RingOptions& o, int local_ranks) {
             ? std::string("too (TANDEM_SHM_CMA_MAX_BYTES=0 or TANDEM_SHM_ALLREDUCE_CMA=never)")
         : o.shm_allreduce_cma == ShmAllreduceCma::always
             ? std::string("by cross-memory attach (TANDEM_SHM_ALLREDUCE_CMA=always)")
-            : "staged or by cross-memory attach, whichever rank 0 timed faster for that size class (a power of "
-              "two): blocks of " + kib(kPathBlockBytes) + " per rank (2 to " + std::to_string(kPathMaxBlock) +
-                  " calls) of each after up to " + std::to_string(kPathWarmCalls) + " warm calls, again every " + std::to_string(kPathRoundCalls) +
-                  " calls of the class (TANDEM_SHM_ALLREDUCE_CMA=never|always fixes it)") +
+            : "staged or by cross-memory attach, whichever rank 0 timed faster for that size class (" +
+                  timed_rule() + ")") +
        "\n";
   const size_t cma_from = std::max(o.shm_allreduce_cma_min_bytes, kDirectMinBytes);
   const std::string window = o.shm_cma_max_bytes > 0 && o.shm_allreduce_cma_max_bytes >= cma_from
@@ -158,6 +178,10 @@ std::string shared_memory_plan(const RingOptions& o, int local_ranks) {
          "\n";
   } else if (o.shm_allreduce_cma == ShmAllreduceCma::always) {
     s += "cross-memory attach " + window + " (TANDEM_SHM_ALLREDUCE_CMA=always), staged outside\n";
+  } else if (o.shm_allreduce_cma == ShmAllreduceCma::timed) {
+    s += window + " staged or by cross-memory attach, whichever rank 0 timed faster for that size class, in "
+         "place and out of place apart (as the all-to-all; TANDEM_SHM_ALLREDUCE_CMA=far takes the hand-off probe, "
+         "which misjudged a host where cross-memory attach ran 1.7x faster at 1 MiB in place), staged outside\n";
   } else if (local_ranks != 2) {
     s += "staged (TANDEM_SHM_ALLREDUCE_CMA=far switches at 2 ranks only, where it was measured)\n";
   } else {
@@ -178,13 +202,10 @@ std::string shared_memory_plan(const RingOptions& o, int local_ranks) {
 
 size_t shm_segment_bytes(size_t chunk_bytes) { return kControlBytes + kSlots * (kHeaderBytes + chunk_bytes); }
 
-void shm_allreduce(Channel& ch, const AllreduceArgs& a, const RingOptions& o, size_t chunk_bytes) {
-  if (a.count == 0) return;
-  Segments s(ch, chunk_bytes, call_of(Kind::allreduce, a.count, a.dtype, a.op));
+namespace {
+
+void staged_allreduce(Segments& s, const AllreduceArgs& a, const RingOptions& o, size_t chunk_bytes) {
   const size_t esize = dtype_size(a.dtype), bytes = a.count * esize;
-  const Reach reach = arrive_direct(s, allreduce_offer(s, o, bytes), bytes, a.input, bytes, a.output, bytes, -1, true,
-                                    o.shm_far_handoff_ns);
-  if (reach != Reach::staged) return direct_allreduce(s, ch, a, reach);
   const size_t per_chunk = chunk_bytes / esize;
   auto stage = [&](size_t i, std::byte* slot) {
     const size_t begin = i * per_chunk;
@@ -229,6 +250,24 @@ void shm_allreduce(Channel& ch, const AllreduceArgs& a, const RingOptions& o, si
         const auto [lo, n] = slice(std::min(per_chunk, a.count - begin), p);
         s.counted_copy(bytes_of(a.output) + (begin + lo) * esize, slot + lo * esize, n * esize);
       });
+}
+
+}  // namespace
+
+void shm_allreduce(Channel& ch, const AllreduceArgs& a, const RingOptions& o, size_t chunk_bytes) {
+  if (a.count == 0) return;
+  Segments s(ch, chunk_bytes, call_of(Kind::allreduce, a.count, a.dtype, a.op));
+  const size_t bytes = a.count * dtype_size(a.dtype);
+  TimedPath path = allreduce_path(s, o, bytes, a.input == a.output);
+  const Reach reach = arrive_direct(s, path.offer, bytes, a.input, bytes, a.output, bytes, -1, true,
+                                    o.shm_far_handoff_ns);
+  start_trial(path, reach);
+  if (reach != Reach::staged) {
+    direct_allreduce(s, ch, a, reach);
+  } else {
+    staged_allreduce(s, a, o, chunk_bytes);
+  }
+  end_trial(s, path);
 }
 
 // Each chunk carries the same run of every block: piece p of the slot holds block p's part.

@@ -33,23 +33,25 @@ constexpr size_t kCmaMinBytes = 256 << 10;
 // staged, 128 KiB 56-73 against 82-98; 32 KiB level). No upper bound: the
 // all-to-all moves each block once, where staging copies it twice.
 constexpr size_t kAlltoallCmaMinBytes = 64 << 10;
-// The all-to-all's timed choice between staging and cross-memory attach
-// (shm_alltoall.cc): one entry per power-of-two class of bytes per rank from
-// kAlltoallCmaMinBytes. Every rank counts its calls of each class (the same
+// The timed choice between staging and cross-memory attach
+// (shm_timed_path.cc): one entry per family and power-of-two class of bytes
+// per call (64 KiB steps). Every rank counts its calls of each (the same
 // count on all); each round of kPathRoundCalls calls opens with up to
 // kPathWarmCalls alternating the paths untimed (cold pages, caches and
-// branches on either path: the first six staged calls ran 2x slower), then a
-// block of staged calls and one by cross-memory attach, each timed from its
-// second call (the first pays the switch). A block moves kPathBlockBytes per
-// rank, from 2 to kPathMaxBlock calls: 4 calls of 64 KiB timed the staged
-// path 1.3x faster than it ran, still filling its slots, and cross-memory
-// attach 1.5x slower, so rank 0 chose staging at 1.4x the cost. Blocks of 2
-// (from 4 MiB per rank) follow 4 warm calls: the first calls on fresh
-// buffers of 16 MiB ran 2x slower on either path, settling by the fourth.
-constexpr size_t kPathClasses = 24;
+// branches on either path: the first six staged calls ran 2x slower; the
+// first calls on fresh buffers of 16 MiB 2x slower on either path, settling
+// by the fourth), then a block of staged calls and one by cross-memory
+// attach. A block moves kPathBlockBytes, from 2 to kPathMaxBlock calls: 4
+// calls of a 64 KiB all-to-all timed cross-memory attach 1.5x slower than it
+// ran. In place and out of place are families of their own for the
+// all-reduce: on one host cross-memory attach won 1.2x in place at 16 MiB
+// and lost 1.3x out of place. (The all-to-all in place always stages.)
+enum class PathFamily : uint8_t { alltoall, allreduce, allreduce_in_place };
+constexpr size_t kPathFamilies = 3;
+constexpr size_t kPathClasses = 16;
 constexpr uint64_t kPathWarmCalls = 8;
-constexpr size_t kPathBlockBytes = 8 << 20;
-constexpr uint64_t kPathMaxBlock = 64;
+constexpr size_t kPathBlockBytes = 1 << 20;
+constexpr uint64_t kPathMaxBlock = 16;
 inline uint64_t path_block_calls(size_t bytes) {
   return std::clamp<uint64_t>(kPathBlockBytes / std::max<size_t>(bytes, 1), 2, kPathMaxBlock);
 }
@@ -59,9 +61,9 @@ enum Path : uint64_t { kUntimed = 0, kStaged = 1, kCrossMemory = 2 };
 // call, so a line rank 0 wrote every call would move between the cores every call.
 struct PathTrials {
   uint64_t verdict;  // rank 0's Path for the rest of the round; peers read it racily
-  // Rank 0's only: when the block being timed opened, and each block's time per call.
-  uint64_t opened_at_ns;
-  uint64_t staged_ns, cross_memory_ns;
+  // Rank 0's only: the timed trials of each path, summed.
+  uint64_t staged_ns, staged_calls;
+  uint64_t cross_memory_ns, cross_memory_calls;
 };
 using Kind = Collective;  // its wire numbers
 // The hand-off probe: rounds of ping-pong per batch; the median batch counts.
@@ -72,7 +74,8 @@ constexpr size_t kProbeBatches = 3;
 // offers it with its arrival and every rank follows, so all take one path
 // whatever their own options say. probe: time the hand-off between the
 // ranks' cores first; cross-memory attach if it is far.
-enum class Offer : uint8_t { staged, cross_memory, probe };
+// staged_trial: every rank arrives, then all stage (a timed trial, shm_timed_path.h).
+enum class Offer : uint8_t { staged, cross_memory, probe, staged_trial };
 
 // What a rank called, so one that called something else learns it from the
 // first exchange instead of mixing data.
@@ -101,7 +104,7 @@ struct Control {
   alignas(64) uint64_t next;   // the next chunk number
   uint64_t peers_consumed;     // the least `consumed` last seen among peers
   uint64_t direct_calls;       // arrival numbers taken (one per direct-eligible call)
-  uint64_t alltoall_calls[kPathClasses];  // calls of each all-to-all size class (PathTrials)
+  uint64_t path_calls[kPathFamilies][kPathClasses];  // calls of each timed family and class (PathTrials)
   // When rank 0's hand-off probe last ran (steady clock). Peers read it and
   // the verdict below racily, only to choose whether to arrive; rank 0's
   // offer rules the path.
@@ -118,7 +121,7 @@ struct Control {
   alignas(64) uint64_t ping;
   alignas(64) uint64_t pong;
   alignas(64) uint64_t verdict;
-  alignas(64) PathTrials alltoall_paths[kPathClasses];
+  alignas(64) PathTrials paths[kPathFamilies][kPathClasses];
 };
 static_assert(sizeof(Control) <= kControlBytes);
 
@@ -237,9 +240,11 @@ class Segments {
   // hand-off exceeds `far_ns`; every rank returns that verdict. Values carry
   // the arrival number, so probes of different calls never mix.
   bool probe_far(uint64_t far_ns);
-  // The all-to-all's timed path for size class `c`: rank 0's trials, and this rank's calls.
-  PathTrials& alltoall_trials(size_t c) const { return control(0)->alltoall_paths[c]; }
-  uint64_t& alltoall_calls(size_t c) const { return self_->alltoall_calls[c]; }
+  // The timed path of family `f`, size class `c`: rank 0's trials, and this rank's calls.
+  PathTrials& path_trials(PathFamily f, size_t c) const { return control(0)->paths[size_t(f)][c]; }
+  uint64_t& path_calls(PathFamily f, size_t c) const { return self_->path_calls[size_t(f)][c]; }
+  // Returns once every peer has consumed every chunk this rank staged.
+  void settle() { wait_for_free_slot(self_->next); }
   // After arrive(): rank p's input (and output) lie in allocate_shared memory;
   // p < 0: every rank's.
   bool registered(int p, bool output_too) const;

@@ -15,7 +15,7 @@ namespace tandem::ring {
 
 enum class AllreduceAlgorithm { automatic, ring, recursive_doubling, shared_memory, hierarchical };
 // How the shared-memory all-reduce treats buffers outside allocate_shared memory (see RingOptions).
-enum class ShmAllreduceCma { never, far, always };
+enum class ShmAllreduceCma { never, far, timed, always };
 
 // The ring's tuning, read once from TANDEM_* variables by options_from_env()
 // (one row per field in ring_settings()).
@@ -59,15 +59,17 @@ struct RingOptions {
   size_t shm_cma_max_bytes = 8 << 20;
   // The all-reduce of such buffers, from shm_allreduce_cma_min_bytes to
   // shm_allreduce_cma_max_bytes (none when shm_cma_max_bytes is 0): staged
-  // (never), by cross-memory attach (always), or (far) at 2 ranks by
-  // cross-memory attach while rank 0's hand-off probe, re-taken every
-  // shm_probe_period, reads shm_far_handoff_ns or more one way
-  // (TANDEM_SHM_ALLREDUCE_CMA, TANDEM_SHM_FAR_HANDOFF_NS). Hosts move cores
-  // apart and back within minutes; at 1 MiB staging ran 2x faster while near
-  // (0.04-0.06 us), cross-memory attach 1.4x faster while far (0.25 us).
-  // The all-to-all takes the same setting, but far means timed there (its
-  // own trials of both paths, at any rank count).
-  ShmAllreduceCma shm_allreduce_cma = ShmAllreduceCma::far;
+  // (never), by cross-memory attach (always), by whichever rank 0 timed
+  // faster on calls of that size, in place and out of place apart (timed),
+  // or (far) at 2 ranks by cross-memory attach while rank 0's hand-off probe,
+  // re-taken every shm_probe_period, reads shm_far_handoff_ns or more one
+  // way (TANDEM_SHM_ALLREDUCE_CMA, TANDEM_SHM_FAR_HANDOFF_NS). The probe
+  // predicted one host (1 MiB staged 2x faster while near, 0.04-0.06 us;
+  // cross-memory attach 1.4x faster while far, 0.25 us) and misjudged
+  // another (near, 0.11-0.21 us, yet cross-memory attach 1.7x faster at 1
+  // MiB in place), hence timed. The all-to-all takes the same setting; far
+  // means timed there.
+  ShmAllreduceCma shm_allreduce_cma = ShmAllreduceCma::timed;
   size_t shm_allreduce_cma_min_bytes = 256 << 10;
   size_t shm_allreduce_cma_max_bytes = 16 << 20;
   uint64_t shm_far_handoff_ns = 180;

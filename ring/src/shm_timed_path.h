@@ -1,0 +1,36 @@
+// Which way a shared-memory call of heap buffers goes, staged or by
+// cross-memory attach, when rank 0 times both on the calls themselves
+// (TANDEM_SHM_ALLREDUCE_CMA=timed): which wins differs by host, by load and
+// by in place or not more than any probe predicts.
+#pragma once
+
+#include "shm_direct.h"
+#include "shm_segments.h"
+
+namespace tandem::ring {
+
+// A call's path; on rank 0 during a round's opening, also its trial's clock.
+struct TimedPath {
+  Offer offer = Offer::staged;
+  // Rank 0, a timed trial: the path it times, where its time and count add up, and its start.
+  Reach trial{};
+  uint64_t* trial_ns = nullptr;
+  uint64_t* trial_calls = nullptr;
+  uint64_t started_ns = 0;
+};
+
+// Counts the call in its family and size class (every rank does, so the
+// counts agree) and says which path it takes: a trial of the round's
+// opening, or the verdict rank 0 published after it.
+TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes);
+
+// After arrive_direct, every rank present: a trial's clock starts, if the
+// call goes the way the trial times (else the call is not counted).
+void start_trial(TimedPath& p, Reach reach);
+
+// After the call's work: rank 0 waits until every peer has read what it
+// staged (a direct call has finished on every rank already) and adds the
+// trial's time. Trials time the call alone, not the gaps between calls.
+void end_trial(Segments& s, TimedPath& p);
+
+}  // namespace tandem::ring
