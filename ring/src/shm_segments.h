@@ -61,10 +61,10 @@ enum Path : uint64_t { kUntimed = 0, kStaged = 1, kCrossMemory = 2 };
 // call, so a line rank 0 wrote every call would move between the cores every call.
 struct PathTrials {
   uint64_t verdict;  // rank 0's Path for the rest of the round; peers read it racily
-  // Rank 0's only: the timed trials of each path, summed.
-  uint64_t staged_ns, staged_calls;
-  uint64_t cross_memory_ns, cross_memory_calls;
+  // Rank 0's only: each path's fastest timed call (kNotTimed: none yet).
+  uint64_t staged_ns, cross_memory_ns;
 };
+constexpr uint64_t kNotTimed = UINT64_MAX;
 using Kind = Collective;  // its wire numbers
 // The hand-off probe: rounds of ping-pong per batch; the median batch counts.
 constexpr uint64_t kProbeRounds = 100;

@@ -12,10 +12,9 @@ namespace tandem::ring {
 // A call's path; on rank 0 during a round's opening, also its trial's clock.
 struct TimedPath {
   Offer offer = Offer::staged;
-  // Rank 0, a timed trial: the path it times, where its time and count add up, and its start.
+  // Rank 0, a timed trial: the path it times, its path's fastest call so far, and its start.
   Reach trial{};
   uint64_t* trial_ns = nullptr;
-  uint64_t* trial_calls = nullptr;
   uint64_t started_ns = 0;
 };
 
@@ -29,8 +28,9 @@ TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes);
 void start_trial(TimedPath& p, Reach reach);
 
 // After the call's work: rank 0 waits until every peer has read what it
-// staged (a direct call has finished on every rank already) and adds the
-// trial's time. Trials time the call alone, not the gaps between calls.
+// staged (a direct call has finished on every rank already) and keeps the
+// trial's time if its path's fastest yet. Trials time the call alone, not
+// the gaps between calls.
 void end_trial(Segments& s, TimedPath& p);
 
 }  // namespace tandem::ring
