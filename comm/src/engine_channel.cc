@@ -108,12 +108,30 @@ void EngineChannel::wait(Pending& p) {
   }
 }
 
+template <class F>
+void EngineChannel::copying_peer(int peer, F copy) {
+  try {
+    copy();
+  } catch (const PeerFailure&) {
+    throw;
+  } catch (const Error& e) {
+    if (impl_.opts.heartbeat.count() == 0) throw;
+    const auto bound = 2 * impl_.opts.heartbeat + impl_.opts.failure_poll;
+    for (const auto until = std::chrono::steady_clock::now() + bound; std::chrono::steady_clock::now() < until;) {
+      impl_.check_health(task_, peer);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    throw Error(std::string(e.what()) + " (a cross-memory copy with rank " + std::to_string(peer) +
+                ", not reported failed within " + std::to_string(bound.count()) + " ms after)");
+  }
+}
+
 void EngineChannel::read_peer(int peer, const void* remote, void* local, size_t bytes) {
-  blaming_first_failure([&] { impl_.shm->read_peer(peer, remote, local, bytes); });
+  blaming_first_failure([&] { copying_peer(peer, [&] { impl_.shm->read_peer(peer, remote, local, bytes); }); });
 }
 
 void EngineChannel::write_peer(int peer, void* remote, const void* local, size_t bytes) {
-  blaming_first_failure([&] { impl_.shm->write_peer(peer, remote, local, bytes); });
+  blaming_first_failure([&] { copying_peer(peer, [&] { impl_.shm->write_peer(peer, remote, local, bytes); }); });
 }
 
 void EngineChannel::idle(int peer, unsigned spins) {

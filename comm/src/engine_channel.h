@@ -53,6 +53,13 @@ class EngineChannel final : public Channel, public SharedMemory {
   template <class F>
   auto blaming_first_failure(F f) -> decltype(f());
 
+  // Runs a cross-memory copy from or to `peer`. One that fails for another
+  // reason than a vanished process (EFAULT: the peer's memory went away
+  // mid-call, as when it is killed) waits for the liveness checks to name
+  // the peer, within their bound; if none does, the copy's error stands.
+  template <class F>
+  void copying_peer(int peer, F copy);
+
   // Busy-poll like MPI; yield when ranks outnumber cores, or now and then anyway.
   void back_off(int peer, unsigned spins);
 

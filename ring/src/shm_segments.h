@@ -41,9 +41,9 @@ constexpr size_t kAlltoallCmaMinBytes = 64 << 10;
 // branches on either path: the first six staged calls ran 2x slower; the
 // first calls on fresh buffers of 16 MiB 2x slower on either path, settling
 // by the fourth), then a block of staged calls and one by cross-memory
-// attach. A block moves kPathBlockBytes, from 2 to kPathMaxBlock calls: 4
-// calls of a 64 KiB all-to-all timed cross-memory attach 1.5x slower than it
-// ran. In place and out of place are families of their own for the
+// attach. A block moves kPathBlockBytes, from 2 to kPathMaxBlock calls:
+// enough small calls that their fastest is a fair sample, few slow trials of
+// a large one. In place and out of place are families of their own for the
 // all-reduce: on one host cross-memory attach won 1.2x in place at 16 MiB
 // and lost 1.3x out of place. (The all-to-all in place always stages.)
 enum class PathFamily : uint8_t { alltoall, allreduce, allreduce_in_place };
