@@ -294,14 +294,14 @@ int alltoall_paths(const CommOptions& o, bool shared_memory, bool cross_memory) 
   return ::testing::Test::HasFailure() ? kExpectationFailed : 0;
 }
 
-// The default path choice for heap buffers (shm_alltoall.cc): each size
-// class opens with warm calls alternating staged and cross-memory attach,
-// then a block of each, then rank 0's verdict; in-place calls count too and
-// stage. Every call's output is checked, over the opening and after it.
+// The default path choice for heap buffers (shm_timed_path.cc): each size
+// class opens with a warm call of each path, then pairs of timed trials,
+// then rank 0's verdict; in-place calls count too and stage. Every call's
+// output is checked, over the opening and after it.
 int alltoall_timed_path(const CommOptions& o) {
   auto comm = ring::connect(o, ring::RingOptions{});
   const int n = comm->size();
-  // A small class (8 warm calls, blocks of 64) and a large one (4 warm, blocks of 2), each past its opening.
+  // A small class (an opening of 2 + 2 x 10 calls) and a large one (2 + 2 x 3), each past its opening.
   for (auto [per_rank, calls] : {std::pair{size_t(96) << 10, 150}, std::pair{size_t(4) << 20, 30}}) {
     const size_t count = per_rank / size_t(n) / sizeof(float), bytes = per_rank + 1;
     Bytes in(bytes), out(bytes);

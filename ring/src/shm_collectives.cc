@@ -121,18 +121,14 @@ TimedPath allreduce_path(const Segments& s, const RingOptions& o, size_t bytes, 
   return {};
 }
 
-}  // namespace
-
-namespace {
-
 std::string kib(size_t b) { return b >= (1 << 20) ? std::to_string(b >> 20) + " MiB" : std::to_string(b >> 10) + " KiB"; }
 
 // How the timed choice runs, for the plan.
 std::string timed_rule() {
-  return "a power of two of bytes per rank; blocks of " + kib(kPathBlockBytes) + " (2 to " +
-         std::to_string(kPathMaxBlock) + " calls) of each after up to " + std::to_string(kPathWarmCalls) +
-         " warm calls, each call timed from every rank present to every rank done, again every " +
-         std::to_string(kPathRoundCalls) + " calls of the class; TANDEM_SHM_ALLREDUCE_CMA=never|always fixes it";
+  return "a power of two of bytes per rank; after one call of each, pairs of timed calls, one of each, as many as "
+         "move " + kib(kPathBlockBytes) + " (3 to " + std::to_string(kPathMaxBlock) + "), each timed from every rank "
+         "present to every rank done; the path that won more pairs, again every " + std::to_string(kPathRoundCalls) +
+         " calls of the class; TANDEM_SHM_ALLREDUCE_CMA=never|always fixes it";
 }
 
 }  // namespace

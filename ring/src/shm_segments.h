@@ -36,24 +36,21 @@ constexpr size_t kAlltoallCmaMinBytes = 64 << 10;
 // The timed choice between staging and cross-memory attach
 // (shm_timed_path.cc): one entry per family and power-of-two class of bytes
 // per call (64 KiB steps). Every rank counts its calls of each (the same
-// count on all); each round of kPathRoundCalls calls opens with up to
-// kPathWarmCalls alternating the paths untimed (cold pages, caches and
-// branches on either path: the first six staged calls ran 2x slower; the
-// first calls on fresh buffers of 16 MiB 2x slower on either path, settling
-// by the fourth), then a block of staged calls and one by cross-memory
-// attach. A block moves kPathBlockBytes, from 2 to kPathMaxBlock calls:
-// enough small calls that their fastest is a fair sample, few slow trials of
-// a large one. In place and out of place are families of their own for the
-// all-reduce: on one host cross-memory attach won 1.2x in place at 16 MiB
-// and lost 1.3x out of place. (The all-to-all in place always stages.)
+// count on all); each round of kPathRoundCalls calls opens with one untimed
+// call of each path, then path_block_calls() pairs of timed calls, one of
+// each path: as many as move kPathBlockBytes, from 3 to kPathMaxBlock, so
+// that small calls give a fair sample and a large one few slow trials (two
+// pairs at 1 MiB tied as often as not). In place and out of place are
+// families of their own for the all-reduce: on one host cross-memory attach
+// won 1.6x in place at 16 MiB and lost 1.3x out of place. (The all-to-all in
+// place always stages.)
 enum class PathFamily : uint8_t { alltoall, allreduce, allreduce_in_place };
 constexpr size_t kPathFamilies = 3;
 constexpr size_t kPathClasses = 16;
-constexpr uint64_t kPathWarmCalls = 8;
 constexpr size_t kPathBlockBytes = 1 << 20;
 constexpr uint64_t kPathMaxBlock = 16;
 inline uint64_t path_block_calls(size_t bytes) {
-  return std::clamp<uint64_t>(kPathBlockBytes / std::max<size_t>(bytes, 1), 2, kPathMaxBlock);
+  return std::clamp<uint64_t>(kPathBlockBytes / std::max<size_t>(bytes, 1), 3, kPathMaxBlock);
 }
 constexpr uint64_t kPathRoundCalls = 1 << 14;
 enum Path : uint64_t { kUntimed = 0, kStaged = 1, kCrossMemory = 2 };
@@ -61,8 +58,11 @@ enum Path : uint64_t { kUntimed = 0, kStaged = 1, kCrossMemory = 2 };
 // call, so a line rank 0 wrote every call would move between the cores every call.
 struct PathTrials {
   uint64_t verdict;  // rank 0's Path for the rest of the round; peers read it racily
-  // Rank 0's only: each path's fastest timed call (kNotTimed: none yet).
+  // Rank 0's only: each path's timed calls, summed, and the pairs each won;
+  // the first call of the pair under way (kNotTimed: not counted).
   uint64_t staged_ns, cross_memory_ns;
+  uint64_t staged_wins, cross_memory_wins;
+  uint64_t pair_first_ns;
 };
 constexpr uint64_t kNotTimed = UINT64_MAX;
 using Kind = Collective;  // its wire numbers

@@ -1,63 +1,81 @@
 // The timed choice between staging and cross-memory attach (shm_timed_path.h).
 //
 // Each round of kPathRoundCalls calls of a family and size class opens with
-// warm calls alternating the two paths untimed, then a block of staged
-// calls and a block by cross-memory attach. Every rank knows from its own
-// count which path an opening call takes. In a block every rank arrives (a
-// staged trial too), so rank 0 times each call from every rank present until
-// every rank is done with it; the first call of each block pays the switch
-// and is not timed. At the first call after the opening rank 0 publishes the
-// path with the faster call (the minimum: noise only adds time, and one call
-// slowed 2x by another job had turned a mean of 15 calls); a peer that reads no verdict yet offers cross-
-// memory attach and arrives, and if rank 0 stages, that call stages.
+// one untimed call of each path (cold pages and caches), then pairs of
+// trials, one call of each path, staged first in even pairs and last in odd
+// ones, so that a drift (the first calls on fresh buffers run slower on
+// either path) falls on both alike. Every rank knows from its own count which
+// path an opening call takes. In a trial every rank arrives, staged too, so
+// rank 0 times each call from every rank present until every rank is done
+// with it. At the first call after the opening rank 0 publishes the path
+// that won more pairs (robust to a call another job slowed 2x, which had
+// turned a mean of 15 calls), on a tie the one with the lower total; a peer
+// that reads no verdict yet offers cross-memory attach and arrives, and if
+// rank 0 stages, that call stages.
 #include "shm_timed_path.h"
 
 #include <algorithm>
 #include <bit>
+#include <cstdio>
+#include <cstdlib>
 
 namespace tandem::ring {
 
 TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes) {
   const size_t c = std::min<size_t>(std::bit_width(bytes >> 16), kPathClasses - 1);
   const uint64_t call = s.path_calls(family, c)++ % kPathRoundCalls;
-  const uint64_t block = path_block_calls(bytes), warm = std::min(kPathWarmCalls, 2 * block);
-  const uint64_t cma_block = warm + block, end = warm + 2 * block;
+  const uint64_t end = 2 + 2 * path_block_calls(bytes);
   PathTrials& t = s.path_trials(family, c);
   TimedPath path;
   if (call < end) {
-    const bool staged = call < warm ? call % 2 == 0 : call < cma_block;
-    path.offer = !staged ? Offer::cross_memory : call < warm ? Offer::staged : Offer::staged_trial;
+    // One untimed call of each path, then pairs: staged first in even pairs, last in odd ones.
+    const uint64_t i = call - 2;
+    const bool warm = call < 2, staged = warm ? call == 0 : ((i / 2) % 2 == 0) == (i % 2 == 0);
+    path.offer = !staged ? Offer::cross_memory : warm ? Offer::staged : Offer::staged_trial;
     if (s.rank() != 0) return path;
     if (call == 0) {  // peers read only the verdict, and not before the opening's end
       store_relaxed(t.verdict, kUntimed);
-      t.staged_ns = t.cross_memory_ns = kNotTimed;
+      t = PathTrials{};
     }
-    if (call > warm && call != cma_block) {
+    if (!warm) {
+      path.trials = &t;
       path.trial = staged ? Reach::staged : Reach::cross_memory;
-      path.trial_ns = staged ? &t.staged_ns : &t.cross_memory_ns;
+      path.second_of_pair = i % 2 == 1;
+      if (!path.second_of_pair) t.pair_first_ns = kNotTimed;
     }
     return path;
   }
-  if (s.rank() == 0 && call == end) {  // a path never timed loses; neither timed: staged
-    store_relaxed(t.verdict, t.staged_ns <= t.cross_memory_ns ? kStaged : kCrossMemory);
+  if (s.rank() == 0 && call == end) {
+    // More pairs won; on a tie the lower total; neither timed: staged.
+    const bool staged = t.staged_wins != t.cross_memory_wins ? t.staged_wins > t.cross_memory_wins
+                                                             : t.staged_ns <= t.cross_memory_ns;
+    store_relaxed(t.verdict, staged ? kStaged : kCrossMemory);
   }
   path.offer = load_relaxed(t.verdict) == kStaged ? Offer::staged : Offer::cross_memory;
   return path;
 }
 
 void start_trial(TimedPath& p, Reach reach) {
-  if (!p.trial_ns) return;
+  if (!p.trials) return;
   if (reach != p.trial) {
-    p.trial_ns = nullptr;
+    p.trials = nullptr;
     return;
   }
   p.started_ns = Segments::now_ns();
 }
 
 void end_trial(Segments& s, TimedPath& p) {
-  if (!p.trial_ns) return;
+  if (!p.trials) return;
   s.settle();
-  *p.trial_ns = std::min(*p.trial_ns, Segments::now_ns() - p.started_ns);
+  const uint64_t ns = Segments::now_ns() - p.started_ns;
+  PathTrials& t = *p.trials;
+  const bool staged = p.trial == Reach::staged;
+  (staged ? t.staged_ns : t.cross_memory_ns) += ns;
+  if (!p.second_of_pair) {
+    t.pair_first_ns = ns;
+  } else if (t.pair_first_ns != kNotTimed) {
+    ++((ns < t.pair_first_ns) == staged ? t.staged_wins : t.cross_memory_wins);
+  }
 }
 
 }  // namespace tandem::ring

@@ -12,9 +12,10 @@ namespace tandem::ring {
 // A call's path; on rank 0 during a round's opening, also its trial's clock.
 struct TimedPath {
   Offer offer = Offer::staged;
-  // Rank 0, a timed trial: the path it times, its path's fastest call so far, and its start.
+  // Rank 0, a timed trial: its class's trials, the path it times, its place in its pair, its start.
+  PathTrials* trials = nullptr;
   Reach trial{};
-  uint64_t* trial_ns = nullptr;
+  bool second_of_pair = false;
   uint64_t started_ns = 0;
 };
 
