@@ -29,9 +29,9 @@ TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes);
 void start_trial(TimedPath& p, Reach reach);
 
 // After the call's work: rank 0 waits until every peer has read what it
-// staged (a direct call has finished on every rank already) and keeps the
-// trial's time if its path's fastest yet. Trials time the call alone, not
-// the gaps between calls.
+// staged (a direct call has finished on every rank already), adds the
+// trial's time to its path's total and, second in a pair, scores the pair.
+// Trials time the call alone, not the gaps between calls.
 void end_trial(Segments& s, TimedPath& p);
 
 }  // namespace tandem::ring
