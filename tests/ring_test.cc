@@ -110,8 +110,10 @@ class SharedMemoryShapes : public ::testing::TestWithParam<ShmShape> {};
 // rank count, so both paths meet every chunk boundary and slice edge.
 //
 // With cross-memory attach allowed, the all-reduce of heap buffers runs it
-// from 16 KiB (the direct path's floor): always, and as rank 0's hand-off
-// probe decides, taken on every call and read as far or as near.
+// from 16 KiB (the direct path's floor): always, as rank 0's hand-off probe
+// decides, taken on every call and read as far or as near, and as rank 0
+// timed it (the default): the matrix's calls walk each size class through
+// its opening (staged trials arrive, then stage) and on past the verdict.
 TEST_P(SharedMemoryShapes, EveryDtypeOpPlacementIsExactAndIdentical) {
   const ShmShape s = GetParam();
   for (int split_from : {1, 1 << 20}) {
@@ -131,7 +133,8 @@ TEST_P(SharedMemoryShapes, EveryDtypeOpPlacementIsExactAndIdentical) {
     std::vector<std::pair<std::shared_ptr<Algorithms>, const char*>> cma_algos;
     for (Cma c : {Cma{ring::ShmAllreduceCma::always, 0, "all-reduce by cross-memory attach"},
                   Cma{ring::ShmAllreduceCma::far, 0, "all-reduce: probe reads far"},
-                  Cma{ring::ShmAllreduceCma::far, UINT64_MAX, "all-reduce: probe reads near"}}) {
+                  Cma{ring::ShmAllreduceCma::far, UINT64_MAX, "all-reduce: probe reads near"},
+                  Cma{ring::ShmAllreduceCma::timed, 0, "all-reduce: timed path"}}) {
       ring::RingOptions with = o;
       with.shm_allreduce_cma = c.mode;
       with.shm_far_handoff_ns = c.far_ns;
