@@ -26,9 +26,10 @@ TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes) {
   PathTrials& t = s.path_trials(family, c);
   TimedPath path;
   if (call < end) {
-    // One untimed call of each path, then pairs: staged first in even pairs, last in odd ones.
-    const uint64_t i = call - 2;
-    const bool warm = call < 2, staged = warm ? call == 0 : ((i / 2) % 2 == 0) == (i % 2 == 0);
+    // One untimed call of each path, then pairs (trial i): staged first in even pairs, last in odd ones.
+    const bool warm = call < 2;
+    const uint64_t i = warm ? 0 : call - 2;
+    const bool staged = warm ? call == 0 : ((i / 2) % 2 == 0) == (i % 2 == 0);
     path.offer = !staged ? Offer::cross_memory : warm ? Offer::staged : Offer::staged_trial;
     if (s.rank() != 0) return path;
     if (call == 0) {  // peers read only the verdict, and not before the opening's end
