@@ -127,7 +127,8 @@ std::string kib(size_t b) { return b >= (1 << 20) ? std::to_string(b >> 20) + " 
 std::string timed_rule() {
   return "a power of two of bytes per rank; after one call of each, pairs of timed calls, one of each, as many as "
          "move " + kib(kPathBlockBytes) + " (3 to " + std::to_string(kPathMaxBlock) + "), each timed from every rank "
-         "present to every rank done; the path that won more pairs, again every " + std::to_string(kPathRoundCalls) +
+         "present to every rank done; the path that won more pairs, again at call " +
+         std::to_string(kPathFirstRoundCalls) + " and then every " + std::to_string(kPathRoundCalls) +
          " calls of the class; TANDEM_SHM_ALLREDUCE_CMA=never|always fixes it";
 }
 

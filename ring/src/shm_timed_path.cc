@@ -1,9 +1,9 @@
 // The timed choice between staging and cross-memory attach (shm_timed_path.h).
 //
-// Each round of kPathRoundCalls calls of a family and size class opens with
-// one untimed call of each path (cold pages and caches), then pairs of
-// trials, one call of each path, staged first in even pairs and last in odd
-// ones, so that a drift (the first calls on fresh buffers run slower on
+// Each round of kPathRoundCalls calls of a family and size class (the first
+// one shorter: shm_segments.h) opens with one untimed call of each path (cold
+// pages and caches), then pairs of trials, one call of each path, staged
+// first in even pairs and last in odd ones, so that a drift (the first calls on fresh buffers run slower on
 // either path) falls on both alike. Every rank knows from its own count which
 // path an opening call takes. In a trial every rank arrives, staged too, so
 // rank 0 times each call from every rank present until every rank is done
@@ -21,7 +21,7 @@ namespace tandem::ring {
 
 TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes) {
   const size_t c = std::min<size_t>(std::bit_width(bytes >> 16), kPathClasses - 1);
-  const uint64_t call = s.path_calls(family, c)++ % kPathRoundCalls;
+  const uint64_t call = round_call(s.path_calls(family, c)++);
   const uint64_t end = 2 + 2 * path_block_calls(bytes);
   PathTrials& t = s.path_trials(family, c);
   TimedPath path;
