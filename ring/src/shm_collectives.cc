@@ -110,6 +110,8 @@ TimedPath allreduce_path(const Segments& s, const RingOptions& o, size_t bytes, 
   switch (o.shm_allreduce_cma) {
     case ShmAllreduceCma::always: return {Offer::cross_memory};
     case ShmAllreduceCma::timed:
+      // Timed from the first call: no path is a safe guess (cross-memory attach
+      // won in place on 2 ranks, lost on 4 ranks on 2 cores and out of place).
       return timed_path(s, in_place ? PathFamily::allreduce_in_place : PathFamily::allreduce, bytes);
     case ShmAllreduceCma::far:
       // Ranks taking turns on a core would time the scheduler, not the cores.
@@ -123,13 +125,14 @@ TimedPath allreduce_path(const Segments& s, const RingOptions& o, size_t bytes, 
 
 std::string kib(size_t b) { return b >= (1 << 20) ? std::to_string(b >> 20) + " MiB" : std::to_string(b >> 10) + " KiB"; }
 
-// How the timed choice runs, for the plan.
+// How the all-to-all's timed choice runs, for the plan.
 std::string timed_rule() {
-  return "a power of two of bytes per rank; after one call of each, pairs of timed calls, one of each, as many as "
-         "move " + kib(kPathBlockBytes) + " (3 to " + std::to_string(kPathMaxBlock) + "), each timed from every rank "
-         "present to every rank done; the path that won more pairs, again at call " +
-         std::to_string(kPathFirstRoundCalls) + " and then every " + std::to_string(kPathRoundCalls) +
-         " calls of the class; TANDEM_SHM_ALLREDUCE_CMA=never|always fixes it";
+  const std::string warm = std::to_string(kPathFirstRoundCalls);
+  return "a power of two of bytes per rank; its first " + warm + " calls by cross-memory attach (one copy, not "
+         "two; trials on cold buffers misled); then one call of each path, then pairs of timed calls, one of each, "
+         "as many as move " + kib(kPathBlockBytes) + " (3 to " + std::to_string(kPathMaxBlock) + "), each timed "
+         "from every rank present to every rank done; the path that won more pairs, again every " +
+         std::to_string(kPathRoundCalls) + " calls of the class; TANDEM_SHM_ALLREDUCE_CMA=never|always fixes it";
 }
 
 }  // namespace
@@ -177,7 +180,8 @@ std::string shared_memory_plan(const RingOptions& o, int local_ranks) {
     s += "cross-memory attach " + window + " (TANDEM_SHM_ALLREDUCE_CMA=always), staged outside\n";
   } else if (o.shm_allreduce_cma == ShmAllreduceCma::timed) {
     s += window + " staged or by cross-memory attach, whichever rank 0 timed faster for that size class, in "
-         "place and out of place apart (as the all-to-all; TANDEM_SHM_ALLREDUCE_CMA=far takes the hand-off probe, "
+         "place and out of place apart (as the all-to-all, but timed from the first call, again at call " +
+         std::to_string(kPathFirstRoundCalls) + "; TANDEM_SHM_ALLREDUCE_CMA=far takes the hand-off probe, "
          "which misjudged a host where cross-memory attach ran 1.7x faster at 1 MiB in place), staged outside\n";
   } else if (local_ranks != 2) {
     s += "staged (TANDEM_SHM_ALLREDUCE_CMA=far switches at 2 ranks only, where it was measured)\n";

@@ -19,9 +19,11 @@
 
 namespace tandem::ring {
 
-TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes) {
+TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes, std::optional<Offer> cold) {
   const size_t c = std::min<size_t>(std::bit_width(bytes >> 16), kPathClasses - 1);
-  const uint64_t call = round_call(s.path_calls(family, c)++);
+  const uint64_t calls = s.path_calls(family, c)++;
+  if (cold && calls < kPathFirstRoundCalls) return {*cold};
+  const uint64_t call = round_call(calls);
   const uint64_t end = 2 + 2 * path_block_calls(bytes);
   PathTrials& t = s.path_trials(family, c);
   TimedPath path;

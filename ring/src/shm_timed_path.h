@@ -4,6 +4,8 @@
 // by in place or not more than any probe predicts.
 #pragma once
 
+#include <optional>
+
 #include "shm_direct.h"
 #include "shm_segments.h"
 
@@ -21,8 +23,10 @@ struct TimedPath {
 
 // Counts the call in its family and size class (every rank does, so the
 // counts agree) and says which path it takes: a trial of the round's
-// opening, or the verdict rank 0 published after it.
-TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes);
+// opening, or the verdict rank 0 published after it. `cold`, if given, is
+// the path of the class's first round, untimed: its first opening then waits
+// until the class is warm.
+TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes, std::optional<Offer> cold = {});
 
 // After arrive_direct, every rank present: a trial's clock starts, if the
 // call goes the way the trial times (else the call is not counted).
