@@ -3,8 +3,8 @@
 // Each round of kPathRoundCalls calls of a family and size class (the first
 // one shorter: shm_segments.h) opens with one untimed call of each path (cold
 // pages and caches), then pairs of trials, one call of each path, staged
-// first in even pairs and last in odd ones, so that a drift (the first calls on fresh buffers run slower on
-// either path) falls on both alike. Every rank knows from its own count which
+// first in even pairs and last in odd ones, so that a drift (the first calls
+// on fresh buffers run slower on either path) falls on both alike. Every rank knows from its own count which
 // path an opening call takes. In a trial every rank arrives, staged too, so
 // rank 0 times each call from every rank present until every rank is done
 // with it. At the first call after the opening rank 0 publishes the path
