@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "multiprocess.h"
+#include "shm_timed_path.h"
 #include "tandem/tandem.h"
 #include "typed_values.h"
 
@@ -323,6 +324,32 @@ TEST(Alltoall, TimedPathOpeningThenVerdict) {
     RankGroup group(n, alltoall_timed_path);
     group.expect_success(120s);
   }
+}
+
+// Rank 0's verdict on a round's trials: more pairs won, on a tie the lower
+// total; against a cold path the other must also be under 0.9 of its total.
+TEST(Alltoall, TimedPathVerdict) {
+  using ring::Offer;
+  auto trials = [](uint64_t staged_ns, uint64_t cma_ns, uint64_t staged_wins, uint64_t cma_wins) {
+    ring::PathTrials t{};
+    t.staged_ns = staged_ns, t.cross_memory_ns = cma_ns, t.staged_wins = staged_wins, t.cross_memory_wins = cma_wins;
+    return t;
+  };
+  EXPECT_TRUE(ring::staged_won(trials(100, 90, 2, 1), std::nullopt));   // pairs decide, not totals
+  EXPECT_FALSE(ring::staged_won(trials(90, 100, 1, 2), std::nullopt));
+  EXPECT_TRUE(ring::staged_won(trials(90, 100, 1, 1), std::nullopt));   // a tie: the lower total
+  EXPECT_FALSE(ring::staged_won(trials(100, 90, 1, 1), std::nullopt));
+  EXPECT_TRUE(ring::staged_won(trials(0, 0, 0, 0), std::nullopt));      // neither timed: staged
+  // Against cross-memory attach as the cold path, staging must win the pairs and be clearly faster.
+  EXPECT_FALSE(ring::staged_won(trials(96, 100, 2, 1), Offer::cross_memory));  // 4 % faster: not enough
+  EXPECT_FALSE(ring::staged_won(trials(90, 100, 2, 1), Offer::cross_memory));  // 0.9 exactly: not under it
+  EXPECT_TRUE(ring::staged_won(trials(89, 100, 2, 1), Offer::cross_memory));
+  EXPECT_FALSE(ring::staged_won(trials(50, 100, 1, 2), Offer::cross_memory));  // fewer pairs won
+  EXPECT_FALSE(ring::staged_won(trials(0, 0, 0, 0), Offer::cross_memory));     // neither timed: the cold path
+  EXPECT_FALSE(ring::staged_won(trials(100, 50, 1, 2), Offer::cross_memory));  // the cold path won outright
+  // And the other way round, staging as the cold path.
+  EXPECT_TRUE(ring::staged_won(trials(100, 95, 1, 2), Offer::staged));
+  EXPECT_FALSE(ring::staged_won(trials(100, 80, 1, 2), Offer::staged));
 }
 
 TEST(Alltoall, EverySharedMemoryPath) {

@@ -46,14 +46,18 @@ TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes, std::op
     }
     return path;
   }
-  if (s.rank() == 0 && call == end) {
-    // More pairs won; on a tie the lower total; neither timed: staged.
-    const bool staged = t.staged_wins != t.cross_memory_wins ? t.staged_wins > t.cross_memory_wins
-                                                             : t.staged_ns <= t.cross_memory_ns;
-    store_relaxed(t.verdict, staged ? kStaged : kCrossMemory);
-  }
+  if (s.rank() == 0 && call == end) store_relaxed(t.verdict, staged_won(t, cold) ? kStaged : kCrossMemory);
   path.offer = load_relaxed(t.verdict) == kStaged ? Offer::staged : Offer::cross_memory;
   return path;
+}
+
+bool staged_won(const PathTrials& t, std::optional<Offer> cold) {
+  const bool staged = t.staged_wins != t.cross_memory_wins ? t.staged_wins > t.cross_memory_wins
+                                                           : t.staged_ns <= t.cross_memory_ns;
+  if (!cold || staged == (*cold == Offer::staged)) return staged;
+  const uint64_t challenger = staged ? t.staged_ns : t.cross_memory_ns;
+  const uint64_t incumbent = staged ? t.cross_memory_ns : t.staged_ns;
+  return challenger * 10 < incumbent * 9 ? staged : !staged;
 }
 
 void start_trial(TimedPath& p, Reach reach) {

@@ -25,8 +25,17 @@ struct TimedPath {
 // counts agree) and says which path it takes: a trial of the round's
 // opening, or the verdict rank 0 published after it. `cold`, if given, is
 // the path of the class's first round, untimed: its first opening then waits
-// until the class is warm.
+// until the class is warm, and the other path must beat it clearly.
 TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes, std::optional<Offer> cold = {});
+
+// Rank 0's verdict on a round's trials: the path that won more pairs; on a
+// tie the one with the lower total; neither timed: staged. Against a
+// family's cold path the other must also be clearly faster in total (under
+// 0.9 of it): on 4 ranks over 2 cores the trials under-rate cross-memory
+// attach (4.4-5.7 ms per 16 MiB trial at call 64, 3.6-4.0 in a run of such
+// calls), and staging won 2 pairs of 3 there by totals 4 % apart where
+// cross-memory attach runs 1.2-1.35x faster.
+bool staged_won(const PathTrials& t, std::optional<Offer> cold);
 
 // After arrive_direct, every rank present: a trial's clock starts, if the
 // call goes the way the trial times (else the call is not counted).
