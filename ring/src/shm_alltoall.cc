@@ -110,12 +110,10 @@ size_t extent(const Blocks& b, size_t esize) {
 // by default (timed, and far) the faster of the two as rank 0 times them
 // (shm_timed_path.h): one host staged 1 MiB at 2 ranks 1.5x faster while
 // quiet and 1.4-2.5x slower under load; another, quiet, read 1 MiB by
-// cross-memory attach 1.7x and 16 MiB 1.4x faster. A class's first calls
-// read by cross-memory attach, which moves each block once where staging
-// copies it twice, and the trials wait until it is warm: on cold buffers they
-// misled (4 ranks on 2 cores, 16 MiB: staged 5 times in 6, where
-// cross-memory attach runs 1.2-1.35x faster warm). In place, the direct path
-// would receive aside and copy back: it stages.
+// cross-memory attach 1.7x and 16 MiB 1.4x faster. A class's first round
+// reads by cross-memory attach, which moves each block once where staging
+// copies it twice: trials on cold buffers misled (kPathFirstRoundCalls).
+// In place, the direct path would receive aside and copy back: it stages.
 TimedPath alltoall_path(const Segments& s, const RingOptions& o, size_t bytes, bool overlap) {
   if (bytes < kAlltoallCmaMinBytes || o.shm_cma_max_bytes == 0 || !s.memory().can_copy_peer()) return {};
   switch (o.shm_allreduce_cma) {

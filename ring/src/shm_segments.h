@@ -41,10 +41,9 @@ constexpr size_t kAlltoallCmaMinBytes = 64 << 10;
 // path_block_calls() pairs of timed calls, one of each path: as many as
 // move kPathBlockBytes, from 3 to kPathMaxBlock, so that small calls give a
 // fair sample and a large one few slow trials (two pairs at 1 MiB tied as
-// often as not). In place and out of place are
-// families of their own for the all-reduce: on one host cross-memory attach
-// won 1.6x in place at 16 MiB and lost 1.3x out of place. (The all-to-all in
-// place always stages.)
+// often as not). In place and out of place are families of their own for
+// the all-reduce: on one host cross-memory attach won 1.6x in place at
+// 16 MiB and lost 1.3x out of place. (The all-to-all in place always stages.)
 enum class PathFamily : uint8_t { alltoall, allreduce, allreduce_in_place };
 constexpr size_t kPathFamilies = 3;
 constexpr size_t kPathClasses = 16;

@@ -4,14 +4,16 @@
 // one shorter: shm_segments.h) opens with one untimed call of each path (cold
 // pages and caches), then pairs of trials, one call of each path, staged
 // first in even pairs and last in odd ones, so that a drift (the first calls
-// on fresh buffers run slower on either path) falls on both alike. Every rank knows from its own count which
-// path an opening call takes. In a trial every rank arrives, staged too, so
-// rank 0 times each call from every rank present until every rank is done
-// with it. At the first call after the opening rank 0 publishes the path
-// that won more pairs (robust to a call another job slowed 2x, which had
-// turned a mean of 15 calls), on a tie the one with the lower total; a peer
-// that reads no verdict yet offers cross-memory attach and arrives, and if
-// rank 0 stages, that call stages.
+// on fresh buffers run slower on either path) falls on both alike. A family
+// with a cold path takes it for its first round instead, untimed. Every
+// rank knows from its own count which path an opening call takes. In a
+// trial every rank arrives, staged too, so rank 0 times each call from
+// every rank present until every rank is done with it. At the first call
+// after the opening rank 0 publishes the path that won more pairs (robust
+// to a call another job slowed 2x, which had turned a mean of 15 calls), on
+// a tie the one with the lower total, and against a cold path only by a
+// margin (staged_won); a peer that reads no verdict yet offers cross-memory
+// attach and arrives, and if rank 0 stages, that call stages.
 #include "shm_timed_path.h"
 
 #include <algorithm>
