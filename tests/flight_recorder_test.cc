@@ -3,11 +3,12 @@
 // rank 1 dumps on SIGUSR1 from the test. The dumps hold the calls with their
 // states, and the doctor names call #5 and rank 1 as the one that never
 // entered it. Hand-made dumps check the doctor's other verdicts, and abort()
-// dumps too.
+// dumps too, and a dump taken while calls are recorded reads whole entries.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -15,6 +16,7 @@
 #include <thread>
 
 #include "command.h"
+#include "flight_recorder.h"
 #include "multiprocess.h"
 #include "tandem/errors.h"
 #include "tandem/ring/ring.h"
@@ -201,6 +203,62 @@ TEST(FlightRecorder, WithoutADirectoryDumpsIntoTmpdir) {
     ::unsetenv("TMPDIR");
   }
   EXPECT_TRUE(fs::exists(dir.path / "tandem-flight-tmpdir-test-rank0.json"));
+}
+
+// Recording takes no lock: a dump from another thread (SIGUSR1, abort) must
+// still see each entry whole. One thread records calls whose fields all
+// derive from the sequence number; another dumps meanwhile. (The CI's
+// ThreadSanitizer run includes this test.)
+TEST(FlightRecorder, DumpWhileRecordingReadsWholeEntries) {
+  CommOptions o;
+  o.rank = 0;
+  o.size = 2;
+  FlightRecorder recorder(o, 16, fs::temp_directory_path().string());
+  constexpr uint64_t kCalls = 200000;
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    for (uint64_t seq = 1; seq <= kCalls; ++seq) {
+      const bool fails = seq % 7 == 0;
+      recorder.begin(seq, {seq % 2 ? Collective::allreduce : Collective::alltoall, DataType::f32,
+                           seq % 2 ? std::optional(ReduceOp::max) : std::nullopt, size_t(seq * 3), int(seq % 5) - 1},
+                     seq % 3 == 0);
+      if (seq % 11 != 0) recorder.end(seq, !fails, fails ? "error " + std::to_string(seq) : "");
+    }
+    done = true;
+  });
+  size_t dumps = 0, entries = 0;
+  while (!done || dumps == 0) {
+    const json d = json::parse(recorder.json("test"));
+    ++dumps;
+    uint64_t previous = 0;
+    for (const json& e : d["entries"]) {
+      ++entries;
+      const uint64_t seq = e["seq"];
+      EXPECT_GT(seq, previous);
+      previous = seq;
+      EXPECT_EQ(e["kind"], seq % 2 ? "allreduce" : "alltoall") << e;
+      EXPECT_EQ(e["count"], seq * 3) << e;
+      EXPECT_EQ(e["root"], int(seq % 5) - 1) << e;
+      EXPECT_EQ(e["dtype"], "f32") << e;
+      EXPECT_EQ(e.contains("op"), seq % 2 == 1) << e;
+      EXPECT_EQ(e["path"], seq % 3 == 0 ? "shared_memory" : "ucx") << e;
+      const std::string state = e["state"];
+      if (state == "running") {
+        EXPECT_FALSE(e.contains("finished_us")) << e;
+      } else {
+        EXPECT_NE(seq % 11, 0u) << e;
+        EXPECT_EQ(state, seq % 7 == 0 ? "failed" : "completed") << e;
+        if (state == "failed") {
+          EXPECT_EQ(e["error"], "error " + std::to_string(seq)) << e;
+        }
+      }
+    }
+  }
+  writer.join();
+  const json last = json::parse(recorder.json("test"));
+  ASSERT_EQ(last["entries"].size(), 16u);
+  EXPECT_EQ(last["entries"][15]["seq"], kCalls);
+  EXPECT_GT(entries, 0u);
 }
 
 }  // namespace

@@ -101,10 +101,31 @@ std::string file_safe(const std::string& text) {
   return out.empty() ? "job" : out;
 }
 
+// An entry's small fields in one word: kind, dtype + 1 and op + 1 (0: none)
+// a byte each, then the path bit and the state, and the root in the high half.
+constexpr const char* kStates[] = {"", "running", "completed", "failed"};
+enum State : uint64_t { kRunning = 1, kCompleted = 2, kFailed = 3 };
+constexpr uint64_t kStateShift = 25, kStateMask = uint64_t(3) << kStateShift;
+
+uint64_t pack(const FlightRecorder::Call& what, bool shared_memory) {
+  return uint64_t(uint8_t(what.kind)) | uint64_t(what.dtype ? uint8_t(*what.dtype) + 1 : 0) << 8 |
+         uint64_t(what.op ? uint8_t(*what.op) + 1 : 0) << 16 | uint64_t(shared_memory) << 24 |
+         uint64_t(kRunning) << kStateShift | uint64_t(uint32_t(what.root)) << 32;
+}
+
+void unpack(uint64_t w, FlightRecorder::Entry& e) {
+  e.kind = Collective(uint8_t(w));
+  if (const uint8_t d = uint8_t(w >> 8)) e.dtype = DataType(d - 1);
+  if (const uint8_t o = uint8_t(w >> 16)) e.op = ReduceOp(o - 1);
+  e.shared_memory = (w >> 24) & 1;
+  e.state = kStates[(w & kStateMask) >> kStateShift];
+  e.root = int32_t(uint32_t(w >> 32));
+}
+
 }  // namespace
 
 FlightRecorder::FlightRecorder(const CommOptions& options, size_t capacity, std::string dir)
-    : rank_(options.rank), size_(options.size), job_(options.job_id), capacity_(capacity), ring_(capacity) {
+    : rank_(options.rank), size_(options.size), job_(options.job_id), capacity_(capacity), ring_(capacity), errors_(capacity) {
   if (capacity_ == 0) return;
   if (dir.empty()) {
     // TMPDIR's directory, as users of a library expect; /tmp when that is unset or missing.
@@ -121,34 +142,63 @@ FlightRecorder::~FlightRecorder() {
   if (capacity_ > 0) unregister_recorder(this);
 }
 
+template <class Change>
+void FlightRecorder::write(Slot& slot, Change change) {
+  const uint64_t v = slot.version.load(std::memory_order_relaxed);
+  slot.version.store(v + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  change();
+  slot.version.store(v + 2, std::memory_order_release);
+}
+
+std::optional<FlightRecorder::Entry> FlightRecorder::read(const Slot& slot) const {
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    const uint64_t v = slot.version.load(std::memory_order_acquire);
+    Entry e;
+    e.seq = slot.seq.load(std::memory_order_relaxed);
+    const uint64_t packed = slot.packed.load(std::memory_order_relaxed);
+    e.count = slot.count.load(std::memory_order_relaxed);
+    e.started_us = slot.started_us.load(std::memory_order_relaxed);
+    e.finished_us = slot.finished_us.load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (v % 2 == 0 && slot.version.load(std::memory_order_relaxed) == v) {
+      unpack(packed, e);
+      return e;
+    }
+    std::this_thread::yield();
+  }
+  return std::nullopt;  // rewritten throughout: left out of the dump
+}
+
 void FlightRecorder::begin(uint64_t seq, const Call& what, bool shared_memory) {
   if (capacity_ == 0) return;
   const int64_t now = now_us();
   waiting_on_.store(-1, std::memory_order_relaxed);
-  std::lock_guard lock(mu_);
-  Entry& e = ring_[seq % capacity_];
-  e.seq = seq;
-  e.kind = what.kind;
-  e.dtype = what.dtype;
-  e.op = what.op;
-  e.count = what.count;
-  e.root = what.root;
-  e.shared_memory = shared_memory;
-  e.state = "running";
-  e.started_us = now;
-  e.finished_us = 0;
-  e.error.clear();
-  last_ = std::max(last_, seq);
+  Slot& slot = ring_[seq % capacity_];
+  write(slot, [&] {
+    slot.seq.store(seq, std::memory_order_relaxed);
+    slot.packed.store(pack(what, shared_memory), std::memory_order_relaxed);
+    slot.count.store(what.count, std::memory_order_relaxed);
+    slot.started_us.store(now, std::memory_order_relaxed);
+    slot.finished_us.store(0, std::memory_order_relaxed);
+  });
+  if (seq > last_.load(std::memory_order_relaxed)) last_.store(seq, std::memory_order_release);
 }
 
 void FlightRecorder::end(uint64_t seq, bool ok, const std::string& error) {
   if (capacity_ == 0) return;
-  std::lock_guard lock(mu_);
-  Entry& e = ring_[seq % capacity_];
-  if (e.seq != seq) return;
-  e.state = ok ? "completed" : "failed";
-  e.finished_us = now_us();
-  if (!ok) e.error = error;
+  Slot& slot = ring_[seq % capacity_];
+  if (slot.seq.load(std::memory_order_relaxed) != seq) return;
+  if (!ok) {
+    std::lock_guard lock(mu_);
+    errors_[seq % capacity_] = {seq, error};
+  }
+  const uint64_t packed = slot.packed.load(std::memory_order_relaxed) & ~kStateMask;
+  const int64_t now = now_us();
+  write(slot, [&] {
+    slot.packed.store(packed | uint64_t(ok ? kCompleted : kFailed) << kStateShift, std::memory_order_relaxed);
+    slot.finished_us.store(now, std::memory_order_relaxed);
+  });
 }
 
 std::string FlightRecorder::json(const std::string& reason) const {
@@ -161,11 +211,15 @@ std::string FlightRecorder::json(const std::string& reason) const {
   j["reason"] = reason;
   j["dumped_at_us"] = now_us();
   j["entries"] = nlohmann::json::array();
+  // Held throughout: a failing call (which records its error under it first)
+  // cannot overwrite the error of an entry this dump read as failed.
   std::lock_guard lock(mu_);
-  const uint64_t first = last_ >= capacity_ ? last_ - capacity_ + 1 : 1;
-  for (uint64_t s = first; s <= last_ && capacity_ > 0; ++s) {
-    const Entry& e = ring_[s % capacity_];
-    if (e.seq != s) continue;
+  const uint64_t last = last_.load(std::memory_order_acquire);
+  const uint64_t first = last >= capacity_ ? last - capacity_ + 1 : 1;
+  for (uint64_t s = first; s <= last && capacity_ > 0; ++s) {
+    const std::optional<Entry> read_entry = read(ring_[s % capacity_]);
+    if (!read_entry || read_entry->seq != s) continue;
+    const Entry& e = *read_entry;
     // Shared memory: every rank reads every other's segment; UCX: the ring neighbours.
     std::vector<int> peers;
     if (e.shared_memory) {
@@ -181,7 +235,10 @@ std::string FlightRecorder::json(const std::string& reason) const {
     if (e.dtype) x["dtype"] = std::string(to_string(*e.dtype));
     if (e.op) x["op"] = std::string(to_string(*e.op));
     if (e.finished_us) x["finished_us"] = e.finished_us;
-    if (!e.error.empty()) x["error"] = e.error;
+    if (std::string_view(e.state) == "failed") {
+      const Error& error = errors_[s % capacity_];
+      if (error.seq == s && !error.text.empty()) x["error"] = error.text;
+    }
     if (std::string_view(e.state) == "running" && waiting_on_.load() >= 0) x["waiting_on"] = waiting_on_.load();
     j["entries"].push_back(std::move(x));
   }

@@ -29,8 +29,7 @@ namespace tandem {
 
 class FlightRecorder {
  public:
-  // Recording costs a lock and a few stores per call (no allocation): the
-  // strings are static, and the peers are derived from the path when dumping.
+  // One collective as a dump shows it.
   struct Entry {
     uint64_t seq = 0;
     Collective kind{};
@@ -41,7 +40,6 @@ class FlightRecorder {
     bool shared_memory = false;   // else UCX
     const char* state = "";       // running | completed | failed
     int64_t started_us = 0, finished_us = 0;
-    std::string error;
   };
 
   // `capacity` entries (0: record nothing, never dump); dumps go to `dir`.
@@ -70,14 +68,35 @@ class FlightRecorder {
   std::string path() const { return file_; }
 
  private:
+  // Recording takes no lock (a lock pair in begin and in end cost 0.03 us a
+  // call: 2 ranks, 8-byte all-to-all, 0.70 against 0.67 us median): one
+  // thread at a time records (the communicator runs one collective at a
+  // time), and a dump from another (SIGUSR1, abort) reads each slot under a
+  // sequence lock, retrying a slot caught mid-write. Error texts, written
+  // only when a call fails, sit beside the slots under `mu_`, which a dump
+  // holds throughout.
+  struct Slot {
+    std::atomic<uint64_t> version{0};  // odd while the words below change
+    std::atomic<uint64_t> seq{0}, packed{0}, count{0};
+    std::atomic<int64_t> started_us{0}, finished_us{0};
+  };
+  struct Error {
+    uint64_t seq = 0;
+    std::string text;
+  };
+  template <class Change>
+  void write(Slot& slot, Change change);
+  std::optional<Entry> read(const Slot& slot) const;
+
   int rank_, size_;
   std::string job_;
   size_t capacity_;
   std::string file_;
-  mutable std::mutex mu_;
-  std::vector<Entry> ring_;  // entry for seq s at s % capacity_
-  uint64_t last_ = 0;        // highest seq begun
+  std::vector<Slot> ring_;  // entry for seq s at s % capacity_
+  std::atomic<uint64_t> last_{0};  // highest seq begun
   std::atomic<int> waiting_on_{-1};
+  mutable std::mutex mu_;
+  std::vector<Error> errors_;  // by slot, under mu_
 };
 
 }  // namespace tandem
