@@ -192,8 +192,8 @@ class Segments {
     self_->next = first + chunks;
     const bool stages = stager < 0 || stager == r_;
     for (size_t i = 0; i < chunks; ++i) {
-      if (stages && i == 0) stage_chunk(first, 0, stage);
-      if (stages && i + 1 < chunks) stage_chunk(first + i + 1, i + 1, stage);
+      if (stages && i == 0) stage_chunk(first, 0, stage, chunks == 1);
+      if (stages && i + 1 < chunks) stage_chunk(first + i + 1, i + 1, stage, false);
       const uint64_t g = first + i;
       for (int p = 0; p < n_; ++p) {
         if (p == r_ || (stager >= 0 && p != stager)) continue;
@@ -278,13 +278,19 @@ class Segments {
   }
   static std::byte* data(SlotHeader* h) { return reinterpret_cast<std::byte*>(h) + kHeaderBytes; }
 
+  // `alone`: the call's only chunk. A full fence after its stamp, before
+  // the wait for the peers' stamps, made small calls faster (2 ranks, median
+  // of 6 alternating launches: 4 KiB all-to-all 1.34 -> 1.18 us, 8-byte
+  // all-reduce 0.73 -> 0.70); after every chunk it slowed pipelined ones
+  // (512 KiB all-reduce 37.0 -> 38.0 us).
   template <class Stage>
-  void stage_chunk(uint64_t g, size_t i, Stage& stage) {
+  void stage_chunk(uint64_t g, size_t i, Stage& stage, bool alone) {
     if (g >= kSlots) wait_for_free_slot(g - kSlots + 1);
     SlotHeader* h = header(r_, g);
     h->call = call_;
     stage(i, data(h));
     store_release(h->stamp, g + 1);
+    if (alone) std::atomic_thread_fence(std::memory_order_seq_cst);
   }
 
   // Every peer has consumed at least `needed` chunks.
