@@ -221,7 +221,7 @@ TEST(FlightRecorder, DumpWhileRecordingReadsWholeEntries) {
       const bool fails = seq % 7 == 0;
       recorder.begin(seq, {seq % 2 ? Collective::allreduce : Collective::alltoall, DataType::f32,
                            seq % 2 ? std::optional(ReduceOp::max) : std::nullopt, size_t(seq * 3), int(seq % 5) - 1},
-                     seq % 3 == 0);
+                     seq % 3 == 0, Clock::now());
       if (seq % 11 != 0) recorder.end(seq, !fails, fails ? "error " + std::to_string(seq) : "");
     }
     done = true;

@@ -47,14 +47,14 @@ std::shared_ptr<Request::State> Communicator::Impl::enqueue(Task task) {
   return state;
 }
 
-void Communicator::Impl::execute(Task& task) {
+void Communicator::Impl::execute(Task& task, Clock::time_point started) {
   if (task.what.collective == Collective::send_recv) return post(std::move(task));
   // Exchanges are not collectives: other ranks do not count them, and the
   // flight recorder (compared across ranks) leaves them out.
   const bool collective = !task.what.point_to_point();
   if (collective) {
     ++seq;
-    record_begin(task);
+    record_begin(task, started);
   }
   if (sticky) {
     task.state->finish(sticky);
@@ -93,9 +93,9 @@ void Communicator::Impl::execute(Task& task) {
   }
 }
 
-void Communicator::Impl::record_begin(const Task& task) {
+void Communicator::Impl::record_begin(const Task& task, Clock::time_point started) {
   const Description& d = task.what;
-  flight->begin(seq, {d.collective, d.dtype, d.op, d.count, d.root}, shm != nullptr);
+  flight->begin(seq, {d.collective, d.dtype, d.op, d.count, d.root}, shm != nullptr, started);
 }
 
 void Communicator::Impl::record_failure(const std::string& error, const char* reason, bool collective) {
@@ -134,7 +134,7 @@ void Communicator::Impl::run_engine() {
       busy = true;
     }
     if (have_task) {
-      execute(task);
+      execute(task, Clock::now());
     } else {
       // Posted sends and receives finish even while the communicator shuts
       // down, within their deadlines; their health checks see an abort.
@@ -167,9 +167,10 @@ bool Communicator::Impl::try_run_here(std::function<void(Channel&)>& body, const
   inline_state->error = nullptr;
   inline_state->source = -1;
   Task task{std::move(body), inline_state, o.timeout.value_or(opts.timeout), {}, what};
-  task.deadline = Clock::now() + task.timeout;
+  const Clock::time_point now = Clock::now();
+  task.deadline = now + task.timeout;
   task.state->deadline = task.deadline;
-  execute(task);
+  execute(task, now);
   bool queued = false;
   {
     std::lock_guard<std::mutex> lock(mu);

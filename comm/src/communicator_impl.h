@@ -159,8 +159,9 @@ struct Communicator::Impl {
   // run_blocking's inline half: false, `body` untouched, when the call must queue.
   bool try_run_here(std::function<void(Channel&)>& body, const CollectiveOptions& o, const Description& what);
   MemoryType memory_type(const CollectiveOptions& o) const;
-  void execute(Task& task);
-  void record_begin(const Task& task);
+  // `started`: when the task began, for the flight recorder.
+  void execute(Task& task, Clock::time_point started);
+  void record_begin(const Task& task, Clock::time_point started);
   // Marks the running collective failed (exchanges are not recorded) and dumps.
   void record_failure(const std::string& error, const char* reason, bool collective);
   void check_health(const Task& task, int waiting_on);

@@ -28,6 +28,10 @@ int64_t now_us() {
       .count();
 }
 
+int64_t steady_us(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
+}
+
 // ---- SIGUSR1 -----------------------------------------------------------------
 // The handler writes one byte to `pipe_fds[1]`; `dumper` reads it and dumps
 // every recorder in `live`. A forked child starts its own pipe and thread.
@@ -125,7 +129,8 @@ void unpack(uint64_t w, FlightRecorder::Entry& e) {
 }  // namespace
 
 FlightRecorder::FlightRecorder(const CommOptions& options, size_t capacity, std::string dir)
-    : rank_(options.rank), size_(options.size), job_(options.job_id), capacity_(capacity), ring_(capacity), errors_(capacity) {
+    : rank_(options.rank), size_(options.size), job_(options.job_id), capacity_(capacity),
+      epoch_offset_us_(now_us() - steady_us(Clock::now())), ring_(capacity), errors_(capacity) {
   if (capacity_ == 0) return;
   if (dir.empty()) {
     // TMPDIR's directory, as users of a library expect; /tmp when that is unset or missing.
@@ -170,9 +175,11 @@ std::optional<FlightRecorder::Entry> FlightRecorder::read(const Slot& slot) cons
   return std::nullopt;  // rewritten throughout: left out of the dump
 }
 
-void FlightRecorder::begin(uint64_t seq, const Call& what, bool shared_memory) {
+int64_t FlightRecorder::epoch_us(Clock::time_point t) const { return steady_us(t) + epoch_offset_us_; }
+
+void FlightRecorder::begin(uint64_t seq, const Call& what, bool shared_memory, Clock::time_point started) {
   if (capacity_ == 0) return;
-  const int64_t now = now_us();
+  const int64_t now = epoch_us(started);
   waiting_on_.store(-1, std::memory_order_relaxed);
   Slot& slot = ring_[seq % capacity_];
   write(slot, [&] {
@@ -194,7 +201,7 @@ void FlightRecorder::end(uint64_t seq, bool ok, const std::string& error) {
     errors_[seq % capacity_] = {seq, error};
   }
   const uint64_t packed = slot.packed.load(std::memory_order_relaxed) & ~kStateMask;
-  const int64_t now = now_us();
+  const int64_t now = epoch_us(Clock::now());
   write(slot, [&] {
     slot.packed.store(packed | uint64_t(ok ? kCompleted : kFailed) << kStateShift, std::memory_order_relaxed);
     slot.finished_us.store(now, std::memory_order_relaxed);

@@ -8,7 +8,9 @@
 // Terms: an *entry* is one collective on one rank; its *state* is "running"
 // (entered, not finished), "completed" or "failed". A *dump* is one rank's
 // JSON file: {"rank", "size", "host", "pid", "job", "reason", "dumped_at_us",
-// "entries": [oldest first]}. Times are microseconds since the epoch.
+// "entries": [oldest first]}. Times are microseconds since the epoch (an
+// entry's: the steady clock, set to the epoch when the recorder starts, so
+// that a call's start costs no clock read of its own).
 //
 // SIGUSR1: the handler only writes a byte to a pipe; one thread per process
 // reads it and dumps every live recorder. That pipe, the thread and the list
@@ -56,7 +58,8 @@ class FlightRecorder {
     size_t count = 0;
     int root = -1;
   };
-  void begin(uint64_t seq, const Call& what, bool shared_memory);
+  // `started`: when the call began (the caller has read the clock for its deadline).
+  void begin(uint64_t seq, const Call& what, bool shared_memory, Clock::time_point started);
   void end(uint64_t seq, bool ok, const std::string& error = {});
   // The peer a running call waits for now (shown in the dump).
   void waiting_on(int peer) { waiting_on_.store(peer, std::memory_order_relaxed); }
@@ -87,11 +90,13 @@ class FlightRecorder {
   template <class Change>
   void write(Slot& slot, Change change);
   std::optional<Entry> read(const Slot& slot) const;
+  int64_t epoch_us(Clock::time_point t) const;
 
   int rank_, size_;
   std::string job_;
   size_t capacity_;
   std::string file_;
+  int64_t epoch_offset_us_;  // the epoch's time minus the steady clock's, at construction
   std::vector<Slot> ring_;  // entry for seq s at s % capacity_
   std::atomic<uint64_t> last_{0};  // highest seq begun
   std::atomic<int> waiting_on_{-1};
