@@ -2,7 +2,7 @@
 #   make demo           setup, build, train 2 slots on Fashion-MNIST (tandem train), then a 2-rank all-reduce sweep
 #   make test           setup, build, quick test tier (what CI runs)
 #   make test-full      every test label
-#   make test-tsan      the gradient-sync engine under ThreadSanitizer (CI runs it)
+#   make test-tsan      the gradient-sync engine and the flight recorder under ThreadSanitizer (CI runs it)
 #   make fuzz           libFuzzer targets (clang, ASan+UBSan), FUZZ_SECONDS each from the checked-in corpus (CI runs it)
 #   make bench-kernels  reduction-kernel microbenchmarks
 #   make install        PREFIX=/usr/local: libtandem.so, headers, CMake and pkg-config packages, tandem
@@ -55,9 +55,10 @@ TSAN_DIR ?= $(BUILD_DIR)-tsan
 test-tsan: setup
 	cmake -S . -B $(TSAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTANDEM_WITH_CUDA=OFF -DTANDEM_BUILD_BENCH=OFF \
 	  -DCMAKE_CXX_FLAGS="-fsanitize=thread -O1"
-	ninja -C $(TSAN_DIR) -j $(JOBS) fusion_test
+	ninja -C $(TSAN_DIR) -j $(JOBS) fusion_test flight_recorder_test
 	UCX_MEM_EVENTS=no UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none TSAN_OPTIONS=halt_on_error=1 \
 	  $(TSAN_DIR)/tests/fusion_test
+	TSAN_OPTIONS=halt_on_error=1 $(TSAN_DIR)/tests/flight_recorder_test --gtest_filter='*DumpWhileRecording*'
 
 # Fuzzing: every parser of outside bytes, with the seed corpus in fuzz/corpus (see fuzz/run.sh).
 FUZZ_SECONDS ?= 25
