@@ -194,7 +194,7 @@ void shm_alltoallv(Channel& ch, const AlltoallvArgs& a, const RingOptions& o) {
       in_bytes > 0 && out_bytes > 0 && bytes_of(a.input) < out + out_bytes && out < bytes_of(a.input) + in_bytes;
   TimedPath path = alltoall_path(s, o, per_rank, overlap);
   const Reach reach = arrive_direct(s, path.offer, per_rank, a.input, in_bytes, out, out_bytes, -1, false);
-  start_trial(path, reach);
+  confirm_trial(path, reach);
   // In place, staged chunk i overwrites only the runs chunk i staged: safe.
   // Read directly, the peers read this rank's input until finish(), and
   // other overlaps would overwrite runs not yet staged: receive aside.
@@ -206,7 +206,7 @@ void shm_alltoallv(Channel& ch, const AlltoallvArgs& a, const RingOptions& o) {
     staged_alltoallv(s, a, m, target);
   }
   if (aside) s.counted_copy(out, target, out_bytes);
-  end_trial(s, path);
+  end_trial(path);
 }
 
 }  // namespace tandem::ring

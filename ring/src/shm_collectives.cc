@@ -81,8 +81,7 @@ Reach arrive_direct(Segments& s, Offer offer, size_t bytes, const void* in, size
   switch (s.rank0_offer()) {
     case Offer::cross_memory: return Reach::cross_memory;
     case Offer::probe: return s.probe_far(far_ns) ? Reach::cross_memory : Reach::staged;
-    case Offer::staged:
-    case Offer::staged_trial: break;
+    case Offer::staged: break;
   }
   return Reach::staged;
 }
@@ -129,9 +128,9 @@ std::string kib(size_t b) { return b >= (1 << 20) ? std::to_string(b >> 20) + " 
 std::string timed_rule() {
   const std::string warm = std::to_string(kPathFirstRoundCalls);
   return "a power of two of bytes per rank; its first " + warm + " calls by cross-memory attach (one copy, not "
-         "two; trials on cold buffers misled); then one call of each path, then pairs of timed calls, one of each, "
-         "as many as move " + kib(kPathBlockBytes) + " (3 to " + std::to_string(kPathMaxBlock) + "), each timed "
-         "from every rank present to every rank done; the path that won more pairs, again every " +
+         "two; trials on cold buffers misled); then one call of each path, then pairs of trials, one of each, "
+         "as many as move " + kib(kPathBlockBytes) + " (3 to " + std::to_string(kPathMaxBlock) + "), a trial two "
+         "calls of its path, the second timed on rank 0; the path that won more pairs, again every " +
          std::to_string(kPathRoundCalls) + " calls of the class; TANDEM_SHM_ALLREDUCE_CMA=never|always fixes it";
 }
 
@@ -262,13 +261,13 @@ void shm_allreduce(Channel& ch, const AllreduceArgs& a, const RingOptions& o, si
   TimedPath path = allreduce_path(s, o, bytes, a.input == a.output);
   const Reach reach = arrive_direct(s, path.offer, bytes, a.input, bytes, a.output, bytes, -1, true,
                                     o.shm_far_handoff_ns);
-  start_trial(path, reach);
+  confirm_trial(path, reach);
   if (reach != Reach::staged) {
     direct_allreduce(s, ch, a, reach);
   } else {
     staged_allreduce(s, a, o, chunk_bytes);
   }
-  end_trial(s, path);
+  end_trial(path);
 }
 
 // Each chunk carries the same run of every block: piece p of the slot holds block p's part.

@@ -38,17 +38,18 @@ constexpr size_t kAlltoallCmaMinBytes = 64 << 10;
 // per call (64 KiB steps). Every rank counts its calls of each (the same
 // count on all); each round of kPathRoundCalls calls (the first one
 // kPathFirstRoundCalls) opens with one untimed call of each path, then
-// path_block_calls() pairs of timed calls, one of each path: as many as
-// move kPathBlockBytes, from 3 to kPathMaxBlock, so that small calls give a
-// fair sample and a large one few slow trials (two pairs at 1 MiB tied as
-// often as not). In place and out of place are families of their own for
+// path_block_calls() pairs of trials, one of each path, a trial being two
+// calls of its path with the second timed: as many pairs as move
+// kPathBlockBytes, from 3 to kPathMaxBlock, so that small calls give a fair
+// sample and a large one few slow trials (two pairs at 1 MiB tied as often
+// as not). In place and out of place are families of their own for
 // the all-reduce: on one host cross-memory attach won 1.6x in place at
 // 16 MiB and lost 1.3x out of place. (The all-to-all in place always stages.)
 enum class PathFamily : uint8_t { alltoall, allreduce, allreduce_in_place };
 constexpr size_t kPathFamilies = 3;
 constexpr size_t kPathClasses = 16;
 constexpr size_t kPathBlockBytes = 1 << 20;
-constexpr uint64_t kPathMaxBlock = 16;
+constexpr uint64_t kPathMaxBlock = 12;
 inline uint64_t path_block_calls(size_t bytes) {
   return std::clamp<uint64_t>(kPathBlockBytes / std::max<size_t>(bytes, 1), 3, kPathMaxBlock);
 }
@@ -60,7 +61,7 @@ constexpr uint64_t kPathRoundCalls = 1 << 14;
 // staging 5.3; the first verdict staged 5 times in 6, the one at call 64
 // chose cross-memory attach 5 times in 6.
 constexpr uint64_t kPathFirstRoundCalls = 64;
-static_assert(2 + 2 * kPathMaxBlock < kPathFirstRoundCalls, "the first round holds a whole opening");
+static_assert(2 + 4 * kPathMaxBlock < kPathFirstRoundCalls, "the first round holds a whole opening");
 // The call's place in its round.
 inline uint64_t round_call(uint64_t calls) {
   return calls < kPathFirstRoundCalls ? calls : (calls - kPathFirstRoundCalls) % kPathRoundCalls;
@@ -86,8 +87,7 @@ constexpr size_t kProbeBatches = 3;
 // offers it with its arrival and every rank follows, so all take one path
 // whatever their own options say. probe: time the hand-off between the
 // ranks' cores first; cross-memory attach if it is far.
-// staged_trial: every rank arrives, then all stage (a timed trial, shm_timed_path.h).
-enum class Offer : uint8_t { staged, cross_memory, probe, staged_trial };
+enum class Offer : uint8_t { staged, cross_memory, probe };
 
 // What a rank called, so one that called something else learns it from the
 // first exchange instead of mixing data.
@@ -255,8 +255,6 @@ class Segments {
   // The timed path of family `f`, size class `c`: rank 0's trials, and this rank's calls.
   PathTrials& path_trials(PathFamily f, size_t c) const { return control(0)->paths[size_t(f)][c]; }
   uint64_t& path_calls(PathFamily f, size_t c) const { return self_->path_calls[size_t(f)][c]; }
-  // Returns once every peer has consumed every chunk this rank staged.
-  void settle() { wait_for_free_slot(self_->next); }
   // After arrive(): rank p's input (and output) lie in allocate_shared memory;
   // p < 0: every rank's.
   bool registered(int p, bool output_too) const;

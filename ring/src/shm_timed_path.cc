@@ -2,18 +2,23 @@
 //
 // Each round of kPathRoundCalls calls of a family and size class (the first
 // one shorter: shm_segments.h) opens with one untimed call of each path (cold
-// pages and caches), then pairs of trials, one call of each path, staged
-// first in even pairs and last in odd ones, so that a drift (the first calls
-// on fresh buffers run slower on either path) falls on both alike. A family
-// with a cold path takes it for its first round instead, untimed. Every
-// rank knows from its own count which path an opening call takes. In a
-// trial every rank arrives, staged too, so rank 0 times each call from
-// every rank present until every rank is done with it. At the first call
-// after the opening rank 0 publishes the path that won more pairs (robust
-// to a call another job slowed 2x, which had turned a mean of 15 calls), on
-// a tie the one with the lower total, and against a cold path only by a
-// margin (staged_won); a peer that reads no verdict yet offers cross-memory
-// attach and arrives, and if rank 0 stages, that call stages.
+// pages and caches), then pairs of trials, one of each path, staged first in
+// even pairs and last in odd ones, so that a drift (the first calls on fresh
+// buffers run slower on either path) falls on both alike. A trial is two
+// calls of its path; rank 0 times the second from its entry to its return,
+// so that each path runs as it does in a run of such calls: a staged call
+// without an arrival, its ranks drifting apart by up to the slots' depth,
+// cross-memory attach with its arrival and finish. (Single calls timed from
+// every rank's arrival until every peer had read the staged chunk
+// under-rated staging where calls overlap: 4 ranks on 2 cores, 64 KiB
+// all-to-all, 30-110 us per staged trial against 15-23 in a run.)
+// A family with a cold path takes it for its first round instead, untimed.
+// Every rank knows from its own count which path an opening call takes. At
+// the first call after the opening rank 0 publishes the path that won more
+// pairs (robust to a call another job slowed 2x, which had turned a mean of
+// 15 calls), on a tie the one with the lower total, and against a cold path
+// only by a margin (staged_won); a peer that reads no verdict yet offers
+// cross-memory attach and arrives, and if rank 0 stages, that call stages.
 #include "shm_timed_path.h"
 
 #include <algorithm>
@@ -26,25 +31,27 @@ TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes, std::op
   const uint64_t calls = s.path_calls(family, c)++;
   if (cold && calls < kPathFirstRoundCalls) return {*cold};
   const uint64_t call = round_call(calls);
-  const uint64_t end = 2 + 2 * path_block_calls(bytes);
+  const uint64_t end = 2 + 4 * path_block_calls(bytes);
   PathTrials& t = s.path_trials(family, c);
   TimedPath path;
   if (call < end) {
-    // One untimed call of each path, then pairs (trial i): staged first in even pairs, last in odd ones.
+    // One untimed call of each path, then trials i of two calls of one path,
+    // the second timed; staged first in even pairs of trials, last in odd ones.
     const bool warm = call < 2;
-    const uint64_t i = warm ? 0 : call - 2;
+    const uint64_t i = warm ? 0 : (call - 2) / 2;
     const bool staged = warm ? call == 0 : ((i / 2) % 2 == 0) == (i % 2 == 0);
-    path.offer = !staged ? Offer::cross_memory : warm ? Offer::staged : Offer::staged_trial;
+    path.offer = staged ? Offer::staged : Offer::cross_memory;
     if (s.rank() != 0) return path;
     if (call == 0) {  // peers read only the verdict, and not before the opening's end
       store_relaxed(t.verdict, kUntimed);
       t.staged_ns = t.cross_memory_ns = t.staged_wins = t.cross_memory_wins = 0;
     }
-    if (!warm) {
+    if (!warm && (call - 2) % 2 == 1) {
       path.trials = &t;
       path.trial = staged ? Reach::staged : Reach::cross_memory;
       path.second_of_pair = i % 2 == 1;
       if (!path.second_of_pair) t.pair_first_ns = kNotTimed;
+      path.started_ns = Segments::now_ns();
     }
     return path;
   }
@@ -62,18 +69,12 @@ bool staged_won(const PathTrials& t, std::optional<Offer> cold) {
   return challenger * 10 < incumbent * 9 ? staged : !staged;
 }
 
-void start_trial(TimedPath& p, Reach reach) {
-  if (!p.trials) return;
-  if (reach != p.trial) {
-    p.trials = nullptr;
-    return;
-  }
-  p.started_ns = Segments::now_ns();
+void confirm_trial(TimedPath& p, Reach reach) {
+  if (p.trials && reach != p.trial) p.trials = nullptr;
 }
 
-void end_trial(Segments& s, TimedPath& p) {
+void end_trial(TimedPath& p) {
   if (!p.trials) return;
-  s.settle();
   const uint64_t ns = Segments::now_ns() - p.started_ns;
   PathTrials& t = *p.trials;
   const bool staged = p.trial == Reach::staged;

@@ -14,7 +14,7 @@ namespace tandem::ring {
 // A call's path; on rank 0 during a round's opening, also its trial's clock.
 struct TimedPath {
   Offer offer = Offer::staged;
-  // Rank 0, a timed trial: its class's trials, the path it times, its place in its pair, its start.
+  // Rank 0, a timed trial: its class's trials, the path it times, its place in its pair, its entry.
   PathTrials* trials = nullptr;
   Reach trial{};
   bool second_of_pair = false;
@@ -37,14 +37,12 @@ TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes, std::op
 // cross-memory attach runs 1.2-1.35x faster.
 bool staged_won(const PathTrials& t, std::optional<Offer> cold);
 
-// After arrive_direct, every rank present: a trial's clock starts, if the
-// call goes the way the trial times (else the call is not counted).
-void start_trial(TimedPath& p, Reach reach);
+// After arrive_direct: a trial counts only if the call went the way it
+// times (an in-place all-to-all stages whatever the offer).
+void confirm_trial(TimedPath& p, Reach reach);
 
-// After the call's work: rank 0 waits until every peer has read what it
-// staged (a direct call has finished on every rank already), adds the
-// trial's time to its path's total and, second in a pair, scores the pair.
-// Trials time the call alone, not the gaps between calls.
-void end_trial(Segments& s, TimedPath& p);
+// After the call's work: rank 0 adds the trial's time, from its entry to
+// now, to its path's total and, second in a pair, scores the pair.
+void end_trial(TimedPath& p);
 
 }  // namespace tandem::ring
