@@ -31,10 +31,11 @@ TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes, std::op
 // Rank 0's verdict on a round's trials: the path that won more pairs; on a
 // tie the one with the lower total; neither timed: staged. Against a
 // family's cold path the other must also be clearly faster in total (under
-// 0.9 of it): on 4 ranks over 2 cores the trials under-rate cross-memory
-// attach (4.4-5.7 ms per 16 MiB trial at call 64, 3.6-4.0 in a run of such
-// calls), and staging won 2 pairs of 3 there by totals 4 % apart where
-// cross-memory attach runs 1.2-1.35x faster.
+// 0.9 of it): on 4 ranks over 2 cores single-call trials under-rated
+// cross-memory attach (4.4-5.7 ms per 16 MiB trial at call 64, 3.6-4.0 in a
+// run of such calls), and staging won 2 pairs of 3 there by totals 4 % apart
+// where cross-memory attach runs 1.2-1.35x faster. (Measured before trials
+// became runs of two calls; kept as the cautious rule.)
 bool staged_won(const PathTrials& t, std::optional<Offer> cold);
 
 // After arrive_direct: a trial counts only if the call went the way it
