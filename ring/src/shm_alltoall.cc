@@ -151,7 +151,6 @@ void staged_alltoallv(Segments& s, const AlltoallvArgs& a, const Matrix& m, std:
   const int n = s.size(), r = s.rank();
   const size_t es = dtype_size(a.dtype), per_block = std::max<size_t>(1, s.chunk_bytes() / es / size_t(n));
   auto run = [&](size_t count, size_t i) { return std::min(per_block, count - std::min(count, i * per_block)); };
-  copy_own_block(s, a, out, es);
   s.staged(
       chunks_for(m.largest_block(), per_block), -1,
       [&](size_t i, std::byte* slot) {
@@ -169,7 +168,8 @@ void staged_alltoallv(Segments& s, const AlltoallvArgs& a, const Matrix& m, std:
           s.counted_copy(out + (a.recv.displs[size_t(p)] + i * per_block) * es, slot_of(p) + size_t(r) * per_block * es,
                          count * es);
         }
-      });
+      },
+      [&] { copy_own_block(s, a, out, es); });
 }
 
 }  // namespace
