@@ -11,7 +11,8 @@
 // *Staged*: each chunk carries the same run of every block, as in the
 // reduce-scatter: piece q of rank p's slot holds part of p's block for q.
 // Rank r copies piece r out of every peer's slot. One handshake per chunk for
-// the whole call, not a message per peer.
+// the whole call, not a message per peer. A rank copies its own block while
+// the peers read its first chunk, off the hand-off's critical path.
 //
 // *Direct*: after the arrival, rank r reads its block from each peer's
 // input, one copy per block, starting at peer r+1 so the readers spread over
