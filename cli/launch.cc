@@ -31,8 +31,8 @@ void add_launch(CLI::App& app, LaunchFlags& flags) {
                 "gets TANDEM_SERVERS")
       ->capture_default_str();
   flags.bind = l->add_option("--bind", o.bind,
-                "auto: each rank on this host runs on its own share of the CPUs when there are at least as many "
-                "CPUs as ranks here (as mpirun binds to cores); none: leave placement to the scheduler "
+                "auto: each rank on this host runs on its own share of the CPUs (as mpirun binds to cores), or "
+                "on one CPU, dealt round-robin, when ranks outnumber CPUs; none: leave placement to the scheduler "
                 "(default: TANDEM_BIND, else auto)")
       ->capture_default_str();
   // Only for --help: main() splits the command off before CLI11 sees it.

@@ -33,10 +33,14 @@ std::vector<Placement> place_ranks(const LaunchOptions& o) {
 }
 
 std::optional<cpu_set_t> cpu_share(const std::vector<int>& cpus, int local, int size) {
-  if (size < 1 || local < 0 || local >= size || size > int(cpus.size())) return std::nullopt;
-  const size_t per = cpus.size() / size_t(size);
+  if (size < 1 || local < 0 || local >= size || cpus.empty()) return std::nullopt;
   cpu_set_t mine;
   CPU_ZERO(&mine);
+  if (size > int(cpus.size())) {
+    CPU_SET(cpus[size_t(local) % cpus.size()], &mine);
+    return mine;
+  }
+  const size_t per = cpus.size() / size_t(size);
   for (size_t k = 0; k < per; ++k) CPU_SET(cpus[size_t(local) * per + k], &mine);
   return mine;
 }
@@ -88,8 +92,9 @@ namespace {
 
 SettingTable<LaunchOptions> make_launch_settings() {
   Setting bind = setting_row("launch", "TANDEM_BIND", "bind", SettingKind::choice, "auto",
-                             "auto: each rank runs on its own share of this host's CPUs when there are enough; "
-                             "none: the scheduler places them (--bind wins).");
+                             "auto: each rank runs on its own share of this host's CPUs, or when ranks "
+                             "outnumber them on one CPU, dealt round-robin; none: the scheduler places them "
+                             "(--bind wins).");
   bind.accepted = {"auto", "none"};
   return {{bind, [bind](LaunchOptions& o, const std::string& v) { o.bind = parse_choice_setting(bind, v); },
            [](const LaunchOptions& o) { return o.bind; }}};

@@ -30,8 +30,10 @@ bool is_this_host(const std::string& host);
 std::vector<Placement> place_ranks(const LaunchOptions& o);
 
 // The CPUs that rank `local` of `size` ranks on this host runs on: its equal
-// share, in order, of `cpus` (the launcher's); none when they are fewer than
-// the ranks (then the scheduler balances).
+// share, in order, of `cpus` (the launcher's); when the ranks outnumber them,
+// CPU local % cpus.size(), so each carries as many ranks as another, give or
+// take one (left to the scheduler, a passing load could stack three of four
+// ranks on one of two cores for seconds).
 std::optional<cpu_set_t> cpu_share(const std::vector<int>& cpus, int local, int size);
 
 }  // namespace tandem::launch

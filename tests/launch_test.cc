@@ -242,8 +242,8 @@ TEST_F(LaunchTest, TorchInitProcessGroupFromTheEnvironment) {
 }
 
 // --bind auto (the default): ranks on this host get disjoint, equal shares of
-// the launcher's CPUs while there are enough; otherwise, or with --bind none,
-// every rank keeps all of them.
+// the launcher's CPUs while there are enough; otherwise one CPU each, dealt
+// round-robin. With --bind none every rank keeps all of them.
 TEST_F(LaunchTest, RanksAreBoundToTheirShareOfTheCpus) {
   cpu_set_t allowed;
   ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
@@ -272,8 +272,10 @@ TEST_F(LaunchTest, RanksAreBoundToTheirShareOfTheCpus) {
   EXPECT_NE(unbound[0], bound[0]);
   const auto crowded = masks({"launch", "-n", std::to_string(cpus + 1), "--", "sh", "-c", show});
   ASSERT_EQ(crowded.size(), size_t(cpus + 1));
-  EXPECT_EQ(crowded.front(), unbound[0]) << "more ranks than CPUs: left to the scheduler";
-  EXPECT_EQ(crowded.back(), unbound[0]);
+  EXPECT_EQ(crowded.front(), crowded.back()) << "more ranks than CPUs: rank " << cpus << " back on rank 0's CPU";
+  EXPECT_NE(crowded[0], crowded[1]) << "ranks 0 and 1 on different CPUs";
+  EXPECT_NE(crowded[0], unbound[0]) << "one CPU each, not all of them";
+  EXPECT_EQ(crowded[0].find_first_of(",-"), std::string::npos) << "a single CPU: " << crowded[0];
 }
 
 // -H: ranks fill each host's slots in order; other hosts run through the
