@@ -300,16 +300,28 @@ void shm_allgather(Channel& ch, const AllgatherArgs& a, const RingOptions& o) {
   if (a.count == 0) return;
   Segments s(ch, chunk_bytes, call_of(Kind::allgather, a.count, a.dtype));
   const size_t esize = dtype_size(a.dtype), per_chunk = chunk_bytes / esize, block = a.count * esize;
-  std::byte* own_block = bytes_of(a.output) + size_t(s.rank()) * block;
-  if (bytes_of(a.input) != own_block) s.counted_copy(own_block, a.input, block);
   const size_t bytes = block * size_t(s.size());
+  const std::byte* in = bytes_of(a.input);
+  std::byte* own_block = bytes_of(a.output) + size_t(s.rank()) * block;
+  // An input apart from the output is staged from, and copied to the own
+  // block while the peers read the first chunk; one inside the output (not
+  // the own block) is copied first, before the peers' blocks overwrite it.
+  const bool apart = in + block <= bytes_of(a.output) || bytes_of(a.output) + bytes <= in;
+  if (!apart && in != own_block) s.counted_copy(own_block, in, block);
+  const std::byte* source = apart ? in : own_block;
+  auto copy_own = [&] {
+    if (apart) s.counted_copy(own_block, in, block);
+  };
   const Reach reach = arrive_direct(s, window_offer(o, bytes), bytes, a.input, block, a.output, 0, -1, false);
-  if (reach != Reach::staged) return direct_allgather(s, a, reach);
+  if (reach != Reach::staged) {
+    copy_own();
+    return direct_allgather(s, a, reach);
+  }
   s.staged(
       chunks_for(a.count, per_chunk), -1,
       [&](size_t i, std::byte* slot) {
         const size_t begin = i * per_chunk;
-        s.counted_copy(slot, own_block + begin * esize, std::min(per_chunk, a.count - begin) * esize);
+        s.counted_copy(slot, source + begin * esize, std::min(per_chunk, a.count - begin) * esize);
       },
       [&](size_t i, auto slot_of) {
         const size_t begin = i * per_chunk, bytes = std::min(per_chunk, a.count - begin) * esize;
@@ -317,7 +329,8 @@ void shm_allgather(Channel& ch, const AllgatherArgs& a, const RingOptions& o) {
           if (p == s.rank()) continue;
           s.counted_copy(bytes_of(a.output) + (size_t(p) * a.count + begin) * esize, slot_of(p), bytes);
         }
-      });
+      },
+      copy_own);
 }
 
 void shm_broadcast(Channel& ch, const BroadcastArgs& a, const RingOptions& o) {
