@@ -279,8 +279,9 @@ int run_info() {
     std::printf("job environment (%s): rank %d of %d, local rank %d of %d, store %s%s\n",
                 tandem::detect_launcher().c_str(), o.rank, o.size, o.local_rank, o.local_size,
                 o.store_address.c_str(), o.host_store ? " (hosted by rank 0)" : "");
-    std::printf("cpus: %s of this host's %ld (tandem launch binds each rank to its share, or to one CPU round-robin when ranks outnumber them; "
-                "--bind none or TANDEM_BIND=none leaves placement to the scheduler)\n",
+    std::printf("cpus: %s of this host's %ld (tandem launch binds each rank to its share, or to one CPU "
+                "round-robin when ranks outnumber them; --bind none or TANDEM_BIND=none leaves placement to the "
+                "scheduler)\n",
                 allowed_cpu_ranges().c_str(), ::sysconf(_SC_NPROCESSORS_ONLN));
     const auto ring = tandem::ring::fit_to_host(tandem::ring::options_from_env(), o);
     if (ring.shared_memory) {
