@@ -17,13 +17,6 @@ namespace {
 
 constexpr size_t kStepsInFlight = 8;
 
-// The bytes from the start of a buffer to the end of its last block.
-size_t extent(const Blocks& b, size_t esize) {
-  size_t end = 0;
-  for (size_t p = 0; p < b.counts.size(); ++p) end = std::max(end, (b.displs[p] + b.counts[p]) * esize);
-  return end;
-}
-
 }  // namespace
 
 void pairwise_alltoallv(Channel& ch, const AlltoallvArgs& a) {
@@ -41,7 +34,7 @@ void pairwise_alltoallv(Channel& ch, const AlltoallvArgs& a) {
   // 3x slower at 1 MiB, 2 ranks: UCX's rendezvous from scratch memory.)
   const size_t in_bytes = extent(a.send, es), out_bytes = extent(a.recv, es);
   std::byte* const final_out = out;
-  const bool staged = in_bytes > 0 && out_bytes > 0 && in < out + out_bytes && out < in + in_bytes;
+  const bool staged = overlap(in, in_bytes, out, out_bytes);
   if (staged) out = static_cast<std::byte*>(ch.scratch_in(a.memory, out_bytes, 0));
   // This rank's own block is copied once the first steps are posted, while the peers move theirs.
   bool own_copied = false;

@@ -54,6 +54,20 @@ inline void run_walks(Channel& ch, size_t total, size_t window, Start start) {
 
 inline int mod(int x, int n) { return ((x % n) + n) % n; }
 
+// The bytes from the start of a buffer to the end of its last block.
+inline size_t extent(const Blocks& b, size_t esize) {
+  size_t end = 0;
+  for (size_t p = 0; p < b.counts.size(); ++p) end = std::max(end, (b.displs[p] + b.counts[p]) * esize);
+  return end;
+}
+
+// Whether two byte ranges share a byte (an empty range shares none).
+inline bool overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  const auto* x = static_cast<const std::byte*>(a);
+  const auto* y = static_cast<const std::byte*>(b);
+  return a_bytes > 0 && b_bytes > 0 && x < y + b_bytes && y < x + a_bytes;
+}
+
 // Tags: step in the high bits, segment in the low 20.
 constexpr int kSegmentBits = 20;
 inline Tag step_tag(int step, size_t segment) { return (Tag(step) << kSegmentBits) | segment; }

@@ -99,13 +99,6 @@ void check_matrix(const Matrix& m) {
   }
 }
 
-// The bytes from the start of a buffer to the end of its last block.
-size_t extent(const Blocks& b, size_t esize) {
-  size_t end = 0;
-  for (size_t p = 0; p < b.counts.size(); ++p) end = std::max(end, (b.displs[p] + b.counts[p]) * esize);
-  return end;
-}
-
 // Heap buffers out of place from kAlltoallCmaMinBytes per rank go by
 // TANDEM_SHM_ALLREDUCE_CMA: never staged, always by cross-memory attach, and
 // by default (timed, and far) the faster of the two as rank 0 times them
@@ -191,8 +184,7 @@ void shm_alltoallv(Channel& ch, const AlltoallvArgs& a, const RingOptions& o) {
   if (per_rank == 0) return;
   const size_t in_bytes = extent(a.send, es), out_bytes = extent(a.recv, es);
   auto* out = bytes_of(a.output);
-  const bool overlap =
-      in_bytes > 0 && out_bytes > 0 && bytes_of(a.input) < out + out_bytes && out < bytes_of(a.input) + in_bytes;
+  const bool overlap = ring::overlap(a.input, in_bytes, out, out_bytes);
   TimedPath path = alltoall_path(s, o, per_rank, overlap);
   const Reach reach = arrive_direct(s, path.offer, per_rank, a.input, in_bytes, out, out_bytes, -1, false);
   confirm_trial(path, reach);

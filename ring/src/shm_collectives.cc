@@ -306,7 +306,7 @@ void shm_allgather(Channel& ch, const AllgatherArgs& a, const RingOptions& o) {
   // An input apart from the output is staged from, and copied to the own
   // block while the peers read the first chunk; one inside the output (not
   // the own block) is copied first, before the peers' blocks overwrite it.
-  const bool apart = in + block <= bytes_of(a.output) || bytes_of(a.output) + bytes <= in;
+  const bool apart = !overlap(in, block, a.output, bytes);
   if (!apart && in != own_block) s.counted_copy(own_block, in, block);
   const std::byte* source = apart ? in : own_block;
   auto copy_own = [&] {
