@@ -37,7 +37,10 @@ class EngineChannel final : public Channel, public SharedMemory {
   bool can_copy_peer() const override { return impl_.cma; }
   void read_peer(int peer, const void* remote, void* local, size_t bytes) override;
   void write_peer(int peer, void* remote, const void* local, size_t bytes) override;
-  void count_traffic(uint64_t bytes) override { impl_.shm_traffic.fetch_add(bytes, std::memory_order_relaxed); }
+  // Summed here and added to the communicator's count once per call: a
+  // locked add after each staging copy would wait for the copy's stores to
+  // reach the peer before the stamp behind them could start.
+  void count_traffic(uint64_t bytes) override { traffic_ += bytes; }
 
   void idle(int peer, unsigned spins) override;
 
@@ -92,6 +95,7 @@ class EngineChannel final : public Channel, public SharedMemory {
   std::vector<Pending> live_;
   bool fingerprint_posted_ = false, fingerprint_compared_ = false;
   int prev_ = 0;
+  uint64_t traffic_ = 0;  // shared-memory bytes this call read and wrote
   Pending fp_in_, fp_out_;
   Fingerprint mine_, theirs_;  // sent and received in place: they outlive the messages
 };
