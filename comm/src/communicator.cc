@@ -47,6 +47,22 @@ std::shared_ptr<Request::State> Communicator::Impl::enqueue(Task task) {
   return state;
 }
 
+namespace {
+
+// A state only the task holds (a blocking call's on the caller's thread) has
+// nobody to wake: no lock, whose locked instruction would wait for this
+// call's last stores to reach the peers.
+void finish(Task& task, std::exception_ptr e) {
+  if (task.state.use_count() == 1) {
+    task.state->done = true;
+    task.state->error = std::move(e);
+    return;
+  }
+  task.state->finish(std::move(e));
+}
+
+}  // namespace
+
 void Communicator::Impl::execute(Task& task, Clock::time_point started) {
   if (task.what.collective == Collective::send_recv) return post(std::move(task));
   // Exchanges are not collectives: other ranks do not count them, and the
@@ -57,7 +73,7 @@ void Communicator::Impl::execute(Task& task, Clock::time_point started) {
     record_begin(task, started);
   }
   if (sticky) {
-    task.state->finish(sticky);
+    finish(task, sticky);
     if (collective) flight->end(seq, false, "not run: an earlier call failed");
     return;
   }
@@ -66,7 +82,7 @@ void Communicator::Impl::execute(Task& task, Clock::time_point started) {
     EngineChannel channel(*this, task);
     task.body(channel);
     channel.finish();
-    task.state->finish(nullptr);
+    finish(task, nullptr);
     if (collective) flight->end(seq, true);
   } catch (const CollectiveMismatch& e) {
     // The shared-memory path does not know the call's number.
@@ -77,7 +93,7 @@ void Communicator::Impl::execute(Task& task, Clock::time_point started) {
     sticky = std::make_exception_ptr(CollectiveMismatch(text));
     failed = true;
     record_failure(text, "mismatch", collective);
-    task.state->finish(sticky);
+    finish(task, sticky);
   } catch (const std::exception& e) {
     // Any failure leaves peers in an unknown state (a mismatched collective
     // too): sticky. Only a mismatch is logged here, as nothing else names it.
@@ -89,7 +105,7 @@ void Communicator::Impl::execute(Task& task, Clock::time_point started) {
                              : dynamic_cast<const PeerFailure*>(&e) ? "peer failure"
                                                                       : "failure",
                    collective);
-    task.state->finish(sticky);
+    finish(task, sticky);
   }
 }
 
@@ -166,7 +182,7 @@ bool Communicator::Impl::try_run_here(std::function<void(Channel&)>& body, const
   inline_state->done = false;
   inline_state->error = nullptr;
   inline_state->source = -1;
-  Task task{std::move(body), inline_state, o.timeout.value_or(opts.timeout), {}, what};
+  Task task{std::move(body), std::move(inline_state), o.timeout.value_or(opts.timeout), {}, what};
   const Clock::time_point now = Clock::now();
   task.deadline = now + task.timeout;
   task.state->deadline = task.deadline;
@@ -180,7 +196,9 @@ bool Communicator::Impl::try_run_here(std::function<void(Channel&)>& body, const
   // Wake the engine only if work arrived meanwhile: a futex wake per small
   // collective would cost more than the collective.
   if (queued) cv.notify_all();
-  if (task.state->error) std::rethrow_exception(task.state->error);
+  const std::exception_ptr error = task.state->error;
+  inline_state = std::move(task.state);  // moved, not copied: no reference count to change
+  if (error) std::rethrow_exception(error);
   return true;
 }
 
