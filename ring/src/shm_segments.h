@@ -207,6 +207,11 @@ class Segments {
         });
         check_same_call(p, h->call);
       }
+      // Every peer staged chunk g, so each had consumed every chunk before
+      // g - 1 (it stages one chunk ahead of what it consumes): slots known
+      // free without reading the peers' `consumed`, whose line then stays
+      // in its writer's cache instead of crossing cores every call.
+      if (stager < 0 && g >= 1) self_->peers_consumed = std::max(self_->peers_consumed, g - 1);
       consume(i, [&](int p) -> const std::byte* { return data(header(p, g)); });
       store_release(self_->consumed, g + 1);
     }
