@@ -295,8 +295,10 @@ class Segments {
   void stage_chunk(uint64_t g, size_t i, Stage& stage, bool alone) {
     if (g >= kSlots) wait_for_free_slot(g - kSlots + 1);
     SlotHeader* h = header(r_, g);
-    h->call = call_;
     stage(i, data(h));
+    // The call beside the stamp, after the data: a peer already polling this
+    // line would otherwise take it back between the two writes.
+    h->call = call_;
     store_release(h->stamp, g + 1);
     if (alone) std::atomic_thread_fence(std::memory_order_seq_cst);
   }
