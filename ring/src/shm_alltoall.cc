@@ -11,8 +11,8 @@
 // *Staged*: each chunk carries the same run of every block, as in the
 // reduce-scatter: piece q of rank p's slot holds part of p's block for q.
 // Rank r copies piece r out of every peer's slot. One handshake per chunk for
-// the whole call, not a message per peer. A rank copies its own block while
-// the peers read its first chunk, off the hand-off's critical path.
+// the whole call, not a message per peer. A rank copies its own block's run
+// of each chunk while the peers read it, off the hand-off's critical path.
 //
 // *Direct*: after the arrival, rank r reads its block from each peer's
 // input, one copy per block, starting at peer r+1 so the readers spread over
@@ -122,11 +122,12 @@ TimedPath alltoall_path(const Segments& s, const RingOptions& o, size_t bytes, b
   return path;
 }
 
-void copy_own_block(Segments& s, const AlltoallvArgs& a, std::byte* out, size_t es) {
+// Elements [begin, begin + count) of this rank's own block, from input to `out`.
+void copy_own_run(Segments& s, const AlltoallvArgs& a, std::byte* out, size_t es, size_t begin, size_t count) {
   const size_t r = size_t(s.rank());
-  const std::byte* from = bytes_of(a.input) + a.send.displs[r] * es;
-  std::byte* to = out + a.recv.displs[r] * es;
-  if (from != to && a.send.counts[r] > 0) s.counted_copy(to, from, a.send.counts[r] * es);
+  const std::byte* from = bytes_of(a.input) + (a.send.displs[r] + begin) * es;
+  std::byte* to = out + (a.recv.displs[r] + begin) * es;
+  if (from != to && count > 0) s.counted_copy(to, from, count * es);
 }
 
 void direct_alltoallv(Segments& s, const AlltoallvArgs& a, const Matrix& m, Reach reach, std::byte* out) {
@@ -137,7 +138,7 @@ void direct_alltoallv(Segments& s, const AlltoallvArgs& a, const Matrix& m, Reac
     const size_t bytes = a.recv.counts[size_t(p)] * es;
     if (bytes > 0) read_input(s, reach, p, m.send_displ(p, r) * es, out + a.recv.displs[size_t(p)] * es, bytes);
   }
-  copy_own_block(s, a, out, es);
+  copy_own_run(s, a, out, es, 0, a.send.counts[size_t(r)]);
   s.finish();  // the peers read this rank's input until then
 }
 
@@ -163,7 +164,7 @@ void staged_alltoallv(Segments& s, const AlltoallvArgs& a, const Matrix& m, std:
                          count * es);
         }
       },
-      [&] { copy_own_block(s, a, out, es); });
+      [&](size_t i) { copy_own_run(s, a, out, es, i * per_block, run(a.send.counts[size_t(r)], i)); });
 }
 
 }  // namespace

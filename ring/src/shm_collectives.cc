@@ -303,18 +303,16 @@ void shm_allgather(Channel& ch, const AllgatherArgs& a, const RingOptions& o) {
   const size_t bytes = block * size_t(s.size());
   const std::byte* in = bytes_of(a.input);
   std::byte* own_block = bytes_of(a.output) + size_t(s.rank()) * block;
-  // An input apart from the output is staged from, and copied to the own
-  // block while the peers read the first chunk; one inside the output (not
-  // the own block) is copied first, before the peers' blocks overwrite it.
+  // An input apart from the output is staged from, and each chunk's run of
+  // it copied to the own block while the peers read the chunk; one inside
+  // the output (not the own block) is copied first, before the peers' blocks
+  // overwrite it.
   const bool apart = !overlap(in, block, a.output, bytes);
   if (!apart && in != own_block) s.counted_copy(own_block, in, block);
   const std::byte* source = apart ? in : own_block;
-  auto copy_own = [&] {
-    if (apart) s.counted_copy(own_block, in, block);
-  };
   const Reach reach = arrive_direct(s, window_offer(o, bytes), bytes, a.input, block, a.output, 0, -1, false);
   if (reach != Reach::staged) {
-    copy_own();
+    if (apart) s.counted_copy(own_block, in, block);
     return direct_allgather(s, a, reach);
   }
   s.staged(
@@ -330,7 +328,10 @@ void shm_allgather(Channel& ch, const AllgatherArgs& a, const RingOptions& o) {
           s.counted_copy(bytes_of(a.output) + (size_t(p) * a.count + begin) * esize, slot_of(p), bytes);
         }
       },
-      copy_own);
+      [&](size_t i) {
+        const size_t begin = i * per_chunk;
+        if (apart) s.counted_copy(own_block + begin * esize, in + begin * esize, std::min(per_chunk, a.count - begin) * esize);
+      });
 }
 
 void shm_broadcast(Channel& ch, const BroadcastArgs& a, const RingOptions& o) {

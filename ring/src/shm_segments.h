@@ -186,17 +186,17 @@ class Segments {
   // Runs `chunks` staged steps. stage(i, slot) fills this rank's slot with
   // its part of chunk i; consume(i, slot_of) reads the stagers' slots
   // (slot_of(p) for rank p). `stager` < 0: every rank stages; else only it.
-  // meanwhile(): work that needs no peer, run once the first chunks are
-  // staged, while the peers read them instead of before they can.
-  template <class Stage, class Consume, class Meanwhile = void (*)()>
-  void staged(size_t chunks, int stager, Stage stage, Consume consume, Meanwhile meanwhile = [] {}) {
+  // meanwhile(i): chunk i's work that needs no peer, run once the chunk
+  // after it is staged, while the peers read instead of before they can.
+  template <class Stage, class Consume, class Meanwhile = void (*)(size_t)>
+  void staged(size_t chunks, int stager, Stage stage, Consume consume, Meanwhile meanwhile = [](size_t) {}) {
     const uint64_t first = self_->next;
     self_->next = first + chunks;
     const bool stages = stager < 0 || stager == r_;
     for (size_t i = 0; i < chunks; ++i) {
       if (stages && i == 0) stage_chunk(first, 0, stage, chunks == 1);
       if (stages && i + 1 < chunks) stage_chunk(first + i + 1, i + 1, stage, false);
-      if (i == 0) meanwhile();
+      meanwhile(i);
       const uint64_t g = first + i;
       for (int p = 0; p < n_; ++p) {
         if (p == r_ || (stager >= 0 && p != stager)) continue;
