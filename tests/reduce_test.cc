@@ -11,6 +11,7 @@
 // rounding, integer wraparound, NaN/inf/-0 semantics and the public dispatcher.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -729,6 +730,34 @@ TEST(Dispatch, RejectsBadArguments) {
   EXPECT_THROW(reduce(DataType::f32, static_cast<ReduceOp>(99), &x, &x, &x, 1), InvalidArgument);
   EXPECT_THROW(reduce(DataType::f32, ReduceOp::sum, nullptr, &x, &x, 1), InvalidArgument);
   EXPECT_NO_THROW(reduce(DataType::f32, ReduceOp::sum, nullptr, nullptr, nullptr, 0));
+}
+
+// ---- host copies ----
+
+// Both host copies at every alignment of source and destination within a
+// line, lengths around a line and past pieces: the bytes in [dst, dst + n)
+// are the source's, the guard bytes around them untouched.
+TEST(Copy, HostCopiesMatchTheSourceAtEveryAlignment) {
+  std::vector<unsigned char> src(80000), dst(80000 + 256);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 131 + 7);
+  for (int streaming = 0; streaming < 2; ++streaming) {
+    for (size_t n : {size_t(0), size_t(1), size_t(15), size_t(63), size_t(64), size_t(65), size_t(4113), size_t(70001)}) {
+      for (size_t d_off = 0; d_off < 64; d_off += 7) {
+        for (size_t s_off : {size_t(0), size_t(5), size_t(16), size_t(63)}) {
+          std::fill(dst.begin(), dst.end(), 0xEE);
+          unsigned char* d = dst.data() + 64 + d_off;
+          if (streaming) {
+            copy_streaming(d, src.data() + s_off, n);
+          } else {
+            copy(MemoryType::host, d, src.data() + s_off, n);
+          }
+          ASSERT_EQ(std::memcmp(d, src.data() + s_off, n), 0) << "streaming " << streaming << " n " << n;
+          for (unsigned char* g = dst.data(); g < d; ++g) ASSERT_EQ(*g, 0xEE);
+          for (unsigned char* g = d + n; g < dst.data() + dst.size(); ++g) ASSERT_EQ(*g, 0xEE);
+        }
+      }
+    }
+  }
 }
 
 // ---- types.cc ----

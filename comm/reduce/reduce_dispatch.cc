@@ -1,7 +1,9 @@
 // Public entry points of comm/reduce: validate arguments, then forward to the
 // kernels of the instruction set chosen once at start-up.
 #include <cpuid.h>
+#include <immintrin.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -154,6 +156,24 @@ void copy_unaliased(void* dst, const void* src, size_t bytes) {
 }
 
 }  // namespace
+
+void copy_streaming(void* dst, const void* src, size_t bytes) {
+  auto* d = static_cast<std::byte*>(dst);
+  const auto* s = static_cast<const std::byte*>(src);
+#if defined(__SSE2__)
+  // Whole destination lines by streaming stores: 16-byte stores, four per line.
+  const size_t head = std::min(bytes, size_t(-reinterpret_cast<uintptr_t>(d) & 63));
+  std::memcpy(d, s, head);
+  d += head, s += head, bytes -= head;
+  for (; bytes >= 64; bytes -= 64, d += 64, s += 64) {
+    for (size_t k = 0; k < 64; k += 16) {
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + k), _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + k)));
+    }
+  }
+  _mm_sfence();  // ordered before whatever this thread publishes next
+#endif
+  std::memcpy(d, s, bytes);
+}
 
 #ifndef TANDEM_WITH_CUDA
 namespace {

@@ -182,6 +182,11 @@ class Segments {
     copy(MemoryType::host, dst, src, bytes);
     count_traffic(2 * bytes);
   }
+  // The same by streaming stores (copy_streaming), for outputs past the caches.
+  void counted_stream(void* dst, const void* src, size_t bytes) const {
+    copy_streaming(dst, src, bytes);
+    count_traffic(2 * bytes);
+  }
 
   // Runs `chunks` staged steps. stage(i, slot) fills this rank's slot with
   // its part of chunk i; consume(i, slot_of) reads the stagers' slots

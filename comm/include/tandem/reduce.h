@@ -27,6 +27,10 @@ void scale_avg(MemoryType memory, DataType dtype, void* data, size_t count, int 
 // On the host, memcpy without its 4K-aliasing stall (a destination 1-31
 // bytes past the source modulo 4 KiB is copied backwards in pieces).
 void copy(MemoryType memory, void* dst, const void* src, size_t bytes);
+// A host copy by non-temporal stores: dst's lines are neither read first
+// (write-allocate) nor kept in cache. For destinations past the caches that
+// nobody reads soon.
+void copy_streaming(void* dst, const void* src, size_t bytes);
 // Scratch memory of the given type (aligned to 4 KiB on the host).
 void* allocate(MemoryType memory, size_t bytes);
 void deallocate(MemoryType memory, void* p);
