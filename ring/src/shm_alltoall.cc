@@ -152,8 +152,8 @@ void direct_alltoallv(Segments& s, const AlltoallvArgs& a, const Matrix& m, Reac
     const size_t bytes = a.recv.counts[size_t(p)] * es;
     if (bytes > 0) read_input(s, reach, p, m.send_displ(p, r) * es, out + a.recv.displs[size_t(p)] * es, bytes);
   }
-  copy_own_run(s, a, out, es, stream, 0, a.send.counts[size_t(r)]);
-  s.finish();  // the peers read this rank's input until then
+  // The peers read this rank's input until finish(); its own block reads no peer.
+  s.finish([&] { copy_own_run(s, a, out, es, stream, 0, a.send.counts[size_t(r)]); });
 }
 
 void staged_alltoallv(Segments& s, const AlltoallvArgs& a, const Matrix& m, std::byte* out, bool stream) {

@@ -1,4 +1,4 @@
-// The Segments protocol's out-of-line steps: the arrival and finish handshake,
+// The Segments protocol's out-of-line steps: the arrival handshake,
 // the hand-off probe and the check that every rank made the same call.
 #include "shm_segments.h"
 
@@ -84,13 +84,6 @@ bool Segments::registered(int p, bool output_too) const {
     return true;
   }
   return shared_[size_t(p)].input && (!output_too || shared_[size_t(p)].output);
-}
-
-void Segments::finish() {
-  store_release(self_->finished, arrival_);
-  for (int p = 0; p < n_; ++p) {
-    if (p != r_) await(p, control(p)->finished, arrival_);
-  }
 }
 
 void Segments::wait_for_free_slot(uint64_t needed) {

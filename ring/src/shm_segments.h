@@ -277,7 +277,16 @@ class Segments {
   const std::byte* peer_input_address(int p) const { return reinterpret_cast<const std::byte*>(control(p)->input_address); }
   std::byte* peer_output_address(int p) const { return reinterpret_cast<std::byte*>(control(p)->output_address); }
   // Returns once every rank has finished the direct call it arrived for.
-  void finish();
+  // meanwhile(): this rank's work that reads no peer, run after telling the
+  // peers it is done reading theirs and before waiting for them.
+  template <class Meanwhile = void (*)()>
+  void finish(Meanwhile meanwhile = [] {}) {
+    store_release(self_->finished, arrival_);
+    meanwhile();
+    for (int p = 0; p < n_; ++p) {
+      if (p != r_) await(p, control(p)->finished, arrival_);
+    }
+  }
 
  private:
   Control* control(int rank) const { return reinterpret_cast<Control*>(seg_.segment[size_t(rank)]); }
