@@ -141,6 +141,7 @@ void EngineChannel::idle(int peer, unsigned spins) {
     impl_.check_health(task_, peer);
     if (spins % 1024 == 0 && !point_to_point_) watch_for_fingerprints();
   }
+  if (spins <= kSpinsWithoutPause) return;
   const bool yield_soon = impl_.oversubscribed && spins > kSpinsBeforeYield;
   if (spins <= kIdleSpins && !yield_soon) {
     if (spins % kIdlePauseRun == 0) {
