@@ -114,7 +114,7 @@ struct Control {
   alignas(64) uint64_t consumed;  // staged chunks this rank has consumed (peers read it)
   // This rank only:
   alignas(64) uint64_t next;   // the next chunk number
-  uint64_t peers_consumed;     // the least `consumed` last seen among peers
+  uint64_t peers_consumed;     // a bound on every peer's `consumed`: as last read, or as their stamps imply
   uint64_t direct_calls;       // arrival numbers taken (one per direct-eligible call)
   uint64_t path_calls[kPathFamilies][kPathClasses];  // calls of each timed family and class (PathTrials)
   // When rank 0's hand-off probe last ran (steady clock). Peers read it and
