@@ -310,9 +310,12 @@ void shm_allgather(Channel& ch, const AllgatherArgs& a, const RingOptions& o) {
   const bool apart = !overlap(in, block, a.output, bytes);
   if (!apart && in != own_block) s.counted_copy(own_block, in, block);
   const std::byte* source = apart ? in : own_block;
+  auto copy_own = [&](size_t offset, size_t n) {
+    if (apart) s.counted_copy(own_block + offset, in + offset, n);
+  };
   const Reach reach = arrive_direct(s, window_offer(o, bytes), bytes, a.input, block, a.output, 0, -1, false);
   if (reach != Reach::staged) {
-    if (apart) s.counted_copy(own_block, in, block);
+    copy_own(0, block);
     return direct_allgather(s, a, reach);
   }
   s.staged(
@@ -330,7 +333,7 @@ void shm_allgather(Channel& ch, const AllgatherArgs& a, const RingOptions& o) {
       },
       [&](size_t i) {
         const size_t begin = i * per_chunk;
-        if (apart) s.counted_copy(own_block + begin * esize, in + begin * esize, std::min(per_chunk, a.count - begin) * esize);
+        copy_own(begin * esize, std::min(per_chunk, a.count - begin) * esize);
       });
 }
 
