@@ -741,9 +741,9 @@ TEST(Copy, HostCopiesMatchTheSourceAtEveryAlignment) {
   std::vector<unsigned char> src(80000), dst(80000 + 256);
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 131 + 7);
   for (int streaming = 0; streaming < 2; ++streaming) {
-    for (size_t n : {size_t(0), size_t(1), size_t(15), size_t(63), size_t(64), size_t(65), size_t(4113), size_t(70001)}) {
+    for (size_t n : {0, 1, 15, 63, 64, 65, 4113, 70001}) {
       for (size_t d_off = 0; d_off < 64; d_off += 7) {
-        for (size_t s_off : {size_t(0), size_t(5), size_t(16), size_t(63)}) {
+        for (size_t s_off : {0, 5, 16, 63}) {
           std::fill(dst.begin(), dst.end(), 0xEE);
           unsigned char* d = dst.data() + 64 + d_off;
           if (streaming) {

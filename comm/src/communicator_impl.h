@@ -104,7 +104,8 @@ struct Communicator::Impl {
   // Point-to-point through shared memory, when shm and cma are (open_mailbox).
   std::unique_ptr<SharedSegmentSet> mailbox_shm;
   std::unique_ptr<ShmMailbox> mailbox;
-  std::atomic<uint64_t> shm_traffic{0};    // bytes the shared-memory collectives read and wrote (written by the running call only)
+  // Bytes the shared-memory collectives read and wrote; only the running call writes it.
+  std::atomic<uint64_t> shm_traffic{0};
   std::unique_ptr<SharedAllocations> allocations;  // allocate_shared()
   std::unique_ptr<FlightRecorder> flight;          // the last collectives, for `tandem doctor`
   int store_host_rank = -1;     // the rank hosting the store, if a rank does

@@ -41,7 +41,9 @@ EngineChannel::~EngineChannel() {
   // UCX never touches the caller's buffers after we return.
   for (auto& p : live_) impl_.ucx->cancel(p);
   // One call runs at a time (`busy`): a plain store, no locked add.
-  if (traffic_) impl_.shm_traffic.store(impl_.shm_traffic.load(std::memory_order_relaxed) + traffic_, std::memory_order_relaxed);
+  if (traffic_) {
+    impl_.shm_traffic.store(impl_.shm_traffic.load(std::memory_order_relaxed) + traffic_, std::memory_order_relaxed);
+  }
 }
 
 Pending EngineChannel::send(int peer, Tag tag, const void* data, size_t bytes) {
