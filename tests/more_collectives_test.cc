@@ -255,7 +255,7 @@ void checked_alltoall(Communicator& comm, DataType t, const std::vector<std::vec
 
 // Every all-to-all path through shared memory against UCX: staged (small
 // blocks), read directly by cross-memory attach (heap, when forced) or
-// through mappings (allocate_shared), in place (staged, or received aside), and alltoallv
+// through mappings (allocate_shared), in place (staged, on some ranks or all), and alltoallv
 // after its count directory, blocks up to 300001 elements.
 int alltoall_paths(const CommOptions& o, bool shared_memory, bool cross_memory) {
   ring::RingOptions ring_options;
@@ -275,6 +275,9 @@ int alltoall_paths(const CommOptions& o, bool shared_memory, bool cross_memory) 
     auto* shared_out = static_cast<char*>(comm->allocate_shared(bytes));
     checked_alltoall(*comm, t, {}, count, shared_in, shared_out, "alltoall registered");
     checked_alltoall(*comm, t, {}, count, shared_out, shared_out, "alltoall registered in place");
+    // In place on rank 0 only: it offers no input, and every rank stages.
+    checked_alltoall(*comm, t, {}, count, comm->rank() == 0 ? shared_out : shared_in, shared_out,
+                     "alltoall registered, in place on rank 0");
     comm->free_shared(shared_in);
     comm->free_shared(shared_out);
     // Variable blocks around `count`, some empty: every rank draws the same matrix.
