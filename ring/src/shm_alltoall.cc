@@ -130,6 +130,14 @@ TimedPath alltoall_path(const Segments& s, const RingOptions& o, size_t bytes, b
 // 2 MiB 182 -> 156, 4 MiB 371 -> 342; 512 KiB 21 -> 27, its output still
 // cached; 4 ranks 1-16 MiB 2-10 % faster).
 constexpr size_t kStreamMinBytes = 1 << 20;
+// Peers' blocks read through the mapping (allocate_shared inputs) by
+// streaming stores from twice that, or from that when ranks share cores and
+// evict each other's outputs (medians of 4 alternating launches: 2 ranks
+// 1 MiB 45 -> 52 us, 2 MiB 129 -> 112, 64 MiB 8.2 -> 6.9 ms; 4 ranks on
+// 2 cores 1 MiB 161 -> 122 us, 64 MiB 18.0 -> 14.2 ms).
+size_t stream_peers_min_bytes(const RingOptions& o) {
+  return o.ranks_outnumber_cores ? kStreamMinBytes : 2 * kStreamMinBytes;
+}
 
 // Elements [begin, begin + count) of this rank's own block, from input to `out`.
 void copy_own_run(Segments& s, const AlltoallvArgs& a, std::byte* out, size_t es, bool stream, size_t begin,
@@ -145,13 +153,20 @@ void copy_own_run(Segments& s, const AlltoallvArgs& a, std::byte* out, size_t es
   }
 }
 
-void direct_alltoallv(Segments& s, const AlltoallvArgs& a, const Matrix& m, Reach reach, std::byte* out, bool stream) {
+void direct_alltoallv(Segments& s, const AlltoallvArgs& a, const Matrix& m, Reach reach, std::byte* out, bool stream,
+                      bool stream_peers) {
   const int n = s.size(), r = s.rank();
   const size_t es = dtype_size(a.dtype);
   for (int k = 1; k < n; ++k) {
     const int p = (r + k) % n;  // rank r starts at r + 1: the readers spread over the ranks
     const size_t bytes = a.recv.counts[size_t(p)] * es;
-    if (bytes > 0) read_input(s, reach, p, m.send_displ(p, r) * es, out + a.recv.displs[size_t(p)] * es, bytes);
+    if (bytes == 0) continue;
+    std::byte* to = out + a.recv.displs[size_t(p)] * es;
+    if (stream_peers && reach == Reach::mapped) {
+      s.counted_stream(to, s.peer_input(p) + m.send_displ(p, r) * es, bytes);
+    } else {
+      read_input(s, reach, p, m.send_displ(p, r) * es, to, bytes);
+    }
   }
   // The peers read this rank's input until finish(); its own block reads no peer.
   s.finish([&] { copy_own_run(s, a, out, es, stream, 0, a.send.counts[size_t(r)]); });
@@ -217,7 +232,7 @@ void shm_alltoallv(Channel& ch, const AlltoallvArgs& a, const RingOptions& o) {
   std::byte* target = aside ? static_cast<std::byte*>(ch.scratch(out_bytes, 0)) : out;
   const bool stream = !aside && out_bytes >= kStreamMinBytes;  // scratch is read back at once
   if (reach != Reach::staged) {
-    direct_alltoallv(s, a, m, reach, target, stream);
+    direct_alltoallv(s, a, m, reach, target, stream, !aside && out_bytes >= stream_peers_min_bytes(o));
   } else {
     staged_alltoallv(s, a, m, target, stream);
   }
