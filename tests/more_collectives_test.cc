@@ -368,6 +368,41 @@ TEST(Alltoall, EverySharedMemoryPath) {
   }
 }
 
+// An allgather whose input lies inside its output at the next rank's block
+// (an aliasing MPI forbids and NCCL leaves undefined): the rank copies it to
+// its own block first, and the peers must read that copy, not the input its
+// own rank overwrites meanwhile. Heap output (cross-memory attach from
+// 256 KiB in all) and allocate_shared output (mapped), staged below.
+int allgather_input_inside_output(const CommOptions& o) {
+  auto comm = ring::connect(o, ring::RingOptions{});
+  const int n = comm->size(), r = comm->rank();
+  for (size_t count : {size_t(1000), size_t(300001)}) {
+    const size_t block = count * sizeof(float), bytes = size_t(n) * block;
+    for (bool shared : {false, true}) {
+      Bytes heap(shared ? 0 : bytes);
+      char* out = shared ? static_cast<char*>(comm->allocate_shared(bytes)) : heap.data();
+      char* in = out + size_t((r + 1) % n) * block;
+      fill_moved(DataType::f32, in, r, count);
+      comm->allgather(in, out, count, DataType::f32);
+      for (int b = 0; b < n; ++b) {
+        EXPECT_EQ(count_wrong_moved(DataType::f32, b, out + size_t(b) * block, count, 0), 0)
+            << (shared ? "allocate_shared" : "heap") << " output, count " << count << ": block " << b;
+      }
+      if (shared) comm->free_shared(out);
+      if (::testing::Test::HasFailure()) return kExpectationFailed;
+    }
+  }
+  return 0;
+}
+
+TEST(Allgather, InputInsideTheOutputAtAnotherBlock) {
+  for (int n : {2, 3}) {
+    SCOPED_TRACE(std::to_string(n) + " ranks");
+    RankGroup group(n, allgather_input_inside_output);
+    group.expect_success(120s);
+  }
+}
+
 // An alltoallv whose sender and receiver disagree on a block's size fails on
 // every rank at once, naming both sizes (the count directory shows them all).
 TEST(Alltoall, BlockSizeMismatchIsNamedOnEveryRank) {

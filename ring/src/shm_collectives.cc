@@ -306,14 +306,15 @@ void shm_allgather(Channel& ch, const AllgatherArgs& a, const RingOptions& o) {
   // An input apart from the output is staged from, and each chunk's run of
   // it copied to the own block while the peers read the chunk; one inside
   // the output (not the own block) is copied first, before the peers' blocks
-  // overwrite it.
+  // overwrite it, and the peers read the copy: the own block, which no peer's
+  // block overwrites.
   const bool apart = !overlap(in, block, a.output, bytes);
   if (!apart && in != own_block) s.counted_copy(own_block, in, block);
   const std::byte* source = apart ? in : own_block;
   auto copy_own = [&](size_t offset, size_t n) {
     if (apart) s.counted_copy(own_block + offset, in + offset, n);
   };
-  const Reach reach = arrive_direct(s, window_offer(o, bytes), bytes, a.input, block, a.output, 0, -1, false);
+  const Reach reach = arrive_direct(s, window_offer(o, bytes), bytes, source, block, a.output, 0, -1, false);
   if (reach != Reach::staged) {
     copy_own(0, block);
     return direct_allgather(s, a, reach);
