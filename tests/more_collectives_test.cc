@@ -373,8 +373,10 @@ TEST(Alltoall, EverySharedMemoryPath) {
 // its own block first, and the peers must read that copy, not the input its
 // own rank overwrites meanwhile. Heap output (cross-memory attach from
 // 256 KiB in all) and allocate_shared output (mapped), staged below.
-int allgather_input_inside_output(const CommOptions& o) {
-  auto comm = ring::connect(o, ring::RingOptions{});
+int allgather_input_inside_output(const CommOptions& o, bool shared_memory) {
+  ring::RingOptions ring_options;
+  ring_options.shared_memory = shared_memory;
+  auto comm = ring::connect(o, ring_options);
   const int n = comm->size(), r = comm->rank();
   for (size_t count : {size_t(1000), size_t(300001)}) {
     const size_t block = count * sizeof(float), bytes = size_t(n) * block;
@@ -398,8 +400,83 @@ int allgather_input_inside_output(const CommOptions& o) {
 TEST(Allgather, InputInsideTheOutputAtAnotherBlock) {
   for (int n : {2, 3}) {
     SCOPED_TRACE(std::to_string(n) + " ranks");
-    RankGroup group(n, allgather_input_inside_output);
-    group.expect_success(120s);
+    for (bool shm : {true, false}) {
+      SCOPED_TRACE(shm ? "shared memory" : "UCX only");
+      RankGroup group(n, [shm](const CommOptions& o) { return allgather_input_inside_output(o, shm); });
+      group.expect_success(120s);
+    }
+  }
+}
+
+// A reduce-scatter whose output lies inside its input at the next rank's
+// block (in place is the rank's own block, as NCCL's; MPI's in place puts
+// the result at the start): the peers read that block of this rank's input
+// while this rank writes its result there, so such a call must stage.
+int reduce_scatter_output_inside_input(const CommOptions& o, bool shared_memory) {
+  ring::RingOptions ring_options;
+  ring_options.shared_memory = shared_memory;
+  auto comm = ring::connect(o, ring_options);
+  const int n = comm->size(), r = comm->rank();
+  const ReduceOp op = ReduceOp::sum;
+  for (size_t count : {size_t(1000), size_t(300001)}) {
+    const size_t block = count * sizeof(float), bytes = size_t(n) * block;
+    for (bool shared : {false, true}) {
+      Bytes heap(shared ? 0 : bytes);
+      char* in = shared ? static_cast<char*>(comm->allocate_shared(bytes)) : heap.data();
+      for (size_t g = 0; g < size_t(n) * count; ++g) put(DataType::f32, in, g, input_value(op, DataType::f32, r, g));
+      char* out = in + size_t((r + 1) % n) * block;
+      comm->reduce_scatter(in, out, count, DataType::f32, op);
+      EXPECT_EQ(count_wrong(op, DataType::f32, n, out, count, size_t(r) * count), 0)
+          << (shared ? "allocate_shared" : "heap") << " input, count " << count;
+      if (shared) comm->free_shared(in);
+      if (::testing::Test::HasFailure()) return kExpectationFailed;
+    }
+  }
+  return 0;
+}
+
+TEST(ReduceScatter, OutputInsideTheInputAtAnotherBlock) {
+  for (int n : {2, 3}) {
+    SCOPED_TRACE(std::to_string(n) + " ranks");
+    for (bool shm : {true, false}) {
+      SCOPED_TRACE(shm ? "shared memory" : "UCX only");
+      RankGroup group(n, [shm](const CommOptions& o) { return reduce_scatter_output_inside_input(o, shm); });
+      group.expect_success(120s);
+    }
+  }
+}
+
+// An all-reduce whose output overlaps its input without being it (shifted
+// by a few elements either way): the result must be the sum of the inputs
+// as they were before the call.
+int allreduce_shifted_output(const CommOptions& o, bool shared_memory) {
+  ring::RingOptions ring_options;
+  ring_options.shared_memory = shared_memory;
+  auto comm = ring::connect(o, ring_options);
+  const int r = comm->rank();
+  const ReduceOp op = ReduceOp::sum;
+  for (size_t count : {size_t(1000), size_t(300001)}) {
+    for (long shift : {-3L, 5L}) {
+      std::vector<float> buf(count + 8);
+      float* in = buf.data() + 4;
+      for (size_t g = 0; g < count; ++g) put(DataType::f32, in, g, input_value(op, DataType::f32, r, g));
+      float* out = in + shift;
+      comm->allreduce(in, out, count, DataType::f32, op);
+      EXPECT_EQ(count_wrong(op, DataType::f32, comm->size(), out, count, 0), 0)
+          << "count " << count << ", output shifted by " << shift;
+      if (::testing::Test::HasFailure()) return kExpectationFailed;
+    }
+  }
+  return 0;
+}
+
+TEST(Allreduce, OutputOverlappingTheInput) {
+  for (int n : {2, 3}) {
+    for (bool shm : {true, false}) {
+      SCOPED_TRACE(std::to_string(n) + (shm ? " ranks, shared memory" : " ranks, UCX only"));
+      RankGroup group(n, [shm](const CommOptions& o) { return allreduce_shifted_output(o, shm); });
+      group.expect_success(120s);
+    }
   }
 }
 

@@ -6,11 +6,13 @@
 // number on every host), else the pipelined ring, unless one is forced; the
 // others take their ring or chain.
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "collectives.h"
 #include "tandem/bootstrap.h"
 #include "tandem/errors.h"
+#include "tandem/reduce.h"
 
 namespace tandem::ring {
 namespace {
@@ -23,7 +25,15 @@ class RingAlgorithms final : public Algorithms {
     if (options_.shm_chunk_bytes == 0) options_.shm_chunk_bytes = kDefaultShmChunkBytes;
   }
 
-  void allreduce(Channel& ch, const AllreduceArgs& args) override {
+  // An output that overlaps the input without being it would be written
+  // before all of the input is read: the input moves there, and the call runs in place.
+  void allreduce(Channel& ch, const AllreduceArgs& call) override {
+    AllreduceArgs args = call;
+    const size_t bytes = args.count * dtype_size(args.dtype);
+    if (args.input != args.output && overlap(args.input, bytes, args.output, bytes)) {
+      move_block(ch, args.memory, args.output, args.input, bytes);
+      args.input = args.output;
+    }
     const auto forced = options_.allreduce;
     if (forced == AllreduceAlgorithm::automatic || forced == AllreduceAlgorithm::shared_memory) {
       if (shared(ch, args.memory)) {
@@ -36,7 +46,6 @@ class RingAlgorithms final : public Algorithms {
             "(TANDEM_SHM=1); use auto to fall back to UCX");
       }
     }
-    const size_t bytes = args.count * dtype_size(args.dtype);
     if (forced == AllreduceAlgorithm::hierarchical ||
         (forced == AllreduceAlgorithm::automatic && bytes > options_.small_message_bytes && spans_hosts(ch))) {
       hierarchical_allreduce(ch, args, options_);
@@ -54,13 +63,33 @@ class RingAlgorithms final : public Algorithms {
       ring_allreduce(ch, args, options_);
     }
   }
+  // An output inside the input other than at this rank's block (in place,
+  // as NCCL's) would be written while the peers still read that part of the
+  // input: the result goes to scratch and is copied there afterwards.
   void reduce_scatter(Channel& ch, const ReduceScatterArgs& args) override {
-    if (shared(ch, args.memory)) return shm_reduce_scatter(ch, args, options_);
-    ring_reduce_scatter(ch, args, options_);
+    const size_t block = args.count * dtype_size(args.dtype);
+    const bool in_place = args.output == static_cast<const std::byte*>(args.input) + size_t(ch.rank()) * block;
+    if (in_place || !overlap(args.input, block * size_t(ch.size()), args.output, block)) {
+      return reduce_scatter_apart(ch, args);
+    }
+    ReduceScatterArgs aside = args;
+    aside.output = ch.scratch_in(args.memory, block, kAliasedSlot);
+    reduce_scatter_apart(ch, aside);
+    copy(args.memory, args.output, aside.output, block);
   }
+  // An input inside the output other than at this rank's block would be
+  // overwritten by a peer's block while it is still being sent: it moves to
+  // this rank's block, and the call runs in place.
   void allgather(Channel& ch, const AllgatherArgs& args) override {
-    if (shared(ch, args.memory)) return shm_allgather(ch, args, options_);
-    ring_allgather(ch, args, options_);
+    const size_t block = args.count * dtype_size(args.dtype);
+    AllgatherArgs a = args;
+    void* own = static_cast<std::byte*>(args.output) + size_t(ch.rank()) * block;
+    if (a.input != own && overlap(a.input, block, a.output, block * size_t(ch.size()))) {
+      move_block(ch, a.memory, own, a.input, block);
+      a.input = own;
+    }
+    if (shared(ch, a.memory)) return shm_allgather(ch, a, options_);
+    ring_allgather(ch, a, options_);
   }
   void broadcast(Channel& ch, const BroadcastArgs& args) override {
     if (shared(ch, args.memory)) return shm_broadcast(ch, args, options_);
@@ -81,6 +110,25 @@ class RingAlgorithms final : public Algorithms {
   }
 
  private:
+  // Scratch for a buffer that aliases the call's other one, used before or
+  // after the algorithm runs: not slot 0, which the reduce-scatters use.
+  static constexpr int kAliasedSlot = 5;
+
+  void reduce_scatter_apart(Channel& ch, const ReduceScatterArgs& args) {
+    if (shared(ch, args.memory)) return shm_reduce_scatter(ch, args, options_);
+    ring_reduce_scatter(ch, args, options_);
+  }
+  // dst and src may overlap.
+  static void move_block(Channel& ch, MemoryType memory, void* dst, const void* src, size_t bytes) {
+    if (memory == MemoryType::host) {
+      std::memmove(dst, src, bytes);
+      return;
+    }
+    void* aside = ch.scratch_in(memory, bytes, kAliasedSlot);
+    copy(memory, aside, src, bytes);
+    copy(memory, dst, aside, bytes);
+  }
+
   // Shared segments carry host memory; reduce-scatter's chunk holds a piece of every rank's block.
   bool shared(Channel& ch, MemoryType memory) const {
     const SharedMemory* m = ch.shared_memory();

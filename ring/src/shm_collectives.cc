@@ -304,17 +304,14 @@ void shm_allgather(Channel& ch, const AllgatherArgs& a, const RingOptions& o) {
   const std::byte* in = bytes_of(a.input);
   std::byte* own_block = bytes_of(a.output) + size_t(s.rank()) * block;
   // An input apart from the output is staged from, and each chunk's run of
-  // it copied to the own block while the peers read the chunk; one inside
-  // the output (not the own block) is copied first, before the peers' blocks
-  // overwrite it, and the peers read the copy: the own block, which no peer's
-  // block overwrites.
-  const bool apart = !overlap(in, block, a.output, bytes);
-  if (!apart && in != own_block) s.counted_copy(own_block, in, block);
-  const std::byte* source = apart ? in : own_block;
+  // it copied to the own block while the peers read the chunk; any other
+  // input is the own block (in place: RingAlgorithms::allgather moves one
+  // elsewhere in the output there first).
+  const bool apart = in != own_block;
   auto copy_own = [&](size_t offset, size_t n) {
     if (apart) s.counted_copy(own_block + offset, in + offset, n);
   };
-  const Reach reach = arrive_direct(s, window_offer(o, bytes), bytes, source, block, a.output, 0, -1, false);
+  const Reach reach = arrive_direct(s, window_offer(o, bytes), bytes, a.input, block, a.output, 0, -1, false);
   if (reach != Reach::staged) {
     copy_own(0, block);
     return direct_allgather(s, a, reach);
@@ -323,7 +320,7 @@ void shm_allgather(Channel& ch, const AllgatherArgs& a, const RingOptions& o) {
       chunks_for(a.count, per_chunk), -1,
       [&](size_t i, std::byte* slot) {
         const size_t begin = i * per_chunk;
-        s.counted_copy(slot, source + begin * esize, std::min(per_chunk, a.count - begin) * esize);
+        s.counted_copy(slot, in + begin * esize, std::min(per_chunk, a.count - begin) * esize);
       },
       [&](size_t i, auto slot_of) {
         const size_t begin = i * per_chunk, bytes = std::min(per_chunk, a.count - begin) * esize;
