@@ -446,6 +446,22 @@ TEST(Overlap, AllreduceOutputShiftedFromTheInput) {
   });
 }
 
+// The root's output a few elements off its input.
+TEST(Overlap, BroadcastRootOutputShiftedFromTheInput) {
+  expect_overlaps_handled([](Communicator& comm, size_t count, char* buffer) {
+    long wrong = 0;
+    for (long shift : {-3L, 5L}) {
+      const int root = comm.size() - 1;
+      auto* in = reinterpret_cast<float*>(buffer) + 4;
+      if (comm.rank() == root) fill_moved(DataType::f32, in, root, count);
+      float* out = comm.rank() == root ? in + shift : in;
+      comm.broadcast(in, out, count, DataType::f32, root);
+      wrong += count_wrong_moved(DataType::f32, root, out, count);
+    }
+    return wrong;
+  });
+}
+
 // An alltoallv whose sender and receiver disagree on a block's size fails on
 // every rank at once, naming both sizes (the count directory shows them all).
 TEST(Alltoall, BlockSizeMismatchIsNamedOnEveryRank) {

@@ -91,9 +91,16 @@ class RingAlgorithms final : public Algorithms {
     if (shared(ch, a.memory)) return shm_allgather(ch, a, options_);
     ring_allgather(ch, a, options_);
   }
+  // The root's output overlapping its input without being it: as the all-reduce.
   void broadcast(Channel& ch, const BroadcastArgs& args) override {
-    if (shared(ch, args.memory)) return shm_broadcast(ch, args, options_);
-    pipelined_broadcast(ch, args, options_);
+    BroadcastArgs a = args;
+    const size_t bytes = a.count * dtype_size(a.dtype);
+    if (ch.rank() == a.root && a.input != a.output && overlap(a.input, bytes, a.output, bytes)) {
+      move_block(ch, a.memory, a.output, a.input, bytes);
+      a.input = a.output;
+    }
+    if (shared(ch, a.memory)) return shm_broadcast(ch, a, options_);
+    pipelined_broadcast(ch, a, options_);
   }
   void barrier(Channel& ch) override { ring::barrier(ch); }
   void alltoallv(Channel& ch, const AlltoallvArgs& args) override {
