@@ -462,6 +462,67 @@ TEST(Overlap, BroadcastRootOutputShiftedFromTheInput) {
   });
 }
 
+// The root's output a few elements off its input.
+TEST(Overlap, ReduceRootOutputShiftedFromTheInput) {
+  expect_overlaps_handled([](Communicator& comm, size_t count, char* buffer) {
+    long wrong = 0;
+    for (long shift : {-3L, 5L}) {
+      const int root = comm.size() - 1;
+      auto* in = reinterpret_cast<float*>(buffer) + 4;
+      for (size_t g = 0; g < count; ++g) {
+        put(DataType::f32, in, g, input_value(ReduceOp::sum, DataType::f32, comm.rank(), g));
+      }
+      float* out = comm.rank() == root ? in + shift : nullptr;
+      comm.reduce(in, out, count, DataType::f32, ReduceOp::sum, root);
+      if (comm.rank() == root) wrong += count_wrong(ReduceOp::sum, DataType::f32, comm.size(), out, count);
+    }
+    return wrong;
+  });
+}
+
+// Every rank's block `count` elements, packed in rank order.
+Blocks equal_blocks(int n, size_t count) { return packed(std::vector<size_t>(size_t(n), count)); }
+
+// gatherv and allgatherv: an input at the next rank's block of the output
+// (the root's, for the gatherv).
+TEST(Overlap, GathervAndAllgathervInputAtAnotherBlock) {
+  expect_overlaps_handled([](Communicator& comm, size_t count, char* out) {
+    const int n = comm.size(), r = comm.rank(), root = n - 1;
+    const size_t block = count * sizeof(float);
+    long wrong = 0;
+    for (bool all : {false, true}) {
+      char* in = out + size_t((r + 1) % n) * block;
+      fill_moved(DataType::f32, in, r, count);
+      if (all) {
+        comm.allgatherv(in, count, out, equal_blocks(n, count), DataType::f32);
+      } else {
+        comm.gatherv(in, count, out, equal_blocks(n, count), DataType::f32, root);
+      }
+      for (int b = 0; (all || r == root) && b < n; ++b) {
+        wrong += count_wrong_moved(DataType::f32, b, out + size_t(b) * block, count);
+      }
+    }
+    return wrong;
+  });
+}
+
+// scatterv's root and reduce_scatterv: an output at the next rank's block of the input.
+TEST(Overlap, ScattervAndReduceScattervOutputAtAnotherBlock) {
+  expect_overlaps_handled([](Communicator& comm, size_t count, char* in) {
+    const int n = comm.size(), r = comm.rank(), root = n - 1;
+    const size_t block = count * sizeof(float);
+    char* out = in + size_t((r + 1) % n) * block;
+    for (int b = 0; b < n; ++b) fill_moved(DataType::f32, in + size_t(b) * block, b, count);
+    comm.scatterv(in, equal_blocks(n, count), r == root ? out : in + size_t(n) * block, count, DataType::f32, root);
+    long wrong = count_wrong_moved(DataType::f32, r, r == root ? out : in + size_t(n) * block, count);
+    for (size_t g = 0; g < size_t(n) * count; ++g) {
+      put(DataType::f32, in, g, input_value(ReduceOp::sum, DataType::f32, r, g));
+    }
+    comm.reduce_scatterv(in, out, equal_blocks(n, count), DataType::f32, ReduceOp::sum);
+    return wrong + count_wrong(ReduceOp::sum, DataType::f32, n, out, count, size_t(r) * count);
+  });
+}
+
 // An alltoallv whose sender and receiver disagree on a block's size fails on
 // every rank at once, naming both sizes (the count directory shows them all).
 TEST(Alltoall, BlockSizeMismatchIsNamedOnEveryRank) {

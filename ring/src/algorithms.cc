@@ -30,10 +30,7 @@ class RingAlgorithms final : public Algorithms {
   void allreduce(Channel& ch, const AllreduceArgs& call) override {
     AllreduceArgs args = call;
     const size_t bytes = args.count * dtype_size(args.dtype);
-    if (args.input != args.output && overlap(args.input, bytes, args.output, bytes)) {
-      move_block(ch, args.memory, args.output, args.input, bytes);
-      args.input = args.output;
-    }
+    move_into_place(ch, args.memory, args.input, bytes, args.output, args.output, bytes);
     const auto forced = options_.allreduce;
     if (forced == AllreduceAlgorithm::automatic || forced == AllreduceAlgorithm::shared_memory) {
       if (shared(ch, args.memory)) {
@@ -68,14 +65,13 @@ class RingAlgorithms final : public Algorithms {
   // input: the result goes to scratch and is copied there afterwards.
   void reduce_scatter(Channel& ch, const ReduceScatterArgs& args) override {
     const size_t block = args.count * dtype_size(args.dtype);
-    const bool in_place = args.output == static_cast<const std::byte*>(args.input) + size_t(ch.rank()) * block;
-    if (in_place || !overlap(args.input, block * size_t(ch.size()), args.output, block)) {
-      return reduce_scatter_apart(ch, args);
-    }
-    ReduceScatterArgs aside = args;
-    aside.output = ch.scratch_in(args.memory, block, kAliasedSlot);
-    reduce_scatter_apart(ch, aside);
-    copy(args.memory, args.output, aside.output, block);
+    const auto* own = static_cast<const std::byte*>(args.input) + size_t(ch.rank()) * block;
+    output_apart(ch, args.memory, args.output, block, own, args.input, block * size_t(ch.size()), [&](void* out) {
+      ReduceScatterArgs a = args;
+      a.output = out;
+      if (shared(ch, a.memory)) return shm_reduce_scatter(ch, a, options_);
+      ring_reduce_scatter(ch, a, options_);
+    });
   }
   // An input inside the output other than at this rank's block would be
   // overwritten by a peer's block while it is still being sent: it moves to
@@ -84,10 +80,7 @@ class RingAlgorithms final : public Algorithms {
     const size_t block = args.count * dtype_size(args.dtype);
     AllgatherArgs a = args;
     void* own = static_cast<std::byte*>(args.output) + size_t(ch.rank()) * block;
-    if (a.input != own && overlap(a.input, block, a.output, block * size_t(ch.size()))) {
-      move_block(ch, a.memory, own, a.input, block);
-      a.input = own;
-    }
+    move_into_place(ch, a.memory, a.input, block, own, a.output, block * size_t(ch.size()));
     if (shared(ch, a.memory)) return shm_allgather(ch, a, options_);
     ring_allgather(ch, a, options_);
   }
@@ -95,10 +88,7 @@ class RingAlgorithms final : public Algorithms {
   void broadcast(Channel& ch, const BroadcastArgs& args) override {
     BroadcastArgs a = args;
     const size_t bytes = a.count * dtype_size(a.dtype);
-    if (ch.rank() == a.root && a.input != a.output && overlap(a.input, bytes, a.output, bytes)) {
-      move_block(ch, a.memory, a.output, a.input, bytes);
-      a.input = a.output;
-    }
+    if (ch.rank() == a.root) move_into_place(ch, a.memory, a.input, bytes, a.output, a.output, bytes);
     if (shared(ch, a.memory)) return shm_broadcast(ch, a, options_);
     pipelined_broadcast(ch, a, options_);
   }
@@ -107,23 +97,74 @@ class RingAlgorithms final : public Algorithms {
     if (shared(ch, args.memory) && shm_alltoall_fits(ch, options_)) return shm_alltoallv(ch, args, options_);
     pairwise_alltoallv(ch, args);
   }
-  void reduce(Channel& ch, const ReduceArgs& args) override { reduce_to_root(ch, args); }
-  void gatherv(Channel& ch, const VariableArgs& args) override { ring::gatherv(ch, args); }
-  void scatterv(Channel& ch, const VariableArgs& args) override { ring::scatterv(ch, args); }
-  void allgatherv(Channel& ch, const VariableArgs& args) override { ring_allgatherv(ch, args); }
-  void reduce_scatterv(Channel& ch, const ReduceScattervArgs& args) override { ring_reduce_scatterv(ch, args); }
+  // The rooted and variable collectives: overlaps as their equal-block counterparts'.
+  void reduce(Channel& ch, const ReduceArgs& args) override {
+    ReduceArgs a = args;
+    const size_t bytes = a.count * dtype_size(a.dtype);
+    if (ch.rank() == a.root) move_into_place(ch, a.memory, a.input, bytes, a.output, a.output, bytes);
+    reduce_to_root(ch, a);
+  }
+  void gatherv(Channel& ch, const VariableArgs& args) override {
+    VariableArgs a = args;
+    if (ch.rank() == a.root) input_into_own_block(ch, a);
+    ring::gatherv(ch, a);
+  }
+  void scatterv(Channel& ch, const VariableArgs& args) override {
+    if (ch.rank() != args.root) return ring::scatterv(ch, args);
+    const size_t es = dtype_size(args.dtype);
+    const auto* own = static_cast<const std::byte*>(args.input) + args.blocks.displs[size_t(ch.rank())] * es;
+    output_apart(ch, args.memory, args.output, args.count * es, own, args.input, extent(args.blocks, es),
+                 [&](void* out) {
+                   VariableArgs a = args;
+                   a.output = out;
+                   ring::scatterv(ch, a);
+                 });
+  }
+  void allgatherv(Channel& ch, const VariableArgs& args) override {
+    VariableArgs a = args;
+    input_into_own_block(ch, a);
+    ring_allgatherv(ch, a);
+  }
+  void reduce_scatterv(Channel& ch, const ReduceScattervArgs& args) override {
+    const size_t es = dtype_size(args.dtype), r = size_t(ch.rank());
+    const auto* own = static_cast<const std::byte*>(args.input) + args.blocks.displs[r] * es;
+    output_apart(ch, args.memory, args.output, args.blocks.counts[r] * es, own, args.input, extent(args.blocks, es),
+                 [&](void* out) {
+                   ReduceScattervArgs a = args;
+                   a.output = out;
+                   ring_reduce_scatterv(ch, a);
+                 });
+  }
   size_t shared_bytes() const override {
     return options_.shared_memory ? shm_segment_bytes(options_.shm_chunk_bytes) : 0;
   }
 
  private:
-  // Scratch for a buffer that aliases the call's other one, used before or
-  // after the algorithm runs: not slot 0, which the reduce-scatters use.
+  // Scratch for a buffer that aliases the call's other one. Held while the
+  // reduce-scatters and scatterv run, which take slots 0, 2, 3 and 4.
   static constexpr int kAliasedSlot = 5;
 
-  void reduce_scatter_apart(Channel& ch, const ReduceScatterArgs& args) {
-    if (shared(ch, args.memory)) return shm_reduce_scatter(ch, args, options_);
-    ring_reduce_scatter(ch, args, options_);
+  // Moves `input` to `place` when it overlaps `region` elsewhere: the call then runs in place there.
+  static void move_into_place(Channel& ch, MemoryType memory, const void*& input, size_t bytes, void* place,
+                              const void* region, size_t region_bytes) {
+    if (input == place || !overlap(input, bytes, region, region_bytes)) return;
+    move_block(ch, memory, place, input, bytes);
+    input = place;
+  }
+  // A gatherv's or allgatherv's input, into this rank's block of the output.
+  static void input_into_own_block(Channel& ch, VariableArgs& a) {
+    const size_t es = dtype_size(a.dtype);
+    void* own = static_cast<std::byte*>(a.output) + a.blocks.displs[size_t(ch.rank())] * es;
+    move_into_place(ch, a.memory, a.input, a.count * es, own, a.output, extent(a.blocks, es));
+  }
+  // Runs `run(output)`, into scratch when `output` overlaps `region` other than at `place`, copied out after.
+  template <class Run>
+  static void output_apart(Channel& ch, MemoryType memory, void* output, size_t bytes, const void* place,
+                           const void* region, size_t region_bytes, Run run) {
+    if (output == place || !overlap(output, bytes, region, region_bytes)) return run(output);
+    void* aside = ch.scratch_in(memory, bytes, kAliasedSlot);
+    run(aside);
+    copy(memory, output, aside, bytes);
   }
   // dst and src may overlap.
   static void move_block(Channel& ch, MemoryType memory, void* dst, const void* src, size_t bytes) {

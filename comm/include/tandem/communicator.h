@@ -165,7 +165,7 @@ struct Blocks {
 
 // Rank r's block for peer p is input + send.displs[p], its block from p lands
 // at output + recv.displs[p]; send.counts[p] on r equals recv.counts[r] on p.
-// alltoall: every count equal. Not in place (input and output must not overlap).
+// alltoall: every count equal. In place when input == output; other overlaps go through scratch.
 struct AlltoallvArgs {
   const void* input = nullptr;
   void* output = nullptr;
