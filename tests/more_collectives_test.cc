@@ -399,6 +399,13 @@ void expect_overlaps_handled(Body body) {
   }
 }
 
+// This rank's f32 summands: `elements` of them.
+void fill_summands(const Communicator& comm, void* in, size_t elements) {
+  for (size_t g = 0; g < elements; ++g) {
+    put(DataType::f32, in, g, input_value(ReduceOp::sum, DataType::f32, comm.rank(), g));
+  }
+}
+
 // The input at the next rank's block of the output: the algorithms would
 // overwrite it with that rank's block while still sending it.
 TEST(Overlap, AllgatherInputAtAnotherBlockOfTheOutput) {
@@ -419,64 +426,48 @@ TEST(Overlap, AllgatherInputAtAnotherBlockOfTheOutput) {
 TEST(Overlap, ReduceScatterOutputAtAnotherBlockOfTheInput) {
   expect_overlaps_handled([](Communicator& comm, size_t count, char* in) {
     const int n = comm.size(), r = comm.rank();
-    for (size_t g = 0; g < size_t(n) * count; ++g) {
-      put(DataType::f32, in, g, input_value(ReduceOp::sum, DataType::f32, r, g));
-    }
+    fill_summands(comm, in, size_t(n) * count);
     char* out = in + size_t((r + 1) % n) * count * sizeof(float);
     comm.reduce_scatter(in, out, count, DataType::f32, ReduceOp::sum);
     return count_wrong(ReduceOp::sum, DataType::f32, n, out, count, size_t(r) * count);
   });
 }
 
-// The output a few elements off the input, either way: it would be written
-// before all of the input was read.
-TEST(Overlap, AllreduceOutputShiftedFromTheInput) {
-  expect_overlaps_handled([](Communicator& comm, size_t count, char* buffer) {
-    long wrong = 0;
-    for (long shift : {-3L, 5L}) {
-      auto* in = reinterpret_cast<float*>(buffer) + 4;
-      for (size_t g = 0; g < count; ++g) {
-        put(DataType::f32, in, g, input_value(ReduceOp::sum, DataType::f32, comm.rank(), g));
-      }
-      float* out = in + shift;
-      comm.allreduce(in, out, count, DataType::f32, ReduceOp::sum);
-      wrong += count_wrong(ReduceOp::sum, DataType::f32, comm.size(), out, count);
-    }
-    return wrong;
-  });
+// Sums what `call(in, out)` returns with the output 3 elements before and 5
+// after the input, both inside `buffer`.
+template <class Call>
+long with_shifted_output(char* buffer, Call call) {
+  long wrong = 0;
+  for (long shift : {-3L, 5L}) {
+    auto* in = reinterpret_cast<float*>(buffer) + 4;
+    wrong += call(in, in + shift);
+  }
+  return wrong;
 }
 
-// The root's output a few elements off its input.
-TEST(Overlap, BroadcastRootOutputShiftedFromTheInput) {
-  expect_overlaps_handled([](Communicator& comm, size_t count, char* buffer) {
-    long wrong = 0;
-    for (long shift : {-3L, 5L}) {
-      const int root = comm.size() - 1;
-      auto* in = reinterpret_cast<float*>(buffer) + 4;
-      if (comm.rank() == root) fill_moved(DataType::f32, in, root, count);
-      float* out = comm.rank() == root ? in + shift : in;
-      comm.broadcast(in, out, count, DataType::f32, root);
-      wrong += count_wrong_moved(DataType::f32, root, out, count);
-    }
-    return wrong;
-  });
-}
 
-// The root's output a few elements off its input.
-TEST(Overlap, ReduceRootOutputShiftedFromTheInput) {
+// The output a few elements off the input: it would be written before all
+// of the input was read. The reduce and the broadcast: on the root.
+TEST(Overlap, OutputShiftedFromTheInput) {
   expect_overlaps_handled([](Communicator& comm, size_t count, char* buffer) {
-    long wrong = 0;
-    for (long shift : {-3L, 5L}) {
-      const int root = comm.size() - 1;
-      auto* in = reinterpret_cast<float*>(buffer) + 4;
-      for (size_t g = 0; g < count; ++g) {
-        put(DataType::f32, in, g, input_value(ReduceOp::sum, DataType::f32, comm.rank(), g));
-      }
-      float* out = comm.rank() == root ? in + shift : nullptr;
-      comm.reduce(in, out, count, DataType::f32, ReduceOp::sum, root);
-      if (comm.rank() == root) wrong += count_wrong(ReduceOp::sum, DataType::f32, comm.size(), out, count);
-    }
-    return wrong;
+    const int n = comm.size(), root = n - 1;
+    const bool is_root = comm.rank() == root;
+    return with_shifted_output(buffer, [&](float* in, float* out) {
+             fill_summands(comm, in, count);
+             comm.allreduce(in, out, count, DataType::f32, ReduceOp::sum);
+             return count_wrong(ReduceOp::sum, DataType::f32, n, out, count);
+           }) +
+           with_shifted_output(buffer, [&](float* in, float* out) {
+             fill_summands(comm, in, count);
+             comm.reduce(in, is_root ? out : nullptr, count, DataType::f32, ReduceOp::sum, root);
+             return is_root ? count_wrong(ReduceOp::sum, DataType::f32, n, out, count) : 0;
+           }) +
+           with_shifted_output(buffer, [&](float* in, float* out) {
+             if (is_root) fill_moved(DataType::f32, in, root, count);
+             float* target = is_root ? out : in;
+             comm.broadcast(in, target, count, DataType::f32, root);
+             return count_wrong_moved(DataType::f32, root, target, count);
+           });
   });
 }
 
@@ -515,9 +506,7 @@ TEST(Overlap, ScattervAndReduceScattervOutputAtAnotherBlock) {
     for (int b = 0; b < n; ++b) fill_moved(DataType::f32, in + size_t(b) * block, b, count);
     comm.scatterv(in, equal_blocks(n, count), r == root ? out : in + size_t(n) * block, count, DataType::f32, root);
     long wrong = count_wrong_moved(DataType::f32, r, r == root ? out : in + size_t(n) * block, count);
-    for (size_t g = 0; g < size_t(n) * count; ++g) {
-      put(DataType::f32, in, g, input_value(ReduceOp::sum, DataType::f32, r, g));
-    }
+    fill_summands(comm, in, size_t(n) * count);
     comm.reduce_scatterv(in, out, equal_blocks(n, count), DataType::f32, ReduceOp::sum);
     return wrong + count_wrong(ReduceOp::sum, DataType::f32, n, out, count, size_t(r) * count);
   });
