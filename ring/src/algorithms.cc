@@ -102,6 +102,7 @@ class RingAlgorithms final : public Algorithms {
     ReduceArgs a = args;
     const size_t bytes = a.count * dtype_size(a.dtype);
     if (ch.rank() == a.root) move_into_place(ch, a.memory, a.input, bytes, a.output, a.output, bytes);
+    if (shared(ch, a.memory)) return shm_reduce(ch, a, options_);
     reduce_to_root(ch, a);
   }
   void gatherv(Channel& ch, const VariableArgs& args) override {

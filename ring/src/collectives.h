@@ -91,6 +91,7 @@ bool hierarchical_fits(const Topology* topology);
 // shm_collectives.cc: ranks on one host, through their shared segments.
 // Chunks of options.shm_chunk_bytes (the all-reduce: chunk_bytes, at most that).
 void shm_allreduce(Channel& ch, const AllreduceArgs& args, const RingOptions& options, size_t chunk_bytes);
+void shm_reduce(Channel& ch, const ReduceArgs& args, const RingOptions& options);
 void shm_reduce_scatter(Channel& ch, const ReduceScatterArgs& args, const RingOptions& options);
 void shm_allgather(Channel& ch, const AllgatherArgs& args, const RingOptions& options);
 void shm_broadcast(Channel& ch, const BroadcastArgs& args, const RingOptions& options);

@@ -149,6 +149,7 @@ std::string shared_memory_plan(const RingOptions& o, int local_ranks) {
        "; split from " + std::to_string(o.shm_split_min_ranks) + " ranks (TANDEM_SHM_SPLIT_MIN_RANKS) and from " +
        kib(o.shm_split_min_bytes) + " (TANDEM_SHM_SPLIT_MIN_BYTES; below, the split's second hand-off costs more than "
        "the redundant fold saves)\n";
+  s += "  reduce to a root: the staged all-reduce, only the root writing the result\n";
   s += "  from " + kib(kDirectMinBytes) + " (below, the arrival round trip costs more than staging saves): "
        "allocate_shared buffers are read and written in place\n";
   s += "  reduce-scatter and allgather of other buffers: cross-memory attach from " + kib(kCmaMinBytes) + " to " +
@@ -204,7 +205,10 @@ size_t shm_segment_bytes(size_t chunk_bytes) { return kControlBytes + kSlots * (
 
 namespace {
 
-void staged_allreduce(Segments& s, const AllreduceArgs& a, const RingOptions& o, size_t chunk_bytes) {
+// `keeps`: this rank writes the result to its output (a reduce: the root
+// only; the other ranks stage, and fold their slice for the root).
+void staged_allreduce(Segments& s, const AllreduceArgs& a, const RingOptions& o, size_t chunk_bytes,
+                      bool keeps = true) {
   const size_t esize = dtype_size(a.dtype), bytes = a.count * esize;
   const size_t per_chunk = chunk_bytes / esize;
   auto stage = [&](size_t i, std::byte* slot) {
@@ -214,6 +218,7 @@ void staged_allreduce(Segments& s, const AllreduceArgs& a, const RingOptions& o,
   if (s.size() < o.shm_split_min_ranks || s.size() < 2 || bytes < o.shm_split_min_bytes) {
     s.staged(chunks_for(a.count, per_chunk), -1, stage, [&](size_t i, auto slot_of) {
       const size_t begin = i * per_chunk;
+      if (!keeps) return;
       fold(s, a.dtype, a.op, bytes_of(a.output) + begin * esize, slot_of, 0, std::min(per_chunk, a.count - begin));
     });
     return;
@@ -243,9 +248,10 @@ void staged_allreduce(Segments& s, const AllreduceArgs& a, const RingOptions& o,
         if (n == 0) return;
         auto source_of = [&](int p) { return p == s.rank() ? bytes_of(a.input) + begin * esize : slot_of(p); };
         fold(s, a.dtype, a.op, own_slot + lo * esize, source_of, lo * esize, n);
-        s.counted_copy(bytes_of(a.output) + (begin + lo) * esize, own_slot + lo * esize, n * esize);
+        if (keeps) s.counted_copy(bytes_of(a.output) + (begin + lo) * esize, own_slot + lo * esize, n * esize);
       },
       [&](size_t i, int p, const std::byte* slot) {
+        if (!keeps) return;
         const size_t begin = i * per_chunk;
         const auto [lo, n] = slice(std::min(per_chunk, a.count - begin), p);
         s.counted_copy(bytes_of(a.output) + (begin + lo) * esize, slot + lo * esize, n * esize);
@@ -253,6 +259,16 @@ void staged_allreduce(Segments& s, const AllreduceArgs& a, const RingOptions& o,
 }
 
 }  // namespace
+
+// The staged all-reduce, only the root writing the result: ranks cannot
+// read the root's output before the call, so there is no direct path.
+void shm_reduce(Channel& ch, const ReduceArgs& a, const RingOptions& o) {
+  if (a.count == 0) return;
+  Segments s(ch, o.shm_chunk_bytes, call_of(Kind::reduce, a.count, a.dtype, a.op, a.root));
+  const bool root = s.rank() == a.root;
+  const AllreduceArgs all{a.input, root ? a.output : nullptr, a.count, a.dtype, a.op, a.memory};
+  staged_allreduce(s, all, o, o.shm_chunk_bytes, root);
+}
 
 void shm_allreduce(Channel& ch, const AllreduceArgs& a, const RingOptions& o, size_t chunk_bytes) {
   if (a.count == 0) return;

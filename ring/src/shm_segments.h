@@ -103,8 +103,10 @@ struct Call {
     if (kind == Kind::alltoallv) return "alltoallv(" + std::string(to_string(DataType(dtype))) + ")";  // counts per rank
     std::string s = std::string(to_string(kind)) + "(" + std::to_string(count) + " x " +
                     std::string(to_string(DataType(dtype)));
-    if (kind == Kind::allreduce || kind == Kind::reduce_scatter) s += ", " + std::string(to_string(ReduceOp(op)));
-    if (kind == Kind::broadcast) s += ", root " + std::to_string(root);
+    if (kind == Kind::allreduce || kind == Kind::reduce_scatter || kind == Kind::reduce) {
+      s += ", " + std::string(to_string(ReduceOp(op)));
+    }
+    if (kind == Kind::broadcast || kind == Kind::reduce) s += ", root " + std::to_string(root);
     return s + ")";
   }
 };
