@@ -225,10 +225,10 @@ void shm_alltoallv(Channel& ch, const AlltoallvArgs& a, const RingOptions& o) {
   const Reach reach =
       arrive_direct(s, path.offer, per_rank, stages_in_place ? nullptr : a.input, in_bytes, out, out_bytes, -1, false);
   confirm_trial(path, reach);
-  // In place, staged chunk i overwrites only the runs chunk i staged: safe.
-  // Read directly, the peers read this rank's input until finish(), and
-  // other overlaps would overwrite runs not yet staged: receive aside.
-  const bool aside = overlap && (reach != Reach::staged || !a.equal || a.input != a.output);
+  // In place (equal blocks, so staged), chunk i overwrites only the runs
+  // chunk i staged: safe. Other overlaps would overwrite runs not yet staged,
+  // or that peers read directly until finish(): receive aside.
+  const bool aside = overlap && !stages_in_place;
   std::byte* target = aside ? static_cast<std::byte*>(ch.scratch(out_bytes, 0)) : out;
   const bool stream = !aside && out_bytes >= kStreamMinBytes;  // scratch is read back at once
   if (reach != Reach::staged) {

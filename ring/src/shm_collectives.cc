@@ -217,8 +217,8 @@ void staged_allreduce(Segments& s, const AllreduceArgs& a, const RingOptions& o,
   };
   if (s.size() < o.shm_split_min_ranks || s.size() < 2 || bytes < o.shm_split_min_bytes) {
     s.staged(chunks_for(a.count, per_chunk), -1, stage, [&](size_t i, auto slot_of) {
-      const size_t begin = i * per_chunk;
       if (!keeps) return;
+      const size_t begin = i * per_chunk;
       fold(s, a.dtype, a.op, bytes_of(a.output) + begin * esize, slot_of, 0, std::min(per_chunk, a.count - begin));
     });
     return;
