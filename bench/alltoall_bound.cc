@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -40,9 +41,21 @@ struct Board {
   void* input[64];
 };
 
+[[noreturn]] void fail(const std::string& why) {
+  std::fprintf(stderr, "tandem-alltoall-bound: %s\n", why.c_str());
+  std::_Exit(1);
+}
+
+// A rank that died or failed never arrives: the others give up after a minute.
 void barrier(std::atomic<long>& count, long target) {
+  constexpr auto kDeadline = std::chrono::seconds(60);
+  const auto start = std::chrono::steady_clock::now();
   for (unsigned spins = 0; count.load(std::memory_order_acquire) < target; ++spins) {
-    if (spins > 16) sched_yield();
+    if (spins <= 16) continue;
+    sched_yield();
+    if (spins % 1024 == 0 && std::chrono::steady_clock::now() - start > kDeadline) {
+      fail("a rank did not reach the barrier within 60 s (it failed or died)");
+    }
   }
 }
 
@@ -106,7 +119,9 @@ int main(int argc, char** argv) {
       const std::byte* from = static_cast<std::byte*>(board->input[p]) + size_t(r) * block;
       if (mode == Mode::cma && p != r) {
         iovec local{to, block}, remote{const_cast<std::byte*>(from), block};
-        if (process_vm_readv(board->pid[p], &local, 1, &remote, 1, 0) != ssize_t(block)) return usage("cma failed");
+        if (process_vm_readv(board->pid[p], &local, 1, &remote, 1, 0) != ssize_t(block)) {
+          fail("process_vm_readv from rank " + std::to_string(p) + " failed: " + std::strerror(errno));
+        }
       } else if (mode == Mode::mapped_copy) {
         std::memcpy(to, from, block);
       } else {
