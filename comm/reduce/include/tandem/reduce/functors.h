@@ -69,11 +69,21 @@ TANDEM_HOST_DEVICE float bits_float(uint32_t u) {
 }
 
 // ---- f16 <-> f32, integer-only so FTZ/DAZ modes cannot change the result ----
+// (On the GPU, non-NaN values take the hardware conversion, which gives the
+// same bits and keeps the f16 kernels at memory speed; tests/gpu checks it.)
 
 TANDEM_HOST_DEVICE uint16_t f32_to_f16_bits(float f) {
   const uint32_t x = float_bits(f);
   const uint32_t sign = (x >> 16) & 0x8000u;
   const uint32_t abs = x & 0x7FFFFFFFu;
+#if defined(__CUDA_ARCH__)
+  // The GPU's conversion rounds to nearest-even as below; only its NaN (canonical) differs.
+  if (abs <= 0x7F800000u) {
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+  }
+#endif
   if (abs >= 0x7F800000u) {  // inf stays inf; NaN becomes quiet, keeping the top payload bits
     return static_cast<uint16_t>(abs == 0x7F800000u ? sign | 0x7C00u : sign | 0x7E00u | ((abs >> 13) & 0x3FFu));
   }
@@ -97,6 +107,13 @@ TANDEM_HOST_DEVICE uint16_t f32_to_f16_bits(float f) {
 }
 
 TANDEM_HOST_DEVICE float f16_bits_to_f32(uint16_t h) {
+#if defined(__CUDA_ARCH__)
+  if ((h & 0x7FFFu) <= 0x7C00u) {  // exact on the GPU too; NaN takes the path below
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+  }
+#endif
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1Fu;
   uint32_t mant = h & 0x3FFu;
