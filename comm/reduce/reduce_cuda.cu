@@ -1,11 +1,12 @@
-// CUDA kernels for every (dtype, op): one grid-stride kernel templated on the
-// element type and the functor from functors.h, so the arithmetic is the one
-// the CPU tests check. Nothing on a GPU-less machine runs this; it is compile-checked.
+// CUDA kernels for every (dtype, op): the element-wise functors of
+// functors.h (the arithmetic the CPU tests check) run by elementwise_cuda.cuh's
+// packed kernels, 16 bytes a thread. tests/gpu checks them against the
+// functors on a GPU and measures them against a device-to-device copy.
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <string>
 
+#include "tandem/reduce/elementwise_cuda.cuh"
 #include "tandem/reduce/functors.h"
 #include "reduce_cuda.h"
 #include "tandem/errors.h"
@@ -16,29 +17,53 @@ namespace {
 using fn::bf16_t;
 using fn::f16_t;
 
-template <class T, class F>
-__global__ void binary_kernel(F f, T* dst, const T* a, const T* b, size_t n) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    dst[i] = f(a[i], b[i]);
-  }
-}
-
 template <class T>
-__global__ void scale_kernel(fn::AvgDiv div, T* data, size_t n) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    data[i] = div(data[i]);
+constexpr int kPerPack = static_cast<int>(16 / sizeof(T));
+// Bytes unpacked one to a register: fewer packs in flight keep u8 kernels from spilling.
+template <class T>
+constexpr unsigned kUnrollFor = sizeof(T) == 1 ? 2 : 4;
+
+// dst = f(a, b); dst may be a or b.
+template <class T, class F>
+struct BinaryBody {
+  static constexpr int E = kPerPack<T>;
+  static constexpr unsigned kUnroll = kUnrollFor<T>;
+  using P = cuda::Pack<T, E>;
+  struct Loaded {
+    P a, b;
+  };
+  F f;
+  T* dst;
+  const T* a;
+  const T* b;
+
+  __device__ Loaded load(size_t i) const { return {cuda::load_pack<T, E>(a + i), cuda::load_pack<T, E>(b + i)}; }
+  __device__ void store(size_t i, const Loaded& x) const {
+    P r;
+#pragma unroll
+    for (int e = 0; e < E; ++e) r.v[e] = f(x.a.v[e], x.b.v[e]);
+    cuda::store_pack(dst + i, r);
   }
-}
+  __device__ void one(size_t i) const { dst[i] = f(a[i], b[i]); }
+};
 
-constexpr unsigned kThreads = 256;
+// data = data / divisor, in place.
+template <class T>
+struct ScaleBody {
+  static constexpr int E = kPerPack<T>;
+  static constexpr unsigned kUnroll = kUnrollFor<T>;
+  using Loaded = cuda::Pack<T, E>;
+  fn::AvgDiv div;
+  T* data;
 
-// Enough blocks to fill any current GPU; the grid-stride loop covers the rest.
-unsigned blocks_for(size_t n) {
-  const size_t wanted = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(std::min<size_t>(wanted, 4096));
-}
+  __device__ Loaded load(size_t i) const { return cuda::load_pack<T, E>(data + i); }
+  __device__ void store(size_t i, Loaded x) const {
+#pragma unroll
+    for (int e = 0; e < E; ++e) x.v[e] = div(x.v[e]);
+    cuda::store_pack(data + i, x);
+  }
+  __device__ void one(size_t i) const { data[i] = div(data[i]); }
+};
 
 void check_launch(const char* what) {
   const cudaError_t err = cudaGetLastError();
@@ -47,8 +72,8 @@ void check_launch(const char* what) {
 
 template <class T, class F>
 void launch_binary(F f, void* dst, const void* a, const void* b, size_t n, cudaStream_t stream) {
-  binary_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(f, static_cast<T*>(dst), static_cast<const T*>(a),
-                                                           static_cast<const T*>(b), n);
+  const BinaryBody<T, F> body{f, static_cast<T*>(dst), static_cast<const T*>(a), static_cast<const T*>(b)};
+  cuda::launch(body, n, {{dst, sizeof(T)}, {a, sizeof(T)}, {b, sizeof(T)}}, stream);
 }
 
 template <class T>
@@ -64,7 +89,7 @@ void reduce_typed(ReduceOp op, void* dst, const void* a, const void* b, size_t n
 
 template <class T>
 void scale_typed(void* data, size_t n, int divisor, cudaStream_t stream) {
-  scale_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(fn::AvgDiv{divisor}, static_cast<T*>(data), n);
+  cuda::launch(ScaleBody<T>{fn::AvgDiv{divisor}, static_cast<T*>(data)}, n, {{data, sizeof(T)}}, stream);
 }
 
 }  // namespace

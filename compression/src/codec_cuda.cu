@@ -1,50 +1,109 @@
-// CUDA codec kernels: grid-stride loops over the element functors of
-// codec_functors.h (built with -fmad=false, as the CPU side with
-// -ffp-contract=off, so scaling rounds twice on both). Nothing on a GPU-less
-// machine runs this; it is compile-checked and linked.
+// CUDA codec kernels: the element functors of codec_functors.h run by
+// elementwise_cuda.cuh's packed kernels, 8 elements a pack (16 bytes of
+// 16-bit codes, 32 of floats). Built with -fmad=false, as the CPU side with
+// -ffp-contract=off, so scaling rounds twice on both; tests/gpu checks them
+// against the functors on a GPU and measures them against a device copy.
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <string>
 
 #include "codec_cuda.h"
 #include "codec_functors.h"
 #include "tandem/errors.h"
+#include "tandem/reduce/elementwise_cuda.cuh"
 
 namespace tandem::codec {
 namespace {
 
-constexpr unsigned kThreads = 256;
-
-unsigned blocks_for(size_t n) {
-  const size_t wanted = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(std::max<size_t>(1, std::min<size_t>(wanted, 4096)));
-}
-
-__device__ size_t first_index() { return static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
-__device__ size_t grid_stride() { return static_cast<size_t>(gridDim.x) * blockDim.x; }
+constexpr int kPack = 8;
+template <class T>
+using Codes = cuda::Pack<T, kPack>;
+using Floats = cuda::Pack<float, kPack>;
 
 template <class T>
-__global__ void encode_kernel(Encode<T> f, const float* src, T* dst, size_t n) {
-  for (size_t i = first_index(); i < n; i += grid_stride()) dst[i] = f(src[i]);
-}
+struct EncodeBody {
+  static constexpr int E = kPack;
+  static constexpr unsigned kUnroll = 4;
+  using Loaded = Floats;
+  Encode<T> f;
+  const float* src;
+  T* dst;
+
+  __device__ Loaded load(size_t i) const { return cuda::load_pack<float, E>(src + i); }
+  __device__ void store(size_t i, const Loaded& x) const {
+    Codes<T> c;
+#pragma unroll
+    for (int e = 0; e < E; ++e) c.v[e] = f(x.v[e]);
+    cuda::store_pack(dst + i, c);
+  }
+  __device__ void one(size_t i) const { dst[i] = f(src[i]); }
+};
 
 template <class T>
-__global__ void encode_feedback_kernel(EncodeFeedback<T> f, float* data, float* residual, T* dst, size_t n) {
-  for (size_t i = first_index(); i < n; i += grid_stride()) dst[i] = f(data[i], residual[i]);
-}
+struct DecodeBody {
+  static constexpr int E = kPack;
+  static constexpr unsigned kUnroll = 4;
+  using Loaded = Codes<T>;
+  Decode<T> f;
+  const T* src;
+  float* dst;
+
+  __device__ Loaded load(size_t i) const { return cuda::load_pack<T, E>(src + i); }
+  __device__ void store(size_t i, const Loaded& c) const {
+    Floats x;
+#pragma unroll
+    for (int e = 0; e < E; ++e) x.v[e] = f(c.v[e]);
+    cuda::store_pack(dst + i, x);
+  }
+  __device__ void one(size_t i) const { dst[i] = f(src[i]); }
+};
 
 template <class T>
-__global__ void decode_kernel(Decode<T> f, const T* src, float* dst, size_t n) {
-  for (size_t i = first_index(); i < n; i += grid_stride()) dst[i] = f(src[i]);
-}
+struct EncodeFeedbackBody {
+  static constexpr int E = kPack;
+  static constexpr unsigned kUnroll = 4;
+  struct Loaded {
+    Floats data, residual;
+  };
+  EncodeFeedback<T> f;
+  float* data;
+  float* residual;
+  T* dst;
 
+  __device__ Loaded load(size_t i) const {
+    return {cuda::load_pack<float, E>(data + i), cuda::load_pack<float, E>(residual + i)};
+  }
+  __device__ void store(size_t i, Loaded x) const {
+    Codes<T> c;
+#pragma unroll
+    for (int e = 0; e < E; ++e) c.v[e] = f(x.data.v[e], x.residual.v[e]);
+    cuda::store_pack(data + i, x.data);
+    cuda::store_pack(residual + i, x.residual);
+    cuda::store_pack(dst + i, c);
+  }
+  __device__ void one(size_t i) const { dst[i] = f(data[i], residual[i]); }
+};
+
+// Sets *found when any code is inf or NaN: one atomic per pack that has one.
 template <class T>
-__global__ void nonfinite_kernel(const T* src, size_t n, unsigned* found) {
-  bool bad = false;
-  for (size_t i = first_index(); i < n; i += grid_stride()) bad |= nonfinite(src[i]);
-  if (bad) atomicOr(found, 1u);
-}
+struct NonfiniteBody {
+  static constexpr int E = kPack;
+  static constexpr unsigned kUnroll = 4;
+  using Loaded = Codes<T>;
+  const T* src;
+  unsigned* found;
+
+  __device__ Loaded load(size_t i) const { return cuda::load_pack<T, E>(src + i); }
+  __device__ void store(size_t, const Loaded& c) const {
+    bool bad = false;
+#pragma unroll
+    for (int e = 0; e < E; ++e) bad |= nonfinite(c.v[e]);
+    if (bad) atomicOr(found, 1u);
+  }
+  __device__ void one(size_t i) const {
+    if (nonfinite(src[i])) atomicOr(found, 1u);
+  }
+};
 
 void check(cudaError_t err, const char* what) {
   if (err != cudaSuccess) throw Error(std::string(what) + ": " + cudaGetErrorString(err));
@@ -61,14 +120,31 @@ const T* as(const uint16_t* p) {
   return reinterpret_cast<const T*>(p);
 }
 
+template <class T>
+void encode_typed(const float* src, uint16_t* dst, size_t n, float scale, cudaStream_t s) {
+  cuda::launch(EncodeBody<T>{{scale}, src, as<T>(dst)}, n, {{src, 4}, {dst, 2}}, s);
+}
+
+template <class T>
+void encode_feedback_typed(float* data, float* residual, uint16_t* dst, size_t n, float scale, float unscale,
+                           cudaStream_t s) {
+  cuda::launch(EncodeFeedbackBody<T>{{scale, unscale}, data, residual, as<T>(dst)}, n,
+               {{data, 4}, {residual, 4}, {dst, 2}}, s);
+}
+
+template <class T>
+void decode_typed(const uint16_t* src, float* dst, size_t n, float scale, cudaStream_t s) {
+  cuda::launch(DecodeBody<T>{{scale}, as<T>(src), dst}, n, {{src, 2}, {dst, 4}}, s);
+}
+
 }  // namespace
 
 void encode_cuda(Format f, const float* src, uint16_t* dst, size_t n, float scale, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   if (f == Format::f16) {
-    encode_kernel<<<blocks_for(n), kThreads, 0, s>>>(Encode<f16_t>{scale}, src, as<f16_t>(dst), n);
+    encode_typed<f16_t>(src, dst, n, scale, s);
   } else {
-    encode_kernel<<<blocks_for(n), kThreads, 0, s>>>(Encode<bf16_t>{scale}, src, as<bf16_t>(dst), n);
+    encode_typed<bf16_t>(src, dst, n, scale, s);
   }
   check_launch("encode_cuda");
 }
@@ -77,11 +153,9 @@ void encode_feedback_cuda(Format f, float* data, float* residual, uint16_t* dst,
                           float unscale, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   if (f == Format::f16) {
-    encode_feedback_kernel<<<blocks_for(n), kThreads, 0, s>>>(EncodeFeedback<f16_t>{scale, unscale}, data, residual,
-                                                               as<f16_t>(dst), n);
+    encode_feedback_typed<f16_t>(data, residual, dst, n, scale, unscale, s);
   } else {
-    encode_feedback_kernel<<<blocks_for(n), kThreads, 0, s>>>(EncodeFeedback<bf16_t>{scale, unscale}, data,
-                                                               residual, as<bf16_t>(dst), n);
+    encode_feedback_typed<bf16_t>(data, residual, dst, n, scale, unscale, s);
   }
   check_launch("encode_feedback_cuda");
 }
@@ -89,9 +163,9 @@ void encode_feedback_cuda(Format f, float* data, float* residual, uint16_t* dst,
 void decode_cuda(Format f, const uint16_t* src, float* dst, size_t n, float scale, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   if (f == Format::f16) {
-    decode_kernel<<<blocks_for(n), kThreads, 0, s>>>(Decode<f16_t>{scale}, as<f16_t>(src), dst, n);
+    decode_typed<f16_t>(src, dst, n, scale, s);
   } else {
-    decode_kernel<<<blocks_for(n), kThreads, 0, s>>>(Decode<bf16_t>{scale}, as<bf16_t>(src), dst, n);
+    decode_typed<bf16_t>(src, dst, n, scale, s);
   }
   check_launch("decode_cuda");
 }
@@ -99,23 +173,25 @@ void decode_cuda(Format f, const uint16_t* src, float* dst, size_t n, float scal
 bool all_finite_cuda(Format f, const uint16_t* src, size_t n, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   unsigned* found = nullptr;
-  check(cudaMalloc(&found, sizeof(unsigned)), "all_finite_cuda: cudaMalloc");
+  // Stream-ordered: no device-wide synchronisation, unlike cudaMalloc.
+  check(cudaMallocAsync(reinterpret_cast<void**>(&found), sizeof(unsigned), s), "all_finite_cuda: cudaMallocAsync");
   unsigned host = 0;
   try {
     check(cudaMemsetAsync(found, 0, sizeof(unsigned), s), "all_finite_cuda: cudaMemsetAsync");
     if (f == Format::f16) {
-      nonfinite_kernel<<<blocks_for(n), kThreads, 0, s>>>(as<f16_t>(src), n, found);
+      cuda::launch(NonfiniteBody<f16_t>{as<f16_t>(src), found}, n, {{src, 2}}, s);
     } else {
-      nonfinite_kernel<<<blocks_for(n), kThreads, 0, s>>>(as<bf16_t>(src), n, found);
+      cuda::launch(NonfiniteBody<bf16_t>{as<bf16_t>(src), found}, n, {{src, 2}}, s);
     }
     check_launch("all_finite_cuda");
     check(cudaMemcpyAsync(&host, found, sizeof(unsigned), cudaMemcpyDeviceToHost, s), "all_finite_cuda: copy");
+    check(cudaFreeAsync(found, s), "all_finite_cuda: cudaFreeAsync");
+    found = nullptr;
     check(cudaStreamSynchronize(s), "all_finite_cuda: synchronize");
   } catch (...) {
-    cudaFree(found);
+    if (found) cudaFreeAsync(found, s);
     throw;
   }
-  cudaFree(found);
   return host == 0;
 }
 
