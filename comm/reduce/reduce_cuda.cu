@@ -19,15 +19,12 @@ using fn::f16_t;
 
 template <class T>
 constexpr int kPerPack = static_cast<int>(16 / sizeof(T));
-// Bytes unpacked one to a register: fewer packs in flight keep u8 kernels from spilling.
-template <class T>
-constexpr unsigned kUnrollFor = sizeof(T) == 1 ? 2 : 4;
 
 // dst = f(a, b); dst may be a or b.
 template <class T, class F>
 struct BinaryBody {
   static constexpr int E = kPerPack<T>;
-  static constexpr unsigned kUnroll = kUnrollFor<T>;
+  static constexpr unsigned kUnroll = 4;
   using P = cuda::Pack<T, E>;
   struct Loaded {
     P a, b;
@@ -41,7 +38,7 @@ struct BinaryBody {
   __device__ void store(size_t i, const Loaded& x) const {
     P r;
 #pragma unroll
-    for (int e = 0; e < E; ++e) r.v[e] = f(x.a.v[e], x.b.v[e]);
+    for (int e = 0; e < E; ++e) r.set(e, f(x.a.get(e), x.b.get(e)));
     cuda::store_pack(dst + i, r);
   }
   __device__ void one(size_t i) const { dst[i] = f(a[i], b[i]); }
@@ -51,7 +48,7 @@ struct BinaryBody {
 template <class T>
 struct ScaleBody {
   static constexpr int E = kPerPack<T>;
-  static constexpr unsigned kUnroll = kUnrollFor<T>;
+  static constexpr unsigned kUnroll = 4;
   using Loaded = cuda::Pack<T, E>;
   fn::AvgDiv div;
   T* data;
@@ -59,7 +56,7 @@ struct ScaleBody {
   __device__ Loaded load(size_t i) const { return cuda::load_pack<T, E>(data + i); }
   __device__ void store(size_t i, Loaded x) const {
 #pragma unroll
-    for (int e = 0; e < E; ++e) x.v[e] = div(x.v[e]);
+    for (int e = 0; e < E; ++e) x.set(e, div(x.get(e)));
     cuda::store_pack(data + i, x);
   }
   __device__ void one(size_t i) const { data[i] = div(data[i]); }

@@ -1,6 +1,7 @@
 // CUDA codec kernels: the element functors of codec_functors.h run by
-// elementwise_cuda.cuh's packed kernels, 8 elements a pack (16 bytes of
-// 16-bit codes, 32 of floats). Built with -fmad=false, as the CPU side with
+// elementwise_cuda.cuh's packed kernels, 4 elements a pack (16 bytes of
+// floats, 8 of 16-bit codes) so every warp access fills whole sectors; the
+// non-finite scan, which reads codes only, 8 (16 bytes). Built with -fmad=false, as the CPU side with
 // -ffp-contract=off, so scaling rounds twice on both; tests/gpu checks them
 // against the functors on a GPU and measures them against a device copy.
 #include <cuda_runtime.h>
@@ -15,7 +16,7 @@
 namespace tandem::codec {
 namespace {
 
-constexpr int kPack = 8;
+constexpr int kPack = 4;
 template <class T>
 using Codes = cuda::Pack<T, kPack>;
 using Floats = cuda::Pack<float, kPack>;
@@ -33,7 +34,7 @@ struct EncodeBody {
   __device__ void store(size_t i, const Loaded& x) const {
     Codes<T> c;
 #pragma unroll
-    for (int e = 0; e < E; ++e) c.v[e] = f(x.v[e]);
+    for (int e = 0; e < E; ++e) c.set(e, f(x.get(e)));
     cuda::store_pack(dst + i, c);
   }
   __device__ void one(size_t i) const { dst[i] = f(src[i]); }
@@ -52,7 +53,7 @@ struct DecodeBody {
   __device__ void store(size_t i, const Loaded& c) const {
     Floats x;
 #pragma unroll
-    for (int e = 0; e < E; ++e) x.v[e] = f(c.v[e]);
+    for (int e = 0; e < E; ++e) x.set(e, f(c.get(e)));
     cuda::store_pack(dst + i, x);
   }
   __device__ void one(size_t i) const { dst[i] = f(src[i]); }
@@ -76,7 +77,12 @@ struct EncodeFeedbackBody {
   __device__ void store(size_t i, Loaded x) const {
     Codes<T> c;
 #pragma unroll
-    for (int e = 0; e < E; ++e) c.v[e] = f(x.data.v[e], x.residual.v[e]);
+    for (int e = 0; e < E; ++e) {
+      float d = x.data.get(e), r = x.residual.get(e);
+      c.set(e, f(d, r));
+      x.data.set(e, d);
+      x.residual.set(e, r);
+    }
     cuda::store_pack(data + i, x.data);
     cuda::store_pack(residual + i, x.residual);
     cuda::store_pack(dst + i, c);
@@ -84,12 +90,12 @@ struct EncodeFeedbackBody {
   __device__ void one(size_t i) const { dst[i] = f(data[i], residual[i]); }
 };
 
-// Sets *found when any code is inf or NaN: one atomic per pack that has one.
+// Sets *found to 1 when any code is inf or NaN, one write per warp that saw one.
 template <class T>
 struct NonfiniteBody {
-  static constexpr int E = kPack;
+  static constexpr int E = 8;
   static constexpr unsigned kUnroll = 4;
-  using Loaded = Codes<T>;
+  using Loaded = cuda::Pack<T, E>;
   const T* src;
   unsigned* found;
 
@@ -97,11 +103,13 @@ struct NonfiniteBody {
   __device__ void store(size_t, const Loaded& c) const {
     bool bad = false;
 #pragma unroll
-    for (int e = 0; e < E; ++e) bad |= nonfinite(c.v[e]);
-    if (bad) atomicOr(found, 1u);
+    for (int e = 0; e < E; ++e) bad |= nonfinite(c.get(e));
+    report(bad);
   }
-  __device__ void one(size_t i) const {
-    if (nonfinite(src[i])) atomicOr(found, 1u);
+  __device__ void one(size_t i) const { report(nonfinite(src[i])); }
+  __device__ void report(bool bad) const {
+    const unsigned active = __activemask();
+    if (__any_sync(active, bad) && threadIdx.x % 32 == static_cast<unsigned>(__ffs(active) - 1)) *found = 1u;
   }
 };
 
@@ -170,29 +178,37 @@ void decode_cuda(Format f, const uint16_t* src, float* dst, size_t n, float scal
   check_launch("decode_cuda");
 }
 
-bool all_finite_cuda(Format f, const uint16_t* src, size_t n, void* stream) {
+void nonfinite_cuda(Format f, const uint16_t* src, size_t n, unsigned* found, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  unsigned* found = nullptr;
-  // Stream-ordered: no device-wide synchronisation, unlike cudaMalloc.
-  check(cudaMallocAsync(reinterpret_cast<void**>(&found), sizeof(unsigned), s), "all_finite_cuda: cudaMallocAsync");
-  unsigned host = 0;
-  try {
-    check(cudaMemsetAsync(found, 0, sizeof(unsigned), s), "all_finite_cuda: cudaMemsetAsync");
-    if (f == Format::f16) {
-      cuda::launch(NonfiniteBody<f16_t>{as<f16_t>(src), found}, n, {{src, 2}}, s);
-    } else {
-      cuda::launch(NonfiniteBody<bf16_t>{as<bf16_t>(src), found}, n, {{src, 2}}, s);
-    }
-    check_launch("all_finite_cuda");
-    check(cudaMemcpyAsync(&host, found, sizeof(unsigned), cudaMemcpyDeviceToHost, s), "all_finite_cuda: copy");
-    check(cudaFreeAsync(found, s), "all_finite_cuda: cudaFreeAsync");
-    found = nullptr;
-    check(cudaStreamSynchronize(s), "all_finite_cuda: synchronize");
-  } catch (...) {
-    if (found) cudaFreeAsync(found, s);
-    throw;
+  if (f == Format::f16) {
+    cuda::launch(NonfiniteBody<f16_t>{as<f16_t>(src), found}, n, {{src, 2}}, s);
+  } else {
+    cuda::launch(NonfiniteBody<bf16_t>{as<bf16_t>(src), found}, n, {{src, 2}}, s);
   }
-  return host == 0;
+  check_launch("nonfinite_cuda");
+}
+
+// The answer travels through a pinned word the GPU writes directly (one per
+// thread, kept): a call costs a launch and a synchronisation, no allocation or copy.
+bool all_finite_cuda(Format f, const uint16_t* src, size_t n, void* stream) {
+  struct Word {
+    unsigned* host = nullptr;
+    ~Word() {
+      if (host) cudaFreeHost(host);
+    }
+  };
+  thread_local Word word;
+  if (!word.host) {
+    check(cudaHostAlloc(reinterpret_cast<void**>(&word.host), sizeof(unsigned),
+                        cudaHostAllocMapped | cudaHostAllocPortable),
+          "all_finite_cuda: cudaHostAlloc");
+  }
+  unsigned* device = nullptr;
+  check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device), word.host, 0), "all_finite_cuda: device pointer");
+  *static_cast<volatile unsigned*>(word.host) = 0;
+  nonfinite_cuda(f, src, n, device, stream);
+  synchronize_cuda(stream);
+  return *static_cast<volatile unsigned*>(word.host) == 0;
 }
 
 void synchronize_cuda(void* stream) {

@@ -18,6 +18,7 @@ void encode_feedback_cuda(Format, float*, float*, uint16_t*, size_t, float, floa
   no_cuda("encode_feedback");
 }
 void decode_cuda(Format, const uint16_t*, float*, size_t, float, void*) { no_cuda("decode"); }
+void nonfinite_cuda(Format, const uint16_t*, size_t, unsigned*, void*) { no_cuda("all_finite"); }
 bool all_finite_cuda(Format, const uint16_t*, size_t, void*) { no_cuda("all_finite"); }
 void synchronize_cuda(void*) { no_cuda("synchronize"); }
 

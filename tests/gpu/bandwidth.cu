@@ -101,6 +101,8 @@ BandwidthReport run_bandwidth(const BandwidthOptions& options) {
   }
   const size_t largest = report.sizes.back();
   void *x = nullptr, *y = nullptr, *z = nullptr;
+  unsigned* flag = nullptr;
+  TANDEM_CUDA_CHECK(cudaMalloc(&flag, sizeof(unsigned)));
   TANDEM_CUDA_CHECK(cudaMalloc(&x, largest));
   TANDEM_CUDA_CHECK(cudaMalloc(&y, largest));
   TANDEM_CUDA_CHECK(cudaMalloc(&z, largest));
@@ -152,7 +154,11 @@ BandwidthReport run_bandwidth(const BandwidthOptions& options) {
                        fill<float>(y, b / 4, 8);
                      },
                      [=](size_t b) { codec::encode_feedback_cuda(format, f, r, c, b / 4, 1.0f, 1.0f, nullptr); }});
-    cases.push_back({"all_finite_cuda" + suffix, true, [](size_t b) { return 0.5 * b; },
+    cases.push_back({"nonfinite_cuda" + suffix, true, [](size_t b) { return 0.5 * b; },
+                     [&](size_t b) { fill<T>(z, b / 4, 9); },
+                     [=](size_t b) { codec::nonfinite_cuda(format, c, b / 4, flag, nullptr); }});
+    // The blocking call around it: a launch and a synchronisation on top (not held to the target).
+    cases.push_back({"all_finite_cuda" + suffix, false, [](size_t b) { return 0.5 * b; },
                      [&](size_t b) { fill<T>(z, b / 4, 9); },
                      [=](size_t b) { codec::all_finite_cuda(format, c, b / 4, nullptr); }});
   };
@@ -172,6 +178,7 @@ BandwidthReport run_bandwidth(const BandwidthOptions& options) {
       rows[i].gbps[k] = cases[i].moved(bytes) / seconds * 1e-9;
     }
   }
+  cudaFree(flag);
   cudaFree(x);
   cudaFree(y);
   cudaFree(z);
