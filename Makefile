@@ -3,6 +3,7 @@
 #   make test           setup, build, quick test tier (what CI runs)
 #   make test-full      every test label
 #   make test-tsan      the gradient-sync engine and the flight recorder under ThreadSanitizer (CI runs it)
+#   make test-gpu       tests/gpu: every CUDA kernel checked on the GPU and timed (needs only a CUDA toolkit)
 #   make fuzz           libFuzzer targets (clang, ASan+UBSan), FUZZ_SECONDS each from the checked-in corpus (CI runs it)
 #   make bench-kernels  reduction-kernel microbenchmarks
 #   make install        PREFIX=/usr/local: libtandem.so, headers, CMake and pkg-config packages, tandem
@@ -19,7 +20,7 @@ endif
 
 TANDEM := $(BUILD_DIR)/bin/tandem
 
-.PHONY: all setup configure build demo test test-full test-tsan fuzz bench-kernels install clean
+.PHONY: all setup configure build demo test test-full test-tsan test-gpu fuzz bench-kernels install clean
 
 all: build
 
@@ -61,6 +62,11 @@ test-tsan: setup
 	ninja -C $(TSAN_DIR) -j $(JOBS) fusion_test flight_recorder_test
 	$(TSAN_ENV) $(TSAN_DIR)/tests/fusion_test
 	$(TSAN_ENV) $(TSAN_DIR)/tests/flight_recorder_test --gtest_filter='*DumpWhileRecording*'
+
+# The GPU tier: a project of its own (nvcc, CMake, Ninja; none of tandem's other
+# dependencies), so no setup. Without a GPU it builds and says so.
+test-gpu:
+	JOBS=$(JOBS) TANDEM_GPU_BUILD=$(abspath $(BUILD_DIR))-gpu ./tests/gpu/run.sh $(GPU_FLAGS)
 
 # Fuzzing: every parser of outside bytes, with the seed corpus in fuzz/corpus (see fuzz/run.sh).
 FUZZ_SECONDS ?= 25

@@ -27,7 +27,7 @@ enum class ReduceOp : uint8_t { sum, avg, min, max, prod };
 inline constexpr ReduceOp kAllReduceOps[] = {ReduceOp::sum, ReduceOp::avg, ReduceOp::min, ReduceOp::max,
                                             ReduceOp::prod};
 
-// Where a buffer lives; the CUDA path is compile-checked only on machines without a GPU.
+// Where a buffer lives. Collectives on CUDA buffers need a CUDA-aware UCX (docs/cuda.md).
 enum class MemoryType : uint8_t { host, cuda };
 
 size_t dtype_size(DataType t);

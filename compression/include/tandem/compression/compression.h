@@ -149,8 +149,8 @@ void decode(Codec codec, const uint16_t* src, float* dst, size_t count, float sc
 bool all_finite(Codec codec, const uint16_t* src, size_t count);
 
 // The same on buffers of the given memory type. MemoryType::cuda runs the CUDA
-// kernels (the same element functors; compile-checked only, nothing here has
-// a GPU) and waits for them; it throws InvalidArgument in a build without
+// kernels (the same element functors; tests/gpu checks them on a GPU) and
+// waits for them; it throws InvalidArgument in a build without
 // TANDEM_WITH_CUDA, and tandem::Error when the launch fails.
 void encode(MemoryType memory, Codec codec, const float* src, uint16_t* dst, size_t count, float scale);
 void encode_feedback(MemoryType memory, Codec codec, float* data, float* residual, uint16_t* dst, size_t count,
