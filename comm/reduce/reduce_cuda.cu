@@ -6,10 +6,10 @@
 
 #include <string>
 
-#include "tandem/reduce/elementwise_cuda.cuh"
-#include "tandem/reduce/functors.h"
 #include "reduce_cuda.h"
 #include "tandem/errors.h"
+#include "tandem/reduce/elementwise_cuda.cuh"
+#include "tandem/reduce/functors.h"
 
 namespace tandem::detail {
 namespace {
@@ -124,8 +124,7 @@ void scale_avg_cuda(DataType dtype, void* data, size_t count, int divisor, void*
 
 void copy_cuda(void* dst, const void* src, size_t bytes, void* stream) {
   if (bytes == 0 || dst == src) return;
-  const cudaError_t err =
-      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(stream));
+  const cudaError_t err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(stream));
   if (err != cudaSuccess) throw Error(std::string("copy_cuda: ") + cudaGetErrorString(err));
 }
 

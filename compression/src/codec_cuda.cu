@@ -157,8 +157,8 @@ void encode_cuda(Format f, const float* src, uint16_t* dst, size_t n, float scal
   check_launch("encode_cuda");
 }
 
-void encode_feedback_cuda(Format f, float* data, float* residual, uint16_t* dst, size_t n, float scale,
-                          float unscale, void* stream) {
+void encode_feedback_cuda(Format f, float* data, float* residual, uint16_t* dst, size_t n, float scale, float unscale,
+                          void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   if (f == Format::f16) {
     encode_feedback_typed<f16_t>(data, residual, dst, n, scale, unscale, s);

@@ -108,12 +108,13 @@ BandwidthReport run_bandwidth(const BandwidthOptions& options) {
   TANDEM_CUDA_CHECK(cudaMalloc(&z, largest));
 
   std::vector<Case> cases;
-  cases.push_back({"copy (cudaMemcpyAsync)", false, [](size_t b) { return 2.0 * b; }, [&](size_t b) { fill<float>(x, b / 4, 1); },
+  cases.push_back({"copy (cudaMemcpyAsync)", false, [](size_t b) { return 2.0 * b; },
+                   [&](size_t b) { fill<float>(x, b / 4, 1); },
                    [&](size_t b) { TANDEM_CUDA_CHECK(cudaMemcpyAsync(y, x, b, cudaMemcpyDeviceToDevice)); }});
   auto reduce_case = [&](DataType dtype, ReduceOp op, bool target) {
-    with_type(dtype, [&](auto t, const char* name) {
+    with_type(dtype, [&](auto t) {
       using T = decltype(t);
-      cases.push_back({std::string("reduce_cuda ") + op_name(op) + " " + name, target,
+      cases.push_back({name_of(("reduce_cuda " + std::string(to_string(op))).c_str(), dtype), target,
                        [](size_t b) { return 3.0 * b; },
                        [&](size_t b) {
                          fill<T>(x, b / sizeof(T), 2);
@@ -128,10 +129,10 @@ BandwidthReport run_bandwidth(const BandwidthOptions& options) {
   }
   for (ReduceOp op : {ReduceOp::min, ReduceOp::max, ReduceOp::prod}) reduce_case(DataType::f16, op, false);
   for (DataType dtype : {DataType::f32, DataType::f64, DataType::f16, DataType::bf16}) {
-    with_type(dtype, [&](auto t, const char* name) {
+    with_type(dtype, [&](auto t) {
       using T = decltype(t);
       // Divisor 1: repeated calls leave the values where they were (no drift into subnormals).
-      cases.push_back({std::string("scale_avg_cuda ") + name, false, [](size_t b) { return 2.0 * b; },
+      cases.push_back({name_of("scale_avg_cuda", dtype), false, [](size_t b) { return 2.0 * b; },
                        [&](size_t b) { fill<T>(x, b / sizeof(T), 4); },
                        [&, dtype](size_t b) { detail::scale_avg_cuda(dtype, x, b / sizeof(T), 1, nullptr); }});
     });

@@ -67,9 +67,22 @@ T random_value(std::mt19937_64& rng) {
   if constexpr (std::is_integral_v<T>) {
     return kind < 10 ? static_cast<T>(static_cast<int64_t>(r % 201) - 100) : static_cast<T>(r);
   } else {
-    static const float kSpecials[] = {0.0f,      -0.0f,   1.0f,    -1.0f,           65504.0f,      65519.0f,
-                                      65520.0f,  1e-8f,   6e-8f,   3e-8f,           1e-40f,        1.0f + 0x1p-11f,
-                                      1.0f + 0x1p-8f + 0x1p-24f,   3e38f,           HUGE_VALF,     -HUGE_VALF};
+    static const float kSpecials[] = {0.0f,
+                                      -0.0f,
+                                      1.0f,
+                                      -1.0f,
+                                      65504.0f,
+                                      65519.0f,
+                                      65520.0f,
+                                      1e-8f,
+                                      6e-8f,
+                                      3e-8f,
+                                      1e-40f,
+                                      1.0f + 0x1p-11f,
+                                      1.0f + 0x1p-8f + 0x1p-24f,
+                                      3e38f,
+                                      HUGE_VALF,
+                                      -HUGE_VALF};
     float f;
     if (kind < 14) {
       f = std::ldexp(1.0f + static_cast<float>(r % (1u << 20)) / (1u << 20), static_cast<int>(r >> 60) - 8);
@@ -137,11 +150,24 @@ std::string describe(const std::string& what, size_t n, const Layout& layout) {
   return s.str();
 }
 
-std::string guards(std::initializer_list<const DeviceBuffer*> buffers) {
+template <class T>
+std::vector<T> download(const DeviceBuffer& b, size_t n) {
+  std::vector<T> v(n);
+  b.download(v.data());
+  return v;
+}
+
+// Waits for the kernel, then records one case: check() compares the outputs
+// ("" when right), then the guards around every buffer are looked at.
+template <class Check>
+void finish_case(CheckReport& report, const std::string& kernel, const std::string& what,
+                 std::initializer_list<const DeviceBuffer*> buffers, Check&& check) {
+  TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
+  std::string problem = check();
   for (const DeviceBuffer* b : buffers) {
-    if (!b->guards_intact()) return "wrote outside its buffer";
+    if (problem.empty() && !b->guards_intact()) problem = "wrote outside its buffer";
   }
-  return "";
+  report.record(kernel, problem.empty() ? "" : what + ": " + problem);
 }
 
 template <class T, class F>
@@ -164,9 +190,8 @@ std::vector<T> host_reduce(ReduceOp op, const std::vector<T>& a, const std::vect
 }
 
 template <class T>
-void check_reduce(DataType dtype, const char* name, const std::vector<size_t>& counts, std::mt19937_64& rng,
-                  CheckReport& report) {
-  const std::string kernel = std::string("reduce_cuda ") + name;
+void check_reduce(DataType dtype, const std::vector<size_t>& counts, std::mt19937_64& rng, CheckReport& report) {
+  const std::string kernel = name_of("reduce_cuda", dtype);
   const std::vector<T> a = random_values<T>(counts.back(), rng), b = random_values<T>(counts.back(), rng);
   for (ReduceOp op : kAllReduceOps) {
     for (size_t n : counts) {
@@ -179,21 +204,16 @@ void check_reduce(DataType dtype, const char* name, const std::vector<size_t>& c
         db.upload(b.data());
         DeviceBuffer& out = layout.in_place ? da : dd;
         detail::reduce_cuda(dtype, op, out.data(), da.data(), db.data(), n, nullptr);
-        TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
-        std::vector<T> got(n);
-        out.download(got.data());
-        std::string problem = compare(got, want, "dst");
-        if (problem.empty()) problem = guards({&da, &db, &dd});
-        report.record(kernel, problem.empty() ? "" : describe(op_name(op), n, layout) + ": " + problem);
+        finish_case(report, kernel, describe(std::string(to_string(op)), n, layout), {&da, &db, &dd},
+                    [&] { return compare(download<T>(out, n), want, "dst"); });
       }
     }
   }
 }
 
 template <class T>
-void check_scale_avg(DataType dtype, const char* name, const std::vector<size_t>& counts, std::mt19937_64& rng,
-                     CheckReport& report) {
-  const std::string kernel = std::string("scale_avg_cuda ") + name;
+void check_scale_avg(DataType dtype, const std::vector<size_t>& counts, std::mt19937_64& rng, CheckReport& report) {
+  const std::string kernel = name_of("scale_avg_cuda", dtype);
   const std::vector<T> x = random_values<T>(counts.back(), rng);
   for (int divisor : {1, 3, 8}) {
     for (size_t n : counts) {
@@ -203,12 +223,8 @@ void check_scale_avg(DataType dtype, const char* name, const std::vector<size_t>
         DeviceBuffer d(n * sizeof(T), layout.shift_out * sizeof(T));
         d.upload(x.data());
         detail::scale_avg_cuda(dtype, d.data(), n, divisor, nullptr);
-        TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
-        std::vector<T> got(n);
-        d.download(got.data());
-        std::string problem = compare(got, want, "data");
-        if (problem.empty()) problem = guards({&d});
-        report.record(kernel, problem.empty() ? "" : describe("divisor " + std::to_string(divisor), n, layout) + ": " + problem);
+        finish_case(report, kernel, describe("divisor " + std::to_string(divisor), n, layout), {&d},
+                    [&] { return compare(download<T>(d, n), want, "data"); });
       }
     }
   }
@@ -252,7 +268,7 @@ void check_codec(codec::Format format, const char* name, const std::vector<size_
     for (size_t n : counts) {
       for (const Layout& layout : kLayouts) {
         if (layout.in_place) continue;  // the codec's arrays have different types: never in place
-        // encode
+        const std::string what = describe(at_scale, n, layout);
         {
           std::vector<T> want(n);
           for (size_t i = 0; i < n; ++i) want[i] = codec::Encode<T>{scale}(x[i]);
@@ -260,15 +276,9 @@ void check_codec(codec::Format format, const char* name, const std::vector<size_
           src.upload(x.data());
           codec::encode_cuda(format, static_cast<const float*>(src.data()), static_cast<uint16_t*>(dst.data()), n,
                              scale, nullptr);
-          TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
-          std::vector<uint16_t> got(n);
-          dst.download(got.data());
-          std::string problem = compare(as_codes<T>(got), want, "code");
-          if (problem.empty()) problem = guards({&src, &dst});
-          report.record(std::string("encode_cuda ") + name,
-                        problem.empty() ? "" : describe(at_scale, n, layout) + ": " + problem);
+          finish_case(report, std::string("encode_cuda ") + name, what, {&src, &dst},
+                      [&] { return compare(as_codes<T>(download<uint16_t>(dst, n)), want, "code"); });
         }
-        // decode
         {
           std::vector<float> want(n);
           for (size_t i = 0; i < n; ++i) want[i] = codec::Decode<T>{scale}(T{codes[i]});
@@ -276,16 +286,10 @@ void check_codec(codec::Format format, const char* name, const std::vector<size_
           src.upload(codes.data());
           codec::decode_cuda(format, static_cast<const uint16_t*>(src.data()), static_cast<float*>(dst.data()), n,
                              scale, nullptr);
-          TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
-          std::vector<float> got(n);
-          dst.download(got.data());
-          std::string problem = compare(got, want, "value");
-          if (problem.empty()) problem = guards({&src, &dst});
-          report.record(std::string("decode_cuda ") + name,
-                        problem.empty() ? "" : describe(at_scale, n, layout) + ": " + problem);
+          finish_case(report, std::string("decode_cuda ") + name, what, {&src, &dst},
+                      [&] { return compare(download<float>(dst, n), want, "value"); });
         }
-        // encode with error feedback: data (first input), residual (the other), codes (the output)
-        {
+        {  // error feedback: data (first input), residual (the other), codes (the output)
           std::vector<float> data(x.begin(), x.begin() + n), residual(r0.begin(), r0.begin() + n);
           std::vector<T> want(n);
           const codec::EncodeFeedback<T> f{scale, 1.0f / scale};
@@ -296,18 +300,12 @@ void check_codec(codec::Format format, const char* name, const std::vector<size_
           dr.upload(r0.data());
           codec::encode_feedback_cuda(format, static_cast<float*>(dd.data()), static_cast<float*>(dr.data()),
                                       static_cast<uint16_t*>(dst.data()), n, scale, 1.0f / scale, nullptr);
-          TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
-          std::vector<uint16_t> got(n);
-          std::vector<float> got_data(n), got_residual(n);
-          dst.download(got.data());
-          dd.download(got_data.data());
-          dr.download(got_residual.data());
-          std::string problem = compare(as_codes<T>(got), want, "code");
-          if (problem.empty()) problem = compare(got_data, data, "data");
-          if (problem.empty()) problem = compare(got_residual, residual, "residual");
-          if (problem.empty()) problem = guards({&dd, &dr, &dst});
-          report.record(std::string("encode_feedback_cuda ") + name,
-                        problem.empty() ? "" : describe(at_scale, n, layout) + ": " + problem);
+          finish_case(report, std::string("encode_feedback_cuda ") + name, what, {&dd, &dr, &dst}, [&] {
+            std::string problem = compare(as_codes<T>(download<uint16_t>(dst, n)), want, "code");
+            if (problem.empty()) problem = compare(download<float>(dd, n), data, "data");
+            if (problem.empty()) problem = compare(download<float>(dr, n), residual, "residual");
+            return problem;
+          });
         }
       }
     }
@@ -338,10 +336,8 @@ void check_codec(codec::Format format, const char* name, const std::vector<size_
         DeviceBuffer src(n * 2, shift * 2);
         src.upload(input.data());
         const bool got = codec::all_finite_cuda(format, static_cast<const uint16_t*>(src.data()), n, nullptr);
-        std::string problem;
-        if (got != want) problem = std::string("returned ") + (got ? "true" : "false");
-        if (problem.empty()) problem = guards({&src});
-        report.record(kernel, problem.empty() ? "" : describe(what, n, layout) + ": " + problem);
+        finish_case(report, kernel, describe(what, n, layout), {&src},
+                    [&] { return got == want ? std::string() : std::string("returned ") + (got ? "true" : "false"); });
       }
     }
   }
@@ -354,10 +350,10 @@ CheckReport run_checks(const CheckOptions& options) {
   std::mt19937_64 rng(options.seed);
   const std::vector<size_t> counts = counts_for(options);
   for (DataType dtype : kAllDataTypes) {
-    with_type(dtype, [&](auto t, const char* name) { check_reduce<decltype(t)>(dtype, name, counts, rng, report); });
+    with_type(dtype, [&](auto t) { check_reduce<decltype(t)>(dtype, counts, rng, report); });
   }
   for (DataType dtype : kAllDataTypes) {
-    with_type(dtype, [&](auto t, const char* name) { check_scale_avg<decltype(t)>(dtype, name, counts, rng, report); });
+    with_type(dtype, [&](auto t) { check_scale_avg<decltype(t)>(dtype, counts, rng, report); });
   }
   check_codec<f16_t>(codec::Format::f16, "fp16", counts, rng, report);
   check_codec<bf16_t>(codec::Format::bf16, "bf16", counts, rng, report);

@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -51,9 +52,10 @@ class DeviceBuffer {
     std::vector<unsigned char> before(kGuard + shift_), after(kGuard);
     TANDEM_CUDA_CHECK(cudaMemcpy(before.data(), base_, before.size(), cudaMemcpyDeviceToHost));
     TANDEM_CUDA_CHECK(cudaMemcpy(after.data(), base_ + kGuard + shift_ + bytes_, after.size(), cudaMemcpyDeviceToHost));
-    for (unsigned char c : before) if (c != kPoison) return false;
-    for (unsigned char c : after) if (c != kPoison) return false;
-    return true;
+    const auto poisoned = [](const std::vector<unsigned char>& v) {
+      return std::all_of(v.begin(), v.end(), [](unsigned char c) { return c == kPoison; });
+    };
+    return poisoned(before) && poisoned(after);
   }
 
  private:
@@ -62,29 +64,23 @@ class DeviceBuffer {
   size_t bytes_, shift_;
 };
 
-// Calls f(T{}, name) for the storage type of dtype.
+// Calls f(T{}) for the storage type of dtype.
 template <class F>
 void with_type(DataType dtype, F&& f) {
   switch (dtype) {
-    case DataType::f32: return f(float{}, "f32");
-    case DataType::f64: return f(double{}, "f64");
-    case DataType::f16: return f(fn::f16_t{}, "f16");
-    case DataType::bf16: return f(fn::bf16_t{}, "bf16");
-    case DataType::i32: return f(int32_t{}, "i32");
-    case DataType::i64: return f(int64_t{}, "i64");
-    case DataType::u8: return f(uint8_t{}, "u8");
+    case DataType::f32: return f(float{});
+    case DataType::f64: return f(double{});
+    case DataType::f16: return f(fn::f16_t{});
+    case DataType::bf16: return f(fn::bf16_t{});
+    case DataType::i32: return f(int32_t{});
+    case DataType::i64: return f(int64_t{});
+    case DataType::u8: return f(uint8_t{});
   }
 }
 
-inline const char* op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::sum: return "sum";
-    case ReduceOp::avg: return "avg";
-    case ReduceOp::min: return "min";
-    case ReduceOp::max: return "max";
-    case ReduceOp::prod: return "prod";
-  }
-  return "?";
+// "reduce_cuda sum f16" and the like (to_string comes from comm/src/type_names.cc).
+inline std::string name_of(const char* kernel, DataType dtype) {
+  return kernel + (" " + std::string(to_string(dtype)));
 }
 
 // One kernel family's correctness: cases run and failed, and what the first failures were.
@@ -99,7 +95,8 @@ struct CheckReport {
   std::vector<std::string> failures;  // one line each, the first few kept
 
   CheckRow& row(const std::string& kernel) {
-    for (CheckRow& r : rows) if (r.kernel == kernel) return r;
+    for (CheckRow& r : rows)
+      if (r.kernel == kernel) return r;
     rows.push_back({kernel});
     return rows.back();
   }
@@ -128,7 +125,7 @@ CheckReport run_checks(const CheckOptions& options);
 // One kernel's bandwidth at each size: bytes read and written per second.
 struct BandwidthRow {
   std::string kernel;
-  bool target = false;  // held to the roofline target
+  bool target = false;       // held to the roofline target
   std::vector<double> gbps;  // per size; 0 where not measured
 };
 

@@ -74,8 +74,8 @@ std::string describe_device(std::ofstream& json) {
                 p.totalGlobalMem / 1073741824.0, driver / 1000, driver % 1000 / 10, runtime / 1000,
                 runtime % 1000 / 10);
   if (json.is_open()) {
-    json << "{\"kind\":\"device\",\"name\":\"" << p.name << "\",\"compute_capability\":\"" << p.major << "."
-         << p.minor << "\",\"multiprocessors\":" << p.multiProcessorCount << ",\"l2_bytes\":" << p.l2CacheSize
+    json << "{\"kind\":\"device\",\"name\":\"" << p.name << "\",\"compute_capability\":\"" << p.major << "." << p.minor
+         << "\",\"multiprocessors\":" << p.multiProcessorCount << ",\"l2_bytes\":" << p.l2CacheSize
          << ",\"driver\":" << driver << ",\"runtime\":" << runtime << "}\n";
   }
   return line;
@@ -117,8 +117,7 @@ void print_bandwidth(const BandwidthReport& r, std::ofstream& json) {
       }
       if (json.is_open()) {
         json << "{\"kind\":\"bandwidth\",\"kernel\":\"" << row.kernel << "\",\"bytes\":" << r.sizes[k]
-             << ",\"gbps\":" << row.gbps[k] << ",\"copy_gbps\":" << r.copy.gbps[k] << ",\"share\":" << share
-             << "}\n";
+             << ",\"gbps\":" << row.gbps[k] << ",\"copy_gbps\":" << r.copy.gbps[k] << ",\"share\":" << share << "}\n";
       }
     }
     std::printf("%s\n", row.target ? "  *" : "");
