@@ -80,8 +80,8 @@ int main(int argc, char** argv) {
   if (n < 2 || n > 64 || bytes == 0 || bytes % (64 * size_t(n)) != 0 || calls < 1) return usage("bad arguments");
   const size_t block = bytes / size_t(n);
 
-  auto* board = static_cast<Board*>(
-      mmap(nullptr, sizeof(Board), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  auto* board =
+      static_cast<Board*>(mmap(nullptr, sizeof(Board), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   auto* mapped = static_cast<std::byte*>(
       mmap(nullptr, bytes * size_t(n), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   if (board == MAP_FAILED || mapped == MAP_FAILED) return usage("mmap failed");

@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
-#include "tandem/reduce/kernels.h"  // per-ISA kernel tables
 #include "tandem/reduce.h"
+#include "tandem/reduce/kernels.h"  // per-ISA kernel tables
 #include "tandem/types.h"
 
 namespace {
@@ -72,8 +72,8 @@ void fill(DataType dtype, void* p, size_t count, bool second) {
 
 void set_counters(benchmark::State& state, size_t bytes, double traffic_factor, Isa isa) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
-  state.counters["traffic_GBps"] =
-      benchmark::Counter(traffic_factor * static_cast<double>(bytes) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["traffic_GBps"] = benchmark::Counter(traffic_factor * static_cast<double>(bytes) / 1e9,
+                                                      benchmark::Counter::kIsIterationInvariantRate);
   state.counters["isa"] = static_cast<double>(isa);
   state.SetLabel(std::string(tandem::detail::to_string(isa)));
 }

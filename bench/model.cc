@@ -164,8 +164,7 @@ double predict(const Calibration& c, const Link& inter, const Topology& t, Algor
   const double cpu = contention(c, t);
   const double wait = oversubscribed_step(inter.step, ranks_per_core(c, t));  // per step over the link
   switch (a) {
-    case Algorithm::shared_memory:
-      return shared_memory_time(c, t, bytes);
+    case Algorithm::shared_memory: return shared_memory_time(c, t, bytes);
     case Algorithm::ring:
       // Host-major: each host has one outgoing inter-host edge, the slowest on every step.
       return ring_time(inter, link_beta(c, inter, t, bytes / p), c.gamma * cpu, p, bytes, wait);
@@ -194,8 +193,8 @@ double predict(const Calibration& c, const Link& inter, const Topology& t, Algor
       // L rings of N/L share the NIC, so on a wire each sees L times beta, the
       // wire carrying the L chunks of a step as one message of N/H.
       const int L = t.ranks_per_host;
-      const double ring_beta = inter.cpu_bound ? link_beta(c, inter, t, bytes / L / t.hosts)
-                                               : link_beta(c, inter, t, bytes / t.hosts) * L;
+      const double ring_beta =
+          inter.cpu_bound ? link_beta(c, inter, t, bytes / L / t.hosts) : link_beta(c, inter, t, bytes / t.hosts) * L;
       return shared_memory_time(c, t, bytes) + ring_time(inter, ring_beta, c.gamma * cpu, t.hosts, bytes / L, wait);
     }
     case Algorithm::parameter_server: {
@@ -279,7 +278,8 @@ namespace {
 // " step 1: 0.5 us, 1.5: 2.6 us" (ranks per core: seconds per step), or nothing.
 std::string describe_steps(const StepTable& step) {
   std::ostringstream s;
-  for (const auto& [rho, seconds] : step) s << (s.tellp() > 0 ? ", " : " step ") << rho << ": " << seconds * 1e6 << " us";
+  for (const auto& [rho, seconds] : step)
+    s << (s.tellp() > 0 ? ", " : " step ") << rho << ": " << seconds * 1e6 << " us";
   return s.str();
 }
 }  // namespace
@@ -344,8 +344,13 @@ Calibration load_calibration(const std::string& path) {
     const auto links = j.value("links", nlohmann::json::object());
     for (const auto& [name, l] : links.items()) {
       Link& link = c.links[name];
-      link = Link{l.value("alpha_s", 0.0), l.value("beta_s_per_byte", 0.0), l.value("cpu_bound", false), step_table(l),
-                  l.value("cpu_share", 0.0), {}, {}};
+      link = Link{l.value("alpha_s", 0.0),
+                  l.value("beta_s_per_byte", 0.0),
+                  l.value("cpu_bound", false),
+                  step_table(l),
+                  l.value("cpu_share", 0.0),
+                  {},
+                  {}};
       // Absent from older calibrations: beta then holds at every size.
       const auto by_size = l.value("beta_s_per_byte_by_message", nlohmann::json::object());
       for (const auto& [bytes, b] : by_size.items()) link.beta_by_size[std::stod(bytes)] = b.get<double>();
@@ -367,8 +372,12 @@ void save_calibration(const Calibration& c, const std::string& path) {
   };
   nlohmann::json links = nlohmann::json::object();
   for (const auto& [name, l] : c.links) {
-    links[name] = {{"alpha_s", l.alpha}, {"beta_s_per_byte", l.beta}, {"cpu_bound", l.cpu_bound}, {"step_s", step_json(l.step)},
-                   {"cpu_share", l.cpu_share}, {"beta_s_per_byte_by_message", by_size(l.beta_by_size)},
+    links[name] = {{"alpha_s", l.alpha},
+                   {"beta_s_per_byte", l.beta},
+                   {"cpu_bound", l.cpu_bound},
+                   {"step_s", step_json(l.step)},
+                   {"cpu_share", l.cpu_share},
+                   {"beta_s_per_byte_by_message", by_size(l.beta_by_size)},
                    {"stretch", step_json(l.stretch)}};
   }
   nlohmann::json j = {{"cores", c.cores},

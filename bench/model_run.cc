@@ -6,11 +6,10 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tandem/bench/model.h"
 #include "tandem/bench/plot.h"
@@ -141,8 +140,9 @@ int run_calibrate(const CalibrateOptions& o) {
     // moving kLinkCopyBytes / size from every rank.
     const double copy_bytes = shm ? kCopyBytes : o.cpu_bound ? kLinkCopyBytes : 0;
     std::vector<char> buffer(size_t(copy_bytes) + 64);
-    const double copy = shm ? time_allreduce(*comm, buffer, size_t(copy_bytes), 50)
-                      : copy_bytes > 0 ? time_allgather(*comm, buffer, size_t(copy_bytes), 5, /*in_place=*/true) : 0;
+    const double copy = shm              ? time_allreduce(*comm, buffer, size_t(copy_bytes), 50)
+                        : copy_bytes > 0 ? time_allgather(*comm, buffer, size_t(copy_bytes), 5, /*in_place=*/true)
+                                         : 0;
     if (comm->rank() != 0) return 0;
     Calibration c = load_calibration(o.output);
     if (!shm) link_named(c, o.link);  // throws unless its 2-rank calibration is there
@@ -156,7 +156,8 @@ int run_calibrate(const CalibrateOptions& o) {
       if (copy > 0) {
         const double message = copy_bytes / comm->size();
         const double per_byte = std::max(copy / (comm->size() - 1) - step, 0.0) / message;
-        if (link.beta_at(message) > 0) link.stretch[rho] = sampled(c, where, rho, "stretch", per_byte / link.beta_at(message));
+        if (link.beta_at(message) > 0)
+          link.stretch[rho] = sampled(c, where, rho, "stretch", per_byte / link.beta_at(message));
       }
     }
     save_calibration(c, o.output);
@@ -165,8 +166,9 @@ int run_calibrate(const CalibrateOptions& o) {
     return 0;
   }
   if (comm->size() != 2) {
-    throw InvalidArgument("tandem model calibrate: run it with exactly 2 ranks (got " + std::to_string(comm->size()) +
-                          "), e.g. `tandem launch -n 2 -- tandem model calibrate` on one host; --step-only takes any number");
+    throw InvalidArgument(
+        "tandem model calibrate: run it with exactly 2 ranks (got " + std::to_string(comm->size()) +
+        "), e.g. `tandem launch -n 2 -- tandem model calibrate` on one host; --step-only takes any number");
   }
   // A link by factors of 2: its beta can jump between neighbouring sizes (TCP
   // and UCX change protocol with the message size), too much to interpolate over 4x.
@@ -207,7 +209,8 @@ int run_calibrate(const CalibrateOptions& o) {
       }
     }
     seconds.push_back(s);
-    if (comm->rank() == 0) fprintf(stderr, "tandem model calibrate: %8s  %10.1f us\n", human_bytes(bytes).c_str(), s * 1e6);
+    if (comm->rank() == 0)
+      fprintf(stderr, "tandem model calibrate: %8s  %10.1f us\n", human_bytes(bytes).c_str(), s * 1e6);
   }
   if (comm->rank() != 0) return 0;
 
@@ -279,8 +282,11 @@ int run_predict(const PredictOptions& o) {
     for (double bytes : o.sizes) {
       const Algorithm best = fastest(c, inter, t, bytes);
       const double best_time = predict(c, inter, t, best, bytes);
-      nlohmann::json row = {{"hosts", t.hosts}, {"ranks_per_host", t.ranks_per_host}, {"bytes", bytes},
-                            {"best", to_string(best)}, {"best_busbw_gbps", busbw_gbps(t, bytes, best_time)}};
+      nlohmann::json row = {{"hosts", t.hosts},
+                            {"ranks_per_host", t.ranks_per_host},
+                            {"bytes", bytes},
+                            {"best", to_string(best)},
+                            {"best_busbw_gbps", busbw_gbps(t, bytes, best_time)}};
       if (o.format == "table") printf("   %10s", human_bytes(bytes).c_str());
       for (Algorithm a : all) {
         if (!applies(a, t)) continue;
@@ -346,11 +352,12 @@ int run_validate(const ValidateOptions& o) {
     // bytes -> time_us of every in-place row (what the calibration times; out-of-place
     // rows are used only when a sweep has no in-place ones)
     std::map<double, std::vector<double>> measured, out_of_place;
-    std::string forced;                              // the algorithm the sweep forced, if any
+    std::string forced;  // the algorithm the sweep forced, if any
     std::string line;
     while (std::getline(f, line)) {
       // Rows as printed, or with the launchers' "[rank] " prefix.
-      if (!line.empty() && line[0] == '[' && line.find("] {") != std::string::npos) line = line.substr(line.find("] {") + 2);
+      if (!line.empty() && line[0] == '[' && line.find("] {") != std::string::npos)
+        line = line.substr(line.find("] {") + 2);
       if (line.empty() || line[0] != '{') continue;
       const auto j = nlohmann::json::parse(line, nullptr, false);
       if (j.is_discarded() || j.value("collective", "") != "allreduce") continue;
@@ -378,8 +385,13 @@ int run_validate(const ValidateOptions& o) {
         printf("  %-18s %10s %12.1f %12.1f %+7.0f%% %s%s\n", label.c_str(), human_bytes(bytes).c_str(), m, predicted,
                error * 100, to_string(a), ok ? "" : "  (outside)");
       } else {
-        printf("%s\n", nlohmann::json{{"case", label}, {"bytes", bytes}, {"measured_us", m}, {"predicted_us", predicted},
-                                      {"error", error}, {"algorithm", to_string(a)}, {"within", ok}}
+        printf("%s\n", nlohmann::json{{"case", label},
+                                      {"bytes", bytes},
+                                      {"measured_us", m},
+                                      {"predicted_us", predicted},
+                                      {"error", error},
+                                      {"algorithm", to_string(a)},
+                                      {"within", ok}}
                            .dump()
                            .c_str());
       }

@@ -6,16 +6,16 @@
 // so a communication thread that steals the CPU shows up as slower compute.
 #include "tandem/bench/overlap.h"
 
-#include <nlohmann/json.hpp>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
-#include <unistd.h>
 
 #include "tandem/bench/plot.h"
 #include "tandem/bench/report.h"
@@ -36,7 +36,9 @@ double ms(int64_t ns) { return double(ns) / 1e6; }
 
 std::vector<GradientSpec> resnet50() {
   std::vector<GradientSpec> g;
-  auto conv = [&](const std::string& n, size_t in, size_t out, size_t k) { g.push_back({n + ".weight", in * out * k * k}); };
+  auto conv = [&](const std::string& n, size_t in, size_t out, size_t k) {
+    g.push_back({n + ".weight", in * out * k * k});
+  };
   auto bn = [&](const std::string& n, size_t c) {
     g.push_back({n + ".weight", c});
     g.push_back({n + ".bias", c});
@@ -104,7 +106,8 @@ std::vector<GradientSpec> uniform(const std::string& spec) {
   for (auto& p : parts) std::getline(in, p, ':');
   const auto count = parse_bytes(parts[0]), lo = parse_bytes(parts[1]), hi = parse_bytes(parts[2]);
   if (!count || !lo || !hi || *count == 0 || *lo < 4 || *hi < *lo)
-    throw InvalidArgument("--model '" + spec + "': expected uniform:COUNT:MIN:MAX with sizes in bytes (K, M suffixes), "
+    throw InvalidArgument("--model '" + spec +
+                          "': expected uniform:COUNT:MIN:MAX with sizes in bytes (K, M suffixes), "
                           "e.g. uniform:150:4K:400K");
   std::mt19937 rng(150);
   std::uniform_real_distribution<double> u(std::log(double(*lo)), std::log(double(*hi)));
@@ -116,7 +119,8 @@ std::vector<GradientSpec> uniform(const std::string& spec) {
 std::vector<GradientSpec> from_file(const std::string& path) {
   std::ifstream in(path);
   if (!in)
-    throw InvalidArgument("--model '" + path + "': not a built-in model (resnet50, vgg16, uniform:COUNT:MIN:MAX) "
+    throw InvalidArgument("--model '" + path +
+                          "': not a built-in model (resnet50, vgg16, uniform:COUNT:MIN:MAX) "
                           "and not a readable file");
   std::vector<GradientSpec> g;
   int line_no = 0;
@@ -130,8 +134,8 @@ std::vector<GradientSpec> from_file(const std::string& path) {
     char* end = nullptr;
     const unsigned long long n = std::strtoull(count.c_str(), &end, 10);
     if (*end != '\0' || n == 0)
-      throw InvalidArgument(path + ":" + std::to_string(line_no) + ": expected 'COUNT' or 'NAME COUNT' (f32 elements), got '" +
-                            line + "'");
+      throw InvalidArgument(path + ":" + std::to_string(line_no) +
+                            ": expected 'COUNT' or 'NAME COUNT' (f32 elements), got '" + line + "'");
     g.push_back({b.empty() ? "g" + std::to_string(g.size()) : a, size_t(n)});
   }
   if (g.empty()) throw InvalidArgument(path + ": no gradients in the file");
@@ -217,8 +221,16 @@ struct Run {
       hidden.push_back(st.hidden_fraction);
       saved.push_back(st.compression_saved * 1e3);
     }
-    return ModeResult{mode,           median(step),   median(compute), median(communication), median(exposed),
-                      median(hidden), int(sync.buckets().size()), wrong, sync.settings(), median(saved)};
+    return ModeResult{mode,
+                      median(step),
+                      median(compute),
+                      median(communication),
+                      median(exposed),
+                      median(hidden),
+                      int(sync.buckets().size()),
+                      wrong,
+                      sync.settings(),
+                      median(saved)};
   }
 };
 
@@ -271,7 +283,8 @@ void plot(const OverlapOptions& o, const std::vector<ModeResult>& results, int n
                   " ranks (step = compute + exposed communication)'\nset ylabel 'ms per step'\n"
                   "set style data histograms\nset style histogram rowstacked\nset boxwidth 0.6\n"
                   "set style fill solid border -1\nset key top left\n"
-                  "plot '" + data + "' using 2:xtic(1) title 'compute (backward)', '' using 3 title 'exposed communication'\n");
+                  "plot '" +
+                  data + "' using 2:xtic(1) title 'compute (backward)', '' using 3 title 'exposed communication'\n");
 }
 
 std::vector<FusionSettings> coarse_grid() {
@@ -286,10 +299,10 @@ std::vector<FusionSettings> coarse_grid() {
 
 std::vector<GradientSpec> model_gradients(const std::string& model, double scale) {
   if (!(scale > 0)) throw InvalidArgument("--scale must be > 0");
-  std::vector<GradientSpec> g = model == "resnet50"                ? resnet50()
-                                : model == "vgg16"                 ? vgg16()
+  std::vector<GradientSpec> g = model == "resnet50"               ? resnet50()
+                                : model == "vgg16"                ? vgg16()
                                 : model.rfind("uniform:", 0) == 0 ? uniform(model)
-                                                                   : from_file(model);
+                                                                  : from_file(model);
   for (auto& x : g) x.count = std::max<size_t>(1, size_t(std::llround(double(x.count) * scale)));
   return g;
 }
@@ -309,7 +322,9 @@ int run_overlap(const OverlapOptions& o) {
     const std::string name = rest.substr(0, rest.find(','));
     rest.erase(0, rest.find(',') + 1);
     const auto codec = compression::parse_codec(name);
-    if (!codec) throw InvalidArgument("tandem bench overlap: --compress '" + name + "': use none, fp16 or bf16 (a list: none,fp16)");
+    if (!codec)
+      throw InvalidArgument("tandem bench overlap: --compress '" + name +
+                            "': use none, fp16 or bf16 (a list: none,fp16)");
     codecs.emplace_back(name, *codec);
   }
   auto use_codec = [&](compression::Codec c) {
@@ -369,63 +384,69 @@ int run_overlap(const OverlapOptions& o) {
     wrong += r.wrong;
     results.push_back(r);
     if (!printer) return;
-    if (table) print_row(r, baseline);
-    else printf("%s\n", to_json(r, baseline).dump().c_str());
+    if (table)
+      print_row(r, baseline);
+    else
+      printf("%s\n", to_json(r, baseline).dump().c_str());
     fflush(stdout);
   };
   for (const auto& [codec_name, codec] : codecs)
-  for (const auto& mode_name : o.modes) {
-    use_codec(codec);
-    const std::string mode = mode_name;
-    const std::string label = codecs.size() > 1 && codec != compression::Codec::none ? mode + "+" + codec_name : mode;
-    GradientSyncOptions so = run.sync_options(o.fixed);
-    if (mode == "per-gradient") so.fusion = {4096, 4096, o.fixed.chunk_bytes};
-    if (mode == "overlap" && printer) so.timeline_path = o.timeline;
-    if (mode == "grid") {
-      ModeResult best;
-      for (const auto& s : coarse_grid()) {
-        ModeResult r = run.run("grid", run.sync_options(s), 1, o.grid_steps);
-        if (printer && !table)
-          printf("%s\n", nlohmann::json{{"grid_point", describe(s)}, {"exposed_ms", r.exposed}, {"step_ms", r.step}}
-                             .dump()
-                             .c_str());
-        if (printer && table) printf("#   grid %-22s step %8.1f ms, exposed %8.1f ms\n", describe(s).c_str(), r.step, r.exposed);
-        if (best.mode.empty() || r.exposed < best.exposed) best = r;
+    for (const auto& mode_name : o.modes) {
+      use_codec(codec);
+      const std::string mode = mode_name;
+      const std::string label = codecs.size() > 1 && codec != compression::Codec::none ? mode + "+" + codec_name : mode;
+      GradientSyncOptions so = run.sync_options(o.fixed);
+      if (mode == "per-gradient") so.fusion = {4096, 4096, o.fixed.chunk_bytes};
+      if (mode == "overlap" && printer) so.timeline_path = o.timeline;
+      if (mode == "grid") {
+        ModeResult best;
+        for (const auto& s : coarse_grid()) {
+          ModeResult r = run.run("grid", run.sync_options(s), 1, o.grid_steps);
+          if (printer && !table)
+            printf("%s\n", nlohmann::json{{"grid_point", describe(s)}, {"exposed_ms", r.exposed}, {"step_ms", r.step}}
+                               .dump()
+                               .c_str());
+          if (printer && table)
+            printf("#   grid %-22s step %8.1f ms, exposed %8.1f ms\n", describe(s).c_str(), r.step, r.exposed);
+          if (best.mode.empty() || r.exposed < best.exposed) best = r;
+        }
+        best.mode = label;
+        best.compressed = codec != compression::Codec::none;
+        report(best);
+        continue;
       }
-      best.mode = label;
-      best.compressed = codec != compression::Codec::none;
-      report(best);
-      continue;
-    }
-    int warmup = o.warmup;
-    if (mode == "autotune") {
-      so.fusion = o.autotune_start;
-      so.autotune.enabled = true;
-      so.autotune.warmup_steps = o.warmup;
-      so.autotune.steps_per_sample = o.steps_per_sample;
-      so.autotune.max_samples = o.autotune_samples;
-      so.autotune.log_path = printer ? (o.autotune_log.empty() ? "/tmp/tandem-autotune-" + std::to_string(getpid()) + ".jsonl"
-                                                               : o.autotune_log)
-                                     : "";
-      warmup = o.warmup + o.steps_per_sample * (o.autotune_samples + 2);  // measure once settled (+2: the confirmations)
-    }
-    ModeResult r = run.run(mode, so, warmup, o.steps);
-    r.mode = label;
-    r.compressed = codec != compression::Codec::none;
-    report(r);
-    if (mode == "autotune" && printer) {
-      std::ifstream in(so.autotune.log_path);
-      int step = o.warmup;
-      for (std::string line; std::getline(in, line);) {
-        const auto j = nlohmann::json::parse(line);
-        const FusionSettings s{j["fusion_threshold_bytes"], j["first_bucket_bytes"], j["chunk_bytes"]};
-        if (j["phase"] != "chosen") step += o.steps_per_sample;
-        if (table) printf("#   autotune %-8s after step %3d: %-22s exposed %8.2f ms\n", std::string(j["phase"]).c_str(), step,
-                          describe(s).c_str(), double(j["exposed_ms"]));
+      int warmup = o.warmup;
+      if (mode == "autotune") {
+        so.fusion = o.autotune_start;
+        so.autotune.enabled = true;
+        so.autotune.warmup_steps = o.warmup;
+        so.autotune.steps_per_sample = o.steps_per_sample;
+        so.autotune.max_samples = o.autotune_samples;
+        so.autotune.log_path =
+            printer ? (o.autotune_log.empty() ? "/tmp/tandem-autotune-" + std::to_string(getpid()) + ".jsonl"
+                                              : o.autotune_log)
+                    : "";
+        warmup =
+            o.warmup + o.steps_per_sample * (o.autotune_samples + 2);  // measure once settled (+2: the confirmations)
       }
-      if (o.autotune_log.empty()) std::remove(so.autotune.log_path.c_str());
+      ModeResult r = run.run(mode, so, warmup, o.steps);
+      r.mode = label;
+      r.compressed = codec != compression::Codec::none;
+      report(r);
+      if (mode == "autotune" && printer) {
+        std::ifstream in(so.autotune.log_path);
+        int step = o.warmup;
+        for (std::string line; std::getline(in, line);) {
+          const auto j = nlohmann::json::parse(line);
+          const FusionSettings s{j["fusion_threshold_bytes"], j["first_bucket_bytes"], j["chunk_bytes"]};
+          if (j["phase"] != "chosen") step += o.steps_per_sample;
+          if (table)
+            printf("#   autotune %-8s after step %3d: %-22s exposed %8.2f ms\n", std::string(j["phase"]).c_str(), step,
+                   describe(s).c_str(), double(j["exposed_ms"]));
+        }
+        if (o.autotune_log.empty()) std::remove(so.autotune.log_path.c_str());
+      }
     }
-  }
   // The stricter ratio: against compute and communication each measured alone (the
   // calibrated backward pass; the `none` mode's all-reduces), so compute slowed by
   // communication competing for the cores counts against the overlap.

@@ -4,11 +4,10 @@
 // the whole embedding gradient. ratio = all-reduce time / PS time.
 #include "tandem/bench/ps.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <vector>
 
@@ -51,14 +50,18 @@ void plot(const PsBenchOptions& o, const std::vector<PsResult>& results, int wor
   const std::string data = o.plot + ".dat";
   {
     std::ofstream f(data);
-    for (const auto& r : results) if (r.kind == "dense") f << r.bytes << " " << r.ps_ms << " " << r.allreduce_ms << "\n";
+    for (const auto& r : results)
+      if (r.kind == "dense") f << r.bytes << " " << r.ps_ms << " " << r.allreduce_ms << "\n";
     f << "\n\n";
-    for (const auto& r : results) if (r.kind == "sparse") f << r.bytes << " " << r.ps_ms << " " << r.allreduce_ms << "\n";
+    for (const auto& r : results)
+      if (r.kind == "sparse") f << r.bytes << " " << r.ps_ms << " " << r.allreduce_ms << "\n";
   }
   run_gnuplot(o.plot, data,
               "set title 'tandem bench ps: " + std::to_string(workers) + " workers, " + std::to_string(servers) +
                   " server(s)'\nset xlabel 'bytes'\nset ylabel 'ms per step'\nset logscale xy\nset key top left\n"
-                  "plot '" + data + "' index 0 using 1:2 with linespoints title 'dense: PS push+pull', "
+                  "plot '" +
+                  data +
+                  "' index 0 using 1:2 with linespoints title 'dense: PS push+pull', "
                   "'' index 0 using 1:3 with linespoints title 'dense: ring all-reduce', "
                   "'' index 1 using 1:2 with points pt 7 ps 2 title 'sparse: PS push rows + pull rows', "
                   "'' index 1 using 1:3 with points pt 5 ps 2 title 'sparse: all-reduce of the dense gradient'\n");
@@ -69,12 +72,14 @@ void plot(const PsBenchOptions& o, const std::vector<PsResult>& results, int wor
 int run_ps_bench(const PsBenchOptions& o) {
   if (o.format != "table" && o.format != "json") throw InvalidArgument("bench ps: --format must be table or json");
   if (!(o.fraction > 0 && o.fraction <= 1)) throw InvalidArgument("bench ps: --fraction must be in (0, 1]");
-  if (o.iters < 1 || o.warmup < 0 || o.sparse_steps < 1) throw InvalidArgument("bench ps: --iters and --steps must be >= 1");
+  if (o.iters < 1 || o.warmup < 0 || o.sparse_steps < 1)
+    throw InvalidArgument("bench ps: --iters and --steps must be >= 1");
   const CommOptions copts = options_from_env();
   const ring::RingOptions ropts = ring::options_from_env();
   ps::Options popts = ps::options_from_env();
   if (popts.servers < 1) {
-    throw InvalidArgument("bench ps needs servers: run under `tandem launch -n W --servers S`, or set TANDEM_SERVERS=S");
+    throw InvalidArgument(
+        "bench ps needs servers: run under `tandem launch -n W --servers S`, or set TANDEM_SERVERS=S");
   }
   auto world = ring::connect(copts, ropts);
   if (ps::is_server(world->rank(), world->size(), popts)) {
@@ -93,7 +98,8 @@ int run_ps_bench(const PsBenchOptions& o) {
 
   std::vector<size_t> sizes;
   if (o.dense) {
-    for (size_t b = o.min_bytes; b <= o.max_bytes; b = std::max(b + 1, size_t(double(b) * o.factor))) sizes.push_back(b / 4 * 4);
+    for (size_t b = o.min_bytes; b <= o.max_bytes; b = std::max(b + 1, size_t(double(b) * o.factor)))
+      sizes.push_back(b / 4 * 4);
   }
   std::vector<ps::KeySpec> keys;
   for (size_t b : sizes) keys.push_back({"dense/" + std::to_string(b), b / 4});
@@ -152,9 +158,13 @@ int run_ps_bench(const PsBenchOptions& o) {
     j["servers"] = popts.servers;
     j["transport"] = world->transport_summary();
     for (const auto& r : results) {
-      j["results"].push_back({{"kind", r.kind}, {"bytes", r.bytes}, {"ps_bytes_per_worker", r.ps_bytes},
-                              {"ps_ms", r.ps_ms}, {"allreduce_ms", r.allreduce_ms},
-                              {"ratio", r.allreduce_ms / r.ps_ms}, {"ok", r.ok}});
+      j["results"].push_back({{"kind", r.kind},
+                              {"bytes", r.bytes},
+                              {"ps_bytes_per_worker", r.ps_bytes},
+                              {"ps_ms", r.ps_ms},
+                              {"allreduce_ms", r.allreduce_ms},
+                              {"ratio", r.allreduce_ms / r.ps_ms},
+                              {"ok", r.ok}});
     }
     std::printf("%s\n", j.dump(2).c_str());
   } else {

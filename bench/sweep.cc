@@ -24,7 +24,6 @@
 // avg is the same work (only the postscale constant differs).
 #include "tandem/bench/sweep.h"
 
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -33,18 +32,19 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
-#include <optional>
 #include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "sweep_case.h"
 #include "tandem/bench/buffers.h"
 #include "tandem/bench/check.h"
 #include "tandem/bench/plot.h"
 #include "tandem/tandem.h"
-#include "sweep_case.h"
 
 namespace tandem::bench {
 namespace {
@@ -94,8 +94,8 @@ bool measured(const Result& r) { return r.time_us >= 0; }
 // The checked run under --compress: the same inputs through a plain f32
 // all-reduce give the reference, and sum |x| over ranks the error bound.
 // Every rank ends with the same bits, so rank-local errors are everyone's.
-void check_compressed(Communicator& comm, const SweepOptions& o, compression::CompressedAllreduce& compressed,
-                      Case& c, Result& r) {
+void check_compressed(Communicator& comm, const SweepOptions& o, compression::CompressedAllreduce& compressed, Case& c,
+                      Result& r) {
   const size_t n = c.count();
   std::vector<float> reference(c.input_f32(), c.input_f32() + n), magnitude(n);
   for (size_t i = 0; i < n; ++i) magnitude[i] = std::fabs(reference[i]);
@@ -107,8 +107,8 @@ void check_compressed(Communicator& comm, const SweepOptions& o, compression::Co
   long wrong = 0;
   for (size_t i = 0; i < n; ++i) {
     const double error = std::fabs(double(c.output_f32()[i]) - reference[i]);
-    const double bound = compression::error_bound(o.compress, comm.size(), compressed.predivide(), magnitude[i]) /
-                         divisor;
+    const double bound =
+        compression::error_bound(o.compress, comm.size(), compressed.predivide(), magnitude[i]) / divisor;
     max_error = std::max(max_error, error);
     sum_error += error;
     if (!(error <= bound + 4 * 0x1p-24 * std::fabs(reference[i]))) ++wrong;  // + the reference's own rounding
@@ -148,8 +148,10 @@ Result measure(Communicator& comm, const SweepOptions& o, size_t bytes, bool inp
   for (int i = 0; i < o.warmup; ++i) c.run();
   const compression::CompressionStats before = compressed ? compressed->stats() : compression::CompressionStats{};
   const uint64_t traffic_before = comm.shared_memory_traffic();
-  r.time_us = time_per_op_us(comm, [&] { c.run(); }, std::max(1, o.iters));
-  r.traffic = double(comm.shared_memory_traffic() - traffic_before) / std::max(1, o.iters) / double(std::max<size_t>(1, bytes));
+  r.time_us = time_per_op_us(
+      comm, [&] { c.run(); }, std::max(1, o.iters));
+  r.traffic =
+      double(comm.shared_memory_traffic() - traffic_before) / std::max(1, o.iters) / double(std::max<size_t>(1, bytes));
   comm.allreduce(&r.traffic, 1, DataType::f64, ReduceOp::max);
   if (compressed) {
     r.wire_bytes = double(compressed->stats().wire_bytes - before.wire_bytes) / std::max(1, o.iters);
@@ -165,26 +167,27 @@ void print_table_header(const SweepOptions& o, Communicator& comm, const std::st
   if (barrier) {
     printf("# tandem bench barrier: %d ranks, %d iterations, %d warm-up\n", comm.size(), o.iters, o.warmup);
   } else {
-    printf("# tandem bench %s: %d ranks, dtype %s, op %s, %d iterations, %d warm-up, check %s\n",
-           o.collective.c_str(), comm.size(), std::string(to_string(o.dtype)).c_str(), op_name(o).c_str(), o.iters,
-           o.warmup, o.check ? "on" : "off");
+    printf("# tandem bench %s: %d ranks, dtype %s, op %s, %d iterations, %d warm-up, check %s\n", o.collective.c_str(),
+           comm.size(), std::string(to_string(o.dtype)).c_str(), op_name(o).c_str(), o.iters, o.warmup,
+           o.check ? "on" : "off");
   }
   printf("# transports: %s; reduce kernels: %s; buffers: %s\n", comm.transport_summary().c_str(),
          std::string(reduce_isa()).c_str(), o.registered ? "registered (allocate_shared)" : "heap");
   printf("# topology: %s; all-reduce algorithm: %s\n", comm.topology().str().c_str(), algorithm.c_str());
   if (compressing(o)) {
-    printf("# compression: %s on the wire, f32 accumulation, predivide %d (world size); sizes and bandwidths count "
-           "f32 bytes; out-of-place = copy + in-place; timed in-place loop: avg%s; errors vs a plain f32 all-reduce\n",
-           std::string(compression::to_string(o.compress)).c_str(), comm.size(),
-           o.op == ReduceOp::sum ? " (sum grows N-fold per repeated call)" : "");
+    printf(
+        "# compression: %s on the wire, f32 accumulation, predivide %d (world size); sizes and bandwidths count "
+        "f32 bytes; out-of-place = copy + in-place; timed in-place loop: avg%s; errors vs a plain f32 all-reduce\n",
+        std::string(compression::to_string(o.compress)).c_str(), comm.size(),
+        o.op == ReduceOp::sum ? " (sum grows N-fold per repeated call)" : "");
   }
   if (barrier) {
     printf("#\n#%11s\n#%11s\n", "time", "(us)");
     return;
   }
   printf("#\n#%64s%36s\n", "out-of-place", "in-place");
-  printf("#%11s %12s %6s %6s %6s %10s %8s %8s %6s %10s %8s %8s %6s %8s", "size", "count", "type", "redop", "root", "time",
-         "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "traffic");
+  printf("#%11s %12s %6s %6s %6s %10s %8s %8s %6s %10s %8s %8s %6s %8s", "size", "count", "type", "redop", "root",
+         "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "traffic");
   if (compressing(o)) printf(" %12s %9s %9s %6s", "wire", "max err", "mean err", "fallbk");
   printf("\n#%11s %12s %6s %6s %6s %10s %8s %8s %6s %10s %8s %8s %6s %8s", "(B)", "(elements)", "", "", "", "(us)",
          "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "(B/B)");
@@ -214,8 +217,8 @@ std::string placement_columns(const Result& r) {
 
 void print_csv(const SweepOptions& o, const Result& r) {
   printf("%s,%zu,%zu,%s,%s,%d,%d,%.3f,%.4f,%.4f,%ld", o.collective.c_str(), r.bytes, r.count,
-         std::string(to_string(o.dtype)).c_str(), op_name(o).c_str(), root_of(o), r.inplace ? 1 : 0, r.time_us,
-         r.algbw, r.busbw, r.wrong);
+         std::string(to_string(o.dtype)).c_str(), op_name(o).c_str(), root_of(o), r.inplace ? 1 : 0, r.time_us, r.algbw,
+         r.busbw, r.wrong);
   if (compressing(o)) {
     printf(",%s,%.0f,%.6g,%.6g,%llu", std::string(compression::to_string(o.compress)).c_str(), r.wire_bytes,
            r.max_error, r.mean_error, static_cast<unsigned long long>(r.fallbacks));
@@ -265,15 +268,17 @@ void print_row(const SweepOptions& o, int nranks, const Result& oop, const Resul
            op_name(o).c_str(), root_of(o), placement_columns(oop).c_str(), placement_columns(ip).c_str(), traffic);
     // Both placements reduce the same inputs to the same bits: one error and wire figure per row.
     if (compressing(o)) {
-      printf(" %12.0f %9s %9s %6llu", ip.wire_bytes, error_text(ip.max_error).c_str(), error_text(ip.mean_error).c_str(),
-             static_cast<unsigned long long>(oop.fallbacks + ip.fallbacks));
+      printf(" %12.0f %9s %9s %6llu", ip.wire_bytes, error_text(ip.max_error).c_str(),
+             error_text(ip.mean_error).c_str(), static_cast<unsigned long long>(oop.fallbacks + ip.fallbacks));
     }
     printf("\n");
   } else {
     for (const Result* r : {&oop, &ip}) {
       if (!measured(*r)) continue;
-      if (o.format == Format::csv) print_csv(o, *r);
-      else print_json(o, nranks, *r);
+      if (o.format == Format::csv)
+        print_csv(o, *r);
+      else
+        print_json(o, nranks, *r);
     }
   }
   fflush(stdout);
@@ -291,10 +296,10 @@ void plot(const SweepOptions& o, int nranks, const std::vector<Result>& results)
   if (is_barrier(o)) {
     std::ofstream(data) << nranks << ' ' << (results.empty() ? 0.0 : results[0].time_us) << '\n';
     title << "'\n";
-    run_gnuplot(o, data,
-                title.str() + "set xlabel 'ranks'\nset ylabel 'time (us)'\nset xrange [0:" +
-                    std::to_string(2 * nranks) + "]\nset boxwidth 0.5\nset style fill solid\n" + "plot '" + data +
-                    "' using 1:2 with boxes notitle\n");
+    run_gnuplot(
+        o, data,
+        title.str() + "set xlabel 'ranks'\nset ylabel 'time (us)'\nset xrange [0:" + std::to_string(2 * nranks) +
+            "]\nset boxwidth 0.5\nset style fill solid\n" + "plot '" + data + "' using 1:2 with boxes notitle\n");
     return;
   }
   {

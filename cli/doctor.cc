@@ -87,8 +87,10 @@ int run_doctor(const std::vector<std::string>& paths, std::ostream& out) {
   for (const auto& [r, d] : dumps) size = std::max(size, d.size);
   out << "tandem doctor: " << dumps.size() << " dump(s) of a " << size << "-rank job\n";
   for (const auto& [r, d] : dumps) {
-    out << "  rank " << r << ": " << (d.calls.empty() ? "no calls" : "calls #" + std::to_string(d.calls.begin()->first) +
-                                                                       "..#" + std::to_string(d.calls.rbegin()->first))
+    out << "  rank " << r << ": "
+        << (d.calls.empty()
+                ? "no calls"
+                : "calls #" + std::to_string(d.calls.begin()->first) + "..#" + std::to_string(d.calls.rbegin()->first))
         << ", dumped on " << (d.reason.empty() ? "?" : d.reason) << " (" << d.path << ")\n";
   }
   std::vector<int> absent;

@@ -24,17 +24,23 @@ std::optional<size_t> parse_size(std::string_view text) {
   std::string suffix = lower(text.substr(i));
   if (!suffix.empty() && suffix.back() == 'b') suffix.pop_back();
   int shift = 0;
-  if (suffix == "k") shift = 10;
-  else if (suffix == "m") shift = 20;
-  else if (suffix == "g") shift = 30;
-  else if (!suffix.empty()) return std::nullopt;
+  if (suffix == "k")
+    shift = 10;
+  else if (suffix == "m")
+    shift = 20;
+  else if (suffix == "g")
+    shift = 30;
+  else if (!suffix.empty())
+    return std::nullopt;
   if (shift > 0 && value > (std::numeric_limits<size_t>::max() >> shift)) return std::nullopt;
   return value << shift;
 }
 
 size_t size_flag(const std::string& flag, const std::string& text) {
   auto v = parse_size(text);
-  if (!v) throw UsageError(flag + ": '" + text + "' is not a size; use bytes with an optional K, M or G suffix (e.g. 8, 4K, 128M)");
+  if (!v)
+    throw UsageError(flag + ": '" + text +
+                     "' is not a size; use bytes with an optional K, M or G suffix (e.g. 8, 4K, 128M)");
   return *v;
 }
 

@@ -30,11 +30,12 @@ void add_launch(CLI::App& app, LaunchFlags& flags) {
                 "Also start this many parameter-server ranks (`tandem ps serve`) after the N workers; every rank "
                 "gets TANDEM_SERVERS")
       ->capture_default_str();
-  flags.bind = l->add_option("--bind", o.bind,
-                "auto: each rank on this host runs on its own share of the CPUs (as mpirun binds to cores), or "
-                "on one CPU, dealt round-robin, when ranks outnumber CPUs; none: leave placement to the scheduler "
-                "(default: TANDEM_BIND, else auto)")
-      ->capture_default_str();
+  flags.bind =
+      l->add_option("--bind", o.bind,
+                    "auto: each rank on this host runs on its own share of the CPUs (as mpirun binds to cores), or "
+                    "on one CPU, dealt round-robin, when ranks outnumber CPUs; none: leave placement to the scheduler "
+                    "(default: TANDEM_BIND, else auto)")
+          ->capture_default_str();
   // Only for --help: main() splits the command off before CLI11 sees it.
   l->add_option("command", o.command, "The command every rank runs, with its arguments (after --)");
   l->footer(
@@ -46,8 +47,8 @@ void add_launch(CLI::App& app, LaunchFlags& flags) {
 // the `-n` of `tandem bench`) never reach the launcher's parser. The command
 // starts after "--" or at the first word that is neither a flag nor a flag's value.
 std::vector<std::string> split_launch_command(std::vector<std::string>& args) {
-  static const char* const kFlagsWithValue[] = {"-n",      "--nprocs", "--timeout", "--grace",     "--servers",
-                                                "-H",      "--hosts",  "--rsh",     "--store-addr", "--bind"};
+  static const char* const kFlagsWithValue[] = {"-n", "--nprocs", "--timeout", "--grace",      "--servers",
+                                                "-H", "--hosts",  "--rsh",     "--store-addr", "--bind"};
   for (size_t i = 1; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--" || a.empty() || a[0] != '-') {
@@ -55,8 +56,8 @@ std::vector<std::string> split_launch_command(std::vector<std::string>& args) {
       args.resize(i);
       return command;
     }
-    bool takes_value = std::any_of(std::begin(kFlagsWithValue), std::end(kFlagsWithValue),
-                                   [&](const char* f) { return a == f; });
+    bool takes_value =
+        std::any_of(std::begin(kFlagsWithValue), std::end(kFlagsWithValue), [&](const char* f) { return a == f; });
     if (takes_value) ++i;  // "-n 3": skip the 3; "-n3" and "--grace=1" carry their value
   }
   return {};

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <string>
 #include <vector>
 
@@ -13,7 +12,7 @@ namespace tandem::cli {
 
 struct LaunchFlags {
   launch::LaunchOptions options;
-  std::string hosts;  // -H as given
+  std::string hosts;            // -H as given
   CLI::Option* bind = nullptr;  // --bind; when not given, TANDEM_BIND decides
 };
 

@@ -9,17 +9,16 @@
 //   tandem netif [--format table|json]
 //   tandem train exp.yaml [flags]   (execs tandem-train from this executable's directory)
 // Exit codes: 0 success, 2 usage error, otherwise what the subcommand returns.
-#include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
-
-#include <algorithm>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
-#include <cstring>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <limits>
 #include <optional>
@@ -96,7 +95,8 @@ tandem::bench::SweepOptions to_sweep_options(const BenchFlags& f) {
   if (f.warmup < 0) throw UsageError("-w/--warmup_iters must be >= 0");
   if (f.check < 0) throw UsageError("-c/--check must be 0 (off) or >= 1 (on)");
   if (f.root < 0) throw UsageError("-r/--root must be >= 0");
-  if (f.registered != 0 && f.registered != 1) throw UsageError("-R/--registered must be 0 (heap) or 1 (allocate_shared)");
+  if (f.registered != 0 && f.registered != 1)
+    throw UsageError("-R/--registered must be 0 (heap) or 1 (allocate_shared)");
   o.iters = f.iters;
   o.warmup = f.warmup;
   o.check = f.check > 0;
@@ -119,10 +119,14 @@ tandem::bench::SweepOptions to_sweep_options(const BenchFlags& f) {
   }
 
   std::string format = lower(f.format);
-  if (format == "table") o.format = tandem::bench::Format::table;
-  else if (format == "csv") o.format = tandem::bench::Format::csv;
-  else if (format == "json") o.format = tandem::bench::Format::json;
-  else throw UsageError("--format: unknown '" + f.format + "'; valid: table, csv, json");
+  if (format == "table")
+    o.format = tandem::bench::Format::table;
+  else if (format == "csv")
+    o.format = tandem::bench::Format::csv;
+  else if (format == "json")
+    o.format = tandem::bench::Format::json;
+  else
+    throw UsageError("--format: unknown '" + f.format + "'; valid: table, csv, json");
 
   if (!f.plot.empty()) {
     std::string p = lower(f.plot);
@@ -135,7 +139,8 @@ tandem::bench::SweepOptions to_sweep_options(const BenchFlags& f) {
 }
 
 CLI::App* add_bench(CLI::App& app, BenchFlags& f) {
-  auto* b = app.add_subcommand("bench", "Sweep one collective over message sizes (nccl-tests flags); run it under `tandem launch`");
+  auto* b = app.add_subcommand(
+      "bench", "Sweep one collective over message sizes (nccl-tests flags); run it under `tandem launch`");
   // The bench's own table: nccl-tests' tests, sendrecv spelt as nccl-tests does.
   const std::vector<std::string> names = tandem::bench::sweep_collectives();
   std::string listed;
@@ -145,7 +150,8 @@ CLI::App* add_bench(CLI::App& app, BenchFlags& f) {
   b->add_option("-b,--minbytes", f.min_bytes, "Smallest message, bytes with K/M/G suffix")->capture_default_str();
   b->add_option("-e,--maxbytes", f.max_bytes, "Largest message")->capture_default_str();
   b->add_option("-f,--stepfactor", f.factor, "Multiply the size by this between steps")->capture_default_str();
-  b->add_option("-i,--stepbytes", f.increment, "Add this many bytes between steps instead (0 = use -f)")->capture_default_str();
+  b->add_option("-i,--stepbytes", f.increment, "Add this many bytes between steps instead (0 = use -f)")
+      ->capture_default_str();
   b->add_option("-n,--iters", f.iters, "Timed iterations per size")->capture_default_str();
   b->add_option("-w,--warmup_iters", f.warmup, "Untimed warm-up iterations per size")->capture_default_str();
   b->add_option("-c,--check", f.check, "Check results: 0 off, 1 on")->capture_default_str();
@@ -206,7 +212,8 @@ tandem::bench::OverlapOptions to_overlap_options(const OverlapFlags& f) {
   for (auto& p : parts) std::getline(start, p, ',');
   o.autotune_start = settings_flag("--autotune-start", parts[0], parts[1], parts[2]);
   const std::string format = lower(f.format);
-  if (format != "table" && format != "json") throw UsageError("--format: unknown '" + f.format + "'; valid: table, json");
+  if (format != "table" && format != "json")
+    throw UsageError("--format: unknown '" + f.format + "'; valid: table, json");
   o.format = format;
   if (!f.plot.empty() && lower(f.plot).ends_with(".png") == false)
     throw UsageError("--plot expects a .png file name (got '" + f.plot + "')");
@@ -235,7 +242,9 @@ CLI::App* add_overlap(CLI::App& bench, OverlapFlags& f) {
   b->add_option("--steps-per-sample", f.steps_per_sample, "Autotune: steps per trial")->capture_default_str();
   b->add_option("--autotune-samples", f.samples, "Autotune: trials before settling")->capture_default_str();
   b->add_option("--grid-steps", f.grid_steps, "Grid mode: measured steps per grid point")->capture_default_str();
-  b->add_option("--compress", f.compress, "Gradients on the wire: none, fp16 or bf16; a list (none,fp16) runs every mode with each")->capture_default_str();
+  b->add_option("--compress", f.compress,
+                "Gradients on the wire: none, fp16 or bf16; a list (none,fp16) runs every mode with each")
+      ->capture_default_str();
   b->add_option("--format", f.format, "Output: table or json")->capture_default_str();
   b->add_option("--plot", f.plot, "Write compute and exposed communication per mode to this PNG");
   b->add_option("--timeline", f.timeline, "Chrome trace of the overlap mode (rank 0)");
@@ -277,12 +286,13 @@ int run_info() {
   try {
     tandem::CommOptions o = tandem::options_from_env();
     std::printf("job environment (%s): rank %d of %d, local rank %d of %d, store %s%s\n",
-                tandem::detect_launcher().c_str(), o.rank, o.size, o.local_rank, o.local_size,
-                o.store_address.c_str(), o.host_store ? " (hosted by rank 0)" : "");
-    std::printf("cpus: %s of this host's %ld (tandem launch binds each rank to its share, or to one CPU "
-                "round-robin when ranks outnumber them; --bind none or TANDEM_BIND=none leaves placement to the "
-                "scheduler)\n",
-                allowed_cpu_ranges().c_str(), ::sysconf(_SC_NPROCESSORS_ONLN));
+                tandem::detect_launcher().c_str(), o.rank, o.size, o.local_rank, o.local_size, o.store_address.c_str(),
+                o.host_store ? " (hosted by rank 0)" : "");
+    std::printf(
+        "cpus: %s of this host's %ld (tandem launch binds each rank to its share, or to one CPU "
+        "round-robin when ranks outnumber them; --bind none or TANDEM_BIND=none leaves placement to the "
+        "scheduler)\n",
+        allowed_cpu_ranges().c_str(), ::sysconf(_SC_NPROCESSORS_ONLN));
     const auto ring = tandem::ring::fit_to_host(tandem::ring::options_from_env(), o);
     if (ring.shared_memory) {
       std::printf("%s", tandem::ring::shared_memory_plan(ring, o.local_size).c_str());
@@ -302,7 +312,8 @@ int run_info() {
 // every rank its own JSON line.
 int run_netif(const std::string& format_flag) {
   const std::string format = lower(format_flag);
-  if (format != "table" && format != "json") throw UsageError("--format: unknown '" + format_flag + "'; valid: table, json");
+  if (format != "table" && format != "json")
+    throw UsageError("--format: unknown '" + format_flag + "'; valid: table, json");
   const bool in_job = tandem::detect_launcher() != "none";
   std::optional<tandem::CommOptions> job;
   if (in_job) job = tandem::options_from_env();
@@ -361,8 +372,10 @@ int exec_trainer(const char* argv0, const std::vector<std::string>& args) {
   for (size_t i = 1; i < args.size(); ++i) argv.push_back(const_cast<char*>(args[i].c_str()));
   argv.push_back(nullptr);
   ::execv(trainer.c_str(), argv.data());
-  std::fprintf(stderr, "tandem: error: cannot run %s: %s (was tandem built with the trainer? it needs libtorch-dev; "
-               "see TANDEM_BUILD_TRAINER)\n", trainer.c_str(), std::strerror(errno));
+  std::fprintf(stderr,
+               "tandem: error: cannot run %s: %s (was tandem built with the trainer? it needs libtorch-dev; "
+               "see TANDEM_BUILD_TRAINER)\n",
+               trainer.c_str(), std::strerror(errno));
   return 127;
 }
 
@@ -404,7 +417,8 @@ int main(int argc, char** argv) {
 
   std::vector<std::string> args(argv + 1, argv + argc);
   if (!args.empty() && args[0] == "train") return exec_trainer(argv[0], args);
-  app.add_subcommand("train", "Train a Determined-style experiment (exp.yaml) through tandem; see `tandem train --help`");
+  app.add_subcommand("train",
+                     "Train a Determined-style experiment (exp.yaml) through tandem; see `tandem train --help`");
   std::vector<std::string> command;
   if (!args.empty() && args[0] == "launch") command = tandem::cli::split_launch_command(args);
   std::vector<char*> parse_argv{argv[0]};

@@ -1,12 +1,11 @@
 // `tandem ps serve` and `tandem bench ps` (see ps.h).
 #include "ps.h"
 
-#include "flags.h"
-
 #include <spdlog/spdlog.h>
 
 #include <cstdlib>
 
+#include "flags.h"
 #include "tandem/bench/ps.h"
 #include "tandem/errors.h"
 #include "tandem/paramserver.h"
@@ -38,19 +37,22 @@ void add_ps(CLI::App& app, CLI::App& bench, PsFlags& f) {
                                "Serve as one of the last TANDEM_SERVERS ranks of a job until every worker closes its "
                                "client (tandem launch --servers starts it)");
   ps->require_subcommand(1);
-  auto* b = bench.add_subcommand("ps", "Parameter server next to all-reduce: dense push+pull and sparse rows; run "
-                                       "under `tandem launch -n W --servers S`");
+  auto* b = bench.add_subcommand("ps",
+                                 "Parameter server next to all-reduce: dense push+pull and sparse rows; run "
+                                 "under `tandem launch -n W --servers S`");
   f.bench = b;
   b->add_option("-b,--minbytes", f.min_bytes, "Smallest dense key, bytes with K/M/G suffix")->capture_default_str();
   b->add_option("-e,--maxbytes", f.max_bytes, "Largest dense key")->capture_default_str();
   b->add_option("-f,--stepfactor", f.factor, "Multiply the size by this between dense keys")->capture_default_str();
   b->add_option("-n,--iters", f.iters, "Timed iterations per dense size")->capture_default_str();
   b->add_option("-w,--warmup_iters", f.warmup, "Untimed iterations per dense size")->capture_default_str();
-  b->add_option("--steps", f.steps, "Timed sparse steps (and all-reduces of the dense gradient)")->capture_default_str();
+  b->add_option("--steps", f.steps, "Timed sparse steps (and all-reduces of the dense gradient)")
+      ->capture_default_str();
   b->add_option("--rows", f.rows, "Embedding rows (sparse part)")->capture_default_str();
   b->add_option("--cols", f.cols, "Embedding columns (f32)")->capture_default_str();
   b->add_option("--fraction", f.fraction, "Fraction of rows each worker touches per step")->capture_default_str();
-  b->add_option("--only", f.only, "dense, sparse or both")->check(CLI::IsMember({"dense", "sparse", "both"}))
+  b->add_option("--only", f.only, "dense, sparse or both")
+      ->check(CLI::IsMember({"dense", "sparse", "both"}))
       ->capture_default_str();
   b->add_option("--format", f.format, "Output: table or json")->capture_default_str();
   b->add_option("--plot", f.plot, "Write ms per step vs bytes to this PNG (needs gnuplot)");

@@ -27,7 +27,8 @@ void append(std::vector<Setting>& out, const SettingTable<Options>& table) {
 
 std::vector<Setting> all_settings() {
   std::vector<Setting> out;
-  for (const auto* t : {&comm_settings(), &netif_settings(), &transport_settings(), &reduce_settings()}) append(out, *t);
+  for (const auto* t : {&comm_settings(), &netif_settings(), &transport_settings(), &reduce_settings()})
+    append(out, *t);
   append(out, ring::ring_settings());
   append(out, ps::settings());
   append(out, launch::launch_settings());

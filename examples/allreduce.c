@@ -3,7 +3,6 @@
  *   tandem launch -n 2 -- ./allreduce */
 #include <stdio.h>
 #include <stdlib.h>
-
 #include <tandem/c_api.h>
 
 int main(void) {

@@ -2,10 +2,10 @@
 // predecessor over UCX (comm/src/call_description.h): 24 bytes from another
 // process, compared with this rank's and described in the CollectiveMismatch
 // message. The private header is included so its types are reachable.
-#include "call_description.h"
-
 #include <cstdlib>
 #include <cstring>
+
+#include "call_description.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using tandem::Fingerprint;

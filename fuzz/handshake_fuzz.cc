@@ -20,8 +20,8 @@ void check(bool ok) {
   if (!ok) std::abort();
 }
 
-constexpr sp::Op kRequests[] = {sp::Op::set,  sp::Op::get,     sp::Op::try_get,   sp::Op::add,
-                                sp::Op::wait, sp::Op::check,   sp::Op::erase,     sp::Op::hello,
+constexpr sp::Op kRequests[] = {sp::Op::set,     sp::Op::get,       sp::Op::try_get,    sp::Op::add,
+                                sp::Op::wait,    sp::Op::check,     sp::Op::erase,      sp::Op::hello,
                                 sp::Op::goodbye, sp::Op::heartbeat, sp::Op::auth_begin, sp::Op::auth};
 
 }  // namespace

@@ -2,10 +2,10 @@
 // rank reads them from the peer's segment (ring/src/shm_segments.h): the
 // bytes of another rank's Call, compared with this rank's and printed into
 // the CollectiveMismatch message.
-#include "shm_segments.h"
-
 #include <cstdlib>
 #include <cstring>
+
+#include "shm_segments.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using tandem::ring::Call;

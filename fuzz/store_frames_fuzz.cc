@@ -22,9 +22,7 @@ void check(bool ok) {
 void decode_payload(const sp::Scan& f) {
   const std::string_view value = f.value;
   switch (static_cast<sp::Op>(f.header.opcode)) {
-    case sp::Op::get:
-      check(sp::read_u64(value).has_value() == (value.size() >= 8));
-      break;
+    case sp::Op::get: check(sp::read_u64(value).has_value() == (value.size() >= 8)); break;
     case sp::Op::wait:
       if (value.size() >= 8) {
         if (auto keys = sp::decode_key_list(value.substr(8))) check(sp::encode_key_list(*keys) == value.substr(8));
@@ -38,13 +36,13 @@ void decode_payload(const sp::Scan& f) {
       break;
     case sp::Op::add:
     case sp::Op::hello:
-      if (auto v = sp::parse_int64(value)) check(std::to_string(*v) == value || value.front() == '0' || value.substr(0, 2) == "-0");
+      if (auto v = sp::parse_int64(value))
+        check(std::to_string(*v) == value || value.front() == '0' || value.substr(0, 2) == "-0");
       break;
     case sp::Op::heartbeat:
       if (auto beat = sp::parse_heartbeat(value, 1000000)) check(beat->rank >= 0 && beat->interval_ms > 0);
       break;
-    default:
-      break;
+    default: break;
   }
 }
 

@@ -27,20 +27,20 @@ namespace {
 
 using namespace std::chrono_literals;
 
-constexpr auto kExecReportTimeout = 10s;       // for a child to exec or report why not
+constexpr auto kExecReportTimeout = 10s;  // for a child to exec or report why not
 
 // In the child, between fork and exec: only async-signal-safe calls (the
 // store's I/O thread may hold allocator locks that were copied mid-use).
-[[noreturn]] void exec_child(const char* path, char* const* argv, char* const* envp, int in_r, int out_w,
-                             int err_w, int report_w, pid_t parent, const rlimit& files, const cpu_set_t* cpus) {
+[[noreturn]] void exec_child(const char* path, char* const* argv, char* const* envp, int in_r, int out_w, int err_w,
+                             int report_w, pid_t parent, const rlimit& files, const cpu_set_t* cpus) {
   ::setpgid(0, 0);
-  ::setrlimit(RLIMIT_NOFILE, &files);  // the launcher's raised limit is its own business
+  ::setrlimit(RLIMIT_NOFILE, &files);                    // the launcher's raised limit is its own business
   if (cpus) ::sched_setaffinity(0, sizeof *cpus, cpus);  // a plain system call; what the rank starts inherits it
   // If the launcher is SIGKILLed, take the rank down with it instead of leaking it.
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) ::_exit(1);
 
-  struct sigaction dfl{};
+  struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGCHLD, SIGQUIT}) ::sigaction(sig, &dfl, nullptr);
   sigset_t none;
@@ -89,12 +89,12 @@ int exit_code_of(int status) {
 std::optional<std::string> resolve_command(const std::string& name, const EnvLookup& env, int& exit_code,
                                            std::string& error) {
   auto executable = [](const std::string& path) {
-    struct stat st{};
+    struct stat st {};
     return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
   };
   if (name.find('/') != std::string::npos) {
     if (executable(name)) return name;
-    struct stat st{};
+    struct stat st {};
     bool exists = ::stat(name.c_str(), &st) == 0;
     exit_code = exists ? 126 : 127;
     error = exists ? name + ": permission denied (not an executable file)" : name + ": command not found";
@@ -108,7 +108,7 @@ std::optional<std::string> resolve_command(const std::string& name, const EnvLoo
     std::string dir = path.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
     std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
     if (executable(candidate)) return candidate;
-    struct stat st{};
+    struct stat st {};
     if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode)) seen_non_executable = true;
     if (end == std::string::npos) break;
     begin = end + 1;
@@ -156,7 +156,8 @@ std::string plan_torch_job(const std::vector<Placement>& placement, int workers,
     torch.master_port = *port;
     const bool rank0_here = !placement.empty() && !placement[0].remote();
     if (rank0_here && *port == std::to_string(store_port))
-      return "MASTER_PORT=" + *port + " is the port of tandem's store on rank 0's host; export another one (or none: "
+      return "MASTER_PORT=" + *port +
+             " is the port of tandem's store on rank 0's host; export another one (or none: "
              "tandem launch then picks a free port)";
     return "";
   }

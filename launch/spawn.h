@@ -30,9 +30,9 @@ struct Rank {
 };
 
 // What the launcher sets per rank: never inherited from its own environment.
-inline constexpr const char* kOwnedVariables[] = {"TANDEM_RANK=",      "TANDEM_WORLD_SIZE=",   "TANDEM_LOCAL_RANK=",
-                                                  "TANDEM_LOCAL_WORLD_SIZE=", "TANDEM_STORE_ADDR=", "TANDEM_SECRET=",
-                                                  "TANDEM_SECRET_FILE=", "TANDEM_JOB_ID=",     "TANDEM_SERVERS="};
+inline constexpr const char* kOwnedVariables[] = {
+    "TANDEM_RANK=",   "TANDEM_WORLD_SIZE=",  "TANDEM_LOCAL_RANK=", "TANDEM_LOCAL_WORLD_SIZE=", "TANDEM_STORE_ADDR=",
+    "TANDEM_SECRET=", "TANDEM_SECRET_FILE=", "TANDEM_JOB_ID=",     "TANDEM_SERVERS="};
 
 // Whether `kv` (NAME=value) names a variable that one of `settings` (NAME=value each) sets.
 bool set_by(std::string_view kv, const std::vector<std::string>& settings);

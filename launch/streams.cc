@@ -11,8 +11,8 @@
 namespace tandem::launch {
 namespace {
 
-constexpr size_t kReadChunk = 64 << 10;        // bytes read from a stream per wake-up
-constexpr size_t kMaxPartialLine = 1 << 20;    // a longer line without '\n' is split
+constexpr size_t kReadChunk = 64 << 10;      // bytes read from a stream per wake-up
+constexpr size_t kMaxPartialLine = 1 << 20;  // a longer line without '\n' is split
 
 }  // namespace
 

@@ -14,9 +14,9 @@ void write_all(int fd, const std::string& data);
 void say(const std::string& message);
 
 struct Stream {
-  int fd = -1;         // read end; -1 once closed
-  int out_fd = -1;     // where prefixed lines go (launcher's stdout or stderr)
-  std::string prefix;  // "[rank] "
+  int fd = -1;          // read end; -1 once closed
+  int out_fd = -1;      // where prefixed lines go (launcher's stdout or stderr)
+  std::string prefix;   // "[rank] "
   std::string partial;  // bytes after the last newline seen
 
   // Reads once; relays every complete line with one write() so lines from

@@ -45,9 +45,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-constexpr auto kTick = 100ms;                  // longest poll() sleep
-constexpr auto kLinger = 1s;                   // for pipes held open by a rank's descendants
-constexpr auto kKillWait = 5s;                 // after SIGKILL; only a stuck kernel exceeds it
+constexpr auto kTick = 100ms;   // longest poll() sleep
+constexpr auto kLinger = 1s;    // for pipes held open by a rank's descendants
+constexpr auto kKillWait = 5s;  // after SIGKILL; only a stuck kernel exceeds it
 
 std::string signal_name(int sig) {
   const char* abbrev = ::sigabbrev_np(sig);
@@ -83,7 +83,7 @@ class SignalGuard {
     sigemptyset(&set_);
     for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) sigaddset(&set_, sig);
     ::pthread_sigmask(SIG_BLOCK, &set_, &old_mask_);
-    struct sigaction ign{};
+    struct sigaction ign {};
     ign.sa_handler = SIG_IGN;
     ::sigaction(SIGPIPE, &ign, &old_pipe_);
     fd_ = ::signalfd(-1, &set_, SFD_NONBLOCK | SFD_CLOEXEC);
@@ -99,7 +99,7 @@ class SignalGuard {
 
  private:
   sigset_t set_{}, old_mask_{};
-  struct sigaction old_pipe_{};
+  struct sigaction old_pipe_ {};
   int fd_ = -1;
 };
 
@@ -113,9 +113,10 @@ class Launcher {
     int code = 0;
     std::string error;
     const std::vector<Placement> placement = place_ranks(opts_);
-    const bool any_remote = std::any_of(placement.begin(), placement.end(), [](const Placement& p) { return p.remote(); });
-    const bool any_local = !any_remote || std::any_of(placement.begin(), placement.end(),
-                                                      [](const Placement& p) { return !p.remote(); });
+    const bool any_remote =
+        std::any_of(placement.begin(), placement.end(), [](const Placement& p) { return p.remote(); });
+    const bool any_local =
+        !any_remote || std::any_of(placement.begin(), placement.end(), [](const Placement& p) { return !p.remote(); });
     // Looked up here, so a missing command or remote shell fails before any rank starts.
     std::optional<std::string> path, rsh_path;
     const EnvLookup env = environment_with(opts_.environment);
@@ -151,7 +152,7 @@ class Launcher {
     try {
       secret = new_job_secret();
       StoreServerOptions so;  // 127.0.0.1 when every rank runs on this host
-      so.secret = secret;       // the store admits only holders of the job secret
+      so.secret = secret;     // the store admits only holders of the job secret
       if (any_remote) {
         so.host = "0.0.0.0";
         if (!opts_.store_address.empty() && opts_.store_address.find(':') != std::string::npos)
@@ -172,13 +173,15 @@ class Launcher {
       if (host.find(':') != std::string::npos) host = parse_host_port(host).first;
       store_addr = host + ":" + std::to_string(store->port());
       std::string where;
-      for (const HostSlots& h : opts_.hosts) where += (where.empty() ? "" : ", ") + h.host + ":" + std::to_string(h.slots);
+      for (const HostSlots& h : opts_.hosts)
+        where += (where.empty() ? "" : ", ") + h.host + ":" + std::to_string(h.slots);
       say(std::to_string(opts_.nprocs) + " ranks on " + where + " (host-major); store at " + store_addr);
     }
     // torchrun's variables for the workers: rank 0 hosts torch's store on its host.
     TorchJob torch;
     const std::string rank0_host = placement[0].remote() ? placement[0].host : host;
-    if (std::string why = plan_torch_job(placement, opts_.nprocs, rank0_host, store->port(), env, torch); !why.empty()) {
+    if (std::string why = plan_torch_job(placement, opts_.nprocs, rank0_host, store->port(), env, torch);
+        !why.empty()) {
       say(why);
       return 2;
     }
@@ -363,21 +366,17 @@ class Launcher {
 
   void check_deadlines() {
     auto now = Clock::now();
-    auto running = [&] {
-      return std::count_if(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.running; });
-    };
+    auto running = [&] { return std::count_if(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.running; }); };
     if (!timed_out_ && job_deadline() && now >= *job_deadline() && !first_failure_ && interrupt_signal_ == 0 &&
         running() > 0) {
       timed_out_ = true;
-      say("timeout: the job exceeded --timeout " + seconds_text(opts_.timeout_seconds) +
-          "; terminating all ranks");
+      say("timeout: the job exceeded --timeout " + seconds_text(opts_.timeout_seconds) + "; terminating all ranks");
       enter(Phase::terminating, SIGTERM, seconds(opts_.kill_after_seconds));
       return;
     }
     if (!phase_deadline_ || now < *phase_deadline_) return;
     switch (phase_) {
-      case Phase::running:
-        break;
+      case Phase::running: break;
       case Phase::grace:
         if (running() > 0) {
           say("grace period of " + seconds_text(opts_.grace_seconds) + " is over; sending SIGTERM to " +
@@ -392,7 +391,8 @@ class Launcher {
       case Phase::killing:
         // SIGKILL cannot be ignored; only a process stuck in the kernel gets here.
         for (Rank& r : ranks_) {
-          if (r.running) say("rank " + std::to_string(r.rank) + " (pid " + std::to_string(r.pid) + ") did not die; giving up on it");
+          if (r.running)
+            say("rank " + std::to_string(r.rank) + " (pid " + std::to_string(r.pid) + ") did not die; giving up on it");
           r.running = false;
           r.out.close_and_flush();
           r.err.close_and_flush();
@@ -461,7 +461,8 @@ std::string validate(const LaunchOptions& o) {
       return "-n " + std::to_string(o.nprocs) + " asks for more ranks than the hosts (-H) offer (" +
              std::to_string(slots) + " slots); add hosts or slots, or leave -n out to use every slot";
     }
-    if (o.servers > 0) return "--servers cannot be combined with -H yet: start parameter servers with mpirun or by hand";
+    if (o.servers > 0)
+      return "--servers cannot be combined with -H yet: start parameter servers with mpirun or by hand";
   } else if (o.nprocs == -1) {
     return "say how many ranks: -n/--nprocs N (on this host) or -H host:slots,... (across hosts)";
   }

@@ -146,14 +146,12 @@ TEST(Allreduce, RanksOnOneHostShareMemoryUnlessTurnedOff) {
   for (bool shared : {true, false}) {
     ring::RingOptions ring_base;
     ring_base.shared_memory = shared;
-    RankGroup group(
-        3,
-        [shared, ring_base](const CommOptions& o) {
-          auto comm = ring::connect(o, ring_base);
-          EXPECT_EQ(comm->transport_summary().find("shared memory") != std::string::npos, shared)
-              << comm->transport_summary();
-          return 0;
-        });
+    RankGroup group(3, [shared, ring_base](const CommOptions& o) {
+      auto comm = ring::connect(o, ring_base);
+      EXPECT_EQ(comm->transport_summary().find("shared memory") != std::string::npos, shared)
+          << comm->transport_summary();
+      return 0;
+    });
     group.expect_success(60s);
   }
 }
@@ -214,35 +212,33 @@ TEST(Allreduce, AbortUnblocksAPendingCallWithinASecond) {
     SCOPED_TRACE(shared ? "shared memory" : "UCX");
     ring::RingOptions ring_base;
     ring_base.shared_memory = shared;
-    RankGroup group(
-        2,
-        [ring_base](const CommOptions& o) {
-          auto comm = ring::connect(o, ring_base);
-          float x = 1;
-          comm->allreduce(&x, 1, DataType::f32, ReduceOp::sum);
-          if (comm->rank() == 1) {
-            std::this_thread::sleep_for(3s);
-            return 0;
-          }
-          Clock::time_point aborted_at;
-          std::thread aborter([&] {
-            std::this_thread::sleep_for(500ms);
-            aborted_at = Clock::now();
-            comm->abort("test abort");
-          });
-          try {
-            comm->allreduce(&x, 1, DataType::f32, ReduceOp::sum);
-            ADD_FAILURE() << "allreduce returned after abort";
-          } catch (const Aborted& e) {
-            EXPECT_NE(std::string(e.what()).find("test abort"), std::string::npos) << e.what();
-          }
-          const auto unblocked_at = Clock::now();
-          aborter.join();
-          EXPECT_LT(unblocked_at - aborted_at, 1s);
-          // Sticky: later calls fail at once.
-          EXPECT_THROW(comm->allreduce(&x, 1, DataType::f32, ReduceOp::sum), Aborted);
-          return 0;
-        });
+    RankGroup group(2, [ring_base](const CommOptions& o) {
+      auto comm = ring::connect(o, ring_base);
+      float x = 1;
+      comm->allreduce(&x, 1, DataType::f32, ReduceOp::sum);
+      if (comm->rank() == 1) {
+        std::this_thread::sleep_for(3s);
+        return 0;
+      }
+      Clock::time_point aborted_at;
+      std::thread aborter([&] {
+        std::this_thread::sleep_for(500ms);
+        aborted_at = Clock::now();
+        comm->abort("test abort");
+      });
+      try {
+        comm->allreduce(&x, 1, DataType::f32, ReduceOp::sum);
+        ADD_FAILURE() << "allreduce returned after abort";
+      } catch (const Aborted& e) {
+        EXPECT_NE(std::string(e.what()).find("test abort"), std::string::npos) << e.what();
+      }
+      const auto unblocked_at = Clock::now();
+      aborter.join();
+      EXPECT_LT(unblocked_at - aborted_at, 1s);
+      // Sticky: later calls fail at once.
+      EXPECT_THROW(comm->allreduce(&x, 1, DataType::f32, ReduceOp::sum), Aborted);
+      return 0;
+    });
     group.expect_success(60s);
   }
 }
@@ -255,28 +251,26 @@ TEST(Allreduce, ALongWaitLeavesTheCoreFree) {
     SCOPED_TRACE(shared ? "shared memory" : "UCX");
     ring::RingOptions ring_base;
     ring_base.shared_memory = shared;
-    RankGroup group(
-        2,
-        [ring_base](const CommOptions& o) {
-          auto comm = ring::connect(o, ring_base);
-          std::vector<float> x(1024, 1.0f);
-          comm->allreduce(x.data(), x.size(), DataType::f32, ReduceOp::sum);
-          if (comm->rank() == 1) std::this_thread::sleep_for(1500ms);
-          timespec cpu0{}, cpu1{};
-          clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu0);
-          const auto t0 = Clock::now();
-          comm->allreduce(x.data(), x.size(), DataType::f32, ReduceOp::sum);
-          const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
-          clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu1);
-          const double cpu = double(cpu1.tv_sec - cpu0.tv_sec) + double(cpu1.tv_nsec - cpu0.tv_nsec) * 1e-9;
-          EXPECT_EQ(x[0], 4.0f);
-          if (comm->rank() == 0) {
-            EXPECT_GT(wall, 1.0);
-            EXPECT_LT(cpu, 0.25 * wall) << "rank 0 used " << cpu << " s of CPU in a " << wall << " s wait";
-            fprintf(stderr, "[rank 0] waited %.2f s using %.3f s of CPU\n", wall, cpu);
-          }
-          return 0;
-        });
+    RankGroup group(2, [ring_base](const CommOptions& o) {
+      auto comm = ring::connect(o, ring_base);
+      std::vector<float> x(1024, 1.0f);
+      comm->allreduce(x.data(), x.size(), DataType::f32, ReduceOp::sum);
+      if (comm->rank() == 1) std::this_thread::sleep_for(1500ms);
+      timespec cpu0{}, cpu1{};
+      clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu0);
+      const auto t0 = Clock::now();
+      comm->allreduce(x.data(), x.size(), DataType::f32, ReduceOp::sum);
+      const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+      clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu1);
+      const double cpu = double(cpu1.tv_sec - cpu0.tv_sec) + double(cpu1.tv_nsec - cpu0.tv_nsec) * 1e-9;
+      EXPECT_EQ(x[0], 4.0f);
+      if (comm->rank() == 0) {
+        EXPECT_GT(wall, 1.0);
+        EXPECT_LT(cpu, 0.25 * wall) << "rank 0 used " << cpu << " s of CPU in a " << wall << " s wait";
+        fprintf(stderr, "[rank 0] waited %.2f s using %.3f s of CPU\n", wall, cpu);
+      }
+      return 0;
+    });
     group.expect_success(60s);
   }
 }

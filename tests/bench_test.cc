@@ -38,8 +38,8 @@ std::string bin() {
 void expect_contract(const std::vector<nlohmann::json>& rows, int nranks, size_t sizes) {
   ASSERT_EQ(rows.size(), 2 * sizes) << "one row per size and placement";
   for (const auto& r : rows) {
-    for (const char* key : {"collective", "nranks", "bytes", "count", "dtype", "op", "inplace", "time_us",
-                            "algbw_gbps", "busbw_gbps", "wrong"}) {
+    for (const char* key : {"collective", "nranks", "bytes", "count", "dtype", "op", "inplace", "time_us", "algbw_gbps",
+                            "busbw_gbps", "wrong"}) {
       EXPECT_TRUE(r.contains(key)) << key << " missing in " << r.dump();
     }
     EXPECT_EQ(r["collective"], "allreduce");
@@ -123,12 +123,10 @@ TEST(Bench, EveryCollectiveUnderTandemLaunch) {
 TEST(Bench, NcclTestsRootedAlltoallAndSendrecv) {
   if (bin().empty()) GTEST_SKIP() << "TANDEM_BIN is not set (run under ctest)";
   const int n = 2;
-  for (const Expect& e : {Expect{"reduce", 1.0, 1, 1, true, "-r 1 -o max -d f16"},
-                          Expect{"reduce", 1.0, 1, 0, true, "-o sum"},
-                          Expect{"alltoall", 0.5, n, -1, true, "-d i64"},
-                          Expect{"gather", 0.5, n, 1, true, "-r 1"},
-                          Expect{"scatter", 0.5, n, 1, true, "-r 1 -d bf16"},
-                          Expect{"sendrecv", 1.0, 1, -1, false, "-d f64"}}) {
+  for (const Expect& e :
+       {Expect{"reduce", 1.0, 1, 1, true, "-r 1 -o max -d f16"}, Expect{"reduce", 1.0, 1, 0, true, "-o sum"},
+        Expect{"alltoall", 0.5, n, -1, true, "-d i64"}, Expect{"gather", 0.5, n, 1, true, "-r 1"},
+        Expect{"scatter", 0.5, n, 1, true, "-r 1 -d bf16"}, Expect{"sendrecv", 1.0, 1, -1, false, "-d f64"}}) {
     expect_collective(e, n);
   }
   // The anchor scripts' call (shared/anchors/run_tandem.sh): one size, rows of exactly that many bytes.
@@ -232,9 +230,9 @@ namespace {
 // staged path; folding every rank's slot moved N + 3 = 11).
 TEST(BenchTraffic, EightRanksMoveAtMostSixBytesPerPayloadByte) {
   for (const char* collective : {"allreduce", "reduce_scatter"}) {
-    const auto out = run(bin() + " launch -n 8 -- " + bin() + " bench " + collective +
-                             " -b 16M -e 16M -n 2 -w 1 -c 1 --format json",
-                         300);
+    const auto out =
+        run(bin() + " launch -n 8 -- " + bin() + " bench " + collective + " -b 16M -e 16M -n 2 -w 1 -c 1 --format json",
+            300);
     ASSERT_EQ(out.status, 0) << out.text;
     const auto rows = json_rows(out.text);
     ASSERT_EQ(rows.size(), 2u) << out.text;

@@ -1,17 +1,17 @@
 // Environment detection: table-driven over fake environments (no setenv), one
 // table for what must parse and one for what must fail, with the variable the
 // error message has to name.
+#include "tandem/bootstrap.h"
+
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <map>
 
-#include "tandem/bootstrap.h"
+#include "fake_env.h"
 #include "tandem/errors.h"
 #include "tandem/store.h"
-
-#include "fake_env.h"
 
 namespace tandem {
 namespace {
@@ -28,22 +28,31 @@ Env openmpi(int rank, int size, int local_rank, int local_size) {
 }
 
 Env slurm(int rank, int size, int local_id, int nodes) {
-  return {{"SLURM_PROCID", std::to_string(rank)}, {"SLURM_NTASKS", std::to_string(size)},
-          {"SLURM_LOCALID", std::to_string(local_id)}, {"SLURM_NNODES", std::to_string(nodes)},
-          {"SLURM_JOB_ID", "4242"}, {"SLURM_STEP_ID", "0"}};
+  return {{"SLURM_PROCID", std::to_string(rank)},
+          {"SLURM_NTASKS", std::to_string(size)},
+          {"SLURM_LOCALID", std::to_string(local_id)},
+          {"SLURM_NNODES", std::to_string(nodes)},
+          {"SLURM_JOB_ID", "4242"},
+          {"SLURM_STEP_ID", "0"}};
 }
 
 // What torchrun sets for a worker (trimmed to what we read, with GROUP_RANK).
 Env torchrun(int rank, int size, int local_rank, int local_size) {
-  return {{"RANK", std::to_string(rank)}, {"WORLD_SIZE", std::to_string(size)},
-          {"LOCAL_RANK", std::to_string(local_rank)}, {"LOCAL_WORLD_SIZE", std::to_string(local_size)},
-          {"GROUP_RANK", std::to_string(rank / local_size)}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}};
+  return {{"RANK", std::to_string(rank)},
+          {"WORLD_SIZE", std::to_string(size)},
+          {"LOCAL_RANK", std::to_string(local_rank)},
+          {"LOCAL_WORLD_SIZE", std::to_string(local_size)},
+          {"GROUP_RANK", std::to_string(rank / local_size)},
+          {"MASTER_ADDR", "127.0.0.1"},
+          {"MASTER_PORT", "29500"}};
 }
 
 // What MPICH's Hydra sets for `mpiexec -n N` (it sets no job id).
 Env hydra(int rank, int size, int local_rank, int local_size) {
-  return {{"PMI_RANK", std::to_string(rank)}, {"PMI_SIZE", std::to_string(size)},
-          {"MPI_LOCALRANKID", std::to_string(local_rank)}, {"MPI_LOCALNRANKS", std::to_string(local_size)},
+  return {{"PMI_RANK", std::to_string(rank)},
+          {"PMI_SIZE", std::to_string(size)},
+          {"MPI_LOCALRANKID", std::to_string(local_rank)},
+          {"MPI_LOCALNRANKS", std::to_string(local_size)},
           {"PMI_FD", "6"}};
 }
 
@@ -94,84 +103,103 @@ INSTANTIATE_TEST_SUITE_P(
     Bootstrap, GoodEnv,
     ::testing::Values(
         GoodCase{"tandem_full",
-                 {{"TANDEM_RANK", "2"}, {"TANDEM_WORLD_SIZE", "4"}, {"TANDEM_LOCAL_RANK", "0"},
-                  {"TANDEM_LOCAL_WORLD_SIZE", "2"}, {"TANDEM_STORE_ADDR", "10.0.0.1:29500"}},
-                 "tandem", 2, 4, 0, 2, "10.0.0.1:29500", false},
+                 {{"TANDEM_RANK", "2"},
+                  {"TANDEM_WORLD_SIZE", "4"},
+                  {"TANDEM_LOCAL_RANK", "0"},
+                  {"TANDEM_LOCAL_WORLD_SIZE", "2"},
+                  {"TANDEM_STORE_ADDR", "10.0.0.1:29500"}},
+                 "tandem",
+                 2,
+                 4,
+                 0,
+                 2,
+                 "10.0.0.1:29500",
+                 false},
         GoodCase{"tandem_local_defaults_to_global",
                  {{"TANDEM_RANK", "1"}, {"TANDEM_WORLD_SIZE", "2"}, {"TANDEM_STORE_ADDR", "[::1]:7000"}},
-                 "tandem", 1, 2, 1, 2, "[::1]:7000", false},
-        GoodCase{"tandem_single_rank_needs_no_store", {{"TANDEM_RANK", "0"}, {"TANDEM_WORLD_SIZE", "1"}}, "tandem", 0,
-                 1, 0, 1, "", false},
+                 "tandem",
+                 1,
+                 2,
+                 1,
+                 2,
+                 "[::1]:7000",
+                 false},
+        GoodCase{"tandem_single_rank_needs_no_store",
+                 {{"TANDEM_RANK", "0"}, {"TANDEM_WORLD_SIZE", "1"}},
+                 "tandem",
+                 0,
+                 1,
+                 0,
+                 1,
+                 "",
+                 false},
         // tandem launch wins over the launcher underneath it.
         GoodCase{"tandem_beats_openmpi_and_slurm",
                  with(with(openmpi(1, 2, 1, 2), slurm(0, 8, 0, 2)),
                       {{"TANDEM_RANK", "3"}, {"TANDEM_WORLD_SIZE", "5"}, {"TANDEM_STORE_ADDR", "h:1"}}),
                  "tandem", 3, 5, 3, 5, "h:1", false},
         GoodCase{"openmpi_single_node_rank0_hosts", openmpi(0, 2, 0, 2), "openmpi", 0, 2, 0, 2, "derived", true},
-        GoodCase{"openmpi_single_node_rank1_connects", openmpi(1, 2, 1, 2), "openmpi", 1, 2, 1, 2, "derived",
-                 false},
+        GoodCase{"openmpi_single_node_rank1_connects", openmpi(1, 2, 1, 2), "openmpi", 1, 2, 1, 2, "derived", false},
         GoodCase{"openmpi_pmix_namespace_only",
-                 without(openmpi(0, 2, 0, 2), {"OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_hnp_uri"}), "openmpi", 0, 2,
-                 0, 2, "derived", true},
-        GoodCase{"openmpi_hnp_uri_only",
-                 without(openmpi(0, 2, 0, 2), {"OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"}), "openmpi", 0, 2, 0, 2,
-                 "derived", true},
-        GoodCase{"openmpi_explicit_store_multi_node",
-                 with(openmpi(3, 4, 1, 2), {{"TANDEM_STORE_ADDR", "node0:29500"}}), "openmpi", 3, 4, 1, 2,
-                 "node0:29500", false},
+                 without(openmpi(0, 2, 0, 2), {"OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_hnp_uri"}), "openmpi", 0, 2, 0,
+                 2, "derived", true},
+        GoodCase{"openmpi_hnp_uri_only", without(openmpi(0, 2, 0, 2), {"OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"}),
+                 "openmpi", 0, 2, 0, 2, "derived", true},
+        GoodCase{"openmpi_explicit_store_multi_node", with(openmpi(3, 4, 1, 2), {{"TANDEM_STORE_ADDR", "node0:29500"}}),
+                 "openmpi", 3, 4, 1, 2, "node0:29500", false},
         GoodCase{"openmpi_master_addr_port",
-                 with(openmpi(0, 4, 0, 2), {{"MASTER_ADDR", "node0"}, {"MASTER_PORT", "29400"}}), "openmpi", 0, 4, 0,
-                 2, "node0:29401", true},
+                 with(openmpi(0, 4, 0, 2), {{"MASTER_ADDR", "node0"}, {"MASTER_PORT", "29400"}}), "openmpi", 0, 4, 0, 2,
+                 "node0:29401", true},
         GoodCase{"openmpi_tandem_store_beats_master",
-                 with(openmpi(1, 4, 1, 2),
-                      {{"TANDEM_STORE_ADDR", "a:1"}, {"MASTER_ADDR", "b"}, {"MASTER_PORT", "2"}}),
+                 with(openmpi(1, 4, 1, 2), {{"TANDEM_STORE_ADDR", "a:1"}, {"MASTER_ADDR", "b"}, {"MASTER_PORT", "2"}}),
                  "openmpi", 1, 4, 1, 2, "a:1", false},
         GoodCase{"openmpi_single_rank_no_store", openmpi(0, 1, 0, 1), "openmpi", 0, 1, 0, 1, "", false},
-        GoodCase{"openmpi_beats_slurm", with(slurm(5, 8, 1, 2), openmpi(1, 2, 1, 2)), "openmpi", 1, 2, 1, 2,
-                 "derived", false},
+        GoodCase{"openmpi_beats_slurm", with(slurm(5, 8, 1, 2), openmpi(1, 2, 1, 2)), "openmpi", 1, 2, 1, 2, "derived",
+                 false},
         GoodCase{"slurm_single_node", slurm(0, 4, 0, 1), "slurm", 0, 4, 0, 4, "derived", true},
         GoodCase{"slurm_multi_node_explicit",
-                 with(slurm(5, 8, 1, 2), {{"SLURM_NTASKS_PER_NODE", "4"}, {"TANDEM_STORE_ADDR", "n0:9"}}), "slurm",
-                 5, 8, 1, 4, "n0:9", false},
+                 with(slurm(5, 8, 1, 2), {{"SLURM_NTASKS_PER_NODE", "4"}, {"TANDEM_STORE_ADDR", "n0:9"}}), "slurm", 5,
+                 8, 1, 4, "n0:9", false},
         GoodCase{"slurm_tasks_per_node_spec",
                  with(slurm(6, 7, 0, 3),
                       {{"SLURM_TASKS_PER_NODE", "3(x2),1"}, {"SLURM_NODEID", "2"}, {"TANDEM_STORE_ADDR", "n0:9"}}),
                  "slurm", 6, 7, 0, 1, "n0:9", false},
         // Across nodes the store is on the first node of the step, at 20000 + 4 * (4242 mod 10000) + step.
         GoodCase{"slurm_multi_node_step_nodelist",
-                 with(slurm(5, 8, 1, 2), {{"SLURM_NTASKS_PER_NODE", "4"}, {"SLURM_STEP_NODELIST", "node[07-08]"},
+                 with(slurm(5, 8, 1, 2), {{"SLURM_NTASKS_PER_NODE", "4"},
+                                          {"SLURM_STEP_NODELIST", "node[07-08]"},
                                           {"SLURM_JOB_NODELIST", "node[01-08]"}}),
                  "slurm", 5, 8, 1, 4, "node07:36968", false},
         GoodCase{"slurm_multi_node_rank0_hosts_on_first_node",
-                 with(slurm(0, 8, 0, 2), {{"SLURM_JOB_NODELIST", "gpu[3-4],cpu1"}, {"SLURMD_NODENAME", "gpu3"},
-                                          {"SLURM_STEP_ID", "2"}}),
+                 with(slurm(0, 8, 0, 2),
+                      {{"SLURM_JOB_NODELIST", "gpu[3-4],cpu1"}, {"SLURMD_NODENAME", "gpu3"}, {"SLURM_STEP_ID", "2"}}),
                  "slurm", 0, 8, 0, -1, "gpu3:36970", true},
-        GoodCase{"slurm_multi_node_old_nodelist_name", with(slurm(1, 4, 1, 2), {{"SLURM_NODELIST", "a1,a2"}}),
-                 "slurm", 1, 4, 1, -1, "a1:36968", false},
+        GoodCase{"slurm_multi_node_old_nodelist_name", with(slurm(1, 4, 1, 2), {{"SLURM_NODELIST", "a1,a2"}}), "slurm",
+                 1, 4, 1, -1, "a1:36968", false},
         GoodCase{"slurm_master_beats_nodelist",
-                 with(slurm(3, 8, 1, 2), {{"SLURM_JOB_NODELIST", "n[1-2]"}, {"MASTER_ADDR", "n1"}, {"MASTER_PORT", "29500"}}),
+                 with(slurm(3, 8, 1, 2),
+                      {{"SLURM_JOB_NODELIST", "n[1-2]"}, {"MASTER_ADDR", "n1"}, {"MASTER_PORT", "29500"}}),
                  "slurm", 3, 8, 1, -1, "n1:29501", false},
-        GoodCase{"slurm_world_size_exported_alone", with(slurm(1, 4, 1, 1), {{"WORLD_SIZE", "4"}}), "slurm", 1, 4, 1,
-                 4, "derived", false},
+        GoodCase{"slurm_world_size_exported_alone", with(slurm(1, 4, 1, 1), {{"WORLD_SIZE", "4"}}), "slurm", 1, 4, 1, 4,
+                 "derived", false},
         // torchrun: MASTER_PORT is torch's TCPStore; tandem's store goes on the next port, rank 0 hosts it.
-        GoodCase{"torchrun_rank0_hosts_beside_master", torchrun(0, 2, 0, 2), "torchrun", 0, 2, 0, 2,
-                 "127.0.0.1:29501", true},
-        GoodCase{"torchrun_multi_node",
-                 with(torchrun(3, 4, 1, 2), {{"MASTER_ADDR", "10.0.0.1"}}), "torchrun", 3, 4, 1, 2, "10.0.0.1:29501",
-                 false},
-        GoodCase{"torchrun_ipv6_master", with(torchrun(1, 2, 1, 2), {{"MASTER_ADDR", "fe80::1"}}), "torchrun", 1, 2,
-                 1, 2, "[fe80::1]:29501", false},
+        GoodCase{"torchrun_rank0_hosts_beside_master", torchrun(0, 2, 0, 2), "torchrun", 0, 2, 0, 2, "127.0.0.1:29501",
+                 true},
+        GoodCase{"torchrun_multi_node", with(torchrun(3, 4, 1, 2), {{"MASTER_ADDR", "10.0.0.1"}}), "torchrun", 3, 4, 1,
+                 2, "10.0.0.1:29501", false},
+        GoodCase{"torchrun_ipv6_master", with(torchrun(1, 2, 1, 2), {{"MASTER_ADDR", "fe80::1"}}), "torchrun", 1, 2, 1,
+                 2, "[fe80::1]:29501", false},
         GoodCase{"torchrun_tandem_store_beats_master", with(torchrun(0, 2, 0, 2), {{"TANDEM_STORE_ADDR", "h:7"}}),
                  "torchrun", 0, 2, 0, 2, "h:7", true},
         GoodCase{"torchrun_by_hand_local_size_unknown",
                  without(torchrun(1, 2, 1, 2), {"LOCAL_WORLD_SIZE", "GROUP_RANK"}), "torchrun", 1, 2, 1, -1,
                  "127.0.0.1:29501", false},
-        GoodCase{"torchrun_single_rank_needs_no_store",
-                 without(torchrun(0, 1, 0, 1), {"MASTER_ADDR", "MASTER_PORT"}), "torchrun", 0, 1, 0, 1, "", false},
+        GoodCase{"torchrun_single_rank_needs_no_store", without(torchrun(0, 1, 0, 1), {"MASTER_ADDR", "MASTER_PORT"}),
+                 "torchrun", 0, 1, 0, 1, "", false},
         // tandem launch sets both sets of variables; its own win (they agree anyway).
         GoodCase{"tandem_beats_torchrun",
-                 with(torchrun(1, 2, 1, 2), {{"TANDEM_RANK", "1"}, {"TANDEM_WORLD_SIZE", "2"},
-                                             {"TANDEM_STORE_ADDR", "127.0.0.1:41000"}}),
+                 with(torchrun(1, 2, 1, 2),
+                      {{"TANDEM_RANK", "1"}, {"TANDEM_WORLD_SIZE", "2"}, {"TANDEM_STORE_ADDR", "127.0.0.1:41000"}}),
                  "tandem", 1, 2, 1, 2, "127.0.0.1:41000", false},
         // torchrun started by srun or mpirun: the workers are torchrun's.
         GoodCase{"torchrun_beats_slurm", with(slurm(1, 2, 0, 2), torchrun(5, 8, 1, 4)), "torchrun", 5, 8, 1, 4,
@@ -183,21 +211,20 @@ INSTANTIATE_TEST_SUITE_P(
                  "derived", true},
         GoodCase{"hydra_multi_node_explicit", with(hydra(3, 4, 1, 2), {{"TANDEM_STORE_ADDR", "n0:9"}}), "pmi", 3, 4, 1,
                  2, "n0:9", false},
-        GoodCase{"hydra_master_addr_port",
-                 with(hydra(0, 4, 0, 2), {{"MASTER_ADDR", "n0"}, {"MASTER_PORT", "29500"}}), "pmi", 0, 4, 0, 2,
-                 "n0:29501", true},
+        GoodCase{"hydra_master_addr_port", with(hydra(0, 4, 0, 2), {{"MASTER_ADDR", "n0"}, {"MASTER_PORT", "29500"}}),
+                 "pmi", 0, 4, 0, 2, "n0:29501", true},
         GoodCase{"hydra_single_rank", without(hydra(0, 1, 0, 1), {"MPI_LOCALRANKID", "MPI_LOCALNRANKS"}), "pmi", 0, 1,
                  0, 1, "", false},
         // Hydra under Slurm: its proxies are the srun tasks, one per node; the ranks are PMI's.
         GoodCase{"hydra_under_slurm_reads_pmi",
-                 with(slurm(1, 2, 0, 2), with(hydra(5, 8, 1, 4), {{"TANDEM_STORE_ADDR", "n0:9"}})), "pmi", 5, 8, 1,
-                 4, "n0:9", false},
+                 with(slurm(1, 2, 0, 2), with(hydra(5, 8, 1, 4), {{"TANDEM_STORE_ADDR", "n0:9"}})), "pmi", 5, 8, 1, 4,
+                 "n0:9", false},
         // srun --mpi=pmi2 sets PMI_RANK/PMI_SIZE equal to Slurm's: Slurm's variables are read.
         GoodCase{"srun_pmi2_reads_slurm",
-                 with(slurm(1, 4, 1, 1), {{"PMI_RANK", "1"}, {"PMI_SIZE", "4"}, {"PMI_JOBID", "4242.0"}}), "slurm",
-                 1, 4, 1, 4, "derived", false},
-        GoodCase{"openmpi_beats_hydra", with(hydra(5, 8, 1, 4), openmpi(1, 2, 1, 2)), "openmpi", 1, 2, 1, 2,
-                 "derived", false}),
+                 with(slurm(1, 4, 1, 1), {{"PMI_RANK", "1"}, {"PMI_SIZE", "4"}, {"PMI_JOBID", "4242.0"}}), "slurm", 1,
+                 4, 1, 4, "derived", false},
+        GoodCase{"openmpi_beats_hydra", with(hydra(5, 8, 1, 4), openmpi(1, 2, 1, 2)), "openmpi", 1, 2, 1, 2, "derived",
+                 false}),
     [](const auto& info) { return std::string(info.param.name); });
 
 struct BadCase {
@@ -232,47 +259,57 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"tandem_size_missing", without(kTandem2, {"TANDEM_WORLD_SIZE"}), {"TANDEM_WORLD_SIZE"}},
         BadCase{"tandem_rank_missing", without(kTandem2, {"TANDEM_RANK"}), {"TANDEM_RANK"}},
         BadCase{"tandem_store_missing", without(kTandem2, {"TANDEM_STORE_ADDR"}), {"TANDEM_STORE_ADDR"}},
-        BadCase{"tandem_store_malformed", with(kTandem2, {{"TANDEM_STORE_ADDR", "nohostport"}}),
+        BadCase{"tandem_store_malformed",
+                with(kTandem2, {{"TANDEM_STORE_ADDR", "nohostport"}}),
                 {"TANDEM_STORE_ADDR", "'nohostport'"}},
-        BadCase{"tandem_local_rank_too_big", with(kTandem2, {{"TANDEM_LOCAL_RANK", "2"}, {"TANDEM_LOCAL_WORLD_SIZE", "2"}}),
+        BadCase{"tandem_local_rank_too_big",
+                with(kTandem2, {{"TANDEM_LOCAL_RANK", "2"}, {"TANDEM_LOCAL_WORLD_SIZE", "2"}}),
                 {"TANDEM_LOCAL_RANK", "'2'"}},
-        BadCase{"tandem_local_size_above_size", with(kTandem2, {{"TANDEM_LOCAL_WORLD_SIZE", "3"}}),
+        BadCase{"tandem_local_size_above_size",
+                with(kTandem2, {{"TANDEM_LOCAL_WORLD_SIZE", "3"}}),
                 {"TANDEM_LOCAL_WORLD_SIZE", "'3'"}},
         BadCase{"timeout_not_integer", with(kTandem2, {{"TANDEM_TIMEOUT_MS", "5s"}}), {"TANDEM_TIMEOUT_MS", "'5s'"}},
         BadCase{"timeout_zero", with(kTandem2, {{"TANDEM_TIMEOUT_MS", "0"}}), {"TANDEM_TIMEOUT_MS", "'0'"}},
-        BadCase{"connect_timeout_negative", with(kTandem2, {{"TANDEM_CONNECT_TIMEOUT_MS", "-5"}}),
+        BadCase{"connect_timeout_negative",
+                with(kTandem2, {{"TANDEM_CONNECT_TIMEOUT_MS", "-5"}}),
                 {"TANDEM_CONNECT_TIMEOUT_MS", "'-5'"}},
-        BadCase{"heartbeat_too_short", with(kTandem2, {{"TANDEM_HEARTBEAT_MS", "50"}}),
+        BadCase{"heartbeat_too_short",
+                with(kTandem2, {{"TANDEM_HEARTBEAT_MS", "50"}}),
                 {"TANDEM_HEARTBEAT_MS", "'50'", "at least 100"}},
-        BadCase{"reduce_isa_unknown", with(kTandem2, {{"TANDEM_REDUCE_ISA", "sse4"}}),
+        BadCase{"reduce_isa_unknown",
+                with(kTandem2, {{"TANDEM_REDUCE_ISA", "sse4"}}),
                 {"TANDEM_REDUCE_ISA", "'sse4'", "scalar, avx2 or avx512"}},
         BadCase{"interfaces_disagree",
                 with(kTandem2, {{"TANDEM_NETWORK_INTERFACE", "eth0"}, {"DTRAIN_NETWORK_INTERFACE", "eth1"}}),
                 {"TANDEM_NETWORK_INTERFACE='eth0'", "DTRAIN_NETWORK_INTERFACE='eth1'", "disagree"}},
-        BadCase{"host_store_not_a_switch", with(kTandem2, {{"TANDEM_HOST_STORE", "yes"}}),
+        BadCase{"host_store_not_a_switch",
+                with(kTandem2, {{"TANDEM_HOST_STORE", "yes"}}),
                 {"TANDEM_HOST_STORE", "'yes'", "set it to 1 (rank 0 hosts the store) or 0"}},
         BadCase{"allow_no_secret_not_a_switch",
                 with(kTandem2, {{"TANDEM_STORE_ADDR", "10.0.0.1:29500"}, {"TANDEM_ALLOW_NO_SECRET", "yes"}}),
                 {"TANDEM_ALLOW_NO_SECRET", "'yes'", "0 or 1"}},
-        BadCase{"openmpi_rank_not_integer", with(openmpi(0, 2, 0, 2), {{"OMPI_COMM_WORLD_RANK", "x"}}),
+        BadCase{"openmpi_rank_not_integer",
+                with(openmpi(0, 2, 0, 2), {{"OMPI_COMM_WORLD_RANK", "x"}}),
                 {"OMPI_COMM_WORLD_RANK", "'x'"}},
         BadCase{"openmpi_rank_too_big", openmpi(2, 2, 0, 2), {"OMPI_COMM_WORLD_RANK", "'2'"}},
-        BadCase{"openmpi_size_missing", without(openmpi(0, 2, 0, 2), {"OMPI_COMM_WORLD_SIZE"}),
-                {"OMPI_COMM_WORLD_SIZE"}},
-        BadCase{"openmpi_multi_node_needs_store", openmpi(0, 4, 0, 2),
+        BadCase{
+            "openmpi_size_missing", without(openmpi(0, 2, 0, 2), {"OMPI_COMM_WORLD_SIZE"}), {"OMPI_COMM_WORLD_SIZE"}},
+        BadCase{"openmpi_multi_node_needs_store",
+                openmpi(0, 4, 0, 2),
                 {"TANDEM_STORE_ADDR", "MASTER_ADDR", "several nodes"}},
         BadCase{"openmpi_no_job_id",
                 without(openmpi(0, 2, 0, 2), {"OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE", "OMPI_MCA_orte_hnp_uri"}),
                 {"OMPI_MCA_ess_base_jobid", "TANDEM_STORE_ADDR"}},
-        BadCase{"openmpi_master_port_missing", with(openmpi(0, 4, 0, 2), {{"MASTER_ADDR", "node0"}}),
-                {"MASTER_PORT"}},
-        BadCase{"openmpi_master_addr_missing", with(openmpi(0, 4, 0, 2), {{"MASTER_PORT", "29500"}}),
-                {"MASTER_ADDR"}},
-        BadCase{"openmpi_master_port_bad", with(openmpi(0, 4, 0, 2), {{"MASTER_ADDR", "n"}, {"MASTER_PORT", "http"}}),
+        BadCase{"openmpi_master_port_missing", with(openmpi(0, 4, 0, 2), {{"MASTER_ADDR", "node0"}}), {"MASTER_PORT"}},
+        BadCase{"openmpi_master_addr_missing", with(openmpi(0, 4, 0, 2), {{"MASTER_PORT", "29500"}}), {"MASTER_ADDR"}},
+        BadCase{"openmpi_master_port_bad",
+                with(openmpi(0, 4, 0, 2), {{"MASTER_ADDR", "n"}, {"MASTER_PORT", "http"}}),
                 {"MASTER_PORT='http'", "not a non-negative integer"}},
-        BadCase{"openmpi_master_addr_bad", with(openmpi(0, 4, 0, 2), {{"MASTER_ADDR", ""}, {"MASTER_PORT", "1"}}),
+        BadCase{"openmpi_master_addr_bad",
+                with(openmpi(0, 4, 0, 2), {{"MASTER_ADDR", ""}, {"MASTER_PORT", "1"}}),
                 {"MASTER_ADDR/MASTER_PORT", "':2'", "empty host"}},
-        BadCase{"openmpi_bad_tandem_store", with(openmpi(0, 2, 0, 2), {{"TANDEM_STORE_ADDR", "h:99999"}}),
+        BadCase{"openmpi_bad_tandem_store",
+                with(openmpi(0, 2, 0, 2), {{"TANDEM_STORE_ADDR", "h:99999"}}),
                 {"TANDEM_STORE_ADDR", "'h:99999'"}},
         BadCase{"slurm_procid_negative", with(slurm(0, 4, 0, 1), {{"SLURM_PROCID", "-3"}}), {"SLURM_PROCID", "'-3'"}},
         BadCase{"slurm_procid_too_big", slurm(4, 4, 0, 1), {"SLURM_PROCID", "'4'"}},
@@ -280,50 +317,64 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"slurm_multi_node_needs_store", slurm(0, 8, 0, 2), {"TANDEM_STORE_ADDR", "srun"}},
         BadCase{"slurm_no_job_id", without(slurm(0, 4, 0, 1), {"SLURM_JOB_ID"}), {"SLURM_JOB_ID", "TANDEM_STORE_ADDR"}},
         BadCase{"slurm_job_id_not_a_number", with(slurm(0, 4, 0, 1), {{"SLURM_JOB_ID", "x1"}}), {"SLURM_JOB_ID='x1'"}},
-        BadCase{"slurm_step_id_not_a_number", with(slurm(0, 4, 0, 1), {{"SLURM_STEP_ID", "batch"}}),
+        BadCase{"slurm_step_id_not_a_number",
+                with(slurm(0, 4, 0, 1), {{"SLURM_STEP_ID", "batch"}}),
                 {"SLURM_STEP_ID='batch'"}},
-        BadCase{"slurm_multi_node_no_nodelist", slurm(1, 8, 1, 2),
+        BadCase{"slurm_multi_node_no_nodelist",
+                slurm(1, 8, 1, 2),
                 {"several nodes", "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "TANDEM_STORE_ADDR"}},
-        BadCase{"slurm_bad_nodelist", with(slurm(1, 8, 1, 2), {{"SLURM_STEP_NODELIST", "node[01-"}}),
+        BadCase{"slurm_bad_nodelist",
+                with(slurm(1, 8, 1, 2), {{"SLURM_STEP_NODELIST", "node[01-"}}),
                 {"SLURM_STEP_NODELIST='node[01-'", "is not a Slurm host list", "without its ']'"}},
         BadCase{"slurm_rank0_not_on_first_node",
                 with(slurm(0, 8, 0, 2), {{"SLURM_STEP_NODELIST", "a[1-2]"}, {"SLURMD_NODENAME", "a2"}}),
                 {"SLURMD_NODENAME='a2'", "not on 'a1'", "SLURM_STEP_NODELIST", "TANDEM_STORE_ADDR=a2:36968"}},
-        BadCase{"torchrun_world_size_missing", without(torchrun(0, 2, 0, 2), {"WORLD_SIZE"}),
+        BadCase{"torchrun_world_size_missing",
+                without(torchrun(0, 2, 0, 2), {"WORLD_SIZE"}),
                 {"WORLD_SIZE is not set", "torchrun"}},
         BadCase{"torchrun_rank_not_integer", with(torchrun(0, 2, 0, 2), {{"RANK", "one"}}), {"RANK='one'"}},
         BadCase{"torchrun_rank_too_big", torchrun(4, 4, 0, 2), {"RANK='4'", "WORLD_SIZE=4", "0..3"}},
         BadCase{"torchrun_local_rank_too_big", torchrun(1, 4, 2, 2), {"LOCAL_RANK='2'", "LOCAL_WORLD_SIZE=2"}},
-        BadCase{"torchrun_local_rank_beyond_world", without(torchrun(1, 2, 5, 2), {"LOCAL_WORLD_SIZE"}),
+        BadCase{"torchrun_local_rank_beyond_world",
+                without(torchrun(1, 2, 5, 2), {"LOCAL_WORLD_SIZE"}),
                 {"LOCAL_RANK='5'", "WORLD_SIZE=2"}},
         BadCase{"torchrun_local_size_above_size", torchrun(1, 2, 1, 3), {"LOCAL_WORLD_SIZE='3'", "WORLD_SIZE (2)"}},
-        BadCase{"torchrun_local_size_without_rank", without(torchrun(1, 4, 1, 2), {"LOCAL_RANK"}),
+        BadCase{"torchrun_local_size_without_rank",
+                without(torchrun(1, 4, 1, 2), {"LOCAL_RANK"}),
                 {"LOCAL_WORLD_SIZE is set but LOCAL_RANK is not"}},
-        BadCase{"torchrun_no_master", without(torchrun(0, 2, 0, 2), {"MASTER_ADDR", "MASTER_PORT"}),
+        BadCase{"torchrun_no_master",
+                without(torchrun(0, 2, 0, 2), {"MASTER_ADDR", "MASTER_PORT"}),
                 {"RANK and WORLD_SIZE=2", "torchrun", "MASTER_ADDR and MASTER_PORT are not", "TANDEM_STORE_ADDR"}},
-        BadCase{"torchrun_master_port_missing", without(torchrun(0, 2, 0, 2), {"MASTER_PORT"}),
+        BadCase{"torchrun_master_port_missing",
+                without(torchrun(0, 2, 0, 2), {"MASTER_PORT"}),
                 {"MASTER_ADDR is set but MASTER_PORT is not"}},
-        BadCase{"torchrun_master_port_leaves_none", with(torchrun(0, 2, 0, 2), {{"MASTER_PORT", "65535"}}),
+        BadCase{"torchrun_master_port_leaves_none",
+                with(torchrun(0, 2, 0, 2), {{"MASTER_PORT", "65535"}}),
                 {"MASTER_PORT='65535'", "MASTER_PORT+1", "1..65534"}},
         BadCase{"torchrun_master_port_zero", with(torchrun(0, 2, 0, 2), {{"MASTER_PORT", "0"}}), {"MASTER_PORT='0'"}},
         BadCase{"hydra_size_missing", without(hydra(0, 2, 0, 2), {"PMI_SIZE"}), {"PMI_SIZE is not set", "mpiexec"}},
         BadCase{"hydra_rank_too_big", hydra(2, 2, 0, 2), {"PMI_RANK='2'", "PMI_SIZE=2"}},
         BadCase{"hydra_local_rank_too_big", hydra(1, 4, 3, 2), {"MPI_LOCALRANKID='3'", "MPI_LOCALNRANKS=2"}},
-        BadCase{"hydra_local_size_without_rank", without(hydra(1, 4, 1, 2), {"MPI_LOCALRANKID"}),
+        BadCase{"hydra_local_size_without_rank",
+                without(hydra(1, 4, 1, 2), {"MPI_LOCALRANKID"}),
                 {"MPI_LOCALNRANKS is set but MPI_LOCALRANKID is not"}},
         BadCase{"hydra_no_job_id", hydra(0, 2, 0, 2), {"mpiexec", "PMI_JOBID", "TANDEM_STORE_ADDR=127.0.0.1:<port>"}},
-        BadCase{"hydra_multi_node_needs_store", with(hydra(0, 4, 0, 2), {{"PMI_JOBID", "7"}}),
+        BadCase{"hydra_multi_node_needs_store",
+                with(hydra(0, 4, 0, 2), {{"PMI_JOBID", "7"}}),
                 {"mpiexec", "several nodes", "TANDEM_STORE_ADDR"}},
         // Rendezvous privacy: a store other hosts can reach needs the secret; all addresses need a flag.
-        BadCase{"remote_store_without_secret", with(kTandem2, {{"TANDEM_STORE_ADDR", "10.0.0.1:29500"}}),
+        BadCase{"remote_store_without_secret",
+                with(kTandem2, {{"TANDEM_STORE_ADDR", "10.0.0.1:29500"}}),
                 {"10.0.0.1:29500", "no secret", "TANDEM_SECRET", "TANDEM_ALLOW_NO_SECRET=1"}},
         BadCase{"master_addr_without_secret",
                 with(openmpi(0, 4, 0, 2), {{"MASTER_ADDR", "node0"}, {"MASTER_PORT", "29400"}}),
                 {"node0:29401", "TANDEM_SECRET"}},
-        BadCase{"slurm_nodelist_store_without_secret", with(slurm(1, 8, 1, 2), {{"SLURM_JOB_NODELIST", "n[1-2]"}}),
+        BadCase{"slurm_nodelist_store_without_secret",
+                with(slurm(1, 8, 1, 2), {{"SLURM_JOB_NODELIST", "n[1-2]"}}),
                 {"n1:36968", "no secret", "TANDEM_SECRET"}},
         BadCase{"store_on_every_address",
-                with(kTandem2, {{"TANDEM_STORE_ADDR", "0.0.0.0:29500"}, {"TANDEM_HOST_STORE", "1"},
+                with(kTandem2, {{"TANDEM_STORE_ADDR", "0.0.0.0:29500"},
+                                {"TANDEM_HOST_STORE", "1"},
                                 {"TANDEM_SECRET", std::string(64, 's')}}),
                 {"every address", "TANDEM_STORE_LISTEN_ALL=1"}}),
     [](const auto& info) { return std::string(info.param.name); });
@@ -335,9 +386,10 @@ TEST(Bootstrap, StorePrivacy) {
             std::string(40, 'x'));
   for (const char* loopback : {"127.0.0.1:1", "localhost:1", "[::1]:1", "127.1.2.3:1"})
     EXPECT_NO_THROW(options_from_env(lookup(with(kTandem2, {{"TANDEM_STORE_ADDR", loopback}})))) << loopback;
-  const CommOptions all = options_from_env(lookup(
-      with(remote, {{"TANDEM_STORE_ADDR", "0.0.0.0:29500"}, {"TANDEM_HOST_STORE", "1"},
-                    {"TANDEM_STORE_LISTEN_ALL", "1"}, {"TANDEM_SECRET", std::string(64, 's')}})));
+  const CommOptions all = options_from_env(lookup(with(remote, {{"TANDEM_STORE_ADDR", "0.0.0.0:29500"},
+                                                                {"TANDEM_HOST_STORE", "1"},
+                                                                {"TANDEM_STORE_LISTEN_ALL", "1"},
+                                                                {"TANDEM_SECRET", std::string(64, 's')}})));
   EXPECT_TRUE(all.host_store);
 }
 
@@ -408,8 +460,8 @@ TEST(Bootstrap, SlurmStorePortFromJobAndStep) {
 }
 
 TEST(Bootstrap, TimeoutsAreRead) {
-  CommOptions o = options_from_env(lookup(with(kTandem2, {{"TANDEM_TIMEOUT_MS", "1500"},
-                                                          {"TANDEM_CONNECT_TIMEOUT_MS", "250"}})));
+  CommOptions o =
+      options_from_env(lookup(with(kTandem2, {{"TANDEM_TIMEOUT_MS", "1500"}, {"TANDEM_CONNECT_TIMEOUT_MS", "250"}})));
   EXPECT_EQ(o.timeout, std::chrono::milliseconds(1500));
   EXPECT_EQ(o.connect_timeout, std::chrono::milliseconds(250));
   CommOptions defaults = options_from_env(lookup(kTandem2));
@@ -424,8 +476,8 @@ TEST(Bootstrap, RingVariablesAreNotCommsToRead) {
 
 // UCX's own variables are read only to learn the user set them.
 TEST(Bootstrap, UcxVariablesArePinnedNotParsed) {
-  const CommOptions o = options_from_env(
-      lookup(with(kTandem2, {{"UCX_NET_DEVICES", "mlx5_0:1"}, {"UCX_KEEPALIVE_INTERVAL", "1s"}})));
+  const CommOptions o =
+      options_from_env(lookup(with(kTandem2, {{"UCX_NET_DEVICES", "mlx5_0:1"}, {"UCX_KEEPALIVE_INTERVAL", "1s"}})));
   EXPECT_TRUE(o.ucx_net_devices_pinned);
   EXPECT_TRUE(o.ucx_keepalive_pinned);
   EXPECT_EQ(o.ucx_net_devices, "");  // not forced onto loopback

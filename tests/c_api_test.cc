@@ -2,12 +2,12 @@
 // the C99 check program under tandem launch, and an out-of-tree consumer built
 // against `cmake --install` output (find_package and pkg-config).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
-#include <unistd.h>
 
 #include "command.h"
 
@@ -35,9 +35,9 @@ class CApi : public ::testing::TestWithParam<World> {};
 TEST_P(CApi, EveryEntryPointAndItsErrors) {
   const auto [ranks, extra_env] = GetParam();
   ASSERT_FALSE(env("TANDEM_C_API_CHECK").empty()) << "run through ctest";
-  const Output out =
-      run(extra_env + " " + env("TANDEM_BIN") + " launch -n " + std::to_string(ranks) + " -- " + env("TANDEM_C_API_CHECK"),
-          240);
+  const Output out = run(
+      extra_env + " " + env("TANDEM_BIN") + " launch -n " + std::to_string(ranks) + " -- " + env("TANDEM_C_API_CHECK"),
+      240);
   EXPECT_EQ(out.status, 0) << out.text;
   EXPECT_EQ(count(out.text, "checks passed"), ranks) << out.text;
   EXPECT_EQ(count(out.text, "failed"), 0) << out.text;
@@ -49,14 +49,15 @@ class Python : public ::testing::TestWithParam<World> {
  protected:
   // tests/python/<script> under tandem launch in this world: every rank must print "checks passed".
   void run_check(const std::string& script) {
-    if (env("TANDEM_PYTHONPATH").empty()) GTEST_SKIP() << "the Python package was not built (needs pybind11-dev, python3-dev)";
+    if (env("TANDEM_PYTHONPATH").empty())
+      GTEST_SKIP() << "the Python package was not built (needs pybind11-dev, python3-dev)";
     if (run("/usr/bin/python3 -c \"import numpy\"", 60).status != 0)
       GTEST_SKIP() << "/usr/bin/python3 has no numpy (python3-numpy)";
     const auto [ranks, extra_env] = GetParam();
-    const Output out = run(extra_env + " PYTHONPATH=" + env("TANDEM_PYTHONPATH") + " " + env("TANDEM_BIN") +
-                               " launch -n " + std::to_string(ranks) + " -- /usr/bin/python3 " +
-                               env("TANDEM_SOURCE_DIR") + "/tests/python/" + script,
-                           300);
+    const Output out =
+        run(extra_env + " PYTHONPATH=" + env("TANDEM_PYTHONPATH") + " " + env("TANDEM_BIN") + " launch -n " +
+                std::to_string(ranks) + " -- /usr/bin/python3 " + env("TANDEM_SOURCE_DIR") + "/tests/python/" + script,
+            300);
     EXPECT_EQ(out.status, 0) << out.text;
     EXPECT_EQ(count(out.text, "checks passed"), ranks) << out.text;
   }
@@ -74,7 +75,8 @@ std::string c10d_skip_reason() {
   if (env("TANDEM_PYTHONPATH").empty()) return "the Python package was not built (needs pybind11-dev, python3-dev)";
   if (run("test -e " + env("TANDEM_PYTHONPATH") + "/tandem/_c10d*.so", 10).status != 0)
     return "the torch backend was not built (needs libtorch-dev)";
-  if (run("/usr/bin/python3 -c \"import torch\"", 120).status != 0) return "/usr/bin/python3 has no torch (python3-torch)";
+  if (run("/usr/bin/python3 -c \"import torch\"", 120).status != 0)
+    return "/usr/bin/python3 has no torch (python3-torch)";
   return "";
 }
 
@@ -84,7 +86,8 @@ class C10d : public ::testing::TestWithParam<World> {};
 TEST_P(C10d, EveryCollectiveAgainstClosedForms) {
   if (auto why = c10d_skip_reason(); !why.empty()) GTEST_SKIP() << why;
   const auto [ranks, extra_env] = GetParam();
-  const std::string file = ::testing::TempDir() + "tandem-c10d-" + std::to_string(getpid()) + "-" + std::to_string(ranks);
+  const std::string file =
+      ::testing::TempDir() + "tandem-c10d-" + std::to_string(getpid()) + "-" + std::to_string(ranks);
   run("rm -f " + file, 10);
   const Output out = run(extra_env + " TANDEM_C10D_FILE=" + file + " PYTHONPATH=" + env("TANDEM_PYTHONPATH") + " " +
                              env("TANDEM_BIN") + " launch -n " + std::to_string(ranks) + " -- /usr/bin/python3 " +
@@ -123,14 +126,16 @@ TEST(C10dLiveness, AStoppedRankIsNamedWithinThreeHeartbeats) {
   run("rm -f " + file, 10);
   std::string script;
   for (int r = 0; r < 3; ++r) {
-    script += "RANK=" + std::to_string(r) + " WORLD_SIZE=3 VICTIM=1 TANDEM_FLIGHT_ENTRIES=0 TANDEM_HEARTBEAT_MS=" + std::to_string(kHeartbeatMs) +
-              " TANDEM_C10D_FILE=" + file + " PYTHONPATH=" + env("TANDEM_PYTHONPATH") + " TANDEM_PYTHONPATH=" +
-              env("TANDEM_PYTHONPATH") + " /usr/bin/python3 " + env("TANDEM_SOURCE_DIR") +
+    script += "RANK=" + std::to_string(r) +
+              " WORLD_SIZE=3 VICTIM=1 TANDEM_FLIGHT_ENTRIES=0 TANDEM_HEARTBEAT_MS=" + std::to_string(kHeartbeatMs) +
+              " TANDEM_C10D_FILE=" + file + " PYTHONPATH=" + env("TANDEM_PYTHONPATH") +
+              " TANDEM_PYTHONPATH=" + env("TANDEM_PYTHONPATH") + " /usr/bin/python3 " + env("TANDEM_SOURCE_DIR") +
               "/tests/python/check_c10d_liveness.py & p" + std::to_string(r) + "=$!; ";
   }
   // A guard kills every rank should the survivors hang (its sleep ends with it); the stopped rank is killed at the end.
-  script += "(trap 'kill $! 2>/dev/null; exit' TERM; sleep 150 & wait $!; kill -9 $p0 $p1 $p2) >/dev/null 2>&1 & g=$!; "
-            "wait $p0; wait $p2; kill -9 $p1; kill $g; wait $p1";
+  script +=
+      "(trap 'kill $! 2>/dev/null; exit' TERM; sleep 150 & wait $!; kill -9 $p0 $p1 $p2) >/dev/null 2>&1 & g=$!; "
+      "wait $p0; wait $p2; kill -9 $p1; kill $g; wait $p1";
   const Output out = run(script, 180);
   run("rm -f " + file, 10);
   int survivors = 0;
@@ -153,7 +158,8 @@ TEST(C10dLiveness, AStoppedRankIsNamedWithinThreeHeartbeats) {
 // each against DDP over gloo: same seed, data and model (the Fashion-MNIST
 // convnet), 10 steps, parameters compared.
 TEST(PythonDdp, BucketsThroughTandemGiveGloosParameters) {
-  if (env("TANDEM_PYTHONPATH").empty()) GTEST_SKIP() << "the Python package was not built (needs pybind11-dev, python3-dev)";
+  if (env("TANDEM_PYTHONPATH").empty())
+    GTEST_SKIP() << "the Python package was not built (needs pybind11-dev, python3-dev)";
   if (run("/usr/bin/python3 -c \"import torch, numpy\"", 120).status != 0)
     GTEST_SKIP() << "/usr/bin/python3 has no torch (python3-torch)";
   if (run("test -r /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", 10).status != 0)
@@ -163,17 +169,19 @@ TEST(PythonDdp, BucketsThroughTandemGiveGloosParameters) {
   std::vector<std::string> modes = {"gloo", "tandem"};
   if (backend) modes.push_back("backend");
   for (const std::string& allreduce : modes) {
-    const Output out = run("PYTHONPATH=" + env("TANDEM_PYTHONPATH") + " " + env("TANDEM_BIN") + " launch -n 2 -- /usr/bin/python3 " +
-                               env("TANDEM_SOURCE_DIR") + "/examples/ddp_fashion_mnist.py --steps 10 --allreduce " +
-                               allreduce + " --dump " + tmp + "-" + allreduce + ".npy",
-                           300);
+    const Output out =
+        run("PYTHONPATH=" + env("TANDEM_PYTHONPATH") + " " + env("TANDEM_BIN") + " launch -n 2 -- /usr/bin/python3 " +
+                env("TANDEM_SOURCE_DIR") + "/examples/ddp_fashion_mnist.py --steps 10 --allreduce " + allreduce +
+                " --dump " + tmp + "-" + allreduce + ".npy",
+            300);
     ASSERT_EQ(out.status, 0) << out.text;
     EXPECT_NE(out.text.find("\"allreduce\": \"" + allreduce + "\""), std::string::npos) << out.text;
   }
   for (size_t m = 1; m < modes.size(); ++m) {
-    const Output cmp = run("/usr/bin/python3 -c \"import numpy as np; a = np.load(\\\"" + tmp + "-gloo.npy\\\"); b = np.load(\\\"" +
-                               tmp + "-" + modes[m] + ".npy\\\"); print(a.size, float(np.abs(a - b).max()))\"",
-                           60);
+    const Output cmp =
+        run("/usr/bin/python3 -c \"import numpy as np; a = np.load(\\\"" + tmp + "-gloo.npy\\\"); b = np.load(\\\"" +
+                tmp + "-" + modes[m] + ".npy\\\"); print(a.size, float(np.abs(a - b).max()))\"",
+            60);
     ASSERT_EQ(cmp.status, 0) << cmp.text;
     size_t n = 0;
     double diff = 1;
@@ -196,8 +204,8 @@ TEST(InstalledPackage, AnOutOfTreeConsumerBuildsAndRuns) {
             30);
   ASSERT_EQ(out.status, 0) << out.text;
 
-  out = run("cmake -S " + env("TANDEM_SOURCE_DIR") + "/tests/capi/consumer -B " + build + " -G Ninja -DCMAKE_PREFIX_PATH=" +
-                prefix + " && ninja -C " + build,
+  out = run("cmake -S " + env("TANDEM_SOURCE_DIR") + "/tests/capi/consumer -B " + build +
+                " -G Ninja -DCMAKE_PREFIX_PATH=" + prefix + " && ninja -C " + build,
             300);
   ASSERT_EQ(out.status, 0) << out.text;
   for (const char* program : {"consumer_c", "consumer_cpp"}) {
@@ -210,15 +218,18 @@ TEST(InstalledPackage, AnOutOfTreeConsumerBuildsAndRuns) {
   // pkg-config alone, without CMake.
   out = run("PKG_CONFIG_PATH=" + prefix + "/lib/pkgconfig cc -std=c99 " + env("TANDEM_SOURCE_DIR") +
                 "/examples/allreduce.c -o " + tmp + "/consumer_pc $(PKG_CONFIG_PATH=" + prefix +
-                "/lib/pkgconfig pkg-config --cflags --libs tandem) -Wl,-rpath," + prefix + "/lib && " +
-                prefix + "/bin/tandem launch -n 2 -- " + tmp + "/consumer_pc",
+                "/lib/pkgconfig pkg-config --cflags --libs tandem) -Wl,-rpath," + prefix + "/lib && " + prefix +
+                "/bin/tandem launch -n 2 -- " + tmp + "/consumer_pc",
             180);
   EXPECT_EQ(out.status, 0) << out.text;
   EXPECT_EQ(count(out.text, "wrong 0"), 2) << out.text;
 
   // The installed Python package, imported from the prefix.
   if (!env("TANDEM_PYTHONPATH").empty()) {
-    out = run("PYTHONPATH=" + prefix + "/lib/python3/dist-packages /usr/bin/python3 -c \"import tandem; print(tandem.__file__, tandem.__version__)\"", 60);
+    out = run("PYTHONPATH=" + prefix +
+                  "/lib/python3/dist-packages /usr/bin/python3 -c \"import tandem; print(tandem.__file__, "
+                  "tandem.__version__)\"",
+              60);
     EXPECT_EQ(out.status, 0) << out.text;
     EXPECT_NE(out.text.find(prefix), std::string::npos) << out.text;
   }

@@ -3,11 +3,13 @@
 // naming the file and the check; a process killed mid-write leaves the
 // previous checkpoint to resume from; KeepPolicy in both metric directions;
 // Python's torch.load reads the model; never two writes in flight.
+#include "checkpoint.h"
+
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
-#include <unistd.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -16,8 +18,6 @@
 #include <fstream>
 #include <functional>
 #include <thread>
-
-#include "checkpoint.h"
 
 namespace tandem::trainer {
 namespace {
@@ -33,7 +33,9 @@ class Checkpoints : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
   std::string dir() const { return dir_.string(); }
-  std::string sidecar(int64_t batch) const { return (dir_ / fs::path(checkpoint_file(dir(), batch)).stem()).string() + ".json"; }
+  std::string sidecar(int64_t batch) const {
+    return (dir_ / fs::path(checkpoint_file(dir(), batch)).stem()).string() + ".json";
+  }
   fs::path dir_;
 };
 
@@ -92,7 +94,8 @@ void expect_round_trip(const std::string& dir, Options options) {
   Optimizer again(restored, options);
   restore_optimizer(*found, again);
   train_steps(again, restored, 1, 2);
-  for (size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(same_bits(params[i].detach(), restored[i].detach())) << kNames[i];
+  for (size_t i = 0; i < params.size(); ++i)
+    EXPECT_TRUE(same_bits(params[i].detach(), restored[i].detach())) << kNames[i];
 }
 
 TEST_F(Checkpoints, ModelAndOptimizerStateRoundTrip) {
@@ -132,15 +135,20 @@ void expect_skipped(const std::string& dir, const std::function<void()>& damage,
 
 TEST_F(Checkpoints, TornSidecarLessAndCorruptFilesAreSkipped) {
   const std::string p20 = checkpoint_file(dir(), 20);
-  expect_skipped(dir(), [&] { fs::resize_file(p20, fs::file_size(p20) - 100); }, "torn");
-  expect_skipped(dir(), [&] { fs::remove(sidecar(20)); }, "no sidecar");
-  expect_skipped(dir(), [&] {
-    std::fstream f(p20, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(600);
-    const char c = static_cast<char>(f.get());
-    f.seekp(600);
-    f.put(static_cast<char>(c ^ 0x5a));
-  }, "CRC-32 mismatch");
+  expect_skipped(
+      dir(), [&] { fs::resize_file(p20, fs::file_size(p20) - 100); }, "torn");
+  expect_skipped(
+      dir(), [&] { fs::remove(sidecar(20)); }, "no sidecar");
+  expect_skipped(
+      dir(),
+      [&] {
+        std::fstream f(p20, std::ios::in | std::ios::out | std::ios::binary);
+        f.seekg(600);
+        const char c = static_cast<char>(f.get());
+        f.seekp(600);
+        f.put(static_cast<char>(c ^ 0x5a));
+      },
+      "CRC-32 mismatch");
   // The next prune removes a sidecar-less file (a CRC mismatch shows only on reading).
   fs::remove(sidecar(20));
   CheckpointWriter(dir(), KeepPolicy{5, 0, false}).submit(small_snapshot(30));
@@ -179,7 +187,7 @@ TEST_F(Checkpoints, KilledMidWriteLeavesThePreviousCheckpoint) {
   auto found = latest_checkpoint(dir(), &warnings);
   ASSERT_TRUE(found);
   EXPECT_EQ(found->batch, 10);
-  EXPECT_TRUE(warnings.empty());  // a temporary file is no checkpoint
+  EXPECT_TRUE(warnings.empty());                                     // a temporary file is no checkpoint
   CheckpointWriter(dir(), KeepPolicy{}).submit(small_snapshot(30));  // the next prune removes the leftover
   EXPECT_FALSE(fs::exists(checkpoint_file(dir(), 20) + ".tmp"));
 }
@@ -214,9 +222,10 @@ TEST_F(Checkpoints, KeepPolicyKeepsLatestAndBestInBothDirections) {
   EXPECT_EQ(batches_in(dir() + "/loss"), (std::vector<int64_t>{2, 4, 5, 6}));
   EXPECT_EQ(best_checkpoint(dir() + "/loss", KeepPolicy{2, 2, true}), checkpoint_file(dir() + "/loss", 2));
   // The policy of the checkpoint_storage and searcher keys.
-  const auto c = parse_config("hyperparameters: {global_batch_size: 8}\n"
-                              "searcher: {metric: validation_loss, max_length: {batches: 1}}\n"
-                              "checkpoint_storage: {host_path: ck, save_trial_best: 3, save_trial_latest: 2}\n");
+  const auto c = parse_config(
+      "hyperparameters: {global_batch_size: 8}\n"
+      "searcher: {metric: validation_loss, max_length: {batches: 1}}\n"
+      "checkpoint_storage: {host_path: ck, save_trial_best: 3, save_trial_latest: 2}\n");
   const KeepPolicy from_config = keep_policy(c);
   EXPECT_EQ(from_config.latest, 2);
   EXPECT_EQ(from_config.best, 3);
@@ -233,7 +242,8 @@ TEST_F(Checkpoints, PythonTorchLoadReadsTheModel) {
     GTEST_SKIP() << "/usr/bin/python3 has no torch (python3-torch): torch.load not checked";
   std::vector<torch::Tensor> params = {torch::arange(6, torch::kFloat32).reshape({2, 3}), torch::tensor({0.5f, -1.5f})};
   torch::optim::SGD sgd(params, torch::optim::SGDOptions(0.1).momentum(0.9));
-  CheckpointWriter(dir(), KeepPolicy{}).submit(take_snapshot(7, {"conv1.weight", "fc.bias"}, params, sgd, {{"batch", 7}}, 0.5));
+  CheckpointWriter(dir(), KeepPolicy{})
+      .submit(take_snapshot(7, {"conv1.weight", "fc.bias"}, params, sgd, {{"batch", 7}}, 0.5));
   const std::string script = dir() + "/load.py", out = dir() + "/out.txt";
   std::ofstream(script) << "import json, sys, torch\n"
                            "d = torch.load(sys.argv[1])\n"

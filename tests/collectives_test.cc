@@ -53,7 +53,8 @@ void reduce_scatter_case(Communicator& comm, DataType t, ReduceOp op, size_t cou
   char* dst = inplace ? in.data() + r * block : out.data();
   comm.reduce_scatter(in.data(), dst, count, t, op);
   const std::string where = label("reduce_scatter", t, count, inplace) + " " + std::string(to_string(op));
-  expect_elements(t, dst, count, [&](size_t i) { return expected_value(op, t, n, r * count + i); }, where);
+  expect_elements(
+      t, dst, count, [&](size_t i) { return expected_value(op, t, n, r * count + i); }, where);
   if (!inplace) {
     EXPECT_EQ(in, before) << where << " changed its input";
   }
@@ -69,8 +70,9 @@ void allgather_case(Communicator& comm, DataType t, size_t count, bool inplace) 
   comm.allgather(inplace ? out.data() + r * block : in.data(), out.data(), count, t);
   const std::string where = label("allgather", t, count, inplace);
   for (int b = 0; b < n; ++b) {
-    expect_elements(t, out.data() + b * block, count, [&](size_t i) { return bench::moved_value(b, i); },
-                    where + " block " + std::to_string(b));
+    expect_elements(
+        t, out.data() + b * block, count, [&](size_t i) { return bench::moved_value(b, i); },
+        where + " block " + std::to_string(b));
   }
   EXPECT_EQ(in, before) << where << " changed its input";
   expect_identical(comm, out.data(), out.size(), where);
@@ -90,7 +92,8 @@ void broadcast_case(Communicator& comm, DataType t, size_t count, int root, bool
     comm.broadcast(in.data(), out.data(), count, t, root);
   }
   const std::string where = label("broadcast", t, count, inplace) + " root " + std::to_string(root);
-  expect_elements(t, out.data(), count, [&](size_t i) { return bench::moved_value(root, i); }, where);
+  expect_elements(
+      t, out.data(), count, [&](size_t i) { return bench::moved_value(root, i); }, where);
   EXPECT_EQ(in, before) << where << " changed an input";
   expect_identical(comm, out.data(), out.size(), where);
 }
@@ -135,9 +138,8 @@ TEST_P(CollectivesMatrix, OverUcxOnly) {
   CommOptions base;
   ring::RingOptions ring_base;
   ring_base.shared_memory = false;
-  RankGroup group(GetParam(), [ring_base](const CommOptions& o) {
-    return run_matrix(o, kCounts, kDtypes, kOps, ring_base);
-  }, base);
+  RankGroup group(
+      GetParam(), [ring_base](const CommOptions& o) { return run_matrix(o, kCounts, kDtypes, kOps, ring_base); }, base);
   group.expect_success(240s);
 }
 
@@ -155,10 +157,13 @@ TEST(Collectives, FiveRanksSmallSegments) {
     ring_base.segment_bytes = 4096;
     ring_base.segments_in_flight = 2;
     ring_base.shm_chunk_bytes = 4096;
-    RankGroup group(5, [ring_base](const CommOptions& o) {
-      return run_matrix(o, {2, 4099, 100003}, {DataType::f32, DataType::bf16, DataType::u8},
-                        {ReduceOp::sum, ReduceOp::avg, ReduceOp::min}, ring_base);
-    }, base);
+    RankGroup group(
+        5,
+        [ring_base](const CommOptions& o) {
+          return run_matrix(o, {2, 4099, 100003}, {DataType::f32, DataType::bf16, DataType::u8},
+                            {ReduceOp::sum, ReduceOp::avg, ReduceOp::min}, ring_base);
+        },
+        base);
     group.expect_success(240s);
   }
 }
@@ -177,11 +182,13 @@ TEST(Collectives, TwoOutstandingAsync) {
     b.wait(Clock::now() + 60s);
     a.wait();
     EXPECT_TRUE(a.test());
-    expect_elements(DataType::f32, rs_out.data(), count,
-                    [&](size_t i) { return expected_value(ReduceOp::sum, DataType::f32, n, r * count + i); },
-                    "async reduce_scatter");
-    expect_elements(DataType::f32, ag_out.data(), n * count,
-                    [&](size_t g) { return bench::moved_value(int(g / count), g % count); }, "async allgather");
+    expect_elements(
+        DataType::f32, rs_out.data(), count,
+        [&](size_t i) { return expected_value(ReduceOp::sum, DataType::f32, n, r * count + i); },
+        "async reduce_scatter");
+    expect_elements(
+        DataType::f32, ag_out.data(), n * count,
+        [&](size_t g) { return bench::moved_value(int(g / count), g % count); }, "async allgather");
     // broadcast and barrier queued together
     std::vector<double> data(count, r == 1 ? 0.0 : -1.0);
     if (r == 1) {
@@ -192,8 +199,8 @@ TEST(Collectives, TwoOutstandingAsync) {
     d.wait(Clock::now() + 60s);
     EXPECT_TRUE(c.test()) << "collectives run in issue order: the broadcast finished before the barrier";
     c.wait();
-    expect_elements(DataType::f64, data.data(), count, [&](size_t i) { return bench::moved_value(1, i); },
-                    "async broadcast");
+    expect_elements(
+        DataType::f64, data.data(), count, [&](size_t i) { return bench::moved_value(1, i); }, "async broadcast");
     return 0;
   });
   group.expect_success(120s);
@@ -217,8 +224,8 @@ TEST(Collectives, BarrierWaitsForALateRank) {
       comm->allgather(mine, times.data(), 2, DataType::i64);
       const int64_t late_entered = times[2 * late];
       for (int r = 0; r < comm->size(); ++r) {
-        EXPECT_GE(times[2 * r + 1], late_entered) << "rank " << r << " left the barrier before rank " << late
-                                                  << " entered it (round " << round << ")";
+        EXPECT_GE(times[2 * r + 1], late_entered)
+            << "rank " << r << " left the barrier before rank " << late << " entered it (round " << round << ")";
       }
       if (comm->rank() != late) {
         EXPECT_GE(left - entered, std::chrono::nanoseconds(250ms).count()) << "waited too briefly";

@@ -11,8 +11,8 @@
 namespace tandem::testing {
 
 struct Output {
-  int status = -1;  // exit status; 128 + signal when killed (137: the time limit)
-  std::string text; // stdout and stderr
+  int status = -1;   // exit status; 128 + signal when killed (137: the time limit)
+  std::string text;  // stdout and stderr
 };
 
 // `command` runs under sh (pipes, `&&`, `VAR=value` prefixes all inside the limit).

@@ -5,6 +5,8 @@
 // agreement across ranks, error feedback and bf16's range.
 //
 // The error bound is compression::error_bound's (stated in compression.h).
+#include "tandem/compression/compression.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,7 +19,6 @@
 #include "codec_functors.h"
 #include "codec_kernels.h"
 #include "multiprocess.h"
-#include "tandem/compression/compression.h"
 #include "tandem/errors.h"
 #include "tandem/reduce.h"
 #include "tandem/tandem.h"
@@ -87,10 +88,26 @@ class CodecIsa : public ::testing::TestWithParam<Isa> {
 std::vector<float> awkward_floats(size_t n) {
   std::mt19937 rng(12345);
   std::vector<float> v;
-  const float specials[] = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65519.0f, 65520.0f, -65520.0f, 1e-8f, 6e-8f,
-                            3e-8f, 1.0f + 0x1p-11f, 1.0f + 0x1p-8f, 3e38f, std::numeric_limits<float>::max(),
-                            std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                            std::numeric_limits<float>::quiet_NaN(), from_bits(0x7F800001u), from_bits(0xFFC12345u),
+  const float specials[] = {0.0f,
+                            -0.0f,
+                            1.0f,
+                            -1.0f,
+                            65504.0f,
+                            65519.0f,
+                            65520.0f,
+                            -65520.0f,
+                            1e-8f,
+                            6e-8f,
+                            3e-8f,
+                            1.0f + 0x1p-11f,
+                            1.0f + 0x1p-8f,
+                            3e38f,
+                            std::numeric_limits<float>::max(),
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(),
+                            from_bits(0x7F800001u),
+                            from_bits(0xFFC12345u),
                             std::numeric_limits<float>::denorm_min()};
   for (float s : specials) v.push_back(s);
   std::uniform_real_distribution<float> unit(-2.0f, 2.0f);
@@ -173,8 +190,8 @@ INSTANTIATE_TEST_SUITE_P(Isas, CodecIsa, ::testing::Values(Isa::scalar, Isa::avx
 
 TEST(Codec, RoundsToNearestEven) {
   // fp16: spacing 2^-10 just above 1; halfway cases go to the even mantissa.
-  EXPECT_EQ(encode_one(Codec::fp16, 1.0f + 0x1p-11f), 0x3C00);            // tie -> 1.0 (even)
-  EXPECT_EQ(encode_one(Codec::fp16, 1.0f + 3 * 0x1p-11f), 0x3C02);        // tie -> 1 + 2^-9 (even)
+  EXPECT_EQ(encode_one(Codec::fp16, 1.0f + 0x1p-11f), 0x3C00);             // tie -> 1.0 (even)
+  EXPECT_EQ(encode_one(Codec::fp16, 1.0f + 3 * 0x1p-11f), 0x3C02);         // tie -> 1 + 2^-9 (even)
   EXPECT_EQ(encode_one(Codec::fp16, 1.0f + 0x1p-11f + 0x1p-20f), 0x3C01);  // above the tie -> up
   EXPECT_EQ(encode_one(Codec::fp16, 65504.0f), 0x7BFF);
   EXPECT_EQ(encode_one(Codec::fp16, 65519.0f), 0x7BFF);  // below the 65520 tie: largest finite
@@ -222,7 +239,7 @@ TEST(Codec, NanAndInfinityStayNonFinite) {
     }
     EXPECT_TRUE(all_finite(c, nullptr, 0));
   }
-  EXPECT_EQ(encode_one(Codec::fp16, 1e6f), 0x7C00);    // beyond fp16: inf (the guard catches it)
+  EXPECT_EQ(encode_one(Codec::fp16, 1e6f), 0x7C00);           // beyond fp16: inf (the guard catches it)
   EXPECT_NE(encode_one(Codec::bf16, 1e6f) & 0x7F80, 0x7F80);  // bf16 has f32's exponent range
 }
 
@@ -232,9 +249,9 @@ TEST(Codec, FeedbackKeepsTheRoundingError) {
   uint16_t h = 0;
   encode_feedback(Codec::fp16, &data, &residual, &h, 1, 0.5f, 2.0f);  // y = v / 2
   EXPECT_EQ(data, 1.0f + 3 * 0x1p-13f);
-  EXPECT_EQ(h, 0x3800);                      // y = 0.5 + 3 * 2^-14 rounds to 0.5 (spacing 2^-11 there)
-  EXPECT_EQ(residual, 3 * 0x1p-13f);         // (y - 0.5) * 2: exactly what was dropped
-  float tiny = 1e-9f, r = 0.0f;              // below fp16's subnormals: sent as 0, kept whole
+  EXPECT_EQ(h, 0x3800);               // y = 0.5 + 3 * 2^-14 rounds to 0.5 (spacing 2^-11 there)
+  EXPECT_EQ(residual, 3 * 0x1p-13f);  // (y - 0.5) * 2: exactly what was dropped
+  float tiny = 1e-9f, r = 0.0f;       // below fp16's subnormals: sent as 0, kept whole
   encode_feedback(Codec::fp16, &tiny, &r, &h, 1, 1.0f, 1.0f);
   EXPECT_EQ(h, 0x0000);
   EXPECT_EQ(r, 1e-9f);
@@ -331,9 +348,8 @@ TEST_P(CompressedWorld, MatchesReferenceOverUcxRing) {
   ring_base.shared_memory = false;
   ring_base.allreduce = ring::AllreduceAlgorithm::ring;
   ring_base.segment_bytes = 64 << 10;  // several segments per chunk even at 100k elements
-  RankGroup group(GetParam(), [ring_base](const CommOptions& o) {
-    return check_against_reference(o, false, ring_base);
-  }, base);
+  RankGroup group(
+      GetParam(), [ring_base](const CommOptions& o) { return check_against_reference(o, false, ring_base); }, base);
   group.expect_success(120s);
 }
 
@@ -534,8 +550,7 @@ TEST(CompressedAllreduce, Bf16KeepsF32Range) {
     for (size_t i = 0; i < count; ++i) {
       const double exact = double(values[i % std::size(values)]) * 2.0;  // (1 + 2 + 3) / 3
       const double magnitude = 6.0 * std::fabs(double(values[i % std::size(values)]));
-      ASSERT_LE(std::fabs(x[i] - exact), error_bound(Codec::bf16, 3, 3, magnitude) / 3.0)
-          << "element " << i;
+      ASSERT_LE(std::fabs(x[i] - exact), error_bound(Codec::bf16, 3, 3, magnitude) / 3.0) << "element " << i;
     }
     fill();
     CompressedAllreduce fp16(comm, {Codec::fp16});

@@ -14,7 +14,8 @@ namespace F = torch::nn::functional;
 
 bool bitwise_equal(const torch::Tensor& a, const torch::Tensor& b) {
   const auto x = a.contiguous(), y = b.contiguous();
-  return x.sizes() == y.sizes() && std::memcmp(x.data_ptr<float>(), y.data_ptr<float>(), x.numel() * sizeof(float)) == 0;
+  return x.sizes() == y.sizes() &&
+         std::memcmp(x.data_ptr<float>(), y.data_ptr<float>(), x.numel() * sizeof(float)) == 0;
 }
 
 // convnet.py's forward over the model's own parameters.
@@ -38,8 +39,8 @@ TEST(ConvNet, ForwardEqualsConvReluPoolBitwise) {
     const auto got = m.forward(x);
     torch::manual_seed(9);
     const auto want = reference(m, x, training, 0.4);
-    EXPECT_TRUE(bitwise_equal(got, want)) << (training ? "training" : "evaluation") << ": max difference "
-                                          << (got - want).abs().max().item<float>();
+    EXPECT_TRUE(bitwise_equal(got, want))
+        << (training ? "training" : "evaluation") << ": max difference " << (got - want).abs().max().item<float>();
   }
 }
 

@@ -87,8 +87,8 @@ struct FaultCase {
   int delay_ms;
   bool shared_memory;
   std::string name() const {
-    return std::to_string(ranks) + "ranks_" + std::to_string(bytes) + "B_" + (sig == SIGKILL ? "KILL" : "STOP") +
-           "_" + std::to_string(delay_ms) + "ms_" + (shared_memory ? "shm" : "ucx");
+    return std::to_string(ranks) + "ranks_" + std::to_string(bytes) + "B_" + (sig == SIGKILL ? "KILL" : "STOP") + "_" +
+           std::to_string(delay_ms) + "ms_" + (shared_memory ? "shm" : "ucx");
   }
 };
 
@@ -100,7 +100,9 @@ struct FaultReport {
   char message[8][512];
 };
 
-int64_t now_ns() { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); }
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
 
 void run_fault_case(const FaultCase& c, std::chrono::milliseconds heartbeat = kTestHeartbeat) {
   SCOPED_TRACE(c.name());
@@ -158,8 +160,8 @@ void run_fault_case(const FaultCase& c, std::chrono::milliseconds heartbeat = kT
     EXPECT_GT(caught, 0) << "rank " << r << " never caught a PeerFailure: " << report->message[r];
     if (caught > 0) {
       EXPECT_LT(caught - fault_ns, 3 * std::chrono::nanoseconds(heartbeat).count())
-          << "rank " << r << " named the failure after " << (caught - fault_ns) / 1000000 << " ms: "
-          << report->message[r];
+          << "rank " << r << " named the failure after " << (caught - fault_ns) / 1000000
+          << " ms: " << report->message[r];
     }
     const std::string msg = report->message[r];
     EXPECT_NE(msg.find("rank " + std::to_string(victim) + " (host "), std::string::npos) << msg;
@@ -202,7 +204,8 @@ TEST_P(FaultMatrixFull, DISABLED_EverySurvivorNamesTheFaultyRank) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, FaultMatrixFull,
-                         ::testing::Combine(::testing::Values(2, 3, 4), ::testing::Values(size_t(4), size_t(1024), size_t(16) << 20),
+                         ::testing::Combine(::testing::Values(2, 3, 4),
+                                            ::testing::Values(size_t(4), size_t(1024), size_t(16) << 20),
                                             ::testing::Values(SIGKILL, SIGSTOP), ::testing::Values(0, 5, 50),
                                             ::testing::Bool()));
 

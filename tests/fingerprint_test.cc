@@ -27,8 +27,7 @@ constexpr auto kBound = 3s;
 // text holds every needle.
 void expect_mismatch(int n, bool shared, const std::function<void(Communicator&)>& call,
                      const std::vector<std::string>& needles) {
-  SCOPED_TRACE(std::string(shared ? "shared memory" : "UCX only (TANDEM_SHM=0)") + ", " + std::to_string(n) +
-               " ranks");
+  SCOPED_TRACE(std::string(shared ? "shared memory" : "UCX only (TANDEM_SHM=0)") + ", " + std::to_string(n) + " ranks");
   CommOptions base;
   ring::RingOptions ring_base;
   ring_base.shared_memory = shared;
@@ -46,7 +45,8 @@ void expect_mismatch(int n, bool shared, const std::function<void(Communicator&)
           const std::string text = e.what();
           fprintf(stderr, "[rank %d] %s\n", o.rank, e.what());
           EXPECT_LT(Clock::now() - start, kBound) << text;
-          for (const auto& needle : needles) EXPECT_NE(text.find(needle), std::string::npos) << needle << " in " << text;
+          for (const auto& needle : needles)
+            EXPECT_NE(text.find(needle), std::string::npos) << needle << " in " << text;
           return 0;
         } catch (const std::exception& e) {
           fprintf(stderr, "[rank %d] not a CollectiveMismatch: %s\n", o.rank, e.what());
@@ -72,17 +72,16 @@ void broadcast(Communicator& c, size_t count, int root) {
 class Fingerprint : public ::testing::TestWithParam<bool> {};
 
 TEST_P(Fingerprint, KindDiffers) {
-  expect_mismatch(
-      2, GetParam(),
-      [](Communicator& c) {
-        if (c.rank() == 0) {
-          allreduce(c, 1024, DataType::f32, ReduceOp::sum);
-        } else {
-          broadcast(c, 1024, 0);
-        }
-      },
-      {"call #2", "(the kind differs)", "rank 0 called allreduce(1024 x f32, sum)",
-       "rank 1 called broadcast(1024 x f32, root 0)"});
+  expect_mismatch(2, GetParam(),
+                  [](Communicator& c) {
+                    if (c.rank() == 0) {
+                      allreduce(c, 1024, DataType::f32, ReduceOp::sum);
+                    } else {
+                      broadcast(c, 1024, 0);
+                    }
+                  },
+                  {"call #2", "(the kind differs)", "rank 0 called allreduce(1024 x f32, sum)",
+                   "rank 1 called broadcast(1024 x f32, root 0)"});
 }
 
 TEST_P(Fingerprint, OpDiffers) {
@@ -102,10 +101,10 @@ TEST_P(Fingerprint, DtypeDiffers) {
 }
 
 TEST_P(Fingerprint, CountDiffers) {
-  expect_mismatch(
-      2, GetParam(), [](Communicator& c) { allreduce(c, c.rank() == 0 ? 1024 : 2048, DataType::f32, ReduceOp::sum); },
-      {"call #2", "(the count differs)", "rank 0 called allreduce(1024 x f32, sum)",
-       "rank 1 called allreduce(2048 x f32, sum)"});
+  expect_mismatch(2, GetParam(),
+                  [](Communicator& c) { allreduce(c, c.rank() == 0 ? 1024 : 2048, DataType::f32, ReduceOp::sum); },
+                  {"call #2", "(the count differs)", "rank 0 called allreduce(1024 x f32, sum)",
+                   "rank 1 called allreduce(2048 x f32, sum)"});
 }
 
 // 32 KiB: through shared memory every rank announces its call before any copy.
@@ -117,21 +116,20 @@ TEST_P(Fingerprint, RootDiffers) {
 
 // Rank 1 of 2 never sees the odd rank out: it learns of the mismatch from the store.
 TEST_P(Fingerprint, EveryRankFailsWhenOneOfThreeDiffers) {
-  expect_mismatch(
-      3, GetParam(), [](Communicator& c) { allreduce(c, c.rank() == 2 ? 2048 : 1024, DataType::f32, ReduceOp::sum); },
-      {"call #2", "(the count differs)", "rank 2 called allreduce(2048 x f32, sum)"});
+  expect_mismatch(3, GetParam(),
+                  [](Communicator& c) { allreduce(c, c.rank() == 2 ? 2048 : 1024, DataType::f32, ReduceOp::sum); },
+                  {"call #2", "(the count differs)", "rank 2 called allreduce(2048 x f32, sum)"});
 }
 
 // Rank 1 skips the all-reduce and goes on to the broadcast.
 TEST_P(Fingerprint, SkippedCallIsNamed) {
-  expect_mismatch(
-      2, GetParam(),
-      [](Communicator& c) {
-        if (c.rank() == 0) allreduce(c, 1024, DataType::f32, ReduceOp::sum);
-        broadcast(c, 1024, 0);
-      },
-      {"call #2", "(the kind differs)", "rank 0 called allreduce(1024 x f32, sum)",
-       "rank 1 called broadcast(1024 x f32, root 0)"});
+  expect_mismatch(2, GetParam(),
+                  [](Communicator& c) {
+                    if (c.rank() == 0) allreduce(c, 1024, DataType::f32, ReduceOp::sum);
+                    broadcast(c, 1024, 0);
+                  },
+                  {"call #2", "(the kind differs)", "rank 0 called allreduce(1024 x f32, sum)",
+                   "rank 1 called broadcast(1024 x f32, root 0)"});
 }
 
 // A barrier always runs over UCX; an all-reduce here through shared memory

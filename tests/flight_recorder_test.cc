@@ -4,6 +4,8 @@
 // states, and the doctor names call #5 and rank 1 as the one that never
 // entered it. Hand-made dumps check the doctor's other verdicts, and abort()
 // dumps too, and a dump taken while calls are recorded reads whole entries.
+#include "flight_recorder.h"
+
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -16,7 +18,6 @@
 #include <thread>
 
 #include "command.h"
-#include "flight_recorder.h"
 #include "multiprocess.h"
 #include "tandem/errors.h"
 #include "tandem/ring/ring.h"
@@ -127,12 +128,17 @@ TEST(FlightRecorder, TimeoutAndSigusr1DumpsAndTheDoctorNamesTheStalledRank) {
 
 // Hand-made dumps: one per rank, calls as the recorder writes them.
 json call(int seq, const char* dtype, int count, const char* state = "completed") {
-  return {{"seq", seq},   {"kind", "allreduce"}, {"dtype", dtype}, {"op", "sum"},
-          {"count", count}, {"root", -1},        {"peers", {1}},   {"state", state}, {"started_us", 1}};
+  return {{"seq", seq}, {"kind", "allreduce"}, {"dtype", dtype}, {"op", "sum"},    {"count", count},
+          {"root", -1}, {"peers", {1}},        {"state", state}, {"started_us", 1}};
 }
 
 void write_dump(const fs::path& p, int rank, int size, json entries) {
-  json d = {{"rank", rank}, {"size", size}, {"host", "h"}, {"pid", 1}, {"job", "j"}, {"reason", "test"},
+  json d = {{"rank", rank},
+            {"size", size},
+            {"host", "h"},
+            {"pid", 1},
+            {"job", "j"},
+            {"reason", "test"},
             {"entries", std::move(entries)}};
   std::ofstream(p) << d.dump();
 }
@@ -219,8 +225,9 @@ TEST(FlightRecorder, DumpWhileRecordingReadsWholeEntries) {
   std::thread writer([&] {
     for (uint64_t seq = 1; seq <= kCalls; ++seq) {
       const bool fails = seq % 7 == 0;
-      recorder.begin(seq, {seq % 2 ? Collective::allreduce : Collective::alltoall, DataType::f32,
-                           seq % 2 ? std::optional(ReduceOp::max) : std::nullopt, size_t(seq * 3), int(seq % 5) - 1},
+      recorder.begin(seq,
+                     {seq % 2 ? Collective::allreduce : Collective::alltoall, DataType::f32,
+                      seq % 2 ? std::optional(ReduceOp::max) : std::nullopt, size_t(seq * 3), int(seq % 5) - 1},
                      seq % 3 == 0, Clock::now());
       if (seq % 11 != 0) recorder.end(seq, !fails, fails ? "error " + std::to_string(seq) : "");
     }

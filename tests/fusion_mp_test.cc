@@ -101,35 +101,38 @@ TEST(FusionProcesses, UcxBucketsMatchTheClosedForm) {
   CommOptions base;
   ring::RingOptions ring_base;
   ring_base.shared_memory = false;
-  RankGroup group(3, [ring_base](const CommOptions& o) {
-    auto comm = ring::connect(o, ring_base);
-    const auto counts = sizes(20);
-    GradientSyncOptions so;
-    so.fusion = {128 << 10, 32 << 10, 64 << 10};
-    GradientSync sync(*comm, so);
-    for (size_t g = 0; g < counts.size(); ++g) sync.register_gradient("g" + std::to_string(g), counts[g]);
-    sync.finalize(soon());
-    for (int s = 1; s <= 2; ++s) {
-      for (size_t g = 0; g < counts.size(); ++g) {
-        float* d = sync.data_as<float>(int(g));
-        for (size_t i = 0; i < counts[g]; ++i) d[i] = float((comm->rank() + 1) * int(i % 11) + s);
-        sync.mark_ready(int(g));
-      }
-      sync.wait(soon());
-      for (size_t g = 0; g < counts.size(); ++g) {
-        const float* d = sync.data_as<float>(int(g));
-        for (size_t i = 0; i < counts[g]; ++i) {
-          const float want = float(6 * int(i % 11) + 3 * s) / 3.0f;
-          if (d[i] != want) {
-            ADD_FAILURE() << "g" << g << "[" << i << "] = " << d[i] << ", want " << want;
-            return 1;
+  RankGroup group(
+      3,
+      [ring_base](const CommOptions& o) {
+        auto comm = ring::connect(o, ring_base);
+        const auto counts = sizes(20);
+        GradientSyncOptions so;
+        so.fusion = {128 << 10, 32 << 10, 64 << 10};
+        GradientSync sync(*comm, so);
+        for (size_t g = 0; g < counts.size(); ++g) sync.register_gradient("g" + std::to_string(g), counts[g]);
+        sync.finalize(soon());
+        for (int s = 1; s <= 2; ++s) {
+          for (size_t g = 0; g < counts.size(); ++g) {
+            float* d = sync.data_as<float>(int(g));
+            for (size_t i = 0; i < counts[g]; ++i) d[i] = float((comm->rank() + 1) * int(i % 11) + s);
+            sync.mark_ready(int(g));
           }
+          sync.wait(soon());
+          for (size_t g = 0; g < counts.size(); ++g) {
+            const float* d = sync.data_as<float>(int(g));
+            for (size_t i = 0; i < counts[g]; ++i) {
+              const float want = float(6 * int(i % 11) + 3 * s) / 3.0f;
+              if (d[i] != want) {
+                ADD_FAILURE() << "g" << g << "[" << i << "] = " << d[i] << ", want " << want;
+                return 1;
+              }
+            }
+          }
+          sync.zero_gradients();
         }
-      }
-      sync.zero_gradients();
-    }
-    return 0;
-  }, base);
+        return 0;
+      },
+      base);
   group.expect_success(kGuard);
 }
 
@@ -141,49 +144,52 @@ TEST(FusionProcesses, CompressedBucketsStayCloseAndFallBackExactly) {
     CommOptions base;
     ring::RingOptions ring_base;
     ring_base.shared_memory = shm;
-    RankGroup group(2, [ring_base](const CommOptions& o) {
-      auto comm = ring::connect(o, ring_base);
-      compression::CompressedAllreduce fp16(*comm, {compression::Codec::fp16, 0, false});
-      const auto counts = sizes(12);
-      GradientSyncOptions so;
-      so.fusion = {256 << 10, 64 << 10, 0};
-      so.compression = &fp16;
-      so.metric_slots = 1;
-      GradientSync sync(*comm, so);
-      for (size_t g = 0; g < counts.size(); ++g) sync.register_gradient("g" + std::to_string(g), counts[g]);
-      sync.finalize(soon());
-      for (int s = 1; s <= 2; ++s) {
-        const Metric m[1] = {{double(comm->rank() + s), 4.0}};
-        sync.report_metrics(m);
-        auto inputs = backward(sync, counts, comm->rank(), s, 2, s == 2);  // step 2's bucket 0 must fall back
-        sync.wait(soon());
-        const StepStats& st = sync.last_step();
-        EXPECT_EQ(st.compression_fallbacks, s == 2 ? 1u : 0u);
-        EXPECT_LT(st.wire_bytes, st.bytes_reduced * (s == 2 ? 0.9 : 0.55));
-        EXPECT_EQ(sync.metrics()[0].sum, double(1 + 2 * s));
-        EXPECT_EQ(sync.metrics()[0].count, 8.0);
-        for (size_t g = 0; g < counts.size(); ++g) {
-          std::vector<float> want = inputs[g];
-          comm->allreduce(want.data(), counts[g], DataType::f32, ReduceOp::avg);
-          const float* got = sync.data_as<float>(int(g));
-          for (size_t i = 0; i < counts[g]; ++i) {
-            // |x| <= 1 per rank: fp16 keeps 11 bits, one rounding each way and per fold
-            if (std::abs(got[i] - want[i]) > 2e-3f * std::max(1.0f, std::abs(want[i]))) {
-              ADD_FAILURE() << "step " << s << " g" << g << "[" << i << "] = " << got[i] << ", want " << want[i];
-              return 1;
+    RankGroup group(
+        2,
+        [ring_base](const CommOptions& o) {
+          auto comm = ring::connect(o, ring_base);
+          compression::CompressedAllreduce fp16(*comm, {compression::Codec::fp16, 0, false});
+          const auto counts = sizes(12);
+          GradientSyncOptions so;
+          so.fusion = {256 << 10, 64 << 10, 0};
+          so.compression = &fp16;
+          so.metric_slots = 1;
+          GradientSync sync(*comm, so);
+          for (size_t g = 0; g < counts.size(); ++g) sync.register_gradient("g" + std::to_string(g), counts[g]);
+          sync.finalize(soon());
+          for (int s = 1; s <= 2; ++s) {
+            const Metric m[1] = {{double(comm->rank() + s), 4.0}};
+            sync.report_metrics(m);
+            auto inputs = backward(sync, counts, comm->rank(), s, 2, s == 2);  // step 2's bucket 0 must fall back
+            sync.wait(soon());
+            const StepStats& st = sync.last_step();
+            EXPECT_EQ(st.compression_fallbacks, s == 2 ? 1u : 0u);
+            EXPECT_LT(st.wire_bytes, st.bytes_reduced * (s == 2 ? 0.9 : 0.55));
+            EXPECT_EQ(sync.metrics()[0].sum, double(1 + 2 * s));
+            EXPECT_EQ(sync.metrics()[0].count, 8.0);
+            for (size_t g = 0; g < counts.size(); ++g) {
+              std::vector<float> want = inputs[g];
+              comm->allreduce(want.data(), counts[g], DataType::f32, ReduceOp::avg);
+              const float* got = sync.data_as<float>(int(g));
+              for (size_t i = 0; i < counts[g]; ++i) {
+                // |x| <= 1 per rank: fp16 keeps 11 bits, one rounding each way and per fold
+                if (std::abs(got[i] - want[i]) > 2e-3f * std::max(1.0f, std::abs(want[i]))) {
+                  ADD_FAILURE() << "step " << s << " g" << g << "[" << i << "] = " << got[i] << ", want " << want[i];
+                  return 1;
+                }
+              }
             }
+            // The fallen-back bucket (gradient 0's) is exact.
+            std::vector<float> want = inputs[0];
+            comm->allreduce(want.data(), counts[0], DataType::f32, ReduceOp::avg);
+            if (s == 2) {
+              EXPECT_EQ(std::memcmp(want.data(), sync.data(0), counts[0] * sizeof(float)), 0);
+            }
+            sync.zero_gradients();
           }
-        }
-        // The fallen-back bucket (gradient 0's) is exact.
-        std::vector<float> want = inputs[0];
-        comm->allreduce(want.data(), counts[0], DataType::f32, ReduceOp::avg);
-        if (s == 2) {
-          EXPECT_EQ(std::memcmp(want.data(), sync.data(0), counts[0] * sizeof(float)), 0);
-        }
-        sync.zero_gradients();
-      }
-      return 0;
-    }, base);
+          return 0;
+        },
+        base);
     group.expect_success(kGuard);
   }
 }
@@ -205,9 +211,9 @@ TEST(FusionProcesses, MismatchAndUnusedGradientsFailEveryRankByName) {
         sync.wait(soon());
       } catch (const InvalidArgument& e) {
         const std::string what = e.what();
-        const bool named = unused ? what.find("'embed.weight'") != std::string::npos &&
-                                        what.find("on rank(s) 2") != std::string::npos
-                                  : what.find("rank 1 has 'head.bias'") != std::string::npos;
+        const bool named =
+            unused ? what.find("'embed.weight'") != std::string::npos && what.find("on rank(s) 2") != std::string::npos
+                   : what.find("rank 1 has 'head.bias'") != std::string::npos;
         if (!named) fprintf(stderr, "unexpected message: %s\n", what.c_str());
         return named ? kSawNamedError : 1;
       }

@@ -9,11 +9,10 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
 #include <thread>
-
-#include <nlohmann/json.hpp>
 
 #include "../fusion/src/autotune.h"
 #include "../fusion/src/layout.h"
@@ -86,8 +85,10 @@ void backward(GradientSync& sync, const Model& m, int rank, uint64_t step, int h
         const TensorSpec& t = m.tensors[size_t(g)];
         for (size_t i = 0; i < t.count; ++i) {
           const double add = value(rank, g, i, step);
-          if (t.dtype == DataType::f32) sync.data_as<float>(g)[i] += float(add);
-          else sync.data_as<double>(g)[i] += add;
+          if (t.dtype == DataType::f32)
+            sync.data_as<float>(g)[i] += float(add);
+          else
+            sync.data_as<double>(g)[i] += add;
         }
         sync.mark_ready(g);
       }
@@ -591,8 +592,8 @@ TEST(Fusion, AutotuneChangesSettingsOnlyBetweenStepsAndEqually) {
 TEST(Autotuner, FindsTheGridMinimumOfASmoothScoreWithinItsBudget) {
   // A bowl over the settings in log2 space; its minimum is a grid point the start is far from.
   auto score = [](const FusionSettings& s) {
-    const double t = std::log2(double(s.fusion_threshold_bytes)) - 23;  // 8 MiB
-    const double f = std::log2(double(s.first_bucket_bytes)) - 19;      // 512 KiB
+    const double t = std::log2(double(s.fusion_threshold_bytes)) - 23;           // 8 MiB
+    const double f = std::log2(double(s.first_bucket_bytes)) - 19;               // 512 KiB
     const double c = std::log2(double(s.chunk_bytes ? s.chunk_bytes : 1)) - 18;  // 256 KiB
     return 10e-3 * (1 + 0.05 * t * t + 0.03 * f * f + 0.04 * c * c);
   };
@@ -619,8 +620,8 @@ TEST(Autotuner, SettlesNearTheGridMinimumDespiteNoisyTimings) {
   // A bowl whose grid neighbours differ by 5-8 %, each measurement off by a random
   // factor (lognormal, sigma 0.1): the tuner must pool trials, not trust the luckiest.
   auto truth = [](const FusionSettings& s) {
-    const double t = std::log2(double(s.fusion_threshold_bytes)) - 22;  // 4 MiB
-    const double f = std::log2(double(s.first_bucket_bytes)) - 20;      // 1 MiB
+    const double t = std::log2(double(s.fusion_threshold_bytes)) - 22;           // 4 MiB
+    const double f = std::log2(double(s.first_bucket_bytes)) - 20;               // 1 MiB
     const double c = std::log2(double(s.chunk_bytes ? s.chunk_bytes : 1)) - 20;  // 1 MiB
     return 10e-3 * (1 + 0.08 * t * t + 0.05 * f * f + 0.06 * c * c);
   };

@@ -64,8 +64,7 @@ void run_case(tandem::Communicator& comm, const Case& c) {
   // The bitwise check.
   for (size_t i = 0; i < c.count; ++i) in[i] = T(fractional_input(r, i) * (std::is_integral_v<T> ? 1000 : 1));
   comm.allreduce(in.data(), dst, c.count, c.dtype, c.op);
-  std::printf("case %s wrong %zu digest %016llx\n", c.name, wrong,
-              (unsigned long long)fnv1a(dst, c.count * sizeof(T)));
+  std::printf("case %s wrong %zu digest %016llx\n", c.name, wrong, (unsigned long long)fnv1a(dst, c.count * sizeof(T)));
 }
 
 }  // namespace

@@ -14,10 +14,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
-#include <thread>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "memory_channel.h"
@@ -81,8 +81,10 @@ Outcome run_hosts(int hosts, int per_host, const std::string& algorithm, int por
     env.push_back("TANDEM_RANK=" + std::to_string(r) + " TANDEM_WORLD_SIZE=" + std::to_string(n) +
                   " TANDEM_LOCAL_RANK=" + std::to_string(r % per_host) + " TANDEM_LOCAL_WORLD_SIZE=" +
                   std::to_string(per_host) + " TANDEM_STORE_ADDR=10.73.1.1:" + std::to_string(port) +
-                  " TANDEM_HOST_STORE=1 TANDEM_SECRET=" + std::string(64, 'h') + " TANDEM_CONNECT_TIMEOUT_MS=30000 TANDEM_TIMEOUT_MS=60000 UCX_TLS=tcp,self"
-                  " TANDEM_ALGO=" + algorithm + " " + extra);
+                  " TANDEM_HOST_STORE=1 TANDEM_SECRET=" + std::string(64, 'h') +
+                  " TANDEM_CONNECT_TIMEOUT_MS=30000 TANDEM_TIMEOUT_MS=60000 UCX_TLS=tcp,self"
+                  " TANDEM_ALGO=" +
+                  algorithm + " " + extra);
     commands.push_back(rank_bin());
   }
   return {lab.run_ranks(host_of, env, commands, kGuard)};
@@ -99,9 +101,9 @@ Outcome launch_hosts(int hosts, int per_host, const std::string& algorithm) {
   const char* bin = std::getenv("TANDEM_BIN");
   const std::string launch = std::string(bin ? bin : "tandem") + " launch --timeout 100 -H " + host_list +
                              " --rsh \"ip netns exec {host} sh -c\" --store-addr 10.73.1.1 -- " + rank_bin();
-  const auto run = lab.run_ranks({0}, {"TANDEM_CONNECT_TIMEOUT_MS=30000 TANDEM_TIMEOUT_MS=60000 UCX_TLS=tcp,self TANDEM_ALGO=" +
-                            algorithm},
-                           {launch}, kGuard);
+  const auto run = lab.run_ranks(
+      {0}, {"TANDEM_CONNECT_TIMEOUT_MS=30000 TANDEM_TIMEOUT_MS=60000 UCX_TLS=tcp,self TANDEM_ALGO=" + algorithm},
+      {launch}, kGuard);
   Outcome o;
   o.ranks.resize(size_t(hosts * per_host));
   std::istringstream in(run[0].output);
@@ -122,8 +124,8 @@ Outcome launch_hosts(int hosts, int per_host, const std::string& algorithm) {
 void expect_hierarchical(const Outcome& o, int hosts, int per_host, bool shm) {
   const size_t n = o.ranks.size();
   ASSERT_EQ(n, size_t(hosts * per_host));
-  const std::string topology = std::to_string(hosts) + " hosts x " + std::to_string(per_host) +
-                               (per_host == 1 ? " rank" : " ranks");
+  const std::string topology =
+      std::to_string(hosts) + " hosts x " + std::to_string(per_host) + (per_host == 1 ? " rank" : " ranks");
   std::printf("rank 0 (%.1f s):\n%s", o.ranks[0].seconds, o.ranks[0].output.c_str());
   const auto reference = o.cases(0);
   EXPECT_EQ(reference.size(), 6u) << o.ranks[0].output;
@@ -139,8 +141,8 @@ void expect_hierarchical(const Outcome& o, int hosts, int per_host, bool shm) {
     EXPECT_EQ(mine.size(), reference.size()) << o.ranks[i].output;
     for (const auto& [name, result] : mine) {
       EXPECT_EQ(result.first, "0") << "rank " << i << " case " << name << ": wrong elements";
-      EXPECT_EQ(result.second, reference.at(name).second) << "rank " << i << " case " << name
-                                                          << ": result differs from rank 0's bits";
+      EXPECT_EQ(result.second, reference.at(name).second)
+          << "rank " << i << " case " << name << ": result differs from rank 0's bits";
     }
   }
 }
@@ -188,7 +190,8 @@ void thread_case(int hosts, int per_host, size_t count, tandem::ReduceOp op, boo
   o.shm_chunk_bytes = 4096;
   auto algos = ring::algorithms(o);
   std::vector<std::unique_ptr<tandem::testing::HeapSegments>> segments;
-  for (int h = 0; h < hosts; ++h) segments.push_back(std::make_unique<tandem::testing::HeapSegments>(per_host, algos->shared_bytes()));
+  for (int h = 0; h < hosts; ++h)
+    segments.push_back(std::make_unique<tandem::testing::HeapSegments>(per_host, algos->shared_bytes()));
   std::vector<std::string> ids;
   for (int r = 0; r < n; ++r) ids.push_back("host" + std::to_string(r / per_host));
   tandem::testing::Mailbox box;

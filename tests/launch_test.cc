@@ -3,6 +3,8 @@
 // clean-up. Every run goes through run_tandem(), which kills the launcher at
 // a hard wall-clock limit, so a launcher bug fails a test instead of hanging it.
 #include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -17,9 +19,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "tandem/bootstrap.h"
 #include "tandem/store.h"
@@ -126,7 +125,9 @@ RunResult run_tandem(const std::vector<std::string>& args, RunOptions opts = {})
 std::string describe(const RunResult& r) {
   std::ostringstream s;
   s << "exit " << r.exit_code << " after " << r.seconds << "s" << (r.hit_limit ? " (KILLED BY TEST GUARD)" : "")
-    << "\n--- stdout ---\n" << r.out.substr(0, 4000) << "\n--- stderr ---\n" << r.err.substr(0, 4000);
+    << "\n--- stdout ---\n"
+    << r.out.substr(0, 4000) << "\n--- stderr ---\n"
+    << r.err.substr(0, 4000);
   return s.str();
 }
 
@@ -166,14 +167,16 @@ TEST_F(LaunchTest, SetsRankEnvironmentAndPrefixesEachLine) {
 TEST_F(LaunchTest, SetsTorchrunsVariablesForEveryWorker) {
   ::setenv("RANK", "7", 1);
   ::setenv("GROUP_RANK", "3", 1);
-  RunResult r = run_tandem({"launch", "-n", "2", "--", "sh", "-c",
-                            "echo torch $RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $GROUP_RANK "
-                            "$MASTER_ADDR $MASTER_PORT $TANDEM_STORE_ADDR; env | grep -c -e '^RANK=' -e '^GROUP_RANK='"});
+  RunResult r =
+      run_tandem({"launch", "-n", "2", "--", "sh", "-c",
+                  "echo torch $RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $GROUP_RANK "
+                  "$MASTER_ADDR $MASTER_PORT $TANDEM_STORE_ADDR; env | grep -c -e '^RANK=' -e '^GROUP_RANK='"});
   ::unsetenv("RANK");
   ::unsetenv("GROUP_RANK");
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(\[0\] torch 0 0 2 2 0 127\.0\.0\.1 (\d+) 127\.0\.0\.1:(\d+)\n)")))
+  ASSERT_TRUE(
+      std::regex_search(r.out, m, std::regex(R"(\[0\] torch 0 0 2 2 0 127\.0\.0\.1 (\d+) 127\.0\.0\.1:(\d+)\n)")))
       << describe(r);
   const std::string master_port = m[1], store_port = m[2];
   EXPECT_NE(master_port, store_port) << "torch's store and tandem's need ports of their own";
@@ -189,8 +192,9 @@ TEST_F(LaunchTest, SetsTorchrunsVariablesForEveryWorker) {
 // rest follow the placement (GROUP_RANK: the host's index, LOCAL_WORLD_SIZE:
 // its workers); parameter servers get none of them.
 TEST_F(LaunchTest, TorchrunsVariablesFollowThePlacementAndTheUser) {
-  const std::string show = "echo torch ${REMOTE_HOST:-here} ${RANK-none} ${LOCAL_RANK-none} ${WORLD_SIZE-none} "
-                           "${LOCAL_WORLD_SIZE-none} ${GROUP_RANK-none} ${MASTER_ADDR-none}:${MASTER_PORT-none}";
+  const std::string show =
+      "echo torch ${REMOTE_HOST:-here} ${RANK-none} ${LOCAL_RANK-none} ${WORLD_SIZE-none} "
+      "${LOCAL_WORLD_SIZE-none} ${GROUP_RANK-none} ${MASTER_ADDR-none}:${MASTER_PORT-none}";
   RunResult r = run_tandem({"launch", "-H", "alpha:2,beta:1", "--rsh", "env REMOTE_HOST={host} sh -c", "--store-addr",
                             "127.0.0.1", "--", "sh", "-c", show});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
@@ -214,8 +218,8 @@ TEST_F(LaunchTest, TorchrunsVariablesFollowThePlacementAndTheUser) {
 TEST_F(LaunchTest, MasterPortOnTheStoresPortIsAUsageError) {
   const std::string port = std::to_string(20000 + ::getpid() % 20000);
   ::setenv("MASTER_PORT", port.c_str(), 1);
-  RunResult r = run_tandem({"launch", "-H", "localhost:1,beta:1", "--rsh", "sh -c", "--store-addr",
-                            "127.0.0.1:" + port, "--", "true"});
+  RunResult r = run_tandem(
+      {"launch", "-H", "localhost:1,beta:1", "--rsh", "sh -c", "--store-addr", "127.0.0.1:" + port, "--", "true"});
   ::unsetenv("MASTER_PORT");
   EXPECT_EQ(r.exit_code, 2) << describe(r);
   EXPECT_THAT(r.err, HasSubstr("MASTER_PORT=" + port + " is the port of tandem's store")) << describe(r);
@@ -282,14 +286,16 @@ TEST_F(LaunchTest, RanksAreBoundToTheirShareOfTheCpus) {
 // remote shell (here a local `sh -c` that records the host), which gets the
 // job variables on its command line and the secret on its standard input only.
 TEST_F(LaunchTest, HostListPlacesRanksHostMajorThroughTheRemoteShell) {
-  RunResult r = run_tandem({"launch", "-H", "alpha:2,beta:1,localhost:1", "--rsh", "env REMOTE_HOST={host} sh -c",
-                            "--store-addr", "127.0.0.1", "--", "sh", "-c",
-                            "echo at ${REMOTE_HOST:-here} $TANDEM_RANK $TANDEM_LOCAL_RANK/$TANDEM_LOCAL_WORLD_SIZE "
-                            "$TANDEM_WORLD_SIZE ${#TANDEM_SECRET} $TANDEM_STORE_ADDR; "
-                            "cat /proc/$$/cmdline /proc/$PPID/cmdline | tr '\\0' ' ' | grep -c \"$TANDEM_SECRET\" || true"});
+  RunResult r =
+      run_tandem({"launch", "-H", "alpha:2,beta:1,localhost:1", "--rsh", "env REMOTE_HOST={host} sh -c", "--store-addr",
+                  "127.0.0.1", "--", "sh", "-c",
+                  "echo at ${REMOTE_HOST:-here} $TANDEM_RANK $TANDEM_LOCAL_RANK/$TANDEM_LOCAL_WORLD_SIZE "
+                  "$TANDEM_WORLD_SIZE ${#TANDEM_SECRET} $TANDEM_STORE_ADDR; "
+                  "cat /proc/$$/cmdline /proc/$PPID/cmdline | tr '\\0' ' ' | grep -c \"$TANDEM_SECRET\" || true"});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(\[0\] at alpha 0 0/2 4 64 127\.0\.0\.1:(\d+)\n)"))) << describe(r);
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(\[0\] at alpha 0 0/2 4 64 127\.0\.0\.1:(\d+)\n)")))
+      << describe(r);
   const std::string store = "127.0.0.1:" + m[1].str();
   EXPECT_THAT(r.out, HasSubstr("[1] at alpha 1 1/2 4 64 " + store + "\n")) << describe(r);
   EXPECT_THAT(r.out, HasSubstr("[2] at beta 2 0/1 4 64 " + store + "\n")) << describe(r);
@@ -307,7 +313,8 @@ TEST_F(LaunchTest, BadHostListsAreUsageErrors) {
            {{"launch", "-H", "a:2", "-n", "3", "--", "true"}, "-n 3 asks for more ranks than the hosts (-H) offer (2"},
            {{"launch", "-H", "a:2", "--servers", "1", "--", "true"}, "--servers cannot be combined with -H"},
            {{"launch", "--", "true"}, "say how many ranks: -n/--nprocs N"},
-           {{"launch", "-H", "a:1", "--rsh", "no-such-rsh {host}", "--", "true"}, "the remote shell (--rsh): no-such-rsh"},
+           {{"launch", "-H", "a:1", "--rsh", "no-such-rsh {host}", "--", "true"},
+            "the remote shell (--rsh): no-such-rsh"},
        }) {
     RunResult r = run_tandem(args);
     EXPECT_NE(r.exit_code, 0) << describe(r);
@@ -404,8 +411,8 @@ TEST_F(LaunchTest, RankThatIgnoresSigtermIsKilled) {
 }
 
 TEST_F(LaunchTest, RankKilledBySignalGives128PlusSignal) {
-  RunResult r = run_tandem(
-      {"launch", "-n", "2", "--grace", "1", "--", "sh", "-c", "if [ $TANDEM_RANK = 1 ]; then kill -9 $$; fi; sleep 30"});
+  RunResult r = run_tandem({"launch", "-n", "2", "--grace", "1", "--", "sh", "-c",
+                            "if [ $TANDEM_RANK = 1 ]; then kill -9 $$; fi; sleep 30"});
   EXPECT_EQ(r.exit_code, 128 + SIGKILL) << describe(r);
   EXPECT_THAT(r.err, HasSubstr("rank 1 killed by signal SIGKILL")) << describe(r);
 }
@@ -521,8 +528,8 @@ TEST_F(LaunchTest, KilledLauncherLeavesNoRanksOrTheirChildren) {
   char dir_template[] = "/tmp/tandem-launch-test-XXXXXX";
   ASSERT_NE(::mkdtemp(dir_template), nullptr);
   const std::string dir = dir_template;
-  const std::string body = "sleep 300 & echo $! > " + dir + "/child$TANDEM_RANK; echo $$ > " + dir +
-                           "/rank$TANDEM_RANK; wait";
+  const std::string body =
+      "sleep 300 & echo $! > " + dir + "/child$TANDEM_RANK; echo $$ > " + dir + "/rank$TANDEM_RANK; wait";
   const std::string bin = tandem_bin();
   const pid_t launcher = ::fork();
   if (launcher == 0) {
@@ -554,8 +561,8 @@ TEST_F(LaunchTest, KilledLauncherLeavesNoRanksOrTheirChildren) {
     in >> pid;
     const auto limit = Clock::now() + std::chrono::seconds(3);
     while (process_alive(pid) && Clock::now() < limit) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    EXPECT_FALSE(process_alive(pid)) << f << " (pid " << pid << ") outlived the SIGKILLed launcher; /proc stat: "
-                                     << proc_stat(pid);
+    EXPECT_FALSE(process_alive(pid)) << f << " (pid " << pid
+                                     << ") outlived the SIGKILLed launcher; /proc stat: " << proc_stat(pid);
     if (process_alive(pid)) ::kill(pid, SIGKILL);
     ::unlink(f.c_str());
   }
@@ -569,8 +576,8 @@ TEST_F(LaunchTest, FailureIsRecordedInTheStore) {
   ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
   ASSERT_GT(n, 0);
   self[n] = '\0';
-  RunResult r = run_tandem({"launch", "-n", "2", "--grace", "5", "--", self,
-                            "--gtest_also_run_disabled_tests", "--gtest_filter=LaunchChild.DISABLED_StoreProbe"});
+  RunResult r = run_tandem({"launch", "-n", "2", "--grace", "5", "--", self, "--gtest_also_run_disabled_tests",
+                            "--gtest_filter=LaunchChild.DISABLED_StoreProbe"});
   EXPECT_EQ(r.exit_code, 3) << describe(r);
   EXPECT_THAT(r.out, HasSubstr("[0] failed_ranks=1\n")) << describe(r);
   EXPECT_LT(r.seconds, 5) << "rank 0 exits by itself once it sees the failure\n" << describe(r);

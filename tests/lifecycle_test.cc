@@ -56,13 +56,13 @@ int cycle(const CommOptions& base, int cycles, bool abort, const std::string& wh
     if (i + 1 == kWarmup) warm = usage();
   }
   const Usage end = usage();
-  std::printf("rank %d, %d create/%s cycles: fds %ld -> %ld, mappings %ld -> %ld, RSS %ld -> %ld KiB (after %d "
-              "warm-up cycles)\n",
-              base.rank, cycles, what.c_str(), warm.fds, end.fds, warm.maps, end.maps, warm.rss_kib, end.rss_kib,
-              kWarmup);
+  std::printf(
+      "rank %d, %d create/%s cycles: fds %ld -> %ld, mappings %ld -> %ld, RSS %ld -> %ld KiB (after %d "
+      "warm-up cycles)\n",
+      base.rank, cycles, what.c_str(), warm.fds, end.fds, warm.maps, end.maps, warm.rss_kib, end.rss_kib, kWarmup);
   std::fflush(stdout);
-  const bool flat = within(warm.fds, end.fds, 0.05) && within(warm.maps, end.maps, 0.05) &&
-                    within(warm.rss_kib, end.rss_kib, 0.05);
+  const bool flat =
+      within(warm.fds, end.fds, 0.05) && within(warm.maps, end.maps, 0.05) && within(warm.rss_kib, end.rss_kib, 0.05);
   return flat ? 0 : 6;
 }
 

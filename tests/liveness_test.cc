@@ -37,8 +37,7 @@ std::string fails_in_time(const std::function<void()>& call, Clock::duration bou
     const auto took = Clock::now() - start;
     const auto ms = std::chrono::duration_cast<milliseconds>(took).count();
     if (took > bound) return "failed after " + std::to_string(ms) + " ms: " + e.what();
-    if (std::string(e.what()).find(says) == std::string::npos)
-      return "error does not say '" + says + "': " + e.what();
+    if (std::string(e.what()).find(says) == std::string::npos) return "error does not say '" + says + "': " + e.what();
     std::printf("  failed in %lld ms: %s\n", static_cast<long long>(ms), e.what());
     return {};
   }
@@ -87,7 +86,12 @@ TEST(Liveness, StoreCallsFailByTheirDeadline) {
   StoreServer server;
   StoreClient c("127.0.0.1", server.port(), Clock::now() + 5s);
   EXPECT_EQ(fails_in_time([&] { c.get("never/set", Clock::now() + 1s); }, 1s + kSlack, "never/set"), "") << "get";
-  EXPECT_EQ(fails_in_time([&] { c.wait({"a", "never/either"}, Clock::now() + 1s); }, 1s + kSlack, "never/either"), "")
+  EXPECT_EQ(fails_in_time(
+                [&] {
+                  c.wait({"a", "never/either"}, Clock::now() + 1s);
+                },
+                1s + kSlack, "never/either"),
+            "")
       << "wait";
 }
 

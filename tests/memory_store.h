@@ -60,7 +60,9 @@ class MemoryStore final : public KeyValueStore {
     std::lock_guard<std::mutex> lock(state_->mu);
     state_->kv.erase(key);
   }
-  std::unique_ptr<KeyValueStore> connect_again(Deadline) override { return std::unique_ptr<KeyValueStore>(new MemoryStore(state_)); }
+  std::unique_ptr<KeyValueStore> connect_again(Deadline) override {
+    return std::unique_ptr<KeyValueStore>(new MemoryStore(state_));
+  }
 
  private:
   struct State {

@@ -1,5 +1,7 @@
 // The scale model: closed forms of each algorithm, the calibration fit, the
 // file round trip, and the CLI end to end (calibrate on 2 ranks, predict, validate).
+#include "tandem/bench/model.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,7 +10,6 @@
 #include <string>
 
 #include "command.h"
-#include "tandem/bench/model.h"
 #include "tandem/errors.h"
 
 namespace tandem::bench {
@@ -111,23 +112,26 @@ TEST(Model, OversubscribedStepsAddToEverySynchronisation) {
   // Shared memory, 4 ranks on 2 cores: two rendezvous of 4 us more each.
   Topology four{1, 4};
   const Calibration plain = example();
-  EXPECT_NEAR(predict(c, Link{}, four, Algorithm::shared_memory, n) - predict(plain, Link{}, four, Algorithm::shared_memory, n),
-              8e-6, 1e-12);
+  EXPECT_NEAR(
+      predict(c, Link{}, four, Algorithm::shared_memory, n) - predict(plain, Link{}, four, Algorithm::shared_memory, n),
+      8e-6, 1e-12);
   // 4 namespaces on one 2-core machine: a ring's 6 steps, recursive doubling's 2 rounds, 60 us more each.
   Topology shared{4, 1};
   shared.ranks_on_cores = 4;
   const Link bare = c.links.at("cpu");
-  EXPECT_NEAR(predict(c, l, shared, Algorithm::ring, n) - predict(c, bare, shared, Algorithm::ring, n), 6 * 60e-6, 1e-12);
+  EXPECT_NEAR(predict(c, l, shared, Algorithm::ring, n) - predict(c, bare, shared, Algorithm::ring, n), 6 * 60e-6,
+              1e-12);
   EXPECT_NEAR(predict(c, l, shared, Algorithm::recursive_doubling, n) -
                   predict(c, bare, shared, Algorithm::recursive_doubling, n),
               2 * 60e-6, 1e-12);
   // 3 namespaces: only 2 ranks run in each of recursive doubling's 3 rounds, within the cores.
   Topology three{3, 1};
   three.ranks_on_cores = 3;
-  EXPECT_NEAR(predict(c, l, three, Algorithm::recursive_doubling, n), predict(c, bare, three, Algorithm::recursive_doubling, n),
-              1e-12);
+  EXPECT_NEAR(predict(c, l, three, Algorithm::recursive_doubling, n),
+              predict(c, bare, three, Algorithm::recursive_doubling, n), 1e-12);
   // Ranks within the cores pay nothing: 8 hosts of 2 ranks on 2 cores each.
-  EXPECT_NEAR(predict(c, l, Topology{8, 2}, Algorithm::ring, n), predict(c, bare, Topology{8, 2}, Algorithm::ring, n), 1e-12);
+  EXPECT_NEAR(predict(c, l, Topology{8, 2}, Algorithm::ring, n), predict(c, bare, Topology{8, 2}, Algorithm::ring, n),
+              1e-12);
 }
 
 TEST(Model, AWireHidesAnOversubscribedWaitBehindItsTransfer) {
@@ -139,8 +143,8 @@ TEST(Model, AWireHidesAnOversubscribedWaitBehindItsTransfer) {
   shared.ranks_on_cores = 4;
   // 4 KiB: each step's 1 KiB takes 8 us on the wire, so the 60 us wait sets the step.
   EXPECT_NEAR(predict(c, l, shared, Algorithm::ring, 4096), 6 * (l.alpha + 60e-6), 1e-12);
-  EXPECT_NEAR(predict(c, l, shared, Algorithm::recursive_doubling, 4096),
-              2 * (l.alpha + 60e-6 + 4096 * c.gamma * 2), 1e-12);
+  EXPECT_NEAR(predict(c, l, shared, Algorithm::recursive_doubling, 4096), 2 * (l.alpha + 60e-6 + 4096 * c.gamma * 2),
+              1e-12);
   // 64 MiB: the transfers outlast the waits, which cost nothing.
   const double n = 64 << 20;
   EXPECT_NEAR(predict(c, l, shared, Algorithm::ring, n), predict(c, bare, shared, Algorithm::ring, n), 1e-12);
@@ -178,8 +182,7 @@ TEST(Model, CpuBoundLinksStretchByTheCoresTheirRanksUse) {
   const double fits = predict(c, l, four, Algorithm::ring, n), over = predict(c, whole, four, Algorithm::ring, n);
   const double wire = 2.0 * 3 / 4 * n * l.beta;
   EXPECT_NEAR(over - fits, wire, wire * 1e-9);
-  EXPECT_NEAR(predict(c, l, three, Algorithm::ring, n),
-              4 * l.alpha + 2.0 / 3 * n * (2 * l.beta + c.gamma * 1.5), 1e-9);
+  EXPECT_NEAR(predict(c, l, three, Algorithm::ring, n), 4 * l.alpha + 2.0 / 3 * n * (2 * l.beta + c.gamma * 1.5), 1e-9);
 }
 
 TEST(Model, CpuBoundLinksStretchAsMeasuredPastTheCores) {
@@ -192,9 +195,11 @@ TEST(Model, CpuBoundLinksStretchAsMeasuredPastTheCores) {
   const double n = 64 << 20;
   EXPECT_NEAR(predict(c, l, three, Algorithm::ring, n), 4 * l.alpha + 2.0 / 3 * n * (2 * 2.0 * l.beta + c.gamma * 1.5),
               1e-9);
-  EXPECT_NEAR(predict(c, l, four, Algorithm::ring, n), 6 * l.alpha + 3.0 / 4 * n * (2 * 2.5 * l.beta + c.gamma * 2), 1e-9);
+  EXPECT_NEAR(predict(c, l, four, Algorithm::ring, n), 6 * l.alpha + 3.0 / 4 * n * (2 * 2.5 * l.beta + c.gamma * 2),
+              1e-9);
   // Beyond the last entry: in proportion to rho - 1 (3 per core: twice the stretch added at 2).
-  EXPECT_NEAR(predict(c, l, six, Algorithm::ring, n), 10 * l.alpha + 5.0 / 6 * n * (2 * 4.0 * l.beta + c.gamma * 3), 1e-9);
+  EXPECT_NEAR(predict(c, l, six, Algorithm::ring, n), 10 * l.alpha + 5.0 / 6 * n * (2 * 4.0 * l.beta + c.gamma * 3),
+              1e-9);
 }
 
 TEST(Model, SharedMemoryInterpolatesPerSize) {
@@ -215,9 +220,9 @@ TEST(Model, LinkBetaPerMessageSize) {
   Link l = c.links.at("wire");
   EXPECT_DOUBLE_EQ(l.beta_at(4096), l.beta);  // nothing per size: beta everywhere
   l.beta_by_size = {{2048, 2e-9}, {131072, 8e-9}};
-  EXPECT_DOUBLE_EQ(l.beta_at(1024), 2e-9);          // flat beyond the ends
+  EXPECT_DOUBLE_EQ(l.beta_at(1024), 2e-9);  // flat beyond the ends
   EXPECT_DOUBLE_EQ(l.beta_at(1 << 20), 8e-9);
-  EXPECT_NEAR(l.beta_at(16384), 5e-9, 1e-18);       // halfway in log size
+  EXPECT_NEAR(l.beta_at(16384), 5e-9, 1e-18);  // halfway in log size
   // 2 ranks: the ring's steps move N/2 from each rank, recursive doubling's exchange N.
   const Topology two{2, 1};
   EXPECT_NEAR(predict(c, l, two, Algorithm::ring, 32768), 2 * l.alpha + 16384 * 2 * 5e-9, 1e-15);
@@ -245,7 +250,8 @@ TEST(Model, OldCalibrationWithOneLinkBetaLoads) {
   EXPECT_DOUBLE_EQ(l.beta_at(64 << 20), 6.6e-10);
   const Link single{1.2e-05, 6.6e-10, true, {{1, 1.2e-05}, {2, 5.1e-05}}, 1.0, {}, {}};
   for (double n : {4096.0, 1048576.0}) {
-    EXPECT_DOUBLE_EQ(predict(c, l, Topology{2, 1}, Algorithm::ring, n), predict(c, single, Topology{2, 1}, Algorithm::ring, n));
+    EXPECT_DOUBLE_EQ(predict(c, l, Topology{2, 1}, Algorithm::ring, n),
+                     predict(c, single, Topology{2, 1}, Algorithm::ring, n));
   }
   std::remove(path.c_str());
 }
@@ -321,9 +327,9 @@ TEST(Model, CalibratePredictValidateEndToEnd) {
   const std::string dir = ::testing::TempDir();
   const std::string cal = dir + "tandem_model_e2e.json", sweep = dir + "tandem_model_e2e_sweep.json";
   std::remove(cal.c_str());
-  auto r = testing::run(tandem + " launch -n 2 --timeout 120 -- " + tandem +
-                            " model calibrate -o " + cal + " --sizes 4K,64K,1M -n 3",
-                        150);
+  auto r = testing::run(
+      tandem + " launch -n 2 --timeout 120 -- " + tandem + " model calibrate -o " + cal + " --sizes 4K,64K,1M -n 3",
+      150);
   ASSERT_EQ(r.status, 0) << r.text;
   const Calibration c = load_calibration(cal);
   EXPECT_GT(c.gamma, 0);
@@ -332,21 +338,20 @@ TEST(Model, CalibratePredictValidateEndToEnd) {
   EXPECT_EQ(c.shm.step.size(), 1u);  // the 2-rank step and 1 MiB allgather
   EXPECT_EQ(c.shm.copy.size(), 1u);
   // The step alone at another rank count adds an entry and keeps the rest.
-  r = testing::run(tandem + " launch -n 3 --timeout 120 -- " + tandem + " model calibrate -o " + cal + " --step-only", 150);
+  r = testing::run(tandem + " launch -n 3 --timeout 120 -- " + tandem + " model calibrate -o " + cal + " --step-only",
+                   150);
   ASSERT_EQ(r.status, 0) << r.text;
   const Calibration stepped = load_calibration(cal);
   EXPECT_EQ(stepped.shm.step.size(), 2u) << r.text;
   EXPECT_EQ(stepped.shm.copy.size(), 2u) << r.text;
   EXPECT_EQ(stepped.shm.beta, c.shm.beta);
-  r = testing::run(tandem + " launch -n 2 --timeout 120 -- " + tandem + " model calibrate -o " + cal +
-                       " --step-only --link nowhere",
-                   150);
+  r = testing::run(
+      tandem + " launch -n 2 --timeout 120 -- " + tandem + " model calibrate -o " + cal + " --step-only --link nowhere",
+      150);
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.text.find("no link 'nowhere'"), std::string::npos) << r.text;
 
-  r = testing::run(tandem + " model predict -c " + cal +
-                       " --link 100:5 -t 8x8 -t 64x8 --sizes 1M,256M",
-                   30);
+  r = testing::run(tandem + " model predict -c " + cal + " --link 100:5 -t 8x8 -t 64x8 --sizes 1M,256M", 30);
   ASSERT_NE(r.text.find("hierarchical"), std::string::npos) << r.text;
   ASSERT_NE(r.text.find("64 host(s) x 8 rank(s)"), std::string::npos) << r.text;
 

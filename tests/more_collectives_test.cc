@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "multiprocess.h"
-#include "tandem/bench/buffers.h"
 #include "shm_timed_path.h"
+#include "tandem/bench/buffers.h"
 #include "tandem/tandem.h"
 #include "typed_values.h"
 
@@ -54,7 +54,9 @@ struct Draw {
     return c;
   }
   template <class T, size_t N>
-  T pick(const T (&options)[N]) { return options[rng() % N]; }
+  T pick(const T (&options)[N]) {
+    return options[rng() % N];
+  }
 };
 
 void alltoallv_case(Communicator& comm, Draw& d, DataType t, bool equal) {
@@ -71,7 +73,8 @@ void alltoallv_case(Communicator& comm, Draw& d, DataType t, bool equal) {
   const size_t out_count = std::accumulate(recv.counts.begin(), recv.counts.end(), size_t(0));
   Bytes in(in_count * es + 1), out(out_count * es + 1, char(0xab));
   for (int q = 0; q < n; ++q) {
-    for (size_t j = 0; j < send.counts[size_t(q)]; ++j) put(t, in.data(), send.displs[size_t(q)] + j, addressed_value(r, q, j));
+    for (size_t j = 0; j < send.counts[size_t(q)]; ++j)
+      put(t, in.data(), send.displs[size_t(q)] + j, addressed_value(r, q, j));
   }
   const bool inplace = equal && d.rng() % 2 == 0;
   if (inplace) {
@@ -139,7 +142,8 @@ void gather_scatter_case(Communicator& comm, Draw& d, DataType t) {
   Bytes src(all * es + 1), dst(mine * es + 1, char(0xab));
   if (r == root) {
     for (int p = 0; p < n; ++p) {
-      for (size_t j = 0; j < counts[size_t(p)]; ++j) put(t, src.data(), b.displs[size_t(p)] + j, addressed_value(root, p, j));
+      for (size_t j = 0; j < counts[size_t(p)]; ++j)
+        put(t, src.data(), b.displs[size_t(p)] + j, addressed_value(root, p, j));
     }
   }
   if (variable) {
@@ -246,8 +250,8 @@ void checked_alltoall(Communicator& comm, DataType t, const std::vector<std::vec
   for (int p = 0; p < n; ++p) {
     for (size_t j = 0; j < recv.counts[size_t(p)]; ++j) {
       if (get(t, out, recv.displs[size_t(p)] + j) != addressed_value(p, r, j)) {
-        ADD_FAILURE() << what << " " << to_string(t) << " count " << count << ": block from rank " << p
-                      << " element " << j << " is " << get(t, out, recv.displs[size_t(p)] + j);
+        ADD_FAILURE() << what << " " << to_string(t) << " count " << count << ": block from rank " << p << " element "
+                      << j << " is " << get(t, out, recv.displs[size_t(p)] + j);
         return;
       }
     }
@@ -340,11 +344,11 @@ TEST(Alltoall, TimedPathVerdict) {
     t.staged_ns = staged_ns, t.cross_memory_ns = cma_ns, t.staged_wins = staged_wins, t.cross_memory_wins = cma_wins;
     return t;
   };
-  EXPECT_TRUE(ring::staged_won(trials(100, 90, 2, 1), std::nullopt));   // pairs decide, not totals
+  EXPECT_TRUE(ring::staged_won(trials(100, 90, 2, 1), std::nullopt));  // pairs decide, not totals
   EXPECT_FALSE(ring::staged_won(trials(90, 100, 1, 2), std::nullopt));
-  EXPECT_TRUE(ring::staged_won(trials(90, 100, 1, 1), std::nullopt));   // a tie: the lower total
+  EXPECT_TRUE(ring::staged_won(trials(90, 100, 1, 1), std::nullopt));  // a tie: the lower total
   EXPECT_FALSE(ring::staged_won(trials(100, 90, 1, 1), std::nullopt));
-  EXPECT_TRUE(ring::staged_won(trials(0, 0, 0, 0), std::nullopt));      // neither timed: staged
+  EXPECT_TRUE(ring::staged_won(trials(0, 0, 0, 0), std::nullopt));  // neither timed: staged
   // Against cross-memory attach as the cold path, staging must win the pairs and be clearly faster.
   EXPECT_FALSE(ring::staged_won(trials(96, 100, 2, 1), Offer::cross_memory));  // 4 % faster: not enough
   EXPECT_FALSE(ring::staged_won(trials(90, 100, 2, 1), Offer::cross_memory));  // 0.9 exactly: not under it
@@ -361,8 +365,8 @@ TEST(Alltoall, EverySharedMemoryPath) {
   for (int n : {2, 3, 4}) {
     for (int path : {0, 1, 2}) {
       const bool shm = path != 2, cma = path == 1;
-      SCOPED_TRACE(std::to_string(n) + (shm ? cma ? " ranks, cross-memory attach" : " ranks, shared memory on"
-                                            : " ranks, UCX only"));
+      SCOPED_TRACE(std::to_string(n) +
+                   (shm ? cma ? " ranks, cross-memory attach" : " ranks, shared memory on" : " ranks, UCX only"));
       RankGroup group(n, [shm, cma](const CommOptions& o) { return alltoall_paths(o, shm, cma); });
       group.expect_success(240s);
     }
@@ -445,23 +449,24 @@ long with_shifted_output(char* buffer, Call call) {
   return wrong;
 }
 
-
 // The output a few elements off the input: it would be written before all
 // of the input was read. The reduce and the broadcast: on the root.
 TEST(Overlap, OutputShiftedFromTheInput) {
   expect_overlaps_handled([](Communicator& comm, size_t count, char* buffer) {
     const int n = comm.size(), root = n - 1;
     const bool is_root = comm.rank() == root;
-    return with_shifted_output(buffer, [&](float* in, float* out) {
-             fill_summands(comm, in, count);
-             comm.allreduce(in, out, count, DataType::f32, ReduceOp::sum);
-             return count_wrong(ReduceOp::sum, DataType::f32, n, out, count);
-           }) +
-           with_shifted_output(buffer, [&](float* in, float* out) {
-             fill_summands(comm, in, count);
-             comm.reduce(in, is_root ? out : nullptr, count, DataType::f32, ReduceOp::sum, root);
-             return is_root ? count_wrong(ReduceOp::sum, DataType::f32, n, out, count) : 0;
-           }) +
+    return with_shifted_output(buffer,
+                               [&](float* in, float* out) {
+                                 fill_summands(comm, in, count);
+                                 comm.allreduce(in, out, count, DataType::f32, ReduceOp::sum);
+                                 return count_wrong(ReduceOp::sum, DataType::f32, n, out, count);
+                               }) +
+           with_shifted_output(buffer,
+                               [&](float* in, float* out) {
+                                 fill_summands(comm, in, count);
+                                 comm.reduce(in, is_root ? out : nullptr, count, DataType::f32, ReduceOp::sum, root);
+                                 return is_root ? count_wrong(ReduceOp::sum, DataType::f32, n, out, count) : 0;
+                               }) +
            with_shifted_output(buffer, [&](float* in, float* out) {
              if (is_root) fill_moved(DataType::f32, in, root, count);
              float* target = is_root ? out : in;
@@ -670,24 +675,27 @@ TEST(PointToPoint, SizeMismatchIsNamed) {
 TEST(PointToPoint, DeadSenderIsNamed) {
   CommOptions base;
   base.heartbeat = std::chrono::milliseconds(500);
-  RankGroup group(2, [](const CommOptions& o) {
-    auto comm = ring::connect(o, {});
-    comm->barrier();
-    if (comm->rank() == 1) {
-      std::this_thread::sleep_for(200ms);
-      raise(SIGKILL);
-    }
-    float x = 0;
-    const auto start = Clock::now();
-    try {
-      comm->recv(&x, 1, DataType::f32, 1);
-      ADD_FAILURE() << "a receive from a dead rank succeeded";
-    } catch (const PeerFailure& e) {
-      EXPECT_EQ(e.rank(), 1) << e.what();
-      EXPECT_LT(Clock::now() - start, 5s) << "named within the heartbeat bound";
-    }
-    return 0;
-  }, base);
+  RankGroup group(
+      2,
+      [](const CommOptions& o) {
+        auto comm = ring::connect(o, {});
+        comm->barrier();
+        if (comm->rank() == 1) {
+          std::this_thread::sleep_for(200ms);
+          raise(SIGKILL);
+        }
+        float x = 0;
+        const auto start = Clock::now();
+        try {
+          comm->recv(&x, 1, DataType::f32, 1);
+          ADD_FAILURE() << "a receive from a dead rank succeeded";
+        } catch (const PeerFailure& e) {
+          EXPECT_EQ(e.rank(), 1) << e.what();
+          EXPECT_LT(Clock::now() - start, 5s) << "named within the heartbeat bound";
+        }
+        return 0;
+      },
+      base);
   auto codes = group.wait(60s);
   EXPECT_EQ(codes[0], 0);
 }
@@ -697,22 +705,25 @@ TEST(PointToPoint, DeadSenderIsNamed) {
 TEST(Collectives, StoppedRankInAlltoallIsNamed) {
   CommOptions base;
   base.heartbeat = std::chrono::milliseconds(500);
-  RankGroup group(3, [](const CommOptions& o) {
-    auto comm = ring::connect(o, {});
-    comm->barrier();
-    if (comm->rank() == 2) raise(SIGSTOP);
-    std::vector<float> in(3 << 16), out(3 << 16);
-    const auto start = Clock::now();
-    try {
-      comm->alltoall(in.data(), out.data(), 1 << 16, DataType::f32);
-      ADD_FAILURE() << "an all-to-all with a stopped rank succeeded";
-    } catch (const PeerFailure& e) {
-      EXPECT_EQ(e.rank(), 2) << e.what();
-      EXPECT_NE(std::string(e.what()).find("alltoall"), std::string::npos) << e.what();
-      EXPECT_LT(Clock::now() - start, 1500ms + 1s) << "named within three heartbeats (and a poll)";
-    }
-    return 0;
-  }, base);
+  RankGroup group(
+      3,
+      [](const CommOptions& o) {
+        auto comm = ring::connect(o, {});
+        comm->barrier();
+        if (comm->rank() == 2) raise(SIGSTOP);
+        std::vector<float> in(3 << 16), out(3 << 16);
+        const auto start = Clock::now();
+        try {
+          comm->alltoall(in.data(), out.data(), 1 << 16, DataType::f32);
+          ADD_FAILURE() << "an all-to-all with a stopped rank succeeded";
+        } catch (const PeerFailure& e) {
+          EXPECT_EQ(e.rank(), 2) << e.what();
+          EXPECT_NE(std::string(e.what()).find("alltoall"), std::string::npos) << e.what();
+          EXPECT_LT(Clock::now() - start, 1500ms + 1s) << "named within three heartbeats (and a poll)";
+        }
+        return 0;
+      },
+      base);
   auto codes = group.wait_for_all_but(2, 60s);
   EXPECT_EQ(codes[0], 0);
   EXPECT_EQ(codes[1], 0);

@@ -1,5 +1,7 @@
 // Interface selection without root or a network: the override parser, subnet
 // arithmetic, and the plan/decide steps over made-up hosts.
+#include "tandem/netif.h"
+
 #include <gtest/gtest.h>
 
 #include <map>
@@ -7,7 +9,6 @@
 #include "netif/netif_select.h"
 #include "tandem/bootstrap.h"
 #include "tandem/errors.h"
-#include "tandem/netif.h"
 
 namespace tandem {
 namespace {
@@ -285,8 +286,11 @@ EnvLookup env_of(std::map<std::string, std::string> vars) {
 
 TEST(NetifEnv, OverrideAndHostStoreAreReadOnce) {
   std::map<std::string, std::string> base = {
-      {"TANDEM_RANK", "0"}, {"TANDEM_WORLD_SIZE", "3"}, {"TANDEM_LOCAL_WORLD_SIZE", "1"},
-      {"TANDEM_LOCAL_RANK", "0"}, {"TANDEM_STORE_ADDR", "10.71.1.1:29500"},
+      {"TANDEM_RANK", "0"},
+      {"TANDEM_WORLD_SIZE", "3"},
+      {"TANDEM_LOCAL_WORLD_SIZE", "1"},
+      {"TANDEM_LOCAL_RANK", "0"},
+      {"TANDEM_STORE_ADDR", "10.71.1.1:29500"},
       {"TANDEM_SECRET", std::string(64, 's')}};  // a store beyond loopback needs one
   auto o = options_from_env(env_of(base));
   EXPECT_EQ(o.network_interface, "");

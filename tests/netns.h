@@ -59,7 +59,8 @@ inline std::string netns_unavailable() {
   if (shell("ip netns list").code != 0) return "`ip netns` is unavailable (install iproute2)";
   if (shell("command -v unshare").code != 0) return "`unshare` (util-linux) is unavailable";
   const std::string probe = "tdm" + std::to_string(::getpid()) + "probe";
-  if (shell("ip netns add " + probe).code != 0) return "cannot create a network namespace here (container without CAP_SYS_ADMIN?)";
+  if (shell("ip netns add " + probe).code != 0)
+    return "cannot create a network namespace here (container without CAP_SYS_ADMIN?)";
   shell("ip netns del " + probe);
   return "";
 }
@@ -182,7 +183,8 @@ class NetnsLab {
     const auto start = std::chrono::steady_clock::now();
     for (size_t i = 0; i < host_of.size(); ++i) {
       const int h = host_of[i];
-      files.push_back(::testing::TempDir() + base() + "_run" + std::to_string(runs_) + "_" + std::to_string(i) + ".out");
+      files.push_back(::testing::TempDir() + base() + "_run" + std::to_string(runs_) + "_" + std::to_string(i) +
+                      ".out");
       const std::string cmd = "exec ip netns exec " + ns(h) + " unshare --uts sh -c 'hostname " + hostname(h) +
                               " && exec env " + env[i] + " " + commands[i] + "' > " + files.back() + " 2>&1";
       std::fflush(stdout);

@@ -4,6 +4,8 @@
 // `tandem netif` and `tandem bench` in their namespaces; rank 0 hosts the
 // store on its fast address (TANDEM_HOST_STORE=1). UCX_TLS=tcp,self keeps
 // UCX's shared memory out, so data really crosses the veth links.
+#include "netns.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -12,16 +14,14 @@
 #include <string>
 #include <vector>
 
-#include "netns.h"
-
 namespace {
 
-using tandem::testing::NetnsLab;
 using nlohmann::json;
+using tandem::testing::NetnsLab;
 
 const std::vector<std::string> kHosts = {"node-a", "node-b", "node-c"};
-const std::vector<std::string> kFast = {"eth0", "ens5", "enp3s0"};    // 10.71.1.0/24, unlimited veth
-const std::vector<std::string> kSlow = {"eth1", "ens6", "enp4s0"};    // 10.71.2.0/24, tbf
+const std::vector<std::string> kFast = {"eth0", "ens5", "enp3s0"};  // 10.71.1.0/24, unlimited veth
+const std::vector<std::string> kSlow = {"eth1", "ens6", "enp4s0"};  // 10.71.2.0/24, tbf
 constexpr const char* kSlowRate = "200mbit";
 constexpr double kSlowRateGBps = 200e6 / 8 / 1e9;  // 0.025 GB/s
 constexpr auto kGuard = std::chrono::seconds(60);
@@ -59,8 +59,8 @@ class NetnsTest : public ::testing::Test {
     for (int h = 0; h < 3; ++h) {
       out.push_back("TANDEM_RANK=" + std::to_string(h) +
                     " TANDEM_WORLD_SIZE=3 TANDEM_LOCAL_RANK=0 TANDEM_LOCAL_WORLD_SIZE=1 TANDEM_STORE_ADDR=" + store +
-                    " TANDEM_HOST_STORE=1 TANDEM_SECRET=" + std::string(64, 'n') + " TANDEM_CONNECT_TIMEOUT_MS=20000 TANDEM_TIMEOUT_MS=30000 UCX_TLS=tcp,self " +
-                    extra);
+                    " TANDEM_HOST_STORE=1 TANDEM_SECRET=" + std::string(64, 'n') +
+                    " TANDEM_CONNECT_TIMEOUT_MS=20000 TANDEM_TIMEOUT_MS=30000 UCX_TLS=tcp,self " + extra);
     }
     return out;
   }
@@ -145,8 +145,8 @@ TEST_F(NetnsTest, AllreduceAcrossNamespacesIsCorrectAndUsesTheFastLink) {
     fast_before.push_back(lab_->tx_bytes(h, kFast[h]));
     slow_before.push_back(lab_->tx_bytes(h, kSlow[h]));
   }
-  auto ranks = lab_->run(env(), same(tandem_bin() + " bench allreduce -b 1K -e 8M -f 16 -n 3 -w 1 -c 1 --format json"),
-                         kGuard);
+  auto ranks =
+      lab_->run(env(), same(tandem_bin() + " bench allreduce -b 1K -e 8M -f 16 -n 3 -w 1 -c 1 --format json"), kGuard);
   for (int h = 0; h < 3; ++h) ASSERT_EQ(ranks[h].code, 0) << kHosts[h] << ":\n" << ranks[h].output;
   auto rows = bench_rows(ranks[0].output);
   ASSERT_EQ(rows.size(), 8u) << ranks[0].output;  // 1K, 16K, 256K, 4M x out-of-place/in-place
@@ -173,8 +173,8 @@ TEST_F(NetnsTest, OverrideForcingTheSlowLinkIsHonouredAndBusbwTracksItsRate) {
   }
   // The per-host form: each host names its own slow interface.
   const std::string ovr = "TANDEM_NETWORK_INTERFACE=\"node-a:eth1;node-b:ens6;node-c:enp4s0\"";
-  auto ranks = lab_->run(env(ovr), same(tandem_bin() + " bench allreduce -b 8M -e 8M -n 3 -w 1 -c 1 --format json"),
-                         kGuard);
+  auto ranks =
+      lab_->run(env(ovr), same(tandem_bin() + " bench allreduce -b 8M -e 8M -n 3 -w 1 -c 1 --format json"), kGuard);
   for (int h = 0; h < 3; ++h) ASSERT_EQ(ranks[h].code, 0) << kHosts[h] << ":\n" << ranks[h].output;
   auto rows = bench_rows(ranks[0].output);
   ASSERT_EQ(rows.size(), 2u) << ranks[0].output;

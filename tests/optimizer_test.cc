@@ -1,6 +1,8 @@
 // The trainer's optimizers: update_rows over row blocks, in any order, equals
 // LibTorch's optimizer.step() bitwise for SGD (momentum, Nesterov, weight
 // decay), Adam and AdamW over several steps; learning_rate_at's closed forms.
+#include "optimizer.h"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -9,7 +11,6 @@
 #include <random>
 
 #include "config.h"
-#include "optimizer.h"
 
 namespace tandem::trainer {
 namespace {
@@ -20,7 +21,8 @@ ExperimentConfig config_of(const std::string& yaml_hyperparameters) {
 }
 
 bool bitwise_equal(const torch::Tensor& a, const torch::Tensor& b) {
-  return a.sizes() == b.sizes() && std::memcmp(a.data_ptr<float>(), b.data_ptr<float>(), a.numel() * sizeof(float)) == 0;
+  return a.sizes() == b.sizes() &&
+         std::memcmp(a.data_ptr<float>(), b.data_ptr<float>(), a.numel() * sizeof(float)) == 0;
 }
 
 // Trains two copies of the same parameters with the same gradients: one with optimizer.step(),

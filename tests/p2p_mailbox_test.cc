@@ -89,7 +89,8 @@ int random_messages(const CommOptions& o, bool shm) {
     auto post_receives = [&] {
       for (size_t i = 0; i < order.size(); ++i) {
         in[i].assign(order[i]->bytes, 0xee);
-        requests.push_back(comm->recv_async(in[i].data(), order[i]->bytes, DataType::u8, order[i]->from, order[i]->tag));
+        requests.push_back(
+            comm->recv_async(in[i].data(), order[i]->bytes, DataType::u8, order[i]->from, order[i]->tag));
       }
     };
     if (receives_first) post_receives();
@@ -126,7 +127,8 @@ int blocking_calls(const CommOptions& o, bool shm) {
       ops.push_back({P2POp::recv, in[size_t(p)].data(), bytes, DataType::u8, p, 5});
     }
     comm->group(ops);
-    for (int p = 0; p < n; ++p) EXPECT_TRUE(in[size_t(p)] == message(p, uint64_t(r), bytes)) << bytes << " B from " << p;
+    for (int p = 0; p < n; ++p)
+      EXPECT_TRUE(in[size_t(p)] == message(p, uint64_t(r), bytes)) << bytes << " B from " << p;
   }
   // Any source, large: the returned source says whose bytes arrived.
   const size_t large = 300001;

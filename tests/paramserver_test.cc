@@ -1,6 +1,8 @@
 // Parameter server across real processes: the last S ranks serve, the others
 // push and pull. Values are integers in floats, so sums are exact and compared
 // bitwise with the closed form (what an all-reduce of the same pushes gives).
+#include "tandem/paramserver.h"
+
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -13,7 +15,6 @@
 
 #include "command.h"
 #include "multiprocess.h"
-#include "tandem/paramserver.h"
 #include "routed_sync.h"
 #include "tandem/tandem.h"
 
@@ -24,9 +25,8 @@ using namespace std::chrono_literals;
 
 // Runs W workers and S servers; worker_body(comm, worker index) returns the exit code.
 // A server may end with the error `server_error` (a rejected declaration).
-void run_job(int workers, int servers, ps::Options options,
-             const std::function<int(Communicator&, int)>& worker_body, std::chrono::seconds guard = 90s,
-             const std::string& server_error = "") {
+void run_job(int workers, int servers, ps::Options options, const std::function<int(Communicator&, int)>& worker_body,
+             std::chrono::seconds guard = 90s, const std::string& server_error = "") {
   EXPECT_EQ(options.servers, servers) << "the workers' options must name the same servers";
   RankGroup group(workers + servers, [&](const CommOptions& o) {
     auto comm = ring::connect(o, {});
@@ -81,7 +81,8 @@ TEST(ParamServer, SynchronousDenseEqualsAllreduceSum) {
         EXPECT_EQ(client.pull("wide", got_wide.data(), 500, DataType::f64), step);
         for (size_t i = 0; i < got.size(); ++i) {
           if (got[i] != dense_sum(workers, step, i)) {
-            ADD_FAILURE() << "big[" << i << "] = " << got[i] << " at step " << step << ", expected " << dense_sum(workers, step, i);
+            ADD_FAILURE() << "big[" << i << "] = " << got[i] << " at step " << step << ", expected "
+                          << dense_sum(workers, step, i);
             return 1;
           }
         }
@@ -147,7 +148,8 @@ TEST(ParamServer, SparseOverlappingRowsSum) {
       }
       std::vector<float> dense(1000 * 8, -1.0f);
       EXPECT_EQ(client.pull("emb", dense.data(), dense.size(), DataType::f32), step);
-      EXPECT_EQ(std::memcmp(dense.data(), expected.data(), dense.size() * sizeof(float)), 0) << "dense pull, step " << step;
+      EXPECT_EQ(std::memcmp(dense.data(), expected.data(), dense.size() * sizeof(float)), 0)
+          << "dense pull, step " << step;
       // pull_touched: exactly the rows some worker pushed this step, with their sums.
       std::vector<int64_t> touched;
       std::vector<std::byte> touched_rows;
@@ -157,8 +159,10 @@ TEST(ParamServer, SparseOverlappingRowsSum) {
         ADD_FAILURE() << touched_rows.size() << " bytes for " << touched.size() << " rows";
         return 1;
       }
-      for (size_t i = 0; i < touched.size(); ++i) std::memcpy(&rebuilt[size_t(touched[i]) * 8], &touched_rows[i * 32], 32);
-      EXPECT_EQ(std::memcmp(rebuilt.data(), expected.data(), rebuilt.size() * sizeof(float)), 0) << "pull_touched, step " << step;
+      for (size_t i = 0; i < touched.size(); ++i)
+        std::memcpy(&rebuilt[size_t(touched[i]) * 8], &touched_rows[i * 32], 32);
+      EXPECT_EQ(std::memcmp(rebuilt.data(), expected.data(), rebuilt.size() * sizeof(float)), 0)
+          << "pull_touched, step " << step;
       std::set<int64_t> all;
       for (int v = 0; v < workers; ++v)
         for (int64_t id : rows_of(v, step)) all.insert(id);
@@ -187,26 +191,29 @@ TEST(ParamServer, BoundedStalenessNeverExceedsItsBound) {
   const int workers = 3, staleness = 2, steps = 12;
   ps::Options options;
   options.staleness = staleness;
-  run_job(workers, 1, options, [&](Communicator& comm, int w) {
-    ps::Client client(comm, {{"k", 64}}, options);
-    int ahead = 0;
-    for (uint64_t t = 1; t <= steps; ++t) {
-      std::vector<float> v(64, float((w + 1) * int(t)));
-      client.push("k", v.data(), v.size(), DataType::f32);
-      std::this_thread::sleep_for(std::chrono::milliseconds(w * 15));  // worker 2 is the slowest
-      std::vector<float> got(64, -1);
-      const uint64_t a = client.pull("k", got.data(), got.size(), DataType::f32);
-      EXPECT_GE(a + staleness, t) << "worker " << w << " read step " << a << " at its step " << t;
-      EXPECT_LE(a, t);
-      if (a < t) ++ahead;
-      const float sum = float(a) * workers * (workers + 1) / 2;
-      for (float x : got) EXPECT_EQ(x, sum) << "value of applied step " << a;
-    }
-    if (w == 0) {
-      EXPECT_GT(ahead, 0) << "the fastest worker never ran ahead";
-    }
-    return 0;
-  }, 120s);
+  run_job(
+      workers, 1, options,
+      [&](Communicator& comm, int w) {
+        ps::Client client(comm, {{"k", 64}}, options);
+        int ahead = 0;
+        for (uint64_t t = 1; t <= steps; ++t) {
+          std::vector<float> v(64, float((w + 1) * int(t)));
+          client.push("k", v.data(), v.size(), DataType::f32);
+          std::this_thread::sleep_for(std::chrono::milliseconds(w * 15));  // worker 2 is the slowest
+          std::vector<float> got(64, -1);
+          const uint64_t a = client.pull("k", got.data(), got.size(), DataType::f32);
+          EXPECT_GE(a + staleness, t) << "worker " << w << " read step " << a << " at its step " << t;
+          EXPECT_LE(a, t);
+          if (a < t) ++ahead;
+          const float sum = float(a) * workers * (workers + 1) / 2;
+          for (float x : got) EXPECT_EQ(x, sum) << "value of applied step " << a;
+        }
+        if (w == 0) {
+          EXPECT_GT(ahead, 0) << "the fastest worker never ran ahead";
+        }
+        return 0;
+      },
+      120s);
 }
 
 // Undeclared key, wrong size, wrong dtype, bad row id, workers that disagree.
@@ -236,17 +243,21 @@ TEST(ParamServer, ClearErrors) {
     client.push("weights", data.data(), 40, DataType::f32);  // still usable
     return 0;
   });
-  run_job(2, 1, options, [&](Communicator& comm, int w) {
-    try {
-      ps::Client client(comm, {{"weights", 10, w == 0 ? size_t(4) : size_t(5)}}, options);
-      ADD_FAILURE() << "workers declared different keys without an error";
-    } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find("worker 0 has key 'weights': 10 x 4 f32, sum, worker 1 has key 'weights': 10 x 5 f32, sum"),
-                std::string::npos)
-          << e.what();
-    }
-    return 0;
-  }, 90s, "workers declare different keys");
+  run_job(
+      2, 1, options,
+      [&](Communicator& comm, int w) {
+        try {
+          ps::Client client(comm, {{"weights", 10, w == 0 ? size_t(4) : size_t(5)}}, options);
+          ADD_FAILURE() << "workers declared different keys without an error";
+        } catch (const InvalidArgument& e) {
+          EXPECT_NE(std::string(e.what()).find(
+                        "worker 0 has key 'weights': 10 x 4 f32, sum, worker 1 has key 'weights': 10 x 5 f32, sum"),
+                    std::string::npos)
+              << e.what();
+        }
+        return 0;
+      },
+      90s, "workers declare different keys");
 }
 
 // A server killed mid-step: every worker fails with PeerFailure naming it within 10 s.
@@ -290,7 +301,8 @@ TEST(ParamServer, KilledServerIsNamedWithinTenSeconds) {
   auto codes = group.wait(60s);
   EXPECT_LT(Clock::now() - killed_at, 10s);
   EXPECT_EQ(codes[kVictim], 128 + SIGKILL);
-  for (int r = 0; r < kWorkers; ++r) EXPECT_EQ(codes[r], kNamed + kVictim) << "worker " << r << " did not name server rank " << kVictim;
+  for (int r = 0; r < kWorkers; ++r)
+    EXPECT_EQ(codes[r], kNamed + kVictim) << "worker " << r << " did not name server rank " << kVictim;
   // The other server is left waiting on its workers: it fails too, naming someone, or is still serving.
   EXPECT_NE(codes[kVictim - 1], 0);
 }
@@ -383,9 +395,8 @@ TEST(ParamServer, RoutedSyncReducesBothRoutesInOneStep) {
 TEST(ParamServer, LaunchWithServersRunsTheBench) {
   const std::string bin = env("TANDEM_BIN");
   if (bin.empty()) GTEST_SKIP() << "TANDEM_BIN is not set (run under ctest)";
-  const auto out = run(bin + " launch -n 2 --servers 2 -- " + bin +
-                           " bench ps -b 64K -e 1M -n 2 --rows 20000 --cols 16 --steps 2",
-                       120);
+  const auto out = run(
+      bin + " launch -n 2 --servers 2 -- " + bin + " bench ps -b 64K -e 1M -n 2 --rows 20000 --cols 16 --steps 2", 120);
   EXPECT_EQ(out.status, 0) << out.text;
   EXPECT_NE(out.text.find("2 workers, 2 server(s)"), std::string::npos) << out.text;
   EXPECT_NE(out.text.find("sparse"), std::string::npos) << out.text;
@@ -400,9 +411,10 @@ TEST(ParamServer, BenchUnderMpirunWithTandemServers) {
   if (std::system("command -v mpirun >/dev/null 2>&1") != 0) {
     GTEST_SKIP() << "mpirun not found: install openmpi-bin to run this test";
   }
-  const auto out = run("mpirun --allow-run-as-root --oversubscribe --mca oob_tcp_if_include lo -n 3 -x TANDEM_SERVERS=1 " +
-                           bin + " bench ps -b 64K -e 256K -n 2 --rows 10000 --cols 16 --steps 2 --format json",
-                       120);
+  const auto out =
+      run("mpirun --allow-run-as-root --oversubscribe --mca oob_tcp_if_include lo -n 3 -x TANDEM_SERVERS=1 " + bin +
+              " bench ps -b 64K -e 256K -n 2 --rows 10000 --cols 16 --steps 2 --format json",
+          120);
   EXPECT_EQ(out.status, 0) << out.text;
   EXPECT_NE(out.text.find("\"servers\": 1"), std::string::npos) << out.text;
   EXPECT_NE(out.text.find("\"workers\": 2"), std::string::npos) << out.text;

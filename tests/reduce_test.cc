@@ -9,6 +9,8 @@
 //      80-bit reference can be off by one ulp through double rounding.)
 // Plus the f16/bf16 conversions (exhaustive over all 65536 patterns), scale_avg
 // rounding, integer wraparound, NaN/inf/-0 semantics and the public dispatcher.
+#include "tandem/reduce.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,10 +23,9 @@
 #include <tuple>
 #include <vector>
 
+#include "tandem/errors.h"
 #include "tandem/reduce/functors.h"
 #include "tandem/reduce/kernels.h"
-#include "tandem/errors.h"
-#include "tandem/reduce.h"
 #include "tandem/types.h"
 
 namespace tandem {
@@ -127,7 +128,9 @@ struct IntNum {
   static constexpr DataType dtype = D;
   static constexpr bool is_float = false;
   static constexpr int width = 8 * sizeof(I);
-  static uint64_t bits(I x) { return static_cast<uint64_t>(x) & (width == 64 ? ~uint64_t{0} : (uint64_t{1} << width) - 1); }
+  static uint64_t bits(I x) {
+    return static_cast<uint64_t>(x) & (width == 64 ? ~uint64_t{0} : (uint64_t{1} << width) - 1);
+  }
   static bool is_nan(I) { return false; }
 };
 template <>
@@ -236,7 +239,8 @@ std::string show(T x) {
     return std::to_string(+x);
   } else {
     char buf[64];
-    std::snprintf(buf, sizeof buf, "%.9Lg (0x%llx)", Num<T>::value(x), static_cast<unsigned long long>(Num<T>::bits(x)));
+    std::snprintf(buf, sizeof buf, "%.9Lg (0x%llx)", Num<T>::value(x),
+                  static_cast<unsigned long long>(Num<T>::bits(x)));
     return buf;
   }
 }
@@ -367,8 +371,9 @@ INSTANTIATE_TEST_SUITE_P(All, ScaleAvgMatrix,
 TEST(ScaleAvg, IntegersTruncateTowardZero) {
   for (Isa isa : supported_isas()) {
     SCOPED_TRACE(std::string(detail::to_string(isa)));
-    std::vector<int32_t> v = {7, -7, 8, -8, 1, -1, 0, std::numeric_limits<int32_t>::min(),
-                              std::numeric_limits<int32_t>::max(), -5, 5, -9, 9, -2, 2, 3, -3};
+    std::vector<int32_t> v = {
+        7, -7, 8, -8, 1, -1, 0, std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max(), -5,
+        5, -9, 9, -2, 2, 3,  -3};
     detail::kernel_table(isa).scale_avg(DataType::i32, v.data(), v.size(), 4);
     const std::vector<int32_t> want = {1, -1, 2, -2, 0, 0, 0, -536870912, 536870911, -1, 1, -2, 2, 0, 0, 0, 0};
     EXPECT_EQ(v, want);
@@ -604,17 +609,17 @@ TEST(Convert, F32ToF16SpecialValues) {
       {-1e10f, 0xFC00},
       {HUGE_VALF, 0x7C00},
       {-HUGE_VALF, 0xFC00},
-      {std::ldexp(1.0f, -24), 0x0001},         // smallest subnormal
-      {std::ldexp(1.0f, -25), 0x0000},         // tie with zero: even
+      {std::ldexp(1.0f, -24), 0x0001},  // smallest subnormal
+      {std::ldexp(1.0f, -25), 0x0000},  // tie with zero: even
       {std::ldexp(1.5f, -25), 0x0001},
-      {std::ldexp(3.0f, -25), 0x0002},         // tie 1.5 units: even (2)
-      {std::ldexp(1023.0f, -24), 0x03FF},      // largest subnormal
-      {std::ldexp(1.0f, -14), 0x0400},         // smallest normal
-      {std::ldexp(2047.0f, -25), 0x0400},      // tie: largest subnormal (odd) -> smallest normal
-      {1e-40f, 0x0000},                        // f32 subnormal
-      {float_of(0x7FC00000), 0x7E00},          // quiet NaN
-      {float_of(0x7F800001), 0x7E00},          // signalling NaN becomes quiet
-      {float_of(0xFFC02000), 0xFE01},          // payload and sign kept
+      {std::ldexp(3.0f, -25), 0x0002},     // tie 1.5 units: even (2)
+      {std::ldexp(1023.0f, -24), 0x03FF},  // largest subnormal
+      {std::ldexp(1.0f, -14), 0x0400},     // smallest normal
+      {std::ldexp(2047.0f, -25), 0x0400},  // tie: largest subnormal (odd) -> smallest normal
+      {1e-40f, 0x0000},                    // f32 subnormal
+      {float_of(0x7FC00000), 0x7E00},      // quiet NaN
+      {float_of(0x7F800001), 0x7E00},      // signalling NaN becomes quiet
+      {float_of(0xFFC02000), 0xFE01},      // payload and sign kept
   };
   for (Isa isa : supported_isas()) {
     for (const Case& c : cases) {
@@ -633,15 +638,13 @@ TEST(Convert, F32ToBf16SpecialValues) {
     uint16_t want;
   };
   const Case cases[] = {
-      {0x00000000, 0x0000}, {0x80000000, 0x8000}, {0x3F800000, 0x3F80},
-      {0x3F808000, 0x3F80},  // tie, even stays
-      {0x3F818000, 0x3F82},  // tie, odd rounds up
-      {0x3F808001, 0x3F81},  // just above the tie
-      {0x7F7FFFFF, 0x7F80},  // max f32 rounds to inf
-      {0x7F800000, 0x7F80}, {0xFF800000, 0xFF80},
-      {0x00000001, 0x0000},  // tiny subnormal rounds to zero
-      {0x00018000, 0x0002},  // subnormal tie, odd rounds up
-      {0x7FC00000, 0x7FC0}, {0x7F800001, 0x7FC0},  // signalling NaN becomes quiet
+      {0x00000000, 0x0000}, {0x80000000, 0x8000}, {0x3F800000, 0x3F80}, {0x3F808000, 0x3F80},  // tie, even stays
+      {0x3F818000, 0x3F82},                                                                    // tie, odd rounds up
+      {0x3F808001, 0x3F81},                                                                    // just above the tie
+      {0x7F7FFFFF, 0x7F80},                                                                    // max f32 rounds to inf
+      {0x7F800000, 0x7F80}, {0xFF800000, 0xFF80}, {0x00000001, 0x0000},  // tiny subnormal rounds to zero
+      {0x00018000, 0x0002},                                              // subnormal tie, odd rounds up
+      {0x7FC00000, 0x7FC0}, {0x7F800001, 0x7FC0},                        // signalling NaN becomes quiet
       {0xFFFF0000, 0xFFFF},  // NaN whose low bits would carry: no overflow into sign
   };
   for (Isa isa : supported_isas()) {
@@ -774,10 +777,9 @@ TEST(Types, NamesRoundTrip) {
 
 TEST(Types, ParsesAliases) {
   const std::pair<const char*, DataType> aliases[] = {
-      {"float", DataType::f32},     {"float32", DataType::f32}, {"double", DataType::f64}, {"float64", DataType::f64},
-      {"half", DataType::f16},      {"float16", DataType::f16}, {"bfloat16", DataType::bf16},
-      {"int", DataType::i32},       {"int32", DataType::i32},   {"int64", DataType::i64},  {"uint8", DataType::u8},
-      {"FLOAT", DataType::f32},
+      {"float", DataType::f32}, {"float32", DataType::f32}, {"double", DataType::f64},    {"float64", DataType::f64},
+      {"half", DataType::f16},  {"float16", DataType::f16}, {"bfloat16", DataType::bf16}, {"int", DataType::i32},
+      {"int32", DataType::i32}, {"int64", DataType::i64},   {"uint8", DataType::u8},      {"FLOAT", DataType::f32},
   };
   for (const auto& [name, t] : aliases) EXPECT_EQ(parse_dtype(name), t) << name;
   EXPECT_EQ(parse_dtype("int8"), std::nullopt);  // no signed 8-bit type

@@ -61,7 +61,7 @@ Bytes poison(size_t bytes) { return Bytes(bytes, char(0xab)); }
 
 struct Shape {
   int ranks;
-  size_t count;  // elements per rank (broadcast: in all)
+  size_t count;          // elements per rank (broadcast: in all)
   size_t segment_bytes;  // shared memory: its chunk bytes
   int in_flight;
   bool shared = false;  // through shared segments instead of messages
@@ -71,8 +71,8 @@ struct Shape {
 std::string shape_name(const ::testing::TestParamInfo<Shape>& info) {
   const Shape& s = info.param;
   const char* reach[] = {"", "cma_", "registered_"};
-  return std::string(s.shared ? "shm_" : "") + reach[int(s.reach)] + "n" + std::to_string(s.ranks) + "_c" + std::to_string(s.count) + "_s" +
-         std::to_string(s.segment_bytes) + "_w" + std::to_string(s.in_flight);
+  return std::string(s.shared ? "shm_" : "") + reach[int(s.reach)] + "n" + std::to_string(s.ranks) + "_c" +
+         std::to_string(s.count) + "_s" + std::to_string(s.segment_bytes) + "_w" + std::to_string(s.in_flight);
 }
 
 std::vector<Shape> shapes() {

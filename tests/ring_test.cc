@@ -1,6 +1,8 @@
 // The ring algorithm alone, over an in-memory Channel with one thread per
 // rank: fast enough to sweep world sizes and pipeline shapes that real
 // processes would make slow.
+#include "tandem/ring/ring.h"
+
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -12,7 +14,6 @@
 
 #include "memory_channel.h"
 #include "tandem/errors.h"
-#include "tandem/ring/ring.h"
 #include "typed_values.h"
 
 namespace tandem::testing {
@@ -84,16 +85,16 @@ TEST_P(RingShapes, SumAvgMaxAreExactAndIdentical) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, RingShapes,
-    ::testing::Values(Shape{1, 10, 4096, 1}, Shape{2, 0, 4096, 2}, Shape{2, 1, 4096, 2}, Shape{3, 2, 4096, 2},
-                      Shape{5, 3, 4096, 4}, Shape{5, 12345, 4096, 4}, Shape{7, 100000, 4096, 3},
-                      Shape{8, 65536, 65536, 1}, Shape{4, 1000003, 1 << 20, 4}, Shape{6, 33333, 4096, 64}),
-    [](const auto& info) {
-      const Shape& s = info.param;
-      return "n" + std::to_string(s.ranks) + "_c" + std::to_string(s.count) + "_s" + std::to_string(s.segment_bytes) +
-             "_w" + std::to_string(s.in_flight);
-    });
+INSTANTIATE_TEST_SUITE_P(Shapes, RingShapes,
+                         ::testing::Values(Shape{1, 10, 4096, 1}, Shape{2, 0, 4096, 2}, Shape{2, 1, 4096, 2},
+                                           Shape{3, 2, 4096, 2}, Shape{5, 3, 4096, 4}, Shape{5, 12345, 4096, 4},
+                                           Shape{7, 100000, 4096, 3}, Shape{8, 65536, 65536, 1},
+                                           Shape{4, 1000003, 1 << 20, 4}, Shape{6, 33333, 4096, 64}),
+                         [](const auto& info) {
+                           const Shape& s = info.param;
+                           return "n" + std::to_string(s.ranks) + "_c" + std::to_string(s.count) + "_s" +
+                                  std::to_string(s.segment_bytes) + "_w" + std::to_string(s.in_flight);
+                         });
 
 struct ShmShape {
   int ranks;
@@ -147,8 +148,8 @@ TEST_P(SharedMemoryShapes, EveryDtypeOpPlacementIsExactAndIdentical) {
       for (ReduceOp op : kAllReduceOps) {
         for (bool inplace : {false, true}) {
           for (Reach reach : {Reach::staged, Reach::copy_peer, Reach::registered, Reach::some_registered}) {
-            SCOPED_TRACE(reach == Reach::staged      ? "heap buffers, staged"
-                         : reach == Reach::copy_peer ? "heap buffers, cross-memory attach allowed"
+            SCOPED_TRACE(reach == Reach::staged       ? "heap buffers, staged"
+                         : reach == Reach::copy_peer  ? "heap buffers, cross-memory attach allowed"
                          : reach == Reach::registered ? "registered buffers, mapped"
                                                       : "even ranks' buffers registered: all stage");
             ASSERT_NO_FATAL_FAILURE(run_case(s.ranks, s.count, *algos, t, op, inplace, segments.view(), reach));
@@ -262,8 +263,8 @@ TEST(SharedMemory, RankZeroDecidesCrossMemoryAttachForAll) {
         MemoryChannel ch(box, r, 2, segments.view());
         ch.allow_copy_peer();
         for (int call = 0; call < 3; ++call) {
-          algos[r]->allreduce(ch, AllreduceArgs{data[r].data(), data[r].data(), count, DataType::f32, ReduceOp::sum,
-                                                MemoryType::host});
+          algos[r]->allreduce(
+              ch, AllreduceArgs{data[r].data(), data[r].data(), count, DataType::f32, ReduceOp::sum, MemoryType::host});
         }
         traffic[r] = ch.shared_memory_traffic();
       });

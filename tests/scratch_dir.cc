@@ -22,9 +22,8 @@ class ScratchDir : public ::testing::Environment {
     fs::path parent = fs::temp_directory_path(error);  // CTest points TMPDIR into the build directory
     if (error) parent = "/tmp";
     const fs::path program = fs::read_symlink("/proc/self/exe", error);
-    std::string pattern = (parent / ("tandem-" + (error ? std::string("test") : program.filename().string()) +
-                                     "-XXXXXX"))
-                              .string();
+    std::string pattern =
+        (parent / ("tandem-" + (error ? std::string("test") : program.filename().string()) + "-XXXXXX")).string();
     if (::mkdtemp(pattern.data()) == nullptr) {
       std::perror(("cannot create a temporary directory " + pattern).c_str());
       return;

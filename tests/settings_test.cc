@@ -2,6 +2,8 @@
 // its layer's options, every row is documented (docs/configuration.md agrees
 // with the tables), printed by `tandem info --settings`, and a bad value is an
 // InvalidArgument naming the variable.
+#include "tandem/settings.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,15 +13,13 @@
 #include <sstream>
 
 #include "../trainer/trainer_settings.h"
+#include "fake_env.h"
 #include "settings_info.h"
 #include "tandem/bootstrap.h"
 #include "tandem/errors.h"
 #include "tandem/launch/launch.h"
 #include "tandem/paramserver.h"
 #include "tandem/ring/ring.h"
-#include "tandem/settings.h"
-
-#include "fake_env.h"
 
 namespace tandem {
 namespace {
@@ -70,7 +70,8 @@ void expect_bad_values_named(const SettingTable<Options>& table) {
     if (s.kind == SettingKind::text || s.foreign) return;
     std::vector<std::string> bad = {"x1", "-1", ""};
     if (s.max < 1000000) bad.push_back(std::to_string(s.max + 1));
-    if (s.min > 0 && s.kind != SettingKind::boolean && s.kind != SettingKind::choice) bad.push_back(std::to_string(s.min - 1));
+    if (s.min > 0 && s.kind != SettingKind::boolean && s.kind != SettingKind::choice)
+      bad.push_back(std::to_string(s.min - 1));
     for (const auto& v : bad) {
       Options o;
       try {

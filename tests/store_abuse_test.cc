@@ -227,9 +227,10 @@ TEST(StoreAbuse, FourRankJobCompletesWhileTheStoreIsAbused) {
   EXPECT_EQ(after.try_get("drip", Clock::now() + 5s), std::nullopt) << "the dripped frame must never complete";
 
   const long rss_after = rss_kib("VmRSS:"), peak = rss_kib("VmHWM:");
-  std::printf("store abuse: RSS %ld KiB before, %ld KiB after (+%ld KiB), peak %ld KiB (+%ld KiB); "
-              "max_buffered_bytes %zu KiB\n",
-              rss_before, rss_after, rss_after - rss_before, peak, peak - rss_before, store.max_buffered_bytes >> 10);
+  std::printf(
+      "store abuse: RSS %ld KiB before, %ld KiB after (+%ld KiB), peak %ld KiB (+%ld KiB); "
+      "max_buffered_bytes %zu KiB\n",
+      rss_before, rss_after, rss_after - rss_before, peak, peak - rss_before, store.max_buffered_bytes >> 10);
   // The budget plus 32 MiB bounds it: the test's own sockets, threads and
   // requests are in this process too, and freed frame buffers stay in malloc's heap.
   EXPECT_LT(peak - rss_before, long(store.max_buffered_bytes >> 10) + 32 * 1024);

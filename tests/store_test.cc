@@ -2,6 +2,8 @@
 // frames, connection timeouts and failure detection. Every call uses a short
 // deadline and a watchdog aborts a test that runs past kTestCap, so a hang
 // fails fast instead of stalling CI.
+#include "tandem/store.h"
+
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -20,7 +22,6 @@
 
 #include "rendezvous/job_secret.h"
 #include "tandem/errors.h"
-#include "tandem/store.h"
 
 namespace tandem {
 namespace {
@@ -95,7 +96,9 @@ class RawSocket {
   }
   ~RawSocket() { ::close(fd_); }
 
-  void send(const std::string& bytes) { ASSERT_EQ(::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL), (ssize_t)bytes.size()); }
+  void send(const std::string& bytes) {
+    ASSERT_EQ(::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL), (ssize_t)bytes.size());
+  }
 
   // True if the server closes the connection within `limit` (replies are read and dropped).
   bool closed_within(Clock::duration limit) {
@@ -192,7 +195,7 @@ TEST_F(StoreTest, RoundTrips) {
   EXPECT_EQ(c->add("n", -7, soon()), -2);
   EXPECT_EQ(c->get("n", soon()), "-2");
   EXPECT_THROW(c->add("a", 1, soon()), InvalidArgument);  // "" is not an integer
-  EXPECT_EQ(c->get("n", soon()), "-2");                    // the connection survived the error
+  EXPECT_EQ(c->get("n", soon()), "-2");                   // the connection survived the error
 
   EXPECT_TRUE(c->check({"a", "n"}, soon()));
   EXPECT_FALSE(c->check({"a", "nope"}, soon()));
@@ -377,7 +380,7 @@ TEST_F(StoreTest, StalledHalfFrameClosedAfterFrameTimeout) {
   RawSocket raw(server.port());
   raw.send(frame(kStoreMagic, kStoreVersion, kOpSet, 1, 1, "kv"));
   EXPECT_EQ(raw.read_reply_opcode(2s), 100);  // OK
-  std::this_thread::sleep_for(500ms);          // idle after a first frame is allowed
+  std::this_thread::sleep_for(500ms);         // idle after a first frame is allowed
   raw.send(frame(kStoreMagic, kStoreVersion, kOpTryGet, 1, 0, "k"));
   EXPECT_EQ(raw.read_reply_opcode(2s), 101) << "an idle client was dropped";
   auto start = Clock::now();
@@ -777,8 +780,8 @@ TEST(ParseHostPort, GoodAddresses) {
 }
 
 TEST(ParseHostPort, BadAddressesNameTheText) {
-  for (const char* bad : {"", "host", "host:", ":80", "host:0", "host:65536", "host:12a", "host:-1", "::1:80",
-                          "[::1]", "[::1]80", "[::1:80", "[]:80", "host:999999"}) {
+  for (const char* bad : {"", "host", "host:", ":80", "host:0", "host:65536", "host:12a", "host:-1", "::1:80", "[::1]",
+                          "[::1]80", "[::1:80", "[]:80", "host:999999"}) {
     try {
       parse_host_port(bad);
       ADD_FAILURE() << "accepted '" << bad << "'";

@@ -55,7 +55,8 @@ struct ThreadWorld::Rank final : fusion::Collectives {
     const size_t bytes = count * dtype_size(dtype);
     world.publish(me, in);
     world.meet();
-    for (int p = 0; p < world.size(); ++p) std::memcpy(static_cast<std::byte*>(out) + size_t(p) * bytes, world.slot(p), bytes);
+    for (int p = 0; p < world.size(); ++p)
+      std::memcpy(static_cast<std::byte*>(out) + size_t(p) * bytes, world.slot(p), bytes);
     world.meet();
   }
   void broadcast(void* data, size_t count, DataType dtype, int root, const CollectiveOptions&) override {

@@ -4,9 +4,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <algorithm>
 #include <functional>
 #include <set>
 
@@ -57,7 +57,8 @@ TEST(TrainerConfig, ValidExampleParses) {
 }
 
 TEST(TrainerConfig, CheckpointStorageIsUnderTheOutputUnlessAbsolute) {
-  auto absolute = parse_config(kBase + "checkpoint_storage: {type: shared_fs, host_path: /mnt/ckpt, storage_path: exp}\n");
+  auto absolute =
+      parse_config(kBase + "checkpoint_storage: {type: shared_fs, host_path: /mnt/ckpt, storage_path: exp}\n");
   EXPECT_EQ(absolute.checkpoint_dir, "/mnt/ckpt/exp");
   EXPECT_EQ(checkpoint_storage_dir(absolute, "/runs/exp"), "/mnt/ckpt/exp");
   auto relative = parse_config(kBase + "checkpoint_storage: {type: shared_fs, host_path: ckpt}\n");
@@ -117,14 +118,14 @@ searcher: {max_length: {batches: 10}}
   expect_error(kBase + "optimizations: {error_feedback: true}\n",
                {"optimizations.error_feedback", "gradient_compression: fp16 or bf16"});
   expect_error(kBase + "max_restarts: -1\n", {"max_restarts", "'-1' is out of range", "Determined's default is 5"});
-  expect_error(kBase + "min_validation_period: {batches: 10, epochs: 1}\n",
-               {"min_validation_period", "not several"});
+  expect_error(kBase + "min_validation_period: {batches: 10, epochs: 1}\n", {"min_validation_period", "not several"});
   expect_error(kBase + "min_validation_period: {bathces: 10}\n",
                {"min_validation_period.bathces", "did you mean 'batches'?"});
   expect_error(kBase + "checkpoint_storage: {type: s3}\n", {"checkpoint_storage.type", "'s3'", "valid: shared_fs"});
   expect_error(kBase + "reproducibility: {experiment_seed: 1.5}\n",
                {"reproducibility.experiment_seed", "'1.5' is not an integer"});
-  expect_error("hyperparameters: 3\nsearcher: {max_length: {batches: 1}}\n", {"hyperparameters: expected a map of keys, got '3'"});
+  expect_error("hyperparameters: 3\nsearcher: {max_length: {batches: 1}}\n",
+               {"hyperparameters: expected a map of keys, got '3'"});
   expect_error(kBase + "max_restarts: 1\nmax_restarts: 2\n", {"max_restarts: given twice", "keep one"});
   expect_error("name: [unclosed\n", {"not valid YAML"});
 }
@@ -133,20 +134,25 @@ searcher: {max_length: {batches: 10}}
 // error or warning naming the key. Every known key must have a row.
 struct KeyRow {
   std::string section, key;
-  std::string kv;    // "key: value" inside the section; the whole document when `raw`
+  std::string kv;  // "key: value" inside the section; the whole document when `raw`
   bool raw = false;
   std::function<void(const ExperimentConfig&)> check;  // when accepted
-  std::string message;  // else: an error or warning holding it (and the key)
+  std::string message;                                 // else: an error or warning holding it (and the key)
 };
 
 std::string document(const KeyRow& row) {
   if (row.raw) return row.kv;
   std::string hp = "global_batch_size: 64", searcher = "name: single, max_length: {batches: 100}", extra;
-  if (row.section == "hyperparameters") hp += ", " + row.kv;
-  else if (row.section == "hyperparameters.lr_schedule") hp += ", lr_schedule: {" + row.kv + "}";
-  else if (row.section == "searcher") searcher += ", " + row.kv;
-  else if (row.section.empty()) extra = row.kv + "\n";
-  else extra = row.section + ": {" + row.kv + "}\n";
+  if (row.section == "hyperparameters")
+    hp += ", " + row.kv;
+  else if (row.section == "hyperparameters.lr_schedule")
+    hp += ", lr_schedule: {" + row.kv + "}";
+  else if (row.section == "searcher")
+    searcher += ", " + row.kv;
+  else if (row.section.empty())
+    extra = row.kv + "\n";
+  else
+    extra = row.section + ": {" + row.kv + "}\n";
   return "hyperparameters: {" + hp + "}\nsearcher: {" + searcher + "}\n" + extra;
 }
 
@@ -161,35 +167,59 @@ std::vector<KeyRow> key_rows() {
       {"", "resources", "resources: {slots_per_trial: 4}", false, [](C c) { EXPECT_EQ(c.slots_per_trial, 4); }, ""},
       {"", "searcher", kMinimal, true, [](C c) { EXPECT_EQ(c.max_length.value, 100); }, ""},
       {"", "min_validation_period", "min_validation_period: {records: 640}", false,
-       [](C c) { EXPECT_EQ(c.min_validation_period.unit, LengthUnit::records); EXPECT_EQ(c.min_validation_period.value, 640); }, ""},
+       [](C c) {
+         EXPECT_EQ(c.min_validation_period.unit, LengthUnit::records);
+         EXPECT_EQ(c.min_validation_period.value, 640);
+       },
+       ""},
       {"", "min_checkpoint_period", "min_checkpoint_period: {epochs: 2}", false,
-       [](C c) { EXPECT_EQ(c.min_checkpoint_period.unit, LengthUnit::epochs); EXPECT_EQ(c.min_checkpoint_period.value, 2); }, ""},
-      {"", "records_per_epoch", "records_per_epoch: 6400", false, [](C c) { EXPECT_EQ(c.records_per_epoch, 6400); }, ""},
-      {"", "optimizations", "optimizations: {}", false, [](C c) { EXPECT_EQ(c.optimizations.aggregation_frequency, 1); }, ""},
-      {"", "checkpoint_storage", "checkpoint_storage: {host_path: /ck}", false, [](C c) { EXPECT_EQ(c.checkpoint_dir, "/ck"); }, ""},
+       [](C c) {
+         EXPECT_EQ(c.min_checkpoint_period.unit, LengthUnit::epochs);
+         EXPECT_EQ(c.min_checkpoint_period.value, 2);
+       },
+       ""},
+      {"", "records_per_epoch", "records_per_epoch: 6400", false, [](C c) { EXPECT_EQ(c.records_per_epoch, 6400); },
+       ""},
+      {"", "optimizations", "optimizations: {}", false,
+       [](C c) { EXPECT_EQ(c.optimizations.aggregation_frequency, 1); }, ""},
+      {"", "checkpoint_storage", "checkpoint_storage: {host_path: /ck}", false,
+       [](C c) { EXPECT_EQ(c.checkpoint_dir, "/ck"); }, ""},
       {"", "max_restarts", "max_restarts: 0", false, [](C c) { EXPECT_EQ(c.max_restarts, 0); }, ""},
       {"", "reproducibility", "reproducibility: {experiment_seed: 9}", false, [](C c) { EXPECT_EQ(c.seed, 9u); }, ""},
-      {"", "dtrain_network_interface", "dtrain_network_interface: eth1", false, [](C c) { EXPECT_EQ(c.network_interface, "eth1"); }, ""},
+      {"", "dtrain_network_interface", "dtrain_network_interface: eth1", false,
+       [](C c) { EXPECT_EQ(c.network_interface, "eth1"); }, ""},
       {"", "data", "data: synthetic", false, [](C c) { EXPECT_EQ(c.data, "synthetic"); }, ""},
-      {"", "entrypoint", "entrypoint: model_def:MNistTrial", false, nullptr, "Determined's module:TrialClass form; tandem trains TorchScript models"},
-      {"hyperparameters", "global_batch_size", "hyperparameters: {global_batch_size: 96}\nsearcher: {max_length: {batches: 1}}\n", true,
+      {"", "entrypoint", "entrypoint: model_def:MNistTrial", false, nullptr,
+       "Determined's module:TrialClass form; tandem trains TorchScript models"},
+      {"hyperparameters", "global_batch_size",
+       "hyperparameters: {global_batch_size: 96}\nsearcher: {max_length: {batches: 1}}\n", true,
        [](C c) { EXPECT_EQ(c.global_batch_size, 96); }, ""},
-      {"hyperparameters", "learning_rate", "learning_rate: 0.5", false, [](C c) { EXPECT_EQ(c.learning_rate, 0.5); }, ""},
+      {"hyperparameters", "learning_rate", "learning_rate: 0.5", false, [](C c) { EXPECT_EQ(c.learning_rate, 0.5); },
+       ""},
       {"hyperparameters", "optimizer", "optimizer: adamw", false, [](C c) { EXPECT_EQ(c.optimizer, "adamw"); }, ""},
-      {"hyperparameters", "momentum", "optimizer: adam, momentum: 0.9", false, nullptr, "'0.9' is an sgd setting, unused by optimizer adam"},
+      {"hyperparameters", "momentum", "optimizer: adam, momentum: 0.9", false, nullptr,
+       "'0.9' is an sgd setting, unused by optimizer adam"},
       {"hyperparameters", "nesterov", "nesterov: true, momentum: 0", false, nullptr, "'true' needs momentum > 0"},
-      {"hyperparameters", "weight_decay", "weight_decay: 0.001", false, [](C c) { EXPECT_EQ(c.weight_decay, 0.001); }, ""},
-      {"hyperparameters", "beta1", "beta1: 0.8", false, nullptr, "'0.8' is an adam/adamw setting, unused by optimizer sgd"},
+      {"hyperparameters", "weight_decay", "weight_decay: 0.001", false, [](C c) { EXPECT_EQ(c.weight_decay, 0.001); },
+       ""},
+      {"hyperparameters", "beta1", "beta1: 0.8", false, nullptr,
+       "'0.8' is an adam/adamw setting, unused by optimizer sgd"},
       {"hyperparameters", "beta2", "optimizer: adam, beta2: 0.99", false, [](C c) { EXPECT_EQ(c.beta2, 0.99); }, ""},
       {"hyperparameters", "eps", "optimizer: adam, eps: 1e-6", false, [](C c) { EXPECT_EQ(c.eps, 1e-6); }, ""},
-      {"hyperparameters", "lr_schedule", "lr_schedule: {type: cosine}", false, [](C c) { EXPECT_EQ(c.lr_schedule.type, "cosine"); }, ""},
+      {"hyperparameters", "lr_schedule", "lr_schedule: {type: cosine}", false,
+       [](C c) { EXPECT_EQ(c.lr_schedule.type, "cosine"); }, ""},
       {"hyperparameters", "model", "model: mlp", false, [](C c) { EXPECT_EQ(c.model, "mlp"); }, ""},
       {"hyperparameters", "mlp_hidden", "mlp_hidden: 128", false, [](C c) { EXPECT_EQ(c.mlp_hidden, 128); }, ""},
       {"hyperparameters", "dropout", "dropout: 0", false, [](C c) { EXPECT_EQ(c.dropout, 0); }, ""},
       {"hyperparameters", "layer_slices", "layer_slices: 4", false, [](C c) { EXPECT_EQ(c.layer_slices, 4); }, ""},
       {"hyperparameters.lr_schedule", "type", "type: step, step_size: {epochs: 1}", false,
-       [](C c) { EXPECT_EQ(c.lr_schedule.type, "step"); EXPECT_EQ(c.lr_schedule.step_size.unit, LengthUnit::epochs); }, ""},
-      {"hyperparameters.lr_schedule", "warmup", "warmup: {batches: 50}", false, [](C c) { EXPECT_EQ(c.lr_schedule.warmup.value, 50); }, ""},
+       [](C c) {
+         EXPECT_EQ(c.lr_schedule.type, "step");
+         EXPECT_EQ(c.lr_schedule.step_size.unit, LengthUnit::epochs);
+       },
+       ""},
+      {"hyperparameters.lr_schedule", "warmup", "warmup: {batches: 50}", false,
+       [](C c) { EXPECT_EQ(c.lr_schedule.warmup.value, 50); }, ""},
       {"hyperparameters.lr_schedule", "step_size", "type: cosine, step_size: {batches: 5}", false, nullptr,
        "step_size: set, but only type step uses it (type is cosine)"},
       {"hyperparameters.lr_schedule", "gamma", "type: step, step_size: {batches: 5}, gamma: 0.5", false,
@@ -197,17 +227,35 @@ std::vector<KeyRow> key_rows() {
       {"hyperparameters.lr_schedule", "min_learning_rate", "type: cosine, min_learning_rate: 0.001", false,
        [](C c) { EXPECT_EQ(c.lr_schedule.min_learning_rate, 0.001); }, ""},
       {"resources", "slots_per_trial", "slots_per_trial: 8", false, [](C c) { EXPECT_EQ(c.slots_per_trial, 8); }, ""},
-      {"resources", "slots_per_host", "slots_per_trial: 4, slots_per_host: 2", false, [](C c) { EXPECT_EQ(c.slots_per_host, 2); }, ""},
+      {"resources", "slots_per_host", "slots_per_trial: 4, slots_per_host: 2", false,
+       [](C c) { EXPECT_EQ(c.slots_per_host, 2); }, ""},
       {"resources", "hosts", "slots_per_trial: 2, hosts: [a, b]", false,
-       [](C c) { EXPECT_EQ(c.hosts, (std::vector<std::string>{"a", "b"})); }, ""},
-      {"searcher", "name", "hyperparameters: {global_batch_size: 64}\nsearcher: {name: adaptive_asha, max_length: {batches: 1}}\n", true,
+       [](C c) {
+         EXPECT_EQ(c.hosts, (std::vector<std::string>{"a", "b"}));
+       },
+       ""},
+      {"searcher", "name",
+       "hyperparameters: {global_batch_size: 64}\nsearcher: {name: adaptive_asha, max_length: {batches: 1}}\n", true,
        nullptr, "searcher.name: unknown value 'adaptive_asha'"},
       {"searcher", "metric", "metric: validation_loss", false,
-       [](C c) { EXPECT_EQ(c.searcher_metric, "validation_loss"); EXPECT_TRUE(c.smaller_is_better); }, ""},
-      {"searcher", "max_length", "hyperparameters: {global_batch_size: 64}\nsearcher: {max_length: {epochs: 3}}\n", true,
-       [](C c) { EXPECT_EQ(c.max_length.unit, LengthUnit::epochs); EXPECT_EQ(c.max_length.value, 3); }, ""},
+       [](C c) {
+         EXPECT_EQ(c.searcher_metric, "validation_loss");
+         EXPECT_TRUE(c.smaller_is_better);
+       },
+       ""},
+      {"searcher", "max_length", "hyperparameters: {global_batch_size: 64}\nsearcher: {max_length: {epochs: 3}}\n",
+       true,
+       [](C c) {
+         EXPECT_EQ(c.max_length.unit, LengthUnit::epochs);
+         EXPECT_EQ(c.max_length.value, 3);
+       },
+       ""},
       {"searcher", "smaller_is_better", "smaller_is_better: true", false,
-       [](C c) { EXPECT_EQ(c.searcher_metric, "validation_accuracy"); EXPECT_TRUE(c.smaller_is_better); }, ""},
+       [](C c) {
+         EXPECT_EQ(c.searcher_metric, "validation_accuracy");
+         EXPECT_TRUE(c.smaller_is_better);
+       },
+       ""},
       {"optimizations", "aggregation_frequency", "aggregation_frequency: 4", false,
        [](C c) { EXPECT_EQ(c.optimizations.aggregation_frequency, 4); }, ""},
       {"optimizations", "average_aggregated_gradients", "average_aggregated_gradients: false", false,
@@ -228,12 +276,16 @@ std::vector<KeyRow> key_rows() {
        "only bounds the idle engine's sleep"},
       {"optimizations", "mixed_precision", "mixed_precision: O1", false, nullptr,
        "'O1': automatic mixed precision (AMP) is not implemented for CPU training"},
-      {"checkpoint_storage", "type", "type: shared_fs, host_path: ck", false, [](C c) { EXPECT_EQ(c.checkpoint_dir, "ck"); }, ""},
-      {"checkpoint_storage", "host_path", "host_path: /data", false, [](C c) { EXPECT_EQ(c.checkpoint_dir, "/data"); }, ""},
+      {"checkpoint_storage", "type", "type: shared_fs, host_path: ck", false,
+       [](C c) { EXPECT_EQ(c.checkpoint_dir, "ck"); }, ""},
+      {"checkpoint_storage", "host_path", "host_path: /data", false, [](C c) { EXPECT_EQ(c.checkpoint_dir, "/data"); },
+       ""},
       {"checkpoint_storage", "storage_path", "host_path: /data, storage_path: exp", false,
        [](C c) { EXPECT_EQ(c.checkpoint_dir, "/data/exp"); }, ""},
-      {"checkpoint_storage", "save_trial_latest", "save_trial_latest: 3", false, [](C c) { EXPECT_EQ(c.save_trial_latest, 3); }, ""},
-      {"checkpoint_storage", "save_trial_best", "save_trial_best: 2", false, [](C c) { EXPECT_EQ(c.save_trial_best, 2); }, ""},
+      {"checkpoint_storage", "save_trial_latest", "save_trial_latest: 3", false,
+       [](C c) { EXPECT_EQ(c.save_trial_latest, 3); }, ""},
+      {"checkpoint_storage", "save_trial_best", "save_trial_best: 2", false,
+       [](C c) { EXPECT_EQ(c.save_trial_best, 2); }, ""},
       {"checkpoint_storage", "save_experiment_best", "save_experiment_best: 5", false, nullptr,
        "save_experiment_best 5 has no further effect"},
       {"reproducibility", "experiment_seed", "experiment_seed: 77", false, [](C c) { EXPECT_EQ(c.seed, 77u); }, ""},
@@ -276,7 +328,8 @@ TEST(TrainerConfig, EveryKnownKeyIsHonouredOrRefusedByName) {
   const auto rows = key_rows();
   for (const auto& [section, keys] : known_config_keys()) {
     for (const auto& key : keys) {
-      const bool has_row = std::any_of(rows.begin(), rows.end(), [&](const KeyRow& r) { return r.section == section && r.key == key; });
+      const bool has_row =
+          std::any_of(rows.begin(), rows.end(), [&](const KeyRow& r) { return r.section == section && r.key == key; });
       EXPECT_TRUE(has_row) << "no row for the key '" << (section.empty() ? "" : section + ".") << key << "'";
     }
   }
@@ -318,7 +371,8 @@ TEST(TrainerConfig, EntrypointIsATorchScriptFileBesideTheYaml) {
   } catch (const ConfigError& e) {
     sliced = e.what();
   }
-  EXPECT_NE(sliced.find("hyperparameters.layer_slices: 4 slices apply to the built-in models only"), std::string::npos) << sliced;
+  EXPECT_NE(sliced.find("hyperparameters.layer_slices: 4 slices apply to the built-in models only"), std::string::npos)
+      << sliced;
   const auto c = parse_config(hp + rest, dir.string());
   ASSERT_EQ(c.warnings.size(), 2u);
   EXPECT_EQ(c.warnings[0], "hyperparameters.model is not used: entrypoint's TorchScript module is the model");
@@ -327,21 +381,25 @@ TEST(TrainerConfig, EntrypointIsATorchScriptFileBesideTheYaml) {
 
 TEST(TrainerConfig, SearcherMetricDirectionDefaultsFromTheMetric) {
   EXPECT_FALSE(parse_config(kMinimal).smaller_is_better);
-  auto loss = parse_config("hyperparameters: {global_batch_size: 64}\nsearcher: {metric: validation_loss, max_length: {batches: 1}}\n");
+  auto loss = parse_config(
+      "hyperparameters: {global_batch_size: 64}\nsearcher: {metric: validation_loss, max_length: {batches: 1}}\n");
   EXPECT_TRUE(loss.smaller_is_better);
-  auto given = parse_config("hyperparameters: {global_batch_size: 64}\n"
-                            "searcher: {metric: validation_loss, smaller_is_better: false, max_length: {batches: 1}}\n");
+  auto given = parse_config(
+      "hyperparameters: {global_batch_size: 64}\n"
+      "searcher: {metric: validation_loss, smaller_is_better: false, max_length: {batches: 1}}\n");
   EXPECT_FALSE(given.smaller_is_better);
   const auto keep = parse_config(kMinimal);
   EXPECT_EQ(keep.save_trial_best, 1);
   EXPECT_EQ(keep.save_trial_latest, 1);
   EXPECT_EQ(keep.save_experiment_best, 0);
-  EXPECT_TRUE(parse_config(kMinimal + "checkpoint_storage: {save_trial_best: 3, save_experiment_best: 2}\n").warnings.empty());
+  EXPECT_TRUE(
+      parse_config(kMinimal + "checkpoint_storage: {save_trial_best: 3, save_experiment_best: 2}\n").warnings.empty());
 }
 
 TEST(TrainerConfig, GradientCompressionAsDetermined) {
   auto codec = [](const std::string& v) {
-    return parse_config(kBase + "optimizations: {gradient_compression: " + v + "}\n").optimizations.gradient_compression;
+    return parse_config(kBase + "optimizations: {gradient_compression: " + v + "}\n")
+        .optimizations.gradient_compression;
   };
   EXPECT_EQ(parse_config(kBase).optimizations.gradient_compression, "none");
   EXPECT_EQ(codec("true"), "fp16");  // Determined's boolean
@@ -350,7 +408,8 @@ TEST(TrainerConfig, GradientCompressionAsDetermined) {
   EXPECT_EQ(codec("bf16"), "bf16");
   EXPECT_EQ(codec("BF16"), "bf16");
   EXPECT_EQ(codec("none"), "none");
-  auto c = parse_config(kBase + "optimizations: {gradient_compression: bf16, gradient_predivide_factor: 2, error_feedback: true}\n");
+  auto c = parse_config(
+      kBase + "optimizations: {gradient_compression: bf16, gradient_predivide_factor: 2, error_feedback: true}\n");
   EXPECT_DOUBLE_EQ(c.optimizations.gradient_predivide_factor, 2.0);
   EXPECT_TRUE(c.optimizations.error_feedback);
   EXPECT_TRUE(c.warnings.empty());
@@ -381,7 +440,8 @@ TEST(TrainerConfig, GradientCompressionAsDetermined) {
 
 TEST(TrainerConfig, MissingRequiredKeys) {
   expect_error("name: x\nsearcher: {max_length: {batches: 10}}\n", {"hyperparameters: missing", "global_batch_size"});
-  expect_error("hyperparameters: {global_batch_size: 8}\n", {"searcher.max_length: missing", "max_length: {epochs: 1}"});
+  expect_error("hyperparameters: {global_batch_size: 8}\n",
+               {"searcher.max_length: missing", "max_length: {epochs: 1}"});
 }
 
 TEST(TrainerConfig, SeveralProblemsAreAllListed) {
@@ -476,7 +536,8 @@ TEST(TrainerData, SlotsSplitTheGlobalBatchOfOneEpochOrder) {
 
 TEST(TrainerData, FashionMnistFromTheDebianPackage) {
   const std::string dir = "/usr/share/datasets/fashion-mnist";
-  if (!std::filesystem::exists(dir + "/t10k-images-idx3-ubyte.gz")) GTEST_SKIP() << "dataset-fashion-mnist not installed";
+  if (!std::filesystem::exists(dir + "/t10k-images-idx3-ubyte.gz"))
+    GTEST_SKIP() << "dataset-fashion-mnist not installed";
   auto test = load_fashion_mnist(dir, false);
   EXPECT_EQ(test.size, 10000);
   EXPECT_EQ(test.rows, 28);
@@ -505,7 +566,8 @@ TEST_F(TrainerMetrics, FileSummaryAndResumeTruncation) {
     w.line(R"({"kind":"start","batch":0,"slots":2,"global_batch":64,"resumed_from":-1})");
     for (int b = 1; b <= 10; ++b) {
       TrainRecord r;
-      r.batch = b, r.time = b, r.loss = 1.0 / b, r.samples_per_s = 100, r.step = 0.5, r.exposed = 0.1, r.communication = 0.4;
+      r.batch = b, r.time = b, r.loss = 1.0 / b, r.samples_per_s = 100, r.step = 0.5, r.exposed = 0.1,
+      r.communication = 0.4;
       w.train(r);
     }
     w.validation({5, 5.0, 0.5, 0.80, 10000});
@@ -524,7 +586,8 @@ TEST_F(TrainerMetrics, FileSummaryAndResumeTruncation) {
   none.restarts = 1;
   const std::string empty = summary_table(none, 0.85);
   EXPECT_NE(empty.find("batches trained                    0 (the trial stopped before its first step)"),
-            std::string::npos) << empty;
+            std::string::npos)
+      << empty;
   EXPECT_NE(empty.find("restarts                           1, "), std::string::npos) << empty;
   EXPECT_EQ(empty.find("throughput"), std::string::npos) << empty;
   { MetricsWriter resumed(path, 6); }  // a restart from batch 6 drops what came after

@@ -11,9 +11,9 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <cstring>
 #include <map>
 #include <sstream>
 
@@ -72,9 +72,10 @@ Trial train(const std::string& name, const std::string& yaml, const std::string&
   r.dir = work_dir() / name;
   fs::create_directories(r.dir);
   std::ofstream(r.dir / "exp.yaml") << yaml;
-  const std::string cmd = prefix + "timeout -k 5 150 " + trainer_bin() + " " + (r.dir / "exp.yaml").string() + " --output " +
-                          (r.dir / "out").string() + " --dump-params " + (r.dir / "params.bin").string() +
-                          " --quiet " + flags + " > " + (r.dir / "log.txt").string() + " 2>&1";
+  const std::string cmd = prefix + "timeout -k 5 150 " + trainer_bin() + " " + (r.dir / "exp.yaml").string() +
+                          " --output " + (r.dir / "out").string() + " --dump-params " +
+                          (r.dir / "params.bin").string() + " --quiet " + flags + " > " + (r.dir / "log.txt").string() +
+                          " 2>&1";
   fs::remove(r.dir / "params.bin");
   const int status = std::system(cmd.c_str());
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -93,8 +94,10 @@ const Trial& reference(const std::string& name) {
   auto it = runs.find(name);
   if (it != runs.end()) return it->second;
   Trial r;
-  if (name == "1slot-b32") r = train(name, config(1, 32, 1));
-  else if (name == "2slot-b32") r = train(name, config(2, 32, 1));
+  if (name == "1slot-b32")
+    r = train(name, config(1, 32, 1));
+  else if (name == "2slot-b32")
+    r = train(name, config(2, 32, 1));
   return runs.emplace(name, std::move(r)).first->second;
 }
 
@@ -153,7 +156,8 @@ TEST(Trainer, TwoHostsTrainTheSameParametersAsOneHost) {
   EXPECT_NE(two_hosts.output.find("2 ranks on " + lab.ns(0) + ":1, " + lab.ns(1) + ":1"), std::string::npos)
       << two_hosts.output;
   EXPECT_NE(two_hosts.output.find("chosen: eth0 on rank 0, eth0 on rank 1"), std::string::npos)
-      << "the interface the ranks chose is printed\n" << two_hosts.output;
+      << "the interface the ranks chose is printed\n"
+      << two_hosts.output;
 }
 
 // hyperparameters.layer_slices: the hidden layers computed in row blocks are
@@ -220,9 +224,10 @@ TEST(Trainer, AggregationFrequencyTwoEqualsTwiceTheBatch) {
 TEST(Trainer, GradientCompressionPutsHalfTheBytesOnTheWire) {
   // fp16 through the overlapped engine, with error feedback and a predivide factor; the
   // same SGD as the f32 run up to fp16's rounding of the averaged gradients.
-  Trial fp16 = train("2slot-fp16",
-                     config(2, 32, 1, "", ", gradient_compression: true, gradient_predivide_factor: 2, error_feedback: true"));
-  expect_same_params(reference("1slot-b32"), fp16, 1e-3);  // measured 2.3e-4
+  Trial fp16 =
+      train("2slot-fp16",
+            config(2, 32, 1, "", ", gradient_compression: true, gradient_predivide_factor: 2, error_feedback: true"));
+  expect_same_params(reference("1slot-b32"), fp16, 1e-3);                    // measured 2.3e-4
   EXPECT_GT(max_abs_diff(reference("1slot-b32").params, fp16.params), 0.0);  // rounded, so not bitwise equal
   auto s = read_metrics((fp16.dir / "out/metrics.jsonl").string());
   EXPECT_EQ(s.compression, "fp16");
@@ -234,8 +239,7 @@ TEST(Trainer, GradientCompressionPutsHalfTheBytesOnTheWire) {
   EXPECT_EQ(s.compression_fallbacks, 0u);
 
   // Without overlap (the same buckets, reduced after backward), bf16.
-  Trial bf16 = train("2slot-bf16-plain", config(2, 32, 1, "", ", gradient_compression: bf16"),
-                     "--no-overlap");
+  Trial bf16 = train("2slot-bf16-plain", config(2, 32, 1, "", ", gradient_compression: bf16"), "--no-overlap");
   expect_same_params(reference("1slot-b32"), bf16, 1e-2);  // measured 2.4e-3
   auto b = read_metrics((bf16.dir / "out/metrics.jsonl").string());
   EXPECT_EQ(b.compression, "bf16");
@@ -245,7 +249,7 @@ TEST(Trainer, GradientCompressionPutsHalfTheBytesOnTheWire) {
 
 TEST(Trainer, KilledWorkerRestartsFromTheCheckpointAndEndsAtTheSameStep) {
   Trial r = train("2slot-killed", config(2, 32, 1, "min_checkpoint_period: {batches: 10}\nmax_restarts: 2\n"),
-                "--fail-at-batch 15 --fail-rank 1");
+                  "--fail-at-batch 15 --fail-rank 1");
   EXPECT_NE(r.output.find("fault injection: rank 1 killed at batch 15"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("restart 1 of 2 from the checkpoint at batch 10"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("resuming from"), std::string::npos) << r.output;
@@ -297,8 +301,8 @@ TEST(Trainer, ATorchScriptEntrypointTrainsTheSameAtOneAndTwoSlots) {
   const fs::path dir = work_dir() / "torchscript";
   fs::create_directories(dir);
   const std::string make = "timeout 120 /usr/bin/python3 " + std::string(TANDEM_SOURCE_DIR) +
-                           "/trainer/examples/torchscript_model.py " + (dir / "model.pt").string() +
-                           " --hidden 32 > " + (dir / "make.txt").string() + " 2>&1";
+                           "/trainer/examples/torchscript_model.py " + (dir / "model.pt").string() + " --hidden 32 > " +
+                           (dir / "make.txt").string() + " 2>&1";
   if (std::system(make.c_str()) != 0) GTEST_SKIP() << "python3-torch cannot save a TorchScript model here";
   auto yaml = [&](int slots) {
     std::string y = config(slots, 32, 1, "entrypoint: " + (dir / "model.pt").string() + "\n");
@@ -336,7 +340,8 @@ TEST(Trainer, TheDdpAnchorTrainsTandemsTrajectory) {
                           "/trainer/ddp_anchor.py " + (t.dir / "exp.yaml").string() + " --output " + ddp.string() +
                           " > " + (t.dir / "anchor.txt").string() + " 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  auto ours = read_metrics((t.dir / "out/metrics.jsonl").string()), theirs = read_metrics((ddp / "metrics.jsonl").string());
+  auto ours = read_metrics((t.dir / "out/metrics.jsonl").string()),
+       theirs = read_metrics((ddp / "metrics.jsonl").string());
   ASSERT_EQ(ours.train.size(), 20u);
   ASSERT_EQ(theirs.train.size(), 20u);
   for (size_t i = 0; i < ours.train.size(); ++i)
@@ -366,7 +371,8 @@ TEST(Trainer, NoRestartsLeftFailsTheTrial) {
 }
 
 TEST(Trainer, ResumeContinuesAStoppedRunAndNeverLoadsATornCheckpoint) {
-  const std::string yaml = config(2, 32, 1, "min_checkpoint_period: {batches: 5}\ncheckpoint_storage: {save_trial_latest: 2}\n");
+  const std::string yaml =
+      config(2, 32, 1, "min_checkpoint_period: {batches: 5}\ncheckpoint_storage: {save_trial_latest: 2}\n");
   Trial first = train("2slot-resume", yaml, "--max-batches 10");
   ASSERT_EQ(first.exit_code, 0) << first.output;
   Trial resumed = train("2slot-resume", yaml, "--max-batches 20 --resume");

@@ -7,13 +7,12 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <unistd.h>
-#include <zlib.h>
-
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 #include <torch/serialize.h>
+#include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -97,7 +96,8 @@ struct Listed {
 };
 
 std::optional<int64_t> batch_of(const std::string& name, const std::string& suffix) {
-  if (name.size() != 5 + 12 + suffix.size() || !name.starts_with("ckpt-") || !name.ends_with(suffix)) return std::nullopt;
+  if (name.size() != 5 + 12 + suffix.size() || !name.starts_with("ckpt-") || !name.ends_with(suffix))
+    return std::nullopt;
   const std::string digits = name.substr(5, 12);
   if (!std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) return std::nullopt;
   return std::stoll(digits);
@@ -114,9 +114,12 @@ std::vector<Listed> list_dir(const std::string& dir) {
       Listed& l = by_batch[*batch];
       l.batch = *batch;
       const std::string s = suffix;
-      if (s == ".pt") l.pt = path;
-      else if (s == ".json") l.sidecar = path;
-      else l.leftovers.push_back(path);
+      if (s == ".pt")
+        l.pt = path;
+      else if (s == ".json")
+        l.sidecar = path;
+      else
+        l.leftovers.push_back(path);
     }
   }
   std::vector<Listed> out;
@@ -125,12 +128,14 @@ std::vector<Listed> list_dir(const std::string& dir) {
   return out;
 }
 
-// The sidecar of a listed checkpoint, when it and the file's size agree (the cheap check; loading also checks the CRC-32).
+// The sidecar of a listed checkpoint, when it and the file's size agree (the cheap check; loading also checks the
+// CRC-32).
 std::optional<nlohmann::json> complete_sidecar(const Listed& l, std::string* why) {
   if (l.pt.empty()) return std::nullopt;
   const std::string name = fs::path(l.pt).filename().string();
   if (l.sidecar.empty()) {
-    if (why) *why = name + " skipped: no sidecar " + fs::path(l.pt).stem().string() + ".json (the write never finished)";
+    if (why)
+      *why = name + " skipped: no sidecar " + fs::path(l.pt).stem().string() + ".json (the write never finished)";
     return std::nullopt;
   }
   nlohmann::json side;
@@ -144,8 +149,9 @@ std::optional<nlohmann::json> complete_sidecar(const Listed& l, std::string* why
   std::error_code ec;
   const auto size = fs::file_size(l.pt, ec);
   if (ec || size != side["bytes"].get<uint64_t>()) {
-    if (why) *why = name + " skipped: torn, " + std::to_string(ec ? 0 : size) + " bytes where its sidecar says " +
-                    std::to_string(side["bytes"].get<uint64_t>());
+    if (why)
+      *why = name + " skipped: torn, " + std::to_string(ec ? 0 : size) + " bytes where its sidecar says " +
+             std::to_string(side["bytes"].get<uint64_t>());
     return std::nullopt;
   }
   return side;
@@ -262,29 +268,38 @@ LoadedCheckpoint load_pt(const Listed& l) {
 
 void remove_files(const Listed& l) {
   std::error_code ec;
-  for (const auto& f : {l.pt, l.sidecar}) if (!f.empty()) fs::remove(f, ec);
+  for (const auto& f : {l.pt, l.sidecar})
+    if (!f.empty()) fs::remove(f, ec);
   for (const auto& f : l.leftovers) fs::remove(f, ec);
 }
 
 // Keeps the newest `latest` (at least one) and the `best` best complete checkpoints; removes the
 // rest and every incomplete one.
 void prune(const std::string& dir, const KeepPolicy& keep) {
-  struct Complete { const Listed* listed; std::optional<double> metric; };
+  struct Complete {
+    const Listed* listed;
+    std::optional<double> metric;
+  };
   const auto listed = list_dir(dir);
   std::vector<Complete> complete;
   for (const auto& l : listed) {
-    if (const auto side = complete_sidecar(l, nullptr)) complete.push_back({&l, metric_of(*side)});
-    else if (!l.pt.empty() || !l.sidecar.empty() || !l.leftovers.empty()) remove_files(l);
+    if (const auto side = complete_sidecar(l, nullptr))
+      complete.push_back({&l, metric_of(*side)});
+    else if (!l.pt.empty() || !l.sidecar.empty() || !l.leftovers.empty())
+      remove_files(l);
   }
   std::vector<char> kept(complete.size(), 0);
   for (size_t i = 0; i < complete.size() && i < static_cast<size_t>(std::max(1, keep.latest)); ++i) kept[i] = 1;
   std::vector<size_t> ranked;
-  for (size_t i = 0; i < complete.size(); ++i) if (complete[i].metric) ranked.push_back(i);
+  for (size_t i = 0; i < complete.size(); ++i)
+    if (complete[i].metric) ranked.push_back(i);
   std::stable_sort(ranked.begin(), ranked.end(), [&](size_t a, size_t b) {
-    return keep.smaller_is_better ? *complete[a].metric < *complete[b].metric : *complete[a].metric > *complete[b].metric;
+    return keep.smaller_is_better ? *complete[a].metric < *complete[b].metric
+                                  : *complete[a].metric > *complete[b].metric;
   });
   for (size_t i = 0; i < ranked.size() && i < static_cast<size_t>(std::max(0, keep.best)); ++i) kept[ranked[i]] = 1;
-  for (size_t i = 0; i < complete.size(); ++i) if (!kept[i]) remove_files(*complete[i].listed);
+  for (size_t i = 0; i < complete.size(); ++i)
+    if (!kept[i]) remove_files(*complete[i].listed);
 }
 
 }  // namespace
@@ -380,8 +395,10 @@ void CheckpointWriter::run() {
     }
     lock.lock();
     write_seconds_ += Seconds(SteadyClock::now() - start).count();
-    if (error) error_ = error;
-    else ++written_;
+    if (error)
+      error_ = error;
+    else
+      ++written_;
     busy_ = false;
     cv_.notify_all();
   }

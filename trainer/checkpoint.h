@@ -49,7 +49,7 @@ struct CheckpointSnapshot {
   // {"kind": sgd|adam|adamw, "state": {index: {name: tensor or step}}, "param_groups": [{options, "params"}]},
   // PyTorch's optimizer.state_dict() layout, of cloned tensors.
   c10::IValue optimizer;
-  nlohmann::json meta;            // batch, epoch, time, seed, ...; its "metrics" object is copied to the sidecar
+  nlohmann::json meta;           // batch, epoch, time, seed, ...; its "metrics" object is copied to the sidecar
   std::optional<double> metric;  // the searcher metric validated at this batch, if any
 };
 

@@ -2,9 +2,6 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "row_blocks.h"
-#include "tandem/compression/compression.h"
-
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -12,6 +9,9 @@
 #include <functional>
 #include <map>
 #include <sstream>
+
+#include "row_blocks.h"
+#include "tandem/compression/compression.h"
 
 namespace tandem::trainer {
 
@@ -91,7 +91,8 @@ class Reader {
       std::string hint = did_you_mean(key, known);
       std::string valid;
       for (const auto& k : known) valid += (valid.empty() ? "" : ", ") + k;
-      error(full, "unknown key" + (hint.empty() ? "" : "; did you mean '" + hint + "'?") + " (valid here: " + valid + ")");
+      error(full,
+            "unknown key" + (hint.empty() ? "" : "; did you mean '" + hint + "'?") + " (valid here: " + valid + ")");
     }
   }
 
@@ -176,7 +177,8 @@ class Reader {
       if (!n[name]) continue;
       ++found;
       int64_t v = 0;
-      integer(n[name], key + "." + name, v, 1, int64_t{1} << 40, "use a positive count, e.g. {" + std::string(name) + ": 100}");
+      integer(n[name], key + "." + name, v, 1, int64_t{1} << 40,
+              "use a positive count, e.g. {" + std::string(name) + ": 100}");
       out = Length{unit, v};
     }
     if (found > 1) error(key, "give one of batches, records or epochs, not several");
@@ -184,22 +186,45 @@ class Reader {
   }
 };
 
-const std::vector<std::string> kTopKeys = {
-    "name", "description", "hyperparameters", "resources", "searcher", "min_validation_period",
-    "min_checkpoint_period", "records_per_epoch", "optimizations", "checkpoint_storage", "max_restarts",
-    "reproducibility", "dtrain_network_interface", "data", "entrypoint"};
-const std::vector<std::string> kHyperparameterKeys = {
-    "global_batch_size", "learning_rate", "optimizer", "momentum", "nesterov", "weight_decay", "beta1", "beta2",
-    "eps", "lr_schedule", "model", "mlp_hidden", "dropout", "layer_slices"};
+const std::vector<std::string> kTopKeys = {"name",
+                                           "description",
+                                           "hyperparameters",
+                                           "resources",
+                                           "searcher",
+                                           "min_validation_period",
+                                           "min_checkpoint_period",
+                                           "records_per_epoch",
+                                           "optimizations",
+                                           "checkpoint_storage",
+                                           "max_restarts",
+                                           "reproducibility",
+                                           "dtrain_network_interface",
+                                           "data",
+                                           "entrypoint"};
+const std::vector<std::string> kHyperparameterKeys = {"global_batch_size",
+                                                      "learning_rate",
+                                                      "optimizer",
+                                                      "momentum",
+                                                      "nesterov",
+                                                      "weight_decay",
+                                                      "beta1",
+                                                      "beta2",
+                                                      "eps",
+                                                      "lr_schedule",
+                                                      "model",
+                                                      "mlp_hidden",
+                                                      "dropout",
+                                                      "layer_slices"};
 const std::vector<std::string> kLrScheduleKeys = {"type", "warmup", "step_size", "gamma", "min_learning_rate"};
 const std::vector<std::string> kResourceKeys = {"slots_per_trial", "slots_per_host", "hosts"};
 const std::vector<std::string> kSearcherKeys = {"name", "metric", "max_length", "smaller_is_better"};
-const std::vector<std::string> kOptimizationKeys = {
-    "aggregation_frequency", "average_aggregated_gradients", "average_training_metrics", "gradient_compression",
-    "gradient_predivide_factor", "error_feedback", "auto_tune_tensor_fusion", "tensor_fusion_threshold",
-    "tensor_fusion_cycle_time", "mixed_precision"};
-const std::vector<std::string> kCheckpointStorageKeys = {"type", "host_path", "storage_path", "save_trial_latest",
-                                                         "save_trial_best", "save_experiment_best"};
+const std::vector<std::string> kOptimizationKeys = {"aggregation_frequency",     "average_aggregated_gradients",
+                                                    "average_training_metrics",  "gradient_compression",
+                                                    "gradient_predivide_factor", "error_feedback",
+                                                    "auto_tune_tensor_fusion",   "tensor_fusion_threshold",
+                                                    "tensor_fusion_cycle_time",  "mixed_precision"};
+const std::vector<std::string> kCheckpointStorageKeys = {
+    "type", "host_path", "storage_path", "save_trial_latest", "save_trial_best", "save_experiment_best"};
 const std::vector<std::string> kReproducibilityKeys = {"experiment_seed"};
 const std::vector<std::string> kDataKeys = {"type", "path"};
 
@@ -209,7 +234,8 @@ void read_optimizer(Reader& r, const YAML::Node& hp, ExperimentConfig& c) {
   r.choice(hp["optimizer"], "hyperparameters.optimizer", c.optimizer, {"sgd", "adam", "adamw"});
   r.number(hp["momentum"], "hyperparameters.momentum", c.momentum, 0, 0.999999, "use a value in [0, 1), e.g. 0.9");
   r.boolean(hp["nesterov"], "hyperparameters.nesterov", c.nesterov);
-  r.number(hp["weight_decay"], "hyperparameters.weight_decay", c.weight_decay, 0, 1, "use a value in [0, 1], e.g. 0.0001");
+  r.number(hp["weight_decay"], "hyperparameters.weight_decay", c.weight_decay, 0, 1,
+           "use a value in [0, 1], e.g. 0.0001");
   r.number(hp["beta1"], "hyperparameters.beta1", c.beta1, 0, 0.999999, "use a value in [0, 1), e.g. 0.9");
   r.number(hp["beta2"], "hyperparameters.beta2", c.beta2, 0, 0.999999, "use a value in [0, 1), e.g. 0.999");
   r.number(hp["eps"], "hyperparameters.eps", c.eps, 1e-30, 1, "use a small positive value, e.g. 1e-8");
@@ -217,7 +243,8 @@ void read_optimizer(Reader& r, const YAML::Node& hp, ExperimentConfig& c) {
   for (const char* k : {"momentum", "nesterov"})
     if (!sgd && hp[k])
       r.error(std::string("hyperparameters.") + k, "'" + hp[k].Scalar() + "' is an sgd setting, unused by optimizer " +
-                                                       c.optimizer + "; remove it or set hyperparameters.optimizer: sgd");
+                                                       c.optimizer +
+                                                       "; remove it or set hyperparameters.optimizer: sgd");
   for (const char* k : {"beta1", "beta2", "eps"})
     if (sgd && hp[k])
       r.error(std::string("hyperparameters.") + k, "'" + hp[k].Scalar() +
@@ -226,7 +253,8 @@ void read_optimizer(Reader& r, const YAML::Node& hp, ExperimentConfig& c) {
   if (!sgd) c.momentum = 0;
   if (sgd && c.nesterov && c.momentum <= 0)
     r.error("hyperparameters.nesterov", "'true' needs momentum > 0 (hyperparameters.momentum is " +
-                                            std::to_string(c.momentum) + "); set momentum, e.g. 0.9, or nesterov: false");
+                                            std::to_string(c.momentum) +
+                                            "); set momentum, e.g. 0.9, or nesterov: false");
 
   const auto ls = hp["lr_schedule"];
   if (!r.is_map(ls, "hyperparameters.lr_schedule")) return;
@@ -239,8 +267,8 @@ void read_optimizer(Reader& r, const YAML::Node& hp, ExperimentConfig& c) {
   r.number(ls["gamma"], at + ".gamma", s.gamma, 1e-12, 1, "use a factor in (0, 1], e.g. 0.1");
   r.number(ls["min_learning_rate"], at + ".min_learning_rate", s.min_learning_rate, 0, 100,
            "use a rate below hyperparameters.learning_rate, e.g. 0");
-  for (auto [key, used_by] : {std::pair{"step_size", "step"}, std::pair{"gamma", "step"},
-                              std::pair{"min_learning_rate", "cosine"}})
+  for (auto [key, used_by] :
+       {std::pair{"step_size", "step"}, std::pair{"gamma", "step"}, std::pair{"min_learning_rate", "cosine"}})
     if (ls[key] && s.type != used_by)
       r.error(at + "." + key, std::string("set, but only type ") + used_by + " uses it (type is " + s.type +
                                   "); remove it or set " + at + ".type: " + used_by);
@@ -256,8 +284,9 @@ void read_optimizer(Reader& r, const YAML::Node& hp, ExperimentConfig& c) {
 void read_entrypoint(Reader& r, const YAML::Node& root, const std::string& base_dir, ExperimentConfig& c) {
   std::string entry;
   if (!r.scalar(root["entrypoint"], "entrypoint", entry, "a TorchScript file (e.g. model.pt)")) return;
-  const std::string how = "tandem trains TorchScript models: save one with "
-                          "torch.jit.save(torch.jit.script(model), \"model.pt\") and set entrypoint: model.pt";
+  const std::string how =
+      "tandem trains TorchScript models: save one with "
+      "torch.jit.save(torch.jit.script(model), \"model.pt\") and set entrypoint: model.pt";
   namespace fs = std::filesystem;
   fs::path path(entry);
   if (path.is_relative()) path = fs::absolute(base_dir.empty() ? fs::current_path() : fs::path(base_dir)) / path;
@@ -278,7 +307,8 @@ void validate_slots(ExperimentConfig& c, std::vector<std::string>& errors) {
     errors.push_back("resources.slots_per_trial: " + std::to_string(c.slots_per_trial) +
                      " slots cannot share a global batch of " + std::to_string(c.global_batch_size) +
                      " (hyperparameters.global_batch_size); each slot needs at least one sample: raise "
-                     "global_batch_size to at least " + std::to_string(c.slots_per_trial) + " or lower slots_per_trial");
+                     "global_batch_size to at least " +
+                     std::to_string(c.slots_per_trial) + " or lower slots_per_trial");
     return;
   }
   if (c.global_batch_size > 0 && c.global_batch_size % c.slots_per_trial != 0) {
@@ -291,11 +321,11 @@ void validate_slots(ExperimentConfig& c, std::vector<std::string>& errors) {
   // Multi-host layout: slots fill whole hosts.
   if (c.slots_per_host > 0) {
     if (c.slots_per_trial % c.slots_per_host != 0) {
-      errors.push_back("resources.slots_per_trial: " + std::to_string(c.slots_per_trial) +
-                       " is not a multiple of resources.slots_per_host " + std::to_string(c.slots_per_host) +
-                       "; the trial could never be placed: use a multiple (e.g. " +
-                       std::to_string(((c.slots_per_trial + c.slots_per_host - 1) / c.slots_per_host) * c.slots_per_host) +
-                       ")");
+      errors.push_back(
+          "resources.slots_per_trial: " + std::to_string(c.slots_per_trial) +
+          " is not a multiple of resources.slots_per_host " + std::to_string(c.slots_per_host) +
+          "; the trial could never be placed: use a multiple (e.g. " +
+          std::to_string(((c.slots_per_trial + c.slots_per_host - 1) / c.slots_per_host) * c.slots_per_host) + ")");
     } else if (!c.hosts.empty() && c.slots_per_trial / c.slots_per_host > static_cast<int>(c.hosts.size())) {
       errors.push_back("resources.slots_per_trial: " + std::to_string(c.slots_per_trial) + " slots at " +
                        std::to_string(c.slots_per_host) + " per host need " +
@@ -304,7 +334,8 @@ void validate_slots(ExperimentConfig& c, std::vector<std::string>& errors) {
     }
   } else if (!c.hosts.empty() && c.slots_per_trial % static_cast<int>(c.hosts.size()) != 0) {
     errors.push_back("resources.hosts: " + std::to_string(c.slots_per_trial) + " slots do not divide evenly over " +
-                     std::to_string(c.hosts.size()) + " hosts; set resources.slots_per_host or a multiple of the host count");
+                     std::to_string(c.hosts.size()) +
+                     " hosts; set resources.slots_per_host or a multiple of the host count");
   }
 }
 
@@ -324,7 +355,9 @@ ExperimentConfig parse_config(const std::string& yaml_text, const std::string& b
   } catch (const YAML::Exception& e) {
     throw ConfigError("invalid experiment configuration: not valid YAML: " + std::string(e.what()));
   }
-  if (!root.IsMap()) throw ConfigError("invalid experiment configuration: the top level must be a map of keys (name:, hyperparameters:, ...)");
+  if (!root.IsMap())
+    throw ConfigError(
+        "invalid experiment configuration: the top level must be a map of keys (name:, hyperparameters:, ...)");
 
   ExperimentConfig c;
   Reader r;
@@ -337,14 +370,17 @@ ExperimentConfig parse_config(const std::string& yaml_text, const std::string& b
   if (!hp) r.error("hyperparameters", "missing; set at least hyperparameters.global_batch_size (e.g. 64)");
   if (r.is_map(hp, "hyperparameters")) {
     r.check_keys(hp, "hyperparameters", kHyperparameterKeys);
-    if (!hp["global_batch_size"]) r.error("hyperparameters.global_batch_size", "missing; set the samples per optimizer step over all slots, e.g. 64");
+    if (!hp["global_batch_size"])
+      r.error("hyperparameters.global_batch_size",
+              "missing; set the samples per optimizer step over all slots, e.g. 64");
     r.integer(hp["global_batch_size"], "hyperparameters.global_batch_size", c.global_batch_size, 1, 1 << 24,
               "use a positive number of samples per step, e.g. 64");
     r.number(hp["learning_rate"], "hyperparameters.learning_rate", c.learning_rate, 1e-12, 100,
              "use a positive rate, e.g. 0.01");
     read_optimizer(r, hp, c);
     r.choice(hp["model"], "hyperparameters.model", c.model, {"convnet", "mlp"});
-    r.number(hp["dropout"], "hyperparameters.dropout", c.dropout, 0, 0.99, "use a drop probability in [0, 0.99], e.g. 0.4 (0 = off)");
+    r.number(hp["dropout"], "hyperparameters.dropout", c.dropout, 0, 0.99,
+             "use a drop probability in [0, 0.99], e.g. 0.4 (0 = off)");
     r.integer(hp["mlp_hidden"], "hyperparameters.mlp_hidden", c.mlp_hidden, 1, 1 << 16, "use a layer width, e.g. 256");
     const YAML::Node slices = hp["layer_slices"];
     if (!(slices && slices.IsScalar() && slices.Scalar() == "auto")) {
@@ -364,16 +400,16 @@ ExperimentConfig parse_config(const std::string& yaml_text, const std::string& b
                             " is not used: entrypoint's TorchScript module is the model");
     }
     if (c.entrypoint.empty() && c.model == "mlp" && c.layer_slices != kAutoLayerSlices && c.layer_slices > most)
-      r.error("hyperparameters.layer_slices", std::to_string(c.layer_slices) + " slices of a " + std::to_string(c.mlp_hidden) +
-                                                  "-wide layer; use at most " + std::to_string(most) +
+      r.error("hyperparameters.layer_slices", std::to_string(c.layer_slices) + " slices of a " +
+                                                  std::to_string(c.mlp_hidden) + "-wide layer; use at most " +
+                                                  std::to_string(most) +
                                                   " (each block of fc2 holds a multiple of 16 weights)");
   }
 
   const auto res = root["resources"];
   if (r.is_map(res, "resources")) {
     r.check_keys(res, "resources", kResourceKeys);
-    r.integer(res["slots_per_trial"], "resources.slots_per_trial", c.slots_per_trial, 1, 1024,
-              "use 1 to 1024 slots");
+    r.integer(res["slots_per_trial"], "resources.slots_per_trial", c.slots_per_trial, 1, 1024, "use 1 to 1024 slots");
     r.integer(res["slots_per_host"], "resources.slots_per_host", c.slots_per_host, 1, 1024, "use 1 to 1024 slots");
     if (res["hosts"]) {
       if (!res["hosts"].IsSequence()) {
@@ -390,13 +426,16 @@ ExperimentConfig parse_config(const std::string& yaml_text, const std::string& b
     std::string name = "single";
     r.choice(searcher["name"], "searcher.name", name, {"single"});
     r.choice(searcher["metric"], "searcher.metric", c.searcher_metric, {"validation_accuracy", "validation_loss"});
-    // Determined defaults smaller_is_better to true; tandem's default metric is the accuracy, so the default follows the metric.
+    // Determined defaults smaller_is_better to true; tandem's default metric is the accuracy, so the default follows
+    // the metric.
     c.smaller_is_better = c.searcher_metric == "validation_loss";
     r.boolean(searcher["smaller_is_better"], "searcher.smaller_is_better", c.smaller_is_better);
     r.length(searcher["max_length"], "searcher.max_length", c.max_length);
   }
   if (!c.max_length.set() && r.errors.empty())
-    r.error("searcher.max_length", "missing; set how long to train, e.g. searcher: {name: single, metric: validation_accuracy, max_length: {epochs: 1}}");
+    r.error("searcher.max_length",
+            "missing; set how long to train, e.g. searcher: {name: single, metric: validation_accuracy, max_length: "
+            "{epochs: 1}}");
   r.length(root["min_validation_period"], "min_validation_period", c.min_validation_period);
   r.length(root["min_checkpoint_period"], "min_checkpoint_period", c.min_checkpoint_period);
   r.integer(root["records_per_epoch"], "records_per_epoch", c.records_per_epoch, 1, int64_t{1} << 40,
@@ -408,21 +447,25 @@ ExperimentConfig parse_config(const std::string& yaml_text, const std::string& b
     auto& o = c.optimizations;
     r.integer(opt["aggregation_frequency"], "optimizations.aggregation_frequency", o.aggregation_frequency, 1, 1024,
               "use 1 (communicate every batch) or more batches per communication");
-    r.boolean(opt["average_aggregated_gradients"], "optimizations.average_aggregated_gradients", o.average_aggregated_gradients);
+    r.boolean(opt["average_aggregated_gradients"], "optimizations.average_aggregated_gradients",
+              o.average_aggregated_gradients);
     r.boolean(opt["average_training_metrics"], "optimizations.average_training_metrics", o.average_training_metrics);
     if (const auto gc = opt["gradient_compression"]; gc && !gc.IsNull()) {
       // Determined's key is a boolean (true = fp16); tandem also takes the codec's name.
       const auto codec = gc.IsScalar() ? compression::parse_codec(gc.Scalar()) : std::nullopt;
-      if (codec) o.gradient_compression = std::string(compression::to_string(*codec));
-      else r.error("optimizations.gradient_compression",
-                   Reader::show(gc) + " is not a codec; use true (fp16), fp16, bf16, false or none");
+      if (codec)
+        o.gradient_compression = std::string(compression::to_string(*codec));
+      else
+        r.error("optimizations.gradient_compression",
+                Reader::show(gc) + " is not a codec; use true (fp16), fp16, bf16, false or none");
     }
     r.number(opt["gradient_predivide_factor"], "optimizations.gradient_predivide_factor", o.gradient_predivide_factor,
              1e-6, 1e6, "use a positive factor, e.g. 1.0 (divide before summing, the rest after)");
     // The factor only changes what a 16-bit sum can hold; f32 gradients are averaged exactly as they are.
     if (opt["gradient_predivide_factor"] && o.gradient_compression == "none")
-      c.notes.push_back("optimizations.gradient_predivide_factor acts only on compressed gradients; "
-                        "it has no effect while optimizations.gradient_compression is off");
+      c.notes.push_back(
+          "optimizations.gradient_predivide_factor acts only on compressed gradients; "
+          "it has no effect while optimizations.gradient_compression is off");
     r.boolean(opt["error_feedback"], "optimizations.error_feedback", o.error_feedback);
     r.boolean(opt["auto_tune_tensor_fusion"], "optimizations.auto_tune_tensor_fusion", o.auto_tune_tensor_fusion);
     r.integer(opt["tensor_fusion_threshold"], "optimizations.tensor_fusion_threshold", o.tensor_fusion_threshold_mb, 1,
@@ -430,15 +473,19 @@ ExperimentConfig parse_config(const std::string& yaml_text, const std::string& b
     r.integer(opt["tensor_fusion_cycle_time"], "optimizations.tensor_fusion_cycle_time", o.tensor_fusion_cycle_time_ms,
               1, 10000, "use milliseconds, 1 to 10000 (Determined's default 5)");
     if (opt["tensor_fusion_cycle_time"])
-      c.notes.push_back("optimizations.tensor_fusion_cycle_time: Horovod's cycle time batches the tensors ready within "
-                        "it; tandem launches a bucket as soon as it is full or backward ends, so the value only bounds "
-                        "the idle engine's sleep");
+      c.notes.push_back(
+          "optimizations.tensor_fusion_cycle_time: Horovod's cycle time batches the tensors ready within "
+          "it; tandem launches a bucket as soon as it is full or backward ends, so the value only bounds "
+          "the idle engine's sleep");
     std::string mp;
     if (r.scalar(opt["mixed_precision"], "optimizations.mixed_precision", mp, "an apex level (O0)") && mp != "O0")
-      r.error("optimizations.mixed_precision", "'" + mp + "': automatic mixed precision (AMP) is not implemented for "
-                                               "CPU training; use O0 (full precision) or remove the key");
+      r.error("optimizations.mixed_precision", "'" + mp +
+                                                   "': automatic mixed precision (AMP) is not implemented for "
+                                                   "CPU training; use O0 (full precision) or remove the key");
     if (o.error_feedback && o.gradient_compression == "none")
-      r.error("optimizations.error_feedback", "'true' needs a compressed gradient; set optimizations.gradient_compression: fp16 or bf16, or error_feedback: false");
+      r.error("optimizations.error_feedback",
+              "'true' needs a compressed gradient; set optimizations.gradient_compression: fp16 or bf16, or "
+              "error_feedback: false");
   }
 
   const auto cs = root["checkpoint_storage"];
@@ -449,19 +496,23 @@ ExperimentConfig parse_config(const std::string& yaml_text, const std::string& b
     std::string host_path, storage_path;
     r.scalar(cs["host_path"], "checkpoint_storage.host_path", host_path, "a directory");
     r.scalar(cs["storage_path"], "checkpoint_storage.storage_path", storage_path, "a directory");
-    if (host_path.empty() && cs["type"]) r.error("checkpoint_storage.host_path", "missing; set the directory checkpoints go to, e.g. checkpoints (a relative path is under --output)");
+    if (host_path.empty() && cs["type"])
+      r.error("checkpoint_storage.host_path",
+              "missing; set the directory checkpoints go to, e.g. checkpoints (a relative path is under --output)");
     c.checkpoint_dir = host_path;
     if (!storage_path.empty()) c.checkpoint_dir += (host_path.empty() ? "" : "/") + storage_path;
     const std::string fix = "use a count of checkpoints, e.g. 1";
     r.integer(cs["save_trial_best"], "checkpoint_storage.save_trial_best", c.save_trial_best, 0, 1 << 20, fix);
     r.integer(cs["save_trial_latest"], "checkpoint_storage.save_trial_latest", c.save_trial_latest, 0, 1 << 20, fix);
-    r.integer(cs["save_experiment_best"], "checkpoint_storage.save_experiment_best", c.save_experiment_best, 0, 1 << 20, fix);
+    r.integer(cs["save_experiment_best"], "checkpoint_storage.save_experiment_best", c.save_experiment_best, 0, 1 << 20,
+              fix);
     if (c.save_experiment_best > c.save_trial_best)
       c.notes.push_back("checkpoint_storage.save_experiment_best " + std::to_string(c.save_experiment_best) +
                         " has no further effect: an experiment is one trial, whose best are kept by save_trial_best (" +
                         std::to_string(c.save_trial_best) + ")");
   }
-  r.integer(root["max_restarts"], "max_restarts", c.max_restarts, 0, 1000, "use 0 (never restart) to 1000; Determined's default is 5");
+  r.integer(root["max_restarts"], "max_restarts", c.max_restarts, 0, 1000,
+            "use 0 (never restart) to 1000; Determined's default is 5");
 
   const auto rep = root["reproducibility"];
   if (r.is_map(rep, "reproducibility")) {
@@ -471,7 +522,8 @@ ExperimentConfig parse_config(const std::string& yaml_text, const std::string& b
               "use 0 to 2147483647");
     c.seed = static_cast<uint64_t>(seed);
   }
-  r.scalar(root["dtrain_network_interface"], "dtrain_network_interface", c.network_interface, "an interface name or list (eth0, ^docker, =eth0)");
+  r.scalar(root["dtrain_network_interface"], "dtrain_network_interface", c.network_interface,
+           "an interface name or list (eth0, ^docker, =eth0)");
 
   if (const auto d = root["data"]; d && !d.IsNull()) {
     const std::vector<std::string> kinds = {"fashion-mnist", "synthetic"};

@@ -57,7 +57,7 @@ struct LrSchedule {
   Length warmup;                  // unset: no warm-up
   Length step_size;               // step: the learning rate is multiplied by gamma every step_size
   double gamma = 0.1;
-  double min_learning_rate = 0;   // cosine: the rate at the last step
+  double min_learning_rate = 0;  // cosine: the rate at the last step
 };
 
 // hyperparameters.layer_slices: auto, resolved by layer_slices_for() once the hosts are known.
@@ -90,19 +90,19 @@ struct ExperimentConfig {
   // lengths
   Length max_length;
   std::string searcher_metric = "validation_accuracy";  // validation_accuracy | validation_loss
-  bool smaller_is_better = false;  // unless given: true for the loss, false for the accuracy
+  bool smaller_is_better = false;                       // unless given: true for the loss, false for the accuracy
   Length min_validation_period;
   Length min_checkpoint_period;
   int64_t records_per_epoch = 0;  // 0 = the training set's size
   Optimizations optimizations;
   // checkpoint_storage (shared_fs); a relative path is under the trial's output (checkpoint_storage_dir)
-  std::string checkpoint_dir;  // host_path / storage_path
-  int save_trial_best = 1;     // checkpoints kept by the searcher metric
-  int save_trial_latest = 1;   // checkpoints kept by recency
+  std::string checkpoint_dir;    // host_path / storage_path
+  int save_trial_best = 1;       // checkpoints kept by the searcher metric
+  int save_trial_latest = 1;     // checkpoints kept by recency
   int save_experiment_best = 0;  // one trial per experiment: no further effect
   int max_restarts = 5;
   uint64_t seed = 0;
-  std::string network_interface;  // dtrain_network_interface
+  std::string network_interface;       // dtrain_network_interface
   std::string data = "fashion-mnist";  // fashion-mnist | synthetic
   std::string data_path = "/usr/share/datasets/fashion-mnist";
 

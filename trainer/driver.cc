@@ -72,8 +72,9 @@ class Driver {
         break;
       }
       if (code == kSetupFailedExit) {
-        std::fprintf(stderr, "tandem train: trial failed: a worker could not set it up (its error is above); "
-                             "every restart would fail the same way, so none is made\n");
+        std::fprintf(stderr,
+                     "tandem train: trial failed: a worker could not set it up (its error is above); "
+                     "every restart would fail the same way, so none is made\n");
         break;
       }
       if (attempt >= cfg.max_restarts) {
@@ -107,8 +108,7 @@ class Driver {
     if (cfg.hosts.empty()) {
       lo.nprocs = slots;
     } else {
-      const int per_host =
-          cfg.slots_per_host > 0 ? cfg.slots_per_host : std::max(1, slots / int(cfg.hosts.size()));
+      const int per_host = cfg.slots_per_host > 0 ? cfg.slots_per_host : std::max(1, slots / int(cfg.hosts.size()));
       std::string list;
       for (int h = 0; h * per_host < slots; ++h) {
         list += (h ? "," : "") + cfg.hosts[size_t(h)] + ":" + std::to_string(std::min(per_host, slots - h * per_host));
@@ -148,16 +148,19 @@ class Driver {
     Trial t;
     t.slots = slots, t.dir = dir, t.system = o_.anchor_fp16 ? "DDP gloo + fp16 hook" : "DDP gloo";
     fs::create_directories(dir);
-    std::vector<std::string> argv = {"/usr/bin/python3", o_.anchor_script, o_.worker.config_path, "--slots",
-                                     std::to_string(slots), "--output", dir};
+    std::vector<std::string> argv = {
+        "/usr/bin/python3", o_.anchor_script, o_.worker.config_path, "--slots", std::to_string(slots), "--output", dir};
     if (o_.worker.max_batches > 0) argv.insert(argv.end(), {"--max-batches", std::to_string(o_.worker.max_batches)});
     if (o_.worker.per_slot_batch > 0)
       argv.insert(argv.end(), {"--per-slot-batch", std::to_string(o_.worker.per_slot_batch)});
     if (o_.anchor_fp16) argv.push_back("--fp16-hook");
     std::string error;
     const int code = launch::run_and_wait(
-        argv, [&] { if (tty_) show_progress(dir + "/metrics.jsonl", o_.worker.max_batches); }, tty_ ? 500ms : 100ms,
-        error);
+        argv,
+        [&] {
+          if (tty_) show_progress(dir + "/metrics.jsonl", o_.worker.max_batches);
+        },
+        tty_ ? 500ms : 100ms, error);
     if (!error.empty()) std::fprintf(stderr, "tandem train: %s\n", error.c_str());
     if (tty_) std::fprintf(stderr, "\r\033[K");
     t.ok = code == 0;
@@ -208,7 +211,8 @@ void report_comparison(const std::vector<Trial>& trials, const std::string& dir,
   std::ostringstream table;
   char buf[320];
   std::snprintf(buf, sizeof buf,
-                "| system | slots | global batch | samples/s | speed-up | efficiency | validation (s a pass) | time to %.0f%% (s) | final val acc |\n",
+                "| system | slots | global batch | samples/s | speed-up | efficiency | validation (s a pass) | time to "
+                "%.0f%% (s) | final val acc |\n",
                 100 * target);
   table << buf << "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   auto label = [](const Trial& t) {
@@ -228,9 +232,10 @@ void report_comparison(const std::vector<Trial>& trials, const std::string& dir,
     const double speedup = base_sps > 0 ? sps / base_sps : 0;
     const double eff = speedup * base->slots / t.slots;
     const double tt = t.summary.time_to_accuracy(target);
-    std::snprintf(buf, sizeof buf, "| %s | %d | %lld | %.1f | %.2f | %.2f | %.2f | %s | %.4f |\n", t.system.c_str(),
-                  t.slots, static_cast<long long>(t.summary.global_batch), sps, speedup, eff,
-                  t.summary.validation_seconds(), tt >= 0 ? std::to_string(static_cast<int>(tt + 0.5)).c_str() : "not reached", t.summary.final_accuracy());
+    std::snprintf(
+        buf, sizeof buf, "| %s | %d | %lld | %.1f | %.2f | %.2f | %.2f | %s | %.4f |\n", t.system.c_str(), t.slots,
+        static_cast<long long>(t.summary.global_batch), sps, speedup, eff, t.summary.validation_seconds(),
+        tt >= 0 ? std::to_string(static_cast<int>(tt + 0.5)).c_str() : "not reached", t.summary.final_accuracy());
     table << buf;
     bars << sps << ' ' << base_sps * t.slots / base->slots << " \"" << label(t) << "\"\n";
   }
@@ -243,7 +248,8 @@ void report_comparison(const std::vector<Trial>& trials, const std::string& dir,
     << "set offsets 0,0,graph 0.1,0\nset xtics rotate by 30 right font ',9'\nset style fill solid 0.6\n"
     << "set boxwidth 0.6\nset key outside top center horizontal\nplot '" << dir
     << "/scaling.dat' using 0:1:xtic(3) with boxes title 'samples/s', '' using 0:2 with points pt 6 ps 2 "
-       "title 'perfect scaling of its 1-slot run', '' using 0:1:(sprintf('%.0f', $1)) with labels offset 0,0.8 notitle\n"
+       "title 'perfect scaling of its 1-slot run', '' using 0:1:(sprintf('%.0f', $1)) with labels offset 0,0.8 "
+       "notitle\n"
     << "set offsets 0,0,0,0\nset xtics norotate font ''\nset grid xtics ytics\nset yrange [*:*]\n"
     << "set xlabel 'seconds'\nset ylabel 'validation accuracy'\nset key inside bottom right vertical font ',9'\n"
     << "set arrow from graph 0, first " << target << " to graph 1, first " << target << " nohead dt 2\nplot ";
@@ -252,8 +258,10 @@ void report_comparison(const std::vector<Trial>& trials, const std::string& dir,
       << label(trials[i]) << "'";
   g << "\nunset multiplot\n";
   std::string err = run_gnuplot(g.str());
-  if (err.empty()) std::printf("  plot: %s/scaling.png\n  table: %s/scaling.md\n", dir.c_str(), dir.c_str());
-  else std::fprintf(stderr, "tandem train: warning: no comparison plot: %s\n", err.c_str());
+  if (err.empty())
+    std::printf("  plot: %s/scaling.png\n  table: %s/scaling.md\n", dir.c_str(), dir.c_str());
+  else
+    std::fprintf(stderr, "tandem train: warning: no comparison plot: %s\n", err.c_str());
 }
 
 }  // namespace
@@ -297,7 +305,8 @@ int run_driver(DriverOptions o) {
     return 0;
   }
   // Every slot count is checked before anything starts.
-  std::vector<int> counts = o.scaling.empty() ? std::vector<int>{o.worker.slots > 0 ? o.worker.slots : cfg.slots_per_trial} : o.scaling;
+  std::vector<int> counts =
+      o.scaling.empty() ? std::vector<int>{o.worker.slots > 0 ? o.worker.slots : cfg.slots_per_trial} : o.scaling;
   for (int s : counts) {
     ExperimentConfig c = cfg;
     set_slots(c, s, o.worker.per_slot_batch);
@@ -312,8 +321,8 @@ int run_driver(DriverOptions o) {
   // TANDEM_NETWORK_INTERFACE or DTRAIN_NETWORK_INTERFACE, read and checked (they must agree) as the slots read them.
   const std::string env_if = tuning_from_env().network_interface;
   driver.network_interface_ = !o.network_interface.empty() ? o.network_interface
-                              : !env_if.empty()              ? env_if
-                                                             : cfg.network_interface;
+                              : !env_if.empty()            ? env_if
+                                                           : cfg.network_interface;
   if (!driver.network_interface().empty())
     std::fprintf(stderr, "tandem train: dtrain_network_interface = %s\n", driver.network_interface().c_str());
 

@@ -14,19 +14,19 @@
 namespace tandem::trainer {
 
 struct DriverOptions {
-  WorkerOptions worker;             // every slot gets these (as <trial dir>/worker-options.json)
-  std::string output_dir;           // default runs/<name>
-  std::vector<int> scaling;         // slot counts; empty = one trial
-  std::string network_interface;    // flag; else TANDEM_/DTRAIN_NETWORK_INTERFACE; else the config's
+  WorkerOptions worker;           // every slot gets these (as <trial dir>/worker-options.json)
+  std::string output_dir;         // default runs/<name>
+  std::vector<int> scaling;       // slot counts; empty = one trial
+  std::string network_interface;  // flag; else TANDEM_/DTRAIN_NETWORK_INTERFACE; else the config's
   double target_accuracy = 0.85;
-  bool quiet = false;               // no progress line, no summary
+  bool quiet = false;  // no progress line, no summary
   // With resources.hosts: the launcher's rsh and store address (empty: its defaults).
   std::string rsh, store_address;
-  std::string self;                 // this executable
+  std::string self;  // this executable
   // Also train each slot count with the PyTorch DDP (gloo) anchor script and compare.
   bool anchor = false;
-  bool anchor_fp16 = false;         // with DDP's fp16_compress_hook
-  std::string anchor_script;        // default: trainer/ddp_anchor.py of the source tree
+  bool anchor_fp16 = false;   // with DDP's fp16_compress_hook
+  std::string anchor_script;  // default: trainer/ddp_anchor.py of the source tree
   // Only tabulate finished runs: "LABEL=DIR" each (DIR holds metrics.jsonl).
   std::vector<std::string> compare;
 };

@@ -5,9 +5,9 @@
 // by hand, or under mpirun or srun, a slot takes the driver's flags instead:
 //   tandem-train --worker exp.yaml --slots N --output DIR [--checkpoint-dir DIR] ...
 // Exit codes: 0 success, 2 bad configuration or flags, 1 the trial failed.
-#include <CLI/CLI.hpp>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <climits>
 #include <cstdio>
 #include <string_view>
@@ -49,9 +49,11 @@ int main(int argc, char** argv) {
   app.add_option("--scaling", scaling, "Run once per slot count, e.g. 1,2,4, and compare");
   app.add_flag("--resume", w.resume, "Continue from the newest intact checkpoint");
   app.add_option("--output", o.output_dir, "Directory for metrics, plots and checkpoints (default runs/<name>)");
-  app.add_flag("--no-overlap", no_overlap, "Reduce the gradients after backward, none during it (no wait-free backprop)");
-  app.add_option("--dtrain-network-interface", o.network_interface,
-                 "Interface(s) for the slots (as dtrain_network_interface; else TANDEM_NETWORK_INTERFACE, else the config)");
+  app.add_flag("--no-overlap", no_overlap,
+               "Reduce the gradients after backward, none during it (no wait-free backprop)");
+  app.add_option(
+      "--dtrain-network-interface", o.network_interface,
+      "Interface(s) for the slots (as dtrain_network_interface; else TANDEM_NETWORK_INTERFACE, else the config)");
   app.add_option("--rsh", o.rsh, "With resources.hosts: how `tandem launch` reaches a host (default ssh)");
   app.add_option("--store-addr", o.store_address,
                  "With resources.hosts: HOST[:PORT] where the other hosts reach the launcher's store");
@@ -60,7 +62,8 @@ int main(int argc, char** argv) {
                  "Samples per slot per batch at every slot count: the global batch grows with the slots "
                  "(overrides hyperparameters.global_batch_size)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
-  app.add_option("--compare", o.compare, "Only tabulate finished runs: LABEL=DIR (repeatable; DIR holds metrics.jsonl)");
+  app.add_option("--compare", o.compare,
+                 "Only tabulate finished runs: LABEL=DIR (repeatable; DIR holds metrics.jsonl)");
   app.add_option("--target-accuracy", o.target_accuracy, "Validation accuracy the time-to-accuracy figures use")
       ->capture_default_str();
   app.add_option("--stall-factor", w.stall_factor, "Report a batch slower than this many times the running median")

@@ -1,11 +1,11 @@
 #include "metrics.h"
 
-#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 namespace tandem::trainer {
@@ -41,12 +41,18 @@ void MetricsWriter::line(const std::string& s) {
 
 namespace {
 json to_json(const TrainRecord& r) {
-  return json{{"kind", "train"},   {"batch", r.batch},
-              {"epoch", r.epoch},  {"time", r.time},
-              {"loss", r.loss},    {"accuracy", r.accuracy},
-              {"samples_per_s", r.samples_per_s}, {"step", r.step},
-              {"data", r.data},    {"compute", r.compute},
-              {"exposed", r.exposed}, {"communication", r.communication},
+  return json{{"kind", "train"},
+              {"batch", r.batch},
+              {"epoch", r.epoch},
+              {"time", r.time},
+              {"loss", r.loss},
+              {"accuracy", r.accuracy},
+              {"samples_per_s", r.samples_per_s},
+              {"step", r.step},
+              {"data", r.data},
+              {"compute", r.compute},
+              {"exposed", r.exposed},
+              {"communication", r.communication},
               {"communicated", r.communicated}};
 }
 }  // namespace
@@ -54,8 +60,14 @@ json to_json(const TrainRecord& r) {
 void MetricsWriter::train(const TrainRecord& r) { line(to_json(r).dump()); }
 
 void MetricsWriter::validation(const ValidationRecord& r) {
-  line(json{{"kind", "validation"}, {"batch", r.batch}, {"time", r.time}, {"loss", r.loss}, {"accuracy", r.accuracy},
-            {"records", r.records}, {"seconds", r.seconds}, {"forward_seconds", r.forward_seconds},
+  line(json{{"kind", "validation"},
+            {"batch", r.batch},
+            {"time", r.time},
+            {"loss", r.loss},
+            {"accuracy", r.accuracy},
+            {"records", r.records},
+            {"seconds", r.seconds},
+            {"forward_seconds", r.forward_seconds},
             {"images_per_s", r.seconds > 0 ? static_cast<double>(r.records) / r.seconds : 0.0}}
            .dump());
 }
@@ -171,8 +183,8 @@ std::string progress_line(const TrialSummary& s, int64_t total) {
   const auto& r = s.train.back();
   char buf[256];
   int n = std::snprintf(buf, sizeof buf, "batch %lld/%lld  epoch %lld  loss %.4f  acc %.3f  %.0f samples/s  %.1fs",
-                        static_cast<long long>(r.batch), static_cast<long long>(total),
-                        static_cast<long long>(r.epoch), r.loss, r.accuracy, r.samples_per_s, r.time);
+                        static_cast<long long>(r.batch), static_cast<long long>(total), static_cast<long long>(r.epoch),
+                        r.loss, r.accuracy, r.samples_per_s, r.time);
   std::string out(buf, static_cast<size_t>(n));
   if (!s.validation.empty()) {
     std::snprintf(buf, sizeof buf, "  val acc %.4f", s.validation.back().accuracy);
@@ -243,8 +255,8 @@ std::string summary_table(const TrialSummary& s, double target) {
   // What validating and checkpointing cost the trial: the time training did not run.
   const double off_training = s.validation_total_seconds() + s.checkpoint_wait;
   if (wall > 0 && off_training > 0)
-    row("validation and checkpoints", num("%.1f s", off_training) + " (" + num("%.1f%%", 100 * off_training / wall) +
-                                          " of the wall time)");
+    row("validation and checkpoints",
+        num("%.1f s", off_training) + " (" + num("%.1f%%", 100 * off_training / wall) + " of the wall time)");
   row("stalls", std::to_string(s.stalls));
   restarts();
   return o.str();

@@ -76,12 +76,12 @@ struct TrialSummary {
   std::vector<TrainRecord> train;
   std::vector<ValidationRecord> validation;
   int stalls = 0;
-  int restarts = 0;         // attempts after the first (failures the driver restarted from)
-  double lost_time = 0;     // over restarts: trial time from the checkpoint resumed to the new attempt's start
+  int restarts = 0;            // attempts after the first (failures the driver restarted from)
+  double lost_time = 0;        // over restarts: trial time from the checkpoint resumed to the new attempt's start
   double checkpoint_wait = 0;  // end line: seconds training waited for checkpoints (the last attempt's)
   int slots = 0;
   int64_t global_batch = 0;
-  double wall_time = 0;  // of the "end" line: the trial clock, over every attempt
+  double wall_time = 0;              // of the "end" line: the trial clock, over every attempt
   std::string compression = "none";  // gradients on the wire (start line)
   uint64_t gradient_bytes = 0, wire_bytes = 0, compression_fallbacks = 0;  // end line: the last attempt's
   // Derived

@@ -1,8 +1,8 @@
 #include "model.h"
 
-#include "row_blocks.h"
-
 #include <torch/script.h>
+
+#include "row_blocks.h"
 
 namespace tandem::trainer {
 
@@ -167,8 +167,10 @@ Model load_torchscript(const std::string& path) {
   try {
     *module = torch::jit::load(path);
   } catch (const c10::Error& e) {
-    throw std::runtime_error("entrypoint '" + path + "' is not a TorchScript module (save one with "
-                             "torch.jit.save(torch.jit.script(model), path)): " + e.what_without_backtrace());
+    throw std::runtime_error("entrypoint '" + path +
+                             "' is not a TorchScript module (save one with "
+                             "torch.jit.save(torch.jit.script(model), path)): " +
+                             e.what_without_backtrace());
   }
   Model model;
   model.gated = false;
@@ -178,10 +180,12 @@ Model load_torchscript(const std::string& path) {
   for (const auto& p : module->named_parameters(/*recurse=*/true)) {
     if (p.value.scalar_type() != torch::kFloat32)
       throw std::runtime_error("entrypoint '" + path + "': parameter '" + p.name + "' is " +
-                               std::string(c10::toString(p.value.scalar_type())) + "; tandem trains float32 parameters");
+                               std::string(c10::toString(p.value.scalar_type())) +
+                               "; tandem trains float32 parameters");
     model.parameters.emplace_back(p.name, p.value);
   }
-  if (model.parameters.empty()) throw std::runtime_error("entrypoint '" + path + "': the module has no parameters to train");
+  if (model.parameters.empty())
+    throw std::runtime_error("entrypoint '" + path + "': the module has no parameters to train");
   return model;
 }
 

@@ -78,7 +78,7 @@ TORCH_MODULE(Mlp);
 // floats and returns [N, 10] logits.
 struct Model {
   std::function<torch::Tensor(torch::Tensor)> forward;
-  std::function<void(bool)> set_training;  // train (dropout on) or eval
+  std::function<void(bool)> set_training;                         // train (dropout on) or eval
   std::vector<std::pair<std::string, torch::Tensor>> parameters;  // named, in the module's order
   // Whether forward passes each parameter through the gate (tandem's own
   // models; a TorchScript module does not, so its updates cannot be deferred).

@@ -105,20 +105,18 @@ void adam_rows(torch::optim::Optimizer& optimizer, const Options& o, bool decoup
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const ExperimentConfig& c,
                                                         const std::vector<torch::Tensor>& params) {
   if (c.optimizer == "adam")
-    return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(c.learning_rate)
-                                                            .betas({c.beta1, c.beta2})
-                                                            .eps(c.eps)
-                                                            .weight_decay(c.weight_decay));
+    return std::make_unique<torch::optim::Adam>(
+        params,
+        torch::optim::AdamOptions(c.learning_rate).betas({c.beta1, c.beta2}).eps(c.eps).weight_decay(c.weight_decay));
   if (c.optimizer == "adamw")
-    return std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(c.learning_rate)
-                                                             .betas({c.beta1, c.beta2})
-                                                             .eps(c.eps)
-                                                             .weight_decay(c.weight_decay));
-  if (c.optimizer != "sgd") throw std::invalid_argument("hyperparameters.optimizer: unknown optimizer '" + c.optimizer + "'");
-  return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(c.learning_rate)
-                                                         .momentum(c.momentum)
-                                                         .nesterov(c.nesterov)
-                                                         .weight_decay(c.weight_decay));
+    return std::make_unique<torch::optim::AdamW>(
+        params,
+        torch::optim::AdamWOptions(c.learning_rate).betas({c.beta1, c.beta2}).eps(c.eps).weight_decay(c.weight_decay));
+  if (c.optimizer != "sgd")
+    throw std::invalid_argument("hyperparameters.optimizer: unknown optimizer '" + c.optimizer + "'");
+  return std::make_unique<torch::optim::SGD>(
+      params,
+      torch::optim::SGDOptions(c.learning_rate).momentum(c.momentum).nesterov(c.nesterov).weight_decay(c.weight_decay));
 }
 
 double learning_rate_at(const ExperimentConfig& c, int64_t step, int64_t total_steps, int64_t steps_per_epoch) {

@@ -80,7 +80,8 @@ void RoutedSync::wait(Deadline deadline) {
     if (!e.routed) continue;
     if (!e.marked) {
       if (!options_.sync.allow_unused) {
-        throw InvalidArgument("routed sync: gradient '" + e.name + "' was never marked ready this step "
+        throw InvalidArgument("routed sync: gradient '" + e.name +
+                              "' was never marked ready this step "
                               "(set allow_unused to push it as zeros)");
       }
       e.push = client_->push_rows_async(e.name, nullptr, 0, nullptr, DataType::f32);  // zeros, still a step

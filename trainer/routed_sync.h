@@ -30,7 +30,7 @@ namespace tandem::trainer {
 struct RoutedSyncOptions {
   fusion::GradientSyncOptions sync;  // for the all-reduce route (sync.average applies to both)
   ps::Options ps;
-  std::vector<std::string> ps_names;                                        // route these by name
+  std::vector<std::string> ps_names;                                               // route these by name
   std::function<bool(const std::string& name, size_t rows, size_t cols)> ps_rule;  // or when this says so
   bool sparse_rows = true;
 };

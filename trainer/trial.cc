@@ -12,8 +12,8 @@
 #include <numeric>
 #include <sstream>
 
-#include "tandem/compression/compression.h"
 #include "optimizer.h"
+#include "tandem/compression/compression.h"
 #include "tandem/fusion/gradient_sync.h"
 
 namespace tandem::trainer {
@@ -59,7 +59,8 @@ std::optional<std::chrono::system_clock::time_point> clock_origin(const std::str
   const auto j = nlohmann::json::parse(first, nullptr, false);
   if (j.is_discarded() || j.value("kind", "") != "start" || !j.contains("origin")) return std::nullopt;
   const auto since_epoch = std::chrono::duration<double>(j.at("origin").get<double>());
-  return std::chrono::system_clock::time_point(std::chrono::duration_cast<std::chrono::system_clock::duration>(since_epoch));
+  return std::chrono::system_clock::time_point(
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(since_epoch));
 }
 
 }  // namespace
@@ -131,7 +132,8 @@ void Trial::resume() {
     params_[i].copy_(t->second);
   }
   restore_optimizer(*found, *optimizer_);
-  if (chief_) std::fprintf(stderr, "resuming from %s (batch %lld)\n", found->path.c_str(), static_cast<long long>(start_));
+  if (chief_)
+    std::fprintf(stderr, "resuming from %s (batch %lld)\n", found->path.c_str(), static_cast<long long>(start_));
 }
 
 std::string Trial::model_name() const { return cfg_.entrypoint.empty() ? cfg_.model : cfg_.entrypoint; }
@@ -142,8 +144,8 @@ void Trial::build_exchange() {
   defer_ = wo_.overlap && wo_.deferred_updates && model_.gated;
   for (size_t i = 0; i < params_.size(); ++i) {
     const auto sunk = model_.sunk_parts.find(params_[i].unsafeGetTensorImpl());
-    parts_.push_back({names_[i], sunk != model_.sunk_parts.end() ? sunk->second
-                                                                 : std::vector<size_t>{size_t(params_[i].numel())}});
+    parts_.push_back(
+        {names_[i], sunk != model_.sunk_parts.end() ? sunk->second : std::vector<size_t>{size_t(params_[i].numel())}});
     // A scalar parameter (a TorchScript module may have one) is one row.
     const size_t row = params_[i].dim() == 0 ? 1 : size_t(params_[i].numel() / params_[i].size(0));
     row_begin_.push_back({0});
@@ -204,23 +206,35 @@ void Trial::open_metrics() {
   // A restart or resume continues the trial clock and keeps the lines up to its checkpoint.
   const bool continuing = wo_.attempt > 0 || start_ > 0;
   if (continuing) origin_ = clock_origin(path);
-  if (!origin_) origin_ = std::chrono::system_clock::now() - std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                                                               std::chrono::duration<double>(resumed_time_));
+  if (!origin_)
+    origin_ = std::chrono::system_clock::now() - std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                                                     std::chrono::duration<double>(resumed_time_));
   if (!chief_) return;
   std::filesystem::create_directories(wo_.output_dir);
   log_ = std::make_unique<MetricsWriter>(path, continuing ? start_ : -1);
   const auto& opt = cfg_.optimizations;
   const double origin = std::chrono::duration<double>(origin_->time_since_epoch()).count();
-  log_->line(nlohmann::json{{"kind", "start"}, {"batch", start_}, {"time", now()}, {"origin", origin},
-                            {"slots", world_}, {"global_batch", cfg_.effective_global_batch()},
-                            {"per_slot_batch", per_slot_}, {"model", model_name()}, {"data", cfg_.data},
+  log_->line(nlohmann::json{{"kind", "start"},
+                            {"batch", start_},
+                            {"time", now()},
+                            {"origin", origin},
+                            {"slots", world_},
+                            {"global_batch", cfg_.effective_global_batch()},
+                            {"per_slot_batch", per_slot_},
+                            {"model", model_name()},
+                            {"data", cfg_.data},
                             {"layer_slices", layer_slices_},
-                            {"total_batches", total_}, {"overlap", wo_.overlap}, {"compute_nice", compute_nice_},
-                            {"deferred_updates", defer_}, {"attempt", wo_.attempt},
+                            {"total_batches", total_},
+                            {"overlap", wo_.overlap},
+                            {"compute_nice", compute_nice_},
+                            {"deferred_updates", defer_},
+                            {"attempt", wo_.attempt},
                             {"gradient_compression", opt.gradient_compression},
                             {"gradient_predivide_factor", opt.gradient_predivide_factor},
-                            {"error_feedback", opt.error_feedback}, {"transport", comm_->transport_summary()},
-                            {"resumed_from", start_ > 0 ? start_ : -1}, {"resumed_time", resumed_time_}}
+                            {"error_feedback", opt.error_feedback},
+                            {"transport", comm_->transport_summary()},
+                            {"resumed_from", start_ > 0 ? start_ : -1},
+                            {"resumed_time", resumed_time_}}
                  .dump());
 }
 
@@ -280,7 +294,8 @@ void Trial::train_batch(int64_t batch) {
   const auto idx = plan_->shard(batch - 1, rank_);
   auto [x, y] = make_batch(train_, idx.data(), per_slot_);
   b.data = seconds_since(b.start);
-  torch::manual_seed(cfg_.seed * 1000003 + static_cast<uint64_t>(batch) * 131 + static_cast<uint64_t>(rank_));  // dropout
+  torch::manual_seed(cfg_.seed * 1000003 + static_cast<uint64_t>(batch) * 131 +
+                     static_cast<uint64_t>(rank_));  // dropout
   auto logits = model_.forward(x);
   if (deferred_) {
     complete(*deferred_, true);
@@ -340,7 +355,9 @@ ValidationRecord Trial::validate(int64_t batch) {
       const auto f = SteadyClock::now();
       auto logits = model_.forward(x);
       forward_s += seconds_since(f);
-      sums[0] += torch::nn::functional::cross_entropy(logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)).item<double>();
+      sums[0] += torch::nn::functional::cross_entropy(
+                     logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                     .item<double>();
       sums[1] += logits.argmax(1).eq(y).sum().item<double>();
       sums[2] += static_cast<double>(n);
     }
@@ -360,8 +377,9 @@ void Trial::checkpoint(int64_t batch, const std::optional<ValidationRecord>& val
   if (!checkpoints_) return;
   const auto t = SteadyClock::now();
   // The data position and every random draw (epoch order, dropout) follow from (seed, batch).
-  nlohmann::json meta{{"batch", batch}, {"epoch", plan_->epoch_of(batch)}, {"time", now()}, {"seed", cfg_.seed},
-                      {"slots", world_}, {"global_batch", cfg_.effective_global_batch()},
+  nlohmann::json meta{{"batch", batch},       {"epoch", plan_->epoch_of(batch)},
+                      {"time", now()},        {"seed", cfg_.seed},
+                      {"slots", world_},      {"global_batch", cfg_.effective_global_batch()},
                       {"model", model_name()}};
   std::optional<double> metric;
   if (validation) {
@@ -397,7 +415,8 @@ void Trial::run() {
     std::ofstream out(wo_.dump_params, std::ios::binary);
     for (const auto& p : params_) {
       auto c = p.detach().contiguous();
-      out.write(reinterpret_cast<const char*>(c.data_ptr<float>()), static_cast<std::streamsize>(c.numel() * sizeof(float)));
+      out.write(reinterpret_cast<const char*>(c.data_ptr<float>()),
+                static_cast<std::streamsize>(c.numel() * sizeof(float)));
     }
   }
   if (checkpoints_) {
@@ -406,9 +425,14 @@ void Trial::run() {
     checkpoint_seconds_ += seconds_since(t);
   }
   if (log_)
-    log_->line(nlohmann::json{{"kind", "end"}, {"batch", total_}, {"time", now()}, {"gradient_bytes", payload_bytes_},
-                              {"wire_bytes", wire_bytes_}, {"compression_fallbacks", fallbacks_},
-                              {"validation_seconds", validation_seconds_}, {"checkpoint_seconds", checkpoint_seconds_}}
+    log_->line(nlohmann::json{{"kind", "end"},
+                              {"batch", total_},
+                              {"time", now()},
+                              {"gradient_bytes", payload_bytes_},
+                              {"wire_bytes", wire_bytes_},
+                              {"compression_fallbacks", fallbacks_},
+                              {"validation_seconds", validation_seconds_},
+                              {"checkpoint_seconds", checkpoint_seconds_}}
                    .dump());
   comm_->barrier();
 }

@@ -70,7 +70,7 @@ class Trial {
   void update_part(size_t param, int part);
   ValidationRecord validate(int64_t batch);
   void checkpoint(int64_t batch, const std::optional<ValidationRecord>& validation);
-  double now() const;  // the trial clock
+  double now() const;              // the trial clock
   std::string model_name() const;  // the built-in model's name, or the TorchScript file
 
   WorkerOptions wo_;
@@ -88,15 +88,15 @@ class Trial {
   std::vector<torch::Tensor> params_;
   std::vector<std::string> names_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
-  int64_t optimizer_step_ = 0;  // 1-based, of the step being applied
+  int64_t optimizer_step_ = 0;                     // 1-based, of the step being applied
   std::unique_ptr<CheckpointWriter> checkpoints_;  // the chief's, with a checkpoint directory
 
-  int64_t start_ = 0;  // the batch resumed from
-  double resumed_time_ = 0;  // the trial clock of that checkpoint
+  int64_t start_ = 0;                                            // the batch resumed from
+  double resumed_time_ = 0;                                      // the trial clock of that checkpoint
   std::optional<std::chrono::system_clock::time_point> origin_;  // of the trial clock
 
   std::vector<GradientParts> parts_;
-  std::vector<std::vector<int64_t>> row_begin_;  // per parameter: its parts' first rows, then the end
+  std::vector<std::vector<int64_t>> row_begin_;                   // per parameter: its parts' first rows, then the end
   std::unique_ptr<compression::CompressedAllreduce> compressor_;  // outlives the exchange
   std::unique_ptr<Exchange> exchange_;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive: they hold the hooks
@@ -107,7 +107,7 @@ class Trial {
 
   std::unique_ptr<MetricsWriter> log_;
   std::unique_ptr<StallReporter> stalls_;
-  std::optional<Open> deferred_;  // its parameters are updated by the next forward
+  std::optional<Open> deferred_;            // its parameters are updated by the next forward
   std::vector<std::vector<char>> updated_;  // per parameter, per part
   std::vector<fusion::Metric> unreported_;
   double previous_arrival_ = 0;  // this rank's previous batch time before its wait

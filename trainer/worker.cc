@@ -13,7 +13,8 @@ namespace tandem::trainer {
 
 int run_worker(const WorkerOptions& wo) {
   ExperimentConfig cfg = load_config(wo.config_path);
-  if (wo.slots > 0 || wo.per_slot_batch > 0) set_slots(cfg, wo.slots > 0 ? wo.slots : cfg.slots_per_trial, wo.per_slot_batch);
+  if (wo.slots > 0 || wo.per_slot_batch > 0)
+    set_slots(cfg, wo.slots > 0 ? wo.slots : cfg.slots_per_trial, wo.per_slot_batch);
   // One compute thread a slot: intra-op threads (and OpenBLAS's OpenMP pool,
   // which follows them) would fight the other slots and the engine for the cores.
   torch::set_num_threads(1);

@@ -23,8 +23,8 @@ struct WorkerOptions {
   // With deferred updates: the input-side layers' bucket goes ahead of the
   // last buckets holding up to this many bytes (see GradientSyncOptions).
   size_t input_layers_ahead_bytes = 3 << 20;
-  int attempt = 0;             // 0 on the first start, then restarts
-  int64_t max_batches = 0;     // overrides searcher.max_length when > 0
+  int attempt = 0;          // 0 on the first start, then restarts
+  int64_t max_batches = 0;  // overrides searcher.max_length when > 0
   double stall_factor = 3.0;
   int64_t validation_batch = 0;  // images a validation forward takes at once; 0 = the per-slot batch, at least 64
   // Fault injection for tests: SIGKILL this rank at the start of that batch, on attempt 0 only.
@@ -38,7 +38,8 @@ struct WorkerOptions {
 // Every field, by its name: a new option is one more name here.
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(WorkerOptions, config_path, output_dir, checkpoint_dir, slots, per_slot_batch,
                                    resume, overlap, compute_nice, deferred_updates, input_layers_ahead_bytes, attempt,
-                                   max_batches, stall_factor, validation_batch, fail_at_batch, fail_rank, fail_checkpoint_batch, dump_params, timeline)
+                                   max_batches, stall_factor, validation_batch, fail_at_batch, fail_rank,
+                                   fail_checkpoint_batch, dump_params, timeline)
 
 // Writes `options` as JSON to `path`, replacing it; throws std::runtime_error naming the path.
 void save_worker_options(const WorkerOptions& options, const std::string& path);

@@ -2,11 +2,10 @@
 // handed, so the communicator bootstraps through it (tandem._c10d).
 #pragma once
 
-#include <torch/csrc/distributed/c10d/Store.hpp>
-
 #include <algorithm>
 #include <chrono>
 #include <thread>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "tandem/errors.h"
 #include "tandem/store.h"
@@ -30,7 +29,8 @@ namespace tandem::c10d_backend {
 class C10dStore final : public tandem::KeyValueStore {
  public:
   C10dStore(c10::intrusive_ptr<c10d::Store> store, int world_size)
-      : store_(std::move(store)), world_size_(world_size),
+      : store_(std::move(store)),
+        world_size_(world_size),
         poll_max_(std::clamp(std::chrono::milliseconds(world_size / 10), std::chrono::milliseconds(2),
                              std::chrono::milliseconds(50))) {}
 
@@ -56,10 +56,11 @@ class C10dStore final : public tandem::KeyValueStore {
     while (!check(keys, deadline)) {
       const auto now = tandem::Clock::now();
       if (now >= deadline) {
-        throw tandem::Timeout("c10d store: wait for " + std::to_string(keys.size()) + " key(s), the first '" +
-                              keys.front() + "', timed out after " +
-                              std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count()) +
-                              " ms (a rank never set it: it did not start, failed, or joined another group)");
+        throw tandem::Timeout(
+            "c10d store: wait for " + std::to_string(keys.size()) + " key(s), the first '" + keys.front() +
+            "', timed out after " +
+            std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count()) +
+            " ms (a rank never set it: it did not start, failed, or joined another group)");
       }
       std::this_thread::sleep_for(std::min<tandem::Clock::duration>(pause, deadline - now));
       pause = std::min(pause * 2, poll_max_);

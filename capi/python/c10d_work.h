@@ -3,15 +3,14 @@
 // calls finish (sends and receives).
 #pragma once
 
-#include <torch/csrc/distributed/c10d/Work.hpp>
-
 #include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
-#include <stdexcept>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include "tandem/communicator.h"
 
@@ -45,7 +44,8 @@ class TandemWork : public c10d::Work {
  public:
   TandemWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
              const c10::optional<std::vector<at::Tensor>>& inputs = c10::nullopt)
-      : c10d::Work(rank, type, profiling_title(type), inputs), outputs_(std::move(outputs)),
+      : c10d::Work(rank, type, profiling_title(type), inputs),
+        outputs_(std::move(outputs)),
         future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
 
   std::vector<at::Tensor> result() override { return outputs_; }

@@ -97,12 +97,19 @@ PYBIND11_MODULE(_tandem, m) {
   py::register_exception<Aborted>(m, "Aborted", error.ptr());
 
   py::enum_<DataType>(m, "DataType")
-      .value("f32", DataType::f32).value("f64", DataType::f64).value("f16", DataType::f16)
-      .value("bf16", DataType::bf16).value("i32", DataType::i32).value("i64", DataType::i64)
+      .value("f32", DataType::f32)
+      .value("f64", DataType::f64)
+      .value("f16", DataType::f16)
+      .value("bf16", DataType::bf16)
+      .value("i32", DataType::i32)
+      .value("i64", DataType::i64)
       .value("u8", DataType::u8);
   py::enum_<ReduceOp>(m, "ReduceOp")
-      .value("sum", ReduceOp::sum).value("avg", ReduceOp::avg).value("min", ReduceOp::min)
-      .value("max", ReduceOp::max).value("prod", ReduceOp::prod);
+      .value("sum", ReduceOp::sum)
+      .value("avg", ReduceOp::avg)
+      .value("min", ReduceOp::min)
+      .value("max", ReduceOp::max)
+      .value("prod", ReduceOp::prod);
 
   py::class_<Request>(m, "Request")
       .def("test", &Request::test, py::call_guard<py::gil_scoped_release>(),
@@ -110,8 +117,10 @@ PYBIND11_MODULE(_tandem, m) {
       .def(
           "wait",
           [](Request& r, std::optional<double> timeout_s) {
-            if (timeout_s) r.wait(Clock::now() + std::chrono::milliseconds(int64_t(*timeout_s * 1e3)));
-            else r.wait();
+            if (timeout_s)
+              r.wait(Clock::now() + std::chrono::milliseconds(int64_t(*timeout_s * 1e3)));
+            else
+              r.wait();
           },
           py::arg("timeout") = py::none(), py::call_guard<py::gil_scoped_release>(),
           "Waits (seconds; None: the collective's own deadline); Timeout leaves it running")
@@ -137,9 +146,8 @@ PYBIND11_MODULE(_tandem, m) {
             o.prefix = prefix;
             return std::shared_ptr<Communicator>(ring::connect(o, ro));
           },
-          py::arg("rank"), py::arg("size"), py::arg("store"), py::arg("host_store") = false,
-          py::arg("timeout") = 300.0, py::arg("shared_memory") = true, py::arg("prefix") = "tandem",
-          py::call_guard<py::gil_scoped_release>())
+          py::arg("rank"), py::arg("size"), py::arg("store"), py::arg("host_store") = false, py::arg("timeout") = 300.0,
+          py::arg("shared_memory") = true, py::arg("prefix") = "tandem", py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("rank", &Communicator::rank)
       .def_property_readonly("size", &Communicator::size)
       .def_property_readonly("transport", &Communicator::transport_summary)
@@ -151,7 +159,9 @@ PYBIND11_MODULE(_tandem, m) {
       .def(
           "_allreduce_async",
           [](Communicator& c, uintptr_t in, uintptr_t out, size_t n, DataType t, ReduceOp op,
-             std::optional<double> timeout) { return c.allreduce_async(ptr(in), ptr(out), n, t, op, collective(timeout)); },
+             std::optional<double> timeout) {
+            return c.allreduce_async(ptr(in), ptr(out), n, t, op, collective(timeout));
+          },
           py::call_guard<py::gil_scoped_release>())
       .def(
           "_reduce_scatter",
@@ -185,13 +195,16 @@ PYBIND11_MODULE(_tandem, m) {
       .def(
           "_broadcast_async",
           [](Communicator& c, uintptr_t in, uintptr_t out, size_t n, DataType t, int root,
-             std::optional<double> timeout) { return c.broadcast_async(ptr(in), ptr(out), n, t, root, collective(timeout)); },
+             std::optional<double> timeout) {
+            return c.broadcast_async(ptr(in), ptr(out), n, t, root, collective(timeout));
+          },
           py::call_guard<py::gil_scoped_release>())
       .def(
           "barrier", [](Communicator& c, std::optional<double> timeout) { c.barrier(collective(timeout)); },
           py::arg("timeout") = py::none(), py::call_guard<py::gil_scoped_release>())
       .def(
-          "barrier_async", [](Communicator& c, std::optional<double> timeout) { return c.barrier_async(collective(timeout)); },
+          "barrier_async",
+          [](Communicator& c, std::optional<double> timeout) { return c.barrier_async(collective(timeout)); },
           py::arg("timeout") = py::none(), py::call_guard<py::gil_scoped_release>())
       .def("_alltoall", wrap(&Communicator::alltoall), nogil)
       .def("_alltoall_async", wrap(&Communicator::alltoall_async), nogil)
@@ -239,19 +252,19 @@ PYBIND11_MODULE(_tandem, m) {
   py::class_<PyGradientSync>(m, "_GradientSync")
       .def(py::init([](std::shared_ptr<Communicator> comm, size_t threshold, size_t first_bucket, bool average,
                        int aggregation_frequency, bool average_aggregated, bool allow_unused, int metric_slots) {
-             fusion::GradientSyncOptions o;
-             o.fusion.fusion_threshold_bytes = threshold;
-             o.fusion.first_bucket_bytes = first_bucket;
-             o.average = average;
-             o.aggregation_frequency = aggregation_frequency;
-             o.average_aggregated_gradients = average_aggregated;
-             o.allow_unused = allow_unused;
-             o.metric_slots = metric_slots;
-             auto s = std::make_unique<PyGradientSync>();
-             s->sync = std::make_unique<fusion::GradientSync>(*comm, o);
-             s->comm = std::move(comm);
-             return s;
-           }))
+        fusion::GradientSyncOptions o;
+        o.fusion.fusion_threshold_bytes = threshold;
+        o.fusion.first_bucket_bytes = first_bucket;
+        o.average = average;
+        o.aggregation_frequency = aggregation_frequency;
+        o.average_aggregated_gradients = average_aggregated;
+        o.allow_unused = allow_unused;
+        o.metric_slots = metric_slots;
+        auto s = std::make_unique<PyGradientSync>();
+        s->sync = std::make_unique<fusion::GradientSync>(*comm, o);
+        s->comm = std::move(comm);
+        return s;
+      }))
       .def("register", [](PyGradientSync& s, const std::string& name, size_t count,
                           DataType t) { return s.sync->register_gradient(name, count, t); })
       .def("register_external", [](PyGradientSync& s, const std::string& name, uintptr_t data, size_t count,
@@ -261,8 +274,9 @@ PYBIND11_MODULE(_tandem, m) {
           [](PyGradientSync& s, std::optional<double> timeout) { s.sync->finalize(deadline_in(*s.comm, timeout)); },
           py::arg("timeout") = py::none(), py::call_guard<py::gil_scoped_release>())
       .def("_data", [](PyGradientSync& s, int id) { return uintptr_t(s.sync->data(id)); })
-      .def("mark_ready", [](PyGradientSync& s, int id) { s.sync->mark_ready(id); },
-           "This step's gradient id is in place; lock-free, from any thread (autograd hooks)")
+      .def(
+          "mark_ready", [](PyGradientSync& s, int id) { s.sync->mark_ready(id); },
+          "This step's gradient id is in place; lock-free, from any thread (autograd hooks)")
       .def("report_metrics",
            [](PyGradientSync& s, const std::vector<std::pair<double, double>>& metrics) {
              std::vector<fusion::Metric> m;

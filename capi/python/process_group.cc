@@ -11,9 +11,6 @@
 // (C10dStore below), as ProcessGroupGloo does: no store or port of its own.
 // Built against Debian's libtorch-dev and python3-torch (1.13): CPU tensors only.
 #include <torch/extension.h>
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-#include <torch/csrc/distributed/c10d/Store.hpp>
-#include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <algorithm>
 #include <condition_variable>
@@ -23,6 +20,9 @@
 #include <mutex>
 #include <numeric>
 #include <thread>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include "c10d_store.h"
 #include "c10d_work.h"
@@ -167,8 +167,8 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
                     output.scalar_type() == input.scalar_type(),
                 "tandem backend: _reduce_scatter_base needs an input of world size x the contiguous output");
     at::Tensor in = input.contiguous();
-    auto request = comm_->reduce_scatter_async(in.data_ptr(), output.data_ptr(), size_t(output.numel()),
-                                               to_tandem(in), to_tandem(opts.reduceOp), with_timeout(opts.timeout));
+    auto request = comm_->reduce_scatter_async(in.data_ptr(), output.data_ptr(), size_t(output.numel()), to_tandem(in),
+                                               to_tandem(opts.reduceOp), with_timeout(opts.timeout));
     return issue(std::move(request), c10d::OpType::_REDUCE_SCATTER_BASE, {output}, [in] {});
   }
 
@@ -203,8 +203,8 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& output_lists,
                                                      std::vector<at::Tensor>& inputs,
                                                      const c10d::AllgatherOptions& opts) override {
-    TORCH_CHECK(!inputs.empty() && int(output_lists.size()) == getSize(),
-                "tandem backend: allgather_coalesced needs ", getSize(), " output lists, one per rank");
+    TORCH_CHECK(!inputs.empty() && int(output_lists.size()) == getSize(), "tandem backend: allgather_coalesced needs ",
+                getSize(), " output lists, one per rank");
     for (const auto& t : inputs) check_cpu(t, "allgather_coalesced");
     at::Tensor flat = torch::cat(flatten_bytes(inputs));
     at::Tensor gathered = at::empty({int64_t(getSize()) * flat.numel()}, flat.options());
@@ -213,7 +213,8 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
     std::vector<at::Tensor> outputs;
     for (const auto& list : output_lists) outputs.insert(outputs.end(), list.begin(), list.end());
     auto after = [output_lists, flat, gathered, per_rank = flat.numel()]() mutable {
-      for (size_t r = 0; r < output_lists.size(); ++r) unflatten_bytes(gathered.narrow(0, int64_t(r) * per_rank, per_rank), output_lists[r]);
+      for (size_t r = 0; r < output_lists.size(); ++r)
+        unflatten_bytes(gathered.narrow(0, int64_t(r) * per_rank, per_rank), output_lists[r]);
     };
     return issue(std::move(request), c10d::OpType::ALLGATHER_COALESCED, outputs, after, inputs);
   }
@@ -268,15 +269,16 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
     });
   }
 
-  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
-                                               std::vector<int64_t>& input_splits,
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& output_splits, std::vector<int64_t>& input_splits,
                                                const c10d::AllToAllOptions& opts) override {
     check_cpu(input, "alltoall_base");
     check_cpu(output, "alltoall_base");
     TORCH_CHECK(output.is_contiguous() && output.scalar_type() == input.scalar_type(),
                 "tandem backend: alltoall_base needs a contiguous output of the input's dtype");
     at::Tensor in = input.contiguous();
-    const tandem::Blocks send = split_blocks(in, input_splits, "input"), recv = split_blocks(output, output_splits, "output");
+    const tandem::Blocks send = split_blocks(in, input_splits, "input"),
+                         recv = split_blocks(output, output_splits, "output");
     auto request = comm_->alltoallv_async(in.data_ptr(), send, output.data_ptr(), recv, tandem::DataType::u8,
                                           with_timeout(opts.timeout));
     return issue(std::move(request), c10d::OpType::ALLTOALL_BASE, {output}, [in] {});
@@ -284,14 +286,14 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
 
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts) override {
-    TORCH_CHECK(int(outputs.size()) == getSize() && int(inputs.size()) == getSize(),
-                "tandem backend: alltoall needs ", getSize(), " input and ", getSize(), " output tensors");
+    TORCH_CHECK(int(outputs.size()) == getSize() && int(inputs.size()) == getSize(), "tandem backend: alltoall needs ",
+                getSize(), " input and ", getSize(), " output tensors");
     tandem::Blocks send, recv;
     for (const auto& t : inputs) send.counts.push_back(bytes_as_count(t));
     for (const auto& t : outputs) recv.counts.push_back(bytes_as_count(t));
     at::Tensor flat_in = torch::cat(flatten_bytes(inputs));
-    at::Tensor flat_out = at::empty({int64_t(std::accumulate(recv.counts.begin(), recv.counts.end(), size_t(0)))},
-                                    flat_in.options());
+    at::Tensor flat_out =
+        at::empty({int64_t(std::accumulate(recv.counts.begin(), recv.counts.end(), size_t(0)))}, flat_in.options());
     auto request = comm_->alltoallv_async(flat_in.data_ptr(), send, flat_out.data_ptr(), recv, tandem::DataType::u8,
                                           with_timeout(opts.timeout));
     auto after = [outputs, flat_in, flat_out]() mutable { unflatten_bytes(flat_out, outputs); };
@@ -330,8 +332,10 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
       try {
         comm_->recv(&token, 1, tandem::DataType::u8, 0, kTag, o);
       } catch (const std::exception& e) {
-        TORCH_CHECK(false, "Rank ", getRank(), " successfully reached monitoredBarrier, but received errors while "
-                    "waiting for send/recv from rank 0: ", e.what());
+        TORCH_CHECK(false, "Rank ", getRank(),
+                    " successfully reached monitoredBarrier, but received errors while "
+                    "waiting for send/recv from rank 0: ",
+                    e.what());
       }
       return;
     }
@@ -444,7 +448,8 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
       b.counts.push_back(size_t(s) * row_bytes);
       total += s;
     }
-    TORCH_CHECK(total == rows, "tandem backend: alltoall_base ", which, " split sizes sum to ", total, " but the tensor has ", rows, " rows");
+    TORCH_CHECK(total == rows, "tandem backend: alltoall_base ", which, " split sizes sum to ", total,
+                " but the tensor has ", rows, " rows");
     return b;
   }
 
@@ -491,7 +496,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> create(const c10::intrusive_ptr<c10d::Sto
   }
   o.rank = rank, o.size = size;
   o.store = std::make_shared<C10dStore>(store, size);  // never tandem's store: store_address and secret go unused
-  o.prefix = "tandem";  // within the group's PrefixStore, apart from c10d's own keys
+  o.prefix = "tandem";                                 // within the group's PrefixStore, apart from c10d's own keys
   o.timeout = std::chrono::milliseconds(int64_t(timeout_s * 1e3));
   const tandem::ring::RingOptions ring_options = tandem::ring::options_from_env();  // TANDEM_ALGO, TANDEM_SHM, ...
   std::unique_ptr<tandem::Communicator> comm;

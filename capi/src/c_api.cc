@@ -278,8 +278,7 @@ tandem_status_t tandem_allgather_async(tandem_comm_t* comm, const void* input, v
 }
 
 tandem_status_t tandem_broadcast_async(tandem_comm_t* comm, const void* input, void* output, size_t count,
-                                       tandem_dtype_t dtype, int root, int64_t timeout_ms,
-                                       tandem_request_t** request) {
+                                       tandem_dtype_t dtype, int root, int64_t timeout_ms, tandem_request_t** request) {
   static const char* fn = "tandem_broadcast_async";
   return issue_async(fn, comm, request, [&](Communicator& c) {
     return c.broadcast_async(input ? input : output, output, count, dtype_of(dtype, fn), root, collective(timeout_ms));
@@ -304,8 +303,10 @@ tandem_status_t tandem_request_wait(tandem_request_t* request, int64_t timeout_m
   static const char* fn = "tandem_request_wait";
   return guard(fn, [&] {
     require_handle(request, fn, "request");
-    if (timeout_ms < 0) request->request.wait();
-    else request->request.wait(Clock::now() + std::chrono::milliseconds(timeout_ms));
+    if (timeout_ms < 0)
+      request->request.wait();
+    else
+      request->request.wait(Clock::now() + std::chrono::milliseconds(timeout_ms));
   });
 }
 
@@ -370,8 +371,8 @@ tandem_status_t tandem_grad_sync_register(tandem_grad_sync_t* sync, const char* 
   });
 }
 
-tandem_status_t tandem_grad_sync_register_external(tandem_grad_sync_t* sync, const char* name, void* data,
-                                                   size_t count, tandem_dtype_t dtype, int* id) {
+tandem_status_t tandem_grad_sync_register_external(tandem_grad_sync_t* sync, const char* name, void* data, size_t count,
+                                                   tandem_dtype_t dtype, int* id) {
   static const char* fn = "tandem_grad_sync_register_external";
   return guard(fn, [&] {
     require_handle(sync, fn, "sync");

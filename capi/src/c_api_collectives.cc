@@ -70,8 +70,8 @@ tandem_status_t tandem_alltoallv_async(tandem_comm_t* comm, const void* input, c
   });
 }
 
-tandem_status_t tandem_reduce(tandem_comm_t* comm, const void* input, void* output, size_t count,
-                              tandem_dtype_t dtype, tandem_reduce_op_t op, int root, int64_t timeout_ms) {
+tandem_status_t tandem_reduce(tandem_comm_t* comm, const void* input, void* output, size_t count, tandem_dtype_t dtype,
+                              tandem_reduce_op_t op, int root, int64_t timeout_ms) {
   static const char* fn = "tandem_reduce";
   return on_comm(fn, comm, [&](Communicator& c) {
     c.reduce(input, output, count, dtype_of(dtype, fn), op_of(op, fn), root, collective(timeout_ms));
@@ -87,8 +87,8 @@ tandem_status_t tandem_reduce_async(tandem_comm_t* comm, const void* input, void
   });
 }
 
-tandem_status_t tandem_gather(tandem_comm_t* comm, const void* input, void* output, size_t count,
-                              tandem_dtype_t dtype, int root, int64_t timeout_ms) {
+tandem_status_t tandem_gather(tandem_comm_t* comm, const void* input, void* output, size_t count, tandem_dtype_t dtype,
+                              int root, int64_t timeout_ms) {
   static const char* fn = "tandem_gather";
   return on_comm(fn, comm, [&](Communicator& c) {
     c.gather(input, output, count, dtype_of(dtype, fn), root, collective(timeout_ms));
@@ -103,9 +103,8 @@ tandem_status_t tandem_gather_async(tandem_comm_t* comm, const void* input, void
   });
 }
 
-tandem_status_t tandem_gatherv(tandem_comm_t* comm, const void* input, size_t count, void* output,
-                               const size_t* counts, const size_t* displs, tandem_dtype_t dtype, int root,
-                               int64_t timeout_ms) {
+tandem_status_t tandem_gatherv(tandem_comm_t* comm, const void* input, size_t count, void* output, const size_t* counts,
+                               const size_t* displs, tandem_dtype_t dtype, int root, int64_t timeout_ms) {
   static const char* fn = "tandem_gatherv";
   return on_comm(fn, comm, [&](Communicator& c) {
     c.gatherv(input, count, output, on_root(c, root, counts, displs, fn), dtype_of(dtype, fn), root,
@@ -123,8 +122,8 @@ tandem_status_t tandem_gatherv_async(tandem_comm_t* comm, const void* input, siz
   });
 }
 
-tandem_status_t tandem_scatter(tandem_comm_t* comm, const void* input, void* output, size_t count,
-                               tandem_dtype_t dtype, int root, int64_t timeout_ms) {
+tandem_status_t tandem_scatter(tandem_comm_t* comm, const void* input, void* output, size_t count, tandem_dtype_t dtype,
+                               int root, int64_t timeout_ms) {
   static const char* fn = "tandem_scatter";
   return on_comm(fn, comm, [&](Communicator& c) {
     c.scatter(input, output, count, dtype_of(dtype, fn), root, collective(timeout_ms));
@@ -149,8 +148,8 @@ tandem_status_t tandem_scatterv(tandem_comm_t* comm, const void* input, const si
 }
 
 tandem_status_t tandem_scatterv_async(tandem_comm_t* comm, const void* input, const size_t* counts,
-                                      const size_t* displs, void* output, size_t count, tandem_dtype_t dtype,
-                                      int root, int64_t timeout_ms, tandem_request_t** request) {
+                                      const size_t* displs, void* output, size_t count, tandem_dtype_t dtype, int root,
+                                      int64_t timeout_ms, tandem_request_t** request) {
   static const char* fn = "tandem_scatterv_async";
   return issue_async(fn, comm, request, [&](Communicator& c) {
     return c.scatterv_async(input, on_root(c, root, counts, displs, fn), output, count, dtype_of(dtype, fn), root,
@@ -188,13 +187,13 @@ tandem_status_t tandem_reduce_scatterv(tandem_comm_t* comm, const void* input, v
   });
 }
 
-tandem_status_t tandem_reduce_scatterv_async(tandem_comm_t* comm, const void* input, void* output,
-                                             const size_t* counts, const size_t* displs, tandem_dtype_t dtype,
-                                             tandem_reduce_op_t op, int64_t timeout_ms, tandem_request_t** request) {
+tandem_status_t tandem_reduce_scatterv_async(tandem_comm_t* comm, const void* input, void* output, const size_t* counts,
+                                             const size_t* displs, tandem_dtype_t dtype, tandem_reduce_op_t op,
+                                             int64_t timeout_ms, tandem_request_t** request) {
   static const char* fn = "tandem_reduce_scatterv_async";
   return issue_async(fn, comm, request, [&](Communicator& c) {
-    return c.reduce_scatterv_async(input, output, blocks_of(c, counts, displs, true, fn, "counts"),
-                                   dtype_of(dtype, fn), op_of(op, fn), collective(timeout_ms));
+    return c.reduce_scatterv_async(input, output, blocks_of(c, counts, displs, true, fn, "counts"), dtype_of(dtype, fn),
+                                   op_of(op, fn), collective(timeout_ms));
   });
 }
 

@@ -17,8 +17,8 @@ std::vector<P2POp> ops_of(const tandem_p2p_op_t* ops, size_t n, const char* fn) 
     const tandem_p2p_op_t& o = ops[i];
     require(o.kind == TANDEM_P2P_SEND || o.kind == TANDEM_P2P_RECV, fn,
             "ops[" + std::to_string(i) + "].kind " + std::to_string(int(o.kind)) + " is not a tandem_p2p_kind_t");
-    out.push_back({o.kind == TANDEM_P2P_SEND ? P2POp::send : P2POp::recv, o.data, o.count, dtype_of(o.dtype, fn),
-                   o.peer, o.tag});
+    out.push_back(
+        {o.kind == TANDEM_P2P_SEND ? P2POp::send : P2POp::recv, o.data, o.count, dtype_of(o.dtype, fn), o.peer, o.tag});
   }
   return out;
 }
@@ -40,21 +40,20 @@ extern "C" {
 tandem_status_t tandem_send(tandem_comm_t* comm, const void* data, size_t count, tandem_dtype_t dtype, int peer,
                             uint32_t tag, int64_t timeout_ms) {
   static const char* fn = "tandem_send";
-  return on_comm(fn, comm, [&](Communicator& c) {
-    c.send(data, count, dtype_of(dtype, fn), peer, tag, collective(timeout_ms));
-  });
+  return on_comm(fn, comm,
+                 [&](Communicator& c) { c.send(data, count, dtype_of(dtype, fn), peer, tag, collective(timeout_ms)); });
 }
 
-tandem_status_t tandem_send_async(tandem_comm_t* comm, const void* data, size_t count, tandem_dtype_t dtype,
-                                  int peer, uint32_t tag, int64_t timeout_ms, tandem_request_t** request) {
+tandem_status_t tandem_send_async(tandem_comm_t* comm, const void* data, size_t count, tandem_dtype_t dtype, int peer,
+                                  uint32_t tag, int64_t timeout_ms, tandem_request_t** request) {
   static const char* fn = "tandem_send_async";
   return issue_async(fn, comm, request, [&](Communicator& c) {
     return c.send_async(data, count, dtype_of(dtype, fn), peer, tag, collective(timeout_ms));
   });
 }
 
-tandem_status_t tandem_recv(tandem_comm_t* comm, void* data, size_t count, tandem_dtype_t dtype, int peer,
-                            uint32_t tag, int64_t timeout_ms, int* source) {
+tandem_status_t tandem_recv(tandem_comm_t* comm, void* data, size_t count, tandem_dtype_t dtype, int peer, uint32_t tag,
+                            int64_t timeout_ms, int* source) {
   return receive("tandem_recv", comm, data, count, dtype, peer, tag, timeout_ms, source, false);
 }
 

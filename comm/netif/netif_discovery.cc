@@ -139,8 +139,9 @@ std::vector<NetInterface> discover_interfaces(bool with_hwloc) {
     int family = ifa->ifa_addr->sa_family == AF_INET ? 4 : ifa->ifa_addr->sa_family == AF_INET6 ? 6 : 0;
     if (family == 0) continue;  // AF_PACKET etc.
     char text[INET6_ADDRSTRLEN] = {};
-    const void* src = family == 4 ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(ifa->ifa_addr)->sin_addr)
-                                  : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(ifa->ifa_addr)->sin6_addr);
+    const void* src = family == 4
+                          ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(ifa->ifa_addr)->sin_addr)
+                          : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(ifa->ifa_addr)->sin6_addr);
     inet_ntop(family == 4 ? AF_INET : AF_INET6, src, text, sizeof text);
     itf.addresses.push_back({text, prefix_from_mask(ifa->ifa_netmask, family), family});
   }

@@ -159,9 +159,9 @@ void handle_connection(int fd) {
         break;  // EOF: the client finished streaming
       }
     }
-    uint64_t reply[2] = {bytes, bytes ? uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                                     Clock::now() - first).count())
-                                      : 0};
+    uint64_t reply[2] = {
+        bytes,
+        bytes ? uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - first).count()) : 0};
     send_all(fd, reply, sizeof reply, idle());
   }
 }

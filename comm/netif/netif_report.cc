@@ -23,9 +23,10 @@ std::string fmt_us(double us) {
 
 json to_j(const NetInterface& i) {
   json addrs = json::array();
-  for (const auto& a : i.addresses) addrs.push_back({{"address", a.address}, {"prefix", a.prefix}, {"family", a.family}});
-  return {{"name", i.name},           {"addresses", addrs},          {"up", i.up},
-          {"loopback", i.loopback},   {"operstate", i.operstate},    {"speed_mbps", i.speed_mbps},
+  for (const auto& a : i.addresses)
+    addrs.push_back({{"address", a.address}, {"prefix", a.prefix}, {"family", a.family}});
+  return {{"name", i.name},           {"addresses", addrs},        {"up", i.up},
+          {"loopback", i.loopback},   {"operstate", i.operstate},  {"speed_mbps", i.speed_mbps},
           {"numa_node", i.numa_node}, {"pci_bus_id", i.pci_bus_id}};
 }
 
@@ -44,7 +45,7 @@ NetInterface interface_from(const json& j) {
 }
 
 json to_j(const PairProbe& p) {
-  return {{"from", p.from}, {"to", p.to}, {"ok", p.ok}, {"rtt_us", p.rtt_us}, {"bandwidth_gbps", p.bandwidth_gbps},
+  return {{"from", p.from},  {"to", p.to}, {"ok", p.ok}, {"rtt_us", p.rtt_us}, {"bandwidth_gbps", p.bandwidth_gbps},
           {"error", p.error}};
 }
 
@@ -79,7 +80,8 @@ std::string NetifDecision::to_json() const {
                      {"probes", probes}});
   }
   json excl = json::array();
-  for (const auto& e : excluded) excl.push_back({{"rank", e.rank}, {"host", e.host}, {"name", e.name}, {"reason", e.reason}});
+  for (const auto& e : excluded)
+    excl.push_back({{"rank", e.rank}, {"host", e.host}, {"name", e.name}, {"reason", e.reason}});
   return json{{"rank", rank},
               {"size", size},
               {"hosts", hosts},
@@ -100,8 +102,8 @@ std::string NetifDecision::to_text() const {
   using netif::fmt_gbps;
   using netif::fmt_us;
   std::string s = "tandem network interface selection: " + std::to_string(size) + " ranks on " +
-                  std::to_string(distinct_hosts) + (distinct_hosts == 1 ? " host" : " hosts") +
-                  ", override " + (override_text.empty() ? "none" : "'" + override_text + "'");
+                  std::to_string(distinct_hosts) + (distinct_hosts == 1 ? " host" : " hosts") + ", override " +
+                  (override_text.empty() ? "none" : "'" + override_text + "'");
   // One host: nothing was probed or matched; one line says it all.
   if (single_host) return s + ": " + (chosen.empty() ? "UCX chooses" : chosen) + " (" + reason + ")";
   s += "\n";
@@ -111,8 +113,8 @@ std::string NetifDecision::to_text() const {
     for (const auto& c : candidates) {
       std::string names;
       for (const auto& n : c.names) names += (names.empty() ? "" : "|") + n;
-      std::string measured = c.bandwidth_gbps > 0 ? fmt_gbps(c.bandwidth_gbps) + " GB/s " + fmt_us(c.rtt_us) + " us"
-                                                  : std::string("-");
+      std::string measured =
+          c.bandwidth_gbps > 0 ? fmt_gbps(c.bandwidth_gbps) + " GB/s " + fmt_us(c.rtt_us) + " us" : std::string("-");
       std::string verdict = (!chosen_subnet.empty() && c.subnet == chosen_subnet) ? "CHOSEN" : c.excluded_reason;
       std::snprintf(line, sizeof line, "    %-22s %-28s %6s Mb/s  %-22s %s\n", c.subnet.c_str(), names.c_str(),
                     c.min_speed_mbps > 0 ? std::to_string(c.min_speed_mbps).c_str() : "?", measured.c_str(),
@@ -136,7 +138,10 @@ std::string NetifDecision::to_text() const {
     for (size_t r = 0; r < chosen_per_rank.size(); ++r)
       per_rank += (r ? ", " : "") + chosen_per_rank[r] + " on rank " + std::to_string(r);
   }
-  s += "  chosen: " + (chosen.empty() ? std::string("none (UCX chooses)") : per_rank.empty() ? chosen : per_rank) +
+  s += "  chosen: " +
+       (chosen.empty()     ? std::string("none (UCX chooses)")
+        : per_rank.empty() ? chosen
+                           : per_rank) +
        (chosen_subnet.empty() ? "" : " in " + chosen_subnet) + ": " + reason;
   if (probe_ms > 0) s += " [probing took " + fmt_us(probe_ms) + " ms]";
   return s;

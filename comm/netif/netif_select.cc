@@ -68,10 +68,14 @@ RankRecord make_record(int rank, const HostIdentity& host, std::vector<NetInterf
   for (const auto& i : r.interfaces) {
     std::string why;
     bool has_routable = std::any_of(i.addresses.begin(), i.addresses.end(), [](auto& a) { return !link_local(a); });
-    if (filter && !filter->allows(i.name, names)) why = "excluded by the override '" + filter->to_string() + "'";
-    else if (!i.up) why = "down (operstate " + (i.operstate.empty() ? std::string("?") : i.operstate) + ")";
-    else if (i.addresses.empty()) why = "no IPv4/IPv6 address";
-    else if (!has_routable) why = "only link-local addresses";
+    if (filter && !filter->allows(i.name, names))
+      why = "excluded by the override '" + filter->to_string() + "'";
+    else if (!i.up)
+      why = "down (operstate " + (i.operstate.empty() ? std::string("?") : i.operstate) + ")";
+    else if (i.addresses.empty())
+      why = "no IPv4/IPv6 address";
+    else if (!has_routable)
+      why = "only link-local addresses";
     any_usable = any_usable || why.empty();
     r.unusable.push_back(why);
   }
@@ -119,7 +123,8 @@ void check_records(const std::vector<RankRecord>& records, const std::string& ov
     if (!r.error.empty()) problems += (problems.empty() ? "" : "; ") + r.error;
   if (problems.empty()) return;
   throw InvalidArgument("tandem: dtrain_network_interface (TANDEM_NETWORK_INTERFACE) '" + override_text + "' " +
-                        problems + ". Fix the override (per host: host1:eth0;host2:ens5) or unset it for automatic selection");
+                        problems +
+                        ". Fix the override (per host: host1:eth0;host2:ens5) or unset it for automatic selection");
 }
 
 int probe_target(const std::vector<RankRecord>& records, int rank) {
@@ -158,8 +163,8 @@ NetifDecision plan(const std::vector<RankRecord>& records, int rank, const std::
       if (!records[r].unusable[i].empty()) {
         d.excluded.push_back({int(r), d.hosts[r], itf.name, records[r].unusable[i]});
       } else if (itf.loopback && !d.single_host) {
-        d.excluded.push_back({int(r), d.hosts[r], itf.name,
-                              "loopback: the ranks span " + std::to_string(d.distinct_hosts) + " hosts"});
+        d.excluded.push_back(
+            {int(r), d.hosts[r], itf.name, "loopback: the ranks span " + std::to_string(d.distinct_hosts) + " hosts"});
       }
     }
   }
@@ -255,8 +260,8 @@ void decide(NetifDecision& d) {
         break;
       }
       if (p.rtt_us >= 0) c.rtt_us = std::max(c.rtt_us, p.rtt_us);
-      if (p.bandwidth_gbps > 0) c.bandwidth_gbps = c.bandwidth_gbps < 0 ? p.bandwidth_gbps
-                                                                        : std::min(c.bandwidth_gbps, p.bandwidth_gbps);
+      if (p.bandwidth_gbps > 0)
+        c.bandwidth_gbps = c.bandwidth_gbps < 0 ? p.bandwidth_gbps : std::min(c.bandwidth_gbps, p.bandwidth_gbps);
     }
     if (!c.common) continue;
     if (!best || c.bandwidth_gbps > best->bandwidth_gbps * kTie) {
@@ -268,8 +273,8 @@ void decide(NetifDecision& d) {
     }
   }
   if (!best) {
-    std::string why = d.candidates.empty() ? "no subnet has an address on every rank"
-                                           : "no candidate passed its probes";
+    std::string why =
+        d.candidates.empty() ? "no subnet has an address on every rank" : "no candidate passed its probes";
     if (!d.override_text.empty()) {
       std::string detail;
       for (const auto& c : d.candidates) detail += "; " + c.subnet + ": " + c.excluded_reason;
@@ -292,8 +297,8 @@ void decide(NetifDecision& d) {
   d.chosen_subnet = best->subnet;
   d.chosen_per_rank = best->names;
   int common = int(std::count_if(d.candidates.begin(), d.candidates.end(), [](auto& c) { return c.common; }));
-  d.reason = std::string(common == 1 ? "the only common interface" : "the fastest of " + std::to_string(common) +
-                                                                         " common interfaces") +
+  d.reason = std::string(common == 1 ? "the only common interface"
+                                     : "the fastest of " + std::to_string(common) + " common interfaces") +
              ": " + fmt_gbps(best->bandwidth_gbps) + " GB/s, " + fmt_us(best->rtt_us) + " us RTT" +
              (d.override_text.empty() ? "" : " (within the override '" + d.override_text + "')");
 }
@@ -377,12 +382,13 @@ NetifDecision select_interface(KeyValueStore& store, const CommOptions& options,
         v.push_back(uint16_t(std::atoi(text.substr(pos, end - pos).c_str())));
         pos = end + 1;
       }
-      if (v.size() != d.candidates.size()) throw InvalidArgument("tandem: malformed probe ports from rank " + std::to_string(p));
+      if (v.size() != d.candidates.size())
+        throw InvalidArgument("tandem: malformed probe ports from rank " + std::to_string(p));
       peer_ports[p] = v;
     }
 
-    const auto stream = std::chrono::milliseconds(
-        std::clamp(kStreamBudgetMs / int(d.candidates.size()), kMinStreamMs, kMaxStreamMs));
+    const auto stream =
+        std::chrono::milliseconds(std::clamp(kStreamBudgetMs / int(d.candidates.size()), kMinStreamMs, kMaxStreamMs));
     std::vector<std::vector<PairProbe>> results(d.candidates.size());
     for (size_t c = 0; c < d.candidates.size(); ++c) {
       // One candidate at a time on every rank, so streams do not share links or CPUs.
@@ -425,7 +431,8 @@ NetifDecision select_interface(KeyValueStore& store, const CommOptions& options,
     store.set(base + "probes/" + std::to_string(me), all.dump(), deadline);
     for (int r = 0; r < n; ++r) {
       json j = json::parse(store.get(base + "probes/" + std::to_string(r), deadline));
-      if (j.size() != d.candidates.size()) throw InvalidArgument("tandem: malformed probe results from rank " + std::to_string(r));
+      if (j.size() != d.candidates.size())
+        throw InvalidArgument("tandem: malformed probe results from rank " + std::to_string(r));
       for (size_t c = 0; c < d.candidates.size(); ++c)
         for (const auto& p : j[c]) d.candidates[c].probes.push_back(probe_from(p));
     }

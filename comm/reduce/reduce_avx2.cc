@@ -2,8 +2,8 @@
 // when the CPU has them). Results are bitwise identical to the scalar functors.
 #include <immintrin.h>
 
-#include "tandem/reduce/kernels.h"
 #include "simd_loop.h"
+#include "tandem/reduce/kernels.h"
 
 namespace tandem::detail {
 namespace {
@@ -120,7 +120,8 @@ struct BF16 {
     const __m256i x = _mm256_castps_si256(v);
     const __m256i hi = _mm256_srli_epi32(x, 16);
     const __m256i lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
-    const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7FFF)), lsb), 16);
+    const __m256i rounded =
+        _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7FFF)), lsb), 16);
     const __m256i nan = _mm256_or_si256(hi, _mm256_set1_epi32(0x40));
     const __m256i r = _mm256_blendv_epi8(rounded, nan, _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
     // Every lane is <= 0xFFFF, so the unsigned-saturating pack just narrows.

@@ -7,8 +7,8 @@
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 
-#include "tandem/reduce/kernels.h"
 #include "simd_loop.h"
+#include "tandem/reduce/kernels.h"
 
 namespace tandem::detail {
 namespace {
@@ -117,7 +117,8 @@ struct BF16 {
     const __m512i x = _mm512_castps_si512(v);
     const __m512i hi = _mm512_srli_epi32(x, 16);
     const __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
-    const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7FFF)), lsb), 16);
+    const __m512i rounded =
+        _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7FFF)), lsb), 16);
     const __m512i nan = _mm512_or_si512(hi, _mm512_set1_epi32(0x40));
     const __m512i r = _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), rounded, nan);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(r));  // truncating narrow

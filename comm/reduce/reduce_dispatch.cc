@@ -46,8 +46,7 @@ bool cpu_has_f16c() {
 bool cpu_supports(Isa isa) {
   switch (isa) {
     case Isa::scalar: return true;
-    case Isa::avx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
+    case Isa::avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
     case Isa::avx512:
       // reduce_avx512.cc is also built with -mavx2/-mfma/-mf16c/-mavx512dq, so require those too.
       return cpu_supports(Isa::avx2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -113,7 +112,8 @@ Isa active_isa() {
 
 void use_reduce_isa(std::string_view name) {
   const auto isa = detail::parse_isa(name);
-  if (!isa) throw InvalidArgument("reduce: unknown instruction set '" + std::string(name) + "'; use scalar, avx2 or avx512");
+  if (!isa)
+    throw InvalidArgument("reduce: unknown instruction set '" + std::string(name) + "'; use scalar, avx2 or avx512");
   detail::isa_cap.store(int(*isa));
 }
 

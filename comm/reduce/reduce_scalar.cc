@@ -1,8 +1,8 @@
 // Scalar reference kernels: a plain loop over the shared functors. This is
 // the semantics every other path (SIMD, CUDA) must reproduce bit for bit.
-#include "tandem/reduce/kernels.h"
 #include "scalar_loops.h"
 #include "tandem/reduce.h"
+#include "tandem/reduce/kernels.h"
 
 namespace tandem {
 namespace detail {

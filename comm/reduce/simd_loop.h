@@ -18,8 +18,8 @@
 
 #include <cstddef>
 
-#include "tandem/reduce/kernels.h"
 #include "scalar_loops.h"
+#include "tandem/reduce/kernels.h"
 
 namespace tandem::detail::simd {
 namespace {
@@ -55,12 +55,9 @@ inline void reduce_typed(ReduceOp op, void* dst_v, const void* a_v, const void* 
   const T* b = static_cast<const T*>(b_v);
   switch (op) {
     case ReduceOp::sum:
-    case ReduceOp::avg:
-      return binary_loop<Tr>([](V x, V y) { return Ops::sum(x, y); }, fn::Sum{}, dst, a, b, n);
-    case ReduceOp::min:
-      return binary_loop<Tr>([](V x, V y) { return Ops::min(x, y); }, fn::Min{}, dst, a, b, n);
-    case ReduceOp::max:
-      return binary_loop<Tr>([](V x, V y) { return Ops::max(x, y); }, fn::Max{}, dst, a, b, n);
+    case ReduceOp::avg: return binary_loop<Tr>([](V x, V y) { return Ops::sum(x, y); }, fn::Sum{}, dst, a, b, n);
+    case ReduceOp::min: return binary_loop<Tr>([](V x, V y) { return Ops::min(x, y); }, fn::Min{}, dst, a, b, n);
+    case ReduceOp::max: return binary_loop<Tr>([](V x, V y) { return Ops::max(x, y); }, fn::Max{}, dst, a, b, n);
     case ReduceOp::prod:
       if constexpr (requires(V x) { Ops::prod(x, x); }) {
         return binary_loop<Tr>([](V x, V y) { return Ops::prod(x, y); }, fn::Prod{}, dst, a, b, n);
@@ -81,8 +78,7 @@ inline void scale_avg_typed(void* data_v, size_t n, int divisor) {
   if constexpr (requires(V x) { Ops::div(x, x); }) {
     const V d = Ops::splat(divisor);
     const fn::AvgDiv sdiv{divisor};
-    binary_loop<Tr>([d](V x, V) { return Ops::div(x, d); }, [sdiv](T x, T) { return sdiv(x); }, data, data, data,
-                    n);
+    binary_loop<Tr>([d](V x, V) { return Ops::div(x, d); }, [sdiv](T x, T) { return sdiv(x); }, data, data, data, n);
   } else {
     scalar::scale_avg_typed(data, n, divisor);
   }

@@ -12,6 +12,8 @@
 // - detect_launcher() returns "none" when no launcher is recognised.
 // - TANDEM_HOST_STORE=1 makes rank 0 host the store at TANDEM_STORE_ADDR under
 //   any launcher (ranks in separate hosts or network namespaces, no `tandem launch`).
+#include "tandem/bootstrap.h"
+
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
@@ -24,7 +26,6 @@
 #include <vector>
 
 #include "job_secret.h"
-#include "tandem/bootstrap.h"
 #include "tandem/errors.h"
 #include "tandem/netif.h"
 #include "tandem/reduce.h"
@@ -42,8 +43,7 @@ constexpr const char* kLaunchHint =
 int parse_count(const std::string& var, const std::string& value, const std::string& fix) {
   bool digits = !value.empty() && value.size() <= 9;
   for (char c : value) digits = digits && c >= '0' && c <= '9';
-  if (!digits)
-    throw InvalidArgument("tandem: " + var + "='" + value + "' is not a non-negative integer; " + fix);
+  if (!digits) throw InvalidArgument("tandem: " + var + "='" + value + "' is not a non-negative integer; " + fix);
   return std::stoi(value);
 }
 
@@ -89,11 +89,10 @@ void check_store_address(const std::string& var, const std::string& value) {
 
 void validate_ranks(CommOptions& o, const std::string& rank_var, const std::string& size_var,
                     const std::string& local_rank_var, const std::string& local_size_var) {
-  if (o.size < 1)
-    throw InvalidArgument("tandem: " + size_var + "='" + std::to_string(o.size) + "' must be at least 1");
+  if (o.size < 1) throw InvalidArgument("tandem: " + size_var + "='" + std::to_string(o.size) + "' must be at least 1");
   if (o.rank >= o.size)
-    throw InvalidArgument("tandem: " + rank_var + "='" + std::to_string(o.rank) + "' must be below " + size_var +
-                          "=" + std::to_string(o.size) + "; ranks are 0.." + std::to_string(o.size - 1));
+    throw InvalidArgument("tandem: " + rank_var + "='" + std::to_string(o.rank) + "' must be below " + size_var + "=" +
+                          std::to_string(o.size) + "; ranks are 0.." + std::to_string(o.size - 1));
   if (o.local_rank >= o.size)
     throw InvalidArgument("tandem: " + local_rank_var + "='" + std::to_string(o.local_rank) + "' must be below " +
                           size_var + "=" + std::to_string(o.size));
@@ -122,7 +121,8 @@ void read_network(const EnvLookup& env, CommOptions& o) {
   // whose ranks sit in different hosts or network namespaces without a launcher.
   if (env("TANDEM_HOST_STORE")) {  // parsed into host_store by read_tuning
     if (o.host_store && o.store_address.empty() && o.size > 1)
-      throw InvalidArgument("tandem: TANDEM_HOST_STORE=1 needs TANDEM_STORE_ADDR=<rank 0 address>:<port> on every rank");
+      throw InvalidArgument(
+          "tandem: TANDEM_HOST_STORE=1 needs TANDEM_STORE_ADDR=<rank 0 address>:<port> on every rank");
     o.host_store = o.host_store && o.rank == 0;
   }
 }
@@ -240,17 +240,16 @@ CommOptions from_torchrun(const EnvLookup& env) {
 }
 
 CommOptions from_openmpi(const EnvLookup& env) {
-  CommOptions o = read_ranks(env,
-                             {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-                              "OMPI_COMM_WORLD_LOCAL_SIZE"},
-                             "this variable comes from mpirun; do not override it");
+  CommOptions o = read_ranks(
+      env, {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+      "this variable comes from mpirun; do not override it");
   std::optional<std::string> job_id;
   for (const char* var : {"OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE", "OMPI_MCA_orte_hnp_uri"}) {
     if ((job_id = env(var))) break;
   }
   choose_store(env, o, [&] {
-    return loopback_store(o.local_size == o.size, job_id ? std::optional("openmpi:" + *job_id) : std::nullopt,
-                          "mpirun", "OMPI_MCA_ess_base_jobid, PMIX_NAMESPACE, OMPI_MCA_orte_hnp_uri");
+    return loopback_store(o.local_size == o.size, job_id ? std::optional("openmpi:" + *job_id) : std::nullopt, "mpirun",
+                          "OMPI_MCA_ess_base_jobid, PMIX_NAMESPACE, OMPI_MCA_orte_hnp_uri");
   });
   return o;
 }
@@ -263,8 +262,8 @@ CommOptions from_pmi(const EnvLookup& env) {
                              "this variable comes from mpiexec; do not override it");
   const auto job_id = env("PMI_JOBID");
   choose_store(env, o, [&] {
-    return loopback_store(o.local_size == o.size, job_id ? std::optional("pmi:" + *job_id) : std::nullopt,
-                          "mpiexec", "PMI_JOBID");
+    return loopback_store(o.local_size == o.size, job_id ? std::optional("pmi:" + *job_id) : std::nullopt, "mpiexec",
+                          "PMI_JOBID");
   });
   return o;
 }
@@ -292,8 +291,9 @@ std::optional<int> slurm_tasks_on_node(const std::string& spec, int node_id) {
 std::string slurm_store(const EnvLookup& env, int rank, bool single_node) {
   auto job = env("SLURM_JOB_ID");
   if (!job)
-    throw InvalidArgument("tandem: cannot derive a store port under srun: SLURM_JOB_ID is not set; set "
-                          "TANDEM_STORE_ADDR=<rank 0 host>:<port> (or MASTER_ADDR and MASTER_PORT) for every rank");
+    throw InvalidArgument(
+        "tandem: cannot derive a store port under srun: SLURM_JOB_ID is not set; set "
+        "TANDEM_STORE_ADDR=<rank 0 host>:<port> (or MASTER_ADDR and MASTER_PORT) for every rank");
   const std::string port = std::to_string(
       slurm_store_port(parse_id("SLURM_JOB_ID", *job), parse_id("SLURM_STEP_ID", env("SLURM_STEP_ID").value_or("0"))));
   if (single_node) return "127.0.0.1:" + port;
@@ -303,9 +303,10 @@ std::string slurm_store(const EnvLookup& env, int rank, bool single_node) {
     if ((list = env(var = v))) break;
   }
   if (!list)
-    throw InvalidArgument("tandem: this srun job spans several nodes but none of SLURM_STEP_NODELIST, "
-                          "SLURM_JOB_NODELIST, SLURM_NODELIST names them; set TANDEM_STORE_ADDR=<rank 0 host>:<port> "
-                          "(or MASTER_ADDR and MASTER_PORT) for every rank");
+    throw InvalidArgument(
+        "tandem: this srun job spans several nodes but none of SLURM_STEP_NODELIST, "
+        "SLURM_JOB_NODELIST, SLURM_NODELIST names them; set TANDEM_STORE_ADDR=<rank 0 host>:<port> "
+        "(or MASTER_ADDR and MASTER_PORT) for every rank");
   std::string first;
   try {
     first = expand_slurm_hostlist(*list).front();
@@ -316,8 +317,10 @@ std::string slurm_store(const EnvLookup& env, int rank, bool single_node) {
   auto here = env("SLURMD_NODENAME");
   if (rank == 0 && here && *here != first)
     throw InvalidArgument("tandem: rank 0 runs on SLURMD_NODENAME='" + *here + "', not on '" + first +
-                          "', the first node of " + var + ", where the other ranks look for its store; set "
-                          "TANDEM_STORE_ADDR=" + *here + ":" + port + " for every rank");
+                          "', the first node of " + var +
+                          ", where the other ranks look for its store; set "
+                          "TANDEM_STORE_ADDR=" +
+                          *here + ":" + port + " for every rank");
   const std::string address = (first.find(':') != std::string::npos ? "[" + first + "]" : first) + ":" + port;
   check_store_address(var, address);
   return address;
@@ -384,8 +387,8 @@ std::string detect_launcher(const EnvLookup& env) {
     // srun --mpi=pmi2 sets them too, equal to Slurm's own, which say more
     // (nodes, job id). Hydra under Slurm runs one proxy task per node, so
     // there SLURM_PROCID is the node's and PMI_RANK wins.
-    const bool srun_pmi = env("SLURM_PROCID") && env("PMI_RANK") == env("SLURM_PROCID") &&
-                          env("PMI_SIZE") == env("SLURM_NTASKS");
+    const bool srun_pmi =
+        env("SLURM_PROCID") && env("PMI_RANK") == env("SLURM_PROCID") && env("PMI_SIZE") == env("SLURM_NTASKS");
     return srun_pmi ? "slurm" : "pmi";
   }
   if (has_any(env, {"SLURM_PROCID"})) return "slurm";
@@ -460,7 +463,7 @@ std::string read_secret(const EnvLookup& env) {
     secret = *v;
   } else if (auto path = env("TANDEM_SECRET_FILE")) {
     source = "TANDEM_SECRET_FILE='" + *path + "'";
-    struct stat st{};
+    struct stat st {};
     if (::stat(path->c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
       throw InvalidArgument("tandem: " + source + " is not a readable file; point it at a file holding the job secret");
     }
@@ -550,9 +553,10 @@ void check_store_privacy(const CommOptions& o) {
                           "a trusted network");
   }
   if (o.rank == 0)
-    spdlog::warn("tandem: the store at {} has no secret (TANDEM_ALLOW_NO_SECRET=1): anyone who reaches it can read "
-                 "and write the job's keys",
-                 o.store_address);
+    spdlog::warn(
+        "tandem: the store at {} has no secret (TANDEM_ALLOW_NO_SECRET=1): anyone who reaches it can read "
+        "and write the job's keys",
+        o.store_address);
 }
 
 }  // namespace tandem

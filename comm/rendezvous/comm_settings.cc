@@ -15,17 +15,17 @@ using O = CommOptions;
 SettingTable<O> make_comm() {
   SettingTable<O> t;
   Setting timeout = setting_row("comm", "TANDEM_TIMEOUT_MS", "timeout", K::milliseconds, "300000",
-                        "Default deadline of every collective.");
+                                "Default deadline of every collective.");
   timeout.min = 1;
   t.push_back(duration_field(timeout, &O::timeout));
   Setting connect = setting_row("comm", "TANDEM_CONNECT_TIMEOUT_MS", "connect_timeout", K::milliseconds, "60000",
-                        "Deadline of connecting to every peer.");
+                                "Deadline of connecting to every peer.");
   connect.min = 1;
   t.push_back(duration_field(connect, &O::connect_timeout));
   const Setting heartbeat = setting_row("comm", "TANDEM_HEARTBEAT_MS", "heartbeat", K::milliseconds, "2000",
-                                "Liveness beat interval; a rank silent for two intervals is recorded as failed "
-                                "(0: off, else at least 100).",
-                                "set it to milliseconds between heartbeats (0 turns them off)");
+                                        "Liveness beat interval; a rank silent for two intervals is recorded as failed "
+                                        "(0: off, else at least 100).",
+                                        "set it to milliseconds between heartbeats (0 turns them off)");
   t.push_back({heartbeat,
                [heartbeat](O& o, const std::string& v) {
                  const long long ms = parse_number_setting(heartbeat, v);
@@ -38,25 +38,26 @@ SettingTable<O> make_comm() {
                },
                [](const O& o) { return std::to_string(o.heartbeat.count()); }});
   t.push_back(number_field(setting_row("comm", "TANDEM_FLIGHT_ENTRIES", "flight_entries", K::count, "1024",
-                               "Collectives the flight recorder keeps (0: off).",
-                               "set it to how many collectives the flight recorder keeps (0 turns it off)"),
+                                       "Collectives the flight recorder keeps (0: off).",
+                                       "set it to how many collectives the flight recorder keeps (0 turns it off)"),
                            &O::flight_entries));
   t.push_back(text_field(setting_row("comm", "TANDEM_FLIGHT_DIR", "flight_dir", K::text, "",
-                             "Where flight-recorder dumps go (empty: TMPDIR, else /tmp)."),
+                                     "Where flight-recorder dumps go (empty: TMPDIR, else /tmp)."),
                          &O::flight_dir));
-  t.push_back(text_field(setting_row("comm", "TANDEM_HOST_ID", "host_id", K::text, "",
+  t.push_back(
+      text_field(setting_row("comm", "TANDEM_HOST_ID", "host_id", K::text, "",
                              "What makes ranks one host for topology and shared memory (empty: boot id, hostname "
                              "and namespaces)."),
-                         &O::host_id));
+                 &O::host_id));
   t.push_back(bool_field(setting_row("comm", "TANDEM_HOST_STORE", "host_store", K::boolean, "0",
-                             "Rank 0 hosts the store at TANDEM_STORE_ADDR under any launcher.",
-                             "set it to 1 (rank 0 hosts the store) or 0"),
+                                     "Rank 0 hosts the store at TANDEM_STORE_ADDR under any launcher.",
+                                     "set it to 1 (rank 0 hosts the store) or 0"),
                          &O::host_store));
   t.push_back(bool_field(setting_row("comm", "TANDEM_STORE_LISTEN_ALL", "store_listen_all", K::boolean, "0",
-                             "Let rank 0 host the store on every address (0.0.0.0 or ::)."),
+                                     "Let rank 0 host the store on every address (0.0.0.0 or ::)."),
                          &O::store_listen_all));
   t.push_back(bool_field(setting_row("comm", "TANDEM_ALLOW_NO_SECRET", "allow_no_secret", K::boolean, "0",
-                             "Let a store reachable from other hosts run without the job secret."),
+                                     "Let a store reachable from other hosts run without the job secret."),
                          &O::allow_no_secret));
   return t;
 }
@@ -75,27 +76,28 @@ SettingTable<O> make_netif() {
   return {interface_field("TANDEM_NETWORK_INTERFACE",
                           "Restricts interface selection: a name, a list eth,ib, an exclusion ^docker or an exact "
                           "=eth0 (empty: automatic)."),
-          interface_field("DTRAIN_NETWORK_INTERFACE", "Determined's name for TANDEM_NETWORK_INTERFACE; both set "
-                                                      "must agree.")};
+          interface_field("DTRAIN_NETWORK_INTERFACE",
+                          "Determined's name for TANDEM_NETWORK_INTERFACE; both set "
+                          "must agree.")};
 }
 
 SettingTable<O> make_transport() {
   SettingTable<O> t;
   t.push_back(bool_field(setting_row("transport", "TANDEM_UCX_PEER_ERRORS", "ucx_peer_error_handling", K::boolean, "0",
-                             "UCX peer error handling (and keepalive at the heartbeat) on every endpoint."),
+                                     "UCX peer error handling (and keepalive at the heartbeat) on every endpoint."),
                          &O::ucx_peer_error_handling));
   t.push_back(pinned_field(setting_row("transport", "UCX_NET_DEVICES", "ucx_net_devices_pinned", K::text, "",
-                               "UCX's devices; when set, interface selection reports but leaves UCX alone."),
+                                       "UCX's devices; when set, interface selection reports but leaves UCX alone."),
                            &O::ucx_net_devices_pinned));
   t.push_back(pinned_field(setting_row("transport", "UCX_KEEPALIVE_INTERVAL", "ucx_keepalive_pinned", K::text, "",
-                               "UCX's keepalive interval; when set, the heartbeat does not override it."),
+                                       "UCX's keepalive interval; when set, the heartbeat does not override it."),
                            &O::ucx_keepalive_pinned));
   return t;
 }
 
 SettingTable<O> make_reduce() {
   Setting isa = setting_row("reduce", "TANDEM_REDUCE_ISA", "reduce_isa", K::choice, "",
-                    "Highest instruction set of the CPU reduction kernels (empty: the best the CPU has).");
+                            "Highest instruction set of the CPU reduction kernels (empty: the best the CPU has).");
   isa.accepted = {"scalar", "avx2", "avx512"};
   return {{isa, [isa](O& o, const std::string& v) { o.reduce_isa = parse_choice_setting(isa, v); },
            [](const O& o) { return o.reduce_isa; }}};

@@ -20,7 +20,7 @@ struct AdmissionStep {
   bool run = false;    // the request may run now; nothing else to do
   bool close = false;  // send the reply, then close the connection (rejected)
   store_protocol::Op reply = store_protocol::Op::ok;
-  std::string value;   // the reply's value: a nonce, or why
+  std::string value;  // the reply's value: a nonce, or why
 };
 
 class Admission {

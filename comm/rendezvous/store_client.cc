@@ -20,8 +20,8 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <condition_variable>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -83,7 +83,6 @@ bool resolve(const std::string& host, uint16_t port, Deadline deadline, addrinfo
 }
 
 }  // namespace
-
 
 namespace sp = store_protocol;
 using std::chrono::duration_cast;
@@ -244,8 +243,8 @@ struct StoreClient::Impl {
   Reply call(sp::Op op, std::string_view key, std::string_view value, Deadline deadline, const std::string& what,
              Clock::time_point started) {
     if (!broken.empty())
-      throw PeerFailure(-1, "tandem store: connection to " + address + " is unusable (" + broken +
-                                "); create a new StoreClient");
+      throw PeerFailure(
+          -1, "tandem store: connection to " + address + " is unusable (" + broken + "); create a new StoreClient");
     auto timed_out = [&] {
       broken = "an earlier " + what + " timed out before the server replied";
       close_fd();
@@ -266,8 +265,8 @@ struct StoreClient::Impl {
     if (auto why = sp::validate_header(h, /*expect_request=*/false)) {
       broken = "malformed reply: " + *why;
       close_fd();
-      throw PeerFailure(-1, "tandem store: store at " + address + " sent a malformed reply to " + what + ": " +
-                                *why + " (is it a tandem store of the same version?)");
+      throw PeerFailure(-1, "tandem store: store at " + address + " sent a malformed reply to " + what + ": " + *why +
+                                " (is it a tandem store of the same version?)");
     }
     body.resize(h.key_bytes + h.value_bytes);
     io = recv_exact(body.data(), body.size(), deadline);
@@ -299,8 +298,7 @@ struct StoreClient::Impl {
     return static_cast<uint64_t>(std::max<long long>(0, (left - margin).count()));
   }
 
-  Reply simple(sp::Op op, const std::string& key, std::string_view value, Deadline deadline,
-               const std::string& what) {
+  Reply simple(sp::Op op, const std::string& key, std::string_view value, Deadline deadline, const std::string& what) {
     auto now = Clock::now();
     precheck(what, now, deadline);
     check_key(key);

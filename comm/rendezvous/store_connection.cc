@@ -50,9 +50,8 @@ void StoreServer::Impl::Connection::start() {
 }
 
 void StoreServer::Impl::Connection::read() {
-  socket.async_wait(tcp::socket::wait_read, [self = shared_from_this()](boost::system::error_code ec) {
-    self->on_readable(ec);
-  });
+  socket.async_wait(tcp::socket::wait_read,
+                    [self = shared_from_this()](boost::system::error_code ec) { self->on_readable(ec); });
 }
 
 void StoreServer::Impl::Connection::on_readable(boost::system::error_code ec) {
@@ -122,9 +121,9 @@ void StoreServer::Impl::Connection::arm_frame_timer(Clock::time_point deadline) 
     if (ec || self->closed || !self->frame_timer_armed) return;
     if (self->frame_timer.expiry() > Clock::now()) return;  // re-armed after this wait completed
     if (!self->got_first_frame && self->rbuf.empty()) {
-      self->close(fmt::format("no frame within first_frame_timeout ({} ms)",
-                              self->server.options.first_frame_timeout.count()),
-                  true);
+      self->close(
+          fmt::format("no frame within first_frame_timeout ({} ms)", self->server.options.first_frame_timeout.count()),
+          true);
     } else {
       self->close(fmt::format("frame incomplete after {} ms ({} bytes received)",
                               (self->got_first_frame ? self->server.options.frame_timeout
@@ -243,8 +242,7 @@ void StoreServer::Impl::Connection::handle(sp::Op op, const std::string& key, st
                                        server.options.max_wait_keys));
       return reply(missing(*keys).empty() ? sp::Op::ok : sp::Op::not_found, {}, {});
     }
-    case sp::Op::erase:
-      return reply(server.erase(key) ? sp::Op::ok : sp::Op::not_found, key, {});
+    case sp::Op::erase: return reply(server.erase(key) ? sp::Op::ok : sp::Op::not_found, key, {});
     case sp::Op::hello: {
       auto r = sp::parse_int64(value);
       if (!r || *r < 0 || *r > INT32_MAX) return error_reply(fmt::format("hello: bad rank '{}'", value));
@@ -254,9 +252,7 @@ void StoreServer::Impl::Connection::handle(sp::Op op, const std::string& key, st
       said_goodbye = false;
       return reply(sp::Op::ok, {}, {});
     }
-    case sp::Op::goodbye:
-      said_goodbye = true;
-      return reply(sp::Op::ok, {}, {});
+    case sp::Op::goodbye: said_goodbye = true; return reply(sp::Op::ok, {}, {});
     case sp::Op::heartbeat: {
       auto beat = sp::parse_heartbeat(value, int64_t(kMaxParkMs));
       if (!beat) return error_reply(fmt::format("heartbeat: expected '<rank>:<interval ms>', got '{}'", value));
@@ -276,9 +272,10 @@ void StoreServer::Impl::Connection::handle(sp::Op op, const std::string& key, st
 }
 
 std::string StoreServer::Impl::Connection::full(const std::string& key, size_t value_bytes) const {
-  return fmt::format("store full: {} more bytes for key '{}' would pass max_data_bytes ({}, {} in use); "
-                     "delete keys the job no longer needs or start the store with a larger cap",
-                     key.size() + value_bytes, key, server.options.max_data_bytes, server.data_bytes);
+  return fmt::format(
+      "store full: {} more bytes for key '{}' would pass max_data_bytes ({}, {} in use); "
+      "delete keys the job no longer needs or start the store with a larger cap",
+      key.size() + value_bytes, key, server.options.max_data_bytes, server.data_bytes);
 }
 
 std::vector<std::string> StoreServer::Impl::Connection::missing(const std::vector<std::string>& keys) const {

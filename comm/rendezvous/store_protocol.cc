@@ -91,8 +91,7 @@ std::optional<std::string> validate_header(const Header& h, bool expect_request)
     return std::string(buf);
   }
   if (expect_request ? !is_request(h.opcode) : !is_response(h.opcode)) {
-    std::snprintf(buf, sizeof buf, "unknown %s opcode %u", expect_request ? "request" : "response",
-                  unsigned{h.opcode});
+    std::snprintf(buf, sizeof buf, "unknown %s opcode %u", expect_request ? "request" : "response", unsigned{h.opcode});
     return std::string(buf);
   }
   if (h.key_bytes > kMaxKeyBytes) {
@@ -100,8 +99,7 @@ std::optional<std::string> validate_header(const Header& h, bool expect_request)
     return std::string(buf);
   }
   if (h.value_bytes > kMaxValueBytes) {
-    std::snprintf(buf, sizeof buf, "value length %u exceeds the limit of %u bytes", h.value_bytes,
-                  kMaxValueBytes);
+    std::snprintf(buf, sizeof buf, "value length %u exceeds the limit of %u bytes", h.value_bytes, kMaxValueBytes);
     return std::string(buf);
   }
   return std::nullopt;

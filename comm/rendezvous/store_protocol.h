@@ -84,8 +84,8 @@ std::optional<std::string> validate_header(const Header& h, bool expect_request)
 // header is reported as soon as its 16 bytes are there, before any body.
 struct Scan {
   enum Kind { partial, complete, broken } kind = partial;
-  Header header;       // valid when complete
-  std::string error;   // set when broken
+  Header header;                // valid when complete
+  std::string error;            // set when broken
   std::string_view key, value;  // views into the buffer when complete
 };
 Scan scan_frame(std::string_view buffer, bool expect_request);

@@ -48,9 +48,9 @@ struct StoreServer::Impl {
   std::unordered_map<std::string, std::string> data;
   std::unordered_map<std::string, std::vector<std::shared_ptr<Connection>>> waiters;  // key -> parked requests
   std::set<std::shared_ptr<Connection>> connections;
-  uint64_t accepted = 0;       // connections accepted so far (each one's serial)
-  size_t data_bytes = 0;       // keys + values in `data`
-  size_t buffered = 0;         // see the top of this file
+  uint64_t accepted = 0;                // connections accepted so far (each one's serial)
+  size_t data_bytes = 0;                // keys + values in `data`
+  size_t buffered = 0;                  // see the top of this file
   std::array<char, 64 * 1024> scratch;  // every read lands here first
 
   mutable std::mutex failed_mu;
@@ -90,11 +90,11 @@ struct StoreServer::Impl::Connection : std::enable_shared_from_this<Connection> 
   asio::steady_timer park_timer;   // server-side expiry of a parked GET/WAIT
   asio::steady_timer write_timer;  // a reply must be taken within frame_timeout
   Clock::time_point first_frame_deadline;
-  uint64_t serial = 0;             // order of acceptance
-  size_t counted = 0;              // this connection's share of server.buffered
-  std::string rbuf;           // received, not yet processed bytes
-  std::string wpending;       // replies queued while a write is in flight
-  std::string winflight;      // bytes of the write in flight
+  uint64_t serial = 0;    // order of acceptance
+  size_t counted = 0;     // this connection's share of server.buffered
+  std::string rbuf;       // received, not yet processed bytes
+  std::string wpending;   // replies queued while a write is in flight
+  std::string winflight;  // bytes of the write in flight
   bool writing = false;
   bool closed = false;
   bool got_first_frame = false;
@@ -105,7 +105,7 @@ struct StoreServer::Impl::Connection : std::enable_shared_from_this<Connection> 
   Clock::time_point last_beat;
   // With a secret: nothing but the handshake until the proof checks out.
   Admission admission{server.options.secret};
-  bool close_after_write = false;   // rejected: the error reply goes out, then the connection closes
+  bool close_after_write = false;  // rejected: the error reply goes out, then the connection closes
 
   // At most one parked request: the client is synchronous, later frames wait in rbuf.
   bool parked = false;

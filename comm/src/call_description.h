@@ -31,26 +31,25 @@ struct Description {
   size_t count = 0;
   std::optional<DataType> dtype{};
   std::optional<ReduceOp> op{};
-  int root = -1;  // rooted collectives only; send/recv: the peer
+  int root = -1;     // rooted collectives only; send/recv: the peer
   uint32_t tag = 0;  // send/recv only
 
   // The Collective's number, as on the wire.
   uint32_t kind() const { return uint32_t(collective); }
   // 5 bits of collective kind, 3 of dtype. Point-to-point messages leave the
   // dtype out: a receive of another dtype fails on its size, never hangs.
-  uint32_t signature() const {
-    return (kind() << 3) | (dtype && !point_to_point() ? uint32_t(*dtype) + 1 : 0);
-  }
+  uint32_t signature() const { return (kind() << 3) | (dtype && !point_to_point() ? uint32_t(*dtype) + 1 : 0); }
   // Exchanges and send/recv: messages between the ranks they address.
   bool point_to_point() const { return is_point_to_point(collective); }
 
   std::string str() const {
     if (!dtype) return to_string(collective);
-    std::string s = std::string(to_string(collective)) + "(" + std::to_string(count) + " x " +
-                    std::string(to_string(*dtype));
+    std::string s =
+        std::string(to_string(collective)) + "(" + std::to_string(count) + " x " + std::string(to_string(*dtype));
     if (op) s += ", " + std::string(to_string(*op));
     if (collective == Collective::send_recv) {
-      return s + ", peer " + (root >= 0 ? std::to_string(root) : std::string("any")) + ", tag " + std::to_string(tag) + ")";
+      return s + ", peer " + (root >= 0 ? std::to_string(root) : std::string("any")) + ", tag " + std::to_string(tag) +
+             ")";
     }
     if (root >= 0) s += ", root " + std::to_string(root);
     return s + ")";
@@ -68,8 +67,13 @@ struct Fingerprint {
   uint64_t count = 0;
 
   static Fingerprint of(const Description& d, uint32_t seq) {
-    return {seq, uint8_t(d.kind()), uint8_t(d.dtype ? uint8_t(*d.dtype) + 1 : 0), uint8_t(d.op ? uint8_t(*d.op) + 1 : 0),
-            0, d.root, has_per_rank_counts(d.collective) ? 0 : d.count};
+    return {seq,
+            uint8_t(d.kind()),
+            uint8_t(d.dtype ? uint8_t(*d.dtype) + 1 : 0),
+            uint8_t(d.op ? uint8_t(*d.op) + 1 : 0),
+            0,
+            d.root,
+            has_per_rank_counts(d.collective) ? 0 : d.count};
   }
   Description description() const {
     Description d{Collective(kind), size_t(count), std::nullopt, std::nullopt, root};

@@ -15,7 +15,8 @@ void check_root(const char* what, int root, int size) {
 }
 
 void check_buffer(const char* what, const char* which, const void* p, size_t count) {
-  if (count > 0 && !p) throw InvalidArgument(std::string(what) + ": null " + which + " buffer with count " + std::to_string(count));
+  if (count > 0 && !p)
+    throw InvalidArgument(std::string(what) + ": null " + which + " buffer with count " + std::to_string(count));
 }
 
 void check_blocks(const char* what, const char* which, const Blocks& b, int size) {
@@ -99,8 +100,13 @@ Bound alltoallv_call(Communicator::Impl& impl, Collective kind, const void* inpu
                      const Blocks& recv, DataType dtype, const CollectiveOptions& opts) {
   const char* what = to_string(kind);
   const int n = impl.opts.size;
-  AlltoallvArgs args{input, output, complete(what, "send", send, n), complete(what, "recv", recv, n), dtype,
-                     impl.memory_type(opts), kind == Collective::alltoall};
+  AlltoallvArgs args{input,
+                     output,
+                     complete(what, "send", send, n),
+                     complete(what, "recv", recv, n),
+                     dtype,
+                     impl.memory_type(opts),
+                     kind == Collective::alltoall};
   const Description d = check_alltoallv(kind, args);
   return {[a = impl.algorithms, args](Channel& ch) { a->alltoallv(ch, args); }, d};
 }
@@ -142,8 +148,8 @@ Bound variable_call(Communicator::Impl& impl, Collective kind, VariableArgs args
 
 Bound reduce_scatterv_call(Communicator::Impl& impl, const void* input, void* output, const Blocks& blocks,
                            DataType dtype, ReduceOp op, const CollectiveOptions& opts) {
-  ReduceScattervArgs args{input, output, complete("reduce_scatterv", "blocks", blocks, impl.opts.size), dtype, op,
-                          impl.memory_type(opts)};
+  ReduceScattervArgs args{input, output, complete("reduce_scatterv", "blocks", blocks, impl.opts.size),
+                          dtype, op,     impl.memory_type(opts)};
   check_buffer("reduce_scatterv", "input", input, total(args.blocks));
   check_buffer("reduce_scatterv", "output", output, args.blocks.counts[size_t(impl.opts.rank)]);
   return {[a = impl.algorithms, args](Channel& ch) { a->reduce_scatterv(ch, args); },
@@ -185,7 +191,8 @@ void Communicator::alltoallv(const void* input, const Blocks& send, void* output
 
 Request Communicator::reduce_async(const void* input, void* output, size_t count, DataType dtype, ReduceOp op, int root,
                                    const CollectiveOptions& opts) {
-  return run(*impl_, true, reduce_call(*impl_, {input, output, count, dtype, op, root, impl_->memory_type(opts)}), opts);
+  return run(*impl_, true, reduce_call(*impl_, {input, output, count, dtype, op, root, impl_->memory_type(opts)}),
+             opts);
 }
 
 void Communicator::reduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op, int root,
@@ -205,10 +212,11 @@ void Communicator::gather(const void* input, void* output, size_t count, DataTyp
   run(*impl_, false, variable_call(*impl_, Collective::gather, args), opts);
 }
 
-Request Communicator::gatherv_async(const void* input, size_t count, void* output, const Blocks& blocks,
-                                    DataType dtype, int root, const CollectiveOptions& opts) {
+Request Communicator::gatherv_async(const void* input, size_t count, void* output, const Blocks& blocks, DataType dtype,
+                                    int root, const CollectiveOptions& opts) {
   return run(*impl_, true,
-             variable_call(*impl_, Collective::gatherv, {input, output, count, blocks, dtype, root, opts.memory}), opts);
+             variable_call(*impl_, Collective::gatherv, {input, output, count, blocks, dtype, root, opts.memory}),
+             opts);
 }
 
 void Communicator::gatherv(const void* input, size_t count, void* output, const Blocks& blocks, DataType dtype,
@@ -232,7 +240,8 @@ void Communicator::scatter(const void* input, void* output, size_t count, DataTy
 Request Communicator::scatterv_async(const void* input, const Blocks& blocks, void* output, size_t count,
                                      DataType dtype, int root, const CollectiveOptions& opts) {
   return run(*impl_, true,
-             variable_call(*impl_, Collective::scatterv, {input, output, count, blocks, dtype, root, opts.memory}), opts);
+             variable_call(*impl_, Collective::scatterv, {input, output, count, blocks, dtype, root, opts.memory}),
+             opts);
 }
 
 void Communicator::scatterv(const void* input, const Blocks& blocks, void* output, size_t count, DataType dtype,
@@ -244,7 +253,8 @@ void Communicator::scatterv(const void* input, const Blocks& blocks, void* outpu
 Request Communicator::allgatherv_async(const void* input, size_t count, void* output, const Blocks& blocks,
                                        DataType dtype, const CollectiveOptions& opts) {
   return run(*impl_, true,
-             variable_call(*impl_, Collective::allgatherv, {input, output, count, blocks, dtype, 0, opts.memory}), opts);
+             variable_call(*impl_, Collective::allgatherv, {input, output, count, blocks, dtype, 0, opts.memory}),
+             opts);
 }
 
 void Communicator::allgatherv(const void* input, size_t count, void* output, const Blocks& blocks, DataType dtype,

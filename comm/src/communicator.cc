@@ -100,10 +100,11 @@ void Communicator::Impl::execute(Task& task, Clock::time_point started) {
     if (dynamic_cast<const InvalidArgument*>(&e)) spdlog::error("tandem rank {}: {}", opts.rank, e.what());
     sticky = std::current_exception();
     failed = true;
-    record_failure(e.what(), dynamic_cast<const Timeout*>(&e)        ? "timeout"
-                             : dynamic_cast<const Aborted*>(&e)      ? "abort"
-                             : dynamic_cast<const PeerFailure*>(&e) ? "peer failure"
-                                                                      : "failure",
+    record_failure(e.what(),
+                   dynamic_cast<const Timeout*>(&e)       ? "timeout"
+                   : dynamic_cast<const Aborted*>(&e)     ? "abort"
+                   : dynamic_cast<const PeerFailure*>(&e) ? "peer failure"
+                                                          : "failure",
                    collective);
     finish(task, sticky);
   }
@@ -218,7 +219,8 @@ void Communicator::Impl::finalize() {
     if (failed || aborted) {
       // Tell the others not to wait for us at the finalize barrier.
       // The first rank to give up stays named (exchanges report it).
-      if (!store->try_get(key("abandoned"), deadline)) store->set(key("abandoned"), std::to_string(opts.rank), deadline);
+      if (!store->try_get(key("abandoned"), deadline))
+        store->set(key("abandoned"), std::to_string(opts.rank), deadline);
     } else if (finalize_barrier(deadline)) {
       // Everyone has finished its last collective before endpoints go away.
       ucx->close_endpoints(deadline);
@@ -269,7 +271,8 @@ std::unique_ptr<Communicator> Communicator::create(const CommOptions& options, s
     throw InvalidArgument("world size " + std::to_string(options.size) +
                           " needs a store address: run under `tandem launch`, or set TANDEM_STORE_ADDR=host:port");
   }
-  if (options.heartbeat.count() < 0 || (options.heartbeat.count() > 0 && options.heartbeat < std::chrono::milliseconds(100))) {
+  if (options.heartbeat.count() < 0 ||
+      (options.heartbeat.count() > 0 && options.heartbeat < std::chrono::milliseconds(100))) {
     throw InvalidArgument("CommOptions::heartbeat of " + std::to_string(options.heartbeat.count()) +
                           " ms: use 0 (off) or at least 100 ms (TANDEM_HEARTBEAT_MS)");
   }
@@ -380,13 +383,14 @@ std::function<void(Channel&)> Communicator::allgather_body(const void* input, vo
 
 Request Communicator::allgather_async(const void* input, void* output, size_t count, DataType dtype,
                                       const CollectiveOptions& opts) {
-  return Request(
-      impl_->enqueue(allgather_body(input, output, count, dtype, opts), opts, describe(Collective::allgather, count, dtype)));
+  return Request(impl_->enqueue(allgather_body(input, output, count, dtype, opts), opts,
+                                describe(Collective::allgather, count, dtype)));
 }
 
 void Communicator::allgather(const void* input, void* output, size_t count, DataType dtype,
                              const CollectiveOptions& opts) {
-  impl_->run_blocking(allgather_body(input, output, count, dtype, opts), opts, describe(Collective::allgather, count, dtype));
+  impl_->run_blocking(allgather_body(input, output, count, dtype, opts), opts,
+                      describe(Collective::allgather, count, dtype));
 }
 
 std::function<void(Channel&)> Communicator::broadcast_body(const void* input, void* output, size_t count,
@@ -438,7 +442,8 @@ void Communicator::abort(const std::string& reason) {
 
 Request Communicator::exchange_async(std::function<void(Channel&)> body, const CollectiveOptions& opts) {
   if (!body) throw InvalidArgument("exchange: empty body");
-  return Request(impl_->enqueue(std::move(body), opts, Description{Collective::exchange, 0, std::nullopt, std::nullopt}));
+  return Request(
+      impl_->enqueue(std::move(body), opts, Description{Collective::exchange, 0, std::nullopt, std::nullopt}));
 }
 
 void Communicator::exchange(std::function<void(Channel&)> body, const CollectiveOptions& opts) {

@@ -16,12 +16,12 @@
 #include "call_description.h"
 #include "flight_recorder.h"
 #include "peer_watch.h"
-#include "transport/shm_mailbox.h"
 #include "tandem/communicator.h"
 #include "tandem/netif.h"
 #include "tandem/reduce.h"
 #include "tandem/store.h"
 #include "transport/shared_segments.h"
+#include "transport/shm_mailbox.h"
 #include "transport/ucx_transport.h"
 
 namespace tandem {
@@ -85,7 +85,7 @@ struct Task {
 struct PostedCall {
   Task task;
   std::vector<Pending> messages;  // by op
-  Tag any_source_mask = 0;         // nonzero: op any_source_op receives from any rank
+  Tag any_source_mask = 0;        // nonzero: op any_source_op receives from any rank
   size_t any_source_op = 0;
   unsigned sweeps = 0;
 };
@@ -96,11 +96,11 @@ struct Communicator::Impl {
   std::unique_ptr<StoreServer> server;
   std::shared_ptr<KeyValueStore> store;  // tandem's (StoreClient) or the one handed in
   std::unique_ptr<UcxTransport> ucx;
-  std::unique_ptr<SharedSegmentSet> shm;  // when all ranks share this host
-  Topology topology;                       // which ranks share a host
+  std::unique_ptr<SharedSegmentSet> shm;       // when all ranks share this host
+  Topology topology;                           // which ranks share a host
   std::unique_ptr<SharedSegmentSet> host_shm;  // when ranks span hosts: this host's ranks' segments
   SharedSegments host_view;                    // host_shm's segments by local rank
-  bool cma = false;                        // and every rank may copy from every other's memory
+  bool cma = false;                            // and every rank may copy from every other's memory
   // Point-to-point through shared memory, when shm and cma are (open_mailbox).
   std::unique_ptr<SharedSegmentSet> mailbox_shm;
   std::unique_ptr<ShmMailbox> mailbox;
@@ -108,10 +108,10 @@ struct Communicator::Impl {
   std::atomic<uint64_t> shm_traffic{0};
   std::unique_ptr<SharedAllocations> allocations;  // allocate_shared()
   std::unique_ptr<FlightRecorder> flight;          // the last collectives, for `tandem doctor`
-  int store_host_rank = -1;     // the rank hosting the store, if a rank does
-  std::string transports;       // what UCX chose, read once after wire-up
-  NetifDecision network;        // the interface selection's decision
-  bool oversubscribed = false;  // more ranks on this host than cores
+  int store_host_rank = -1;                        // the rank hosting the store, if a rank does
+  std::string transports;                          // what UCX chose, read once after wire-up
+  NetifDecision network;                           // the interface selection's decision
+  bool oversubscribed = false;                     // more ranks on this host than cores
 
   std::thread engine;
   std::mutex mu;
@@ -131,8 +131,8 @@ struct Communicator::Impl {
   std::condition_variable cv_heartbeat;
   std::unique_ptr<KeyValueStore> heartbeat_store;
   std::unique_ptr<PeerWatch> peer_watch;  // when the store does not track liveness
-  bool heartbeat_stopping = false;     // guarded by mu
-  std::string heartbeat_error;         // guarded by mu
+  bool heartbeat_stopping = false;        // guarded by mu
+  std::string heartbeat_error;            // guarded by mu
   std::atomic<bool> heartbeat_failed{false};
 
   // Point-to-point calls posted and not yet complete; touched only by the

@@ -188,9 +188,8 @@ void EngineChannel::post_fingerprint() {
   prev_ = (r + n - 1) % n;
   mine_ = Fingerprint::of(task_.what, impl_.seq);
   fp_in_ = track(impl_.ucx->recv(prev_, full_tag(prev_, 0, kFingerprintSignature), &theirs_, sizeof theirs_));
-  fp_out_ = blaming_first_failure([&] {
-    return track(impl_.ucx->send((r + 1) % n, full_tag(r, 0, kFingerprintSignature), &mine_, sizeof mine_));
-  });
+  fp_out_ = blaming_first_failure(
+      [&] { return track(impl_.ucx->send((r + 1) % n, full_tag(r, 0, kFingerprintSignature), &mine_, sizeof mine_)); });
 }
 
 void EngineChannel::poll_fingerprint() {

@@ -101,7 +101,8 @@ void unregister_recorder(const FlightRecorder* r) {
 
 std::string file_safe(const std::string& text) {
   std::string out;
-  for (char c : text) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') ? c : '_';
+  for (char c : text)
+    out += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') ? c : '_';
   return out.empty() ? "job" : out;
 }
 
@@ -129,8 +130,13 @@ void unpack(uint64_t w, FlightRecorder::Entry& e) {
 }  // namespace
 
 FlightRecorder::FlightRecorder(const CommOptions& options, size_t capacity, std::string dir)
-    : rank_(options.rank), size_(options.size), job_(options.job_id), capacity_(capacity),
-      epoch_offset_us_(now_us() - steady_us(Clock::now())), ring_(capacity), errors_(capacity) {
+    : rank_(options.rank),
+      size_(options.size),
+      job_(options.job_id),
+      capacity_(capacity),
+      epoch_offset_us_(now_us() - steady_us(Clock::now())),
+      ring_(capacity),
+      errors_(capacity) {
   if (capacity_ == 0) return;
   if (dir.empty()) {
     // TMPDIR's directory, as users of a library expect; /tmp when that is unset or missing.
@@ -236,8 +242,9 @@ std::string FlightRecorder::json(const std::string& reason) const {
       peers = {(rank_ + size_ - 1) % size_, (rank_ + 1) % size_};
       if (peers[0] == peers[1]) peers.pop_back();
     }
-    nlohmann::json x = {{"seq", e.seq},     {"kind", to_string(e.kind)},   {"count", e.count},
-                        {"root", e.root},   {"peers", peers},   {"path", e.shared_memory ? "shared_memory" : "ucx"},
+    nlohmann::json x = {{"seq", e.seq},     {"kind", to_string(e.kind)},
+                        {"count", e.count}, {"root", e.root},
+                        {"peers", peers},   {"path", e.shared_memory ? "shared_memory" : "ucx"},
                         {"state", e.state}, {"started_us", e.started_us}};
     if (e.dtype) x["dtype"] = std::string(to_string(*e.dtype));
     if (e.op) x["op"] = std::string(to_string(*e.op));
@@ -260,9 +267,10 @@ std::string FlightRecorder::dump(const std::string& reason) const {
   bool ok = f && std::fwrite(text.data(), 1, text.size(), f) == text.size();
   if (f) ok = std::fclose(f) == 0 && ok;
   if (!ok || std::rename(tmp.c_str(), file_.c_str()) != 0) {
-    spdlog::warn("tandem rank {}: cannot write the flight recorder to {} ({}); set TANDEM_FLIGHT_DIR to a writable "
-                 "directory",
-                 rank_, file_, std::strerror(errno));
+    spdlog::warn(
+        "tandem rank {}: cannot write the flight recorder to {} ({}); set TANDEM_FLIGHT_DIR to a writable "
+        "directory",
+        rank_, file_, std::strerror(errno));
     std::remove(tmp.c_str());
     return {};
   }

@@ -39,8 +39,8 @@ class FlightRecorder {
     std::optional<ReduceOp> op;
     uint64_t count = 0;
     int root = -1;
-    bool shared_memory = false;   // else UCX
-    const char* state = "";       // running | completed | failed
+    bool shared_memory = false;  // else UCX
+    const char* state = "";      // running | completed | failed
     int64_t started_us = 0, finished_us = 0;
   };
 
@@ -96,8 +96,8 @@ class FlightRecorder {
   std::string job_;
   size_t capacity_;
   std::string file_;
-  int64_t epoch_offset_us_;  // the epoch's time minus the steady clock's, at construction
-  std::vector<Slot> ring_;  // entry for seq s at s % capacity_
+  int64_t epoch_offset_us_;        // the epoch's time minus the steady clock's, at construction
+  std::vector<Slot> ring_;         // entry for seq s at s % capacity_
   std::atomic<uint64_t> last_{0};  // highest seq begun
   std::atomic<int> waiting_on_{-1};
   mutable std::mutex mu_;

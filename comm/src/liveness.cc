@@ -66,7 +66,8 @@ void Communicator::Impl::blame_first_failure(const PeerFailure& seen, const Task
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  if (seen.rank() >= 0) throw rank_died(seen.rank(), during + "; rank " + std::to_string(opts.rank) + " saw: " + seen.what());
+  if (seen.rank() >= 0)
+    throw rank_died(seen.rank(), during + "; rank " + std::to_string(opts.rank) + " saw: " + seen.what());
   throw seen;
 }
 
@@ -111,8 +112,8 @@ void Communicator::Impl::check_calls_match(const Task& task, int waiting_on, Dea
   const std::string during = describe_wait(task.what, seq, opts.rank, waiting_on);
   if (mismatch) throw learned_mismatch(*mismatch, opts.rank, during);
   if (abandoned) {
-    throw PeerFailure(std::atoi(abandoned->c_str()), "rank " + *abandoned +
-                                                         " left the communicator after an error or abort(), during " + during);
+    throw PeerFailure(std::atoi(abandoned->c_str()),
+                      "rank " + *abandoned + " left the communicator after an error or abort(), during " + during);
   }
   if (left) {
     throw CollectiveMismatch("rank " + *left + " skipped call #" + std::to_string(seq) +
@@ -152,7 +153,8 @@ void Communicator::Impl::check_health(const Task& task, int waiting_on) {
   int dead = ucx->failed_peer();
   if (dead >= 0) {
     throw_published_mismatch(task, waiting_on);
-    throw rank_died(dead, "; its UCX endpoint reported an error during " + describe_wait(what, seq, opts.rank, waiting_on));
+    throw rank_died(dead,
+                    "; its UCX endpoint reported an error during " + describe_wait(what, seq, opts.rank, waiting_on));
   }
   if (now >= next_failure_poll) {
     next_failure_poll = now + opts.failure_poll;

@@ -9,7 +9,10 @@
 namespace tandem {
 
 PeerWatch::PeerWatch(KeyValueStore& store, std::string prefix, int rank, int size, std::chrono::milliseconds heartbeat)
-    : store_(store), prefix_(std::move(prefix)), rank_(rank), watched_(size > 1 ? (rank + 1) % size : -1),
+    : store_(store),
+      prefix_(std::move(prefix)),
+      rank_(rank),
+      watched_(size > 1 ? (rank + 1) % size : -1),
       heartbeat_(heartbeat) {}
 
 std::string PeerWatch::beat_key(int rank) const { return prefix_ + "/beat/" + std::to_string(rank); }

@@ -210,8 +210,8 @@ void Communicator::Impl::progress_posted() {
       const uint32_t bell = mailbox->announce_sleep();
       engine_sleeping = true;
       const bool ready = sweep_posted() || work_queued();
-      mailbox->sleep(bell, ready ? std::chrono::microseconds(0)
-                                 : std::min(until_next_check(posted.front().task), kUcxSleepSlice));
+      mailbox->sleep(
+          bell, ready ? std::chrono::microseconds(0) : std::min(until_next_check(posted.front().task), kUcxSleepSlice));
       engine_sleeping = false;
       return;
     }
@@ -271,9 +271,11 @@ void check_op(const P2POp& op, int size, const char* what) {
   const bool any = op.kind == P2POp::recv && op.peer == kAnySource;
   if (!any && (op.peer < 0 || op.peer >= size)) {
     throw InvalidArgument(std::string(what) + ": peer " + std::to_string(op.peer) + " is out of range for world size " +
-                          std::to_string(size) + (op.kind == P2POp::recv ? " (kAnySource receives from any rank)" : ""));
+                          std::to_string(size) +
+                          (op.kind == P2POp::recv ? " (kAnySource receives from any rank)" : ""));
   }
-  if (op.count > 0 && !op.data) throw InvalidArgument(std::string(what) + ": null buffer with count " + std::to_string(op.count));
+  if (op.count > 0 && !op.data)
+    throw InvalidArgument(std::string(what) + ": null buffer with count " + std::to_string(op.count));
   if (op.tag > uint32_t(INT32_MAX)) {
     throw InvalidArgument(std::string(what) + ": tag " + std::to_string(op.tag) + " is out of range 0..2^31-1");
   }

@@ -74,8 +74,7 @@ std::string setting_fix(const Setting& s) {
     case SettingKind::text: return "set it to a string";
     default: break;
   }
-  if (s.min > 0 && s.max == std::numeric_limits<long long>::max())
-    return "set it to a positive " + unit_of(s.kind);
+  if (s.min > 0 && s.max == std::numeric_limits<long long>::max()) return "set it to a positive " + unit_of(s.kind);
   return "set it to a " + unit_of(s.kind) + " from " + std::to_string(s.min) + " to " + std::to_string(s.max);
 }
 
@@ -140,7 +139,8 @@ std::string settings_text(const std::vector<SettingValue>& values) {
     value_width = std::max(value_width, v.value.size());
   }
   auto pad = [](std::string s, size_t width) { return s + std::string(width - std::min(width, s.size()) + 2, ' '); };
-  std::string out = pad("layer", layer_width) + pad("variable", variable_width) + pad("value", value_width) + "source\n";
+  std::string out =
+      pad("layer", layer_width) + pad("variable", variable_width) + pad("value", value_width) + "source\n";
   for (const auto& v : values) {
     out += pad(v.setting.layer, layer_width) + pad(v.setting.variable, variable_width) +
            pad(v.value.empty() ? "\"\"" : v.value, value_width) + to_string(v.source) + "\n";

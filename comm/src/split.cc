@@ -45,7 +45,8 @@ class PrefixStore final : public KeyValueStore {
 
 std::unique_ptr<Communicator> Communicator::split(int color, int key, const CollectiveOptions& opts) {
   if (color < kUndefinedColor) {
-    throw InvalidArgument("split: color " + std::to_string(color) + " must be >= 0, or kUndefinedColor (-1) to join none");
+    throw InvalidArgument("split: color " + std::to_string(color) +
+                          " must be >= 0, or kUndefinedColor (-1) to join none");
   }
   // Every rank's (color, key), through an allgather named split in fingerprints and errors.
   const int n = size();
@@ -77,9 +78,9 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key, const Coll
   o.store.reset();
   if (o.size > 1) {
     const Deadline deadline = Clock::now() + impl_->opts.connect_timeout;
-    o.store = std::make_shared<PrefixStore>(impl_->store->connect_again(deadline),
-                                            impl_->opts.prefix + "/split/" + std::to_string(number) + "/" +
-                                                std::to_string(color));
+    o.store = std::make_shared<PrefixStore>(
+        impl_->store->connect_again(deadline),
+        impl_->opts.prefix + "/split/" + std::to_string(number) + "/" + std::to_string(color));
   }
   return Communicator::create(o, impl_->algorithms);
 }

@@ -1,8 +1,8 @@
 // Wire-up: through the store, check every rank runs the same build, connect
 // UCX, learn which ranks share a host and map their shared memory.
 #include <spdlog/spdlog.h>
-
 #include <unistd.h>
+
 #include <cstdlib>
 
 #include "communicator_impl.h"
@@ -72,8 +72,8 @@ void Communicator::Impl::connect() {
 // them all as soon as the odd rank has announced itself, naming both values.
 void Communicator::Impl::check_versions(Deadline deadline) {
   const std::string mine = "protocol " + std::to_string(kWireProtocol) + ", build " + TANDEM_BUILD_ID +
-                           ", world size " + std::to_string(opts.size) +
-                           ", job " + (opts.job_id.empty() ? "(none)" : opts.job_id);
+                           ", world size " + std::to_string(opts.size) + ", job " +
+                           (opts.job_id.empty() ? "(none)" : opts.job_id);
   store->set(key("version/" + std::to_string(opts.rank)), mine, deadline);
   const std::string verdict_key = key("version/verdict");
   if (opts.rank == 0) {
@@ -105,7 +105,8 @@ void Communicator::Impl::check_versions(Deadline deadline) {
     throw Timeout("rendezvous: rank 0 did not finish the start-up check within the connect timeout (" +
                   std::to_string(opts.connect_timeout.count()) +
                   " ms): rank 0 or another rank never arrived; raise TANDEM_CONNECT_TIMEOUT_MS if ranks start "
-                  "slowly (" + e.what() + ")");
+                  "slowly (" +
+                  e.what() + ")");
   }
   if (verdict != "ok") throw InvalidArgument(verdict);
 }
@@ -145,8 +146,10 @@ void Communicator::Impl::map_shared_memory(Deadline deadline) {
       if (theirs == "off") {
         spdlog::warn("tandem: rank {} has shared memory off (TANDEM_SHM=0); its host's ranks go through UCX only", p);
       } else {
-        spdlog::warn("tandem: rank {} sizes its shared segment differently (TANDEM_SHM_CHUNK_BYTES must agree); "
-                     "its host's ranks go through UCX only", p);
+        spdlog::warn(
+            "tandem: rank {} sizes its shared segment differently (TANDEM_SHM_CHUNK_BYTES must agree); "
+            "its host's ranks go through UCX only",
+            p);
       }
     }
     return;
@@ -174,7 +177,8 @@ void Communicator::Impl::map_shared_memory(Deadline deadline) {
   for (int p : group) {
     const std::string verdict = store->get(key("shm/ok/" + std::to_string(p)), deadline);
     if (verdict.rfind("ok", 0) != 0) {
-      if (opts.rank == group[0]) spdlog::warn("tandem: shared memory off, collectives go through UCX only ({})", verdict);
+      if (opts.rank == group[0])
+        spdlog::warn("tandem: shared memory off, collectives go through UCX only ({})", verdict);
       return;
     }
     cma_everywhere = cma_everywhere && verdict == "ok+cma";

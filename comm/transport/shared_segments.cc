@@ -180,8 +180,8 @@ void SharedSegmentSet::read_peer(int rank, const void* remote, void* local, size
 }
 
 void SharedSegmentSet::write_peer(int rank, void* remote, const void* local, size_t bytes) const {
-  cma_copy(pids_[size_t(rank)], rank, static_cast<std::byte*>(const_cast<void*>(local)), static_cast<std::byte*>(remote),
-           bytes, ::process_vm_writev, "process_vm_writev");
+  cma_copy(pids_[size_t(rank)], rank, static_cast<std::byte*>(const_cast<void*>(local)),
+           static_cast<std::byte*>(remote), bytes, ::process_vm_writev, "process_vm_writev");
 }
 
 // ---- SharedAllocations ----------------------------------------------------

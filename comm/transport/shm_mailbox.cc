@@ -21,9 +21,9 @@ namespace tandem {
 namespace {
 
 struct SlotHeader {
-  uint64_t stamp;    // sequence number + 1 once the message is in
+  uint64_t stamp;  // sequence number + 1 once the message is in
   uint64_t tag;
-  uint64_t bytes;    // up to kMailboxInlineBytes: in the slots from this one on; else at `address` in the sender
+  uint64_t bytes;  // up to kMailboxInlineBytes: in the slots from this one on; else at `address` in the sender
   uint64_t address;
 };
 static_assert(sizeof(SlotHeader) <= kMailboxHeaderBytes);
@@ -36,7 +36,9 @@ constexpr size_t kSlotPayload = kMailboxSlotBytes - kMailboxHeaderBytes;
 
 bool is_inline(size_t bytes) { return bytes <= kMailboxInlineBytes; }
 // Slots a message takes: an inline one as many as its payload fills.
-uint64_t slots_for(size_t bytes) { return is_inline(bytes) && bytes > 0 ? (bytes + kSlotPayload - 1) / kSlotPayload : 1; }
+uint64_t slots_for(size_t bytes) {
+  return is_inline(bytes) && bytes > 0 ? (bytes + kSlotPayload - 1) / kSlotPayload : 1;
+}
 
 // The start of each rank's mailbox segment: whether the rank sleeps, and the
 // futex its peers ring after giving it something to do.
@@ -72,8 +74,15 @@ struct ShmMailbox::Ring {
 };
 
 ShmMailbox::ShmMailbox(int rank, int size, const SharedSegments& rings, const SharedSegmentSet& peers)
-    : rank_(rank), size_(size), rings_(rings), peers_(peers), next_out_(size_t(size)), next_in_(size_t(size)), consumed_seen_(size_t(size)),
-      waiting_(size_t(size)), receives_from_(size_t(size)) {}
+    : rank_(rank),
+      size_(size),
+      rings_(rings),
+      peers_(peers),
+      next_out_(size_t(size)),
+      next_in_(size_t(size)),
+      consumed_seen_(size_t(size)),
+      waiting_(size_t(size)),
+      receives_from_(size_t(size)) {}
 
 ShmMailbox::~ShmMailbox() {
   for (Op* op : receives_) delete op;

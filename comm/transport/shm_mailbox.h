@@ -82,13 +82,13 @@ class ShmMailbox {
   int rank_, size_;
   const SharedSegments& rings_;
   const SharedSegmentSet& peers_;
-  std::vector<uint64_t> next_out_;  // by receiver: the sequence number of this rank's next message
-  std::vector<uint64_t> next_in_;   // by sender: the sequence number of the next message to read
-  std::vector<uint64_t> consumed_seen_;  // by receiver: its `consumed` when last read
+  std::vector<uint64_t> next_out_;        // by receiver: the sequence number of this rank's next message
+  std::vector<uint64_t> next_in_;         // by sender: the sequence number of the next message to read
+  std::vector<uint64_t> consumed_seen_;   // by receiver: its `consumed` when last read
   std::vector<std::deque<Op*>> waiting_;  // by receiver: sends posted but not yet written (ring full)
   size_t waiting_sends_ = 0;
-  std::deque<Op*> receives_;              // posted, unmatched, in posting order
-  std::vector<size_t> receives_from_;     // by sender: how many of receives_ name it
+  std::deque<Op*> receives_;           // posted, unmatched, in posting order
+  std::vector<size_t> receives_from_;  // by sender: how many of receives_ name it
   size_t receives_from_any_ = 0;
   std::deque<Unexpected> unexpected_;  // arrived before their receive, in arrival order
   std::vector<Op*> spare_;             // finished operations, reused (no allocation per message)

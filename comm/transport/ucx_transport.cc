@@ -1,13 +1,12 @@
 #include "ucx_transport.h"
 
-#include <spdlog/spdlog.h>
-
 #include <poll.h>
+#include <spdlog/spdlog.h>
 
 #include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -31,8 +30,8 @@ UcxTransport::UcxTransport(int rank, int size, bool peer_error_handling, const s
     : rank_(rank), size_(size), peer_error_handling_(peer_error_handling), endpoints_(size, nullptr) {
   ucp_config_t* config = nullptr;
   check(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");  // honours UCX_TLS and friends
-  // Keepalive follows the heartbeat, so an unreachable peer shows up as an endpoint error as soon as the store would name it.
-  // A keepalive of 0: none to set (off, or the user pinned UCX_KEEPALIVE_INTERVAL).
+  // Keepalive follows the heartbeat, so an unreachable peer shows up as an endpoint error as soon as the store would
+  // name it. A keepalive of 0: none to set (off, or the user pinned UCX_KEEPALIVE_INTERVAL).
   if (peer_error_handling && keepalive.count() > 0) {
     const std::string interval = std::to_string(keepalive.count()) + "ms";
     if (ucp_config_modify(config, "KEEPALIVE_INTERVAL", interval.c_str()) != UCS_OK)
@@ -174,9 +173,9 @@ bool UcxTransport::poll(Pending& p, Tag* sender_tag) {
   p.mark_done();
   if (s == UCS_ERR_MESSAGE_TRUNCATED || (s == UCS_OK && received != expected)) {
     throw CollectiveMismatch("collective mismatch: rank " + std::to_string(rank_) + " expected a " +
-                          std::to_string(expected) +
-                          "-byte message but got a larger or smaller one; every rank "
-                          "must call the same collectives in the same order with the same count and dtype");
+                             std::to_string(expected) +
+                             "-byte message but got a larger or smaller one; every rank "
+                             "must call the same collectives in the same order with the same count and dtype");
   }
   if (s != UCS_OK) {
     int failed = failed_peer();

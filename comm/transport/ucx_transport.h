@@ -17,7 +17,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
-#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>

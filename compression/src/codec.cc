@@ -4,8 +4,8 @@
 #include <cctype>
 #include <string>
 
-#include "codec_functors.h"
 #include "codec_cuda.h"
+#include "codec_functors.h"
 #include "codec_kernels.h"
 #include "tandem/compression/compression.h"
 #include "tandem/errors.h"
@@ -84,8 +84,7 @@ void encode(Codec c, const float* src, uint16_t* dst, size_t count, float scale)
   kernels_for(c, "encode").encode(src, dst, count, scale);
 }
 
-void encode_feedback(Codec c, float* data, float* residual, uint16_t* dst, size_t count, float scale,
-                     float unscale) {
+void encode_feedback(Codec c, float* data, float* residual, uint16_t* dst, size_t count, float scale, float unscale) {
   kernels_for(c, "encode_feedback").encode_feedback(data, residual, dst, count, scale, unscale);
 }
 
@@ -105,8 +104,8 @@ void encode(MemoryType memory, Codec c, const float* src, uint16_t* dst, size_t 
   codec::synchronize_cuda(nullptr);
 }
 
-void encode_feedback(MemoryType memory, Codec c, float* data, float* residual, uint16_t* dst, size_t count,
-                     float scale, float unscale) {
+void encode_feedback(MemoryType memory, Codec c, float* data, float* residual, uint16_t* dst, size_t count, float scale,
+                     float unscale) {
   if (memory == MemoryType::host) return encode_feedback(c, data, residual, dst, count, scale, unscale);
   codec::encode_feedback_cuda(cuda_format(c, "encode_feedback"), data, residual, dst, count, scale, unscale, nullptr);
   codec::synchronize_cuda(nullptr);

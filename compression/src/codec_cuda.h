@@ -14,8 +14,8 @@ namespace tandem::codec {
 enum class Format : uint8_t { f16, bf16 };
 
 void encode_cuda(Format f, const float* src, uint16_t* dst, size_t n, float scale, void* stream);
-void encode_feedback_cuda(Format f, float* data, float* residual, uint16_t* dst, size_t n, float scale,
-                          float unscale, void* stream);
+void encode_feedback_cuda(Format f, float* data, float* residual, uint16_t* dst, size_t n, float scale, float unscale,
+                          void* stream);
 void decode_cuda(Format f, const uint16_t* src, float* dst, size_t n, float scale, void* stream);
 // Sets *found (device-visible memory) to 1 if any of the n codes is inf or NaN; never clears it. Asynchronous.
 void nonfinite_cuda(Format f, const uint16_t* src, size_t n, unsigned* found, void* stream);

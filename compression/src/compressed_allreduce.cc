@@ -57,7 +57,8 @@ bool CompressedAllreduce::allreduce(float* data, size_t count, ReduceOp op, cons
     throw InvalidArgument("compressed allreduce: op must be sum or avg, got " + std::string(tandem::to_string(op)));
   }
   if (opts.memory != MemoryType::host) {
-    throw InvalidArgument("compressed allreduce: host buffers only (encode and decode device buffers with the MemoryType overloads)");
+    throw InvalidArgument(
+        "compressed allreduce: host buffers only (encode and decode device buffers with the MemoryType overloads)");
   }
   if (count != 0 && data == nullptr) {
     throw InvalidArgument("compressed allreduce: null buffer with count " + std::to_string(count));

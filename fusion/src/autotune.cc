@@ -5,7 +5,6 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
-
 #include <nlohmann/json.hpp>
 
 namespace tandem::fusion {
@@ -15,10 +14,10 @@ constexpr size_t KiB = 1024, MiB = 1024 * 1024;
 const std::vector<size_t> kThresholds = {1 * MiB, 2 * MiB, 4 * MiB, 8 * MiB, 16 * MiB, 32 * MiB, 64 * MiB};
 const std::vector<size_t> kFirstBuckets = {128 * KiB, 256 * KiB, 512 * KiB, 1 * MiB, 2 * MiB, 4 * MiB};
 const std::vector<size_t> kChunks = {64 * KiB, 128 * KiB, 256 * KiB, 512 * KiB, 1 * MiB, 2 * MiB, 4 * MiB};
-constexpr int kExploreTrials = 3;      // random grid points after the start, before the GP leads
-constexpr double kScoreFloor = 1e-3;   // seconds added before the log: a fully hidden step scores ~0
-constexpr double kXi = 0.01;           // EI's exploration margin (standardised units)
-constexpr double kDriftFloor = 1e-3;   // step-time drifts smaller than this (seconds) are noise
+constexpr int kExploreTrials = 3;     // random grid points after the start, before the GP leads
+constexpr double kScoreFloor = 1e-3;  // seconds added before the log: a fully hidden step scores ~0
+constexpr double kXi = 0.01;          // EI's exploration margin (standardised units)
+constexpr double kDriftFloor = 1e-3;  // step-time drifts smaller than this (seconds) are noise
 
 double scaled(size_t v, const std::vector<size_t>& axis) {
   const double lo = std::log2(double(axis.front())), hi = std::log2(double(axis.back()));
@@ -195,8 +194,8 @@ FusionSettings Autotuner::next(double score, double step_time) {
     log(Trial{current_, score, "retune"});
   }
   record(current_, score);
-  const std::string phase = confirming_     ? "confirm"
-                            : samples_ == 0 ? "start"
+  const std::string phase = confirming_                  ? "confirm"
+                            : samples_ == 0              ? "start"
                             : samples_ <= kExploreTrials ? "explore"
                                                          : "bayes";
   log(Trial{current_, score, phase});

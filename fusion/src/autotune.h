@@ -28,8 +28,8 @@ namespace tandem::fusion {
 
 struct Trial {
   FusionSettings settings;
-  double score = 0;          // seconds of exposed communication per step
-  std::string phase;         // "start", "explore", "bayes", "confirm", "chosen", "settled", "retune"
+  double score = 0;   // seconds of exposed communication per step
+  std::string phase;  // "start", "explore", "bayes", "confirm", "chosen", "settled", "retune"
 };
 
 // A GP over log scores (standardised), Matern 5/2, length scale and noise by

@@ -51,8 +51,10 @@ void GradientSync::Impl::claim_unused(bool comm_step) {
   std::vector<int> claimed;
   for (size_t i = 0; i < tensors.size(); ++i) {
     uint8_t expected = kPending;
-    if (state[i].compare_exchange_strong(expected, kUnused, std::memory_order_acq_rel)) claimed.push_back(int(i));
-    else used_in_window[i] = true;
+    if (state[i].compare_exchange_strong(expected, kUnused, std::memory_order_acq_rel))
+      claimed.push_back(int(i));
+    else
+      used_in_window[i] = true;
   }
   if (comm_step) {
     for (int id : claimed) {
@@ -80,11 +82,11 @@ template <class Until>
 void GradientSync::Impl::await_engine(Deadline deadline, uint64_t step_no, const std::string& what, Until until) {
   std::unique_lock<std::mutex> lock(mu);
   if (!cv.wait_until(lock, deadline, [&] { return until() || done >= armed.load() || failure; })) {
-    failure = std::make_exception_ptr(Timeout(
-        "gradient sync: " + what + " of step " + std::to_string(step_no) + " not reduced by the deadline (" +
-        pending_report() +
-        "); the engine stays inside its all-reduce until the communicator's timeout: a peer may be slow, "
-        "stopped, or not calling wait()"));
+    failure = std::make_exception_ptr(
+        Timeout("gradient sync: " + what + " of step " + std::to_string(step_no) + " not reduced by the deadline (" +
+                pending_report() +
+                "); the engine stays inside its all-reduce until the communicator's timeout: a peer may be slow, "
+                "stopped, or not calling wait()"));
     std::rethrow_exception(failure);
   }
   if (failure) std::rethrow_exception(failure);
@@ -203,11 +205,10 @@ std::string GradientSync::Impl::take_hook_error(uint64_t step_no) {
   const int twice = marked_twice.exchange(-1), late = marked_late.exchange(-1);
   const std::string at = " in step " + std::to_string(step_no) + " on rank " + std::to_string(rank);
   if (bad != INT64_MIN)
-    return finalized && bad >= 0
-               ? "gradient sync: mark_ready(" + std::to_string(bad) + ")" + at + ": no such gradient (" +
-                     std::to_string(tensors.size()) + " registered)"
-               : "gradient sync: mark_ready(" + std::to_string(bad) + ")" + at +
-                     ": unknown id or called before finalize()";
+    return finalized && bad >= 0 ? "gradient sync: mark_ready(" + std::to_string(bad) + ")" + at +
+                                       ": no such gradient (" + std::to_string(tensors.size()) + " registered)"
+                                 : "gradient sync: mark_ready(" + std::to_string(bad) + ")" + at +
+                                       ": unknown id or called before finalize()";
   if (twice >= 0)
     return "gradient sync: gradient " + describe(tensors[size_t(twice)]) + " marked ready twice" + at +
            "; a hook must fire once per backward pass";
@@ -252,7 +253,9 @@ void GradientSync::Impl::autotune(const StepStats& s) {
   if ((c - a.warmup_steps) % a.steps_per_sample != 0) return;
   uint64_t next[3] = {settings.fusion_threshold_bytes, settings.first_bucket_bytes, settings.chunk_bytes};
   if (tuner) {
-    const auto mean = [](const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / double(v.size()); };
+    const auto mean = [](const std::vector<double>& v) {
+      return std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
+    };
     const FusionSettings n = tuner->next(mean(sample), mean(sample_steps));
     next[0] = n.fusion_threshold_bytes, next[1] = n.first_bucket_bytes, next[2] = n.chunk_bytes;
   }

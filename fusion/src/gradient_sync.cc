@@ -56,8 +56,8 @@ GradientSync::Impl::Impl(std::shared_ptr<Collectives> c, GradientSyncOptions o)
                           std::to_string(opt.aggregation_frequency) + ")");
   if (opt.metric_slots < 0) throw InvalidArgument("gradient sync: metric_slots must be >= 0");
   check_settings(settings);
-  if (opt.autotune.enabled && (opt.autotune.steps_per_sample < 1 || opt.autotune.max_samples < 1 ||
-                               opt.autotune.warmup_steps < 0))
+  if (opt.autotune.enabled &&
+      (opt.autotune.steps_per_sample < 1 || opt.autotune.max_samples < 1 || opt.autotune.warmup_steps < 0))
     throw InvalidArgument(
         "gradient sync: autotune needs steps_per_sample >= 1, max_samples >= 1 and warmup_steps >= 0");
 }
@@ -65,8 +65,8 @@ GradientSync::Impl::Impl(std::shared_ptr<Collectives> c, GradientSyncOptions o)
 void GradientSync::Impl::check_settings(const FusionSettings& s) {
   if (s.fusion_threshold_bytes < 4096 || s.first_bucket_bytes < 4096)
     throw InvalidArgument("gradient sync: fusion threshold and first bucket must be >= 4 KiB (got " +
-                          std::to_string(s.fusion_threshold_bytes) + " and " +
-                          std::to_string(s.first_bucket_bytes) + " bytes)");
+                          std::to_string(s.fusion_threshold_bytes) + " and " + std::to_string(s.first_bucket_bytes) +
+                          " bytes)");
   if (s.chunk_bytes != 0 && s.chunk_bytes < 4096)
     throw InvalidArgument("gradient sync: chunk_bytes must be 0 (the communicator's) or >= 4096");
 }
@@ -156,8 +156,7 @@ void GradientSync::Impl::finalize(Deadline deadline) {
   tail_floats = (flag_base() + size_t(size) + 15) / 16 * 16;
   arena.assign(layout.dtypes.size(), nullptr);
   for (size_t a = 0; a < arena.size(); ++a) {
-    const bool with_tail = !tensors.empty() && layout.dtypes[a] == DataType::f32 &&
-                           tensors[0].dtype == DataType::f32;
+    const bool with_tail = !tensors.empty() && layout.dtypes[a] == DataType::f32 && tensors[0].dtype == DataType::f32;
     const size_t bytes = layout.bytes[a] + (with_tail ? tail_floats * sizeof(float) : 0);
     arena[a] = static_cast<std::byte*>(coll->allocate_shared(std::max<size_t>(bytes, 64)));
     std::memset(arena[a], 0, bytes);
@@ -220,7 +219,7 @@ int GradientSync::register_external(const std::string& name, void* data, size_t 
 }
 
 std::vector<int> GradientSync::register_gradient_parts(const std::string& name, std::span<const size_t> part_counts,
-                                                      DataType dtype) {
+                                                       DataType dtype) {
   if (part_counts.empty()) throw InvalidArgument("gradient sync: gradient '" + name + "' has no parts");
   for (size_t k = 0; k + 1 < part_counts.size(); ++k)
     if (part_counts[k] * dtype_size(dtype) % kAlignBytes != 0)

@@ -67,18 +67,18 @@ struct GradientSync::Impl {
   std::vector<std::byte*> arena;
   float* tail = nullptr;
   size_t tail_floats = 0;
-  bool tail_rides = false;  // the tail extends the last bucket's range (launched last)
-  bool tail_owned = false;  // allocated on its own
+  bool tail_rides = false;                   // the tail extends the last bucket's range (launched last)
+  bool tail_owned = false;                   // allocated on its own
   std::vector<std::vector<float>> residual;  // per arena: error feedback of compressed f32 buckets
 
   FusionSettings settings;
   std::vector<Bucket> buckets;
   std::vector<int> bucket_of;
-  std::vector<int> order;     // buckets in launch order
-  std::vector<size_t> position;  // per bucket: its place in `order`
-  std::unique_ptr<std::atomic<int>[]> pending;      // per bucket (at most one per gradient)
-  std::unique_ptr<std::atomic<uint8_t>[]> state;    // per gradient
-  std::unique_ptr<std::atomic<int64_t>[]> ready_at; // per gradient, ns
+  std::vector<int> order;                            // buckets in launch order
+  std::vector<size_t> position;                      // per bucket: its place in `order`
+  std::unique_ptr<std::atomic<int>[]> pending;       // per bucket (at most one per gradient)
+  std::unique_ptr<std::atomic<uint8_t>[]> state;     // per gradient
+  std::unique_ptr<std::atomic<int64_t>[]> ready_at;  // per gradient, ns
 
   // Hook-side errors, raised by wait().
   std::atomic<int64_t> unknown_id{INT64_MIN};
@@ -95,8 +95,8 @@ struct GradientSync::Impl {
 
   std::mutex mu;
   std::condition_variable cv;
-  uint64_t done = 0;  // communicating steps the engine finished
-  size_t reduced = 0; // buckets of the armed step reduced so far, in launch order
+  uint64_t done = 0;           // communicating steps the engine finished
+  size_t reduced = 0;          // buckets of the armed step reduced so far, in launch order
   std::exception_ptr failure;  // sticky
   std::thread engine;
 
@@ -106,14 +106,14 @@ struct GradientSync::Impl {
   std::vector<Timing> timings;  // per bucket of the current step, written by the engine
   Timing tail_timing;
   uint64_t wire_bytes = 0;
-  uint64_t fallbacks = 0;  // compressed buckets re-sent in f32 this step
-  double cast_seconds = 0;  // this step's compression casts
-  double saved_seconds = 0; // estimated: see StepStats::compression_saved
+  uint64_t fallbacks = 0;    // compressed buckets re-sent in f32 this step
+  double cast_seconds = 0;   // this step's compression casts
+  double saved_seconds = 0;  // estimated: see StepStats::compression_saved
 
   uint64_t step = 0, communicated = 0;
   int64_t step_begin = 0;
-  bool closed = false;        // this step's marking ended (caller side)
-  int64_t early_exposed = 0;  // ns blocked in wait_gradient this step
+  bool closed = false;               // this step's marking ended (caller side)
+  int64_t early_exposed = 0;         // ns blocked in wait_gradient this step
   int first_unused = -1;             // this rank's first unused gradient of the step
   std::vector<bool> used_in_window;  // marked ready in some step since the last communicating one
   StepStats last;
@@ -151,8 +151,8 @@ struct GradientSync::Impl {
   // The engine sleeps until ready() (or stop), waking at least every cycle_time.
   template <class Ready>
   bool engine_wait(Ready ready) {
-    const auto period = std::chrono::duration_cast<std::chrono::nanoseconds>(
-        std::max(opt.cycle_time, std::chrono::milliseconds(1)));
+    const auto period =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::max(opt.cycle_time, std::chrono::milliseconds(1)));
     for (;;) {
       const uint32_t seen = wake.load();
       if (stop.load()) return false;

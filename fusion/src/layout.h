@@ -27,9 +27,9 @@ struct TensorSpec {
 };
 
 struct Placement {
-  int arena = 0;       // index into ArenaLayout::dtypes
-  size_t offset = 0;   // bytes from the arena's start
-  size_t padded = 0;   // bytes it occupies (count * esize rounded up to kAlignBytes)
+  int arena = 0;      // index into ArenaLayout::dtypes
+  size_t offset = 0;  // bytes from the arena's start
+  size_t padded = 0;  // bytes it occupies (count * esize rounded up to kAlignBytes)
 };
 
 struct ArenaLayout {

@@ -7,7 +7,8 @@ namespace tandem::fusion {
 Timeline::Timeline(const std::string& path, int rank) : rank_(rank) {
   if (path.empty()) return;
   out_.open(path, std::ios::trunc);
-  if (!out_) throw InvalidArgument("timeline: cannot write '" + path + "' (check the directory exists and is writable)");
+  if (!out_)
+    throw InvalidArgument("timeline: cannot write '" + path + "' (check the directory exists and is writable)");
   out_ << "[\n";
   const char* names[] = {"training thread", "gradient-sync engine", "gradients ready"};
   emit({{"name", "process_name"}, {"ph", "M"}, {"pid", rank_}, {"args", {{"name", "rank " + std::to_string(rank_)}}}});
@@ -26,8 +27,13 @@ void Timeline::emit(const nlohmann::json& event) {
 
 void Timeline::span(int tid, const std::string& name, const char* category, double begin_us, double end_us,
                     nlohmann::json args) {
-  nlohmann::json e{{"name", name}, {"cat", category}, {"ph", "X"},  {"pid", rank_},
-                   {"tid", tid},   {"ts", begin_us},  {"dur", std::max(0.0, end_us - begin_us)}};
+  nlohmann::json e{{"name", name},
+                   {"cat", category},
+                   {"ph", "X"},
+                   {"pid", rank_},
+                   {"tid", tid},
+                   {"ts", begin_us},
+                   {"dur", std::max(0.0, end_us - begin_us)}};
   if (!args.is_null()) e["args"] = std::move(args);
   emit(e);
 }

@@ -22,7 +22,8 @@ Client::Client(Communicator& comm, std::vector<KeySpec> keys, const Options& opt
     : comm_(comm), options_(options), workers_(worker_count(comm.size(), options)) {
   if (options.servers < 1 || workers_ < 1) {
     throw InvalidArgument("parameter server: " + std::to_string(comm.size()) + " ranks cannot hold " +
-                          std::to_string(options.servers) + " server(s) and at least one worker; start more ranks or "
+                          std::to_string(options.servers) +
+                          " server(s) and at least one worker; start more ranks or "
                           "fewer servers (tandem launch -n W --servers S)");
   }
   if (is_server(comm.rank(), comm.size(), options)) {
@@ -72,7 +73,8 @@ void Client::close() {
       [&](Channel& ch) {
         const Header h{Op::close, 0, 0, 0, 0, 0};
         std::vector<Pending> sent;
-        for (int s = 0; s < options_.servers; ++s) sent.push_back(ch.send(workers_ + s, tag(detail::kHeader, 0), &h, sizeof h));
+        for (int s = 0; s < options_.servers; ++s)
+          sent.push_back(ch.send(workers_ + s, tag(detail::kHeader, 0), &h, sizeof h));
         ch.wait_all(sent);
       },
       call_options());
@@ -154,7 +156,8 @@ RowsByServer group_rows(const KeyLayout& l, const int64_t* ids, size_t n) {
 }
 
 void check_ids(const KeyLayout& l, const char* call, const int64_t* ids, size_t n) {
-  if (n > 0 && !ids) throw InvalidArgument(std::string(call) + " '" + l.spec.name + "': null ids with n = " + std::to_string(n));
+  if (n > 0 && !ids)
+    throw InvalidArgument(std::string(call) + " '" + l.spec.name + "': null ids with n = " + std::to_string(n));
   for (size_t i = 0; i < n; ++i) {
     if (ids[i] < 0 || uint64_t(ids[i]) >= l.spec.rows) {
       throw InvalidArgument(std::string(call) + " '" + l.spec.name + "': row id " + std::to_string(ids[i]) +
@@ -204,10 +207,11 @@ Request Client::push_rows_async(const std::string& key, const int64_t* ids, size
           if (g.ids[s].empty()) continue;
           gathered[s].resize(g.ids[s].size() * row_bytes);
           for (size_t i = 0; i < g.from[s].size(); ++i) {
-            std::memcpy(gathered[s].data() + i * row_bytes, static_cast<const std::byte*>(rows) + g.from[s][i] * row_bytes,
-                        row_bytes);
+            std::memcpy(gathered[s].data() + i * row_bytes,
+                        static_cast<const std::byte*>(rows) + g.from[s][i] * row_bytes, row_bytes);
           }
-          sent.push_back(ch.send(w + s, tag(detail::kIds, h.request), g.ids[s].data(), g.ids[s].size() * sizeof(int64_t)));
+          sent.push_back(
+              ch.send(w + s, tag(detail::kIds, h.request), g.ids[s].data(), g.ids[s].size() * sizeof(int64_t)));
           sent.push_back(ch.send(w + s, tag(detail::kRows, h.request), gathered[s].data(), gathered[s].size()));
         }
         ch.wait_all(sent);
@@ -275,7 +279,8 @@ Request Client::pull_rows_async(const std::string& key, const int64_t* ids, size
           posted.push_back(ch.recv(w + s, tag(detail::kStep, h.request), &applied[s], sizeof(uint64_t)));
           gathered[s].resize(g.ids[s].size() * row_bytes);
           if (!g.ids[s].empty()) {
-            posted.push_back(ch.recv(w + s, tag(detail::kReplyRows, h.request), gathered[s].data(), gathered[s].size()));
+            posted.push_back(
+                ch.recv(w + s, tag(detail::kReplyRows, h.request), gathered[s].data(), gathered[s].size()));
           }
         }
         for (int s = 0; s < int(servers); ++s) {
@@ -283,7 +288,8 @@ Request Client::pull_rows_async(const std::string& key, const int64_t* ids, size
           headers[s].count = g.ids[s].size();
           posted.push_back(ch.send(w + s, tag(detail::kHeader, 0), &headers[s], sizeof h));
           if (!g.ids[s].empty()) {
-            posted.push_back(ch.send(w + s, tag(detail::kIds, h.request), g.ids[s].data(), g.ids[s].size() * sizeof(int64_t)));
+            posted.push_back(
+                ch.send(w + s, tag(detail::kIds, h.request), g.ids[s].data(), g.ids[s].size() * sizeof(int64_t)));
           }
         }
         ch.wait_all(posted);
@@ -302,7 +308,8 @@ uint64_t Client::pull_touched(const std::string& key, std::vector<int64_t>& ids,
   const KeyLayout& l = layout_[index(key, "pull_touched")];
   if (closed_) throw InvalidArgument("pull_touched: the Client is closed");
   if (l.spec.rule != UpdateRule::sum) {
-    throw InvalidArgument("pull_touched '" + key + "': the key uses the sgd rule; pull_touched reads sum keys (use pull_rows)");
+    throw InvalidArgument("pull_touched '" + key +
+                          "': the key uses the sgd rule; pull_touched reads sum keys (use pull_rows)");
   }
   const uint32_t k = uint32_t(&l - layout_.data());
   const Header h{Op::pull_touched, k, steps_[k], 0, next_request_++, 0};
@@ -333,8 +340,10 @@ uint64_t Client::pull_touched(const std::string& key, std::vector<int64_t>& ids,
         size_t at = 0;
         for (int s = 0; s < int(servers); ++s) {
           if (count[s] == 0) continue;
-          posted.push_back(ch.recv(workers_ + s, tag(detail::kReplyIds, h.request), ids.data() + at, count[s] * sizeof(int64_t)));
-          posted.push_back(ch.recv(workers_ + s, tag(detail::kReplyRows, h.request), rows.data() + at * row_bytes, count[s] * row_bytes));
+          posted.push_back(
+              ch.recv(workers_ + s, tag(detail::kReplyIds, h.request), ids.data() + at, count[s] * sizeof(int64_t)));
+          posted.push_back(ch.recv(workers_ + s, tag(detail::kReplyRows, h.request), rows.data() + at * row_bytes,
+                                   count[s] * row_bytes));
           at += count[s];
         }
         ch.wait_all(posted);

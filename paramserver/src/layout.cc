@@ -18,16 +18,16 @@ Setting row(const char* variable, const char* name, SettingKind kind, const char
 
 SettingTable<Options> make_table() {
   using K = SettingKind;
-  return {number_field(row("TANDEM_SERVERS", "servers", K::count, "0",
-                           "Parameter-server ranks: the last this many ranks serve (tandem launch --servers sets it).",
-                           0),
-                       &Options::servers),
-          number_field(row("TANDEM_PS_STALENESS", "staleness", K::count, "0",
-                           "Steps a worker may run ahead of the slowest (0: synchronous).", 0),
-                       &Options::staleness),
-          number_field(row("TANDEM_PS_PART_BYTES", "part_bytes", K::bytes, "4194304",
-                           "Bytes of a key's part, the unit spread over the servers (at least one row).", 1),
-                       &Options::part_bytes)};
+  return {
+      number_field(row("TANDEM_SERVERS", "servers", K::count, "0",
+                       "Parameter-server ranks: the last this many ranks serve (tandem launch --servers sets it).", 0),
+                   &Options::servers),
+      number_field(row("TANDEM_PS_STALENESS", "staleness", K::count, "0",
+                       "Steps a worker may run ahead of the slowest (0: synchronous).", 0),
+                   &Options::staleness),
+      number_field(row("TANDEM_PS_PART_BYTES", "part_bytes", K::bytes, "4194304",
+                       "Bytes of a key's part, the unit spread over the servers (at least one row).", 1),
+                   &Options::part_bytes)};
 }
 
 }  // namespace
@@ -58,7 +58,8 @@ std::vector<KeyLayout> plan(const std::vector<KeySpec>& keys, const Options& opt
   size_t next = 0;  // parts dealt so far, over all keys
   for (const auto& k : keys) {
     if (k.name.empty() || k.name.find_first_of("\n\t'") != std::string::npos) {
-      throw InvalidArgument("parameter server: key name '" + k.name + "' must be non-empty, without quotes, tabs or newlines");
+      throw InvalidArgument("parameter server: key name '" + k.name +
+                            "' must be non-empty, without quotes, tabs or newlines");
     }
     for (const auto& o : out) {
       if (o.spec.name == k.name) throw InvalidArgument("parameter server: key '" + k.name + "' is declared twice");

@@ -16,7 +16,16 @@
 
 namespace tandem::ps::detail {
 
-enum class Op : uint32_t { declare = 1, push = 2, push_rows = 3, pull = 4, pull_rows = 5, set = 6, close = 7, pull_touched = 8 };
+enum class Op : uint32_t {
+  declare = 1,
+  push = 2,
+  push_rows = 3,
+  pull = 4,
+  pull_rows = 5,
+  set = 6,
+  close = 7,
+  pull_touched = 8
+};
 
 enum Kind : uint32_t {
   kHeader = 1,

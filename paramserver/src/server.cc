@@ -99,16 +99,19 @@ class Server {
  private:
   void handle(int w, const Header& h) {
     if (h.op == Op::declare) return declare(w, h);
-    if (shards_.empty() && layout_.empty()) throw Error("parameter server: worker " + std::to_string(w) + " sent a request before declaring its keys");
-    if (h.key >= layout_.size()) throw Error("parameter server: worker " + std::to_string(w) + " named key " + std::to_string(h.key) + ", beyond the declared " + std::to_string(layout_.size()));
+    if (shards_.empty() && layout_.empty())
+      throw Error("parameter server: worker " + std::to_string(w) + " sent a request before declaring its keys");
+    if (h.key >= layout_.size())
+      throw Error("parameter server: worker " + std::to_string(w) + " named key " + std::to_string(h.key) +
+                  ", beyond the declared " + std::to_string(layout_.size()));
     Shard& s = shards_[h.key];
-    if (s.rows == 0) throw Error("parameter server: worker " + std::to_string(w) + " sent a request for key '" + layout_[h.key].spec.name + "' to a server without a shard of it");
+    if (s.rows == 0)
+      throw Error("parameter server: worker " + std::to_string(w) + " sent a request for key '" +
+                  layout_[h.key].spec.name + "' to a server without a shard of it");
     switch (h.op) {
       case Op::push:
-      case Op::push_rows:
-        return push(w, h, s);
-      case Op::set:
-        return receive_dense(w, h, s, s.value.data());
+      case Op::push_rows: return push(w, h, s);
+      case Op::set: return receive_dense(w, h, s, s.value.data());
       case Op::pull:
       case Op::pull_rows:
       case Op::pull_touched: {
@@ -126,7 +129,8 @@ class Server {
         return;
       }
       default:
-        throw Error("parameter server: unknown request " + std::to_string(uint32_t(h.op)) + " from worker " + std::to_string(w));
+        throw Error("parameter server: unknown request " + std::to_string(uint32_t(h.op)) + " from worker " +
+                    std::to_string(w));
     }
   }
 
@@ -141,9 +145,10 @@ class Server {
     std::string verdict = "ok";
     const std::string mine = detail::declaration_text({}, options_, workers_);
     if (tables_[0].compare(0, mine.size(), mine) != 0) {
-      verdict = "parameter server: server rank " + std::to_string(ch_.rank()) + " runs with " +
-                mine.substr(0, mine.size() - 1) + ", but worker 0 declares " + tables_[0].substr(0, tables_[0].find('\n')) +
-                "; give servers and workers the same options (TANDEM_SERVERS, TANDEM_PS_STALENESS, TANDEM_PS_PART_BYTES)";
+      verdict =
+          "parameter server: server rank " + std::to_string(ch_.rank()) + " runs with " +
+          mine.substr(0, mine.size() - 1) + ", but worker 0 declares " + tables_[0].substr(0, tables_[0].find('\n')) +
+          "; give servers and workers the same options (TANDEM_SERVERS, TANDEM_PS_STALENESS, TANDEM_PS_PART_BYTES)";
     }
     for (int v = 1; v < workers_ && verdict == "ok"; ++v) {
       if (tables_[v] == tables_[0]) continue;
@@ -222,14 +227,17 @@ class Server {
     std::vector<Pending> in;
     for (size_t j = 0; j < s.part_index.size(); ++j) {
       const Part& p = s.key->parts[s.part_index[j]];
-      in.push_back(ch_.recv(w, tag(detail::kPartData, h.request, j), into + p.shard_row * s.row_bytes, p.rows * s.row_bytes));
+      in.push_back(
+          ch_.recv(w, tag(detail::kPartData, h.request, j), into + p.shard_row * s.row_bytes, p.rows * s.row_bytes));
     }
     ch_.wait_all(in);
   }
 
   size_t shard_row(const Shard& s, int64_t id) const {
     const Part& p = s.key->parts[size_t(id) / s.key->rows_per_part];
-    if (p.server != me_) throw Error("parameter server: row " + std::to_string(id) + " of '" + s.key->spec.name + "' reached a server that does not own it");
+    if (p.server != me_)
+      throw Error("parameter server: row " + std::to_string(id) + " of '" + s.key->spec.name +
+                  "' reached a server that does not own it");
     return p.shard_row + (size_t(id) - p.first_row);
   }
 
@@ -352,7 +360,8 @@ class Server {
     } else if (!p.ids.empty()) {
       reply_.resize(p.ids.size() * s.row_bytes);
       for (size_t i = 0; i < p.ids.size(); ++i) {
-        std::memcpy(reply_.data() + i * s.row_bytes, s.value.data() + shard_row(s, p.ids[i]) * s.row_bytes, s.row_bytes);
+        std::memcpy(reply_.data() + i * s.row_bytes, s.value.data() + shard_row(s, p.ids[i]) * s.row_bytes,
+                    s.row_bytes);
       }
       sent.push_back(ch_.send(p.worker, tag(detail::kReplyRows, p.h.request), reply_.data(), reply_.size()));
     }
@@ -384,7 +393,8 @@ class Server {
         std::memcpy(reply_.data() + i * s.row_bytes, s.value.data() + shard_row(s, touched_ids_[i]) * s.row_bytes,
                     s.row_bytes);
       }
-      sent.push_back(ch_.send(p.worker, tag(detail::kReplyIds, p.h.request), touched_ids_.data(), count * sizeof(int64_t)));
+      sent.push_back(
+          ch_.send(p.worker, tag(detail::kReplyIds, p.h.request), touched_ids_.data(), count * sizeof(int64_t)));
       sent.push_back(ch_.send(p.worker, tag(detail::kReplyRows, p.h.request), reply_.data(), reply_.size()));
     }
     ch_.wait_all(sent);
@@ -413,8 +423,9 @@ uint64_t serve(Communicator& comm, const Options& options) {
                           std::to_string(options.servers) + " server(s) and at least one worker");
   }
   if (!is_server(comm.rank(), comm.size(), options)) {
-    throw InvalidArgument("parameter server: rank " + std::to_string(comm.rank()) + " is a worker (servers are the last " +
-                          std::to_string(options.servers) + " ranks); make a Client there, not serve()");
+    throw InvalidArgument("parameter server: rank " + std::to_string(comm.rank()) +
+                          " is a worker (servers are the last " + std::to_string(options.servers) +
+                          " ranks); make a Client there, not serve()");
   }
   uint64_t applied = 0;
   CollectiveOptions o;

@@ -210,8 +210,9 @@ AllreduceAlgorithm parse_allreduce_algorithm(const std::string& name) {
   if (name == "recursive_doubling" || name == "rd") return AllreduceAlgorithm::recursive_doubling;
   if (name == "shared_memory" || name == "shm") return AllreduceAlgorithm::shared_memory;
   if (name == "hierarchical" || name == "hier") return AllreduceAlgorithm::hierarchical;
-  throw InvalidArgument("unknown all-reduce algorithm '" + name +
-                        "' (TANDEM_ALGO or --algorithm); use auto, ring, recursive_doubling, shared_memory or hierarchical");
+  throw InvalidArgument(
+      "unknown all-reduce algorithm '" + name +
+      "' (TANDEM_ALGO or --algorithm); use auto, ring, recursive_doubling, shared_memory or hierarchical");
 }
 
 ShmAllreduceCma parse_shm_allreduce_cma(const std::string& name) {

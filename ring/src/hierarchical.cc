@@ -55,7 +55,9 @@ class GroupSharedMemory final : public SharedMemory {
 class GroupChannel final : public Channel {
  public:
   GroupChannel(Channel& parent, std::vector<int> members, int phase, const SharedSegments* segments)
-      : parent_(parent), members_(std::move(members)), phase_(Tag(phase) << kPhaseShift),
+      : parent_(parent),
+        members_(std::move(members)),
+        phase_(Tag(phase) << kPhaseShift),
         memory_(parent.shared_memory(), segments) {
     for (size_t i = 0; i < members_.size(); ++i) {
       if (members_[i] == parent.rank()) rank_ = int(i);
@@ -99,9 +101,8 @@ bool hierarchical_fits(const Topology* t) { return t && t->uniform(); }
 void hierarchical_allreduce(Channel& ch, const AllreduceArgs& a, const RingOptions& o) {
   const Topology* t = ch.topology();
   if (!hierarchical_fits(t)) {
-    throw InvalidArgument(
-        "TANDEM_ALGO=hierarchical needs the same number of ranks on every host (this job: " +
-        (t ? t->str() : std::string("no topology")) + "); use auto or ring");
+    throw InvalidArgument("TANDEM_ALGO=hierarchical needs the same number of ranks on every host (this job: " +
+                          (t ? t->str() : std::string("no topology")) + "); use auto or ring");
   }
   if (a.count == 0) return;
   const size_t local = size_t(t->local_size()), l = size_t(t->local_rank()), esize = dtype_size(a.dtype);

@@ -76,13 +76,13 @@ class RingReduceScatter {
   struct Walk {
     RingReduceScatter* rs = nullptr;
     size_t segment = 0;
-    int step = 0;             // the step whose receive is posted, or is to be posted
+    int step = 0;  // the step whose receive is posted, or is to be posted
     bool recv_posted = false;
-    bool finished = false;    // the last partial has been reduced into the output
-    char* buf[2] = {};        // step k receives into buf[k % 2]
+    bool finished = false;  // the last partial has been reduced into the output
+    char* buf[2] = {};      // step k receives into buf[k % 2]
     Pending recv;
-    Pending first_send;       // step 0, straight from the input
-    Pending sent[2];          // the send out of buf[i]
+    Pending first_send;  // step 0, straight from the input
+    Pending sent[2];     // the send out of buf[i]
 
     bool advance() { return rs->advance(*this); }
     bool done() { return finished && rs->ch_.test(first_send) && rs->ch_.test(sent[0]) && rs->ch_.test(sent[1]); }
@@ -255,8 +255,7 @@ class RingAllgather {
       // recv_copy_send: what landed at step k goes out at step k + 1.
       const Range p = piece(w.segment);
       post_recv(w, k + 1);
-      w.sends.push_back(ch_.send(next(), step_tag(k + 1, w.segment), out(block_at(k + 1), p.begin),
-                                 p.size * esize_));
+      w.sends.push_back(ch_.send(next(), step_tag(k + 1, w.segment), out(block_at(k + 1), p.begin), p.size * esize_));
     }
     return moved;
   }

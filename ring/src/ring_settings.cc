@@ -47,11 +47,10 @@ SettingTable<RingOptions> make_table() {
   Setting algo = row("TANDEM_ALGO", "allreduce", K::choice, "auto",
                      "Force an all-reduce algorithm (rd, shm and hier are short forms); auto picks per call.");
   algo.accepted = {"auto", "ring", "recursive_doubling", "shared_memory", "hierarchical", "rd", "shm", "hier"};
-  t.push_back({algo,
-               [algo](O& o, const std::string& v) {
-                 o.allreduce = parse_allreduce_algorithm(parse_choice_setting(algo, v));
-               },
-               [](const O& o) { return std::string(to_string(o.allreduce)); }});
+  t.push_back(
+      {algo,
+       [algo](O& o, const std::string& v) { o.allreduce = parse_allreduce_algorithm(parse_choice_setting(algo, v)); },
+       [](const O& o) { return std::string(to_string(o.allreduce)); }});
   t.push_back(number_field(row("TANDEM_SMALL_MESSAGE_BYTES", "small_message_bytes", K::bytes, "65536",
                                "All-reduces up to this size take recursive doubling instead of the ring.",
                                "set it to a byte count (0 disables the small-message path)"),

@@ -97,9 +97,11 @@ void reduce_to_root(Channel& ch, const ReduceArgs& a) {
     // A root reducing in place must not overwrite its own input block before the ring has read it.
     const bool staged = root && a.input == a.output;
     void* landing = staged ? ch.scratch_in(a.memory, blocks.counts[size_t(r)] * es, 2) : mine;
-    ring_reduce_scatterv(ch, ReduceScattervArgs{a.input, landing, blocks, a.dtype, a.op, a.memory}, /*finish_avg=*/false);
+    ring_reduce_scatterv(ch, ReduceScattervArgs{a.input, landing, blocks, a.dtype, a.op, a.memory},
+                         /*finish_avg=*/false);
     if (staged) copy(a.memory, mine, landing, blocks.counts[size_t(r)] * es);
-    gatherv(ch, VariableArgs{mine, a.output, blocks.counts[size_t(r)], root ? blocks : Blocks{}, a.dtype, a.root, a.memory},
+    gatherv(ch,
+            VariableArgs{mine, a.output, blocks.counts[size_t(r)], root ? blocks : Blocks{}, a.dtype, a.root, a.memory},
             kGatherPhase);
   }
   if (r == a.root && a.op == ReduceOp::avg) scale_avg(a.memory, a.dtype, a.output, a.count, n);

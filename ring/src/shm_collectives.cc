@@ -122,14 +122,19 @@ TimedPath allreduce_path(const Segments& s, const RingOptions& o, size_t bytes, 
   return {};
 }
 
-std::string kib(size_t b) { return b >= (1 << 20) ? std::to_string(b >> 20) + " MiB" : std::to_string(b >> 10) + " KiB"; }
+std::string kib(size_t b) {
+  return b >= (1 << 20) ? std::to_string(b >> 20) + " MiB" : std::to_string(b >> 10) + " KiB";
+}
 
 // How the all-to-all's timed choice runs, for the plan.
 std::string timed_rule() {
   const std::string warm = std::to_string(kPathFirstRoundCalls);
-  return "a power of two of bytes per rank; its first " + warm + " calls by cross-memory attach (one copy, not "
+  return "a power of two of bytes per rank; its first " + warm +
+         " calls by cross-memory attach (one copy, not "
          "two; trials on cold buffers misled); then one call of each path, then pairs of trials, one of each, "
-         "as many as move " + kib(kPathBlockBytes) + " (3 to " + std::to_string(kPathMaxBlock) + "), a trial two "
+         "as many as move " +
+         kib(kPathBlockBytes) + " (3 to " + std::to_string(kPathMaxBlock) +
+         "), a trial two "
          "calls of its path, the second timed on rank 0; the path that won more pairs, again every " +
          std::to_string(kPathRoundCalls) + " calls of the class; TANDEM_SHM_ALLREDUCE_CMA=never|always fixes it";
 }
@@ -147,10 +152,12 @@ std::string shared_memory_plan(const RingOptions& o, int local_ranks) {
                        ? "split: each rank reduces its slice of every chunk once ((5 - 1/N) S moved per rank)"
                        : "every rank folds every slot ((N + 3) S moved per rank)") +
        "; split from " + std::to_string(o.shm_split_min_ranks) + " ranks (TANDEM_SHM_SPLIT_MIN_RANKS) and from " +
-       kib(o.shm_split_min_bytes) + " (TANDEM_SHM_SPLIT_MIN_BYTES; below, the split's second hand-off costs more than "
+       kib(o.shm_split_min_bytes) +
+       " (TANDEM_SHM_SPLIT_MIN_BYTES; below, the split's second hand-off costs more than "
        "the redundant fold saves)\n";
   s += "  reduce to a root: the staged all-reduce, only the root writing the result\n";
-  s += "  from " + kib(kDirectMinBytes) + " (below, the arrival round trip costs more than staging saves): "
+  s += "  from " + kib(kDirectMinBytes) +
+       " (below, the arrival round trip costs more than staging saves): "
        "allocate_shared buffers are read and written in place\n";
   s += "  reduce-scatter and allgather of other buffers: cross-memory attach from " + kib(kCmaMinBytes) + " to " +
        (o.shm_cma_max_bytes >= kCmaMinBytes ? kib(o.shm_cma_max_bytes) : std::string("(off)")) +
@@ -161,8 +168,8 @@ std::string shared_memory_plan(const RingOptions& o, int local_ranks) {
             ? std::string("too (TANDEM_SHM_CMA_MAX_BYTES=0 or TANDEM_SHM_ALLREDUCE_CMA=never)")
         : o.shm_allreduce_cma == ShmAllreduceCma::always
             ? std::string("by cross-memory attach (TANDEM_SHM_ALLREDUCE_CMA=always)")
-            : "staged or by cross-memory attach, whichever rank 0 timed faster for that size class (" +
-                  timed_rule() + ")") +
+            : "staged or by cross-memory attach, whichever rank 0 timed faster for that size class (" + timed_rule() +
+                  ")") +
        "\n";
   const size_t cma_from = std::max(o.shm_allreduce_cma_min_bytes, kDirectMinBytes);
   const std::string window = o.shm_cma_max_bytes > 0 && o.shm_allreduce_cma_max_bytes >= cma_from
@@ -172,16 +179,17 @@ std::string shared_memory_plan(const RingOptions& o, int local_ranks) {
   const bool far_but_oversubscribed = oversubscribed && o.shm_allreduce_cma == ShmAllreduceCma::far;
   if (window.empty() || o.shm_allreduce_cma == ShmAllreduceCma::never || far_but_oversubscribed) {
     s += std::string("staged") +
-         (far_but_oversubscribed
-              ? " (ranks outnumber cores: a hand-off probe would time the scheduler, not the cores)"
-              : " (TANDEM_SHM_ALLREDUCE_CMA=never or TANDEM_SHM_CMA_MAX_BYTES=0)") +
+         (far_but_oversubscribed ? " (ranks outnumber cores: a hand-off probe would time the scheduler, not the cores)"
+                                 : " (TANDEM_SHM_ALLREDUCE_CMA=never or TANDEM_SHM_CMA_MAX_BYTES=0)") +
          "\n";
   } else if (o.shm_allreduce_cma == ShmAllreduceCma::always) {
     s += "cross-memory attach " + window + " (TANDEM_SHM_ALLREDUCE_CMA=always), staged outside\n";
   } else if (o.shm_allreduce_cma == ShmAllreduceCma::timed) {
-    s += window + " staged or by cross-memory attach, whichever rank 0 timed faster for that size class, in "
+    s += window +
+         " staged or by cross-memory attach, whichever rank 0 timed faster for that size class, in "
          "place and out of place apart (as the all-to-all, but timed from the first call, again at call " +
-         std::to_string(kPathFirstRoundCalls) + "; TANDEM_SHM_ALLREDUCE_CMA=far takes the hand-off probe, "
+         std::to_string(kPathFirstRoundCalls) +
+         "; TANDEM_SHM_ALLREDUCE_CMA=far takes the hand-off probe, "
          "which misjudged a host where cross-memory attach ran 1.7x faster at 1 MiB in place), staged outside\n";
   } else if (local_ranks != 2) {
     s += "staged (TANDEM_SHM_ALLREDUCE_CMA=far switches at 2 ranks only, where it was measured)\n";
@@ -275,8 +283,8 @@ void shm_allreduce(Channel& ch, const AllreduceArgs& a, const RingOptions& o, si
   Segments s(ch, chunk_bytes, call_of(Kind::allreduce, a.count, a.dtype, a.op));
   const size_t bytes = a.count * dtype_size(a.dtype);
   TimedPath path = allreduce_path(s, o, bytes, a.input == a.output);
-  const Reach reach = arrive_direct(s, path.offer, bytes, a.input, bytes, a.output, bytes, -1, true,
-                                    o.shm_far_handoff_ns);
+  const Reach reach =
+      arrive_direct(s, path.offer, bytes, a.input, bytes, a.output, bytes, -1, true, o.shm_far_handoff_ns);
   confirm_trial(path, reach);
   if (reach != Reach::staged) {
     direct_allreduce(s, ch, a, reach);

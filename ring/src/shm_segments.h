@@ -100,9 +100,10 @@ struct Call {
 
   bool operator==(const Call&) const = default;
   std::string str() const {
-    if (kind == Kind::alltoallv) return "alltoallv(" + std::string(to_string(DataType(dtype))) + ")";  // counts per rank
-    std::string s = std::string(to_string(kind)) + "(" + std::to_string(count) + " x " +
-                    std::string(to_string(DataType(dtype)));
+    if (kind == Kind::alltoallv)
+      return "alltoallv(" + std::string(to_string(DataType(dtype))) + ")";  // counts per rank
+    std::string s =
+        std::string(to_string(kind)) + "(" + std::to_string(count) + " x " + std::string(to_string(DataType(dtype)));
     if (kind == Kind::allreduce || kind == Kind::reduce_scatter || kind == Kind::reduce) {
       s += ", " + std::string(to_string(ReduceOp(op)));
     }
@@ -115,9 +116,9 @@ struct Call {
 struct Control {
   alignas(64) uint64_t consumed;  // staged chunks this rank has consumed (peers read it)
   // This rank only:
-  alignas(64) uint64_t next;   // the next chunk number
-  uint64_t peers_consumed;     // a bound on every peer's `consumed`: as last read, or as their stamps imply
-  uint64_t direct_calls;       // arrival numbers taken (one per direct-eligible call)
+  alignas(64) uint64_t next;  // the next chunk number
+  uint64_t peers_consumed;    // a bound on every peer's `consumed`: as last read, or as their stamps imply
+  uint64_t direct_calls;      // arrival numbers taken (one per direct-eligible call)
   uint64_t path_calls[kPathFamilies][kPathClasses];  // calls of each timed family and class (PathTrials)
   // When rank 0's hand-off probe last ran (steady clock). Peers read it and
   // the verdict below racily, only to choose whether to arrive; rank 0's
@@ -126,10 +127,10 @@ struct Control {
   // Peers read these once `arrived` says so:
   alignas(64) uint64_t arrived;  // the arrival number of this rank's latest direct-eligible call
   Call call;
-  SharedRef input, output;        // fd -1: not in allocate_shared memory
+  SharedRef input, output;                 // fd -1: not in allocate_shared memory
   uint64_t input_address, output_address;  // in this rank's own process (for cross-memory attach)
-  Offer offer;                    // rank 0's word on this call
-  alignas(64) uint64_t finished;  // the arrival number of the last direct call this rank completed
+  Offer offer;                             // rank 0's word on this call
+  alignas(64) uint64_t finished;           // the arrival number of the last direct call this rank completed
   // The hand-off probe, each on its own cache line: rank 0 pings, a peer
   // answers with the same value, rank 0 publishes arrival * 2 + far.
   alignas(64) uint64_t ping;
@@ -162,13 +163,19 @@ inline std::byte* bytes_of(void* p) { return static_cast<std::byte*>(p); }
 class Segments {
  public:
   Segments(Channel& ch, size_t chunk_bytes, const Call& call)
-      : ch_(ch), memory_(*ch.shared_memory()), seg_(*memory_.segments()), n_(ch.size()), r_(ch.rank()),
-        chunk_bytes_(chunk_bytes), call_(call), self_(control(r_)) {}
+      : ch_(ch),
+        memory_(*ch.shared_memory()),
+        seg_(*memory_.segments()),
+        n_(ch.size()),
+        r_(ch.rank()),
+        chunk_bytes_(chunk_bytes),
+        call_(call),
+        self_(control(r_)) {}
 
   static uint64_t now_ns() {
-    return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                        std::chrono::steady_clock::now().time_since_epoch())
-                        .count());
+    return uint64_t(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+            .count());
   }
 
   int size() const { return n_; }
@@ -196,7 +203,8 @@ class Segments {
   // meanwhile(i): chunk i's work that needs no peer, run once the chunk
   // after it is staged, while the peers read instead of before they can.
   template <class Stage, class Consume, class Meanwhile = void (*)(size_t)>
-  void staged(size_t chunks, int stager, Stage stage, Consume consume, Meanwhile meanwhile = [](size_t) {}) {
+  void staged(
+      size_t chunks, int stager, Stage stage, Consume consume, Meanwhile meanwhile = [](size_t) {}) {
     const uint64_t first = self_->next;
     self_->next = first + chunks;
     const bool stages = stager < 0 || stager == r_;
@@ -209,9 +217,8 @@ class Segments {
         if (p == r_ || (stager >= 0 && p != stager)) continue;
         SlotHeader* h = header(p, g);
         const Control* c = control(p);
-        await(p, h->stamp, g + 1, [&]() -> const Call* {
-          return load_acquire(c->arrived) > self_->direct_calls ? &c->call : nullptr;
-        });
+        await(p, h->stamp, g + 1,
+              [&]() -> const Call* { return load_acquire(c->arrived) > self_->direct_calls ? &c->call : nullptr; });
         check_same_call(p, h->call);
       }
       // Every peer staged chunk g, so each had consumed every chunk before
@@ -276,7 +283,9 @@ class Segments {
   std::byte* peer_input(int p) { return memory_.map_shared(p, control(p)->input); }
   std::byte* peer_output(int p) { return memory_.map_shared(p, control(p)->output); }
   // The peer's buffers by its own addresses, for SharedMemory::read_peer/write_peer.
-  const std::byte* peer_input_address(int p) const { return reinterpret_cast<const std::byte*>(control(p)->input_address); }
+  const std::byte* peer_input_address(int p) const {
+    return reinterpret_cast<const std::byte*>(control(p)->input_address);
+  }
   std::byte* peer_output_address(int p) const { return reinterpret_cast<std::byte*>(control(p)->output_address); }
   // Returns once every rank has finished the direct call it arrived for.
   // meanwhile(): this rank's work that reads no peer, run after telling the

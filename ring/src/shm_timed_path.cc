@@ -61,8 +61,8 @@ TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes, std::op
 }
 
 bool staged_won(const PathTrials& t, std::optional<Offer> cold) {
-  const bool staged = t.staged_wins != t.cross_memory_wins ? t.staged_wins > t.cross_memory_wins
-                                                           : t.staged_ns <= t.cross_memory_ns;
+  const bool staged =
+      t.staged_wins != t.cross_memory_wins ? t.staged_wins > t.cross_memory_wins : t.staged_ns <= t.cross_memory_ns;
   if (!cold || staged == (*cold == Offer::staged)) return staged;
   const uint64_t challenger = staged ? t.staged_ns : t.cross_memory_ns;
   const uint64_t incumbent = staged ? t.cross_memory_ns : t.staged_ns;

@@ -11,24 +11,24 @@
 
 static int g_rank = -1, g_checks = 0, g_failed = 0;
 
-#define CHECK(cond)                                                                              \
-  do {                                                                                           \
-    ++g_checks;                                                                                  \
-    if (!(cond)) {                                                                               \
-      ++g_failed;                                                                                \
-      fprintf(stderr, "c_api_check: rank %d: %s:%d: failed: %s (last error: %s)\n", g_rank, __FILE__, \
-              __LINE__, #cond, tandem_last_error());                                             \
-    }                                                                                            \
+#define CHECK(cond)                                                                                                    \
+  do {                                                                                                                 \
+    ++g_checks;                                                                                                        \
+    if (!(cond)) {                                                                                                     \
+      ++g_failed;                                                                                                      \
+      fprintf(stderr, "c_api_check: rank %d: %s:%d: failed: %s (last error: %s)\n", g_rank, __FILE__, __LINE__, #cond, \
+              tandem_last_error());                                                                                    \
+    }                                                                                                                  \
   } while (0)
 
 #define CHECK_OK(call) CHECK((call) == TANDEM_OK)
 
 /* status is `want` and the last error contains `text`. */
-#define CHECK_ERROR(call, want, text)                                              \
-  do {                                                                             \
-    tandem_status_t s_ = (call);                                                   \
-    CHECK(s_ == (want));                                                           \
-    CHECK(strstr(tandem_last_error(), (text)) != NULL);                            \
+#define CHECK_ERROR(call, want, text)                   \
+  do {                                                  \
+    tandem_status_t s_ = (call);                        \
+    CHECK(s_ == (want));                                \
+    CHECK(strstr(tandem_last_error(), (text)) != NULL); \
   } while (0)
 
 static void sleep_ms(long ms) {
@@ -165,7 +165,7 @@ static void check_async_and_shared(tandem_comm_t* comm, int rank, int n) {
   }
   {
     float a[4] = {1, 2, 3, 4}, out[16];
-    tandem_request_t* r1 = NULL, *r2 = NULL, *r3 = NULL;
+    tandem_request_t *r1 = NULL, *r2 = NULL, *r3 = NULL;
     CHECK_OK(tandem_reduce_scatter_async(comm, out, a, 0, TANDEM_F32, TANDEM_SUM, -1, &r1));
     CHECK_OK(tandem_allgather_async(comm, a, out, 0, TANDEM_F32, -1, &r2));
     CHECK_OK(tandem_broadcast_async(comm, a, a, 4, TANDEM_F32, 0, -1, &r3));
@@ -356,8 +356,10 @@ static void check_point_to_point(tandem_comm_t* comm, int rank, int n) {
     int seen = 0, value = -1;
     for (i = 1; i < n; ++i) {
       source = -2;
-      if (i % 2) CHECK_OK(tandem_recv_any(comm, &value, 1, TANDEM_I32, 9, -1, &source));
-      else CHECK_OK(tandem_recv(comm, &value, 1, TANDEM_I32, TANDEM_ANY_SOURCE, 9, -1, &source));
+      if (i % 2)
+        CHECK_OK(tandem_recv_any(comm, &value, 1, TANDEM_I32, 9, -1, &source));
+      else
+        CHECK_OK(tandem_recv(comm, &value, 1, TANDEM_I32, TANDEM_ANY_SOURCE, 9, -1, &source));
       CHECK(source >= 1 && source < n && value == source * 100);
       seen |= 1 << source;
     }
@@ -478,7 +480,8 @@ static void check_grad_sync(tandem_comm_t* comm, int rank, int n) {
   CHECK(ok);
   CHECK_OK(tandem_grad_sync_metrics(sync, avg, 1));
   CHECK(avg[0].sum == rank_sum(n, 1) && avg[0].count == n);
-  CHECK_ERROR(tandem_grad_sync_metrics(sync, avg, 2), TANDEM_INVALID_ARGUMENT, "n is 2 but the sync has 1 metric slots");
+  CHECK_ERROR(tandem_grad_sync_metrics(sync, avg, 2), TANDEM_INVALID_ARGUMENT,
+              "n is 2 but the sync has 1 metric slots");
   CHECK_OK(tandem_grad_sync_zero(sync));
   CHECK(g0[0] == 0 && g1[9] == 0);
 

@@ -133,8 +133,7 @@ tandem_status_t tandem_comm_size(const tandem_comm_t* comm, int* size);
  * does, from different threads) and is released by tandem_comm_destroy.
  * timeout_ms < 0: this communicator's timeout, for the colour exchange. */
 #define TANDEM_UNDEFINED_COLOR (-1)
-tandem_status_t tandem_comm_split(tandem_comm_t* comm, int color, int key, int64_t timeout_ms,
-                                  tandem_comm_t** newcomm);
+tandem_status_t tandem_comm_split(tandem_comm_t* comm, int color, int key, int64_t timeout_ms, tandem_comm_t** newcomm);
 /* The same ranks in the same order, a communicator of their own (MPI_Comm_dup). Collective. */
 tandem_status_t tandem_comm_duplicate(tandem_comm_t* comm, int64_t timeout_ms, tandem_comm_t** newcomm);
 
@@ -185,8 +184,7 @@ tandem_status_t tandem_reduce_scatter_async(tandem_comm_t* comm, const void* inp
 tandem_status_t tandem_allgather_async(tandem_comm_t* comm, const void* input, void* output, size_t count,
                                        tandem_dtype_t dtype, int64_t timeout_ms, tandem_request_t** request);
 tandem_status_t tandem_broadcast_async(tandem_comm_t* comm, const void* input, void* output, size_t count,
-                                       tandem_dtype_t dtype, int root, int64_t timeout_ms,
-                                       tandem_request_t** request);
+                                       tandem_dtype_t dtype, int root, int64_t timeout_ms, tandem_request_t** request);
 tandem_status_t tandem_barrier_async(tandem_comm_t* comm, int64_t timeout_ms, tandem_request_t** request);
 
 /* Never blocks. *done = 1 when the collective finished successfully, 0 while
@@ -231,30 +229,29 @@ tandem_status_t tandem_alltoallv_async(tandem_comm_t* comm, const void* input, c
 /* The op-combination of every rank's input (count elements) lands in root's
  * output; output is written on the root only (may be NULL elsewhere). In
  * place when input == output. */
-tandem_status_t tandem_reduce(tandem_comm_t* comm, const void* input, void* output, size_t count,
-                              tandem_dtype_t dtype, tandem_reduce_op_t op, int root, int64_t timeout_ms);
+tandem_status_t tandem_reduce(tandem_comm_t* comm, const void* input, void* output, size_t count, tandem_dtype_t dtype,
+                              tandem_reduce_op_t op, int root, int64_t timeout_ms);
 tandem_status_t tandem_reduce_async(tandem_comm_t* comm, const void* input, void* output, size_t count,
                                     tandem_dtype_t dtype, tandem_reduce_op_t op, int root, int64_t timeout_ms,
                                     tandem_request_t** request);
 /* Every rank's count elements into root's output: size * count elements,
  * rank order (output may be NULL off the root). */
-tandem_status_t tandem_gather(tandem_comm_t* comm, const void* input, void* output, size_t count,
-                              tandem_dtype_t dtype, int root, int64_t timeout_ms);
+tandem_status_t tandem_gather(tandem_comm_t* comm, const void* input, void* output, size_t count, tandem_dtype_t dtype,
+                              int root, int64_t timeout_ms);
 tandem_status_t tandem_gather_async(tandem_comm_t* comm, const void* input, void* output, size_t count,
                                     tandem_dtype_t dtype, int root, int64_t timeout_ms, tandem_request_t** request);
 /* Rank r's count elements land in root's output at displs[r]. output, counts
  * and displs are read on the root only (may be NULL elsewhere); there,
  * counts[root] must equal count. */
-tandem_status_t tandem_gatherv(tandem_comm_t* comm, const void* input, size_t count, void* output,
-                               const size_t* counts, const size_t* displs, tandem_dtype_t dtype, int root,
-                               int64_t timeout_ms);
+tandem_status_t tandem_gatherv(tandem_comm_t* comm, const void* input, size_t count, void* output, const size_t* counts,
+                               const size_t* displs, tandem_dtype_t dtype, int root, int64_t timeout_ms);
 tandem_status_t tandem_gatherv_async(tandem_comm_t* comm, const void* input, size_t count, void* output,
                                      const size_t* counts, const size_t* displs, tandem_dtype_t dtype, int root,
                                      int64_t timeout_ms, tandem_request_t** request);
 /* Root's block r (count elements; input holds size * count, read on the
  * root only) reaches rank r's output. */
-tandem_status_t tandem_scatter(tandem_comm_t* comm, const void* input, void* output, size_t count,
-                               tandem_dtype_t dtype, int root, int64_t timeout_ms);
+tandem_status_t tandem_scatter(tandem_comm_t* comm, const void* input, void* output, size_t count, tandem_dtype_t dtype,
+                               int root, int64_t timeout_ms);
 tandem_status_t tandem_scatter_async(tandem_comm_t* comm, const void* input, void* output, size_t count,
                                      tandem_dtype_t dtype, int root, int64_t timeout_ms, tandem_request_t** request);
 /* Root's counts[r] elements at input + displs[r] reach rank r's output
@@ -263,13 +260,12 @@ tandem_status_t tandem_scatter_async(tandem_comm_t* comm, const void* input, voi
 tandem_status_t tandem_scatterv(tandem_comm_t* comm, const void* input, const size_t* counts, const size_t* displs,
                                 void* output, size_t count, tandem_dtype_t dtype, int root, int64_t timeout_ms);
 tandem_status_t tandem_scatterv_async(tandem_comm_t* comm, const void* input, const size_t* counts,
-                                      const size_t* displs, void* output, size_t count, tandem_dtype_t dtype,
-                                      int root, int64_t timeout_ms, tandem_request_t** request);
+                                      const size_t* displs, void* output, size_t count, tandem_dtype_t dtype, int root,
+                                      int64_t timeout_ms, tandem_request_t** request);
 /* Every rank's count elements (counts[rank] of every rank's counts) land in
  * every rank's output at displs[rank]. In place when input == output + displs[rank]. */
 tandem_status_t tandem_allgatherv(tandem_comm_t* comm, const void* input, size_t count, void* output,
-                                  const size_t* counts, const size_t* displs, tandem_dtype_t dtype,
-                                  int64_t timeout_ms);
+                                  const size_t* counts, const size_t* displs, tandem_dtype_t dtype, int64_t timeout_ms);
 tandem_status_t tandem_allgatherv_async(tandem_comm_t* comm, const void* input, size_t count, void* output,
                                         const size_t* counts, const size_t* displs, tandem_dtype_t dtype,
                                         int64_t timeout_ms, tandem_request_t** request);
@@ -279,9 +275,9 @@ tandem_status_t tandem_allgatherv_async(tandem_comm_t* comm, const void* input, 
 tandem_status_t tandem_reduce_scatterv(tandem_comm_t* comm, const void* input, void* output, const size_t* counts,
                                        const size_t* displs, tandem_dtype_t dtype, tandem_reduce_op_t op,
                                        int64_t timeout_ms);
-tandem_status_t tandem_reduce_scatterv_async(tandem_comm_t* comm, const void* input, void* output,
-                                             const size_t* counts, const size_t* displs, tandem_dtype_t dtype,
-                                             tandem_reduce_op_t op, int64_t timeout_ms, tandem_request_t** request);
+tandem_status_t tandem_reduce_scatterv_async(tandem_comm_t* comm, const void* input, void* output, const size_t* counts,
+                                             const size_t* displs, tandem_dtype_t dtype, tandem_reduce_op_t op,
+                                             int64_t timeout_ms, tandem_request_t** request);
 
 /* ---- point-to-point -----------------------------------------------------
  * Only the two ranks take part. Calls are posted in issue order and then
@@ -297,12 +293,12 @@ tandem_status_t tandem_reduce_scatterv_async(tandem_comm_t* comm, const void* in
 
 tandem_status_t tandem_send(tandem_comm_t* comm, const void* data, size_t count, tandem_dtype_t dtype, int peer,
                             uint32_t tag, int64_t timeout_ms);
-tandem_status_t tandem_send_async(tandem_comm_t* comm, const void* data, size_t count, tandem_dtype_t dtype,
-                                  int peer, uint32_t tag, int64_t timeout_ms, tandem_request_t** request);
+tandem_status_t tandem_send_async(tandem_comm_t* comm, const void* data, size_t count, tandem_dtype_t dtype, int peer,
+                                  uint32_t tag, int64_t timeout_ms, tandem_request_t** request);
 /* peer may be TANDEM_ANY_SOURCE: whichever rank sends with this tag first.
  * *source (may be NULL) is the rank the message came from. */
-tandem_status_t tandem_recv(tandem_comm_t* comm, void* data, size_t count, tandem_dtype_t dtype, int peer,
-                            uint32_t tag, int64_t timeout_ms, int* source);
+tandem_status_t tandem_recv(tandem_comm_t* comm, void* data, size_t count, tandem_dtype_t dtype, int peer, uint32_t tag,
+                            int64_t timeout_ms, int* source);
 /* tandem_recv from TANDEM_ANY_SOURCE; source is required. */
 tandem_status_t tandem_recv_any(tandem_comm_t* comm, void* data, size_t count, tandem_dtype_t dtype, uint32_t tag,
                                 int64_t timeout_ms, int* source);
@@ -339,14 +335,14 @@ tandem_status_t tandem_group_async(tandem_comm_t* comm, const tandem_p2p_op_t* o
 typedef struct tandem_grad_sync tandem_grad_sync_t;
 
 typedef struct tandem_grad_sync_options {
-  size_t struct_size;                  /* sizeof(tandem_grad_sync_options_t), set by _init */
-  size_t fusion_threshold_bytes;       /* largest bucket (default 25 MiB) */
-  size_t first_bucket_bytes;           /* the bucket of the last layers, launched first (default 1 MiB) */
-  int average;                         /* nonzero (default): divide by the world size, else sum */
-  int aggregation_frequency;           /* communicate every k-th step, accumulating in between (default 1) */
-  int average_aggregated_gradients;    /* nonzero (default): divide by aggregation_frequency too */
-  int allow_unused;                    /* nonzero: a gradient not marked ready is reduced as zeros (default 0) */
-  int metric_slots;                    /* averaged (sum, count) metrics carried by each step (default 0) */
+  size_t struct_size;               /* sizeof(tandem_grad_sync_options_t), set by _init */
+  size_t fusion_threshold_bytes;    /* largest bucket (default 25 MiB) */
+  size_t first_bucket_bytes;        /* the bucket of the last layers, launched first (default 1 MiB) */
+  int average;                      /* nonzero (default): divide by the world size, else sum */
+  int aggregation_frequency;        /* communicate every k-th step, accumulating in between (default 1) */
+  int average_aggregated_gradients; /* nonzero (default): divide by aggregation_frequency too */
+  int allow_unused;                 /* nonzero: a gradient not marked ready is reduced as zeros (default 0) */
+  int metric_slots;                 /* averaged (sum, count) metrics carried by each step (default 0) */
 } tandem_grad_sync_options_t;
 
 void tandem_grad_sync_options_init(tandem_grad_sync_options_t* options);
@@ -363,8 +359,8 @@ tandem_status_t tandem_grad_sync_register(tandem_grad_sync_t* sync, const char* 
 /* As register, but the storage stays the caller's (data, count elements,
  * valid until the sync is destroyed); it is copied into and out of the
  * bucket around each reduction. */
-tandem_status_t tandem_grad_sync_register_external(tandem_grad_sync_t* sync, const char* name, void* data,
-                                                   size_t count, tandem_dtype_t dtype, int* id);
+tandem_status_t tandem_grad_sync_register_external(tandem_grad_sync_t* sync, const char* name, void* data, size_t count,
+                                                   tandem_dtype_t dtype, int* id);
 /* Lays out the buckets and starts the sync's engine thread. Collective: every
  * rank must have registered the same names, counts and dtypes in the same
  * order, else every rank gets TANDEM_INVALID_ARGUMENT naming the first
@@ -381,8 +377,7 @@ typedef struct tandem_metric {
   double sum;
   double count;
 } tandem_metric_t;
-tandem_status_t tandem_grad_sync_report_metrics(tandem_grad_sync_t* sync, const tandem_metric_t* metrics,
-                                                size_t n);
+tandem_status_t tandem_grad_sync_report_metrics(tandem_grad_sync_t* sync, const tandem_metric_t* metrics, size_t n);
 /* The averaged metrics of the last communicating step: sum and count summed
  * over ranks (n must equal metric_slots). */
 tandem_status_t tandem_grad_sync_metrics(const tandem_grad_sync_t* sync, tandem_metric_t* metrics, size_t n);

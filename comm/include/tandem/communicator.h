@@ -347,8 +347,8 @@ class Communicator {
   // scatterv: `blocks` is read on the root only; `count` is this rank's share.
   void scatterv(const void* input, const Blocks& blocks, void* output, size_t count, DataType dtype, int root,
                 const CollectiveOptions& opts = {});
-  Request scatterv_async(const void* input, const Blocks& blocks, void* output, size_t count, DataType dtype,
-                         int root, const CollectiveOptions& opts = {});
+  Request scatterv_async(const void* input, const Blocks& blocks, void* output, size_t count, DataType dtype, int root,
+                         const CollectiveOptions& opts = {});
   void allgatherv(const void* input, size_t count, void* output, const Blocks& blocks, DataType dtype,
                   const CollectiveOptions& opts = {});
   Request allgatherv_async(const void* input, size_t count, void* output, const Blocks& blocks, DataType dtype,

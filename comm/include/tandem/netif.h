@@ -43,12 +43,12 @@ struct InterfaceAddress {
 struct NetInterface {
   std::string name;
   std::vector<InterfaceAddress> addresses;
-  bool up = false;        // IFF_UP and not operstate "down"
-  bool loopback = false;  // IFF_LOOPBACK
-  std::string operstate;  // /sys/class/net/<if>/operstate: up, down, unknown, ...
-  int speed_mbps = -1;    // /sys/class/net/<if>/speed; -1 when the driver does not say
-  int numa_node = -1;     // hwloc (or sysfs) locality; -1 when unknown (virtual devices)
-  std::string pci_bus_id; // "0000:3b:00.0" when the NIC is a PCI device
+  bool up = false;         // IFF_UP and not operstate "down"
+  bool loopback = false;   // IFF_LOOPBACK
+  std::string operstate;   // /sys/class/net/<if>/operstate: up, down, unknown, ...
+  int speed_mbps = -1;     // /sys/class/net/<if>/speed; -1 when the driver does not say
+  int numa_node = -1;      // hwloc (or sysfs) locality; -1 when unknown (virtual devices)
+  std::string pci_bus_id;  // "0000:3b:00.0" when the NIC is a PCI device
 };
 
 // Which network stack this process runs in (see "host" above).
@@ -89,8 +89,8 @@ struct InterfaceFilter {
 };
 
 struct InterfaceOverride {
-  std::string text;  // as the user wrote it; empty = automatic everywhere
-  std::optional<InterfaceFilter> all_hosts;  // plain form, or `*:` of the per-host form
+  std::string text;                                               // as the user wrote it; empty = automatic everywhere
+  std::optional<InterfaceFilter> all_hosts;                       // plain form, or `*:` of the per-host form
   std::vector<std::pair<std::string, InterfaceFilter>> per_host;  // hostname -> filter
 
   bool empty() const { return !all_hosts && per_host.empty(); }
@@ -107,13 +107,13 @@ InterfaceOverride parse_interface_override(const std::string& text);
 struct PairProbe {
   int from = -1, to = -1;
   bool ok = false;
-  double rtt_us = -1;         // median round trip of small messages
-  double bandwidth_gbps = -1; // GB/s (1e9 bytes/s) of a time-bounded stream; -1 if not measured
+  double rtt_us = -1;          // median round trip of small messages
+  double bandwidth_gbps = -1;  // GB/s (1e9 bytes/s) of a time-bounded stream; -1 if not measured
   std::string error;
 };
 
 struct NetifCandidate {
-  std::string subnet;                  // "10.1.0.0/24" (aliases: the same links' other subnets)
+  std::string subnet;  // "10.1.0.0/24" (aliases: the same links' other subnets)
   std::vector<std::string> aliases;
   std::vector<std::string> names;      // per rank: its own interface in this subnet
   std::vector<std::string> addresses;  // per rank
@@ -139,14 +139,14 @@ struct NetifDecision {
   std::vector<std::string> hosts;  // hostname per rank
   int distinct_hosts = 0;
   bool single_host = false;
-  std::string override_text;       // empty = automatic
-  std::string chosen;              // this rank's interface; empty = leave the choice to UCX
+  std::string override_text;  // empty = automatic
+  std::string chosen;         // this rank's interface; empty = leave the choice to UCX
   std::string chosen_subnet;
   std::vector<std::string> chosen_per_rank;
-  std::string reason;              // why `chosen`, in one sentence
+  std::string reason;  // why `chosen`, in one sentence
   std::vector<NetifCandidate> candidates;
   std::vector<ExcludedInterface> excluded;
-  double probe_ms = 0;             // time spent probing
+  double probe_ms = 0;  // time spent probing
 
   std::string to_json() const;  // one line
   std::string to_text() const;  // the readable block logged at start-up (no braces)

@@ -23,14 +23,14 @@ const char* to_string(SettingSource source);
 
 // One row of a table. Numbers are decimal digits only, in [min, max].
 struct Setting {
-  std::string layer;          // owning layer: "comm", "ring", "paramserver", ...
-  std::string variable;       // e.g. TANDEM_TIMEOUT_MS
-  std::string name;           // the options field it fills
+  std::string layer;     // owning layer: "comm", "ring", "paramserver", ...
+  std::string variable;  // e.g. TANDEM_TIMEOUT_MS
+  std::string name;      // the options field it fills
   SettingKind kind = SettingKind::text;
-  std::string default_value;  // as printed and documented
-  std::string doc;            // one line
+  std::string default_value;          // as printed and documented
+  std::string doc;                    // one line
   std::vector<std::string> accepted;  // choice: every value taken (aliases included)
-  std::string fix;            // advice after a bad value; derived from the kind when empty
+  std::string fix;                    // advice after a bad value; derived from the kind when empty
   long long min = 0;
   long long max = std::numeric_limits<long long>::max();
   // Another program's variable (UCX_*): read only to learn the user set it, never parsed.

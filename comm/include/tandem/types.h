@@ -17,7 +17,7 @@ using Deadline = Clock::time_point;
 
 enum class DataType : uint8_t { f32, f64, f16, bf16, i32, i64, u8 };
 inline constexpr DataType kAllDataTypes[] = {DataType::f32, DataType::f64, DataType::f16, DataType::bf16,
-                                            DataType::i32, DataType::i64, DataType::u8};
+                                             DataType::i32, DataType::i64, DataType::u8};
 
 // avg is sum divided by the world size, computed once by the rank that owns
 // the fully reduced chunk: in f32 for f16/bf16/f32, in f64 for f64, and for
@@ -25,7 +25,7 @@ inline constexpr DataType kAllDataTypes[] = {DataType::f32, DataType::f64, DataT
 // every rank still ends bitwise identical.
 enum class ReduceOp : uint8_t { sum, avg, min, max, prod };
 inline constexpr ReduceOp kAllReduceOps[] = {ReduceOp::sum, ReduceOp::avg, ReduceOp::min, ReduceOp::max,
-                                            ReduceOp::prod};
+                                             ReduceOp::prod};
 
 // Where a buffer lives. Collectives on CUDA buffers need a CUDA-aware UCX (docs/cuda.md).
 enum class MemoryType : uint8_t { host, cuda };

@@ -66,9 +66,9 @@ struct KeySpec {
 };
 
 struct Options {
-  int servers = 1;                // the last `servers` ranks (TANDEM_SERVERS)
-  size_t part_bytes = 4u << 20;   // at least one row per part
-  int staleness = 0;              // 0 = synchronous (TANDEM_PS_STALENESS)
+  int servers = 1;                                   // the last `servers` ranks (TANDEM_SERVERS)
+  size_t part_bytes = 4u << 20;                      // at least one row per part
+  int staleness = 0;                                 // 0 = synchronous (TANDEM_PS_STALENESS)
   std::optional<std::chrono::milliseconds> timeout;  // per call; default: the communicator's
   // How long serve() may run in all (its deadline).
   std::chrono::milliseconds serve_timeout{std::chrono::hours(24)};
@@ -88,8 +88,8 @@ int worker_count(int size, const Options& options);
 // Where a key's parts live (identical on every rank).
 struct Part {
   size_t first_row = 0, rows = 0;
-  int server = 0;          // 0..servers-1
-  size_t shard_row = 0;    // where the part starts inside its server's shard
+  int server = 0;        // 0..servers-1
+  size_t shard_row = 0;  // where the part starts inside its server's shard
 };
 struct KeyLayout {
   KeySpec spec;

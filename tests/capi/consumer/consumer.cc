@@ -1,8 +1,8 @@
 // Links the installed libtandem through find_package(tandem); the C++ API.
+#include <tandem/tandem.h>
+
 #include <cstdio>
 #include <vector>
-
-#include <tandem/tandem.h>
 
 int main() {
   auto comm = tandem::ring::connect_from_env();

@@ -46,10 +46,10 @@ using StepTable = std::map<double, double>;
 double oversubscribed_step(const StepTable& step, double rho);
 
 struct Link {
-  double alpha = 0;      // s per message
-  double beta = 0;       // s per byte at large sizes (the bandwidth)
+  double alpha = 0;  // s per message
+  double beta = 0;   // s per byte at large sizes (the bandwidth)
   bool cpu_bound = false;
-  StepTable step;        // ranks per core -> s per step of the tiny allgather over this link
+  StepTable step;  // ranks per core -> s per step of the tiny allgather over this link
   // Cores one rank keeps busy while it moves bytes over the link (measured on
   // cpu-bound links; 0 = a whole core): L ranks on C cores stretch beta by
   // max(1, L * cpu_share / C).
@@ -95,10 +95,10 @@ constexpr double kLinkCopyBytes = 16 << 20;
 double copy_stretch(const SharedMemoryCost& shm, double rho);
 
 struct Calibration {
-  int cores = 2;                         // cores per host
-  double gamma = 0;                      // s per byte reduced (f32 sum, one core)
-  SharedMemoryCost shm;                  // one host
-  std::map<std::string, Link> links;     // inter-host links by name
+  int cores = 2;                      // cores per host
+  double gamma = 0;                   // s per byte reduced (f32 sum, one core)
+  SharedMemoryCost shm;               // one host
+  std::map<std::string, Link> links;  // inter-host links by name
   // Each oversubscribed --step-only figure from every launch that measured it
   // ("shared_memory step 2" -> seconds...): its table holds their median, as
   // one launch can settle into a faster or slower schedule than the next.
@@ -132,7 +132,9 @@ Algorithm fastest(const Calibration& c, const Link& inter, const Topology& t, do
 double busbw_gbps(const Topology& t, double bytes, double seconds);
 
 // Least-squares fit of time = a + b * bytes (a, b >= 0).
-struct LineFit { double a = 0, b = 0; };
+struct LineFit {
+  double a = 0, b = 0;
+};
 LineFit fit_line(const std::vector<double>& bytes, const std::vector<double>& seconds);
 // time = a + b * bytes for a link: b the median slope from the smallest size to
 // each size >= `large` (bandwidth), a what the smallest size leaves (latency).
@@ -169,8 +171,8 @@ int run_predict(const PredictOptions& o);
 
 struct ValidateCase {
   Topology topology;
-  std::string link;   // empty for one host
-  std::string file;   // `tandem bench allreduce --format json` lines
+  std::string link;  // empty for one host
+  std::string file;  // `tandem bench allreduce --format json` lines
 };
 struct ValidateOptions {
   std::string calibration;
@@ -181,7 +183,7 @@ struct ValidateOptions {
   std::string format = "table";
 };
 int run_validate(const ValidateOptions& o);
-ValidateCase parse_case(const std::string& text);  // "HxL[:LINK]=FILE"
+ValidateCase parse_case(const std::string& text);       // "HxL[:LINK]=FILE"
 Link parse_hypothetical_link(const std::string& text);  // "GBPS:ALPHA_US"
 
 }  // namespace tandem::bench

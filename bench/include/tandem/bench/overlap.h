@@ -24,12 +24,13 @@ struct OverlapOptions {
   int steps = 20;
   int warmup = 3;
   std::vector<std::string> modes = {"none", "overlap", "autotune"};
-  fusion::FusionSettings fixed;                            // overlap, none, per-gradient
+  fusion::FusionSettings fixed;                                       // overlap, none, per-gradient
   fusion::FusionSettings autotune_start{1 << 20, 4 << 20, 64 << 10};  // deliberately poor
   int steps_per_sample = 2;
   int autotune_samples = 16;
   int grid_steps = 2;  // steps per grid point
-  std::string compress = "none";  // fp16 or bf16 on the wire for every mode; a list (none,fp16) runs each (compression/)
+  std::string compress =
+      "none";                    // fp16 or bf16 on the wire for every mode; a list (none,fp16) runs each (compression/)
   std::string format = "table";  // table or json
   std::string plot;              // PNG: step time split into compute and exposed communication
   std::string timeline;          // Chrome trace of the overlap mode (rank 0)

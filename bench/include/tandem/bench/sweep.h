@@ -17,13 +17,13 @@ enum class Format { table, csv, json };
 // Flags as in nccl-tests: -b -e -f/-i -n -w -c -d -o -r.
 struct SweepOptions {
   std::string collective = "allreduce";
-  size_t min_bytes = 32 << 20;   // -b
-  size_t max_bytes = 32 << 20;   // -e
-  double factor = 2.0;           // -f (used when increment == 0)
-  size_t increment = 0;          // -i
-  int iters = 20;                // -n
-  int warmup = 5;                // -w
-  bool check = true;             // -c
+  size_t min_bytes = 32 << 20;     // -b
+  size_t max_bytes = 32 << 20;     // -e
+  double factor = 2.0;             // -f (used when increment == 0)
+  size_t increment = 0;            // -i
+  int iters = 20;                  // -n
+  int warmup = 5;                  // -w
+  bool check = true;               // -c
   DataType dtype = DataType::f32;  // -d
   ReduceOp op = ReduceOp::sum;     // -o
   int root = 0;                    // -r

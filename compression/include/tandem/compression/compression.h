@@ -86,7 +86,7 @@ struct CompressionOptions {
   bool range_scale = true;
 };
 
-struct CompressionStats {  // cumulative
+struct CompressionStats {                                   // cumulative
   uint64_t calls = 0, compressed_calls = 0, fallbacks = 0;  // fallbacks: re-sent uncompressed after inf/NaN
   uint64_t payload_bytes = 0, wire_bytes = 0;               // f32 bytes handed in, bytes actually reduced
   double cast_seconds = 0;                                  // encode, inf/NaN scan, decode
@@ -106,8 +106,7 @@ class CompressedAllreduce {
   // encoding, updated with the new rounding error). Returns false when it fell
   // back to f32 for this call (the same on every rank). Codec::none is a plain
   // f32 all-reduce. Collective errors propagate as from Communicator::allreduce.
-  bool allreduce(float* data, size_t count, ReduceOp op, const CollectiveOptions& opts = {},
-                 float* residual = nullptr);
+  bool allreduce(float* data, size_t count, ReduceOp op, const CollectiveOptions& opts = {}, float* residual = nullptr);
 
   const CompressionStats& stats() const { return stats_; }
   const CompressionOptions& options() const { return options_; }

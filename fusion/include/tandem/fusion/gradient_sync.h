@@ -55,10 +55,10 @@ struct FusionSettings {
 };
 
 struct AutotuneOptions {
-  bool enabled = false;   // Determined's auto_tune_tensor_fusion
-  int warmup_steps = 3;   // communicating steps ignored before the first sample
+  bool enabled = false;  // Determined's auto_tune_tensor_fusion
+  int warmup_steps = 3;  // communicating steps ignored before the first sample
   int steps_per_sample = 3;
-  int max_samples = 20;   // Bayesian-optimisation trials before settling
+  int max_samples = 20;  // Bayesian-optimisation trials before settling
   // After settling, retune when the mean step time of two trials in a row
   // drifts from the settled one by more than this fraction (0 = never).
   double retune_drift = 0.5;
@@ -113,22 +113,22 @@ struct Metric {
 // One step's account; times in seconds.
 struct StepStats {
   uint64_t step = 0;
-  bool communicated = false;  // false on the local steps of gradient aggregation
-  double compute = 0;         // from the previous wait() returning to this wait() being called
-  double communication = 0;   // sum of the buckets' all-reduce times
-  double exposed = 0;         // time blocked in wait()
-  double hidden_fraction = 0; // 1 - exposed / communication, in [0, 1]
-  uint64_t bytes_reduced = 0; // payload bytes of this step's buckets
-  uint64_t wire_bytes = 0;    // bytes actually reduced (less with compression)
+  bool communicated = false;           // false on the local steps of gradient aggregation
+  double compute = 0;                  // from the previous wait() returning to this wait() being called
+  double communication = 0;            // sum of the buckets' all-reduce times
+  double exposed = 0;                  // time blocked in wait()
+  double hidden_fraction = 0;          // 1 - exposed / communication, in [0, 1]
+  uint64_t bytes_reduced = 0;          // payload bytes of this step's buckets
+  uint64_t wire_bytes = 0;             // bytes actually reduced (less with compression)
   uint64_t compression_fallbacks = 0;  // compressed buckets re-sent in f32 (inf/NaN in 16 bits)
-  double compression_casts = 0;  // seconds encoding, scanning and decoding compressed buckets
+  double compression_casts = 0;        // seconds encoding, scanning and decoding compressed buckets
   // Estimated seconds of communication compression saved this step: each compressed
   // bucket's time less its casts, scaled by the bytes it did not send, less the casts.
   // Negative where copies, not a link, bound the time (one host). Measure with
   // `tandem bench overlap --compress none,fp16` to see the real difference.
   double compression_saved = 0;
   int buckets = 0;
-  FusionSettings settings;    // in force during this step
+  FusionSettings settings;  // in force during this step
 };
 
 // What the sync needs of a communicator. Communicator provides it; tests also

@@ -30,10 +30,10 @@ struct HostSlots {
 };
 
 struct LaunchOptions {
-  int nprocs = -1;  // -1 (not given): every slot of `hosts`
-  double timeout_seconds = 0;  // whole job; 0 = no limit
-  double grace_seconds = 10;   // after the first failure, before SIGTERM
-  double kill_after_seconds = 3;  // after SIGTERM, before SIGKILL
+  int nprocs = -1;                   // -1 (not given): every slot of `hosts`
+  double timeout_seconds = 0;        // whole job; 0 = no limit
+  double grace_seconds = 10;         // after the first failure, before SIGTERM
+  double kill_after_seconds = 3;     // after SIGTERM, before SIGKILL
   std::vector<std::string> command;  // argv of every rank; command[0] is looked up in PATH
   // Parameter-server ranks started after the nprocs workers (ranks nprocs..nprocs+servers-1),
   // each running `server_command` (`tandem ps serve`); every rank gets TANDEM_SERVERS.

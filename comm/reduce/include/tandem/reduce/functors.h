@@ -88,8 +88,8 @@ TANDEM_HOST_DEVICE uint16_t f32_to_f16_bits(float f) {
     return static_cast<uint16_t>(abs == 0x7F800000u ? sign | 0x7C00u : sign | 0x7E00u | ((abs >> 13) & 0x3FFu));
   }
   if (abs >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);  // >= 65520 rounds to inf
-  if (abs < 0x38800000u) {                                            // below 2^-14: f16 subnormal or zero
-    if (abs <= 0x33000000u) return static_cast<uint16_t>(sign);         // <= 2^-25 (a tie) rounds to zero
+  if (abs < 0x38800000u) {                                               // below 2^-14: f16 subnormal or zero
+    if (abs <= 0x33000000u) return static_cast<uint16_t>(sign);          // <= 2^-25 (a tie) rounds to zero
     const uint32_t exp = abs >> 23;
     const uint32_t mant = (abs & 0x7FFFFFu) | 0x800000u;
     const uint32_t shift = 126u - exp;  // in [14, 24]: value / 2^-24 = mant >> shift
