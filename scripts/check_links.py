@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Checks that every relative link and image in README.md and docs/*.md
-resolves to a file inside the repository, and that a `#anchor` into a
-Markdown file names one of its headings. Exits 1 naming each broken link."""
+"""Checks that every link and image in README.md and docs/*.md resolves to a
+file inside the repository, and that a `#anchor` into a Markdown file names
+one of its headings. External links (http:, mailto:, //host) are refused:
+they rot where nothing checks them; name the source in prose instead.
+Exits 1 naming each broken link."""
 import pathlib
 import re
 import sys
@@ -68,10 +70,11 @@ def check(doc):
     problems = []
     source = doc.relative_to(ROOT).as_posix()
     for number, target in targets(doc.read_text(encoding="utf-8")):
+        where = f"{source}:{number}: ({target})"
         if is_external(target):
+            problems.append(f"{where} leaves the repository: link to a file in it, or name the source in prose")
             continue
         path_part, _, anchor = target.partition("#")
-        where = f"{source}:{number}: ({target})"
         resolved = (doc.parent / path_part).resolve() if path_part else doc
         try:
             relative = resolved.relative_to(ROOT).as_posix()

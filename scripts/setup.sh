@@ -5,6 +5,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake ninja-build pkg-config
+  clang-format  # scripts/check_format.sh (CI): the code as .clang-format writes it
   libucx-dev ucx-utils libhwloc-dev libboost-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev libspdlog-dev libeigen3-dev libssl-dev
