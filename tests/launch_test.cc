@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "scratch_dir.h"
 #include "tandem/bootstrap.h"
 #include "tandem/store.h"
 
@@ -503,8 +504,8 @@ bool process_alive(pid_t pid) {
 }
 
 TEST_F(LaunchTest, DescendantsOfRanksAreCleanedUp) {
-  char dir_template[] = "/tmp/tandem-launch-test-XXXXXX";
-  ASSERT_NE(::mkdtemp(dir_template), nullptr);
+  std::string dir_template = tandem::testing::scratch_template("tandem-launch-test");
+  ASSERT_NE(::mkdtemp(dir_template.data()), nullptr);
   std::string dir = dir_template;
   RunResult r = run_tandem({"launch", "-n", "2", "--timeout", "1", "--", "sh", "-c",
                             "sleep 30 & echo $! > " + dir + "/pid$TANDEM_RANK; wait"});
@@ -525,8 +526,8 @@ TEST_F(LaunchTest, DescendantsOfRanksAreCleanedUp) {
 // ranks (PR_SET_PDEATHSIG) and what they started (the group guard kills their
 // process groups) must not outlive it.
 TEST_F(LaunchTest, KilledLauncherLeavesNoRanksOrTheirChildren) {
-  char dir_template[] = "/tmp/tandem-launch-test-XXXXXX";
-  ASSERT_NE(::mkdtemp(dir_template), nullptr);
+  std::string dir_template = tandem::testing::scratch_template("tandem-launch-test");
+  ASSERT_NE(::mkdtemp(dir_template.data()), nullptr);
   const std::string dir = dir_template;
   const std::string body =
       "sleep 300 & echo $! > " + dir + "/child$TANDEM_RANK; echo $$ > " + dir + "/rank$TANDEM_RANK; wait";
