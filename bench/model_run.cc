@@ -123,8 +123,8 @@ Link resolve_link(const Calibration& c, const std::string& name) {
 }  // namespace
 
 int run_calibrate(const CalibrateOptions& o) {
-  CommOptions options = options_from_env();
-  ring::RingOptions ring_options = ring::options_from_env();
+  CommOptions options = comm_options_from_env();
+  ring::RingOptions ring_options = ring::ring_options_from_env();
   // Pin the algorithm being measured: the one-host path, or the ring over UCX.
   ring_options.allreduce = o.link.empty() ? ring::AllreduceAlgorithm::shared_memory : ring::AllreduceAlgorithm::ring;
   auto comm = ring::connect(options, ring_options);

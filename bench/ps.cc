@@ -74,9 +74,9 @@ int run_ps_bench(const PsBenchOptions& o) {
   if (!(o.fraction > 0 && o.fraction <= 1)) throw InvalidArgument("bench ps: --fraction must be in (0, 1]");
   if (o.iters < 1 || o.warmup < 0 || o.sparse_steps < 1)
     throw InvalidArgument("bench ps: --iters and --steps must be >= 1");
-  const CommOptions copts = options_from_env();
-  const ring::RingOptions ropts = ring::options_from_env();
-  ps::Options popts = ps::options_from_env();
+  const CommOptions copts = comm_options_from_env();
+  const ring::RingOptions ropts = ring::ring_options_from_env();
+  ps::Options popts = ps::ps_options_from_env();
   if (popts.servers < 1) {
     throw InvalidArgument(
         "bench ps needs servers: run under `tandem launch -n W --servers S`, or set TANDEM_SERVERS=S");

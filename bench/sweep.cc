@@ -362,8 +362,8 @@ int run_sweep(const SweepOptions& o) {
                          (o.op != ReduceOp::sum && o.op != ReduceOp::avg))) {
     throw InvalidArgument("tandem bench: --compress works on allreduce of f32 with op sum or avg");
   }
-  CommOptions comm_options = options_from_env();
-  ring::RingOptions ring_options = ring::options_from_env();
+  CommOptions comm_options = comm_options_from_env();
+  ring::RingOptions ring_options = ring::ring_options_from_env();
   if (!o.algorithm.empty()) ring_options.allreduce = ring::parse_allreduce_algorithm(o.algorithm);
   auto comm = ring::connect(comm_options, ring_options);
   if (spec.collective == Collective::send_recv && comm->size() < 2) {

@@ -30,7 +30,7 @@
 
 #include "doctor.h"
 #include "flags.h"
-#include "launch.h"
+#include "launch_command.h"
 #include "model.h"
 #include "ps.h"
 #include "settings_info.h"
@@ -284,7 +284,7 @@ int run_info() {
     return 0;
   }
   try {
-    tandem::CommOptions o = tandem::options_from_env();
+    tandem::CommOptions o = tandem::comm_options_from_env();
     std::printf("job environment (%s): rank %d of %d, local rank %d of %d, store %s%s\n",
                 tandem::detect_launcher().c_str(), o.rank, o.size, o.local_rank, o.local_size, o.store_address.c_str(),
                 o.host_store ? " (hosted by rank 0)" : "");
@@ -293,7 +293,7 @@ int run_info() {
         "round-robin when ranks outnumber them; --bind none or TANDEM_BIND=none leaves placement to the "
         "scheduler)\n",
         allowed_cpu_ranges().c_str(), ::sysconf(_SC_NPROCESSORS_ONLN));
-    const auto ring = tandem::ring::fit_to_host(tandem::ring::options_from_env(), o);
+    const auto ring = tandem::ring::fit_to_host(tandem::ring::ring_options_from_env(), o);
     if (ring.shared_memory) {
       std::printf("%s", tandem::ring::shared_memory_plan(ring, o.local_size).c_str());
     } else {
@@ -316,7 +316,7 @@ int run_netif(const std::string& format_flag) {
     throw UsageError("--format: unknown '" + format_flag + "'; valid: table, json");
   const bool in_job = tandem::detect_launcher() != "none";
   std::optional<tandem::CommOptions> job;
-  if (in_job) job = tandem::options_from_env();
+  if (in_job) job = tandem::comm_options_from_env();
   if (!job || job->size <= 1) {
     const auto interfaces = tandem::discover_interfaces();
     const auto host = tandem::local_host_identity();

@@ -22,7 +22,7 @@ size_t positive_size(const char* flag, const std::string& v) {
 }
 
 int serve_from_env() {
-  const ps::Options options = ps::options_from_env();
+  const ps::Options options = ps::ps_options_from_env();
   auto comm = ring::connect_from_env();
   const uint64_t applied = ps::serve(*comm, options);
   spdlog::info("tandem ps serve: rank {} applied {} steps over its shards", comm->rank(), applied);

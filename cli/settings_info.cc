@@ -43,8 +43,8 @@ std::vector<SettingValue> all_setting_values(const EnvLookup& env) {
     read_settings(*t, env, comm);
     append(out, *t, env, comm);
   }
-  append(out, ring::ring_settings(), env, ring::options_from_env(env));
-  append(out, ps::settings(), env, ps::options_from_env(env));
+  append(out, ring::ring_settings(), env, ring::ring_options_from_env(env));
+  append(out, ps::settings(), env, ps::ps_options_from_env(env));
   launch::LaunchOptions launch;
   read_settings(launch::launch_settings(), env, launch);
   append(out, launch::launch_settings(), env, launch);

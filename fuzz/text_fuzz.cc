@@ -1,6 +1,6 @@
 // Fuzz target: the text that reaches tandem from outside the process. The
 // input is cut at NUL bytes into fields: the environment a rank starts with
-// (the TANDEM_*, torchrun, Open MPI, Hydra and Slurm variables options_from_env
+// (the TANDEM_*, torchrun, Open MPI, Hydra and Slurm variables comm_options_from_env
 // reads; a field "-" leaves its variable unset), then a store address, an
 // interface override, a shared-memory segment locator (which a peer
 // publishes through the store) and a Slurm host list. Only tandem::Error may come out, and a
@@ -23,7 +23,7 @@ void check(bool ok) {
   if (!ok) std::abort();
 }
 
-// Every variable options_from_env may read, except the *_FILE ones (they name files to open).
+// Every variable comm_options_from_env may read, except the *_FILE ones (they name files to open).
 const char* const kVariables[] = {"TANDEM_RANK",
                                   "TANDEM_WORLD_SIZE",
                                   "TANDEM_LOCAL_RANK",
@@ -104,7 +104,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return std::nullopt;
   };
   try {
-    tandem::options_from_env(env);
+    tandem::comm_options_from_env(env);
   } catch (const tandem::Error&) {
   }
   try {

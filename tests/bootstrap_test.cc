@@ -10,6 +10,7 @@
 #include <map>
 
 #include "fake_env.h"
+#include "scratch_dir.h"
 #include "tandem/errors.h"
 #include "tandem/store.h"
 
@@ -83,7 +84,7 @@ TEST_P(GoodEnv, Parses) {
   const auto& c = GetParam();
   EXPECT_EQ(detect_launcher(lookup(c.env)), c.launcher);
   // With the secret a store beyond loopback needs (see Bootstrap.StorePrivacy).
-  CommOptions o = options_from_env(lookup(with(c.env, {{"TANDEM_SECRET", std::string(64, 's')}})));
+  CommOptions o = comm_options_from_env(lookup(with(c.env, {{"TANDEM_SECRET", std::string(64, 's')}})));
   EXPECT_EQ(o.rank, c.rank);
   EXPECT_EQ(o.size, c.size);
   EXPECT_EQ(o.local_rank, c.local_rank);
@@ -238,7 +239,7 @@ class BadEnv : public ::testing::TestWithParam<BadCase> {};
 TEST_P(BadEnv, ThrowsNamingTheVariable) {
   const auto& c = GetParam();
   try {
-    CommOptions o = options_from_env(lookup(c.env));
+    CommOptions o = comm_options_from_env(lookup(c.env));
     ADD_FAILURE() << "accepted; rank=" << o.rank << " size=" << o.size << " store=" << o.store_address;
   } catch (const InvalidArgument& e) {
     for (const auto& s : c.message_has) EXPECT_NE(std::string(e.what()).find(s), std::string::npos) << e.what();
@@ -381,15 +382,15 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(Bootstrap, StorePrivacy) {
   const Env remote = with(kTandem2, {{"TANDEM_STORE_ADDR", "10.0.0.1:29500"}});
-  EXPECT_EQ(options_from_env(lookup(with(remote, {{"TANDEM_ALLOW_NO_SECRET", "1"}}))).secret, "");
-  EXPECT_EQ(options_from_env(lookup(with(remote, {{"TANDEM_SECRET", std::string(40, 'x')}}))).secret,
+  EXPECT_EQ(comm_options_from_env(lookup(with(remote, {{"TANDEM_ALLOW_NO_SECRET", "1"}}))).secret, "");
+  EXPECT_EQ(comm_options_from_env(lookup(with(remote, {{"TANDEM_SECRET", std::string(40, 'x')}}))).secret,
             std::string(40, 'x'));
   for (const char* loopback : {"127.0.0.1:1", "localhost:1", "[::1]:1", "127.1.2.3:1"})
-    EXPECT_NO_THROW(options_from_env(lookup(with(kTandem2, {{"TANDEM_STORE_ADDR", loopback}})))) << loopback;
-  const CommOptions all = options_from_env(lookup(with(remote, {{"TANDEM_STORE_ADDR", "0.0.0.0:29500"},
-                                                                {"TANDEM_HOST_STORE", "1"},
-                                                                {"TANDEM_STORE_LISTEN_ALL", "1"},
-                                                                {"TANDEM_SECRET", std::string(64, 's')}})));
+    EXPECT_NO_THROW(comm_options_from_env(lookup(with(kTandem2, {{"TANDEM_STORE_ADDR", loopback}})))) << loopback;
+  const CommOptions all = comm_options_from_env(lookup(with(remote, {{"TANDEM_STORE_ADDR", "0.0.0.0:29500"},
+                                                                     {"TANDEM_HOST_STORE", "1"},
+                                                                     {"TANDEM_STORE_LISTEN_ALL", "1"},
+                                                                     {"TANDEM_SECRET", std::string(64, 's')}})));
   EXPECT_TRUE(all.host_store);
 }
 
@@ -456,39 +457,39 @@ TEST(Bootstrap, SlurmStorePortFromJobAndStep) {
   EXPECT_EQ(slurm_store_port(9999, 4294967294ull), 59998);  // the batch step's id
   EXPECT_NE(slurm_store_port(4243, 0), slurm_store_port(4242, 3));
   // A one-node step uses it on loopback.
-  EXPECT_EQ(options_from_env(lookup(slurm(0, 4, 0, 1))).store_address, "127.0.0.1:36968");
+  EXPECT_EQ(comm_options_from_env(lookup(slurm(0, 4, 0, 1))).store_address, "127.0.0.1:36968");
 }
 
 TEST(Bootstrap, TimeoutsAreRead) {
-  CommOptions o =
-      options_from_env(lookup(with(kTandem2, {{"TANDEM_TIMEOUT_MS", "1500"}, {"TANDEM_CONNECT_TIMEOUT_MS", "250"}})));
+  CommOptions o = comm_options_from_env(
+      lookup(with(kTandem2, {{"TANDEM_TIMEOUT_MS", "1500"}, {"TANDEM_CONNECT_TIMEOUT_MS", "250"}})));
   EXPECT_EQ(o.timeout, std::chrono::milliseconds(1500));
   EXPECT_EQ(o.connect_timeout, std::chrono::milliseconds(250));
-  CommOptions defaults = options_from_env(lookup(kTandem2));
+  CommOptions defaults = comm_options_from_env(lookup(kTandem2));
   EXPECT_EQ(defaults.timeout, CommOptions{}.timeout);
   EXPECT_EQ(defaults.connect_timeout, CommOptions{}.connect_timeout);
 }
 
-// The ring's variables are the ring's (ring::options_from_env): comm's reader leaves them alone.
+// The ring's variables are the ring's (ring::ring_options_from_env): comm's reader leaves them alone.
 TEST(Bootstrap, RingVariablesAreNotCommsToRead) {
-  EXPECT_NO_THROW(options_from_env(lookup(with(kTandem2, {{"TANDEM_ALGO", "tree"}, {"TANDEM_SHM", "maybe"}}))));
+  EXPECT_NO_THROW(comm_options_from_env(lookup(with(kTandem2, {{"TANDEM_ALGO", "tree"}, {"TANDEM_SHM", "maybe"}}))));
 }
 
 // UCX's own variables are read only to learn the user set them.
 TEST(Bootstrap, UcxVariablesArePinnedNotParsed) {
-  const CommOptions o =
-      options_from_env(lookup(with(kTandem2, {{"UCX_NET_DEVICES", "mlx5_0:1"}, {"UCX_KEEPALIVE_INTERVAL", "1s"}})));
+  const CommOptions o = comm_options_from_env(
+      lookup(with(kTandem2, {{"UCX_NET_DEVICES", "mlx5_0:1"}, {"UCX_KEEPALIVE_INTERVAL", "1s"}})));
   EXPECT_TRUE(o.ucx_net_devices_pinned);
   EXPECT_TRUE(o.ucx_keepalive_pinned);
   EXPECT_EQ(o.ucx_net_devices, "");  // not forced onto loopback
-  const CommOptions plain = options_from_env(lookup(kTandem2));
+  const CommOptions plain = comm_options_from_env(lookup(kTandem2));
   EXPECT_FALSE(plain.ucx_net_devices_pinned);
   EXPECT_FALSE(plain.ucx_keepalive_pinned);
   EXPECT_EQ(plain.ucx_net_devices, "lo");
 }
 
 TEST(Bootstrap, DerivedPortIsDeterministicPerJob) {
-  auto port = [](const Env& env) { return port_of(options_from_env(lookup(env)).store_address); };
+  auto port = [](const Env& env) { return port_of(comm_options_from_env(lookup(env)).store_address); };
   // Every rank of one job agrees on the port...
   EXPECT_EQ(port(openmpi(0, 4, 0, 4)), port(openmpi(3, 4, 3, 4)));
   EXPECT_EQ(port(slurm(0, 4, 0, 1)), port(slurm(2, 4, 2, 1)));
@@ -519,7 +520,8 @@ TEST(Bootstrap, SecretFromVariableOrPrivateFile) {
               std::string::npos)
         << e.what();
   }
-  char path[] = "/tmp/tandem_secret_XXXXXX";
+  std::string path_template = testing::scratch_template("tandem_secret");
+  char* path = path_template.data();
   const int fd = ::mkstemp(path);  // mode 0600
   ASSERT_GE(fd, 0);
   const std::string text = secret + "\n";

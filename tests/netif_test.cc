@@ -292,7 +292,7 @@ TEST(NetifEnv, OverrideAndHostStoreAreReadOnce) {
       {"TANDEM_LOCAL_RANK", "0"},
       {"TANDEM_STORE_ADDR", "10.71.1.1:29500"},
       {"TANDEM_SECRET", std::string(64, 's')}};  // a store beyond loopback needs one
-  auto o = options_from_env(env_of(base));
+  auto o = comm_options_from_env(env_of(base));
   EXPECT_EQ(o.network_interface, "");
   EXPECT_FALSE(o.host_store);
   EXPECT_FALSE(o.ucx_net_devices_pinned);
@@ -301,21 +301,21 @@ TEST(NetifEnv, OverrideAndHostStoreAreReadOnce) {
   v["DTRAIN_NETWORK_INTERFACE"] = "^docker,lo";
   v["TANDEM_HOST_STORE"] = "1";
   v["UCX_NET_DEVICES"] = "mlx5_0:1";
-  o = options_from_env(env_of(v));
+  o = comm_options_from_env(env_of(v));
   EXPECT_EQ(o.network_interface, "^docker,lo");
   EXPECT_TRUE(o.host_store);  // rank 0
   EXPECT_TRUE(o.ucx_net_devices_pinned);
   v["TANDEM_RANK"] = "2";
-  EXPECT_FALSE(options_from_env(env_of(v)).host_store);  // only rank 0 hosts
+  EXPECT_FALSE(comm_options_from_env(env_of(v)).host_store);  // only rank 0 hosts
 
   v["TANDEM_NETWORK_INTERFACE"] = "eth0";  // disagrees with DTRAIN_
-  EXPECT_THROW(options_from_env(env_of(v)), InvalidArgument);
+  EXPECT_THROW(comm_options_from_env(env_of(v)), InvalidArgument);
   v.erase("DTRAIN_NETWORK_INTERFACE");
   v["TANDEM_NETWORK_INTERFACE"] = "eth0;ens5";  // malformed: fails before any connection
-  EXPECT_THROW(options_from_env(env_of(v)), InvalidArgument);
+  EXPECT_THROW(comm_options_from_env(env_of(v)), InvalidArgument);
   v["TANDEM_NETWORK_INTERFACE"] = "eth0";
   v["TANDEM_HOST_STORE"] = "yes";
-  EXPECT_THROW(options_from_env(env_of(v)), InvalidArgument);
+  EXPECT_THROW(comm_options_from_env(env_of(v)), InvalidArgument);
 }
 
 TEST(NetifDiscovery, FindsLoopback) {

@@ -101,17 +101,17 @@ TEST(Settings, EveryRowIsReadByItsLayersReader) {
       const auto [value, shown] = sample(f.setting);
       Env env = job;
       env[f.setting.variable] = value;
-      EXPECT_EQ(f.show(options_from_env(lookup(env))), shown);
+      EXPECT_EQ(f.show(comm_options_from_env(lookup(env))), shown);
       EXPECT_EQ(f.show(tuning_from_env(lookup(env))), f.setting.variable == "TANDEM_HOST_STORE" ? "0" : shown);
     });
   }
   each_row<ring::RingOptions>(ring::ring_settings(), [](const SettingField<ring::RingOptions>& f) {
     const auto [value, shown] = sample(f.setting);
-    EXPECT_EQ(f.show(ring::options_from_env(lookup({{f.setting.variable, value}}))), shown);
+    EXPECT_EQ(f.show(ring::ring_options_from_env(lookup({{f.setting.variable, value}}))), shown);
   });
   each_row<ps::Options>(ps::settings(), [](const SettingField<ps::Options>& f) {
     const auto [value, shown] = sample(f.setting);
-    EXPECT_EQ(f.show(ps::options_from_env(lookup({{f.setting.variable, value}}))), shown);
+    EXPECT_EQ(f.show(ps::ps_options_from_env(lookup({{f.setting.variable, value}}))), shown);
   });
   // And `tandem info --settings` reports each as coming from the environment.
   for (const Setting& s : cli::all_settings()) {

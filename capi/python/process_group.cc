@@ -489,7 +489,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> create(const c10::intrusive_ptr<c10d::Sto
   TORCH_CHECK(store, "tandem backend: no c10d store was handed to the process group");
   tandem::CommOptions o;
   try {
-    o = tandem::options_from_env();  // TANDEM_* tuning knobs, when a launcher set them
+    o = tandem::comm_options_from_env();  // TANDEM_* tuning knobs, when a launcher set them
   } catch (const std::exception&) {
     // Not under tandem launch (e.g. torchrun): the tuning knobs alone, with what c10d handed us below.
     o = tandem::tuning_from_env();
@@ -498,7 +498,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> create(const c10::intrusive_ptr<c10d::Sto
   o.store = std::make_shared<C10dStore>(store, size);  // never tandem's store: store_address and secret go unused
   o.prefix = "tandem";                                 // within the group's PrefixStore, apart from c10d's own keys
   o.timeout = std::chrono::milliseconds(int64_t(timeout_s * 1e3));
-  const tandem::ring::RingOptions ring_options = tandem::ring::options_from_env();  // TANDEM_ALGO, TANDEM_SHM, ...
+  const tandem::ring::RingOptions ring_options = tandem::ring::ring_options_from_env();  // TANDEM_ALGO, TANDEM_SHM, ...
   std::unique_ptr<tandem::Communicator> comm;
   {
     py::gil_scoped_release release;  // connecting waits for every rank

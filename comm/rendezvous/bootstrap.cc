@@ -497,7 +497,7 @@ CommOptions tuning_from_env(const EnvLookup& env) {
   return o;
 }
 
-CommOptions options_from_env(const EnvLookup& env) {
+CommOptions comm_options_from_env(const EnvLookup& env) {
   const std::string launcher = detect_launcher(env);
   CommOptions o;
   if (launcher == "tandem") {

@@ -37,7 +37,7 @@ const SettingTable<Options>& settings() {
   return table;
 }
 
-Options options_from_env(const EnvLookup& env) {
+Options ps_options_from_env(const EnvLookup& env) {
   Options o;
   o.servers = 0;  // no TANDEM_SERVERS: no servers
   read_settings(settings(), env, o);

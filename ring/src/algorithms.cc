@@ -248,8 +248,8 @@ std::unique_ptr<Communicator> connect(const CommOptions& options, const RingOpti
 }
 
 std::unique_ptr<Communicator> connect_from_env(const EnvLookup& env) {
-  const CommOptions comm = tandem::options_from_env(env);
-  return connect(comm, options_from_env(env));
+  const CommOptions comm = tandem::comm_options_from_env(env);
+  return connect(comm, ring_options_from_env(env));
 }
 
 }  // namespace tandem::ring

@@ -100,7 +100,7 @@ const SettingTable<RingOptions>& ring_settings() {
   return table;
 }
 
-RingOptions options_from_env(const EnvLookup& env) {
+RingOptions ring_options_from_env(const EnvLookup& env) {
   RingOptions o;
   read_settings(ring_settings(), env, o);
   return o;

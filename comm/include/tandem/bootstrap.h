@@ -34,7 +34,7 @@ EnvLookup process_env();
 
 // Throws InvalidArgument naming the variable and the fix when the environment
 // is incomplete or contradictory (e.g. rank >= world size).
-CommOptions options_from_env(const EnvLookup& env = process_env());
+CommOptions comm_options_from_env(const EnvLookup& env = process_env());
 
 // Only the tuning and interface knobs (TANDEM_TIMEOUT_MS, TANDEM_HEARTBEAT_MS,
 // TANDEM_NETWORK_INTERFACE, ...; the tables of tandem/settings.h), for a communicator whose rank,
@@ -47,7 +47,7 @@ CommOptions tuning_from_env(const EnvLookup& env = process_env());
 // InvalidArgument for a short secret or a file others may read.
 std::string read_secret(const EnvLookup& env = process_env());
 
-// Rendezvous privacy, checked by options_from_env: a store reachable from
+// Rendezvous privacy, checked by comm_options_from_env: a store reachable from
 // other hosts (a non-loopback TANDEM_STORE_ADDR or MASTER_ADDR) needs the job
 // secret unless allow_no_secret (TANDEM_ALLOW_NO_SECRET=1), and rank 0 hosts
 // the store on every address (0.0.0.0, ::) only with store_listen_all

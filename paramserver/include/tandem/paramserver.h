@@ -79,7 +79,7 @@ const SettingTable<Options>& settings();
 
 // Options from the variables of settings() (read once, at start); servers is 0
 // without TANDEM_SERVERS. Throws InvalidArgument naming a malformed one.
-Options options_from_env(const EnvLookup& env = process_env());
+Options ps_options_from_env(const EnvLookup& env = process_env());
 
 // Whether `rank` is a server of a communicator of `size` ranks.
 bool is_server(int rank, int size, const Options& options);

@@ -17,7 +17,7 @@ enum class AllreduceAlgorithm { automatic, ring, recursive_doubling, shared_memo
 // How the shared-memory all-reduce treats buffers outside allocate_shared memory (see RingOptions).
 enum class ShmAllreduceCma { never, far, timed, always };
 
-// The ring's tuning, read once from TANDEM_* variables by options_from_env()
+// The ring's tuning, read once from TANDEM_* variables by ring_options_from_env()
 // (one row per field in ring_settings()).
 struct RingOptions {
   // Ring pipelining: segment size and how many segments are in flight per step.
@@ -104,7 +104,7 @@ const SettingTable<RingOptions>& ring_settings();
 
 // RingOptions with every variable of ring_settings() that `env` sets; throws
 // InvalidArgument naming a malformed one.
-RingOptions options_from_env(const EnvLookup& env = process_env());
+RingOptions ring_options_from_env(const EnvLookup& env = process_env());
 
 // `options` fitted to the host `comm` runs on: the automatic shared-memory
 // chunk (0) chosen, and no hand-off probe while ranks outnumber cores.
@@ -113,7 +113,7 @@ RingOptions fit_to_host(RingOptions options, const CommOptions& comm);
 // Communicator::create with the ring algorithms, configured by fit_to_host(ring, options).
 std::unique_ptr<Communicator> connect(const CommOptions& options, const RingOptions& ring);
 
-// connect(tandem::options_from_env(), ring::options_from_env()): rank, size and
+// connect(tandem::comm_options_from_env(), ring::ring_options_from_env()): rank, size and
 // store from `tandem launch`, mpirun or srun, tuning from TANDEM_* variables.
 std::unique_ptr<Communicator> connect_from_env(const EnvLookup& env = process_env());
 

@@ -1,5 +1,5 @@
 // `tandem launch`: flag parsing over the launch library (tandem/launch/launch.h).
-#include "launch.h"
+#include "launch_command.h"
 
 #include <algorithm>
 #include <cstdio>
