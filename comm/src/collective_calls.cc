@@ -81,7 +81,7 @@ AlltoallvArgs& reused_alltoallv_args(Communicator::Impl& impl, const void* input
   args.input = input;
   args.output = output;
   args.dtype = dtype;
-  args.memory = impl.memory_type(opts);
+  args.memory = impl.endpoints.memory_type(opts);
   args.equal = equal;
   return args;
 }
@@ -92,29 +92,29 @@ void run_alltoallv(Communicator::Impl& impl, const AlltoallvArgs& args, const Co
   const Description what = check_alltoallv(args.equal ? Collective::alltoall : Collective::alltoallv, args);
   // Two pointers: std::function holds them without allocating.
   std::function<void(Channel&)> borrowed = [a = impl.algorithms.get(), &args](Channel& ch) { a->alltoallv(ch, args); };
-  if (impl.try_run_here(borrowed, opts, what)) return;
-  impl.run_blocking([a = impl.algorithms, args](Channel& ch) { a->alltoallv(ch, args); }, opts, what);
+  if (impl.engine.try_run_here(borrowed, opts, what)) return;
+  impl.engine.run_blocking([a = impl.algorithms, args](Channel& ch) { a->alltoallv(ch, args); }, opts, what);
 }
 
 Bound alltoallv_call(Communicator::Impl& impl, Collective kind, const void* input, const Blocks& send, void* output,
                      const Blocks& recv, DataType dtype, const CollectiveOptions& opts) {
   const char* what = to_string(kind);
-  const int n = impl.opts.size;
+  const int n = impl.ctx.opts.size;
   AlltoallvArgs args{input,
                      output,
                      complete(what, "send", send, n),
                      complete(what, "recv", recv, n),
                      dtype,
-                     impl.memory_type(opts),
+                     impl.endpoints.memory_type(opts),
                      kind == Collective::alltoall};
   const Description d = check_alltoallv(kind, args);
   return {[a = impl.algorithms, args](Channel& ch) { a->alltoallv(ch, args); }, d};
 }
 
 Bound reduce_call(Communicator::Impl& impl, const ReduceArgs& args) {
-  check_root("reduce", args.root, impl.opts.size);
+  check_root("reduce", args.root, impl.ctx.opts.size);
   check_buffer("reduce", "input", args.input, args.count);
-  if (impl.opts.rank == args.root) check_buffer("reduce", "output", args.output, args.count);
+  if (impl.ctx.opts.rank == args.root) check_buffer("reduce", "output", args.output, args.count);
   return {[a = impl.algorithms, args](Channel& ch) { a->reduce(ch, args); },
           {Collective::reduce, args.count, args.dtype, args.op, args.root}};
 }
@@ -123,7 +123,7 @@ Bound reduce_call(Communicator::Impl& impl, const ReduceArgs& args) {
 // rank for the allgather); elsewhere they are left empty.
 Bound variable_call(Communicator::Impl& impl, Collective kind, VariableArgs args) {
   const char* what = to_string(kind);
-  const int n = impl.opts.size, rank = impl.opts.rank;
+  const int n = impl.ctx.opts.size, rank = impl.ctx.opts.rank;
   const bool everyone = kind == Collective::allgatherv;
   const bool scatter = kind == Collective::scatter || kind == Collective::scatterv;
   if (!everyone) check_root(what, args.root, n);
@@ -139,7 +139,7 @@ Bound variable_call(Communicator::Impl& impl, Collective kind, VariableArgs args
     args.blocks = {};
   }
   check_buffer(what, scatter ? "output" : "input", scatter ? args.output : args.input, args.count);
-  args.memory = impl.memory_type({std::nullopt, args.memory});
+  args.memory = impl.endpoints.memory_type({std::nullopt, args.memory});
   const Description d{kind, args.count, args.dtype, std::nullopt, everyone ? -1 : args.root};
   if (scatter) return {[a = impl.algorithms, args](Channel& ch) { a->scatterv(ch, args); }, d};
   if (everyone) return {[a = impl.algorithms, args](Channel& ch) { a->allgatherv(ch, args); }, d};
@@ -148,16 +148,16 @@ Bound variable_call(Communicator::Impl& impl, Collective kind, VariableArgs args
 
 Bound reduce_scatterv_call(Communicator::Impl& impl, const void* input, void* output, const Blocks& blocks,
                            DataType dtype, ReduceOp op, const CollectiveOptions& opts) {
-  ReduceScattervArgs args{input, output, complete("reduce_scatterv", "blocks", blocks, impl.opts.size),
-                          dtype, op,     impl.memory_type(opts)};
+  ReduceScattervArgs args{input, output, complete("reduce_scatterv", "blocks", blocks, impl.ctx.opts.size),
+                          dtype, op,     impl.endpoints.memory_type(opts)};
   check_buffer("reduce_scatterv", "input", input, total(args.blocks));
-  check_buffer("reduce_scatterv", "output", output, args.blocks.counts[size_t(impl.opts.rank)]);
+  check_buffer("reduce_scatterv", "output", output, args.blocks.counts[size_t(impl.ctx.opts.rank)]);
   return {[a = impl.algorithms, args](Channel& ch) { a->reduce_scatterv(ch, args); },
           {Collective::reduce_scatterv, total(args.blocks), dtype, op}};
 }
 
 Request run(Communicator::Impl& impl, bool async, Bound call, const CollectiveOptions& opts) {
-  return impl.submit(async, std::move(call.body), opts, call.what);
+  return impl.engine.submit(async, std::move(call.body), opts, call.what);
 }
 
 }  // namespace
@@ -191,13 +191,14 @@ void Communicator::alltoallv(const void* input, const Blocks& send, void* output
 
 Request Communicator::reduce_async(const void* input, void* output, size_t count, DataType dtype, ReduceOp op, int root,
                                    const CollectiveOptions& opts) {
-  return run(*impl_, true, reduce_call(*impl_, {input, output, count, dtype, op, root, impl_->memory_type(opts)}),
-             opts);
+  return run(*impl_, true,
+             reduce_call(*impl_, {input, output, count, dtype, op, root, impl_->endpoints.memory_type(opts)}), opts);
 }
 
 void Communicator::reduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op, int root,
                           const CollectiveOptions& opts) {
-  run(*impl_, false, reduce_call(*impl_, {input, output, count, dtype, op, root, impl_->memory_type(opts)}), opts);
+  run(*impl_, false, reduce_call(*impl_, {input, output, count, dtype, op, root, impl_->endpoints.memory_type(opts)}),
+      opts);
 }
 
 Request Communicator::gather_async(const void* input, void* output, size_t count, DataType dtype, int root,

@@ -18,12 +18,17 @@ auto EngineChannel::blaming_first_failure(F f) -> decltype(f()) {
   try {
     return f();
   } catch (const PeerFailure& e) {
-    impl_.blame_first_failure(e, task_);
+    engine_.liveness().blame_first_failure(e, task_, engine_.seq());
   }
 }
 
-EngineChannel::EngineChannel(Communicator::Impl& impl, const Task& task)
-    : impl_(impl), task_(task), signature_(task.what.signature()), point_to_point_(task.what.point_to_point()) {
+EngineChannel::EngineChannel(Engine& engine, const Task& task)
+    : engine_(engine),
+      ctx_(engine.context()),
+      ep_(engine.endpoints()),
+      task_(task),
+      signature_(task.what.signature()),
+      point_to_point_(task.what.point_to_point()) {
   // An exchange has no fingerprints: only the ranks it addresses take part.
   fingerprint_posted_ = fingerprint_compared_ = point_to_point_;
   // Without shared memory every collective goes over UCX: post at once (a
@@ -32,39 +37,39 @@ EngineChannel::EngineChannel(Communicator::Impl& impl, const Task& task)
   // sends nothing in them still checks its call.
   const Collective c = task.what.collective;
   const bool shm_path =
-      impl_.shm && (c <= Collective::barrier || c == Collective::alltoall || c == Collective::alltoallv);
-  if (!shm_path && impl_.opts.size > 1 && !point_to_point_) post_fingerprint();
+      ep_.shm && (c <= Collective::barrier || c == Collective::alltoall || c == Collective::alltoallv);
+  if (!shm_path && ctx_.opts.size > 1 && !point_to_point_) post_fingerprint();
 }
 
 EngineChannel::~EngineChannel() {
   // Anything still posted belongs to a collective that failed: cancel it so
   // UCX never touches the caller's buffers after we return.
-  for (auto& p : live_) impl_.ucx->cancel(p);
+  for (auto& p : live_) ep_.ucx->cancel(p);
   // One call runs at a time (`busy`): a plain store, no locked add.
   if (traffic_) {
-    impl_.shm_traffic.store(impl_.shm_traffic.load(std::memory_order_relaxed) + traffic_, std::memory_order_relaxed);
+    ep_.shm_traffic.store(ep_.shm_traffic.load(std::memory_order_relaxed) + traffic_, std::memory_order_relaxed);
   }
 }
 
 Pending EngineChannel::send(int peer, Tag tag, const void* data, size_t bytes) {
   if (!fingerprint_posted_) post_fingerprint();
-  return blaming_first_failure([&] { return track(impl_.ucx->send(peer, full_tag(rank(), tag), data, bytes)); });
+  return blaming_first_failure([&] { return track(ep_.ucx->send(peer, full_tag(rank(), tag), data, bytes)); });
 }
 
 Pending EngineChannel::recv(int peer, Tag tag, void* data, size_t bytes) {
   if (!fingerprint_posted_) post_fingerprint();
-  return track(impl_.ucx->recv(peer, full_tag(peer, tag), data, bytes));
+  return track(ep_.ucx->recv(peer, full_tag(peer, tag), data, bytes));
 }
 
 bool EngineChannel::test(Pending& p) {
   if (p.done()) return true;
-  impl_.ucx->progress();
+  ep_.ucx->progress();
   void* handle = p.handle();
   try {
-    if (!impl_.ucx->poll(p)) return false;
+    if (!ep_.ucx->poll(p)) return false;
   } catch (const PeerFailure& e) {
     untrack(handle);  // poll() released the request
-    impl_.blame_first_failure(e, task_);
+    engine_.liveness().blame_first_failure(e, task_, engine_.seq());
   } catch (const CollectiveMismatch&) {
     // A message of the wrong size: the fingerprint says which field differs.
     untrack(handle);
@@ -72,7 +77,7 @@ bool EngineChannel::test(Pending& p) {
       wait(fp_in_);
       compare_fingerprint();
     }
-    impl_.explain_mismatch();  // the predecessor agrees: another rank differs
+    engine_.calls().explain_mismatch();  // the predecessor agrees: another rank differs
     throw;
   } catch (...) {
     untrack(handle);
@@ -103,11 +108,11 @@ void EngineChannel::wait(Pending& p) {
   // wait out the whole health-check interval (200 ms stalls on a shaped link).
   while (!test(p)) {
     poll_fingerprint();  // a stalled wait is what a mismatch looks like
-    impl_.check_health(task_, p.peer());
-    if (Clock::now() - impl_.ucx->last_progress() < kUcxBusyWindow) {
+    engine_.check_health(task_, p.peer());
+    if (Clock::now() - ep_.ucx->last_progress() < kUcxBusyWindow) {
       std::this_thread::yield();
     } else {
-      impl_.ucx->sleep(std::min(impl_.until_next_check(task_), kUcxSleepSlice));
+      ep_.ucx->sleep(std::min(engine_.liveness().until_next_check(task_), kUcxSleepSlice));
     }
   }
 }
@@ -119,10 +124,10 @@ void EngineChannel::copying_peer(int peer, F copy) {
   } catch (const PeerFailure&) {
     throw;
   } catch (const Error& e) {
-    if (impl_.opts.heartbeat.count() == 0) throw;
-    const auto bound = 2 * impl_.opts.heartbeat + impl_.opts.failure_poll;
+    if (ctx_.opts.heartbeat.count() == 0) throw;
+    const auto bound = 2 * ctx_.opts.heartbeat + ctx_.opts.failure_poll;
     for (const auto until = std::chrono::steady_clock::now() + bound; std::chrono::steady_clock::now() < until;) {
-      impl_.check_health(task_, peer);
+      engine_.check_health(task_, peer);
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     throw Error(std::string(e.what()) + " (a cross-memory copy with rank " + std::to_string(peer) +
@@ -131,20 +136,20 @@ void EngineChannel::copying_peer(int peer, F copy) {
 }
 
 void EngineChannel::read_peer(int peer, const void* remote, void* local, size_t bytes) {
-  blaming_first_failure([&] { copying_peer(peer, [&] { impl_.shm->read_peer(peer, remote, local, bytes); }); });
+  blaming_first_failure([&] { copying_peer(peer, [&] { ep_.shm->read_peer(peer, remote, local, bytes); }); });
 }
 
 void EngineChannel::write_peer(int peer, void* remote, const void* local, size_t bytes) {
-  blaming_first_failure([&] { copying_peer(peer, [&] { impl_.shm->write_peer(peer, remote, local, bytes); }); });
+  blaming_first_failure([&] { copying_peer(peer, [&] { ep_.shm->write_peer(peer, remote, local, bytes); }); });
 }
 
 void EngineChannel::idle(int peer, unsigned spins) {
   if (spins % 128 == 0) {
-    impl_.check_health(task_, peer);
+    engine_.check_health(task_, peer);
     if (spins % 1024 == 0 && !point_to_point_) watch_for_fingerprints();
   }
   if (spins <= kSpinsWithoutPause) return;
-  const bool yield_soon = impl_.oversubscribed && spins > kSpinsBeforeYield;
+  const bool yield_soon = ep_.oversubscribed && spins > kSpinsBeforeYield;
   if (spins <= kIdleSpins && !yield_soon) {
     if (spins % kIdlePauseRun == 0) {
       sched_yield();
@@ -169,15 +174,15 @@ void EngineChannel::idle(int peer, unsigned spins) {
 }
 
 void EngineChannel::back_off(int peer, unsigned spins) {
-  if (spins % 128 == 0) impl_.check_health(task_, peer);
-  if ((impl_.oversubscribed && spins > kSpinsBeforeYield) || spins % 65536 == 0) std::this_thread::yield();
+  if (spins % 128 == 0) engine_.check_health(task_, peer);
+  if ((ep_.oversubscribed && spins > kSpinsBeforeYield) || spins % 65536 == 0) std::this_thread::yield();
 }
 
 Tag EngineChannel::full_tag(int sender, Tag local, uint32_t signature) const {
   if (local >> kLocalBits) throw InvalidArgument("algorithm tag exceeds 32 bits");
   static_assert(kSignatureBits + kSeqBits + kRankBits + kLocalBits == 64);
   // Exchanges are not numbered: their tags are their own, across calls.
-  const Tag seq = point_to_point_ ? 0 : impl_.seq & ((1u << kSeqBits) - 1);
+  const Tag seq = point_to_point_ ? 0 : engine_.seq() & ((1u << kSeqBits) - 1);
   return (Tag(signature) << (kSeqBits + kRankBits + kLocalBits)) | (seq << (kRankBits + kLocalBits)) |
          (Tag(sender) << kLocalBits) | local;
 }
@@ -186,10 +191,10 @@ void EngineChannel::post_fingerprint() {
   fingerprint_posted_ = true;
   const int n = size(), r = rank();
   prev_ = (r + n - 1) % n;
-  mine_ = Fingerprint::of(task_.what, impl_.seq);
-  fp_in_ = track(impl_.ucx->recv(prev_, full_tag(prev_, 0, kFingerprintSignature), &theirs_, sizeof theirs_));
+  mine_ = Fingerprint::of(task_.what, engine_.seq());
+  fp_in_ = track(ep_.ucx->recv(prev_, full_tag(prev_, 0, kFingerprintSignature), &theirs_, sizeof theirs_));
   fp_out_ = blaming_first_failure(
-      [&] { return track(impl_.ucx->send((r + 1) % n, full_tag(r, 0, kFingerprintSignature), &mine_, sizeof mine_)); });
+      [&] { return track(ep_.ucx->send((r + 1) % n, full_tag(r, 0, kFingerprintSignature), &mine_, sizeof mine_)); });
 }
 
 void EngineChannel::poll_fingerprint() {
@@ -212,17 +217,17 @@ void EngineChannel::finish() {
 
 void EngineChannel::watch_for_fingerprints() {
   if (fingerprint_posted_) return;
-  impl_.ucx->progress();
+  ep_.ucx->progress();
   const Tag mask = ~((Tag(1) << (kRankBits + kLocalBits)) - 1);  // signature and sequence number, any sender
-  if (!impl_.ucx->probe(full_tag(0, 0, kFingerprintSignature), mask)) return;
+  if (!ep_.ucx->probe(full_tag(0, 0, kFingerprintSignature), mask)) return;
   for (int p = 0; p < size(); ++p) {
-    if (p == rank() || !impl_.ucx->probe(full_tag(p, 0, kFingerprintSignature), ~Tag(0))) continue;
+    if (p == rank() || !ep_.ucx->probe(full_tag(p, 0, kFingerprintSignature), ~Tag(0))) continue;
     fingerprint_posted_ = fingerprint_compared_ = true;
-    mine_ = Fingerprint::of(task_.what, impl_.seq);
-    Pending in = track(impl_.ucx->recv(p, full_tag(p, 0, kFingerprintSignature), &theirs_, sizeof theirs_));
+    mine_ = Fingerprint::of(task_.what, engine_.seq());
+    Pending in = track(ep_.ucx->recv(p, full_tag(p, 0, kFingerprintSignature), &theirs_, sizeof theirs_));
     wait(in);
     compare(p, theirs_);
-    throw CollectiveMismatch("call #" + std::to_string(impl_.seq) + ": rank " + std::to_string(p) + " runs " +
+    throw CollectiveMismatch("call #" + std::to_string(engine_.seq()) + ": rank " + std::to_string(p) + " runs " +
                              theirs_.description().str() + " over UCX while rank " + std::to_string(rank()) +
                              " runs it through shared memory; TANDEM_SHM, TANDEM_SHM_CHUNK_BYTES and TANDEM_ALGO "
                              "must agree on every rank");
@@ -232,8 +237,8 @@ void EngineChannel::watch_for_fingerprints() {
 void EngineChannel::compare(int peer, const Fingerprint& theirs) {
   if (const char* field = mine_.differing(theirs)) {
     const Description other = theirs.description();
-    if (rank() < peer) throw CollectiveMismatch(mismatch_text(impl_.seq, field, rank(), task_.what, peer, other));
-    throw CollectiveMismatch(mismatch_text(impl_.seq, field, peer, other, rank(), task_.what));
+    if (rank() < peer) throw CollectiveMismatch(mismatch_text(engine_.seq(), field, rank(), task_.what, peer, other));
+    throw CollectiveMismatch(mismatch_text(engine_.seq(), field, peer, other, rank(), task_.what));
   }
 }
 
@@ -252,13 +257,6 @@ void EngineChannel::untrack(void* handle) {
       return;
     }
   }
-}
-
-void* Communicator::Impl::scratch_buffer(size_t bytes, int slot, MemoryType memory) {
-  if (slot < 0 || slot > 64) throw InvalidArgument("scratch slot out of range");
-  auto& buffers = memory == MemoryType::host ? host_scratch : device_scratch;
-  while (buffers.size() <= size_t(slot)) buffers.emplace_back(memory);
-  return buffers[slot].get(bytes);
 }
 
 }  // namespace tandem

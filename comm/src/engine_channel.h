@@ -5,7 +5,7 @@
 #include <chrono>
 #include <vector>
 
-#include "communicator_impl.h"
+#include "engine.h"
 
 namespace tandem {
 
@@ -14,11 +14,11 @@ namespace tandem {
 // SharedMemory is the communicator's segments, allocations and traffic count.
 class EngineChannel final : public Channel, public SharedMemory {
  public:
-  EngineChannel(Communicator::Impl& impl, const Task& task);
+  EngineChannel(Engine& engine, const Task& task);
   ~EngineChannel() override;
 
-  int rank() const override { return impl_.opts.rank; }
-  int size() const override { return impl_.opts.size; }
+  int rank() const override { return ctx_.opts.rank; }
+  int size() const override { return ctx_.opts.size; }
 
   Pending send(int peer, Tag tag, const void* data, size_t bytes) override;
   Pending recv(int peer, Tag tag, void* data, size_t bytes) override;
@@ -26,15 +26,15 @@ class EngineChannel final : public Channel, public SharedMemory {
   bool test(Pending& p) override;
   void wait(Pending& p) override;
 
-  SharedMemory* shared_memory() override { return impl_.shm || impl_.host_shm ? this : nullptr; }
-  const SharedSegments* segments() const override { return impl_.shm ? &impl_.shm->view() : nullptr; }
-  const Topology* topology() const override { return &impl_.topology; }
-  const SharedSegments* host_segments() const override { return impl_.host_shm ? &impl_.host_view : nullptr; }
+  SharedMemory* shared_memory() override { return ep_.shm || ep_.host_shm ? this : nullptr; }
+  const SharedSegments* segments() const override { return ep_.shm ? &ep_.shm->view() : nullptr; }
+  const Topology* topology() const override { return &ep_.topology; }
+  const SharedSegments* host_segments() const override { return ep_.host_shm ? &ep_.host_view : nullptr; }
   bool find_shared(const void* p, size_t bytes, SharedRef& out) const override {
-    return impl_.shm && impl_.allocations->find(p, bytes, out);
+    return ep_.shm && ep_.allocations->find(p, bytes, out);
   }
-  std::byte* map_shared(int /*peer*/, const SharedRef& ref) override { return impl_.allocations->map(ref); }
-  bool can_copy_peer() const override { return impl_.cma; }
+  std::byte* map_shared(int /*peer*/, const SharedRef& ref) override { return ep_.allocations->map(ref); }
+  bool can_copy_peer() const override { return ep_.cma; }
   void read_peer(int peer, const void* remote, void* local, size_t bytes) override;
   void write_peer(int peer, void* remote, const void* local, size_t bytes) override;
   // Summed here and added to the communicator's count once per call: a
@@ -44,8 +44,10 @@ class EngineChannel final : public Channel, public SharedMemory {
 
   void idle(int peer, unsigned spins) override;
 
-  void* scratch(size_t bytes, int slot) override { return impl_.scratch_buffer(bytes, slot, MemoryType::host); }
-  void* device_scratch(size_t bytes, int slot) override { return impl_.scratch_buffer(bytes, slot, MemoryType::cuda); }
+  void* scratch(size_t bytes, int slot) override { return engine_.scratch_buffer(bytes, slot, MemoryType::host); }
+  void* device_scratch(size_t bytes, int slot) override {
+    return engine_.scratch_buffer(bytes, slot, MemoryType::cuda);
+  }
 
   // After the algorithm: the call succeeds only once the predecessor's
   // fingerprint matched and this rank's has left.
@@ -87,7 +89,9 @@ class EngineChannel final : public Channel, public SharedMemory {
   Pending track(Pending p);
   void untrack(void* handle);
 
-  Communicator::Impl& impl_;
+  Engine& engine_;
+  CommContext& ctx_;
+  Endpoints& ep_;
   const Task& task_;
   uint32_t signature_;
   bool point_to_point_;

@@ -16,11 +16,6 @@
 namespace tandem {
 namespace {
 
-Tag message_tag(int sender, uint32_t tag) {
-  const Tag signature = Description{Collective::send_recv}.signature();
-  return (signature << (kSeqBits + kRankBits + kLocalBits)) | (Tag(sender) << kLocalBits) | tag;
-}
-
 // Blocking point-to-point calls moving fewer bytes skip the engine's wake-up (run_p2p_blocking).
 constexpr size_t kQuietWakeMaxBytes = 8 << 10;
 
@@ -28,8 +23,6 @@ constexpr size_t kQuietWakeMaxBytes = 8 << 10;
 // times before they become posted calls (run_p2p_inline): tens of microseconds.
 constexpr size_t kInlineOps = 8;
 constexpr unsigned kInlinePolls = 2048;
-
-constexpr Tag kSenderMask = Tag(kMaxRanks - 1) << kLocalBits;
 
 // The wait a posted call is in, for error texts: its first unfinished message's peer.
 int waiting_on(const PostedCall& call) {
@@ -41,88 +34,49 @@ int waiting_on(const PostedCall& call) {
 
 }  // namespace
 
-void Communicator::Impl::post(Task task) {
-  if (sticky) {
-    task.state->finish(sticky);
+void Engine::post(Task task) {
+  if (sticky_) {
+    task.state->finish(sticky_);
     return;
   }
   PostedCall call{std::move(task), {}, 0, 0, 0};
   try {
-    if (aborted) throw_aborted();
+    if (aborted_) throw_aborted();
     for (size_t i = 0; i < call.task.p2p.size(); ++i) {
       const P2POp& op = call.task.p2p[i];
       if (op.kind == P2POp::recv && op.peer == kAnySource) {
         call.any_source_mask = ~kSenderMask;
         call.any_source_op = i;
       }
-      call.messages.push_back(post_message(op));
+      call.messages.push_back(endpoints_.post_message(op));
     }
   } catch (...) {
-    for (auto& m : call.messages) cancel_message(m);
-    sticky = std::current_exception();
-    failed = true;
-    call.task.state->finish(sticky);
+    for (auto& m : call.messages) endpoints_.cancel_message(m);
+    sticky_ = std::current_exception();
+    failed_ = true;
+    call.task.state->finish(sticky_);
     return;
   }
-  posted.push_back(std::move(call));
+  posted_.push_back(std::move(call));
 }
 
-Pending Communicator::Impl::post_message(const P2POp& op) {
-  const size_t bytes = op.count * dtype_size(op.dtype);
-  if (mailbox) {
-    return op.kind == P2POp::send ? mailbox->send(op.peer, op.tag, op.data, bytes)
-                                  : mailbox->recv(op.peer, op.tag, op.data, bytes);
-  }
-  if (op.kind == P2POp::send) return ucx->send(op.peer, message_tag(opts.rank, op.tag), op.data, bytes);
-  if (op.peer == kAnySource) return ucx->recv(-1, message_tag(0, op.tag), ~kSenderMask, op.data, bytes);
-  return ucx->recv(op.peer, message_tag(op.peer, op.tag), op.data, bytes);
-}
-
-void Communicator::Impl::wake_sleeping_engine() {
-  if (mailbox) {
-    mailbox->ring_bell(opts.rank);
-  } else {
-    ucx->wake();
-  }
-}
-
-bool Communicator::Impl::poll_message(Pending& m, int* source) {
-  if (mailbox) return mailbox->poll(m, source);
-  Tag sender = 0;
-  if (!ucx->poll(m, &sender)) return false;
-  *source = int((sender & kSenderMask) >> kLocalBits);
-  return true;
-}
-
-void Communicator::Impl::cancel_message(Pending& m) {
-  if (mailbox) {
-    mailbox->cancel(m);
-  } else {
-    ucx->cancel(m);
-  }
-}
-
-bool Communicator::Impl::sweep_posted() {
-  if (posted.empty()) return false;
+bool Engine::sweep_posted() {
+  if (posted_.empty()) return false;
   bool finished = false;
   try {
-    if (mailbox) {
-      mailbox->progress();
-    } else {
-      ucx->progress();
-    }
+    endpoints_.progress_messages();
   } catch (...) {
     fail_posted(std::current_exception());
     return true;
   }
-  for (auto it = posted.begin(); it != posted.end();) {
+  for (auto it = posted_.begin(); it != posted_.end();) {
     PostedCall& call = *it;
     try {
       bool done = true;
       for (size_t i = 0; i < call.messages.size(); ++i) {
         int source = -1;
         if (call.messages[i].done()) continue;
-        if (!poll_message(call.messages[i], &source)) {
+        if (!endpoints_.poll_message(call.messages[i], &source)) {
           done = false;
         } else if (call.any_source_mask && i == call.any_source_op) {
           call.task.state->source = source;
@@ -140,17 +94,17 @@ bool Communicator::Impl::sweep_posted() {
     const P2POp& first = call.task.p2p[0];
     if (call.task.p2p.size() == 1 && first.kind == P2POp::recv && first.peer >= 0) call.task.state->source = first.peer;
     call.task.state->finish(nullptr);
-    it = posted.erase(it);
+    it = posted_.erase(it);
     finished = true;
   }
   return finished;
 }
 
-void Communicator::Impl::fail_call(const PostedCall& call, std::exception_ptr error) {
+void Engine::fail_call(const PostedCall& call, std::exception_ptr error) {
   try {
     std::rethrow_exception(error);
   } catch (const CollectiveMismatch&) {
-    const CollectiveMismatch named(describe_wait(call.task.what, seq, opts.rank, waiting_on(call)) +
+    const CollectiveMismatch named(describe_wait(call.task.what, seq_, ctx_.opts.rank, waiting_on(call)) +
                                    ": a message's size differs from its receive buffer's; the sender's count and "
                                    "dtype must match the receiver's");
     fail_posted(std::make_exception_ptr(named));
@@ -159,35 +113,35 @@ void Communicator::Impl::fail_call(const PostedCall& call, std::exception_ptr er
   }
 }
 
-void Communicator::Impl::fail_posted(std::exception_ptr error) {
+void Engine::fail_posted(std::exception_ptr error) {
   // A failure leaves the peers' messages in an unknown state: sticky, as for collectives.
-  if (!sticky) {
-    sticky = error;
-    failed = true;
+  if (!sticky_) {
+    sticky_ = error;
+    failed_ = true;
     try {
       std::rethrow_exception(error);
     } catch (const std::exception& e) {
       record_failure(e.what(), "point-to-point failure", false);
     }
   }
-  for (auto& call : posted) {
-    for (auto& m : call.messages) cancel_message(m);
+  for (auto& call : posted_) {
+    for (auto& m : call.messages) endpoints_.cancel_message(m);
     call.task.state->finish(error);
   }
-  posted.clear();
+  posted_.clear();
 }
 
-void Communicator::Impl::progress_posted() {
+void Engine::progress_posted() {
   // Spin for kUcxSpin (small messages land within microseconds), then poll
   // yielding the core while messages stream, then sleep on the worker's
   // event fd; enqueue() wakes it for new work. Returns when a call finished
   // or work was queued.
   const auto work_queued = [&] {
-    std::lock_guard<std::mutex> lock(mu);
-    return !queue.empty() || aborted;
+    std::lock_guard<std::mutex> lock(mu_);
+    return !queue_.empty() || aborted_;
   };
   Clock::time_point spin_until{};
-  for (unsigned spins = 1; !posted.empty(); ++spins) {
+  for (unsigned spins = 1; !posted_.empty(); ++spins) {
     if (sweep_posted()) return;
     if (spins % 16 == 0) {
       if (work_queued()) return;
@@ -198,69 +152,34 @@ void Communicator::Impl::progress_posted() {
         break;
       }
     }
-    if (oversubscribed && spins > kSpinsBeforeYield) std::this_thread::yield();
+    if (endpoints_.oversubscribed && spins > kSpinsBeforeYield) std::this_thread::yield();
   }
-  while (!posted.empty()) {
+  while (!posted_.empty()) {
     if (sweep_posted() || work_queued()) return;
-    if (mailbox) {
+    if (endpoints_.mailbox) {
       // Sleep until a peer rings this rank's doorbell (it wrote to us or read
       // what we sent): woken at once, the rank runs ahead of whatever shares
       // its core, where yields and timed naps lost it the core for whole
       // time slices (1 MiB exchanges on a loaded host, 2-3x slower).
-      const uint32_t bell = mailbox->announce_sleep();
-      engine_sleeping = true;
+      const uint32_t bell = endpoints_.mailbox->announce_sleep();
+      sleeping_ = true;
       const bool ready = sweep_posted() || work_queued();
-      mailbox->sleep(
-          bell, ready ? std::chrono::microseconds(0) : std::min(until_next_check(posted.front().task), kUcxSleepSlice));
-      engine_sleeping = false;
+      endpoints_.mailbox->sleep(bell, ready
+                                          ? std::chrono::microseconds(0)
+                                          : std::min(liveness_.until_next_check(posted_.front().task), kUcxSleepSlice));
+      sleeping_ = false;
       return;
     }
-    if (Clock::now() - ucx->last_progress() < kUcxBusyWindow) {
+    if (Clock::now() - endpoints_.ucx->last_progress() < kUcxBusyWindow) {
       std::this_thread::yield();
       continue;
     }
-    engine_sleeping = true;
-    if (!work_queued()) ucx->sleep(std::min(until_next_check(posted.front().task), kUcxSleepSlice));
-    engine_sleeping = false;
+    sleeping_ = true;
+    if (!work_queued())
+      endpoints_.ucx->sleep(std::min(liveness_.until_next_check(posted_.front().task), kUcxSleepSlice));
+    sleeping_ = false;
     return;
   }
-}
-
-// Ranks on one host (the collectives' segments mapped, cross-memory attach
-// allowed) map each other's mailbox segment too; any failure leaves every
-// rank on UCX, as all must agree on the path (messages of one pair never mix paths).
-void Communicator::Impl::open_mailbox(Deadline deadline) {
-  // The mailbox copies host memory only: a UCX that takes device buffers keeps send/recv.
-  if (!cma || ucx->supports_cuda_memory()) return;
-  const std::string me = std::to_string(opts.rank);
-  std::string why;
-  std::unique_ptr<SharedSegmentSet> set;
-  try {
-    set = std::make_unique<SharedSegmentSet>(opts.rank, opts.size, ShmMailbox::segment_bytes(opts.size));
-  } catch (const Error& e) {
-    why = "rank " + me + " could not create its mailbox segment: " + e.what();
-  }
-  store->set(key("p2p/at/" + me), set ? set->locator() : "", deadline);
-  for (int p = 0; p < opts.size && why.empty(); ++p) {
-    if (p == opts.rank) continue;
-    const std::string locator = store->get(key("p2p/at/" + std::to_string(p)), deadline);
-    if (locator.empty()) {
-      why = "rank " + std::to_string(p) + " has no mailbox segment";
-      break;
-    }
-    const std::string failed = set->map_peer(p, locator);
-    if (!failed.empty()) why = "rank " + me + " cannot map rank " + std::to_string(p) + "'s mailbox: " + failed;
-  }
-  store->set(key("p2p/ok/" + me), why.empty() ? "ok" : why, deadline);
-  for (int p = 0; p < opts.size; ++p) {
-    const std::string verdict = store->get(key("p2p/ok/" + std::to_string(p)), deadline);
-    if (verdict != "ok") {
-      if (opts.rank == 0) spdlog::warn("tandem: send/recv go through UCX ({})", verdict);
-      return;
-    }
-  }
-  mailbox_shm = std::move(set);
-  mailbox = std::make_unique<ShmMailbox>(opts.rank, opts.size, mailbox_shm->view(), *shm);
 }
 
 // ---- The API ----------------------------------------------------------------
@@ -298,9 +217,9 @@ Description describe_ops(const P2POp* ops, size_t n) {
 
 }  // namespace
 
-Task Communicator::Impl::p2p_task(const std::vector<P2POp>& ops, const CollectiveOptions& o) {
-  check_ops(ops.data(), ops.size(), opts.size);
-  memory_type(o);
+Task Engine::p2p_task(const std::vector<P2POp>& ops, const CollectiveOptions& o) {
+  check_ops(ops.data(), ops.size(), ctx_.opts.size);
+  endpoints_.memory_type(o);
   Task task = make_task({}, o, describe_ops(ops.data(), ops.size()));
   task.p2p = ops;
   if (ops.empty()) task.state->finish(nullptr);
@@ -308,42 +227,42 @@ Task Communicator::Impl::p2p_task(const std::vector<P2POp>& ops, const Collectiv
 }
 
 Request Communicator::group_async(const std::vector<P2POp>& ops, const CollectiveOptions& opts) {
-  Task task = impl_->p2p_task(ops, opts);
+  Task task = impl_->engine.p2p_task(ops, opts);
   if (ops.empty()) return Request(task.state);
-  return Request(impl_->enqueue(std::move(task)));
+  return Request(impl_->engine.enqueue(std::move(task)));
 }
 
 // A blocking call on an idle communicator posts and progresses on the
 // caller's thread, as a blocking collective runs (no hand-off to the engine
 // and back, most of a small message's latency). Work queued meanwhile by
 // another thread takes the engine back: this call then waits like any other.
-void Communicator::Impl::run_p2p_blocking(Task task) {
+void Engine::run_p2p_blocking(Task task) {
   auto state = task.state;
   if (task.p2p.empty()) return;
   size_t bytes = 0;
   for (const P2POp& op : task.p2p) bytes += op.count * dtype_size(op.dtype);
   bool run_here = false;
   {
-    std::lock_guard<std::mutex> lock(mu);
+    std::lock_guard<std::mutex> lock(mu_);
     check_open_locked();
-    run_here = queue.empty() && !busy;
+    run_here = queue_.empty() && !busy_;
     if (run_here) {
-      busy = true;
+      busy_ = true;
     } else {
-      queue.push_back(std::move(task));
+      queue_.push_back(std::move(task));
     }
   }
   if (run_here) {
     post(std::move(task));
     progress_here(*state, bytes);
   } else {
-    if (engine_sleeping) wake_sleeping_engine();
-    cv.notify_all();
+    if (sleeping_) endpoints_.wake_sleeper();
+    cv_.notify_all();
   }
   Request(state).wait();
 }
 
-void Communicator::Impl::progress_here(Request::State& state, size_t bytes) {
+void Engine::progress_here(Request::State& state, size_t bytes) {
   const auto finished = [&] {
     std::lock_guard<std::mutex> lock(state.mu);
     return state.done;
@@ -351,8 +270,8 @@ void Communicator::Impl::progress_here(Request::State& state, size_t bytes) {
   for (;;) {
     if (finished()) break;
     {
-      std::lock_guard<std::mutex> lock(mu);
-      if (!queue.empty() || stopping) break;  // hand the engine back
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!queue_.empty() || stopping_) break;  // hand the engine back
     }
     progress_posted();
   }
@@ -362,30 +281,30 @@ void Communicator::Impl::progress_here(Request::State& state, size_t bytes) {
   // From kQuietWakeMaxBytes on, skipping it measured 2-3x slower (32-256
   // KiB: the ranks then slept through UCX's rendezvous): wake as before.
   // The mailbox has no rendezvous to sleep through.
-  release_busy(!mailbox && bytes >= kQuietWakeMaxBytes);
+  release_busy(!endpoints_.mailbox && bytes >= kQuietWakeMaxBytes);
 }
 
-void Communicator::Impl::release_busy(bool wake) {
+void Engine::release_busy(bool wake) {
   {
-    std::lock_guard<std::mutex> lock(mu);
-    busy = false;
-    wake = wake || !queue.empty() || !posted.empty() || stopping;
+    std::lock_guard<std::mutex> lock(mu_);
+    busy_ = false;
+    wake = wake || !queue_.empty() || !posted_.empty() || stopping_;
   }
-  if (wake) cv.notify_all();
+  if (wake) cv_.notify_all();
 }
 
 // A blocking call on an idle communicator whose messages go through the
 // mailbox: posted and polled here without a Task (shared request state,
 // deadline, posted call), most of a small message's cost. One still
 // unfinished after kInlinePolls, or failing, becomes a posted call as any other.
-bool Communicator::Impl::run_p2p_inline(const P2POp* ops, size_t n, const CollectiveOptions& o, int* source) {
+bool Engine::run_p2p_inline(const P2POp* ops, size_t n, const CollectiveOptions& o, int* source) {
   {
-    std::lock_guard<std::mutex> lock(mu);
+    std::lock_guard<std::mutex> lock(mu_);
     check_open_locked();
-    if (!queue.empty() || busy) return false;
-    busy = true;
+    if (!queue_.empty() || busy_) return false;
+    busy_ = true;
   }
-  if (!posted.empty() || sticky || aborted) {  // ours to read while we hold busy
+  if (!posted_.empty() || sticky_ || aborted_) {  // ours to read while we hold busy
     release_busy(false);
     return false;
   }
@@ -395,7 +314,7 @@ bool Communicator::Impl::run_p2p_inline(const P2POp* ops, size_t n, const Collec
   for (size_t i = 0; i < n; ++i) {
     const P2POp& op = ops[i];
     bytes += op.count * dtype_size(op.dtype);
-    messages[i] = post_message(op);
+    messages[i] = endpoints_.post_message(op);
     if (op.kind == P2POp::recv) {
       if (op.peer == kAnySource) any_op = int(i);
       *source = op.peer;
@@ -405,14 +324,14 @@ bool Communicator::Impl::run_p2p_inline(const P2POp* ops, size_t n, const Collec
   std::exception_ptr error;
   try {
     for (unsigned polls = 0; left > 0 && polls < kInlinePolls; ++polls) {
-      mailbox->progress();
+      endpoints_.mailbox->progress();
       for (size_t i = 0; i < n; ++i) {
         int from = -1;
-        if (messages[i].done() || !mailbox->poll(messages[i], &from)) continue;
+        if (messages[i].done() || !endpoints_.mailbox->poll(messages[i], &from)) continue;
         --left;
         if (int(i) == any_op) *source = from;
       }
-      if (oversubscribed && polls > kSpinsBeforeYield) std::this_thread::yield();
+      if (endpoints_.oversubscribed && polls > kSpinsBeforeYield) std::this_thread::yield();
     }
   } catch (...) {
     error = std::current_exception();
@@ -431,8 +350,8 @@ bool Communicator::Impl::run_p2p_inline(const P2POp* ops, size_t n, const Collec
     call.any_source_op = size_t(any_op);
     if (call.messages[size_t(any_op)].done()) state->source = *source;
   }
-  posted.push_back(std::move(call));
-  if (error) fail_call(posted.back(), error);
+  posted_.push_back(std::move(call));
+  if (error) fail_call(posted_.back(), error);
   progress_here(*state, bytes);
   Request request(state);
   request.wait();
@@ -440,10 +359,10 @@ bool Communicator::Impl::run_p2p_inline(const P2POp* ops, size_t n, const Collec
   return true;
 }
 
-int Communicator::Impl::run_p2p(const P2POp* ops, size_t n, const CollectiveOptions& o) {
+int Engine::run_p2p(const P2POp* ops, size_t n, const CollectiveOptions& o) {
   int source = -1;
-  if (mailbox && n > 0 && n <= kInlineOps && o.memory == MemoryType::host) {
-    check_ops(ops, n, opts.size);
+  if (endpoints_.mailbox && n > 0 && n <= kInlineOps && o.memory == MemoryType::host) {
+    check_ops(ops, n, ctx_.opts.size);
     if (run_p2p_inline(ops, n, o, &source)) return source;
   }
   Task task = p2p_task(std::vector<P2POp>(ops, ops + n), o);
@@ -453,7 +372,7 @@ int Communicator::Impl::run_p2p(const P2POp* ops, size_t n, const CollectiveOpti
 }
 
 void Communicator::group(const std::vector<P2POp>& ops, const CollectiveOptions& opts) {
-  impl_->run_p2p(ops.data(), ops.size(), opts);
+  impl_->engine.run_p2p(ops.data(), ops.size(), opts);
 }
 
 Request Communicator::send_async(const void* data, size_t count, DataType dtype, int peer, uint32_t tag,
@@ -464,7 +383,7 @@ Request Communicator::send_async(const void* data, size_t count, DataType dtype,
 void Communicator::send(const void* data, size_t count, DataType dtype, int peer, uint32_t tag,
                         const CollectiveOptions& opts) {
   const P2POp op{P2POp::send, const_cast<void*>(data), count, dtype, peer, tag};
-  impl_->run_p2p(&op, 1, opts);
+  impl_->engine.run_p2p(&op, 1, opts);
 }
 
 Request Communicator::recv_async(void* data, size_t count, DataType dtype, int peer, uint32_t tag,
@@ -475,7 +394,7 @@ Request Communicator::recv_async(void* data, size_t count, DataType dtype, int p
 int Communicator::recv(void* data, size_t count, DataType dtype, int peer, uint32_t tag,
                        const CollectiveOptions& opts) {
   const P2POp op{P2POp::recv, data, count, dtype, peer, tag};
-  return impl_->run_p2p(&op, 1, opts);
+  return impl_->engine.run_p2p(&op, 1, opts);
 }
 
 }  // namespace tandem

@@ -52,8 +52,8 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key, const Coll
   const int n = size();
   std::vector<int64_t> mine{color, key}, all(size_t(2 * n));
   AllgatherArgs args{mine.data(), all.data(), 2, DataType::i64, MemoryType::host};
-  impl_->submit(false, [a = impl_->algorithms, args](Channel& ch) { a->allgather(ch, args); }, opts,
-                {Collective::split, 2, DataType::i64, std::nullopt});
+  impl_->engine.submit(false, [a = impl_->algorithms, args](Channel& ch) { a->allgather(ch, args); }, opts,
+                       {Collective::split, 2, DataType::i64, std::nullopt});
   const uint64_t number = ++impl_->splits;  // the same on every rank: splits are collective
   if (color == kUndefinedColor) return nullptr;
 
@@ -64,10 +64,10 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key, const Coll
   std::stable_sort(members.begin(), members.end(),
                    [&](int a, int b) { return all[size_t(2 * a + 1)] < all[size_t(2 * b + 1)]; });
 
-  CommOptions o = impl_->opts;
+  CommOptions o = impl_->ctx.opts;
   o.size = int(members.size());
   o.rank = int(std::find(members.begin(), members.end(), rank()) - members.begin());
-  const Topology& t = impl_->topology;
+  const Topology& t = impl_->endpoints.topology;
   o.local_rank = o.local_size = 0;
   for (int r : members) {
     if (t.host_of[size_t(r)] != t.host()) continue;
@@ -77,10 +77,10 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key, const Coll
   o.host_store = false;
   o.store.reset();
   if (o.size > 1) {
-    const Deadline deadline = Clock::now() + impl_->opts.connect_timeout;
+    const Deadline deadline = Clock::now() + impl_->ctx.opts.connect_timeout;
     o.store = std::make_shared<PrefixStore>(
-        impl_->store->connect_again(deadline),
-        impl_->opts.prefix + "/split/" + std::to_string(number) + "/" + std::to_string(color));
+        impl_->ctx.store->connect_again(deadline),
+        impl_->ctx.opts.prefix + "/split/" + std::to_string(number) + "/" + std::to_string(color));
   }
   return Communicator::create(o, impl_->algorithms);
 }

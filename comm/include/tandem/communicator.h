@@ -425,15 +425,6 @@ class Communicator {
 
  private:
   explicit Communicator(std::unique_ptr<Impl> impl);
-  // Validate arguments and bind them to the algorithm, for the blocking and async forms alike.
-  std::function<void(Channel&)> allreduce_body(const void* input, void* output, size_t count, DataType dtype,
-                                               ReduceOp op, const CollectiveOptions& opts);
-  std::function<void(Channel&)> reduce_scatter_body(const void* input, void* output, size_t count, DataType dtype,
-                                                    ReduceOp op, const CollectiveOptions& opts);
-  std::function<void(Channel&)> allgather_body(const void* input, void* output, size_t count, DataType dtype,
-                                               const CollectiveOptions& opts);
-  std::function<void(Channel&)> broadcast_body(const void* input, void* output, size_t count, DataType dtype, int root,
-                                               const CollectiveOptions& opts);
   std::unique_ptr<Impl> impl_;
 };
 

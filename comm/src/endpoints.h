@@ -1,0 +1,72 @@
+// Endpoints: how this rank reaches the others. UCX to every rank; where all
+// ranks share this host, shared-memory segments, cross-memory attach, the
+// send/recv mailbox and shared allocations; where ranks span hosts, this
+// host's ranks' segments. Which ranks share a host, and what was chosen.
+// Wired up through the store (connect), closed by close().
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "call_description.h"
+#include "comm_context.h"
+#include "tandem/netif.h"
+#include "transport/shared_segments.h"
+#include "transport/shm_mailbox.h"
+#include "transport/ucx_transport.h"
+
+namespace tandem {
+
+// The bits of a point-to-point message's UCX tag that name its sender.
+inline constexpr Tag kSenderMask = Tag(kMaxRanks - 1) << kLocalBits;
+
+class Endpoints {
+ public:
+  explicit Endpoints(CommContext& ctx);
+  Endpoints(const Endpoints&) = delete;
+  Endpoints& operator=(const Endpoints&) = delete;
+
+  // Interface choice, UCX to every rank, who shares this host, their shared
+  // memory and the mailbox; the algorithms say how much shared memory they want.
+  void connect(const Algorithms& algorithms, Deadline deadline);
+  // Closes UCX (at once after a failure: a peer may never acknowledge a
+  // flush), then unmaps the shared memory.
+  void close(bool failed);
+
+  // The memory type of a call's buffers, refused when this build or UCX cannot move it.
+  MemoryType memory_type(const CollectiveOptions& o) const;
+
+  // Point-to-point messages, on the mailbox when there is one, else on UCX.
+  Pending post_message(const P2POp& op);
+  bool poll_message(Pending& m, int* source);  // *source: who sent a received one
+  void cancel_message(Pending& m);
+  void progress_messages();
+  // Wakes an engine sleeping on the mailbox's doorbell or UCX's event fd.
+  void wake_sleeper();
+
+  std::unique_ptr<UcxTransport> ucx;
+  Topology topology;                               // which ranks share a host
+  std::unique_ptr<SharedSegmentSet> shm;           // when all ranks share this host
+  bool cma = false;                                // and every rank may copy from every other's memory
+  std::unique_ptr<SharedSegmentSet> host_shm;      // when ranks span hosts: this host's ranks' segments
+  SharedSegments host_view;                        // host_shm's segments by local rank
+  std::unique_ptr<SharedSegmentSet> mailbox_shm;   // point-to-point through shared memory
+  std::unique_ptr<ShmMailbox> mailbox;             // (when shm and cma are: open_mailbox)
+  std::unique_ptr<SharedAllocations> allocations;  // allocate_shared()
+  // Bytes the shared-memory collectives read and wrote; only the running call writes it.
+  std::atomic<uint64_t> shm_traffic{0};
+  std::string transports;       // what was chosen, for transport_summary()
+  NetifDecision network;        // the interface selection's decision
+  bool oversubscribed = false;  // more ranks on this host than cores
+
+ private:
+  void learn_topology(Deadline deadline);
+  void map_shared_memory(size_t bytes, Deadline deadline);
+  void open_mailbox(Deadline deadline);
+
+  CommContext& ctx_;
+};
+
+}  // namespace tandem

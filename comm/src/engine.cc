@@ -1,0 +1,225 @@
+// The engine: the queue of calls, running one (on the engine thread or the
+// caller's), health checks during its waits, and the scratch it borrows.
+// Point-to-point calls: point_to_point.cc.
+#include "engine.h"
+
+#include <spdlog/spdlog.h>
+
+#include "engine_channel.h"
+
+namespace tandem {
+
+void Engine::start() {
+  thread_ = std::thread([this] { run(); });
+}
+
+void Engine::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  for (auto& t : queue_) t.state->finish(std::make_exception_ptr(Aborted("communicator destroyed")));
+}
+
+void Engine::abort(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (aborted_) return;
+    abort_reason_ = reason;
+    aborted_ = true;
+  }
+  cv_.notify_all();
+  if (endpoints_.ucx) endpoints_.ucx->wake();  // a wait sleeping on the worker sees the abort now
+  ctx_.flight->dump("abort: " + reason);
+}
+
+void Engine::throw_aborted() {
+  std::lock_guard<std::mutex> lock(mu_);
+  throw Aborted("communicator aborted: " + abort_reason_);
+}
+
+void Engine::check_open_locked() const {
+  if (aborted_) throw Aborted("communicator aborted: " + abort_reason_);
+  if (stopping_) throw Aborted("communicator is shutting down");
+}
+
+Task Engine::make_task(std::function<void(Channel&)> body, const CollectiveOptions& o, const Description& what) const {
+  Task task{std::move(body), std::make_shared<Request::State>(), o.timeout.value_or(ctx_.opts.timeout), {}, what};
+  task.deadline = Clock::now() + task.timeout;
+  task.state->deadline = task.deadline;
+  return task;
+}
+
+std::shared_ptr<Request::State> Engine::enqueue(Task task) {
+  auto state = task.state;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    check_open_locked();
+    queue_.push_back(std::move(task));
+  }
+  cv_.notify_one();
+  if (sleeping_) endpoints_.wake_sleeper();
+  return state;
+}
+
+namespace {
+
+// A state only the task holds (a blocking call's on the caller's thread) has
+// nobody to wake: no lock, whose locked instruction would wait for this
+// call's last stores to reach the peers.
+void finish(Task& task, std::exception_ptr e) {
+  if (task.state.use_count() == 1) {
+    task.state->done = true;
+    task.state->error = std::move(e);
+    return;
+  }
+  task.state->finish(std::move(e));
+}
+
+const char* failure_kind(const std::exception& e) {
+  if (dynamic_cast<const Timeout*>(&e)) return "timeout";
+  if (dynamic_cast<const Aborted*>(&e)) return "abort";
+  if (dynamic_cast<const PeerFailure*>(&e)) return "peer failure";
+  return "failure";
+}
+
+}  // namespace
+
+void Engine::execute(Task& task, Clock::time_point started) {
+  if (task.what.collective == Collective::send_recv) return post(std::move(task));
+  // Exchanges are not collectives: other ranks do not count them, and the
+  // flight recorder (compared across ranks) leaves them out.
+  const bool collective = !task.what.point_to_point();
+  if (collective) {
+    ++seq_;
+    const Description& d = task.what;
+    ctx_.flight->begin(seq_, {d.collective, d.dtype, d.op, d.count, d.root}, endpoints_.shm != nullptr, started);
+  }
+  if (sticky_) {
+    finish(task, sticky_);
+    if (collective) ctx_.flight->end(seq_, false, "not run: an earlier call failed");
+    return;
+  }
+  try {
+    if (aborted_) throw_aborted();
+    EngineChannel channel(*this, task);
+    task.body(channel);
+    channel.finish();
+    finish(task, nullptr);
+    if (collective) ctx_.flight->end(seq_, true);
+  } catch (const CollectiveMismatch& e) {
+    // The shared-memory path does not know the call's number.
+    std::string text = e.what();
+    if (text.find("call #") == std::string::npos) text = "call #" + std::to_string(seq_) + ": " + text;
+    spdlog::error("tandem rank {}: {}", ctx_.rank(), text);
+    calls_.publish_mismatch(text);
+    sticky_ = std::make_exception_ptr(CollectiveMismatch(text));
+    failed_ = true;
+    record_failure(text, "mismatch", collective);
+    finish(task, sticky_);
+  } catch (const std::exception& e) {
+    // Any failure leaves peers in an unknown state (a mismatched collective
+    // too): sticky. Only a mismatch is logged here, as nothing else names it.
+    if (dynamic_cast<const InvalidArgument*>(&e)) spdlog::error("tandem rank {}: {}", ctx_.rank(), e.what());
+    sticky_ = std::current_exception();
+    failed_ = true;
+    record_failure(e.what(), failure_kind(e), collective);
+    finish(task, sticky_);
+  }
+}
+
+void Engine::record_failure(const std::string& error, const char* reason, bool collective) {
+  if (collective) ctx_.flight->end(seq_, false, error);
+  ctx_.flight->dump(std::string(reason) + " at call #" + std::to_string(seq_));
+}
+
+void Engine::run() {
+  // `posted_` changes only under `busy_`: reading it here, with busy_ clear, is safe.
+  for (;;) {
+    Task task;
+    bool have_task = false;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return !busy_ && (stopping_ || !queue_.empty() || !posted_.empty()); });
+      if (queue_.empty() && posted_.empty()) return;  // stopping
+      if (!queue_.empty()) {
+        task = std::move(queue_.front());
+        queue_.pop_front();
+        have_task = true;
+      }
+      busy_ = true;
+    }
+    if (have_task) {
+      execute(task, Clock::now());
+    } else {
+      // Posted sends and receives finish even while the communicator shuts
+      // down, within their deadlines; their health checks see an abort.
+      progress_posted();
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    busy_ = false;  // only this thread waits on `busy_` here: nobody to wake
+  }
+}
+
+// Blocking calls on an idle communicator run on the caller's thread: no
+// hand-off to the engine and back, which is most of a small collective's cost.
+// Anything already queued keeps its place: then the call queues behind it.
+void Engine::run_blocking(std::function<void(Channel&)> body, const CollectiveOptions& o, const Description& what) {
+  if (!try_run_here(body, o, what)) Request(enqueue(make_task(std::move(body), o, what))).wait();
+}
+
+bool Engine::try_run_here(std::function<void(Channel&)>& body, const CollectiveOptions& o, const Description& what) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    check_open_locked();
+    if (!queue_.empty() || busy_) return false;
+    busy_ = true;
+  }
+  // The inline calls' request state, reused: nothing else holds it between calls.
+  if (!inline_state_ || inline_state_.use_count() > 1) inline_state_ = std::make_shared<Request::State>();
+  inline_state_->done = false;
+  inline_state_->error = nullptr;
+  inline_state_->source = -1;
+  Task task{std::move(body), std::move(inline_state_), o.timeout.value_or(ctx_.opts.timeout), {}, what};
+  const Clock::time_point now = Clock::now();
+  task.deadline = now + task.timeout;
+  task.state->deadline = task.deadline;
+  execute(task, now);
+  bool queued = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    busy_ = false;
+    queued = !queue_.empty() || stopping_ || !posted_.empty();
+  }
+  // Wake the engine only if work arrived meanwhile: a futex wake per small
+  // collective would cost more than the collective.
+  if (queued) cv_.notify_all();
+  const std::exception_ptr error = task.state->error;
+  inline_state_ = std::move(task.state);  // moved, not copied: no reference count to change
+  if (error) std::rethrow_exception(error);
+  return true;
+}
+
+Request Engine::submit(bool async, std::function<void(Channel&)> body, const CollectiveOptions& o,
+                       const Description& what) {
+  if (async) return Request(enqueue(make_task(std::move(body), o, what)));
+  run_blocking(std::move(body), o, what);
+  return Request();
+}
+
+void Engine::check_health(const Task& task, int waiting_on) {
+  ctx_.flight->waiting_on(waiting_on);
+  if (aborted_.load(std::memory_order_relaxed)) throw_aborted();
+  liveness_.check(task, seq_, waiting_on, endpoints_.ucx->failed_peer());
+}
+
+void* Engine::scratch_buffer(size_t bytes, int slot, MemoryType memory) {
+  if (slot < 0 || slot > 64) throw InvalidArgument("scratch slot out of range");
+  auto& buffers = memory == MemoryType::host ? host_scratch_ : device_scratch_;
+  while (buffers.size() <= size_t(slot)) buffers.emplace_back(memory);
+  return buffers[slot].get(bytes);
+}
+
+}  // namespace tandem

@@ -1,0 +1,139 @@
+// Engine: runs a communicator's calls in issue order. Collectives one at a
+// time, on the engine thread or, when the communicator is idle, on the
+// caller's thread (the inline path); point-to-point calls are posted and
+// complete in the background (point_to_point.cc). A failure is sticky: every
+// later call fails with it. Health checks during waits join what liveness,
+// the endpoints and abort() say.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "call_check.h"
+#include "comm_context.h"
+#include "endpoints.h"
+#include "liveness.h"
+#include "tandem/reduce.h"
+#include "task.h"
+
+namespace tandem {
+
+// One reusable scratch buffer, grown on demand.
+class ScratchBuffer {
+ public:
+  explicit ScratchBuffer(MemoryType memory = MemoryType::host) : memory_(memory) {}
+  ScratchBuffer(ScratchBuffer&& o) noexcept : memory_(o.memory_), data_(o.data_), bytes_(o.bytes_) {
+    o.data_ = nullptr;
+  }
+  ScratchBuffer(const ScratchBuffer&) = delete;
+  ~ScratchBuffer() {
+    if (data_) deallocate(memory_, data_);
+  }
+  void* get(size_t bytes) {
+    if (bytes > bytes_) {
+      void* fresh = allocate(memory_, bytes);
+      if (data_) deallocate(memory_, data_);
+      data_ = fresh;
+      bytes_ = bytes;
+    }
+    return data_;
+  }
+
+ private:
+  MemoryType memory_;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+class Engine {
+ public:
+  Engine(CommContext& ctx, Endpoints& endpoints, Liveness& liveness, CallCheck& calls)
+      : ctx_(ctx), endpoints_(endpoints), liveness_(liveness), calls_(calls) {}
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  void start();
+  // Lets posted calls finish, joins the thread and fails what is still queued.
+  void stop();
+  void abort(const std::string& reason);
+  bool aborted() const { return aborted_; }
+  bool healthy() const { return !failed_ && !aborted_; }  // no call failed, no abort()
+  uint32_t seq() const { return seq_; }                   // the running (or last) collective's number
+
+  // Collectives and exchanges: queued (async) or run now; a blocking call returns an empty Request.
+  Request submit(bool async, std::function<void(Channel&)> body, const CollectiveOptions& o, const Description& what);
+  std::shared_ptr<Request::State> enqueue(Task task);
+  void run_blocking(std::function<void(Channel&)> body, const CollectiveOptions& o, const Description& what);
+  // run_blocking's inline half: false, `body` untouched, when the call must queue.
+  bool try_run_here(std::function<void(Channel&)>& body, const CollectiveOptions& o, const Description& what);
+  Task make_task(std::function<void(Channel&)> body, const CollectiveOptions& o, const Description& what) const;
+
+  // Point-to-point (point_to_point.cc): a send/recv call checked, with its
+  // messages; a blocking one, returning the source of a receive (else -1).
+  Task p2p_task(const std::vector<P2POp>& ops, const CollectiveOptions& o);
+  int run_p2p(const P2POp* ops, size_t n, const CollectiveOptions& o);
+
+  // For the running call's channel (engine_channel.h).
+  CommContext& context() { return ctx_; }
+  Endpoints& endpoints() { return endpoints_; }
+  Liveness& liveness() { return liveness_; }
+  CallCheck& calls() { return calls_; }
+  void check_health(const Task& task, int waiting_on);
+  void* scratch_buffer(size_t bytes, int slot, MemoryType memory);
+
+ private:
+  void run();
+  // `started`: when the task began, for the flight recorder.
+  void execute(Task& task, Clock::time_point started);
+  // Marks the running collective failed (exchanges are not recorded) and dumps.
+  void record_failure(const std::string& error, const char* reason, bool collective);
+  [[noreturn]] void throw_aborted();
+  void check_open_locked() const;  // caller holds mu_
+
+  // Point-to-point (point_to_point.cc).
+  void post(Task task);
+  bool sweep_posted();  // one pass over the posted calls; true if one finished
+  void fail_posted(std::exception_ptr error);
+  void fail_call(const PostedCall& call, std::exception_ptr error);  // names a size mismatch for `call`
+  void progress_posted();  // nothing queued but calls posted: progress and sleep briefly
+  void run_p2p_blocking(Task task);
+  bool run_p2p_inline(const P2POp* ops, size_t n, const CollectiveOptions& o, int* source);
+  // This thread holds busy_ and its call is posted: progresses until the call
+  // finishes or queued work takes the engine back, then releases busy_.
+  void progress_here(Request::State& state, size_t bytes);
+  void release_busy(bool wake);
+
+  CommContext& ctx_;
+  Endpoints& endpoints_;
+  Liveness& liveness_;
+  CallCheck& calls_;
+
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Task> queue_;  // guarded by mu_
+  bool stopping_ = false;   // guarded by mu_
+  bool busy_ = false;       // a call is executing (engine or inline); guarded by mu_
+  std::atomic<bool> aborted_{false};
+  std::string abort_reason_;   // guarded by mu_
+  std::exception_ptr sticky_;  // touched only by the thread that holds busy_
+  std::atomic<bool> failed_{false};
+  // Point-to-point calls posted and not yet complete; touched only by the
+  // thread that holds busy_ (the engine, or a blocking call run inline).
+  std::deque<PostedCall> posted_;
+  // The engine sleeps on UCX or the mailbox's doorbell: enqueue() must wake it.
+  std::atomic<bool> sleeping_{false};
+  uint32_t seq_ = 0;                                          // touched only by the thread that holds busy_
+  std::vector<ScratchBuffer> host_scratch_, device_scratch_;  // by slot
+  std::shared_ptr<Request::State> inline_state_;              // try_run_here's, reused while nothing else holds it
+};
+
+}  // namespace tandem

@@ -1,0 +1,64 @@
+// Liveness: whether the other ranks are still there, and who failed first.
+// A thread beats on its own store handle every heartbeat / 2; the store
+// records a rank silent for kSilentHeartbeats intervals as failed, or, when
+// it does not track liveness, the ranks watch each other (peer_watch.h).
+// During a wait, check() turns what the store and the transport report into
+// the error that names the rank that failed.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "call_check.h"
+#include "comm_context.h"
+#include "peer_watch.h"
+#include "task.h"
+
+namespace tandem {
+
+class Liveness {
+ public:
+  Liveness(CommContext& ctx, CallCheck& calls) : ctx_(ctx), calls_(calls) {}
+  ~Liveness() { stop(); }  // a create() that fails after start() still joins the thread
+  Liveness(const Liveness&) = delete;
+  Liveness& operator=(const Liveness&) = delete;
+
+  // Registers this rank (or beats once) before any collective, then beats in the background.
+  void start(Deadline deadline);
+  // Stops beating and says goodbye, unless the heartbeat had failed.
+  void stop();
+
+  // Throws when a call waiting on `waiting_on` should stop: this rank's
+  // heartbeat failed, `failed_peer` (a rank whose endpoint failed, or -1)
+  // or a rank the store lists as failed (polled every failure_poll) is gone,
+  // other ranks found the call mismatched, or the call's deadline passed.
+  void check(const Task& task, uint32_t seq, int waiting_on, int failed_peer);
+  // How long a sleeping wait may last before the next check() is due.
+  std::chrono::microseconds until_next_check(const Task& task) const;
+
+  // "rank 1 (host vm, pid 42) failed: <why the store recorded it><detail>".
+  PeerFailure rank_died(int rank, const std::string& detail);
+  // A transport error names the peer of one message, which may only have died
+  // because another rank did: throws naming the rank the store saw die first.
+  [[noreturn]] void blame_first_failure(const PeerFailure& seen, const Task& task, uint32_t seq);
+
+ private:
+  CommContext& ctx_;
+  CallCheck& calls_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::unique_ptr<KeyValueStore> store_;   // the heartbeat's own handle
+  std::unique_ptr<PeerWatch> peer_watch_;  // when the store does not track liveness
+  bool stopping_ = false;                  // guarded by mu_
+  std::string error_;                      // guarded by mu_
+  std::atomic<bool> failed_{false};
+  Clock::time_point next_failure_poll_{};
+};
+
+}  // namespace tandem
