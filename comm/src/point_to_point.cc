@@ -69,21 +69,34 @@ bool Engine::sweep_posted() {
     fail_posted(std::current_exception());
     return true;
   }
+  const auto poll_all = [&](PostedCall& call) {
+    bool done = true;
+    for (size_t i = 0; i < call.messages.size(); ++i) {
+      int source = -1;
+      if (call.messages[i].done()) continue;
+      if (!endpoints_.poll_message(call.messages[i], &source)) {
+        done = false;
+      } else if (call.any_source_mask && i == call.any_source_op) {
+        call.task.state->source = source;
+      }
+    }
+    return done;
+  };
   for (auto it = posted_.begin(); it != posted_.end();) {
     PostedCall& call = *it;
     try {
-      bool done = true;
-      for (size_t i = 0; i < call.messages.size(); ++i) {
-        int source = -1;
-        if (call.messages[i].done()) continue;
-        if (!endpoints_.poll_message(call.messages[i], &source)) {
-          done = false;
-        } else if (call.any_source_mask && i == call.any_source_op) {
-          call.task.state->source = source;
+      bool done = poll_all(call);
+      if (!done && ++call.sweeps % 128 == 0) {
+        try {
+          check_health(call.task, waiting_on(call));
+        } catch (...) {
+          // A peer that took this call's messages and then left (after its
+          // own error) is no failure of this call: look once more.
+          if (!poll_all(call)) throw;
+          done = true;
         }
       }
       if (!done) {
-        if (++call.sweeps % 128 == 0) check_health(call.task, waiting_on(call));
         ++it;
         continue;
       }
