@@ -1,10 +1,11 @@
-// Placement of the ranks on hosts and CPUs (see placement.h), and the host
-// list syntax of -H.
+// Placement of the ranks on hosts and CPUs (see placement.h), the host list
+// syntax of -H, and the checks of a launch's options (validate).
 #include "placement.h"
 
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <sstream>
 #include <stdexcept>
@@ -111,6 +112,39 @@ std::string default_bind(const EnvLookup& env) {
   LaunchOptions o;
   read_settings(launch_settings(), env, o);
   return o.bind;
+}
+
+std::string validate(const LaunchOptions& o) {
+  int slots = 0;
+  for (const HostSlots& h : o.hosts) slots += h.slots;
+  if (!o.hosts.empty()) {
+    if (o.nprocs > slots) {
+      return "-n " + std::to_string(o.nprocs) + " asks for more ranks than the hosts (-H) offer (" +
+             std::to_string(slots) + " slots); add hosts or slots, or leave -n out to use every slot";
+    }
+    if (o.servers > 0)
+      return "--servers cannot be combined with -H yet: start parameter servers with mpirun or by hand";
+  } else if (o.nprocs == -1) {
+    return "say how many ranks: -n/--nprocs N (on this host) or -H host:slots,... (across hosts)";
+  }
+  if (o.nprocs < 1 || o.nprocs > kMaxLocalRanks) {
+    return "-n must be between 1 and " + std::to_string(kMaxLocalRanks) + " local ranks (got " +
+           std::to_string(o.nprocs) + ")";
+  }
+  if (o.servers < 0 || o.nprocs + o.servers > kMaxLocalRanks) {
+    return "--servers must be between 0 and " + std::to_string(kMaxLocalRanks - o.nprocs) + " (got " +
+           std::to_string(o.servers) + ")";
+  }
+  if (o.servers > 0 && o.server_command.empty()) return "--servers needs the parameter servers' command";
+  auto bad_seconds = [](double s) { return !std::isfinite(s) || s < 0 || s > 1e7; };
+  if (bad_seconds(o.timeout_seconds)) return "--timeout must be a number of seconds >= 0 (0 = no limit)";
+  if (bad_seconds(o.grace_seconds)) return "--grace must be a number of seconds >= 0";
+  if (bad_seconds(o.kill_after_seconds)) return "the SIGTERM-to-SIGKILL delay must be >= 0 seconds";
+  if (o.bind != "auto" && o.bind != "none") return "--bind must be auto or none (got '" + o.bind + "')";
+  if (o.command.empty() || o.command[0].empty()) {
+    return "no command given; usage: tandem launch -n N [--timeout S] [--grace S] -- command [args...]";
+  }
+  return "";
 }
 
 }  // namespace tandem::launch

@@ -118,110 +118,45 @@ class Launcher {
     const bool any_local =
         !any_remote || std::any_of(placement.begin(), placement.end(), [](const Placement& p) { return !p.remote(); });
     // Looked up here, so a missing command or remote shell fails before any rank starts.
-    std::optional<std::string> path, rsh_path;
+    Programs programs;
     const EnvLookup env = environment_with(opts_.environment);
-    if (any_local && !(path = resolve_command(opts_.command[0], env, code, error))) {
+    if (any_local && !(programs.command = resolve_command(opts_.command[0], env, code, error))) {
       say(error);
       return code;
     }
     std::istringstream rsh_words(opts_.rsh);
     std::string rsh_program;
     rsh_words >> rsh_program;
-    if (any_remote && !(rsh_path = resolve_command(rsh_program, env, code, error))) {
+    if (any_remote && !(programs.rsh = resolve_command(rsh_program, env, code, error))) {
       say("the remote shell (--rsh): " + error);
       return code;
     }
-
-    // Each rank costs the launcher two pipes and a store connection; the
-    // default soft limit of 1024 descriptors would not last to -n 1024.
-    rlimit files{};
-    ::getrlimit(RLIMIT_NOFILE, &files);
-    const rlimit child_files = files;
-    if (files.rlim_cur < files.rlim_max) {
-      files.rlim_cur = files.rlim_max;
-      ::setrlimit(RLIMIT_NOFILE, &files);
-    }
-
+    const rlimit child_files = raise_file_limit();
     SignalGuard signals;  // before the store, whose thread must inherit the mask
     if (signals.fd() < 0) {
       say(std::string("signalfd: ") + std::strerror(errno));
       return 1;
     }
-    std::unique_ptr<StoreServer> store;
-    std::string secret;
-    try {
-      secret = new_job_secret();
-      StoreServerOptions so;  // 127.0.0.1 when every rank runs on this host
-      so.secret = secret;     // the store admits only holders of the job secret
-      if (any_remote) {
-        so.host = "0.0.0.0";
-        if (!opts_.store_address.empty() && opts_.store_address.find(':') != std::string::npos)
-          so.port = parse_host_port(opts_.store_address).second;
-      }
-      store = std::make_unique<StoreServer>(so);
-    } catch (const std::exception& e) {
-      say(std::string("cannot start the bootstrap store: ") + e.what());
-      return 1;
-    }
+    std::unique_ptr<StoreServer> store = start_store(any_remote);
+    if (!store) return 1;
     store_ = store.get();
-    std::string store_addr = "127.0.0.1:" + std::to_string(store->port());
-    std::string host = "127.0.0.1";  // where the ranks reach this host
-    if (any_remote) {
-      char name[256] = {};
-      ::gethostname(name, sizeof name - 1);
-      host = opts_.store_address.empty() ? name : opts_.store_address;
-      if (host.find(':') != std::string::npos) host = parse_host_port(host).first;
-      store_addr = host + ":" + std::to_string(store->port());
-      std::string where;
-      for (const HostSlots& h : opts_.hosts)
-        where += (where.empty() ? "" : ", ") + h.host + ":" + std::to_string(h.slots);
-      say(std::to_string(opts_.nprocs) + " ranks on " + where + " (host-major); store at " + store_addr);
-    }
     // torchrun's variables for the workers: rank 0 hosts torch's store on its host.
     TorchJob torch;
-    const std::string rank0_host = placement[0].remote() ? placement[0].host : host;
+    const std::string rank0_host = placement[0].remote() ? placement[0].host : store_host_;
     if (std::string why = plan_torch_job(placement, opts_.nprocs, rank0_host, store->port(), env, torch);
         !why.empty()) {
       say(why);
       return 2;
     }
-
     // Orphaned descendants of the ranks become our children, not init's, so
     // they are reaped even in containers whose init never reaps.
     ::prctl(PR_SET_CHILD_SUBREAPER, 1);
     start_ = Clock::now();
-    const int world = opts_.nprocs + opts_.servers;
-    // Parameter-server ranks run server_command (already a path: `tandem ps serve`).
-    const std::vector<std::string>& serve = opts_.server_command;
-    ranks_.resize(static_cast<size_t>(world));
     GroupGuard guard;
-    if (!guard.start(ranks_.size()))
+    if (!guard.start(size_t(opts_.nprocs + opts_.servers)))
       say(std::string("cannot start the group guard (") + std::strerror(errno) +
           "); if the launcher is killed, what the ranks started may outlive it");
-    const std::vector<int> launcher_cpus = allowed_cpus();
-    for (int i = 0; i < world; ++i) {
-      ranks_[i].rank = i;
-      const bool server = i >= opts_.nprocs;
-      const Placement& at = placement[size_t(i)];
-      const std::vector<std::string> job = job_variables(i, world, at, store_addr, opts_.servers, torch);
-      const std::optional<cpu_set_t> cpus =
-          opts_.bind == "auto" && !at.remote() ? cpu_share(launcher_cpus, at.local_rank, at.local_size) : std::nullopt;
-      int rc = at.remote()
-                   ? spawn_rank(ranks_[i], *rsh_path,
-                                remote_command(opts_.rsh, at.host, job, opts_.command, opts_.environment),
-                                rank_environment({}, "", opts_.environment), secret, child_files, nullptr, error, guard)
-                   : spawn_rank(ranks_[i], server ? serve[0] : *path, server ? serve : opts_.command,
-                                rank_environment(job, secret, opts_.environment), "", child_files,
-                                cpus ? &*cpus : nullptr, error, guard);
-      if (rc != 0) {
-        say("rank " + std::to_string(i) + ": " + error);
-        spawn_failure_ = rc;
-        // The ranks already running would wait for the missing one forever.
-        enter(Phase::killing, SIGKILL, kKillWait);
-        break;
-      }
-    }
-
+    spawn_all(placement, programs, torch, child_files, guard);
     loop(signals.fd());
     guard.stop();
     reap_orphans();
@@ -232,6 +167,92 @@ class Launcher {
   int interrupt_signal() const { return interrupt_signal_; }
 
  private:
+  // Where the ranks' programs are: the command (local ranks) and the remote shell.
+  struct Programs {
+    std::optional<std::string> command, rsh;
+  };
+
+  // Each rank costs the launcher two pipes and a store connection; the
+  // default soft limit of 1024 descriptors would not last to -n 1024.
+  // Returns the limit the ranks inherit (as it was).
+  static rlimit raise_file_limit() {
+    rlimit files{};
+    ::getrlimit(RLIMIT_NOFILE, &files);
+    const rlimit as_was = files;
+    if (files.rlim_cur < files.rlim_max) {
+      files.rlim_cur = files.rlim_max;
+      ::setrlimit(RLIMIT_NOFILE, &files);
+    }
+    return as_was;
+  }
+
+  // The bootstrap store, admitting only holders of the job secret; on
+  // 127.0.0.1 when every rank runs on this host. Null (said why) on failure.
+  std::unique_ptr<StoreServer> start_store(bool any_remote) {
+    std::unique_ptr<StoreServer> store;
+    try {
+      secret_ = new_job_secret();
+      StoreServerOptions so;
+      so.secret = secret_;
+      if (any_remote) {
+        so.host = "0.0.0.0";
+        if (!opts_.store_address.empty() && opts_.store_address.find(':') != std::string::npos)
+          so.port = parse_host_port(opts_.store_address).second;
+      }
+      store = std::make_unique<StoreServer>(so);
+    } catch (const std::exception& e) {
+      say(std::string("cannot start the bootstrap store: ") + e.what());
+      return nullptr;
+    }
+    store_address_ = "127.0.0.1:" + std::to_string(store->port());
+    if (any_remote) {
+      char name[256] = {};
+      ::gethostname(name, sizeof name - 1);
+      store_host_ = opts_.store_address.empty() ? name : opts_.store_address;
+      if (store_host_.find(':') != std::string::npos) store_host_ = parse_host_port(store_host_).first;
+      store_address_ = store_host_ + ":" + std::to_string(store->port());
+      std::string where;
+      for (const HostSlots& h : opts_.hosts)
+        where += (where.empty() ? "" : ", ") + h.host + ":" + std::to_string(h.slots);
+      say(std::to_string(opts_.nprocs) + " ranks on " + where + " (host-major); store at " + store_address_);
+    }
+    return store;
+  }
+
+  // Starts every rank (parameter-server ranks run server_command, already a
+  // path: `tandem ps serve`); after a failed start, kills those running.
+  void spawn_all(const std::vector<Placement>& placement, const Programs& programs, const TorchJob& torch,
+                 const rlimit& child_files, GroupGuard& guard) {
+    const int world = opts_.nprocs + opts_.servers;
+    const std::vector<std::string>& serve = opts_.server_command;
+    ranks_.resize(static_cast<size_t>(world));
+    const std::vector<int> launcher_cpus = allowed_cpus();
+    std::string error;
+    for (int i = 0; i < world; ++i) {
+      ranks_[i].rank = i;
+      const bool server = i >= opts_.nprocs;
+      const Placement& at = placement[size_t(i)];
+      const std::vector<std::string> job = job_variables(i, world, at, store_address_, opts_.servers, torch);
+      const std::optional<cpu_set_t> cpus =
+          opts_.bind == "auto" && !at.remote() ? cpu_share(launcher_cpus, at.local_rank, at.local_size) : std::nullopt;
+      int rc =
+          at.remote()
+              ? spawn_rank(ranks_[i], *programs.rsh,
+                           remote_command(opts_.rsh, at.host, job, opts_.command, opts_.environment),
+                           rank_environment({}, "", opts_.environment), secret_, child_files, nullptr, error, guard)
+              : spawn_rank(ranks_[i], server ? serve[0] : *programs.command, server ? serve : opts_.command,
+                           rank_environment(job, secret_, opts_.environment), "", child_files, cpus ? &*cpus : nullptr,
+                           error, guard);
+      if (rc != 0) {
+        say("rank " + std::to_string(i) + ": " + error);
+        spawn_failure_ = rc;
+        // The ranks already running would wait for the missing one forever.
+        enter(Phase::killing, SIGKILL, kKillWait);
+        break;
+      }
+    }
+  }
+
   void loop(int signal_fd) {
     std::optional<Clock::time_point> linger_until;
     bool stragglers_killed = false;
@@ -440,6 +461,9 @@ class Launcher {
   const LaunchOptions& opts_;
   std::vector<Rank> ranks_;
   StoreServer* store_ = nullptr;
+  std::string secret_;                    // the job secret the store admits
+  std::string store_address_;             // host:port, as the ranks reach it
+  std::string store_host_ = "127.0.0.1";  // where the ranks reach this host
   Clock::time_point start_{};
   Phase phase_ = Phase::running;
   std::optional<Clock::time_point> phase_deadline_;
@@ -452,39 +476,6 @@ class Launcher {
 };
 
 }  // namespace
-
-std::string validate(const LaunchOptions& o) {
-  int slots = 0;
-  for (const HostSlots& h : o.hosts) slots += h.slots;
-  if (!o.hosts.empty()) {
-    if (o.nprocs > slots) {
-      return "-n " + std::to_string(o.nprocs) + " asks for more ranks than the hosts (-H) offer (" +
-             std::to_string(slots) + " slots); add hosts or slots, or leave -n out to use every slot";
-    }
-    if (o.servers > 0)
-      return "--servers cannot be combined with -H yet: start parameter servers with mpirun or by hand";
-  } else if (o.nprocs == -1) {
-    return "say how many ranks: -n/--nprocs N (on this host) or -H host:slots,... (across hosts)";
-  }
-  if (o.nprocs < 1 || o.nprocs > kMaxLocalRanks) {
-    return "-n must be between 1 and " + std::to_string(kMaxLocalRanks) + " local ranks (got " +
-           std::to_string(o.nprocs) + ")";
-  }
-  if (o.servers < 0 || o.nprocs + o.servers > kMaxLocalRanks) {
-    return "--servers must be between 0 and " + std::to_string(kMaxLocalRanks - o.nprocs) + " (got " +
-           std::to_string(o.servers) + ")";
-  }
-  if (o.servers > 0 && o.server_command.empty()) return "--servers needs the parameter servers' command";
-  auto bad_seconds = [](double s) { return !std::isfinite(s) || s < 0 || s > 1e7; };
-  if (bad_seconds(o.timeout_seconds)) return "--timeout must be a number of seconds >= 0 (0 = no limit)";
-  if (bad_seconds(o.grace_seconds)) return "--grace must be a number of seconds >= 0";
-  if (bad_seconds(o.kill_after_seconds)) return "the SIGTERM-to-SIGKILL delay must be >= 0 seconds";
-  if (o.bind != "auto" && o.bind != "none") return "--bind must be auto or none (got '" + o.bind + "')";
-  if (o.command.empty() || o.command[0].empty()) {
-    return "no command given; usage: tandem launch -n N [--timeout S] [--grace S] -- command [args...]";
-  }
-  return "";
-}
 
 LaunchResult launch(const LaunchOptions& options) {
   LaunchOptions o = options;

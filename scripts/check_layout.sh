@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
-# Checks two layout rules of the library code (docs/design.md): every source file
-# stays at MAX_LINES lines or fewer, and only the settings readers call getenv.
+# Checks the layout rules of the library code (docs/design.md): every source
+# file stays at MAX_LINES lines or fewer and every function (lambdas too) at
+# MAX_FUNCTION_LINES, and only the settings readers call getenv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-MAX_LINES=600
+MAX_LINES=500
+MAX_FUNCTION_LINES=80
+# Known to exceed a limit until they are split; nothing else may join them.
+OVERSIZED=(
+  capi/python/module.cc          # PYBIND11_MODULE binds every operation by hand (to come from one call table)
+  capi/python/process_group.cc   # the c10d backend, likewise
+  trainer/config.cc              # parse_config spells every key three times (to come from one key table)
+)
 LIBRARY_DIRS=(comm ring fusion compression paramserver trainer capi launch)
 # The settings readers: the only library files that may read the environment.
 GETENV_ALLOWED=(
@@ -17,11 +25,20 @@ for d in "${LIBRARY_DIRS[@]}"; do
 done
 mapfile -t files < <(find "${dirs[@]}" -type f \( -name '*.cc' -o -name '*.h' -o -name '*.cu' \) | sort)
 
+oversized() {
+  local o
+  for o in "${OVERSIZED[@]}"; do [[ $1 == "$o" ]] && return 0; done
+  return 1
+}
 long=()
+checked=()
 for f in "${files[@]}"; do
+  oversized "$f" && continue
+  checked+=("$f")
   n=$(wc -l <"$f")
   ((n > MAX_LINES)) && long+=("  $f: $n lines")
 done
+mapfile -t long_functions < <(python3 scripts/long_functions.py "$MAX_FUNCTION_LINES" "${checked[@]}")
 
 allowed() {
   local a
@@ -42,12 +59,18 @@ if ((${#long[@]})); then
   printf '%s\n' "${long[@]}"
   status=1
 fi
+if ((${#long_functions[@]})); then
+  echo "check_layout: ${#long_functions[@]} function(s) over $MAX_FUNCTION_LINES lines; split them into named steps:"
+  printf '%s\n' "${long_functions[@]}"
+  status=1
+fi
 if ((${#reads[@]})); then
   echo "check_layout: getenv outside the settings readers (${GETENV_ALLOWED[*]}); read the setting there, into options:"
   printf '%s\n' "${reads[@]}"
   status=1
 fi
 if ((status == 0)); then
-  echo "check_layout: ${#files[@]} library files, none over $MAX_LINES lines, getenv only in ${GETENV_ALLOWED[*]}"
+  echo "check_layout: ${#files[@]} library files, none over $MAX_LINES lines or with a function over" \
+    "$MAX_FUNCTION_LINES (but ${#OVERSIZED[@]} known: ${OVERSIZED[*]}), getenv only in ${GETENV_ALLOWED[*]}"
 fi
 exit "$status"

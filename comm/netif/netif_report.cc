@@ -1,8 +1,11 @@
 // Reports of interface selection: the decision as text (`tandem netif`, logs)
-// and JSON, the interface list, and the JSON forms the ranks exchange.
+// and JSON, the interface list, and the JSON forms the ranks exchange
+// (interfaces, probes, each rank's record).
 #include "netif_report.h"
 
 #include <cstdio>
+
+#include "netif_select.h"
 
 namespace tandem {
 namespace netif {
@@ -58,6 +61,35 @@ PairProbe probe_from(const json& j) {
   p.bandwidth_gbps = j.at("bandwidth_gbps").get<double>();
   p.error = j.at("error").get<std::string>();
   return p;
+}
+
+std::string record_to_json(const RankRecord& r) {
+  json ifs = json::array();
+  for (const auto& i : r.interfaces) ifs.push_back(to_j(i));
+  return json{{"rank", r.rank},
+              {"host", {{"hostname", r.host.hostname}, {"boot_id", r.host.boot_id}, {"netns", r.host.netns}}},
+              {"interfaces", ifs},
+              {"unusable", r.unusable},
+              {"error", r.error}}
+      .dump();
+}
+
+RankRecord record_from_json(const std::string& text) {
+  try {
+    json j = json::parse(text);
+    RankRecord r;
+    r.rank = j.at("rank").get<int>();
+    r.host.hostname = j.at("host").at("hostname").get<std::string>();
+    r.host.boot_id = j.at("host").at("boot_id").get<std::string>();
+    r.host.netns = j.at("host").at("netns").get<std::string>();
+    for (const auto& i : j.at("interfaces")) r.interfaces.push_back(interface_from(i));
+    r.unusable = j.at("unusable").get<std::vector<std::string>>();
+    r.error = j.at("error").get<std::string>();
+    if (r.unusable.size() != r.interfaces.size()) throw InvalidArgument("unusable/interfaces length mismatch");
+    return r;
+  } catch (const json::exception& e) {
+    throw InvalidArgument(std::string("tandem: malformed interface record in the store: ") + e.what());
+  }
 }
 
 }  // namespace netif

@@ -88,35 +88,6 @@ RankRecord make_record(int rank, const HostIdentity& host, std::vector<NetInterf
   return r;
 }
 
-std::string record_to_json(const RankRecord& r) {
-  json ifs = json::array();
-  for (const auto& i : r.interfaces) ifs.push_back(to_j(i));
-  return json{{"rank", r.rank},
-              {"host", {{"hostname", r.host.hostname}, {"boot_id", r.host.boot_id}, {"netns", r.host.netns}}},
-              {"interfaces", ifs},
-              {"unusable", r.unusable},
-              {"error", r.error}}
-      .dump();
-}
-
-RankRecord record_from_json(const std::string& text) {
-  try {
-    json j = json::parse(text);
-    RankRecord r;
-    r.rank = j.at("rank").get<int>();
-    r.host.hostname = j.at("host").at("hostname").get<std::string>();
-    r.host.boot_id = j.at("host").at("boot_id").get<std::string>();
-    r.host.netns = j.at("host").at("netns").get<std::string>();
-    for (const auto& i : j.at("interfaces")) r.interfaces.push_back(interface_from(i));
-    r.unusable = j.at("unusable").get<std::vector<std::string>>();
-    r.error = j.at("error").get<std::string>();
-    if (r.unusable.size() != r.interfaces.size()) throw InvalidArgument("unusable/interfaces length mismatch");
-    return r;
-  } catch (const json::exception& e) {
-    throw InvalidArgument(std::string("tandem: malformed interface record in the store: ") + e.what());
-  }
-}
-
 void check_records(const std::vector<RankRecord>& records, const std::string& override_text) {
   std::string problems;
   for (const auto& r : records)
@@ -136,28 +107,18 @@ int probe_target(const std::vector<RankRecord>& records, int rank) {
   return -1;
 }
 
-NetifDecision plan(const std::vector<RankRecord>& records, int rank, const std::string& override_text) {
-  NetifDecision d;
-  d.rank = rank;
-  d.size = int(records.size());
-  d.override_text = override_text;
-  std::vector<HostIdentity> distinct;
-  for (const auto& r : records) {
-    d.hosts.push_back(r.host.hostname);
-    if (std::none_of(distinct.begin(), distinct.end(), [&](auto& h) { return h.same_host(r.host); }))
-      distinct.push_back(r.host);
-  }
-  d.distinct_hosts = int(distinct.size());
-  d.single_host = d.distinct_hosts <= 1;
+namespace {
 
-  // Every unusable interface is reported once per host (its first rank).
-  auto first_of_host = [&](size_t r) {
-    for (size_t q = 0; q < r; ++q)
-      if (records[q].host.same_host(records[r].host)) return false;
-    return true;
-  };
+// Every interface is reported once per host: by the host's first rank.
+bool first_of_host(const std::vector<RankRecord>& records, size_t r) {
+  for (size_t q = 0; q < r; ++q)
+    if (records[q].host.same_host(records[r].host)) return false;
+  return true;
+}
+
+void note_unusable(const std::vector<RankRecord>& records, NetifDecision& d) {
   for (size_t r = 0; r < records.size(); ++r) {
-    if (!first_of_host(r)) continue;
+    if (!first_of_host(records, r)) continue;
     for (size_t i = 0; i < records[r].interfaces.size(); ++i) {
       const auto& itf = records[r].interfaces[i];
       if (!records[r].unusable[i].empty()) {
@@ -168,29 +129,37 @@ NetifDecision plan(const std::vector<RankRecord>& records, int rank, const std::
       }
     }
   }
+}
 
-  if (d.single_host) {
-    // One network stack: loopback, unless the override rules it out.
-    const auto& me = records[size_t(rank)];
-    std::string pick;
-    for (size_t i = 0; i < me.interfaces.size() && pick.empty(); ++i)
-      if (me.unusable[i].empty() && me.interfaces[i].loopback) pick = me.interfaces[i].name;
-    for (size_t i = 0; i < me.interfaces.size() && pick.empty(); ++i)
-      if (me.unusable[i].empty()) pick = me.interfaces[i].name;
-    d.chosen = pick;
-    d.chosen_per_rank.assign(records.size(), pick);
-    d.reason = "all " + std::to_string(d.size) + " ranks are on one host (" + d.hosts[0] + ")" +
-               (pick.empty() ? "; no usable interface" : "");
-    return d;
-  }
+// One network stack: loopback, unless the override rules it out.
+void plan_one_host(const std::vector<RankRecord>& records, int rank, NetifDecision& d) {
+  const auto& me = records[size_t(rank)];
+  std::string pick;
+  for (size_t i = 0; i < me.interfaces.size() && pick.empty(); ++i)
+    if (me.unusable[i].empty() && me.interfaces[i].loopback) pick = me.interfaces[i].name;
+  for (size_t i = 0; i < me.interfaces.size() && pick.empty(); ++i)
+    if (me.unusable[i].empty()) pick = me.interfaces[i].name;
+  d.chosen = pick;
+  d.chosen_per_rank.assign(records.size(), pick);
+  d.reason = "all " + std::to_string(d.size) + " ranks are on one host (" + d.hosts[0] + ")" +
+             (pick.empty() ? "; no usable interface" : "");
+}
 
-  // Subnet -> per rank (interface index, address). std::map keeps a stable, identical order on every rank;
-  // IPv4 sorts before IPv6 by the family prefix in the key.
-  struct Slot {
-    int itf = -1;
-    std::string address;
-  };
-  std::map<std::string, std::vector<Slot>> by_subnet;
+// A rank's interface (index) and address in one subnet.
+struct Slot {
+  int itf = -1;
+  std::string address;
+};
+// Subnet -> per rank. std::map keeps a stable, identical order on every rank;
+// IPv4 sorts before IPv6 by the family prefix in the key.
+using SubnetSlots = std::map<std::string, std::vector<Slot>>;
+
+std::string subnet_key(const InterfaceAddress& a, const std::string& subnet) {
+  return std::to_string(a.family) + " " + subnet;
+}
+
+SubnetSlots slots_by_subnet(const std::vector<RankRecord>& records) {
+  SubnetSlots by_subnet;
   for (size_t r = 0; r < records.size(); ++r) {
     for (size_t i = 0; i < records[r].interfaces.size(); ++i) {
       const auto& itf = records[r].interfaces[i];
@@ -199,13 +168,19 @@ NetifDecision plan(const std::vector<RankRecord>& records, int rank, const std::
         if (link_local(a)) continue;
         auto subnet = subnet_of(a.address, a.prefix);
         if (!subnet) continue;
-        auto& slots = by_subnet[std::to_string(a.family) + " " + *subnet];
+        auto& slots = by_subnet[subnet_key(a, *subnet)];
         slots.resize(records.size());
         if (slots[r].itf < 0) slots[r] = {int(i), a.address};  // first interface in the subnet wins
       }
     }
   }
-  std::set<std::pair<int, int>> in_candidate;  // (rank, interface index)
+  return by_subnet;
+}
+
+// A candidate per subnet every rank has an address in; returns the (rank, interface) pairs they use.
+std::set<std::pair<int, int>> add_candidates(const std::vector<RankRecord>& records, const SubnetSlots& by_subnet,
+                                             NetifDecision& d) {
+  std::set<std::pair<int, int>> in_candidate;
   for (const auto& [key, slots] : by_subnet) {
     if (!std::all_of(slots.begin(), slots.end(), [](const Slot& s) { return s.itf >= 0; })) continue;
     NetifCandidate c;
@@ -226,9 +201,14 @@ NetifDecision plan(const std::vector<RankRecord>& records, int rank, const std::
       d.candidates.push_back(std::move(c));
     }
   }
-  // Usable interfaces in no candidate: say which ranks lack their subnets.
+  return in_candidate;
+}
+
+// Usable interfaces in no candidate: says which ranks lack their subnets.
+void note_unshared(const std::vector<RankRecord>& records, SubnetSlots& by_subnet,
+                   const std::set<std::pair<int, int>>& in_candidate, NetifDecision& d) {
   for (size_t r = 0; r < records.size(); ++r) {
-    if (!first_of_host(r)) continue;
+    if (!first_of_host(records, r)) continue;
     for (size_t i = 0; i < records[r].interfaces.size(); ++i) {
       const auto& itf = records[r].interfaces[i];
       if (!records[r].unusable[i].empty() || itf.loopback || in_candidate.count({int(r), int(i)})) continue;
@@ -236,7 +216,7 @@ NetifDecision plan(const std::vector<RankRecord>& records, int rank, const std::
       for (const auto& a : itf.addresses) {
         if (link_local(a)) continue;
         auto subnet = subnet_of(a.address, a.prefix).value_or(a.address);
-        const auto& slots = by_subnet[std::to_string(a.family) + " " + subnet];
+        const auto& slots = by_subnet[subnet_key(a, subnet)];
         std::string missing;
         for (size_t q = 0; q < slots.size(); ++q)
           if (slots[q].itf < 0) missing += (missing.empty() ? "" : ", ") + who(d.hosts, int(q));
@@ -245,6 +225,31 @@ NetifDecision plan(const std::vector<RankRecord>& records, int rank, const std::
       d.excluded.push_back({int(r), d.hosts[r], itf.name, why});
     }
   }
+}
+
+}  // namespace
+
+NetifDecision plan(const std::vector<RankRecord>& records, int rank, const std::string& override_text) {
+  NetifDecision d;
+  d.rank = rank;
+  d.size = int(records.size());
+  d.override_text = override_text;
+  std::vector<HostIdentity> distinct;
+  for (const auto& r : records) {
+    d.hosts.push_back(r.host.hostname);
+    if (std::none_of(distinct.begin(), distinct.end(), [&](auto& h) { return h.same_host(r.host); }))
+      distinct.push_back(r.host);
+  }
+  d.distinct_hosts = int(distinct.size());
+  d.single_host = d.distinct_hosts <= 1;
+  note_unusable(records, d);
+  if (d.single_host) {
+    plan_one_host(records, rank, d);
+    return d;
+  }
+  SubnetSlots by_subnet = slots_by_subnet(records);
+  const std::set<std::pair<int, int>> in_candidate = add_candidates(records, by_subnet, d);
+  note_unshared(records, by_subnet, in_candidate, d);
   return d;
 }
 
@@ -336,6 +341,100 @@ void agree_or_throw(KeyValueStore& store, const CommOptions& o, const std::strin
   }
 }
 
+// The peers' probe ports (one per candidate), as each published them.
+std::vector<uint16_t> peer_ports(KeyValueStore& store, const std::string& base, int peer, size_t candidates,
+                                 Deadline deadline) {
+  std::vector<uint16_t> v;
+  const std::string text = store.get(base + "ports/" + std::to_string(peer), deadline);
+  for (size_t pos = 0; pos <= text.size();) {
+    size_t end = text.find(',', pos);
+    if (end == std::string::npos) end = text.size();
+    v.push_back(uint16_t(std::atoi(text.substr(pos, end - pos).c_str())));
+    pos = end + 1;
+  }
+  if (v.size() != candidates) throw InvalidArgument("tandem: malformed probe ports from rank " + std::to_string(peer));
+  return v;
+}
+
+// Every rank's probes of every candidate, into d.candidates[c].probes on every rank.
+void share_probes(KeyValueStore& store, const std::string& base, int n, int me,
+                  const std::vector<std::vector<PairProbe>>& results, NetifDecision& d, Deadline deadline) {
+  using nlohmann::json;
+  json all = json::array();
+  for (const auto& per_candidate : results) {
+    json a = json::array();
+    for (const auto& p : per_candidate) a.push_back(netif::to_j(p));
+    all.push_back(a);
+  }
+  store.set(base + "probes/" + std::to_string(me), all.dump(), deadline);
+  for (int r = 0; r < n; ++r) {
+    json j = json::parse(store.get(base + "probes/" + std::to_string(r), deadline));
+    if (j.size() != d.candidates.size())
+      throw InvalidArgument("tandem: malformed probe results from rank " + std::to_string(r));
+    for (size_t c = 0; c < d.candidates.size(); ++c)
+      for (const auto& p : j[c]) d.candidates[c].probes.push_back(netif::probe_from(p));
+  }
+}
+
+// Each candidate in turn on every rank: RTT to the peers on other hosts (all
+// of them up to kMaxAllPairsRanks ranks, else the next host's), then a stream
+// to that one, after every rank has measured RTT (not under load).
+void probe_candidates(KeyValueStore& store, const std::string& base, const std::vector<netif::RankRecord>& records,
+                      int me, NetifDecision& d, Deadline deadline) {
+  using namespace netif;
+  const int n = int(records.size());
+  std::vector<std::string> my_addresses;
+  for (const auto& c : d.candidates) my_addresses.push_back(c.addresses[size_t(me)]);
+  ProbeServer server(my_addresses);
+  std::string ports;
+  for (size_t c = 0; c < d.candidates.size(); ++c) ports += (c ? "," : "") + std::to_string(server.port(c));
+  store.set(base + "ports/" + std::to_string(me), ports, deadline);
+
+  const int target = probe_target(records, me);
+  std::vector<int> rtt_peers;
+  std::map<int, std::vector<uint16_t>> ports_of;
+  for (int p = 0; p < n; ++p) {
+    const bool other_host = !records[size_t(p)].host.same_host(records[size_t(me)].host);
+    if (!other_host || (n > kMaxAllPairsRanks && p != target)) continue;
+    rtt_peers.push_back(p);
+    ports_of[p] = peer_ports(store, base, p, d.candidates.size(), deadline);
+  }
+  const auto stream =
+      std::chrono::milliseconds(std::clamp(kStreamBudgetMs / int(d.candidates.size()), kMinStreamMs, kMaxStreamMs));
+  std::vector<std::vector<PairProbe>> results(d.candidates.size());
+  for (size_t c = 0; c < d.candidates.size(); ++c) {
+    // One candidate at a time on every rank, so streams do not share links or CPUs.
+    store_barrier(store, base + "probe/" + std::to_string(c), n, deadline);
+    const auto& cand = d.candidates[c];
+    const std::string& ifname = cand.names[size_t(me)];
+    const std::string& local = cand.addresses[size_t(me)];
+    // A single probe is bounded well inside the overall deadline so a black hole costs ~1 s, not the deadline.
+    const Deadline probe_deadline = std::min(deadline, Clock::now() + std::chrono::milliseconds(1000) + stream);
+    for (int p : rtt_peers) {
+      PairProbe pr;
+      pr.from = me;
+      pr.to = p;
+      const std::string& peer = cand.addresses[size_t(p)];
+      std::string src = route_source(peer);
+      if (src != local) {
+        pr.error = "the route to " + peer + " leaves from " + (src.empty() ? "nowhere" : src) + ", not " + ifname +
+                   " (" + local + ")";
+      } else {
+        probe_rtt(pr, ifname, local, peer, ports_of[p][c], kRttRounds, probe_deadline);
+      }
+      results[c].push_back(pr);
+    }
+    store_barrier(store, base + "stream/" + std::to_string(c), n, deadline);
+    for (auto& pr : results[c]) {
+      if (pr.ok && pr.to == target)
+        probe_bandwidth(pr, ifname, local, cand.addresses[size_t(target)], ports_of[target][c], stream,
+                        std::min(deadline, Clock::now() + std::chrono::milliseconds(1000) + stream));
+    }
+  }
+  store_barrier(store, base + "probed", n, deadline);  // every stream is done; servers may close
+  share_probes(store, base, n, me, results, d, deadline);
+}
+
 }  // namespace
 
 NetifDecision select_interface(KeyValueStore& store, const CommOptions& options, Deadline deadline) {
@@ -359,83 +458,7 @@ NetifDecision select_interface(KeyValueStore& store, const CommOptions& options,
 
   if (!d.single_host && !d.candidates.empty()) {
     const auto t0 = Clock::now();
-    std::vector<std::string> my_addresses;
-    for (const auto& c : d.candidates) my_addresses.push_back(c.addresses[size_t(me)]);
-    ProbeServer server(my_addresses);
-    std::string ports;
-    for (size_t c = 0; c < d.candidates.size(); ++c) ports += (c ? "," : "") + std::to_string(server.port(c));
-    store.set(base + "ports/" + std::to_string(me), ports, deadline);
-
-    const int target = probe_target(records, me);
-    std::vector<int> rtt_peers;
-    for (int p = 0; p < n; ++p) {
-      bool other_host = !records[size_t(p)].host.same_host(mine.host);
-      if (other_host && (n <= kMaxAllPairsRanks || p == target)) rtt_peers.push_back(p);
-    }
-    std::map<int, std::vector<uint16_t>> peer_ports;
-    for (int p : rtt_peers) {
-      std::vector<uint16_t> v;
-      std::string text = store.get(base + "ports/" + std::to_string(p), deadline);
-      for (size_t pos = 0; pos <= text.size();) {
-        size_t end = text.find(',', pos);
-        if (end == std::string::npos) end = text.size();
-        v.push_back(uint16_t(std::atoi(text.substr(pos, end - pos).c_str())));
-        pos = end + 1;
-      }
-      if (v.size() != d.candidates.size())
-        throw InvalidArgument("tandem: malformed probe ports from rank " + std::to_string(p));
-      peer_ports[p] = v;
-    }
-
-    const auto stream =
-        std::chrono::milliseconds(std::clamp(kStreamBudgetMs / int(d.candidates.size()), kMinStreamMs, kMaxStreamMs));
-    std::vector<std::vector<PairProbe>> results(d.candidates.size());
-    for (size_t c = 0; c < d.candidates.size(); ++c) {
-      // One candidate at a time on every rank, so streams do not share links or CPUs.
-      store_barrier(store, base + "probe/" + std::to_string(c), n, deadline);
-      const auto& cand = d.candidates[c];
-      const std::string& ifname = cand.names[size_t(me)];
-      const std::string& local = cand.addresses[size_t(me)];
-      // A single probe is bounded well inside the overall deadline so a black hole costs ~1 s, not the deadline.
-      const Deadline probe_deadline = std::min(deadline, Clock::now() + std::chrono::milliseconds(1000) + stream);
-      for (int p : rtt_peers) {
-        PairProbe pr;
-        pr.from = me;
-        pr.to = p;
-        const std::string& peer = cand.addresses[size_t(p)];
-        std::string src = route_source(peer);
-        if (src != local) {
-          pr.error = "the route to " + peer + " leaves from " + (src.empty() ? "nowhere" : src) + ", not " + ifname +
-                     " (" + local + ")";
-        } else {
-          probe_rtt(pr, ifname, local, peer, peer_ports[p][c], kRttRounds, probe_deadline);
-        }
-        results[c].push_back(pr);
-      }
-      // Streams start only once every rank has measured RTT, so latency is not measured under load.
-      store_barrier(store, base + "stream/" + std::to_string(c), n, deadline);
-      for (auto& pr : results[c]) {
-        if (pr.ok && pr.to == target)
-          probe_bandwidth(pr, ifname, local, cand.addresses[size_t(target)], peer_ports[target][c], stream,
-                          std::min(deadline, Clock::now() + std::chrono::milliseconds(1000) + stream));
-      }
-    }
-    store_barrier(store, base + "probed", n, deadline);  // every stream is done; servers may close
-
-    json all = json::array();
-    for (const auto& per_candidate : results) {
-      json a = json::array();
-      for (const auto& p : per_candidate) a.push_back(to_j(p));
-      all.push_back(a);
-    }
-    store.set(base + "probes/" + std::to_string(me), all.dump(), deadline);
-    for (int r = 0; r < n; ++r) {
-      json j = json::parse(store.get(base + "probes/" + std::to_string(r), deadline));
-      if (j.size() != d.candidates.size())
-        throw InvalidArgument("tandem: malformed probe results from rank " + std::to_string(r));
-      for (size_t c = 0; c < d.candidates.size(); ++c)
-        for (const auto& p : j[c]) d.candidates[c].probes.push_back(probe_from(p));
-    }
+    probe_candidates(store, base, records, me, d, deadline);
     d.probe_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   }
   agree_or_throw(store, options, base + "undecided", deadline, [&] { decide(d); });

@@ -206,24 +206,7 @@ void StoreServer::Impl::Connection::handle(sp::Op op, const std::string& key, st
     case sp::Op::try_get:
       if (auto it = server.data.find(key); it != server.data.end()) return reply(sp::Op::value, key, it->second);
       return reply(sp::Op::not_found, key, {});
-    case sp::Op::add: {
-      auto delta = sp::parse_int64(value);
-      if (!delta) return error_reply(fmt::format("add to key '{}': delta '{}' is not an int64", key, value));
-      int64_t current = 0;
-      if (auto it = server.data.find(key); it != server.data.end()) {
-        auto parsed = sp::parse_int64(it->second);
-        if (!parsed) return error_reply(fmt::format("add to key '{}': stored value is not an integer", key));
-        current = *parsed;
-      }
-      int64_t total = 0;
-      if (__builtin_add_overflow(current, *delta, &total))
-        return error_reply(fmt::format("add to key '{}': int64 overflow", key));
-      std::string text = std::to_string(total);
-      if (!server.put(key, text)) return error_reply(full(key, text.size()));
-      reply(sp::Op::value, key, text);
-      server.notify(key);
-      return;
-    }
+    case sp::Op::add: return handle_add(key, value);
     case sp::Op::wait: {
       auto wait_ms = sp::read_u64(value);
       auto keys = wait_ms ? sp::decode_key_list(value.substr(8)) : std::nullopt;
@@ -269,6 +252,24 @@ void StoreServer::Impl::Connection::handle(sp::Op op, const std::string& key, st
       // validate_header already rejected everything else.
       return error_reply("unexpected opcode");
   }
+}
+
+void StoreServer::Impl::Connection::handle_add(const std::string& key, std::string_view value) {
+  auto delta = sp::parse_int64(value);
+  if (!delta) return error_reply(fmt::format("add to key '{}': delta '{}' is not an int64", key, value));
+  int64_t current = 0;
+  if (auto it = server.data.find(key); it != server.data.end()) {
+    auto parsed = sp::parse_int64(it->second);
+    if (!parsed) return error_reply(fmt::format("add to key '{}': stored value is not an integer", key));
+    current = *parsed;
+  }
+  int64_t total = 0;
+  if (__builtin_add_overflow(current, *delta, &total))
+    return error_reply(fmt::format("add to key '{}': int64 overflow", key));
+  std::string text = std::to_string(total);
+  if (!server.put(key, text)) return error_reply(full(key, text.size()));
+  reply(sp::Op::value, key, text);
+  server.notify(key);
 }
 
 std::string StoreServer::Impl::Connection::full(const std::string& key, size_t value_bytes) const {

@@ -131,6 +131,7 @@ struct StoreServer::Impl::Connection : std::enable_shared_from_this<Connection> 
   void reject(const std::string& message);
   bool admit(sp::Op op, std::string_view value);
   void handle(sp::Op op, const std::string& key, std::string_view value);
+  void handle_add(const std::string& key, std::string_view value);  // add: parse, check overflow, store, wake waiters
   std::string full(const std::string& key, size_t value_bytes) const;
   std::vector<std::string> missing(const std::vector<std::string>& keys) const;
   void park(sp::Op op, std::vector<std::string> keys, uint64_t wait_ms);
