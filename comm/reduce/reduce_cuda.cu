@@ -24,7 +24,6 @@ constexpr int kPerPack = static_cast<int>(16 / sizeof(T));
 template <class T, class F>
 struct BinaryBody {
   static constexpr int E = kPerPack<T>;
-  static constexpr unsigned kUnroll = 4;
   using P = cuda::Pack<T, E>;
   struct Loaded {
     P a, b;
@@ -48,7 +47,6 @@ struct BinaryBody {
 template <class T>
 struct ScaleBody {
   static constexpr int E = kPerPack<T>;
-  static constexpr unsigned kUnroll = 4;
   using Loaded = cuda::Pack<T, E>;
   fn::AvgDiv div;
   T* data;

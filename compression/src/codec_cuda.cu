@@ -1,9 +1,10 @@
 // CUDA codec kernels: the element functors of codec_functors.h run by
 // elementwise_cuda.cuh's packed kernels, 4 elements a pack (16 bytes of
 // floats, 8 of 16-bit codes) so every warp access fills whole sectors; the
-// non-finite scan, which reads codes only, 8 (16 bytes). Built with -fmad=false, as the CPU side with
-// -ffp-contract=off, so scaling rounds twice on both; tests/gpu checks them
-// against the functors on a GPU and measures them against a device copy.
+// non-finite scan, which reads codes only, 8 (16 bytes). Built with
+// -fmad=false, as the CPU side with -ffp-contract=off, so scaling rounds
+// twice on both; tests/gpu checks them against the functors on a GPU and
+// measures them against a device copy.
 #include <cuda_runtime.h>
 
 #include <string>
@@ -24,7 +25,6 @@ using Floats = cuda::Pack<float, kPack>;
 template <class T>
 struct EncodeBody {
   static constexpr int E = kPack;
-  static constexpr unsigned kUnroll = 4;
   using Loaded = Floats;
   Encode<T> f;
   const float* src;
@@ -43,7 +43,6 @@ struct EncodeBody {
 template <class T>
 struct DecodeBody {
   static constexpr int E = kPack;
-  static constexpr unsigned kUnroll = 4;
   using Loaded = Codes<T>;
   Decode<T> f;
   const T* src;
@@ -62,7 +61,6 @@ struct DecodeBody {
 template <class T>
 struct EncodeFeedbackBody {
   static constexpr int E = kPack;
-  static constexpr unsigned kUnroll = 4;
   struct Loaded {
     Floats data, residual;
   };
@@ -94,7 +92,6 @@ struct EncodeFeedbackBody {
 template <class T>
 struct NonfiniteBody {
   static constexpr int E = 8;
-  static constexpr unsigned kUnroll = 4;
   using Loaded = cuda::Pack<T, E>;
   const T* src;
   unsigned* found;
@@ -193,6 +190,7 @@ void nonfinite_cuda(Format f, const uint16_t* src, size_t n, unsigned* found, vo
 bool all_finite_cuda(Format f, const uint16_t* src, size_t n, void* stream) {
   struct Word {
     unsigned* host = nullptr;
+    unsigned* device = nullptr;  // the same word as the GPU addresses it (portable: every device)
     ~Word() {
       if (host) cudaFreeHost(host);
     }
@@ -202,11 +200,11 @@ bool all_finite_cuda(Format f, const uint16_t* src, size_t n, void* stream) {
     check(cudaHostAlloc(reinterpret_cast<void**>(&word.host), sizeof(unsigned),
                         cudaHostAllocMapped | cudaHostAllocPortable),
           "all_finite_cuda: cudaHostAlloc");
+    check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&word.device), word.host, 0),
+          "all_finite_cuda: device pointer");
   }
-  unsigned* device = nullptr;
-  check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device), word.host, 0), "all_finite_cuda: device pointer");
   *static_cast<volatile unsigned*>(word.host) = 0;
-  nonfinite_cuda(f, src, n, device, stream);
+  nonfinite_cuda(f, src, n, word.device, stream);
   synchronize_cuda(stream);
   return *static_cast<volatile unsigned*>(word.host) == 0;
 }

@@ -3,7 +3,7 @@
 // kernels. A Body says what one element, or one pack of E elements, does;
 // launch() runs it over n elements:
 //  - each thread moves whole packs by 16-byte words (8-byte for a pack of
-//    four 16-bit elements) and loads Body::kUnroll packs before it stores any
+//    four 16-bit elements) and loads kUnroll packs before it stores any
 //    (a destination may alias a source, so the compiler cannot reorder);
 //  - consecutive threads' packs are adjacent, so every warp access covers
 //    whole 32-byte sectors (a pack of two words per array would leave each
@@ -11,7 +11,7 @@
 //  - a scalar head brings every array to 16-byte alignment together and a
 //    scalar tail finishes what no pack covers; arrays whose misalignments
 //    never meet run element by element;
-//  - one block per kThreads * Body::kUnroll packs, so a large call gives every
+//  - one block per kThreads * kUnroll packs, so a large call gives every
 //    multiprocessor many blocks and the scheduler balances them.
 // nvcc only.
 #pragma once
@@ -27,10 +27,11 @@
 namespace tandem::cuda {
 
 constexpr unsigned kThreads = 256;
+constexpr unsigned kUnroll = 4;  // packs a thread has in flight
 
 // E elements of T moved as 16-byte words (8-byte where the pack is 8 bytes).
 // The words stay packed until get() and set(): elements unpacked at the load
-// cost registers (74 against 42 for an f16 sum, measured) and so occupancy.
+// cost registers (74 against 44 for an f16 sum, measured) and so occupancy.
 template <class T, int E>
 struct Pack {
   static constexpr size_t kBytes = E * sizeof(T);
@@ -71,14 +72,12 @@ __device__ __forceinline__ void store_pack(T* p, const Pack<T, E>& x) {  // p al
   for (int k = 0; k < Pack<T, E>::kWords; ++k) store_word(reinterpret_cast<typename Pack<T, E>::Word*>(p) + k, x.w[k]);
 }
 
-// A Body has: static constexpr int E (elements a pack) and unsigned kUnroll
-// (packs a thread has in flight); a type Loaded; and the device members
+// A Body has: static constexpr int E (elements a pack); a type Loaded; and the device members
 //   Loaded load(size_t i) const;                // elements [i, i + E), every array aligned there
 //   void store(size_t i, const Loaded&) const;  // computes and writes them
 //   void one(size_t i) const;                   // element i alone
 template <class Body>
 __global__ void __launch_bounds__(kThreads) packed_kernel(Body body, size_t head, size_t packs, size_t n) {
-  constexpr unsigned kUnroll = Body::kUnroll;
   const size_t first = static_cast<size_t>(blockIdx.x) * kThreads * kUnroll + threadIdx.x;
   typename Body::Loaded in[kUnroll];
 #pragma unroll
@@ -100,7 +99,6 @@ __global__ void __launch_bounds__(kThreads) packed_kernel(Body body, size_t head
 
 template <class Body>
 __global__ void __launch_bounds__(kThreads) scalar_kernel(Body body, size_t n) {
-  constexpr unsigned kUnroll = Body::kUnroll;
   const size_t first = static_cast<size_t>(blockIdx.x) * kThreads * kUnroll + threadIdx.x;
 #pragma unroll
   for (unsigned u = 0; u < kUnroll; ++u) {
@@ -127,8 +125,8 @@ inline size_t aligned_head(std::initializer_list<Array> arrays) {
   return kNeverAligned;
 }
 
-inline unsigned blocks_for(size_t units, unsigned unroll) {
-  const size_t kPerBlock = size_t{kThreads} * unroll;
+inline unsigned blocks_for(size_t units) {
+  constexpr size_t kPerBlock = size_t{kThreads} * kUnroll;
   return static_cast<unsigned>(std::max<size_t>(1, (units + kPerBlock - 1) / kPerBlock));
 }
 
@@ -138,12 +136,12 @@ void launch(const Body& body, size_t n, std::initializer_list<Array> arrays, cud
   if (n == 0) return;
   const size_t head = aligned_head(arrays);
   if (head == kNeverAligned) {
-    scalar_kernel<<<blocks_for(n, Body::kUnroll), kThreads, 0, stream>>>(body, n);
+    scalar_kernel<<<blocks_for(n), kThreads, 0, stream>>>(body, n);
     return;
   }
   const size_t h = std::min(head, n);
   const size_t packs = (n - h) / Body::E;
-  packed_kernel<<<blocks_for(packs, Body::kUnroll), kThreads, 0, stream>>>(body, h, packs, n);
+  packed_kernel<<<blocks_for(packs), kThreads, 0, stream>>>(body, h, packs, n);
 }
 
 }  // namespace tandem::cuda
