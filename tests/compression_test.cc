@@ -18,6 +18,7 @@
 
 #include "codec_functors.h"
 #include "codec_kernels.h"
+#include "edge_floats.h"
 #include "multiprocess.h"
 #include "tandem/errors.h"
 #include "tandem/reduce.h"
@@ -87,29 +88,7 @@ class CodecIsa : public ::testing::TestWithParam<Isa> {
 // limits and ties.
 std::vector<float> awkward_floats(size_t n) {
   std::mt19937 rng(12345);
-  std::vector<float> v;
-  const float specials[] = {0.0f,
-                            -0.0f,
-                            1.0f,
-                            -1.0f,
-                            65504.0f,
-                            65519.0f,
-                            65520.0f,
-                            -65520.0f,
-                            1e-8f,
-                            6e-8f,
-                            3e-8f,
-                            1.0f + 0x1p-11f,
-                            1.0f + 0x1p-8f,
-                            3e38f,
-                            std::numeric_limits<float>::max(),
-                            std::numeric_limits<float>::infinity(),
-                            -std::numeric_limits<float>::infinity(),
-                            std::numeric_limits<float>::quiet_NaN(),
-                            from_bits(0x7F800001u),
-                            from_bits(0xFFC12345u),
-                            std::numeric_limits<float>::denorm_min()};
-  for (float s : specials) v.push_back(s);
+  std::vector<float> v = testing::edge_floats();
   std::uniform_real_distribution<float> unit(-2.0f, 2.0f);
   while (v.size() < n) {
     v.push_back(from_bits(static_cast<uint32_t>(rng())));

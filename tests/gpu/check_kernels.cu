@@ -13,6 +13,7 @@
 #include <sstream>
 #include <type_traits>
 
+#include "../edge_floats.h"
 #include "codec_cuda.h"
 #include "codec_functors.h"
 #include "gpu_test.h"
@@ -67,22 +68,7 @@ T random_value(std::mt19937_64& rng) {
   if constexpr (std::is_integral_v<T>) {
     return kind < 10 ? static_cast<T>(static_cast<int64_t>(r % 201) - 100) : static_cast<T>(r);
   } else {
-    static const float kSpecials[] = {0.0f,
-                                      -0.0f,
-                                      1.0f,
-                                      -1.0f,
-                                      65504.0f,
-                                      65519.0f,
-                                      65520.0f,
-                                      1e-8f,
-                                      6e-8f,
-                                      3e-8f,
-                                      1e-40f,
-                                      1.0f + 0x1p-11f,
-                                      1.0f + 0x1p-8f + 0x1p-24f,
-                                      3e38f,
-                                      HUGE_VALF,
-                                      -HUGE_VALF};
+    const std::vector<float>& edges = testing::edge_floats();
     float f;
     if (kind < 14) {
       f = std::ldexp(1.0f + static_cast<float>(r % (1u << 20)) / (1u << 20), static_cast<int>(r >> 60) - 8);
@@ -92,7 +78,7 @@ T random_value(std::mt19937_64& rng) {
       std::memcpy(&raw, &r, sizeof raw);
       return raw;
     } else {
-      f = kSpecials[r % (sizeof kSpecials / sizeof kSpecials[0])];
+      f = edges[r % edges.size()];
     }
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
       return static_cast<T>(f);
