@@ -6,9 +6,9 @@
 #include <future>
 #include <string>
 
-#include "call_check.h"
 #include "comm_context.h"
-#include "liveness.h"
+#include "liveness/call_check.h"
+#include "liveness/liveness.h"
 #include "memory_store.h"
 
 namespace tandem::testing {

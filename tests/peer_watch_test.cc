@@ -2,7 +2,7 @@
 // beats and watches its ring successor. First the watch itself on a made-up
 // clock (exact bounds), then three communicators in threads bootstrapping
 // through an in-memory store (no tandem store anywhere).
-#include "peer_watch.h"
+#include "liveness/peer_watch.h"
 
 #include <gtest/gtest.h>
 

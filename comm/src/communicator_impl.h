@@ -8,13 +8,13 @@
 #include <cstdint>
 #include <memory>
 
-#include "call_check.h"
 #include "comm_context.h"
-#include "endpoints.h"
-#include "engine.h"
-#include "liveness.h"
+#include "engine/engine.h"
+#include "liveness/call_check.h"
+#include "liveness/liveness.h"
 #include "tandem/communicator.h"
 #include "tandem/store.h"
+#include "transport/endpoints.h"
 
 namespace tandem {
 

@@ -65,7 +65,7 @@ struct CommOptions {
   // waiting in a collective fails with PeerFailure naming it within three.
   // tandem's store watches the beats itself; over a handed-in store that does
   // not (`store` above), each rank watches its ring successor's beats instead
-  // (comm/src/peer_watch.h), with the same bound.
+  // (comm/liveness/peer_watch.h), with the same bound.
   // The same bound applies to the store itself: a store that does not answer
   // a failure poll within min(heartbeat, 2 s) counts as gone.
   std::chrono::milliseconds heartbeat{std::chrono::seconds(2)};

@@ -1,6 +1,6 @@
 // EngineChannel's messages and waits: tags, fingerprints, the UCX wait and
 // the shared-memory idle loop, and the scratch buffers collectives borrow.
-#include "engine_channel.h"
+#include "engine/engine_channel.h"
 
 #include <immintrin.h>
 #include <sched.h>
@@ -9,7 +9,7 @@
 #include <string>
 #include <thread>
 
-#include "wait_policy.h"
+#include "engine/wait_policy.h"
 
 namespace tandem {
 

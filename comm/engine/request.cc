@@ -1,5 +1,5 @@
 // Request: the handle of an asynchronous collective; waits for the engine to finish it.
-#include "task.h"
+#include "engine/task.h"
 
 namespace tandem {
 

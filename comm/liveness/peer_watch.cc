@@ -1,4 +1,4 @@
-#include "peer_watch.h"
+#include "liveness/peer_watch.h"
 
 #include <spdlog/spdlog.h>
 

@@ -1,11 +1,11 @@
 // The engine: the queue of calls, running one (on the engine thread or the
 // caller's), health checks during its waits, and the scratch it borrows.
 // Point-to-point calls: point_to_point.cc.
-#include "engine.h"
+#include "engine/engine.h"
 
 #include <spdlog/spdlog.h>
 
-#include "engine_channel.h"
+#include "engine/engine_channel.h"
 
 namespace tandem {
 

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "communicator_impl.h"
-#include "wait_policy.h"
+#include "engine/wait_policy.h"
 
 namespace tandem {
 namespace {

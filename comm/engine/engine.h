@@ -17,12 +17,12 @@
 #include <thread>
 #include <vector>
 
-#include "call_check.h"
 #include "comm_context.h"
-#include "endpoints.h"
-#include "liveness.h"
+#include "engine/task.h"
+#include "liveness/call_check.h"
+#include "liveness/liveness.h"
 #include "tandem/reduce.h"
-#include "task.h"
+#include "transport/endpoints.h"
 
 namespace tandem {
 

@@ -14,10 +14,10 @@
 #include <string>
 #include <thread>
 
-#include "call_check.h"
 #include "comm_context.h"
-#include "peer_watch.h"
-#include "task.h"
+#include "engine/task.h"
+#include "liveness/call_check.h"
+#include "liveness/peer_watch.h"
 
 namespace tandem {
 

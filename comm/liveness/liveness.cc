@@ -1,6 +1,6 @@
 // Liveness: the heartbeat, health checks during a wait, and naming the rank
 // that failed first.
-#include "liveness.h"
+#include "liveness/liveness.h"
 
 #include <spdlog/spdlog.h>
 

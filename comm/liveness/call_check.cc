@@ -1,5 +1,5 @@
 // CallCheck: the start-up check of builds, and mismatches published through the store.
-#include "call_check.h"
+#include "liveness/call_check.h"
 
 #include <spdlog/spdlog.h>
 

@@ -1,6 +1,6 @@
 // Endpoints: wiring UCX and shared memory up through the store, the memory
 // types calls may use, and the transport point-to-point messages take.
-#include "endpoints.h"
+#include "transport/endpoints.h"
 
 #include <spdlog/spdlog.h>
 

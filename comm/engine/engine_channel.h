@@ -5,7 +5,7 @@
 #include <chrono>
 #include <vector>
 
-#include "engine.h"
+#include "engine/engine.h"
 
 namespace tandem {
 
