@@ -8,7 +8,8 @@
 #   tests/gpu/run.sh [--quick] [--check-only | --bandwidth-only] [--samples N] [--json FILE]
 #
 # Environment: TANDEM_GPU_BUILD (build folder, default build-gpu at the
-# repository root), TANDEM_CUDA_ARCHITECTURES (default: the GPU's own, else
+# repository root), TANDEM_GPU_TIMEOUT (seconds each run may take, default
+# 600: a hung kernel fails the tier instead of stalling it), TANDEM_CUDA_ARCHITECTURES (default: the GPU's own, else
 # the library's list), TANDEM_GPU_SANITIZE=1 (then the quick checks again
 # under compute-sanitizer's memcheck, which sees reads out of bounds too), JOBS.
 set -euo pipefail
@@ -38,8 +39,12 @@ cmake --build "$build" -j "${JOBS:-$(nproc)}"
 if command -v nvidia-smi >/dev/null 2>&1; then
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv 2>/dev/null || true
 fi
+limit=${TANDEM_GPU_TIMEOUT:-600}
 status=0
-"$build/tandem-gpu-kernels" "$@" || status=$?
+timeout "$limit" "$build/tandem-gpu-kernels" "$@" || status=$?
+if ((status == 124)); then
+  echo "tests/gpu: tandem-gpu-kernels ran past $limit s (TANDEM_GPU_TIMEOUT) and was stopped" >&2
+fi
 if ((status == 77)); then
   if [[ ${TANDEM_GPU_REQUIRED:-0} == 1 ]]; then
     echo "tests/gpu: no GPU, and TANDEM_GPU_REQUIRED=1" >&2
@@ -50,6 +55,7 @@ if ((status == 77)); then
 fi
 if ((status == 0)) && [[ ${TANDEM_GPU_SANITIZE:-0} == 1 ]]; then
   echo "compute-sanitizer memcheck, quick checks:"
-  compute-sanitizer --tool memcheck --error-exitcode 3 "$build/tandem-gpu-kernels" --quick --check-only || status=$?
+  timeout "$limit" compute-sanitizer --tool memcheck --error-exitcode 3 "$build/tandem-gpu-kernels" --quick \
+    --check-only || status=$?
 fi
 exit "$status"
