@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -78,7 +79,8 @@ class Engine {
 
   // Point-to-point (point_to_point.cc): a send/recv call checked, with its
   // messages; a blocking one, returning the source of a receive (else -1).
-  Task p2p_task(const std::vector<P2POp>& ops, const CollectiveOptions& o);
+  Task p2p_task(std::span<const P2POp> ops, const CollectiveOptions& o);
+  Request start_p2p(std::span<const P2POp> ops, const CollectiveOptions& o);
   int run_p2p(const P2POp* ops, size_t n, const CollectiveOptions& o);
 
   // For the running call's channel (engine_channel.h).

@@ -230,19 +230,19 @@ Description describe_ops(const P2POp* ops, size_t n) {
 
 }  // namespace
 
-Task Engine::p2p_task(const std::vector<P2POp>& ops, const CollectiveOptions& o) {
+Task Engine::p2p_task(std::span<const P2POp> ops, const CollectiveOptions& o) {
   check_ops(ops.data(), ops.size(), ctx_.opts.size);
   endpoints_.memory_type(o);
   Task task = make_task({}, o, describe_ops(ops.data(), ops.size()));
-  task.p2p = ops;
+  task.p2p.assign(ops.begin(), ops.end());
   if (ops.empty()) task.state->finish(nullptr);
   return task;
 }
 
-Request Communicator::group_async(const std::vector<P2POp>& ops, const CollectiveOptions& opts) {
-  Task task = impl_->engine.p2p_task(ops, opts);
+Request Engine::start_p2p(std::span<const P2POp> ops, const CollectiveOptions& o) {
+  Task task = p2p_task(ops, o);
   if (ops.empty()) return Request(task.state);
-  return Request(impl_->engine.enqueue(std::move(task)));
+  return Request(enqueue(std::move(task)));
 }
 
 // A blocking call on an idle communicator posts and progresses on the
@@ -378,36 +378,10 @@ int Engine::run_p2p(const P2POp* ops, size_t n, const CollectiveOptions& o) {
     check_ops(ops, n, ctx_.opts.size);
     if (run_p2p_inline(ops, n, o, &source)) return source;
   }
-  Task task = p2p_task(std::vector<P2POp>(ops, ops + n), o);
+  Task task = p2p_task({ops, n}, o);
   Request request(task.state);
   run_p2p_blocking(std::move(task));
   return request.source();
-}
-
-void Communicator::group(const std::vector<P2POp>& ops, const CollectiveOptions& opts) {
-  impl_->engine.run_p2p(ops.data(), ops.size(), opts);
-}
-
-Request Communicator::send_async(const void* data, size_t count, DataType dtype, int peer, uint32_t tag,
-                                 const CollectiveOptions& opts) {
-  return group_async({P2POp{P2POp::send, const_cast<void*>(data), count, dtype, peer, tag}}, opts);
-}
-
-void Communicator::send(const void* data, size_t count, DataType dtype, int peer, uint32_t tag,
-                        const CollectiveOptions& opts) {
-  const P2POp op{P2POp::send, const_cast<void*>(data), count, dtype, peer, tag};
-  impl_->engine.run_p2p(&op, 1, opts);
-}
-
-Request Communicator::recv_async(void* data, size_t count, DataType dtype, int peer, uint32_t tag,
-                                 const CollectiveOptions& opts) {
-  return group_async({P2POp{P2POp::recv, data, count, dtype, peer, tag}}, opts);
-}
-
-int Communicator::recv(void* data, size_t count, DataType dtype, int peer, uint32_t tag,
-                       const CollectiveOptions& opts) {
-  const P2POp op{P2POp::recv, data, count, dtype, peer, tag};
-  return impl_->engine.run_p2p(&op, 1, opts);
 }
 
 }  // namespace tandem

@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "tandem/algorithms.h"
+#include "tandem/call.h"
 #include "tandem/errors.h"
 #include "tandem/transport.h"
 #include "tandem/types.h"
@@ -102,151 +104,6 @@ struct CommOptions {
 // shared-memory chunks grow.
 bool ranks_outnumber_cores(const CommOptions& options);
 
-struct CollectiveOptions {
-  std::optional<std::chrono::milliseconds> timeout;  // default: CommOptions::timeout
-  // Where the buffers live. MemoryType::cuda routes reductions to the CUDA
-  // kernels; it needs a CUDA build and a UCX with CUDA memory support, and is
-  // rejected with InvalidArgument otherwise.
-  MemoryType memory = MemoryType::host;
-  // All-reduce only: the pipeline chunk of this call, the same on every rank:
-  // the ring's segment, or the shared-memory chunk (at most the communicator's,
-  // whose slots are sized for it). 0 = the communicator's; else >= 4096.
-  // The gradient-sync autotuner moves it.
-  size_t chunk_bytes = 0;
-};
-
-struct AllreduceArgs {
-  const void* input = nullptr;  // == output for in-place
-  void* output = nullptr;
-  size_t count = 0;
-  DataType dtype = DataType::f32;
-  ReduceOp op = ReduceOp::sum;
-  MemoryType memory = MemoryType::host;
-  size_t chunk_bytes = 0;  // CollectiveOptions::chunk_bytes
-};
-
-// Rank r reduces block r: input holds size() blocks of `count` elements,
-// output one block. In-place when output == input + rank * count (NCCL's rule).
-struct ReduceScatterArgs {
-  const void* input = nullptr;
-  void* output = nullptr;
-  size_t count = 0;  // elements per rank
-  DataType dtype = DataType::f32;
-  ReduceOp op = ReduceOp::sum;
-  MemoryType memory = MemoryType::host;
-};
-
-// Every rank contributes `count` elements; output holds size() blocks, rank
-// order. In-place when input == output + rank * count.
-struct AllgatherArgs {
-  const void* input = nullptr;
-  void* output = nullptr;
-  size_t count = 0;  // elements per rank
-  DataType dtype = DataType::f32;
-  MemoryType memory = MemoryType::host;
-};
-
-// root's input reaches every rank's output (in-place when input == output).
-struct BroadcastArgs {
-  const void* input = nullptr;  // read on the root only
-  void* output = nullptr;
-  size_t count = 0;
-  DataType dtype = DataType::f32;
-  int root = 0;
-  MemoryType memory = MemoryType::host;
-};
-
-// Per-peer blocks of a variable-size collective: counts and displacements in
-// elements, one per rank (MPI's layout). Empty displacements: packed, in rank order.
-struct Blocks {
-  std::vector<size_t> counts;
-  std::vector<size_t> displs;
-};
-
-// Rank r's block for peer p is input + send.displs[p], its block from p lands
-// at output + recv.displs[p]; send.counts[p] on r equals recv.counts[r] on p.
-// alltoall: every count equal. In place when input == output; other overlaps go through scratch.
-struct AlltoallvArgs {
-  const void* input = nullptr;
-  void* output = nullptr;
-  Blocks send, recv;  // displacements filled in
-  DataType dtype = DataType::f32;
-  MemoryType memory = MemoryType::host;
-  bool equal = false;  // called as alltoall (every count equal), so a call check names it so
-};
-
-// The op-combination of every rank's input lands in root's output (read only
-// on the root; in place when input == output).
-struct ReduceArgs {
-  const void* input = nullptr;
-  void* output = nullptr;
-  size_t count = 0;
-  DataType dtype = DataType::f32;
-  ReduceOp op = ReduceOp::sum;
-  int root = 0;
-  MemoryType memory = MemoryType::host;
-};
-
-// gatherv: each rank's `count` elements land in root's output at
-// blocks.displs[r] (blocks: root only). scatterv: the reverse, root's block r
-// reaches rank r's output. allgatherv: every rank is a root. In place when the
-// rank's own block already sits at its place in output (input == output + displs[rank]).
-struct VariableArgs {
-  const void* input = nullptr;
-  void* output = nullptr;
-  size_t count = 0;  // this rank's elements
-  Blocks blocks;     // displacements filled in
-  DataType dtype = DataType::f32;
-  int root = 0;
-  MemoryType memory = MemoryType::host;
-};
-
-// reduce_scatterv: input holds every rank's block (blocks.counts[r] elements
-// at blocks.displs[r]); rank r's output receives block r reduced over ranks.
-struct ReduceScattervArgs {
-  const void* input = nullptr;
-  void* output = nullptr;
-  Blocks blocks;
-  DataType dtype = DataType::f32;
-  ReduceOp op = ReduceOp::sum;
-  MemoryType memory = MemoryType::host;
-};
-
-// The collective algorithms a communicator runs (ring/ provides them). They
-// see only a Channel, never the transport behind it.
-class Algorithms {
- public:
-  virtual ~Algorithms() = default;
-  virtual void allreduce(Channel& channel, const AllreduceArgs& args) = 0;
-  virtual void reduce_scatter(Channel& channel, const ReduceScatterArgs& args) = 0;
-  virtual void allgather(Channel& channel, const AllgatherArgs& args) = 0;
-  virtual void broadcast(Channel& channel, const BroadcastArgs& args) = 0;
-  virtual void barrier(Channel& channel) = 0;
-  virtual void alltoallv(Channel& channel, const AlltoallvArgs& args) = 0;
-  virtual void reduce(Channel& channel, const ReduceArgs& args) = 0;
-  virtual void gatherv(Channel& channel, const VariableArgs& args) = 0;
-  virtual void scatterv(Channel& channel, const VariableArgs& args) = 0;
-  virtual void allgatherv(Channel& channel, const VariableArgs& args) = 0;
-  virtual void reduce_scatterv(Channel& channel, const ReduceScattervArgs& args) = 0;
-  // Bytes of node-local shared memory each rank should map for these
-  // algorithms (SharedMemory::segments); 0 = none.
-  virtual size_t shared_bytes() const { return 0; }
-};
-
-// One message of a point-to-point group (Communicator::group): a send of
-// `count` elements to `peer`, or a receive from `peer` (kAnySource: whoever
-// sends with this tag first). Tags are the caller's, 0 .. 2^31-1; messages
-// between two ranks with one tag arrive in the order they were sent.
-constexpr int kAnySource = -1;
-struct P2POp {
-  enum Kind : uint8_t { send, recv } kind = send;
-  void* data = nullptr;  // read for a send
-  size_t count = 0;
-  DataType dtype = DataType::f32;
-  int peer = 0;
-  uint32_t tag = 0;
-};
-
 // split(): a rank with this colour belongs to no new communicator.
 constexpr int kUndefinedColor = -1;
 
@@ -284,80 +141,294 @@ class Communicator {
   // Which ranks share a host (learnt at start-up through the store).
   const Topology& topology() const;
 
+  // ---- Every operation: one call --------------------------------------------
+  // Starts `call` (see tandem/call.h) and returns at once; the Request
+  // finishes when the call has, on this rank. Collectives are called by every
+  // rank in the same order and checked across ranks; point-to-point calls
+  // (send, recv, group) involve only the ranks they address.
+  Request start(const Call& call);
+  // start(call).wait(), except that on an idle communicator the call runs on
+  // this thread (no hand-off to the engine and back: most of a small call's
+  // latency). Returns the source of a receive (a group's receive from any
+  // source), else -1.
+  int run(const Call& call);
+
+  // ---- The operations by name: a Call started (_async) or run ---------------
   // Out-of-place when input != output; in-place when they are equal.
   void allreduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op,
-                 const CollectiveOptions& opts = {});
+                 const CollectiveOptions& opts = {}) {
+    run({.op = Op::allreduce,
+         .input = input,
+         .output = output,
+         .count = count,
+         .dtype = dtype,
+         .reduce = op,
+         .options = opts});
+  }
   void allreduce(void* data, size_t count, DataType dtype, ReduceOp op, const CollectiveOptions& opts = {}) {
     allreduce(data, data, count, dtype, op, opts);
   }
   Request allreduce_async(const void* input, void* output, size_t count, DataType dtype, ReduceOp op,
-                          const CollectiveOptions& opts = {});
+                          const CollectiveOptions& opts = {}) {
+    return start({.op = Op::allreduce,
+                  .input = input,
+                  .output = output,
+                  .count = count,
+                  .dtype = dtype,
+                  .reduce = op,
+                  .options = opts});
+  }
 
-  // See ReduceScatterArgs, AllgatherArgs, BroadcastArgs for layouts.
+  // Rank r reduces block r: input holds size() blocks of `count` elements,
+  // output one block. In-place when output == input + rank * count (NCCL's rule).
   void reduce_scatter(const void* input, void* output, size_t count, DataType dtype, ReduceOp op,
-                      const CollectiveOptions& opts = {});
+                      const CollectiveOptions& opts = {}) {
+    run({.op = Op::reduce_scatter,
+         .input = input,
+         .output = output,
+         .count = count,
+         .dtype = dtype,
+         .reduce = op,
+         .options = opts});
+  }
   Request reduce_scatter_async(const void* input, void* output, size_t count, DataType dtype, ReduceOp op,
-                               const CollectiveOptions& opts = {});
-  void allgather(const void* input, void* output, size_t count, DataType dtype, const CollectiveOptions& opts = {});
+                               const CollectiveOptions& opts = {}) {
+    return start({.op = Op::reduce_scatter,
+                  .input = input,
+                  .output = output,
+                  .count = count,
+                  .dtype = dtype,
+                  .reduce = op,
+                  .options = opts});
+  }
+  // Every rank contributes `count` elements; output holds size() blocks, rank
+  // order. In-place when input == output + rank * count.
+  void allgather(const void* input, void* output, size_t count, DataType dtype, const CollectiveOptions& opts = {}) {
+    run({.op = Op::allgather, .input = input, .output = output, .count = count, .dtype = dtype, .options = opts});
+  }
   Request allgather_async(const void* input, void* output, size_t count, DataType dtype,
-                          const CollectiveOptions& opts = {});
+                          const CollectiveOptions& opts = {}) {
+    return start(
+        {.op = Op::allgather, .input = input, .output = output, .count = count, .dtype = dtype, .options = opts});
+  }
+  // root's input reaches every rank's output (in-place when input == output).
   void broadcast(const void* input, void* output, size_t count, DataType dtype, int root,
-                 const CollectiveOptions& opts = {});
+                 const CollectiveOptions& opts = {}) {
+    run({.op = Op::broadcast,
+         .input = input,
+         .output = output,
+         .count = count,
+         .dtype = dtype,
+         .root = root,
+         .options = opts});
+  }
   void broadcast(void* data, size_t count, DataType dtype, int root, const CollectiveOptions& opts = {}) {
     broadcast(data, data, count, dtype, root, opts);
   }
   Request broadcast_async(const void* input, void* output, size_t count, DataType dtype, int root,
-                          const CollectiveOptions& opts = {});
+                          const CollectiveOptions& opts = {}) {
+    return start({.op = Op::broadcast,
+                  .input = input,
+                  .output = output,
+                  .count = count,
+                  .dtype = dtype,
+                  .root = root,
+                  .options = opts});
+  }
   // Returns once every rank has entered the barrier.
-  void barrier(const CollectiveOptions& opts = {});
-  Request barrier_async(const CollectiveOptions& opts = {});
+  void barrier(const CollectiveOptions& opts = {}) { run({.op = Op::barrier, .options = opts}); }
+  Request barrier_async(const CollectiveOptions& opts = {}) { return start({.op = Op::barrier, .options = opts}); }
 
-  // ---- Rooted, all-to-all and variable-size collectives ---------------------
-  // Called by every rank, in the same order as the others; checked across
-  // ranks like the collectives above. Counts and displacements in elements.
   // alltoall: block p of input (count elements) goes to rank p, block p of output comes from it.
-  void alltoall(const void* input, void* output, size_t count, DataType dtype, const CollectiveOptions& opts = {});
+  void alltoall(const void* input, void* output, size_t count, DataType dtype, const CollectiveOptions& opts = {}) {
+    run({.op = Op::alltoall, .input = input, .output = output, .count = count, .dtype = dtype, .options = opts});
+  }
   Request alltoall_async(const void* input, void* output, size_t count, DataType dtype,
-                         const CollectiveOptions& opts = {});
-  // See AlltoallvArgs.
+                         const CollectiveOptions& opts = {}) {
+    return start(
+        {.op = Op::alltoall, .input = input, .output = output, .count = count, .dtype = dtype, .options = opts});
+  }
+  // Rank r's block for peer p is input + send.displs[p], its block from p lands
+  // at output + recv.displs[p]; send.counts[p] on r equals recv.counts[r] on p.
+  // In place when input == output; other overlaps go through scratch.
   void alltoallv(const void* input, const Blocks& send, void* output, const Blocks& recv, DataType dtype,
-                 const CollectiveOptions& opts = {});
+                 const CollectiveOptions& opts = {}) {
+    run({.op = Op::alltoallv,
+         .input = input,
+         .output = output,
+         .dtype = dtype,
+         .send = send,
+         .recv = recv,
+         .options = opts});
+  }
   Request alltoallv_async(const void* input, const Blocks& send, void* output, const Blocks& recv, DataType dtype,
-                          const CollectiveOptions& opts = {});
-  // See ReduceArgs: output matters on the root only (may be null elsewhere).
+                          const CollectiveOptions& opts = {}) {
+    return start({.op = Op::alltoallv,
+                  .input = input,
+                  .output = output,
+                  .dtype = dtype,
+                  .send = send,
+                  .recv = recv,
+                  .options = opts});
+  }
+  // The op-combination of every rank's input lands in root's output (read only
+  // on the root, may be null elsewhere; in place when input == output).
   void reduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op, int root,
-              const CollectiveOptions& opts = {});
+              const CollectiveOptions& opts = {}) {
+    run({.op = Op::reduce,
+         .input = input,
+         .output = output,
+         .count = count,
+         .dtype = dtype,
+         .reduce = op,
+         .root = root,
+         .options = opts});
+  }
   Request reduce_async(const void* input, void* output, size_t count, DataType dtype, ReduceOp op, int root,
-                       const CollectiveOptions& opts = {});
+                       const CollectiveOptions& opts = {}) {
+    return start({.op = Op::reduce,
+                  .input = input,
+                  .output = output,
+                  .count = count,
+                  .dtype = dtype,
+                  .reduce = op,
+                  .root = root,
+                  .options = opts});
+  }
   // gather: every rank's count elements into root's output (size() blocks, rank order).
   void gather(const void* input, void* output, size_t count, DataType dtype, int root,
-              const CollectiveOptions& opts = {});
+              const CollectiveOptions& opts = {}) {
+    run({.op = Op::gather,
+         .input = input,
+         .output = output,
+         .count = count,
+         .dtype = dtype,
+         .root = root,
+         .options = opts});
+  }
   Request gather_async(const void* input, void* output, size_t count, DataType dtype, int root,
-                       const CollectiveOptions& opts = {});
-  // gatherv: `blocks` is read on the root only.
+                       const CollectiveOptions& opts = {}) {
+    return start({.op = Op::gather,
+                  .input = input,
+                  .output = output,
+                  .count = count,
+                  .dtype = dtype,
+                  .root = root,
+                  .options = opts});
+  }
+  // gatherv: rank r's count elements land in root's output at blocks.displs[r];
+  // `blocks` is read on the root only. In place when the rank's own block
+  // already sits at its place in output.
   void gatherv(const void* input, size_t count, void* output, const Blocks& blocks, DataType dtype, int root,
-               const CollectiveOptions& opts = {});
+               const CollectiveOptions& opts = {}) {
+    run({.op = Op::gatherv,
+         .input = input,
+         .output = output,
+         .count = count,
+         .dtype = dtype,
+         .root = root,
+         .recv = blocks,
+         .options = opts});
+  }
   Request gatherv_async(const void* input, size_t count, void* output, const Blocks& blocks, DataType dtype, int root,
-                        const CollectiveOptions& opts = {});
+                        const CollectiveOptions& opts = {}) {
+    return start({.op = Op::gatherv,
+                  .input = input,
+                  .output = output,
+                  .count = count,
+                  .dtype = dtype,
+                  .root = root,
+                  .recv = blocks,
+                  .options = opts});
+  }
   // scatter: root's block r (count elements) into rank r's output.
   void scatter(const void* input, void* output, size_t count, DataType dtype, int root,
-               const CollectiveOptions& opts = {});
+               const CollectiveOptions& opts = {}) {
+    run({.op = Op::scatter,
+         .input = input,
+         .output = output,
+         .count = count,
+         .dtype = dtype,
+         .root = root,
+         .options = opts});
+  }
   Request scatter_async(const void* input, void* output, size_t count, DataType dtype, int root,
-                        const CollectiveOptions& opts = {});
-  // scatterv: `blocks` is read on the root only; `count` is this rank's share.
+                        const CollectiveOptions& opts = {}) {
+    return start({.op = Op::scatter,
+                  .input = input,
+                  .output = output,
+                  .count = count,
+                  .dtype = dtype,
+                  .root = root,
+                  .options = opts});
+  }
+  // scatterv: root's block r reaches rank r's output; `blocks` is read on the
+  // root only; `count` is this rank's share.
   void scatterv(const void* input, const Blocks& blocks, void* output, size_t count, DataType dtype, int root,
-                const CollectiveOptions& opts = {});
+                const CollectiveOptions& opts = {}) {
+    run({.op = Op::scatterv,
+         .input = input,
+         .output = output,
+         .count = count,
+         .dtype = dtype,
+         .root = root,
+         .send = blocks,
+         .options = opts});
+  }
   Request scatterv_async(const void* input, const Blocks& blocks, void* output, size_t count, DataType dtype, int root,
-                         const CollectiveOptions& opts = {});
+                         const CollectiveOptions& opts = {}) {
+    return start({.op = Op::scatterv,
+                  .input = input,
+                  .output = output,
+                  .count = count,
+                  .dtype = dtype,
+                  .root = root,
+                  .send = blocks,
+                  .options = opts});
+  }
+  // allgatherv: every rank is a gatherv's root.
   void allgatherv(const void* input, size_t count, void* output, const Blocks& blocks, DataType dtype,
-                  const CollectiveOptions& opts = {});
+                  const CollectiveOptions& opts = {}) {
+    run({.op = Op::allgatherv,
+         .input = input,
+         .output = output,
+         .count = count,
+         .dtype = dtype,
+         .recv = blocks,
+         .options = opts});
+  }
   Request allgatherv_async(const void* input, size_t count, void* output, const Blocks& blocks, DataType dtype,
-                           const CollectiveOptions& opts = {});
-  // See ReduceScattervArgs.
+                           const CollectiveOptions& opts = {}) {
+    return start({.op = Op::allgatherv,
+                  .input = input,
+                  .output = output,
+                  .count = count,
+                  .dtype = dtype,
+                  .recv = blocks,
+                  .options = opts});
+  }
+  // reduce_scatterv: input holds every rank's block (blocks.counts[r] elements
+  // at blocks.displs[r]); rank r's output receives block r reduced over ranks.
   void reduce_scatterv(const void* input, void* output, const Blocks& blocks, DataType dtype, ReduceOp op,
-                       const CollectiveOptions& opts = {});
+                       const CollectiveOptions& opts = {}) {
+    run({.op = Op::reduce_scatterv,
+         .input = input,
+         .output = output,
+         .dtype = dtype,
+         .reduce = op,
+         .send = blocks,
+         .options = opts});
+  }
   Request reduce_scatterv_async(const void* input, void* output, const Blocks& blocks, DataType dtype, ReduceOp op,
-                                const CollectiveOptions& opts = {});
+                                const CollectiveOptions& opts = {}) {
+    return start({.op = Op::reduce_scatterv,
+                  .input = input,
+                  .output = output,
+                  .dtype = dtype,
+                  .reduce = op,
+                  .send = blocks,
+                  .options = opts});
+  }
 
   // ---- Point-to-point ------------------------------------------------------
   // Only the two ranks take part. Posted in issue order and then completed in
@@ -366,17 +437,32 @@ class Communicator {
   // must match the message's size exactly (else CollectiveMismatch). Deadline,
   // abort and dead-peer detection as for collectives; a failure is sticky.
   void send(const void* data, size_t count, DataType dtype, int peer, uint32_t tag = 0,
-            const CollectiveOptions& opts = {});
+            const CollectiveOptions& opts = {}) {
+    run({.op = Op::send, .input = data, .count = count, .dtype = dtype, .peer = peer, .tag = tag, .options = opts});
+  }
   Request send_async(const void* data, size_t count, DataType dtype, int peer, uint32_t tag = 0,
-                     const CollectiveOptions& opts = {});
+                     const CollectiveOptions& opts = {}) {
+    return start(
+        {.op = Op::send, .input = data, .count = count, .dtype = dtype, .peer = peer, .tag = tag, .options = opts});
+  }
   // Returns the source (the peer, or the sender when peer is kAnySource).
-  int recv(void* data, size_t count, DataType dtype, int peer, uint32_t tag = 0, const CollectiveOptions& opts = {});
+  int recv(void* data, size_t count, DataType dtype, int peer, uint32_t tag = 0, const CollectiveOptions& opts = {}) {
+    return run(
+        {.op = Op::recv, .output = data, .count = count, .dtype = dtype, .peer = peer, .tag = tag, .options = opts});
+  }
   Request recv_async(void* data, size_t count, DataType dtype, int peer, uint32_t tag = 0,
-                     const CollectiveOptions& opts = {});
+                     const CollectiveOptions& opts = {}) {
+    return start(
+        {.op = Op::recv, .output = data, .count = count, .dtype = dtype, .peer = peer, .tag = tag, .options = opts});
+  }
   // Every op of the group posted at once, one Request for all (NCCL's
   // ncclGroupStart/End, torch's batch_isend_irecv).
-  void group(const std::vector<P2POp>& ops, const CollectiveOptions& opts = {});
-  Request group_async(const std::vector<P2POp>& ops, const CollectiveOptions& opts = {});
+  void group(const std::vector<P2POp>& ops, const CollectiveOptions& opts = {}) {
+    run({.op = Op::group, .group = ops, .options = opts});
+  }
+  Request group_async(const std::vector<P2POp>& ops, const CollectiveOptions& opts = {}) {
+    return start({.op = Op::group, .group = ops, .options = opts});
+  }
 
   // ---- Sub-communicators ---------------------------------------------------
   // MPI_Comm_split / ncclCommSplit: every rank calls it; ranks of one colour
