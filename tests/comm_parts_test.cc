@@ -1,6 +1,7 @@
 // The communicator's parts on their own, over an in-memory store: the call
 // check (start-up versions, mismatches published and learned, a rank that
-// left) and liveness (which rank failed, and why, as the error names it).
+// left), liveness (which rank failed, and why, as the error names it) and
+// the table of operations (what each call's buffers span).
 #include <gtest/gtest.h>
 
 #include <future>
@@ -10,6 +11,8 @@
 #include "liveness/call_check.h"
 #include "liveness/liveness.h"
 #include "memory_store.h"
+#include "tandem/call.h"
+#include "tandem/errors.h"
 
 namespace tandem::testing {
 namespace {
@@ -146,6 +149,59 @@ TEST(Liveness, AFailedEndpointAndAPassedDeadlineAreNamed) {
   const std::string e = error_of<Timeout>([&] { liveness.check(task_of(kAllreduce, Clock::now() - 1ms), 2, 1, -1); });
   EXPECT_NE(e.find("timed out after 10000 ms"), std::string::npos) << e;
   EXPECT_NO_THROW(liveness.check(task_of(kAllreduce), 2, 1, -1));
+}
+
+TEST(Operations, TheTableListsEveryOpInOrderWithItsOneName) {
+  const auto ops = operations();
+  ASSERT_EQ(ops.size(), size_t(Op::group) + 1);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    EXPECT_EQ(size_t(ops[i].op), i);
+    EXPECT_EQ(find_operation(ops[i].name), &ops[i]);
+  }
+  EXPECT_EQ(find_operation("all_reduce"), nullptr);
+  EXPECT_STREQ(to_string(operation(Op::gatherv).collective), "gatherv");
+  EXPECT_EQ(operation(Op::send).collective, Collective::send_recv);
+}
+
+TEST(Operations, FitCountTakesTheCountFromABufferEveryRankHolds) {
+  Call c{.op = Op::alltoall};
+  fit_count(c, 12, 12, 1, 4);
+  EXPECT_EQ(c.count, 3u);
+  c = {.op = Op::reduce_scatter};
+  fit_count(c, 12, 3, 0, 4);
+  EXPECT_EQ(c.count, 3u);
+  // scatter: off the root there is no input; the count comes from the output.
+  c = {.op = Op::scatter, .root = 0};
+  fit_count(c, 0, 5, 2, 4);
+  EXPECT_EQ(c.count, 5u);
+  EXPECT_EQ(input_extent(c, 2, 4), 0u);
+  EXPECT_EQ(input_extent(c, 0, 4), 20u);
+}
+
+TEST(Operations, FitCountNamesTheBufferThatIsTooShort) {
+  Call c{.op = Op::allreduce};
+  try {
+    fit_count(c, 3, 2, 0, 2);
+    FAIL() << "a short output passed";
+  } catch (const InvalidArgument& e) {
+    EXPECT_STREQ(e.what(), "allreduce: output has 2 elements, not 3");
+  }
+  c = {.op = Op::alltoall};
+  EXPECT_THROW(fit_count(c, 5, 5, 0, 2), InvalidArgument);  // not size() equal blocks
+  const size_t counts[] = {2, 3}, displs[] = {10, 0};
+  c = {.op = Op::allgatherv, .recv = {counts, displs}};
+  fit_count(c, 3, 12, 1, 2);
+  EXPECT_EQ(c.count, 3u);
+  try {
+    fit_count(c, 3, 11, 1, 2);
+    FAIL() << "blocks reaching past the output passed";
+  } catch (const InvalidArgument& e) {
+    EXPECT_STREQ(e.what(), "allgatherv: output has 11 elements, the blocks span 12");
+  }
+  // reduce_scatterv's output is this rank's own block.
+  c = {.op = Op::reduce_scatterv, .send = {counts, {}}};
+  fit_count(c, 5, 3, 1, 2);
+  EXPECT_THROW(fit_count(c, 5, 1, 1, 2), InvalidArgument);
 }
 
 }  // namespace

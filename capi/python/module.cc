@@ -32,50 +32,57 @@ Deadline deadline_in(const Communicator& c, std::optional<double> timeout_s) {
   return Clock::now() + (timeout_s ? std::chrono::milliseconds(int64_t(*timeout_s * 1e3)) : c.options().timeout);
 }
 
-// Python's side of a C++ parameter: addresses as integers, blocks as (counts,
-// displacements) lists, point-to-point ops as tuples, options as a timeout.
-template <typename T>
-struct Arg {
-  using type = T;
-  static T to(T v) { return v; }
-};
-template <>
-struct Arg<const void*> {
-  using type = uintptr_t;
-  static const void* to(uintptr_t a) { return ptr(a); }
-};
-template <>
-struct Arg<void*> {
-  using type = uintptr_t;
-  static void* to(uintptr_t a) { return ptr(a); }
-};
-template <>
-struct Arg<const Blocks&> {
-  using type = std::pair<std::vector<size_t>, std::vector<size_t>>;
-  static Blocks to(const type& b) { return {b.first, b.second}; }
-};
-template <>
-struct Arg<const CollectiveOptions&> {
-  using type = std::optional<double>;
-  static CollectiveOptions to(type timeout_s) { return collective(timeout_s); }
-};
-// (is_send, address, count, dtype, peer, tag)
-template <>
-struct Arg<const std::vector<P2POp>&> {
-  using type = std::vector<std::tuple<bool, uintptr_t, size_t, DataType, int, uint32_t>>;
-  static std::vector<P2POp> to(const type& ops) {
-    std::vector<P2POp> out;
-    for (const auto& [send, address, count, dtype, peer, tag] : ops) {
-      out.push_back({send ? P2POp::send : P2POp::recv, ptr(address), count, dtype, peer, tag});
+// A Call as Python builds it: addresses as integers, the arrays owned here,
+// and the lengths of the buffers it came with, from which the count follows
+// (fit_count, by the table's row).
+struct PyCall {
+  Op op = Op::barrier;
+  uintptr_t input = 0, output = 0;
+  size_t input_elements = 0, output_elements = 0;
+  DataType dtype = DataType::f32;
+  ReduceOp reduce = ReduceOp::sum;
+  int root = 0, peer = 0;
+  uint32_t tag = 0;
+  Blocks send, recv;
+  // (is_send, address, count, dtype, peer, tag)
+  std::vector<std::tuple<bool, uintptr_t, size_t, DataType, int, uint32_t>> group;
+  std::optional<double> timeout;
+  std::vector<P2POp> messages;  // group, converted
+
+  Call to_call(const Communicator& c) {
+    Call call{.op = op,
+              .input = ptr(input),
+              .output = ptr(output),
+              .dtype = dtype,
+              .reduce = reduce,
+              .root = root,
+              .peer = peer,
+              .tag = tag,
+              .send = send,
+              .recv = recv,
+              .options = collective(timeout)};
+    messages.clear();
+    for (const auto& [is_send, address, count, type, to, t] : group) {
+      messages.push_back({is_send ? P2POp::send : P2POp::recv, ptr(address), count, type, to, t});
     }
-    return out;
+    call.group = messages;
+    fit_count(call, input_elements, output_elements, c.rank(), c.size());
+    return call;
   }
 };
 
-// A Communicator method as a Python one taking Arg's types, arguments in the C++ order.
-template <typename R, typename... A>
-auto wrap(R (Communicator::*method)(A...)) {
-  return [method](Communicator& c, typename Arg<A>::type... a) -> R { return (c.*method)(Arg<A>::to(a)...); };
+// The table of operations, for the Python package to build its methods from.
+py::list operation_table() {
+  py::list rows;
+  for (const OpInfo& o : operations()) {
+    py::dict d;
+    d["name"] = o.name, d["op"] = o.op, d["params"] = o.params, d["summary"] = o.summary;
+    d["input"] = o.input != Extent::none, d["output"] = o.output != Extent::none;
+    d["output_defaults_to_input"] = o.output_defaults_to_input;
+    d["recv_blocks"] = (o.fields & kFieldRecv) != 0, d["send_blocks"] = (o.fields & kFieldSend) != 0;
+    rows.append(d);
+  }
+  return rows;
 }
 
 // The gradient sync keeps its communicator alive.
@@ -129,6 +136,34 @@ PYBIND11_MODULE(_tandem, m) {
   m.attr("ANY_SOURCE") = kAnySource;
   m.attr("UNDEFINED_COLOR") = kUndefinedColor;
 
+  py::enum_<Op> op(m, "Op");
+  for (const OpInfo& o : operations()) op.value(o.name, o.op);
+  m.def("operations", &operation_table, "The table of operations: one dict per operation, in order");
+  py::class_<PyCall>(m, "Call")
+      .def(py::init<>())
+      .def_readwrite("op", &PyCall::op)
+      .def_readwrite("input", &PyCall::input)
+      .def_readwrite("output", &PyCall::output)
+      .def_readwrite("input_elements", &PyCall::input_elements)
+      .def_readwrite("output_elements", &PyCall::output_elements)
+      .def_readwrite("dtype", &PyCall::dtype)
+      .def_readwrite("reduce", &PyCall::reduce)
+      .def_readwrite("root", &PyCall::root)
+      .def_readwrite("peer", &PyCall::peer)
+      .def_readwrite("tag", &PyCall::tag)
+      .def_property(
+          "send", [](const PyCall& c) { return std::make_pair(c.send.counts, c.send.displs); },
+          [](PyCall& c, std::pair<std::vector<size_t>, std::vector<size_t>> b) {
+            c.send = {b.first, b.second};
+          })
+      .def_property(
+          "recv", [](const PyCall& c) { return std::make_pair(c.recv.counts, c.recv.displs); },
+          [](PyCall& c, std::pair<std::vector<size_t>, std::vector<size_t>> b) {
+            c.recv = {b.first, b.second};
+          })
+      .def_readwrite("group", &PyCall::group)
+      .def_readwrite("timeout", &PyCall::timeout);
+
   const auto nogil = py::call_guard<py::gil_scoped_release>();
   py::class_<Communicator, std::shared_ptr<Communicator>>(m, "Communicator")
       .def_static(
@@ -152,84 +187,11 @@ PYBIND11_MODULE(_tandem, m) {
       .def_property_readonly("size", &Communicator::size)
       .def_property_readonly("transport", &Communicator::transport_summary)
       .def(
-          "_allreduce",
-          [](Communicator& c, uintptr_t in, uintptr_t out, size_t n, DataType t, ReduceOp op,
-             std::optional<double> timeout) { c.allreduce(ptr(in), ptr(out), n, t, op, collective(timeout)); },
-          py::call_guard<py::gil_scoped_release>())
+          "start", [](Communicator& c, PyCall& call) { return c.start(call.to_call(c)); }, nogil,
+          "Starts the call; the Request finishes when it has")
       .def(
-          "_allreduce_async",
-          [](Communicator& c, uintptr_t in, uintptr_t out, size_t n, DataType t, ReduceOp op,
-             std::optional<double> timeout) {
-            return c.allreduce_async(ptr(in), ptr(out), n, t, op, collective(timeout));
-          },
-          py::call_guard<py::gil_scoped_release>())
-      .def(
-          "_reduce_scatter",
-          [](Communicator& c, uintptr_t in, uintptr_t out, size_t n, DataType t, ReduceOp op,
-             std::optional<double> timeout) { c.reduce_scatter(ptr(in), ptr(out), n, t, op, collective(timeout)); },
-          py::call_guard<py::gil_scoped_release>())
-      .def(
-          "_reduce_scatter_async",
-          [](Communicator& c, uintptr_t in, uintptr_t out, size_t n, DataType t, ReduceOp op,
-             std::optional<double> timeout) {
-            return c.reduce_scatter_async(ptr(in), ptr(out), n, t, op, collective(timeout));
-          },
-          py::call_guard<py::gil_scoped_release>())
-      .def(
-          "_allgather",
-          [](Communicator& c, uintptr_t in, uintptr_t out, size_t n, DataType t, std::optional<double> timeout) {
-            c.allgather(ptr(in), ptr(out), n, t, collective(timeout));
-          },
-          py::call_guard<py::gil_scoped_release>())
-      .def(
-          "_allgather_async",
-          [](Communicator& c, uintptr_t in, uintptr_t out, size_t n, DataType t, std::optional<double> timeout) {
-            return c.allgather_async(ptr(in), ptr(out), n, t, collective(timeout));
-          },
-          py::call_guard<py::gil_scoped_release>())
-      .def(
-          "_broadcast",
-          [](Communicator& c, uintptr_t in, uintptr_t out, size_t n, DataType t, int root,
-             std::optional<double> timeout) { c.broadcast(ptr(in), ptr(out), n, t, root, collective(timeout)); },
-          py::call_guard<py::gil_scoped_release>())
-      .def(
-          "_broadcast_async",
-          [](Communicator& c, uintptr_t in, uintptr_t out, size_t n, DataType t, int root,
-             std::optional<double> timeout) {
-            return c.broadcast_async(ptr(in), ptr(out), n, t, root, collective(timeout));
-          },
-          py::call_guard<py::gil_scoped_release>())
-      .def(
-          "barrier", [](Communicator& c, std::optional<double> timeout) { c.barrier(collective(timeout)); },
-          py::arg("timeout") = py::none(), py::call_guard<py::gil_scoped_release>())
-      .def(
-          "barrier_async",
-          [](Communicator& c, std::optional<double> timeout) { return c.barrier_async(collective(timeout)); },
-          py::arg("timeout") = py::none(), py::call_guard<py::gil_scoped_release>())
-      .def("_alltoall", wrap(&Communicator::alltoall), nogil)
-      .def("_alltoall_async", wrap(&Communicator::alltoall_async), nogil)
-      .def("_alltoallv", wrap(&Communicator::alltoallv), nogil)
-      .def("_alltoallv_async", wrap(&Communicator::alltoallv_async), nogil)
-      .def("_reduce", wrap(&Communicator::reduce), nogil)
-      .def("_reduce_async", wrap(&Communicator::reduce_async), nogil)
-      .def("_gather", wrap(&Communicator::gather), nogil)
-      .def("_gather_async", wrap(&Communicator::gather_async), nogil)
-      .def("_gatherv", wrap(&Communicator::gatherv), nogil)
-      .def("_gatherv_async", wrap(&Communicator::gatherv_async), nogil)
-      .def("_scatter", wrap(&Communicator::scatter), nogil)
-      .def("_scatter_async", wrap(&Communicator::scatter_async), nogil)
-      .def("_scatterv", wrap(&Communicator::scatterv), nogil)
-      .def("_scatterv_async", wrap(&Communicator::scatterv_async), nogil)
-      .def("_allgatherv", wrap(&Communicator::allgatherv), nogil)
-      .def("_allgatherv_async", wrap(&Communicator::allgatherv_async), nogil)
-      .def("_reduce_scatterv", wrap(&Communicator::reduce_scatterv), nogil)
-      .def("_reduce_scatterv_async", wrap(&Communicator::reduce_scatterv_async), nogil)
-      .def("_send", wrap(&Communicator::send), nogil)
-      .def("_send_async", wrap(&Communicator::send_async), nogil)
-      .def("_recv", wrap(&Communicator::recv), nogil)
-      .def("_recv_async", wrap(&Communicator::recv_async), nogil)
-      .def("_group", wrap(&Communicator::group), nogil)
-      .def("_group_async", wrap(&Communicator::group_async), nogil)
+          "run", [](Communicator& c, PyCall& call) { return c.run(call.to_call(c)); }, nogil,
+          "Runs the call; returns a receive's source, else -1")
       .def(
           "split",
           [](Communicator& c, int color, int key, std::optional<double> timeout) {

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "tandem/c_api.h"
 #include "tandem/tandem.h"
@@ -90,6 +91,9 @@ tandem_status_t issue_async(const char* fn, tandem_comm_t* comm, tandem_request_
     *request = r.release();
   });
 }
+
+// A group's messages from C; InvalidArgument naming a bad kind or dtype.
+std::vector<P2POp> ops_of(const tandem_p2p_op_t* ops, size_t n, const char* fn);
 
 // A communicator handle around a new C++ communicator (NULL for none: split's undefined colour).
 inline tandem_comm_t* handle_of(std::unique_ptr<Communicator> c) {

@@ -4,10 +4,7 @@
 
 #include "c_api_internal.h"
 
-namespace {
-
-using namespace tandem;
-using namespace tandem::capi;
+namespace tandem::capi {
 
 std::vector<P2POp> ops_of(const tandem_p2p_op_t* ops, size_t n, const char* fn) {
   require(ops != nullptr || n == 0, fn, "ops is NULL for " + std::to_string(n) + " ops");
@@ -22,6 +19,13 @@ std::vector<P2POp> ops_of(const tandem_p2p_op_t* ops, size_t n, const char* fn) 
   }
   return out;
 }
+
+}  // namespace tandem::capi
+
+namespace {
+
+using namespace tandem;
+using namespace tandem::capi;
 
 // tandem_recv and tandem_recv_any; the latter requires `source`.
 tandem_status_t receive(const char* fn, tandem_comm_t* comm, void* data, size_t count, tandem_dtype_t dtype, int peer,

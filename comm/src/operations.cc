@@ -46,8 +46,8 @@ constexpr OpInfo kOperations[] = {
     {Op::reduce_scatterv, "reduce_scatterv", Collective::reduce_scatterv,
      kFieldInput | kFieldOutput | kFieldReduce | kFieldSend, send_blocks, own_send_block, all, all, false,
      "tensor out counts displs=None op='sum'", "send block r of the inputs reduced into rank r's output"},
-    {Op::send, "send", Collective::send_recv, kFieldInput | kFieldCount | kFieldPeer | kFieldTag, count, none, all,
-     all, false, "tensor peer tag=0", "the input to one peer, under a tag"},
+    {Op::send, "send", Collective::send_recv, kFieldInput | kFieldCount | kFieldPeer | kFieldTag, count, none, all, all,
+     false, "tensor peer tag=0", "the input to one peer, under a tag"},
     {Op::recv, "recv", Collective::send_recv, kFieldOutput | kFieldCount | kFieldPeer | kFieldTag, none, count, all,
      all, false, "tensor peer=-1 tag=0", "one message from a peer (or any source) into the output"},
     {Op::group, "group", Collective::send_recv, kFieldGroup, none, none, all, all, false, "ops",
@@ -128,7 +128,7 @@ void fit_count(Call& call, size_t input_elements, size_t output_elements, int ra
     if (!held || e == none) return;
     const bool blocks = e == send_blocks || e == recv_blocks || e == own_send_block;
     if (blocks ? have >= need : have == need) return;
-    std::string why = blocks                  ? "the blocks span " + std::to_string(need)
+    std::string why = blocks                ? "the blocks span " + std::to_string(need)
                       : e == count_per_rank ? "not size (" + std::to_string(size) + ") x " + std::to_string(call.count)
                                             : "not " + std::to_string(need);
     throw InvalidArgument(std::string(o.name) + ": " + which + " has " + std::to_string(have) + " elements, " + why);

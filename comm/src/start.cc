@@ -78,8 +78,8 @@ Bound allreduce(Communicator::Impl& impl, const Call& c) {
     throw InvalidArgument("allreduce: CollectiveOptions::chunk_bytes must be 0 (the communicator's) or >= 4096 (got " +
                           std::to_string(c.options.chunk_bytes) + ")");
   }
-  const AllreduceArgs args{c.input,  c.output, c.count, c.dtype, c.reduce, impl.endpoints.memory_type(c.options),
-                           c.options.chunk_bytes};
+  const AllreduceArgs args{
+      c.input, c.output, c.count, c.dtype, c.reduce, impl.endpoints.memory_type(c.options), c.options.chunk_bytes};
   return {body_of(impl.algorithms, &Algorithms::allreduce, args), {Collective::allreduce, c.count, c.dtype, c.reduce}};
 }
 
@@ -142,7 +142,8 @@ Bound reduce(Communicator::Impl& impl, const Call& c) {
   check_buffer("reduce", "input", c.input, c.count);
   if (impl.ctx.rank() == c.root) check_buffer("reduce", "output", c.output, c.count);
   const ReduceArgs args{c.input, c.output, c.count, c.dtype, c.reduce, c.root, impl.endpoints.memory_type(c.options)};
-  return {body_of(impl.algorithms, &Algorithms::reduce, args), {Collective::reduce, c.count, c.dtype, c.reduce, c.root}};
+  return {body_of(impl.algorithms, &Algorithms::reduce, args),
+          {Collective::reduce, c.count, c.dtype, c.reduce, c.root}};
 }
 
 // gather(v), scatter(v), allgatherv. The blocks matter on the root only
@@ -189,9 +190,8 @@ Bound reduce_scatterv(Communicator::Impl& impl, const Call& c) {
 using Binder = Bound (*)(Communicator::Impl&, const Call&);
 
 // The collectives' binders in Op order; point-to-point ops have none.
-constexpr Binder kBinders[] = {allreduce, reduce_scatter, allgather, broadcast, barrier,  alltoallv,
-                               alltoallv, reduce,         variable,  variable,  variable, variable,
-                               variable,  reduce_scatterv};
+constexpr Binder kBinders[] = {allreduce, reduce_scatter, allgather, broadcast, barrier,  alltoallv, alltoallv,
+                               reduce,    variable,       variable,  variable,  variable, variable,  reduce_scatterv};
 static_assert(std::size(kBinders) == size_t(Op::send), "one binder per collective, in Op order");
 
 bool point_to_point(Op op) { return op == Op::send || op == Op::recv || op == Op::group; }

@@ -235,6 +235,64 @@ static void check_alltoall(tandem_comm_t* comm, int rank, int n, int async) {
               "tandem_alltoallv: send_counts is NULL");
 }
 
+/* The one-call entry points: the table's operations through tandem_call_t. */
+static void check_call(tandem_comm_t* comm, int rank, int n) {
+  enum { MAXN = 8, STRIDE = 16 };
+  double x[4] = {rank + 1.0, rank + 2.0, rank + 3.0, rank + 4.0};
+  float in[MAXN * STRIDE], out[MAXN * STRIDE];
+  size_t counts[MAXN], strided[MAXN];
+  tandem_call_t call;
+  tandem_request_t* req = NULL;
+  int ok, i, p, source = 7;
+  CHECK(strcmp(tandem_op_name(TANDEM_OP_ALLTOALLV), "alltoallv") == 0);
+  CHECK(strcmp(tandem_op_name(TANDEM_OP_GROUP), "group") == 0 && tandem_op_name(TANDEM_OP_COUNT) == NULL);
+  tandem_call_init(&call, TANDEM_OP_ALLREDUCE);
+  CHECK(call.struct_size == sizeof call && call.timeout_ms == -1 && call.dtype == TANDEM_F32);
+  call.input = x, call.output = x, call.count = 4, call.dtype = TANDEM_F64;
+  CHECK_OK(tandem_run(comm, &call, &source));
+  CHECK(source == -1);
+  for (ok = 1, i = 0; i < 4; ++i) ok &= x[i] == rank_sum(n, 1.0) + (double)n * i;
+  CHECK(ok);
+  if (n > MAXN) return;
+  /* alltoallv started: rank r sends r + p + 1 elements to p, received STRIDE apart. */
+  tandem_call_init(&call, TANDEM_OP_ALLTOALLV);
+  for (p = 0; p < n; ++p) counts[p] = (size_t)(rank + p + 1), strided[p] = (size_t)p * STRIDE;
+  for (i = 0; i < MAXN * STRIDE; ++i) in[i] = (float)i, out[i] = -1;
+  call.input = in, call.output = out, call.send_counts = counts, call.recv_counts = counts;
+  call.recv_displs = strided;
+  CHECK_OK(tandem_start(comm, &call, &req));
+  CHECK_OK(tandem_request_wait(req, -1));
+  tandem_request_free(req);
+  for (ok = 1, p = 0; p < n; ++p) {
+    /* p's block for this rank starts after its blocks for ranks 0 .. rank-1 (p + q + 1 each). */
+    size_t from = 0;
+    int q;
+    for (q = 0; q < rank; ++q) from += (size_t)(p + q + 1);
+    for (i = 0; i < STRIDE; ++i) ok &= out[p * STRIDE + i] == (i < rank + p + 1 ? (float)(from + (size_t)i) : -1.0f);
+  }
+  CHECK(ok);
+  call.op = (tandem_op_t)99;
+  CHECK_ERROR(tandem_run(comm, &call, NULL), TANDEM_INVALID_ARGUMENT, "tandem_run: op 99 is not a tandem_op_t");
+  call.op = TANDEM_OP_ALLTOALLV, call.struct_size = 8, req = NULL;
+  CHECK_ERROR(tandem_start(comm, &call, &req), TANDEM_INVALID_ARGUMENT, "initialise it with tandem_call_init");
+  CHECK(req == NULL);
+  if (n < 2 || rank > 1) return;
+  /* A send started on rank 0, a receive from any source run on rank 1. */
+  tandem_call_init(&call, rank == 0 ? TANDEM_OP_SEND : TANDEM_OP_RECV);
+  call.count = 4, call.dtype = TANDEM_F64, call.tag = 5, call.peer = rank == 0 ? 1 : TANDEM_ANY_SOURCE;
+  x[0] = 42;
+  if (rank == 0) {
+    call.input = x;
+    CHECK_OK(tandem_start(comm, &call, &req));
+    CHECK_OK(tandem_request_wait(req, -1));
+    tandem_request_free(req);
+  } else {
+    call.output = x;
+    CHECK_OK(tandem_run(comm, &call, &source));
+    CHECK(source == 0 && x[0] == 42);
+  }
+}
+
 static void check_rooted(tandem_comm_t* comm, int rank, int n, int async) {
   enum { MAXN = 8, COUNT = 300 };
   double in[COUNT], out[COUNT];
@@ -518,6 +576,7 @@ int main(void) {
   check_async_and_shared(comm, rank, size);
   for (async = 0; async < 2; ++async) {
     check_alltoall(comm, rank, size, async);
+    if (async) check_call(comm, rank, size);
     check_rooted(comm, rank, size, async);
     check_variable_ring(comm, rank, size, async);
   }

@@ -175,7 +175,7 @@ raises(tandem.InvalidArgument, f"gather: root -1 is out of range for world size 
        lambda: comm.gather(np.zeros(3), np.zeros(3 * size), root=-1))
 raises(tandem.InvalidArgument, f"alltoallv send: {size + 1} counts and no displacements for {size} ranks",
        lambda: comm.alltoallv(np.zeros(3), np.zeros(3), [0] * (size + 1), [0] * size))
-raises(tandem.InvalidArgument, f"allgatherv: out has 1 elements, the blocks span {2 * size}",
+raises(tandem.InvalidArgument, f"allgatherv: output has 1 elements, the blocks span {2 * size}",
        lambda: comm.allgatherv(np.zeros(2), np.zeros(1), [2] * size))
 raises(tandem.InvalidArgument, "scatter: input is f64 but output is f32",
        lambda: comm.scatter(np.zeros(size), np.zeros(1, dtype=np.float32)))

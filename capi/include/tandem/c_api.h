@@ -324,6 +324,67 @@ tandem_status_t tandem_group(tandem_comm_t* comm, const tandem_p2p_op_t* ops, si
 tandem_status_t tandem_group_async(tandem_comm_t* comm, const tandem_p2p_op_t* ops, size_t n, int64_t timeout_ms,
                                    tandem_request_t** request);
 
+/* ---- one call, every operation -------------------------------------------
+ * Every operation above is also a tandem_call_t, started by tandem_start (a
+ * request) or run by tandem_run (blocking). tandem_op_t lists the operations
+ * in the order of tandem's table of operations (docs/api.md, "One call, one
+ * table"), which says which fields each reads; an operation added to tandem
+ * needs nothing more here than its value. The arrays a call points to
+ * (counts, displacements, group ops) are read before tandem_start returns. */
+
+typedef enum tandem_op {
+  TANDEM_OP_ALLREDUCE = 0,
+  TANDEM_OP_REDUCE_SCATTER,
+  TANDEM_OP_ALLGATHER,
+  TANDEM_OP_BROADCAST,
+  TANDEM_OP_BARRIER,
+  TANDEM_OP_ALLTOALL,
+  TANDEM_OP_ALLTOALLV,
+  TANDEM_OP_REDUCE,
+  TANDEM_OP_GATHER,
+  TANDEM_OP_GATHERV,
+  TANDEM_OP_SCATTER,
+  TANDEM_OP_SCATTERV,
+  TANDEM_OP_ALLGATHERV,
+  TANDEM_OP_REDUCE_SCATTERV,
+  TANDEM_OP_SEND,
+  TANDEM_OP_RECV,
+  TANDEM_OP_GROUP,
+  TANDEM_OP_COUNT /* not an operation: how many there are */
+} tandem_op_t;
+
+typedef struct tandem_call {
+  size_t struct_size; /* sizeof(tandem_call_t), set by tandem_call_init */
+  tandem_op_t op;
+  const void* input; /* == output for in-place */
+  void* output;
+  size_t count; /* elements: per rank for fixed-size collectives, this rank's for the v-forms */
+  tandem_dtype_t dtype;
+  tandem_reduce_op_t reduce;
+  int root;
+  int peer; /* send, recv (TANDEM_ANY_SOURCE: from anyone) */
+  uint32_t tag;
+  /* One entry per rank; displacements NULL = packed in rank order. send: how
+   * the input divides among ranks (alltoallv, scatterv, reduce_scatterv);
+   * recv: how the output does (alltoallv, gatherv, allgatherv). */
+  const size_t* send_counts;
+  const size_t* send_displs;
+  const size_t* recv_counts;
+  const size_t* recv_displs;
+  const tandem_p2p_op_t* group; /* TANDEM_OP_GROUP: group_size messages */
+  size_t group_size;
+  int64_t timeout_ms; /* < 0: the communicator's */
+} tandem_call_t;
+
+/* Zeroes *call, sets its size, op and a timeout of -1; dtype F32, reduce SUM. */
+void tandem_call_init(tandem_call_t* call, tandem_op_t op);
+/* "allreduce", ...; NULL for a value that is not a tandem_op_t. */
+const char* tandem_op_name(tandem_op_t op);
+/* Starts the call; *request as for the _async functions. */
+tandem_status_t tandem_start(tandem_comm_t* comm, const tandem_call_t* call, tandem_request_t** request);
+/* Runs the call to completion; *source (may be NULL) is a receive's source, else -1. */
+tandem_status_t tandem_run(tandem_comm_t* comm, const tandem_call_t* call, int* source);
+
 /* ---- gradient sync ------------------------------------------------------
  * Gradients reduced in fused buckets while backward runs. Register every
  * gradient in model order, finalize (collective), then per step mark each

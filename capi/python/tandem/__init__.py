@@ -16,6 +16,9 @@ Also: alltoall(v), reduce, gather(v), scatter(v), allgatherv, reduce_scatterv
 packed in rank order), send/recv with tags and ANY_SOURCE, group([P2POp, ...]),
 split(color, key) and duplicate().
 """
+import ast
+import inspect
+
 from . import _tandem
 from ._tandem import ANY_SOURCE, UNDEFINED_COLOR, Aborted, Error, InvalidArgument, PeerFailure, Request, Timeout
 
@@ -63,7 +66,7 @@ def _op(op):
 
 
 def _blocks(counts, displs, size, what):
-    """((counts, displacements), elements spanned) of one block per rank; displs None = packed."""
+    """(counts, displacements) of one block per rank; displs None = packed (empty)."""
     if counts is None:
         raise InvalidArgument(f"{what}: counts are required (one per rank)")
     counts = [int(c) for c in counts]
@@ -73,14 +76,15 @@ def _blocks(counts, displs, size, what):
                               f"displacements for {size} ranks: give one count (and displacement) per rank")
     if min(counts + (displs or []), default=0) < 0:
         raise InvalidArgument(f"{what}: counts and displacements must be >= 0")
-    if displs is None:
-        return (counts, []), sum(counts)
-    return (counts, displs), max((c + d for c, d in zip(counts, displs) if c), default=0)
+    return counts, displs or []
 
 
-def _holds(buf, need, what):
-    if buf[1] < need:
-        raise InvalidArgument(f"{what} has {buf[1]} elements, the blocks span {need}")
+def _message(i, op):
+    """A P2POp as the core's (is_send, address, count, dtype, peer, tag)."""
+    address, count, dtype = _buffer(op.tensor, f"group op {i} ({op.kind})")
+    if op.kind == "recv":
+        _writable(op.tensor, f"group op {i} (recv)")
+    return op.kind == "send", address, count, dtype, op.peer, op.tag
 
 
 class _Pending:
@@ -121,184 +125,57 @@ class Communicator:
     size = property(lambda self: self._core.size)
     transport = property(lambda self: self._core.transport)
 
-    def _check_same(self, a, b, what):
-        if a[2] != b[2]:
-            raise InvalidArgument(f"{what}: input is {a[2].name} but output is {b[2].name}")
-
-    def allreduce(self, tensor, op="sum", out=None, timeout=None, async_op=False):
-        """Reduces over ranks into `out` (default: in place)."""
-        inp = _buffer(tensor, "allreduce")
-        res = inp if out is None else _buffer(out, "allreduce out")
-        _writable(tensor if out is None else out, "allreduce")
-        self._check_same(inp, res, "allreduce")
-        if res[1] != inp[1]:
-            raise InvalidArgument(f"allreduce: out has {res[1]} elements, input {inp[1]}")
-        args = (inp[0], res[0], inp[1], inp[2], _op(op), timeout)
+    def _issue(self, row, args):
+        """One operation of the table: its arguments as a core Call, started (async_op) or run."""
+        name, params = row["name"], row["params"]
+        tensor, out, async_op = args.get("tensor"), args.get("out"), args["async_op"]
+        call = _tandem.Call()
+        call.op, call.timeout = row["op"], args["timeout"]
+        if "ops" in args:
+            call.group = [_message(i, op) for i, op in enumerate(args["ops"])]
+            keep = [op.tensor for op in args["ops"]]
+        else:
+            keep = (tensor, out)
+        inp = res = None
+        if row["input"] and tensor is not None:
+            inp = _buffer(tensor, name)
+        if row["output"]:
+            target = out if "out" in params else tensor
+            if target is None and row["output_defaults_to_input"]:
+                target = tensor
+            if target is not None:
+                res = inp if target is tensor and inp else _buffer(target, f"{name} out" if target is out else name)
+                _writable(target, name)
+        if inp and res and inp[2] != res[2]:
+            raise InvalidArgument(f"{name}: input is {inp[2].name} but output is {res[2].name}")
+        if inp:
+            call.input, call.input_elements, call.dtype = inp
+        if res:
+            call.output, call.output_elements, call.dtype = res
+        if "op" in args:
+            call.reduce = _op(args["op"])
+        for field in ("root", "peer", "tag"):
+            if field in args:
+                setattr(call, field, args[field])
+        if "send_counts" in args:
+            call.send = _blocks(args["send_counts"], args["send_displs"], self.size, f"{name} send")
+            call.recv = _blocks(args["recv_counts"], args["recv_displs"], self.size, f"{name} recv")
+        elif args.get("counts") is not None:
+            blocks = _blocks(args["counts"], args.get("displs"), self.size, name)
+            if row["recv_blocks"]:
+                call.recv = blocks
+            else:
+                call.send = blocks
         if async_op:
-            return _Pending(self._core._allreduce_async(*args), tensor, out)
-        self._core._allreduce(*args)
-        return tensor if out is None else out
-
-    def reduce_scatter(self, tensor, out, op="sum", timeout=None, async_op=False):
-        """tensor: size * n elements (block r for rank r); out: n elements, this rank's reduced block."""
-        inp, res = _buffer(tensor, "reduce_scatter"), _buffer(out, "reduce_scatter out")
-        self._check_same(inp, res, "reduce_scatter")
-        if inp[1] != res[1] * self.size:
-            raise InvalidArgument(f"reduce_scatter: input has {inp[1]} elements, not size ({self.size}) x out ({res[1]})")
-        args = (inp[0], res[0], res[1], inp[2], _op(op), timeout)
-        if async_op:
-            return _Pending(self._core._reduce_scatter_async(*args), tensor, out)
-        self._core._reduce_scatter(*args)
-        return out
-
-    def allgather(self, tensor, out, timeout=None, async_op=False):
-        """tensor: n elements; out: size * n elements in rank order."""
-        inp, res = _buffer(tensor, "allgather"), _buffer(out, "allgather out")
-        self._check_same(inp, res, "allgather")
-        if res[1] != inp[1] * self.size:
-            raise InvalidArgument(f"allgather: out has {res[1]} elements, not size ({self.size}) x input ({inp[1]})")
-        args = (inp[0], res[0], inp[1], inp[2], timeout)
-        if async_op:
-            return _Pending(self._core._allgather_async(*args), tensor, out)
-        self._core._allgather(*args)
-        return out
-
-    def broadcast(self, tensor, root=0, timeout=None, async_op=False):
-        """root's tensor reaches every rank's, in place."""
-        buf = _buffer(tensor, "broadcast")
-        args = (buf[0], buf[0], buf[1], buf[2], root, timeout)
-        if async_op:
-            return _Pending(self._core._broadcast_async(*args), tensor)
-        self._core._broadcast(*args)
-        return tensor
-
-    def barrier(self, timeout=None, async_op=False):
-        if async_op:
-            return _Pending(self._core.barrier_async(timeout))
-        self._core.barrier(timeout)
-
-    # ---- all-to-all, rooted and variable-size collectives, point-to-point, split ----
-
-    def _run(self, name, async_op, buffers, *args, result=None):
-        """The core's _<name>_async (the request keeps the buffers alive), or _<name>: then `result`, if given,
-        else what it returned."""
-        if async_op:
-            return _Pending(getattr(self._core, f"_{name}_async")(*args), *buffers)
-        value = getattr(self._core, f"_{name}")(*args)
-        return value if result is None else result
-
-    def _pair(self, tensor, out, what, need_in=True, need_out=True):
-        """Buffers (address, count, dtype) of input and output; a missing one is (0, 0, the other's dtype)."""
-        inp = _buffer(tensor, what) if tensor is not None or need_in else None
-        res = _buffer(out, f"{what} out") if out is not None or need_out else None
-        if out is not None:
-            _writable(out, what)
-        if inp and res:
-            self._check_same(inp, res, what)
-        return inp or (0, 0, res[2]), res or (0, 0, inp[2])
-
-    def alltoall(self, tensor, out, timeout=None, async_op=False):
-        """tensor and out: size blocks of n elements; block p of tensor goes to rank p, block p of out comes from it."""
-        inp, res = self._pair(tensor, out, "alltoall")
-        if inp[1] != res[1] or inp[1] % self.size:
-            raise InvalidArgument(f"alltoall: input ({inp[1]}) and out ({res[1]}) must hold size ({self.size}) "
-                                  "equal blocks")
-        return self._run("alltoall", async_op, (tensor, out), inp[0], res[0], inp[1] // self.size, inp[2], timeout,
-                         result=out)
-
-    def alltoallv(self, tensor, out, send_counts, recv_counts, send_displs=None, recv_displs=None, timeout=None,
-                  async_op=False):
-        """send_counts[p] elements at send_displs[p] go to rank p; recv_counts[p] from p land at recv_displs[p]."""
-        inp, res = self._pair(tensor, out, "alltoallv")
-        send, send_span = _blocks(send_counts, send_displs, self.size, "alltoallv send")
-        recv, recv_span = _blocks(recv_counts, recv_displs, self.size, "alltoallv recv")
-        _holds(inp, send_span, "alltoallv: input")
-        _holds(res, recv_span, "alltoallv: out")
-        return self._run("alltoallv", async_op, (tensor, out), inp[0], send, res[0], recv, inp[2], timeout, result=out)
-
-    def reduce(self, tensor, root=0, op="sum", out=None, timeout=None, async_op=False):
-        """Every rank's tensor reduced into root's `out` (default: root's tensor, in place); others keep theirs."""
-        inp, res = self._pair(tensor, out, "reduce", need_out=False)
-        if out is None:
-            _writable(tensor, "reduce")
-            res = inp
-        elif res[1] != inp[1]:
-            raise InvalidArgument(f"reduce: out has {res[1]} elements, input {inp[1]}")
-        return self._run("reduce", async_op, (tensor, out), inp[0], res[0], inp[1], inp[2], _op(op), root, timeout,
-                         result=tensor if out is None else out)
-
-    def gather(self, tensor, out=None, root=0, timeout=None, async_op=False):
-        """Every rank's n elements into root's out (size * n, rank order; None elsewhere)."""
-        inp, res = self._pair(tensor, out, "gather", need_out=self.rank == root)
-        if self.rank == root and res[1] != inp[1] * self.size:
-            raise InvalidArgument(f"gather: out has {res[1]} elements, not size ({self.size}) x input ({inp[1]})")
-        return self._run("gather", async_op, (tensor, out), inp[0], res[0], inp[1], inp[2], root, timeout, result=out)
-
-    def gatherv(self, tensor, out=None, counts=None, displs=None, root=0, timeout=None, async_op=False):
-        """Rank r's tensor lands in root's out at displs[r]; out, counts, displs matter on the root only."""
-        inp, res = self._pair(tensor, out, "gatherv", need_out=self.rank == root)
-        blocks = ([], [])
-        if self.rank == root:
-            blocks, span = _blocks(counts, displs, self.size, "gatherv")
-            _holds(res, span, "gatherv: out")
-        return self._run("gatherv", async_op, (tensor, out), inp[0], inp[1], res[0], blocks, inp[2], root, timeout,
-                         result=out)
-
-    def scatter(self, tensor, out, root=0, timeout=None, async_op=False):
-        """Root's block r of tensor (size * n elements; None elsewhere) reaches rank r's out (n elements)."""
-        inp, res = self._pair(tensor, out, "scatter", need_in=self.rank == root)
-        if self.rank == root and inp[1] != res[1] * self.size:
-            raise InvalidArgument(f"scatter: input has {inp[1]} elements, not size ({self.size}) x out ({res[1]})")
-        return self._run("scatter", async_op, (tensor, out), inp[0], res[0], res[1], res[2], root, timeout, result=out)
-
-    def scatterv(self, tensor, out, counts=None, displs=None, root=0, timeout=None, async_op=False):
-        """Root's counts[r] elements at displs[r] reach rank r's out; tensor, counts, displs matter on the root only."""
-        inp, res = self._pair(tensor, out, "scatterv", need_in=self.rank == root)
-        blocks = ([], [])
-        if self.rank == root:
-            blocks, span = _blocks(counts, displs, self.size, "scatterv")
-            _holds(inp, span, "scatterv: input")
-        return self._run("scatterv", async_op, (tensor, out), inp[0], blocks, res[0], res[1], res[2], root, timeout,
-                         result=out)
-
-    def allgatherv(self, tensor, out, counts, displs=None, timeout=None, async_op=False):
-        """Rank r's tensor (counts[r] elements) lands in every rank's out at displs[r]."""
-        inp, res = self._pair(tensor, out, "allgatherv")
-        blocks, span = _blocks(counts, displs, self.size, "allgatherv")
-        _holds(res, span, "allgatherv: out")
-        return self._run("allgatherv", async_op, (tensor, out), inp[0], inp[1], res[0], blocks, inp[2], timeout,
-                         result=out)
-
-    def reduce_scatterv(self, tensor, out, counts, displs=None, op="sum", timeout=None, async_op=False):
-        """tensor holds every rank's block (counts[r] at displs[r]); out receives this rank's, reduced."""
-        inp, res = self._pair(tensor, out, "reduce_scatterv")
-        blocks, span = _blocks(counts, displs, self.size, "reduce_scatterv")
-        _holds(inp, span, "reduce_scatterv: input")
-        _holds(res, blocks[0][self.rank], "reduce_scatterv: out")
-        return self._run("reduce_scatterv", async_op, (tensor, out), inp[0], res[0], blocks, inp[2], _op(op),
-                         timeout, result=out)
-
-    def send(self, tensor, peer, tag=0, timeout=None, async_op=False):
-        """tensor to rank peer under tag (0 .. 2**31-1); only the two ranks take part."""
-        buf = _buffer(tensor, "send")
-        return self._run("send", async_op, (tensor,), buf[0], buf[1], buf[2], peer, tag, timeout)
-
-    def recv(self, tensor, peer=ANY_SOURCE, tag=0, timeout=None, async_op=False):
-        """Into tensor (its size must match the message's) from peer or ANY_SOURCE; returns the source
-        (async: the request's .source once finished)."""
-        buf = _buffer(tensor, "recv")
-        _writable(tensor, "recv")
-        return self._run("recv", async_op, (tensor,), buf[0], buf[1], buf[2], peer, tag, timeout)
-
-    def group(self, ops, timeout=None, async_op=False):
-        """Every P2POp of ops posted at once (torch's batch_isend_irecv, NCCL's group calls)."""
-        specs = []
-        for i, op in enumerate(ops):
-            address, count, dtype = _buffer(op.tensor, f"group op {i} ({op.kind})")
-            if op.kind == "recv":
-                _writable(op.tensor, f"group op {i} (recv)")
-            specs.append((op.kind == "send", address, count, dtype, op.peer, op.tag))
-        return self._run("group", async_op, [op.tensor for op in ops], specs, timeout)
+            return _Pending(self._core.start(call), *keep)
+        source = self._core.run(call)
+        if name == "recv":
+            return source
+        if not row["output"]:
+            return None
+        if "out" not in params or out is not None:
+            return out if "out" in params else tensor
+        return tensor if row["output_defaults_to_input"] else None
 
     def split(self, color, key=None, timeout=None):
         """Collective: ranks of one colour form a new Communicator ordered by (key, rank; key None = rank);
@@ -323,6 +200,36 @@ class Communicator:
         self._core.abort(reason)
 
     aborted = property(lambda self: self._core.aborted)
+
+
+def _signature(params):
+    """The Python signature of a table row's parameters ("tensor op='sum' out=None"), then timeout and async_op."""
+    P = inspect.Parameter
+    out = [P("self", P.POSITIONAL_OR_KEYWORD)]
+    for spec in params.split():
+        name, _, default = spec.partition("=")
+        out.append(P(name, P.POSITIONAL_OR_KEYWORD, default=ast.literal_eval(default) if default else P.empty))
+    out += [P("timeout", P.POSITIONAL_OR_KEYWORD, default=None), P("async_op", P.POSITIONAL_OR_KEYWORD, default=False)]
+    return inspect.Signature(out)
+
+
+def _operation(row):
+    """Communicator.<name>: the table row's operation, with its parameters."""
+    signature = _signature(row["params"])
+
+    def method(self, *args, **kwargs):
+        bound = signature.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        return self._issue(row, bound.arguments)
+
+    method.__name__ = method.__qualname__ = row["name"]
+    method.__signature__ = signature
+    method.__doc__ = row["summary"] + " (async_op=True: a request to wait on)."
+    return method
+
+
+for _row in _tandem.operations():
+    setattr(Communicator, _row["name"], _operation(_row))
 
 
 def _view(address, shape, dtype, owner):

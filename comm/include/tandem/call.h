@@ -98,8 +98,8 @@ struct Call {
   int root = 0;  // rooted collectives
   int peer = 0;  // send, recv (kAnySource: from anyone)
   uint32_t tag = 0;
-  BlockView send{};              // how the input divides among ranks (alltoallv, scatterv, reduce_scatterv)
-  BlockView recv{};              // how the output divides among ranks (alltoallv, gatherv, allgatherv)
+  BlockView send{};                // how the input divides among ranks (alltoallv, scatterv, reduce_scatterv)
+  BlockView recv{};                // how the output divides among ranks (alltoallv, gatherv, allgatherv)
   std::span<const P2POp> group{};  // group's messages
   CollectiveOptions options{};
 };
@@ -135,10 +135,10 @@ enum class Holder : uint8_t { every_rank, root_only };
 
 struct OpInfo {
   Op op;
-  const char* name;        // "allreduce": C++ method, Python method, bench test, C enum TANDEM_OP_<NAME>
-  Collective collective;   // what ranks compare and the wire carries
-  uint16_t fields;         // CallField bits read
-  Extent input, output;    // what each buffer spans
+  const char* name;       // "allreduce": C++ method, Python method, bench test, C enum TANDEM_OP_<NAME>
+  Collective collective;  // what ranks compare and the wire carries
+  uint16_t fields;        // CallField bits read
+  Extent input, output;   // what each buffer spans
   Holder input_holder, output_holder;
   // Bindings given no output buffer use the input's (in place).
   bool output_defaults_to_input;
