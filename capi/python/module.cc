@@ -91,12 +91,8 @@ struct PyGradientSync {
   std::unique_ptr<fusion::GradientSync> sync;
 };
 
-}  // namespace
-
-PYBIND11_MODULE(_tandem, m) {
-  m.doc() = "tandem: collective communication for data-parallel training (C++ core)";
-  m.attr("__version__") = TANDEM_VERSION_STRING;
-
+// Errors, element types, reduce ops, requests.
+void bind_types(py::module_& m) {
   auto error = py::register_exception<Error>(m, "Error", PyExc_RuntimeError);
   py::register_exception<InvalidArgument>(m, "InvalidArgument", error.ptr());
   py::register_exception<Timeout>(m, "Timeout", error.ptr());
@@ -135,7 +131,10 @@ PYBIND11_MODULE(_tandem, m) {
                              "The rank a finished receive came from (the sender for ANY_SOURCE); else -1");
   m.attr("ANY_SOURCE") = kAnySource;
   m.attr("UNDEFINED_COLOR") = kUndefinedColor;
+}
 
+// The table of operations and the Call every one of them is.
+void bind_operations(py::module_& m) {
   py::enum_<Op> op(m, "Op");
   for (const OpInfo& o : operations()) op.value(o.name, o.op);
   m.def("operations", &operation_table, "The table of operations: one dict per operation, in order");
@@ -163,7 +162,10 @@ PYBIND11_MODULE(_tandem, m) {
           })
       .def_readwrite("group", &PyCall::group)
       .def_readwrite("timeout", &PyCall::timeout);
+}
 
+// Communicators: created, split, and every operation through start and run.
+void bind_communicator(py::module_& m) {
   const auto nogil = py::call_guard<py::gil_scoped_release>();
   py::class_<Communicator, std::shared_ptr<Communicator>>(m, "Communicator")
       .def_static(
@@ -210,7 +212,10 @@ PYBIND11_MODULE(_tandem, m) {
       .def("abort", &Communicator::abort, py::arg("reason") = "abort() called",
            "Unblocks every pending and later call with Aborted (sticky); any thread")
       .def_property_readonly("aborted", &Communicator::aborted);
+}
 
+// The gradient sync over a communicator.
+void bind_gradient_sync(py::module_& m) {
   py::class_<PyGradientSync>(m, "_GradientSync")
       .def(py::init([](std::shared_ptr<Communicator> comm, size_t threshold, size_t first_bucket, bool average,
                        int aggregation_frequency, bool average_aggregated, bool allow_unused, int metric_slots) {
@@ -263,4 +268,16 @@ PYBIND11_MODULE(_tandem, m) {
         d["bytes_reduced"] = st.bytes_reduced, d["wire_bytes"] = st.wire_bytes, d["buckets"] = st.buckets;
         return d;
       });
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_tandem, m) {
+  m.doc() = "tandem: collective communication for data-parallel training (C++ core)";
+  m.attr("__version__") = TANDEM_VERSION_STRING;
+
+  bind_types(m);
+  bind_operations(m);
+  bind_communicator(m);
+  bind_gradient_sync(m);
 }
