@@ -358,15 +358,15 @@ int run_sweep(const SweepOptions& o) {
   if (o.increment == 0 && o.factor <= 1.0) throw InvalidArgument("tandem bench: -f must be > 1 (or use -i)");
   if (o.iters < 1 || o.warmup < 0) throw InvalidArgument("tandem bench: -n must be >= 1 and -w >= 0");
 
-  if (compressing(o) && (spec.collective != Collective::allreduce || o.dtype != DataType::f32 ||
-                         (o.op != ReduceOp::sum && o.op != ReduceOp::avg))) {
+  if (compressing(o) &&
+      (spec.op != Op::allreduce || o.dtype != DataType::f32 || (o.op != ReduceOp::sum && o.op != ReduceOp::avg))) {
     throw InvalidArgument("tandem bench: --compress works on allreduce of f32 with op sum or avg");
   }
   CommOptions comm_options = comm_options_from_env();
   ring::RingOptions ring_options = ring::ring_options_from_env();
   if (!o.algorithm.empty()) ring_options.allreduce = ring::parse_allreduce_algorithm(o.algorithm);
   auto comm = ring::connect(comm_options, ring_options);
-  if (spec.collective == Collective::send_recv && comm->size() < 2) {
+  if (spec.op == Op::group && comm->size() < 2) {
     throw InvalidArgument("tandem bench sendrecv: needs 2 or more ranks (rank r sends to r+1, receives from r-1)");
   }
   if (spec.rooted() && (o.root < 0 || o.root >= comm->size())) {

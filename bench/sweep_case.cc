@@ -12,32 +12,39 @@
 namespace tandem::bench {
 namespace {
 
-void allreduce(Communicator& c, const Call& a) { c.allreduce(a.src, a.dst, a.count, a.dtype, a.op); }
-void reduce_scatter(Communicator& c, const Call& a) { c.reduce_scatter(a.src, a.dst, a.count, a.dtype, a.op); }
-void allgather(Communicator& c, const Call& a) { c.allgather(a.src, a.dst, a.count, a.dtype); }
-void broadcast(Communicator& c, const Call& a) { c.broadcast(a.src, a.dst, a.count, a.dtype, a.root); }
-void barrier(Communicator& c, const Call&) { c.barrier(); }
-void reduce(Communicator& c, const Call& a) { c.reduce(a.src, a.dst, a.count, a.dtype, a.op, a.root); }
-void alltoall(Communicator& c, const Call& a) { c.alltoall(a.src, a.dst, a.count, a.dtype); }
-void gather(Communicator& c, const Call& a) { c.gather(a.src, a.dst, a.count, a.dtype, a.root); }
-void scatter(Communicator& c, const Call& a) { c.scatter(a.src, a.dst, a.count, a.dtype, a.root); }
-void sendrecv(Communicator& c, const Call& a) { c.group(*a.ring); }
-
-using C = Collective;
-// name, collective, bus factor, root, splits input, gathers output, reduces, in place, call
+// op, bus factor, root, splits input, gathers output, reduces, in place, nccl-tests' name
 const Spec kSpecs[] = {
-    {"allreduce", C::allreduce, Bus::twice_ring, Root::none, false, false, true, true, allreduce},
-    {"reduce_scatter", C::reduce_scatter, Bus::ring, Root::none, true, false, true, true, reduce_scatter},
-    {"allgather", C::allgather, Bus::ring, Root::none, false, true, false, true, allgather},
-    {"broadcast", C::broadcast, Bus::one, Root::sends, false, false, false, true, broadcast},
-    {"barrier", C::barrier, Bus::none, Root::none, false, false, false, false, barrier},
-    {"reduce", C::reduce, Bus::one, Root::receives, false, false, true, true, reduce},
-    {"alltoall", C::alltoall, Bus::ring, Root::none, true, true, false, true, alltoall},
-    {"gather", C::gather, Bus::ring, Root::receives, false, true, false, true, gather},
-    {"scatter", C::scatter, Bus::ring, Root::sends, true, false, false, true, scatter},
-    // nccl-tests' spelling (Collective::send_recv prints "send_recv"): a ring, r sends to r+1, receives from r-1.
-    {"sendrecv", C::send_recv, Bus::one, Root::none, false, false, false, false, sendrecv},
+    {Op::allreduce, Bus::twice_ring, Root::none, false, false, true, true},
+    {Op::reduce_scatter, Bus::ring, Root::none, true, false, true, true},
+    {Op::allgather, Bus::ring, Root::none, false, true, false, true},
+    {Op::broadcast, Bus::one, Root::sends, false, false, false, true},
+    {Op::barrier, Bus::none, Root::none, false, false, false, false},
+    {Op::reduce, Bus::one, Root::receives, false, false, true, true},
+    {Op::alltoall, Bus::ring, Root::none, true, true, false, true},
+    // Blocks of varied sizes (varied_blocks), packed both ways: no in-place form.
+    {Op::alltoallv, Bus::ring, Root::none, true, true, false, false},
+    {Op::gather, Bus::ring, Root::receives, false, true, false, true},
+    {Op::scatter, Bus::ring, Root::sends, true, false, false, true},
+    // A ring, r sends to r+1 and receives from r-1, as one group.
+    {Op::group, Bus::one, Root::none, false, false, false, false, "sendrecv"},
 };
+
+// alltoallv's block from rank r to rank p: count * 2(1 + (r + p) mod n) / (n + 1)
+// elements, from about 2/n to about twice count, each rank's n blocks adding
+// up to at most n * count (the buffers nccl-tests' size names).
+size_t varied_count(size_t count, int r, int p, int n) { return count * 2 * size_t(1 + (r + p) % n) / size_t(n + 1); }
+
+// Rank r's send (to_peers) or receive blocks, packed in rank order.
+Blocks varied_blocks(size_t count, int r, int n, bool to_peers) {
+  Blocks b;
+  size_t at = 0;
+  for (int p = 0; p < n; ++p) {
+    b.counts.push_back(to_peers ? varied_count(count, r, p, n) : varied_count(count, p, r, n));
+    b.displs.push_back(at);
+    at += b.counts.back();
+  }
+  return b;
+}
 
 // --compress inputs: gradient-like values in [-1, 1] of mixed magnitudes.
 float gradient_value(int rank, size_t i) {
@@ -60,15 +67,15 @@ double bus_factor(Bus bus, int n) {
 
 std::vector<std::string> sweep_collectives() {
   std::vector<std::string> names;
-  for (const Spec& s : kSpecs) names.emplace_back(s.name);
+  for (const Spec& s : kSpecs) names.emplace_back(s.name());
   return names;
 }
 
 const Spec& spec_of(const std::string& name) {
   std::string available;
   for (const Spec& s : kSpecs) {
-    if (name == s.name) return s;
-    available += (available.empty() ? "" : ", ") + std::string(s.name);
+    if (name == s.name()) return s;
+    available += (available.empty() ? "" : ", ") + std::string(s.name());
   }
   throw InvalidArgument("tandem bench: unknown collective '" + name + "'; available: " + available);
 }
@@ -80,54 +87,76 @@ Case::Case(Communicator& comm, const SweepOptions& o, size_t count, bool inplace
       n_(comm.size()),
       r_(comm.rank()),
       block_(count * dtype_size(o.dtype)),
-      call_{in, out, count, o.dtype, o.op, o.root, &ring_},
+      call_{
+          .op = spec_.op, .input = in, .output = out, .count = count, .dtype = o.dtype, .reduce = o.op, .root = o.root},
       compressed_(compressed) {
   if (inplace) {
     const bool own_input = spec_.gathers_output && !spec_.splits_input;
     const bool own_output = spec_.splits_input && !spec_.gathers_output;
-    call_.src = in + (own_input ? r_ * block_ : 0);
-    call_.dst = in + (own_output ? r_ * block_ : 0);
+    call_.input = in + (own_input ? r_ * block_ : 0);
+    call_.output = in + (own_output ? r_ * block_ : 0);
   }
-  if (spec_.collective == Collective::send_recv) {
-    ring_ = {P2POp{P2POp::send, call_.src, count, o.dtype, (r_ + 1) % n_, 0},
-             P2POp{P2POp::recv, call_.dst, count, o.dtype, (r_ - 1 + n_) % n_, 0}};
+  if (spec_.op == Op::group) {
+    ring_ = {P2POp{P2POp::send, src(), count, o.dtype, (r_ + 1) % n_, 0},
+             P2POp{P2POp::recv, dst(), count, o.dtype, (r_ - 1 + n_) % n_, 0}};
+    call_.group = ring_;
+  }
+  if (spec_.op == Op::alltoallv) {
+    send_ = varied_blocks(count, r_, n_, true);
+    recv_ = varied_blocks(count, r_, n_, false);
+    call_.send = send_, call_.recv = recv_;
   }
 }
 
 void Case::fill_for_check() {
-  std::memset(call_.dst, 0xab, (spec_.gathers_output ? n_ : 1) * block_);
+  std::memset(dst(), 0xab, (spec_.gathers_output ? n_ : 1) * block_);
   fill();
 }
 
 void Case::fill() {
   const DataType t = call_.dtype;
   if (compressed_) {
-    for (size_t i = 0; i < call_.count; ++i) reinterpret_cast<float*>(call_.src)[i] = gradient_value(r_, i);
+    for (size_t i = 0; i < call_.count; ++i) reinterpret_cast<float*>(src())[i] = gradient_value(r_, i);
     return;
   }
   if (!spec_.moves_data() || (spec_.root == Root::sends && r_ != call_.root)) return;
   const size_t elements = call_.count * (spec_.splits_input ? n_ : 1);
   for (size_t g = 0; g < elements; ++g) {
-    store_element(t, call_.src, g, spec_.reduces ? input_value(call_.op, t, r_, g) : moved_value(r_, g));
+    store_element(t, src(), g, spec_.reduces ? input_value(call_.reduce, t, r_, g) : moved_value(r_, g));
   }
 }
 
 void Case::run() {
-  if (!compressed_) return spec_.run(comm_, call_);
-  if (call_.src != call_.dst) std::memcpy(call_.dst, call_.src, block_);
-  compressed_->allreduce(reinterpret_cast<float*>(call_.dst), call_.count, call_.op);
+  if (!compressed_) {
+    comm_.run(call_);
+    return;
+  }
+  if (call_.input != call_.output) std::memcpy(dst(), src(), block_);
+  compressed_->allreduce(reinterpret_cast<float*>(dst()), call_.count, call_.reduce);
 }
 
 long Case::wrong() const {
   if (!spec_.moves_data() || (spec_.root == Root::receives && r_ != call_.root)) return 0;
   const DataType t = call_.dtype;
   const size_t first = spec_.splits_input ? r_ * call_.count : 0;  // where this rank's block starts in the pattern
-  if (spec_.reduces) return count_wrong(call_.op, t, n_, call_.dst, call_.count, first);
+  if (spec_.reduces) return count_wrong(call_.reduce, t, n_, dst(), call_.count, first);
+  if (spec_.op == Op::alltoallv) return wrong_varied();
   long wrong = 0;
   for (int b = 0; b < (spec_.gathers_output ? n_ : 1); ++b) {
     // Block b came from rank b, else from the root, else (sendrecv) from the previous rank.
     const int from = spec_.gathers_output ? b : spec_.rooted() ? call_.root : (r_ - 1 + n_) % n_;
-    wrong += count_wrong_moved(t, from, call_.dst + b * block_, call_.count, first);
+    wrong += count_wrong_moved(t, from, dst() + b * block_, call_.count, first);
+  }
+  return wrong;
+}
+
+long Case::wrong_varied() const {
+  long wrong = 0;
+  const size_t size = dtype_size(call_.dtype);
+  for (int p = 0; p < n_; ++p) {
+    // Rank p's block for this rank starts at its send displacement for us.
+    const size_t first = varied_blocks(call_.count, p, n_, true).displs[size_t(r_)];
+    wrong += count_wrong_moved(call_.dtype, p, dst() + recv_.displs[size_t(p)] * size, recv_.counts[size_t(p)], first);
   }
   return wrong;
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tandem/bench/sweep.h"
+#include "tandem/call.h"
 #include "tandem/collective.h"
 #include "tandem/communicator.h"
 
@@ -21,20 +22,8 @@ double bus_factor(Bus bus, int n);
 // root's input matters) or delivers to it (reduce, gather: only its output does).
 enum class Root : uint8_t { none, sends, receives };
 
-// The arguments of one call, as the table's run functions take them.
-struct Call {
-  char* src;
-  char* dst;
-  size_t count;  // elements per rank (the count column)
-  DataType dtype;
-  ReduceOp op;
-  int root;
-  const std::vector<P2POp>* ring;  // sendrecv: the send to r+1 and the receive from r-1
-};
-
 struct Spec {
-  const char* name;  // as `tandem bench` takes it and the JSON reports it (nccl-tests' names)
-  Collective collective;
+  Op op;  // the operation it times (tandem/call.h)
   Bus bus;
   Root root;
   // The input holds one block per rank and rank r's result comes from block r
@@ -44,8 +33,11 @@ struct Spec {
   bool gathers_output;
   bool reduces;   // applies -o (otherwise the op column says "none")
   bool in_place;  // has an in-place form (sendrecv has none: one buffer cannot be sent and received into at once)
-  void (*run)(Communicator&, const Call&);
+  // nccl-tests' name where it differs from the operation's (sendrecv: a group of one send and one receive).
+  const char* nccl_name = nullptr;
 
+  const char* name() const { return nccl_name ? nccl_name : operation(op).name; }
+  Collective collective() const { return operation(op).collective; }
   // nccl-tests' "size" is the largest buffer of a rank: this many blocks of `count` elements.
   int size_blocks(int n) const { return splits_input || gathers_output ? n : 1; }
   bool rooted() const { return root != Root::none; }
@@ -72,18 +64,24 @@ class Case {
   long wrong() const;
 
   // The all-reduce op of run() (--compress timing may swap sum for avg).
-  void use_op(ReduceOp op) { call_.op = op; }
+  void use_op(ReduceOp op) { call_.reduce = op; }
   size_t count() const { return call_.count; }
-  const float* input_f32() const { return reinterpret_cast<const float*>(call_.src); }
-  const float* output_f32() const { return reinterpret_cast<const float*>(call_.dst); }
+  const float* input_f32() const { return static_cast<const float*>(call_.input); }
+  const float* output_f32() const { return static_cast<const float*>(call_.output); }
 
  private:
   Communicator& comm_;
   const Spec& spec_;
   const int n_, r_;
   const size_t block_;  // count in bytes
+  char* src() const { return static_cast<char*>(const_cast<void*>(call_.input)); }
+  char* dst() const { return static_cast<char*>(call_.output); }
+  // alltoallv: rank r's blocks for rank p (send) and from p (recv), see varied_blocks.
+  long wrong_varied() const;
+
   Call call_;
   std::vector<P2POp> ring_;
+  Blocks send_, recv_;
   compression::CompressedAllreduce* const compressed_;  // --compress, else null
 };
 

@@ -104,7 +104,9 @@ TEST(Bench, EveryCollectiveUnderTandemLaunch) {
   const int n = 3;
   for (const Expect& e : {Expect{"reduce_scatter", double(n - 1) / n, n, -1, true, "-o max -d bf16"},
                           Expect{"allgather", double(n - 1) / n, n, -1, true, "-d i64"},
-                          Expect{"broadcast", 1.0, 1, 2, true, "-r 2 -d f16"}}) {
+                          Expect{"broadcast", 1.0, 1, 2, true, "-r 2 -d f16"},
+                          // Blocks of varied sizes between every pair (varied_blocks), no in-place form.
+                          Expect{"alltoallv", double(n - 1) / n, n, -1, false, "-d i64"}}) {
     expect_collective(e, n);
   }
   Output b = run(bin() + " launch -n " + std::to_string(n) + " -- " + bin() + " bench barrier -n 20 --format json");
@@ -129,7 +131,7 @@ TEST(Bench, NcclTestsRootedAlltoallAndSendrecv) {
         Expect{"scatter", 0.5, n, 1, true, "-r 1 -d bf16"}, Expect{"sendrecv", 1.0, 1, -1, false, "-d f64"}}) {
     expect_collective(e, n);
   }
-  // The anchor scripts' call (shared/anchors/run_tandem.sh): one size, rows of exactly that many bytes.
+  // The comparison scripts' call (bench/anchors/run_tandem.sh): one size, rows of exactly that many bytes.
   Output a =
       run(bin() + " launch -n 2 -- " + bin() + " bench alltoall -b 4096 -e 4096 -n 5 -w 5 -c 1 -d f32 --format json");
   ASSERT_EQ(a.status, 0) << a.text;
