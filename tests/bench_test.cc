@@ -129,7 +129,7 @@ TEST(Bench, NcclTestsRootedAlltoallAndSendrecv) {
         Expect{"scatter", 0.5, n, 1, true, "-r 1 -d bf16"}, Expect{"sendrecv", 1.0, 1, -1, false, "-d f64"}}) {
     expect_collective(e, n);
   }
-  // The anchor scripts' call (shared/anchors/run_tandem.sh): one size, rows of exactly that many bytes.
+  // The comparison scripts' call (bench/anchors/run_tandem.sh): one size, rows of exactly that many bytes.
   Output a =
       run(bin() + " launch -n 2 -- " + bin() + " bench alltoall -b 4096 -e 4096 -n 5 -w 5 -c 1 -d f32 --format json");
   ASSERT_EQ(a.status, 0) << a.text;
