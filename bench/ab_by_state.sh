@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ab_by_state.sh: tandem binaries side by side, in interleaved rounds (every
 # round runs every binary once per size, the order rotated), each launch
-# between two readings of the host-state probe (../shared/anchors pingpong,
+# between two readings of the host-state probe (bench/anchors' pingpong,
 # shm_spin: the one-way cost of a cache-line hand-off between two processes).
 # The host moves its cores apart ("far", ~0.25 us) and back ("near",
 # 0.02-0.14 us) within minutes, so the summary groups launches by the state
@@ -14,15 +14,16 @@
 # Arguments: ranks, sizes (bytes, comma-separated), rounds, then one
 # "label=[VAR=value ...] binary" per binary. RAW=file keeps (appends) the
 # per-launch rows "round label probe_before probe_after bytes time_us";
-# PINGPONG names the probe (default /tmp/anchors-build/pingpong, built by
-# ../shared/anchors/build.sh); BENCH_ARGS is passed to `tandem bench` (e.g.
+# PINGPONG names the probe (default build/anchors/pingpong, built by
+# bench/anchors/build.sh); BENCH_ARGS is passed to `tandem bench` (e.g.
 # "-R 1" for allocate_shared buffers); MAXIT caps the iterations (2000).
 set -euo pipefail
 [[ $# -ge 4 ]] || { sed -n '2,20p' "$0"; exit 2; }
 nranks=$1 sizes=$2 rounds=$3
 shift 3
 raw=${RAW:-$(mktemp)}
-pingpong=${PINGPONG:-/tmp/anchors-build/pingpong}
+pingpong=${PINGPONG:-$(dirname "$0")/../build/anchors/pingpong}
+[[ -x $pingpong ]] || { echo "ab_by_state.sh: no probe at $pingpong: run bench/anchors/build.sh or set PINGPONG" >&2; exit 2; }
 probe() { "$pingpong" 20000 3 shm_spin | grep -v '^#' | cut -d, -f4; }
 for ((r = 1; r <= rounds; ++r)); do
   specs=("$@")

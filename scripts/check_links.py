@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Checks that every link and image in README.md and docs/*.md resolves to a
+"""Checks that every link and image in README.md, docs/*.md and the Markdown
+under bench/ (the comparison scripts' README, the measurement log) resolves to a
 file inside the repository, and that a `#anchor` into a Markdown file names
 one of its headings. External links (http:, mailto:, //host) are refused:
 they rot where nothing checks them; name the source in prose instead.
@@ -90,7 +91,7 @@ def check(doc):
 
 
 def main():
-    docs = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
+    docs = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md")) + sorted((ROOT / "bench").rglob("*.md"))
     problems = [p for doc in docs if doc.exists() for p in check(doc)]
     for problem in problems:
         print(f"broken link: {problem}", file=sys.stderr)

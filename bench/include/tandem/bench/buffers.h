@@ -12,7 +12,7 @@
 namespace tandem::bench {
 
 // The input and output buffers: heap memory aligned to a page (as the
-// anchors' Open MPI benchmark and nccl-tests' device buffers are: a block's
+// Open MPI benchmark in bench/anchors and nccl-tests' device buffers are: a block's
 // cache lines and pages then fall alike in every run), or with -R 1 memory
 // from Communicator::allocate_shared (registered, in NCCL's terms).
 struct Buffers {
