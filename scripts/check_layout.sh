@@ -11,7 +11,6 @@ MAX_FUNCTION_LINES=80
 OVERSIZED=(
   capi/python/module.cc          # PYBIND11_MODULE binds every operation by hand (to come from one call table)
   capi/python/process_group.cc   # the c10d backend, likewise
-  trainer/config.cc              # parse_config spells every key three times (to come from one key table)
 )
 LIBRARY_DIRS=(comm ring fusion compression paramserver trainer capi launch)
 # The settings readers: the only library files that may read the environment.
