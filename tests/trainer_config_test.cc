@@ -9,9 +9,11 @@
 #include <fstream>
 #include <functional>
 #include <set>
+#include <sstream>
 
 #include "checkpoint.h"
 #include "config.h"
+#include "config_keys.h"
 #include "data.h"
 #include "driver.h"
 #include "metrics.h"
@@ -198,12 +200,12 @@ std::vector<KeyRow> key_rows() {
        ""},
       {"hyperparameters", "optimizer", "optimizer: adamw", false, [](C c) { EXPECT_EQ(c.optimizer, "adamw"); }, ""},
       {"hyperparameters", "momentum", "optimizer: adam, momentum: 0.9", false, nullptr,
-       "'0.9' is an sgd setting, unused by optimizer adam"},
+       "set, but only optimizer sgd uses it (optimizer is adam); remove it or set hyperparameters.optimizer: sgd"},
       {"hyperparameters", "nesterov", "nesterov: true, momentum: 0", false, nullptr, "'true' needs momentum > 0"},
       {"hyperparameters", "weight_decay", "weight_decay: 0.001", false, [](C c) { EXPECT_EQ(c.weight_decay, 0.001); },
        ""},
       {"hyperparameters", "beta1", "beta1: 0.8", false, nullptr,
-       "'0.8' is an adam/adamw setting, unused by optimizer sgd"},
+       "set, but only optimizer adam or adamw uses it (optimizer is sgd)"},
       {"hyperparameters", "beta2", "optimizer: adam, beta2: 0.99", false, [](C c) { EXPECT_EQ(c.beta2, 0.99); }, ""},
       {"hyperparameters", "eps", "optimizer: adam, eps: 1e-6", false, [](C c) { EXPECT_EQ(c.eps, 1e-6); }, ""},
       {"hyperparameters", "lr_schedule", "lr_schedule: {type: cosine}", false,
@@ -326,12 +328,11 @@ searcher: {max_length: {batches: 10}}
 
 TEST(TrainerConfig, EveryKnownKeyIsHonouredOrRefusedByName) {
   const auto rows = key_rows();
-  for (const auto& [section, keys] : known_config_keys()) {
-    for (const auto& key : keys) {
-      const bool has_row =
-          std::any_of(rows.begin(), rows.end(), [&](const KeyRow& r) { return r.section == section && r.key == key; });
-      EXPECT_TRUE(has_row) << "no row for the key '" << (section.empty() ? "" : section + ".") << key << "'";
-    }
+  for (const auto& key : experiment_keys()) {
+    const bool has_row = std::any_of(rows.begin(), rows.end(), [&](const KeyRow& r) {
+      return (r.section.empty() ? "" : r.section + ".") + r.key == key.path;
+    });
+    EXPECT_TRUE(has_row) << "no row for the key '" << key.path << "'";
   }
   for (const auto& row : rows) {
     const std::string full = (row.section.empty() ? "" : row.section + ".") + row.key, yaml = document(row);
@@ -349,6 +350,62 @@ TEST(TrainerConfig, EveryKnownKeyIsHonouredOrRefusedByName) {
     EXPECT_NE(text.find(full), std::string::npos) << "the key is not named: " << text;
     EXPECT_NE(text.find(row.message), std::string::npos) << text;
   }
+}
+
+// Each row says what it is, its sections exist, and the keys it depends on are rows of their own.
+TEST(TrainerConfig, TheKeyTableIsComplete) {
+  const auto& keys = experiment_keys();
+  auto row = [&](const std::string& path) {
+    return std::find_if(keys.begin(), keys.end(), [&](const ExperimentKey& k) { return k.path == path; });
+  };
+  for (const auto& k : keys) {
+    SCOPED_TRACE(k.path);
+    EXPECT_FALSE(k.type.empty());
+    EXPECT_FALSE(k.doc.empty());
+    EXPECT_FALSE(k.determined.empty());
+    EXPECT_TRUE(k.section || k.read) << "a key without a reader";
+    EXPECT_TRUE(k.section || k.show) << "a key that cannot show its value";
+    if (!k.parent().empty()) {
+      ASSERT_NE(row(k.parent()), keys.end()) << "no section " << k.parent();
+      EXPECT_TRUE(row(k.parent())->section);
+      EXPECT_LT(row(k.parent()) - keys.begin(), &k - keys.data()) << "the section comes after its key";
+    }
+    if (!k.used_with.empty()) {
+      ASSERT_NE(row(k.used_with), keys.end()) << "depends on an unknown key " << k.used_with;
+      EXPECT_FALSE(k.used_by.empty());
+    }
+    EXPECT_EQ(std::count_if(keys.begin(), keys.end(), [&](const ExperimentKey& o) { return o.path == k.path; }), 1);
+  }
+}
+
+// docs/training.md's key reference is the table's, as `tandem train --print-keys --markdown` prints it.
+TEST(TrainerConfig, TrainingDocsListEveryKeyAsTheTable) {
+  std::ifstream file(std::string(TANDEM_SOURCE_DIR) + "/docs/training.md");
+  ASSERT_TRUE(file) << "docs/training.md is missing";
+  std::stringstream text;
+  text << file.rdbuf();
+  ASSERT_NE(text.str().find(kKeyReferenceBegin), std::string::npos) << "docs/training.md lacks " << kKeyReferenceBegin;
+  EXPECT_EQ(text.str(), with_key_reference(text.str()))
+      << "docs/training.md's key reference disagrees with the table (trainer/config_keys.cc); regenerate it with "
+         "`tandem train --print-keys --update-doc docs/training.md`";
+  const std::string markdown = experiment_keys_markdown();
+  for (const auto& k : experiment_keys()) EXPECT_NE(markdown.find("| `" + k.path + "` |"), std::string::npos);
+  EXPECT_NE(markdown.find("| `optimizations.tensor_fusion_threshold` | integer | 1 – 4096 | 64 | 64 |"),
+            std::string::npos)
+      << markdown;
+  EXPECT_NE(experiment_keys_text().find("hyperparameters.learning_rate  (number: 1e-12 – 100)  default 0.01"),
+            std::string::npos)
+      << experiment_keys_text();
+  EXPECT_THROW(with_key_reference("# no reference here\n"), ConfigError);
+}
+
+// A required key with no value is missing, as one left out.
+TEST(TrainerConfig, EmptyRequiredKeysAreMissing) {
+  expect_error("hyperparameters:\nsearcher: {max_length: {batches: 10}}\n", {"hyperparameters: missing"});
+  expect_error("hyperparameters: {global_batch_size: }\nsearcher: {max_length: {batches: 10}}\n",
+               {"hyperparameters.global_batch_size: missing"});
+  expect_error("hyperparameters: {global_batch_size: 8}\nsearcher:\n", {"searcher.max_length: missing"});
+  expect_error(kMinimal + "resources: {hosts: [a, [b]]}\n", {"resources.hosts: expected host names, got a list"});
 }
 
 TEST(TrainerConfig, EntrypointIsATorchScriptFileBesideTheYaml) {

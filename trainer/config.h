@@ -14,13 +14,13 @@
 //    (optimizer steps) with the global batch and records_per_epoch.
 //
 // Every check runs before a worker starts: parse_config() throws ConfigError
-// listing every problem, each naming the key, the value and the fix.
+// listing every problem, each naming the key, the value and the fix. The keys,
+// their ranges and defaults are one table (config_keys.h).
 #pragma once
 
 #include <cstdint>
 #include <stdexcept>
 #include <string>
-#include <utility>
 #include <vector>
 
 namespace tandem::trainer {
@@ -137,9 +137,6 @@ size_t edit_distance(const std::string& a, const std::string& b);
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);
 
 const char* to_string(LengthUnit u);
-
-// Every key parse_config knows, by section ("" = top level, "hyperparameters", "searcher", ...).
-const std::vector<std::pair<std::string, std::vector<std::string>>>& known_config_keys();
 
 // checkpoint_storage's directory: an absolute one as written, a relative one
 // under `output_dir` (so runs keep their checkpoints beside their metrics); "" when not set.

@@ -1,11 +1,8 @@
 #include "trial.h"
 
 #include <signal.h>
-#include <sys/resource.h>
 
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -13,28 +10,12 @@
 #include <sstream>
 
 #include "optimizer.h"
-#include "tandem/compression/compression.h"
 #include "tandem/fusion/gradient_sync.h"
 
 namespace tandem::trainer {
 namespace {
 
 using fusion::Metric;
-// A wait on the gradient exchange: each bucket's collective fails first, at
-// the communicator's timeout naming the peer; this bounds the wait itself.
-Deadline exchange_deadline(const Communicator& comm) { return Clock::now() + 2 * comm.options().timeout; }
-
-// Marks a parameter's gradient ready once AccumulateGrad has added into it.
-struct ReadyHook : torch::autograd::FunctionPostHook {
-  ReadyHook(Exchange& e, size_t param) : exchange(e), param(param) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list&) override {
-    exchange.mark_ready(param, 0);
-    return outputs;
-  }
-  Exchange& exchange;
-  size_t param;
-};
 
 // A batch of records as a normalised [N, 1, 28, 28] float tensor and [N] labels.
 std::pair<torch::Tensor, torch::Tensor> make_batch(const Dataset& d, const int64_t* idx, int64_t n) {
@@ -140,67 +121,6 @@ std::string Trial::model_name() const { return cfg_.entrypoint.empty() ? cfg_.mo
 
 double Trial::now() const { return std::chrono::duration<double>(std::chrono::system_clock::now() - *origin_).count(); }
 
-void Trial::build_exchange() {
-  defer_ = wo_.overlap && wo_.deferred_updates && model_.gated;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const auto sunk = model_.sunk_parts.find(params_[i].unsafeGetTensorImpl());
-    parts_.push_back(
-        {names_[i], sunk != model_.sunk_parts.end() ? sunk->second : std::vector<size_t>{size_t(params_[i].numel())}});
-    // A scalar parameter (a TorchScript module may have one) is one row.
-    const size_t row = params_[i].dim() == 0 ? 1 : size_t(params_[i].numel() / params_[i].size(0));
-    row_begin_.push_back({0});
-    for (size_t c : parts_.back().counts) row_begin_.back().push_back(row_begin_.back().back() + int64_t(c / row));
-  }
-  const auto& opt = cfg_.optimizations;
-  metric_slots_ = 2 + world_;
-  const compression::Codec codec = *compression::parse_codec(opt.gradient_compression);  // checked by the config
-  if (codec != compression::Codec::none)
-    compressor_ = std::make_unique<compression::CompressedAllreduce>(
-        *comm_, compression::CompressionOptions{codec, opt.gradient_predivide_factor, opt.error_feedback});
-  fusion::GradientSyncOptions so;
-  so.overlap = wo_.overlap;
-  so.fusion.fusion_threshold_bytes = static_cast<size_t>(opt.tensor_fusion_threshold_mb) << 20;
-  so.aggregation_frequency = k_;
-  so.average_aggregated_gradients = opt.average_aggregated_gradients;
-  so.cycle_time = std::chrono::milliseconds(opt.tensor_fusion_cycle_time_ms);
-  if (defer_) so.input_layers_ahead_bytes = wo_.input_layers_ahead_bytes;
-  so.metric_slots = metric_slots_;
-  so.compression = compressor_.get();
-  so.autotune.enabled = opt.auto_tune_tensor_fusion;
-  if (chief_ && opt.auto_tune_tensor_fusion) so.autotune.log_path = wo_.output_dir + "/autotune.jsonl";
-  if (wo_.timeline) {
-    std::filesystem::create_directories(wo_.output_dir);
-    so.timeline_path = wo_.output_dir + "/timeline-rank" + std::to_string(rank_) + ".json";
-  }
-  exchange_ = std::make_unique<Exchange>(*comm_, so, parts_);
-  // The engine thread exists now; from here this thread computes. Lowering its
-  // priority lets the engine and the kernel's network work run the moment they
-  // have something to do, instead of waiting out the compute thread's time
-  // slice (the CPU counterpart of NCCL's high-priority streams).
-  compute_nice_ = wo_.overlap && world_ > 1 ? wo_.compute_nice : 0;
-  if (compute_nice_ > 0 && ::setpriority(PRIO_PROCESS, 0, compute_nice_) != 0 && chief_)
-    std::fprintf(stderr, "warning: could not lower the compute thread's priority (nice %d): %s\n", compute_nice_,
-                 std::strerror(errno));
-  for (size_t i = 0; i < params_.size(); ++i) param_of_[params_[i].unsafeGetTensorImpl()] = i;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    // With the parameter's own strides (a channels-last weight's too): autograd accumulates in place.
-    params_[i].mutable_grad() =
-        torch::from_blob(exchange_->storage(i), params_[i].sizes(), params_[i].strides(), torch::kFloat32);
-    if (model_.sunk_parts.count(params_[i].unsafeGetTensorImpl())) continue;  // the model's sink marks it
-    auto acc = torch::autograd::impl::grad_accumulator(params_[i]);
-    acc->add_post_hook(std::make_unique<ReadyHook>(*exchange_, i));
-    accumulators_.push_back(acc);
-  }
-  *model_.sink = [this](const torch::Tensor& p, int part) {
-    exchange_->mark_ready(param_of_.at(p.unsafeGetTensorImpl()), part);
-  };
-  for (const auto& p : parts_) updated_.emplace_back(p.counts.size(), 1);
-  *model_.gate = [this](const torch::Tensor& p, int part) {
-    if (deferred_) update_part(param_of_.at(p.unsafeGetTensorImpl()), part);
-  };
-  unreported_.assign(size_t(metric_slots_), Metric{});
-}
-
 void Trial::open_metrics() {
   const std::string path = wo_.output_dir + "/metrics.jsonl";
   // A restart or resume continues the trial clock and keeps the lines up to its checkpoint.
@@ -226,8 +146,8 @@ void Trial::open_metrics() {
                             {"layer_slices", layer_slices_},
                             {"total_batches", total_},
                             {"overlap", wo_.overlap},
-                            {"compute_nice", compute_nice_},
-                            {"deferred_updates", defer_},
+                            {"compute_nice", exchange_->compute_nice()},
+                            {"deferred_updates", exchange_->defers_updates()},
                             {"attempt", wo_.attempt},
                             {"gradient_compression", opt.gradient_compression},
                             {"gradient_predivide_factor", opt.gradient_predivide_factor},
@@ -238,31 +158,12 @@ void Trial::open_metrics() {
                  .dump());
 }
 
-void Trial::update_part(size_t i, int part) {
-  char& done = updated_[i][size_t(part)];
-  if (done) return;
-  exchange_->wait_for(i, part, exchange_deadline(*comm_));
-  const int64_t begin = row_begin_[i][size_t(part)], rows = row_begin_[i][size_t(part) + 1] - begin;
-  update_rows(*optimizer_, params_[i], begin, rows, optimizer_step_);
-  torch::NoGradGuard no_grad;
-  params_[i].mutable_grad().narrow(0, begin, rows).zero_();
-  done = 1;
-}
-
 void Trial::complete(const Open& b, bool was_deferred) {
-  Exchanged ex;
-  if (was_deferred) {
-    for (size_t i = 0; i < params_.size(); ++i)
-      for (size_t part = 0; part < updated_[i].size(); ++part) update_part(i, int(part));
-    ex = exchange_->finish(exchange_deadline(*comm_));
-  } else {
-    ex = exchange_->finish(exchange_deadline(*comm_));
-    if (ex.communicated) {
-      optimizer_->step();
-      exchange_->zero();
-    }
+  const Exchanged ex = exchange_->finish();  // a deferred step's parts are updated by now
+  if (!was_deferred && ex.communicated) {
+    optimizer_->step();
+    exchange_->zero();
   }
-  payload_bytes_ += ex.payload_bytes, wire_bytes_ += ex.wire_bytes, fallbacks_ += ex.fallbacks;
   const auto end = SteadyClock::now();
   // From the batch's start, or from the previous batch's end where that came later (a deferred one).
   const double step_s = std::chrono::duration<double>(end - std::max(b.start, last_end_)).count();
@@ -272,9 +173,9 @@ void Trial::complete(const Open& b, bool was_deferred) {
   r.batch = b.batch;
   r.epoch = plan_->epoch_of(b.batch - 1);
   r.time = now();
-  const auto m = exchange_->metrics();
+  const ReducedMetrics m = exchange_->reduced_metrics();
   if (cfg_.optimizations.average_training_metrics && ex.communicated) {
-    r.loss = m[0].mean(), r.accuracy = m[1].mean();
+    r.loss = m.loss.mean(), r.accuracy = m.correct.mean();
   } else {
     r.loss = b.own_loss, r.accuracy = b.own_accuracy;  // the chief's own (Determined without averaging)
   }
@@ -286,7 +187,7 @@ void Trial::complete(const Open& b, bool was_deferred) {
   r.samples_per_s = static_cast<double>(cfg_.effective_global_batch()) / step_s;
   r.communicated = ex.communicated;
   log_->train(r);
-  stalls_->add(r, ex.communicated, m.subspan(2));
+  stalls_->add(r, ex.communicated, m.arrivals);
 }
 
 void Trial::train_batch(int64_t batch) {
@@ -307,14 +208,9 @@ void Trial::train_batch(int64_t batch) {
     const double n = static_cast<double>(per_slot_);
     const Metric batch_loss{loss.item<double>() * n, n}, batch_correct{logits.argmax(1).eq(y).sum().item<double>(), n};
     b.own_loss = batch_loss.mean(), b.own_accuracy = batch_correct.mean();
-    // Reported once per communicating batch, summed over aggregation's local batches.
-    unreported_[0].sum += batch_loss.sum, unreported_[0].count += n;
-    unreported_[1].sum += batch_correct.sum, unreported_[1].count += n;
-    if (batch % k_ == 0) {
-      unreported_[static_cast<size_t>(2 + rank_)] = {previous_arrival_, 1.0 / world_};
-      exchange_->report(unreported_);
-      std::fill(unreported_.begin(), unreported_.end(), Metric{});
-    }
+    // Sent once per communicating batch, summed over aggregation's local batches.
+    exchange_->add_batch_metrics(batch_loss, batch_correct);
+    if (batch % k_ == 0) exchange_->send_metrics(previous_arrival_);
   }
   loss.backward();
   previous_arrival_ = seconds_since(b.start);
@@ -326,9 +222,9 @@ void Trial::train_batch(int64_t batch) {
   const bool last_batch = batch == total_;
   const bool validate_now = (validate_every_ > 0 && batch % validate_every_ == 0) || last_batch;
   const bool checkpoint_now = (checkpoint_every_ > 0 && batch % checkpoint_every_ == 0) || last_batch;
-  if (defer_ && batch % k_ == 0 && !validate_now && !checkpoint_now) {
+  if (exchange_->defers_updates() && batch % k_ == 0 && !validate_now && !checkpoint_now) {
     deferred_ = b;
-    for (auto& u : updated_) std::fill(u.begin(), u.end(), 0);
+    exchange_->defer_updates();
     return;
   }
   complete(b, false);
@@ -398,7 +294,10 @@ void Trial::checkpoint(int64_t batch, const std::optional<ValidationRecord>& val
 }
 
 void Trial::run() {
-  build_exchange();
+  exchange_ = std::make_unique<GradientExchange>(
+      *comm_, model_, params_, names_, cfg_.optimizations, wo_, [this](size_t i, int64_t first_row, int64_t rows) {
+        update_rows(*optimizer_, params_[i], first_row, rows, optimizer_step_);
+      });
   open_metrics();
   stalls_ = std::make_unique<StallReporter>(wo_.stall_factor, world_, log_.get());
   model_.set_training(true);
@@ -428,9 +327,9 @@ void Trial::run() {
     log_->line(nlohmann::json{{"kind", "end"},
                               {"batch", total_},
                               {"time", now()},
-                              {"gradient_bytes", payload_bytes_},
-                              {"wire_bytes", wire_bytes_},
-                              {"compression_fallbacks", fallbacks_},
+                              {"gradient_bytes", exchange_->totals().payload_bytes},
+                              {"wire_bytes", exchange_->totals().wire_bytes},
+                              {"compression_fallbacks", exchange_->totals().fallbacks},
                               {"validation_seconds", validation_seconds_},
                               {"checkpoint_seconds", checkpoint_seconds_}}
                    .dump());

@@ -2,12 +2,9 @@
 // Terms as in config.h, data.h and metrics.h; and:
 //  - part: what is marked ready and reduced on its own: a parameter's whole
 //    gradient, or one row block of a sliced layer's weight (model.h).
-//  - exchange: how gradients reach the other slots (exchange.h). Overlapped:
-//    through fusion::GradientSync, the parameters' .grad tensors being views
-//    of its fusion buffers and each AccumulateGrad node's post-hook (or, for a
-//    sliced layer, the model's gradient sink) marking a part ready, so
-//    buckets are reduced while backward continues. Not overlapped
-//    (--no-overlap): the same views, reduced after backward.
+//  - exchange: how gradients reach the other slots, the GradientExchange
+//    (gradient_exchange.h). Overlapped, buckets are reduced while backward
+//    continues; not overlapped (--no-overlap), after backward.
 //  - deferred update (overlapped, by default, for models that gate their
 //    parameters): a communicating batch ends after backward. Each part is
 //    updated when the next forward first uses it (the model's gate), as soon
@@ -34,7 +31,7 @@
 #include "checkpoint.h"
 #include "config.h"
 #include "data.h"
-#include "exchange.h"
+#include "gradient_exchange.h"
 #include "metrics.h"
 #include "model.h"
 #include "stall_reporter.h"
@@ -61,13 +58,10 @@ class Trial {
   };
 
   void load_data();
-  void build_exchange();
   void open_metrics();
   void train_batch(int64_t batch);
   // Ends batch b's exchange (updating what the forward left when deferred), then logs it.
   void complete(const Open& b, bool was_deferred);
-  // Updates one part once its reduction has landed (deferred updates).
-  void update_part(size_t param, int part);
   ValidationRecord validate(int64_t batch);
   void checkpoint(int64_t batch, const std::optional<ValidationRecord>& validation);
   double now() const;              // the trial clock
@@ -95,25 +89,14 @@ class Trial {
   double resumed_time_ = 0;                                      // the trial clock of that checkpoint
   std::optional<std::chrono::system_clock::time_point> origin_;  // of the trial clock
 
-  std::vector<GradientParts> parts_;
-  std::vector<std::vector<int64_t>> row_begin_;                   // per parameter: its parts' first rows, then the end
-  std::unique_ptr<compression::CompressedAllreduce> compressor_;  // outlives the exchange
-  std::unique_ptr<Exchange> exchange_;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive: they hold the hooks
-  std::unordered_map<const void*, size_t> param_of_;
-  int metric_slots_ = 0;
-  bool defer_ = false;
-  int compute_nice_ = 0;
+  std::unique_ptr<GradientExchange> exchange_;
 
   std::unique_ptr<MetricsWriter> log_;
   std::unique_ptr<StallReporter> stalls_;
-  std::optional<Open> deferred_;            // its parameters are updated by the next forward
-  std::vector<std::vector<char>> updated_;  // per parameter, per part
-  std::vector<fusion::Metric> unreported_;
-  double previous_arrival_ = 0;  // this rank's previous batch time before its wait
+  std::optional<Open> deferred_;  // its parameters are updated by the next forward
+  double previous_arrival_ = 0;   // this rank's previous batch time before its wait
   SteadyClock::time_point last_end_;
-  uint64_t payload_bytes_ = 0, wire_bytes_ = 0, fallbacks_ = 0;  // gradients, this attempt
-  double validation_seconds_ = 0, checkpoint_seconds_ = 0;       // this attempt
+  double validation_seconds_ = 0, checkpoint_seconds_ = 0;  // this attempt
 };
 
 }  // namespace tandem::trainer
