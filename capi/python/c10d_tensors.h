@@ -5,9 +5,8 @@
 #include <torch/extension.h>
 
 #include <functional>
-#include <vector>
-
 #include <torch/csrc/distributed/c10d/Types.hpp>
+#include <vector>
 
 #include "tandem/tandem.h"
 
