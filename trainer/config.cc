@@ -273,7 +273,8 @@ std::string checkpoint_storage_dir(const ExperimentConfig& config, const std::st
 int layer_slices_for(const ExperimentConfig& c, int hosts) {
   if (c.layer_slices != kAutoLayerSlices) return c.layer_slices;
   if (hosts <= 1 || !c.entrypoint.empty()) return 1;
-  constexpr int64_t kAcrossHosts = 16;  // the link runs measured best with 16 (bench/log/measurements.md, "Time to accuracy with whole layers")
+  constexpr int64_t kAcrossHosts =
+      16;  // the link runs measured best with 16 (bench/log/measurements.md, "Time to accuracy with whole layers")
   const int64_t most = c.model == "mlp" ? most_row_blocks(c.mlp_hidden, c.mlp_hidden) : kAcrossHosts;
   return int(std::max<int64_t>(1, std::min(kAcrossHosts, most)));
 }
