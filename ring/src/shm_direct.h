@@ -6,6 +6,20 @@
 
 namespace tandem::ring {
 
+// Below this the arrival round trip costs more than the staging copy saves.
+constexpr size_t kDirectMinBytes = 16 << 10;
+// Cross-memory attach beats staging for the reduce-scatter and the allgather
+// from here to RingOptions::shm_cma_max_bytes (measured, 2 ranks, heap
+// buffers: 30-50 % slower at 32-64 KiB, level at 128 KiB, 5-15 % ahead from
+// 256 KiB to 8 MiB, slower again at 16 MiB where page pinning and the
+// kernel's copy dominate). Never for the broadcast: staged, it ran faster.
+constexpr size_t kCmaMinBytes = 256 << 10;
+// The all-to-all's cross-memory attach from here per rank, out of place
+// (2 ranks on a loaded host, 4 alternations: 64 KiB 32-47 us against 38-55
+// staged, 128 KiB 56-73 against 82-98; 32 KiB level). No upper bound: the
+// all-to-all moves each block once, where staging copies it twice.
+constexpr size_t kAlltoallCmaMinBytes = 64 << 10;
+
 // How a direct call reaches the peers' buffers.
 enum class Reach { staged, mapped, cross_memory };
 
