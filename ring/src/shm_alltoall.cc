@@ -16,9 +16,8 @@
 //
 // *Direct*: after the arrival, rank r reads its block from each peer's
 // input, one copy per block, starting at peer r+1 so the readers spread over
-// the ranks: mapped (allocate_shared inputs) from kDirectMinBytes per rank,
-// equal blocks in place excepted (they stage),
-// by cross-memory attach (heap, out of place) when alltoall_path() says so.
+// the ranks: mapped (allocate_shared inputs) or by cross-memory attach (heap,
+// out of place) as the path table says; equal blocks in place stage.
 #include <algorithm>
 #include <numeric>
 #include <string>
@@ -26,8 +25,6 @@
 
 #include "collectives.h"
 #include "shm_direct.h"
-#include "shm_segments.h"
-#include "shm_timed_path.h"
 
 namespace tandem::ring {
 namespace {
@@ -100,41 +97,13 @@ void check_matrix(const Matrix& m) {
   }
 }
 
-// Heap buffers out of place from kAlltoallCmaMinBytes per rank go by
-// TANDEM_SHM_ALLREDUCE_CMA: never staged, always by cross-memory attach, and
-// by default (timed, and far) the faster of the two as rank 0 times them
-// (shm_timed_path.h): one host staged 1 MiB at 2 ranks 1.5x faster while
-// quiet and 1.4-2.5x slower under load; another, quiet, read 1 MiB by
-// cross-memory attach 1.7x and 16 MiB 1.4x faster. A class's first round
-// reads by cross-memory attach, which moves each block once where staging
-// copies it twice: trials on cold buffers misled (kPathFirstRoundCalls).
-// In place, the direct path would receive aside and copy back: it stages.
-TimedPath alltoall_path(const Segments& s, const RingOptions& o, size_t bytes, bool overlap) {
-  if (bytes < kAlltoallCmaMinBytes || o.shm_cma_max_bytes == 0 || !s.memory().can_copy_peer()) return {};
-  switch (o.shm_allreduce_cma) {
-    case ShmAllreduceCma::never: return {};
-    case ShmAllreduceCma::always: return {overlap ? Offer::staged : Offer::cross_memory};
-    case ShmAllreduceCma::far:
-    case ShmAllreduceCma::timed: break;
-  }
-  // In place counted too: the counts agree.
-  TimedPath path = timed_path(s, PathFamily::alltoall, bytes, Offer::cross_memory);
-  if (overlap && path.offer == Offer::cross_memory) path.offer = Offer::staged;
-  return path;
-}
-
 // From this output size a rank writes its own block by streaming stores:
 // past the L2 the output's lines are not cached, and reading each before
-// writing it costs more than the copy saves (2 ranks, cross-memory attach,
-// 200 calls, medians of 5 alternating launches: 1 MiB 58.5 -> 55.1 us,
-// 2 MiB 182 -> 156, 4 MiB 371 -> 342; 512 KiB 21 -> 27, its output still
-// cached; 4 ranks 1-16 MiB 2-10 % faster).
+// writing it costs more than the copy saves; the peers' blocks read through
+// the mapping from twice that, or from that when ranks share cores and evict
+// each other's outputs (docs/algorithms.md, 'shm: streaming stores in the
+// all-to-all').
 constexpr size_t kStreamMinBytes = 1 << 20;
-// Peers' blocks read through the mapping (allocate_shared inputs) by
-// streaming stores from twice that, or from that when ranks share cores and
-// evict each other's outputs (medians of 4 alternating launches: 2 ranks
-// 1 MiB 45 -> 52 us, 2 MiB 129 -> 112, 64 MiB 8.2 -> 6.9 ms; 4 ranks on
-// 2 cores 1 MiB 161 -> 122 us, 64 MiB 18.0 -> 14.2 ms).
 size_t stream_peers_min_bytes(const RingOptions& o) {
   return o.ranks_outnumber_cores ? kStreamMinBytes : 2 * kStreamMinBytes;
 }
@@ -216,15 +185,14 @@ void shm_alltoallv(Channel& ch, const AlltoallvArgs& a, const RingOptions& o) {
   const size_t in_bytes = extent(a.send, es), out_bytes = extent(a.recv, es);
   auto* out = bytes_of(a.output);
   const bool overlap = ring::overlap(a.input, in_bytes, out, out_bytes);
-  TimedPath path = alltoall_path(s, o, per_rank, overlap);
-  // An equal all-to-all in place stages without a copy aside. Read directly,
+  PathChoice path = choose_path(s, o.shm_paths, ShmCollective::alltoall, per_rank, overlap);
+  // An equal all-to-all in place stages without a copy aside; read directly,
   // even from allocate_shared inputs, it would receive aside and copy back
-  // (2 ranks, mapped against staged: 1.7-3.8x slower from 64 KiB to 64 MiB):
-  // such a rank offers no input, so every rank stages.
+  // (docs/algorithms.md, 'shm: the all-to-all in place'): such a rank offers
+  // no input, so every rank stages.
   const bool stages_in_place = a.equal && a.input == a.output;
-  const Reach reach =
-      arrive_direct(s, path.offer, per_rank, stages_in_place ? nullptr : a.input, in_bytes, out, out_bytes, -1, false);
-  confirm_trial(path, reach);
+  const Reach reach = arrive_direct(s, path, {per_rank, stages_in_place ? nullptr : a.input, in_bytes, out});
+  confirm_trial(path.heap, reach);
   // In place (equal blocks, so staged), chunk i overwrites only the runs
   // chunk i staged: safe. Other overlaps would overwrite runs not yet staged,
   // or that peers read directly until finish(): receive aside.
@@ -237,7 +205,7 @@ void shm_alltoallv(Channel& ch, const AlltoallvArgs& a, const RingOptions& o) {
     staged_alltoallv(s, a, m, target, stream);
   }
   if (aside) s.counted_copy(out, target, out_bytes);
-  end_trial(path);
+  end_trial(path.heap);
 }
 
 }  // namespace tandem::ring

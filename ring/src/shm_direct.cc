@@ -1,11 +1,53 @@
-// The direct shared-memory collectives: every rank reads what it needs straight
-// from the others' buffers, mapped or by cross-memory attach, once all have
-// arrived (terms: shm_collectives.cc).
+// The direct shared-memory collectives: which path a call takes (the path
+// table, rank 0's offer, the arrival), and every rank reading what it needs
+// straight from the others' buffers, mapped or by cross-memory attach, once
+// all have arrived (terms: shm_collectives.cc).
 #include "shm_direct.h"
 
 #include <vector>
 
 namespace tandem::ring {
+
+PathChoice choose_path(const Segments& s, const ShmPathTable& table, ShmCollective c, size_t bytes, bool in_place) {
+  PathChoice choice;
+  if (bytes < kShmDirectMinBytes) return choice;
+  choice.map = table.path(c, ShmBuffers::shared, bytes) == ShmPath::mapped;
+  if (!s.memory().can_copy_peer()) return choice;
+  switch (table.path(c, ShmBuffers::heap, bytes)) {
+    case ShmPath::cma: choice.heap.offer = Offer::cross_memory; break;
+    case ShmPath::timed:
+      // The all-to-all's first round reads by cross-memory attach, untimed
+      // (docs/algorithms.md, 'shm: the first round'); the all-reduce's is
+      // timed from its first call.
+      choice.heap = c == ShmCollective::alltoall
+                        ? timed_path(s, PathFamily::alltoall, bytes, Offer::cross_memory)
+                        : timed_path(s, in_place ? PathFamily::allreduce_in_place : PathFamily::allreduce, bytes);
+      break;
+    case ShmPath::staged:
+    case ShmPath::mapped: break;
+  }
+  if (c == ShmCollective::alltoall && in_place) choice.heap.offer = Offer::staged;
+  return choice;
+}
+
+Reach arrive_direct(Segments& s, const PathChoice& choice, const DirectCall& call) {
+  if (call.bytes < kShmDirectMinBytes) return Reach::staged;
+  SharedRef input, output;
+  const bool in_ok = call.input && s.memory().find_shared(call.input, call.input_bytes, input);
+  const bool out_ok = call.map_output && s.memory().find_shared(call.output, call.input_bytes, output);
+  const Offer offer = choice.heap.offer;
+  // A rank with nothing to offer rules the direct path out for all: it
+  // stages at once, saving everyone the arrival round trip, and the others
+  // follow when they see it.
+  const bool mapped_here = choice.map && (call.registrant >= 0 || (in_ok && (out_ok || !call.map_output)));
+  s.offer(offer, choice.map);
+  if (!s.arrive(offer != Offer::staged || mapped_here, call.input, call.output, in_ok ? &input : nullptr,
+                out_ok ? &output : nullptr)) {
+    return Reach::staged;
+  }
+  if (s.rank0_maps() && s.registered(call.registrant, call.map_output)) return Reach::mapped;
+  return s.rank0_offer() == Offer::cross_memory ? Reach::cross_memory : Reach::staged;
+}
 
 void read_input(Segments& s, Reach reach, int p, size_t offset, void* dst, size_t bytes) {
   if (reach == Reach::mapped) {
@@ -100,8 +142,8 @@ void direct_allgather(Segments& s, const AllgatherArgs& a, Reach reach) {
   s.finish();
 }
 
-void direct_broadcast(Segments& s, const BroadcastArgs& a) {
-  if (s.rank() != a.root) read_input(s, Reach::mapped, a.root, 0, a.output, a.count * dtype_size(a.dtype));
+void direct_broadcast(Segments& s, const BroadcastArgs& a, Reach reach) {
+  if (s.rank() != a.root) read_input(s, reach, a.root, 0, a.output, a.count * dtype_size(a.dtype));
   s.finish();
 }
 

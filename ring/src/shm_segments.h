@@ -1,6 +1,6 @@
 // The Segments protocol over the shared segments (shm_wire.h): staging
-// through the slots, the arrival/finish handshake of the direct paths and
-// the hand-off probe. Terms: shm_collectives.cc.
+// through the slots and the arrival/finish handshake of the direct paths.
+// Terms: shm_collectives.cc.
 #pragma once
 
 #include <algorithm>
@@ -17,10 +17,6 @@
 #include "tandem/reduce.h"
 
 namespace tandem::ring {
-
-// The hand-off probe: rounds of ping-pong per batch; the median batch counts.
-constexpr uint64_t kProbeRounds = 100;
-constexpr size_t kProbeBatches = 3;
 
 inline const std::byte* bytes_of(const void* p) { return static_cast<const std::byte*>(p); }
 inline std::byte* bytes_of(void* p) { return static_cast<std::byte*>(p); }
@@ -123,23 +119,12 @@ class Segments {
   // answers from registered(). False as soon as some rank went straight to
   // staging this call instead of arriving: then every rank stages it.
   bool arrive(bool present, const void* in, void* out, const SharedRef* input, const SharedRef* output);
-  // Before arrive(), on rank 0: how the call goes if not every buffer is mapped.
-  void offer(Offer o) { offer_ = o; }
-  // After arrive(): rank 0's offer (the same on every rank).
+  // Before arrive(), on rank 0: how the call goes if not every buffer is
+  // mapped, and whether mapped buffers are read in place.
+  void offer(Offer o, bool maps) { offer_ = o, maps_ = maps; }
+  // After arrive(): rank 0's word (the same on every rank).
   Offer rank0_offer() const { return rank0_offer_; }
-  // Rank 0's last hand-off verdict, and whether it is older than `period`
-  // (every rank reads the same clock).
-  bool far() const { return (load_relaxed(control(0)->verdict) & 1) != 0; }
-  bool probe_due(std::chrono::nanoseconds period) const {
-    const uint64_t at = load_relaxed(control(0)->probed_at_ns);
-    return at == 0 || int64_t(now_ns() - at) >= int64_t(period.count());
-  }
-  // After every rank arrived for this call: rank 0 times kProbeRounds
-  // ping-pongs with each peer in turn, kProbeBatches times, through their
-  // control blocks and publishes whether the slowest peer's median one-way
-  // hand-off exceeds `far_ns`; every rank returns that verdict. Values carry
-  // the arrival number, so probes of different calls never mix.
-  bool probe_far(uint64_t far_ns);
+  bool rank0_maps() const { return rank0_maps_; }
   // The timed path of family `f`, size class `c`: rank 0's trials, and this rank's calls.
   PathTrials& path_trials(PathFamily f, size_t c) const { return control(0)->paths[size_t(f)][c]; }
   uint64_t& path_calls(PathFamily f, size_t c) const { return self_->path_calls[size_t(f)][c]; }
@@ -175,13 +160,9 @@ class Segments {
   }
   static std::byte* data(SlotHeader* h) { return reinterpret_cast<std::byte*>(h) + kHeaderBytes; }
 
-  // `alone`: the call's only chunk. A full fence after its stamp, before
-  // the wait for the peers' stamps, made small calls faster (2 ranks, median
-  // of 6 alternating launches: 4 KiB all-to-all 1.34 -> 1.18 us). After
-  // every chunk of staged pipelined calls it measured within the host's
-  // spread either way (512 KiB all-reduce 68 against 75 us, 4 MiB 735
-  // against 717; after the last chunk only, 68 against 65 and 734 against
-  // 686), so only a lone chunk gets it.
+  // `alone`: the call's only chunk, fenced after its stamp, before the wait
+  // for the peers' stamps: small calls ran faster so, pipelined ones no
+  // faster (docs/algorithms.md, 'shm: a fence after a lone chunk').
   template <class Stage>
   void stage_chunk(uint64_t g, size_t i, Stage& stage, bool alone) {
     if (g >= kSlots) wait_for_free_slot(g - kSlots + 1);
@@ -226,6 +207,7 @@ class Segments {
   Control* const self_;
   uint64_t arrival_ = 0;
   Offer offer_ = Offer::staged, rank0_offer_ = Offer::staged;
+  bool maps_ = false, rank0_maps_ = false;
   struct Shared {
     bool input = false, output = false;
   };

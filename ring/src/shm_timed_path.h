@@ -1,40 +1,34 @@
-// Which way a shared-memory call of heap buffers goes, staged or by
-// cross-memory attach, when rank 0 times both on the calls themselves
-// (TANDEM_SHM_ALLREDUCE_CMA=timed): which wins differs by host, by load and
-// by in place or not more than any probe predicts.
+// The path table's `timed` runs: which way a call of heap buffers goes,
+// staged or by cross-memory attach, when rank 0 times both on the calls
+// themselves. Which wins differs by host, by load and by in place or not
+// more than any probe predicted (docs/algorithms.md, 'shm: the hand-off
+// probe, retired').
 #pragma once
 
 #include <algorithm>
 #include <optional>
 
-#include "shm_direct.h"
 #include "shm_segments.h"
 
 namespace tandem::ring {
 
-// One entry per family and power-of-two class of bytes per call (64 KiB
-// steps). Every rank counts its calls of each (the same count on all); each
-// round of kPathRoundCalls calls (the first one kPathFirstRoundCalls) opens
-// with one untimed call of each path, then path_block_calls() pairs of
-// trials, one of each path, a trial being two calls of its path with the
-// second timed: as many pairs as move kPathBlockBytes, from 3 to
-// kPathMaxBlock, so that small calls give a fair sample and a large one few
-// slow trials (two pairs at 1 MiB tied as often as not). In place and out
-// of place are families of their own for the all-reduce: on one host
-// cross-memory attach won 1.6x in place at 16 MiB and lost 1.3x out of
-// place. (The all-to-all in place always stages.)
+// How a call reached the peers' buffers.
+enum class Reach { staged, mapped, cross_memory };
+
+// Each round of kPathRoundCalls calls of a family and size class (the first
+// one kPathFirstRoundCalls) opens with one untimed call of each path, then
+// path_block_calls() pairs of trials, one of each path, a trial being two
+// calls of its path with the second timed: as many pairs as move
+// kPathBlockBytes, from 3 to kPathMaxBlock, so that small calls give a fair
+// sample and a large one few slow trials (docs/algorithms.md, 'shm: trials').
 constexpr size_t kPathBlockBytes = 1 << 20;
 constexpr uint64_t kPathMaxBlock = 12;
 inline uint64_t path_block_calls(size_t bytes) {
   return std::clamp<uint64_t>(kPathBlockBytes / std::max<size_t>(bytes, 1), 3, kPathMaxBlock);
 }
 constexpr uint64_t kPathRoundCalls = 1 << 14;
-// The first round is short, so that a verdict taken on cold buffers is
-// taken again once they are warm (or, for a family with a cold path, first
-// taken then): 4 ranks on 2 cores, 16 MiB all-to-all, ran cross-memory
-// attach at 7-10 ms per call for its first calls, 3.9 ms after ten,
-// staging 5.3; the first verdict staged 5 times in 6, the one at call 64
-// chose cross-memory attach 5 times in 6.
+// The first round is short, so that a verdict taken on cold buffers is taken
+// again once they are warm (docs/algorithms.md, 'shm: the first round').
 constexpr uint64_t kPathFirstRoundCalls = 64;
 static_assert(2 + 4 * kPathMaxBlock < kPathFirstRoundCalls, "the first round holds a whole opening");
 // The call's place in its round.
@@ -62,11 +56,7 @@ TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes, std::op
 // Rank 0's verdict on a round's trials: the path that won more pairs; on a
 // tie the one with the lower total; neither timed: staged. Against a
 // family's cold path the other must also be clearly faster in total (under
-// 0.9 of it): on 4 ranks over 2 cores single-call trials under-rated
-// cross-memory attach (4.4-5.7 ms per 16 MiB trial at call 64, 3.6-4.0 in a
-// run of such calls), and staging won 2 pairs of 3 there by totals 4 % apart
-// where cross-memory attach runs 1.2-1.35x faster. (Measured before trials
-// became runs of two calls; kept as the cautious rule.)
+// 0.9 of it: docs/algorithms.md, 'shm: the margin against a cold path').
 bool staged_won(const PathTrials& t, std::optional<Offer> cold);
 
 // After arrive_direct: a trial counts only if the call went the way it

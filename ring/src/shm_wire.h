@@ -47,12 +47,12 @@ struct Call {
 
 // How a direct call goes when not every rank's buffers are mapped: rank 0
 // offers it with its arrival and every rank follows, so all take one path
-// whatever their own options say. probe: time the hand-off between the
-// ranks' cores first; cross-memory attach if it is far.
-enum class Offer : uint8_t { staged, cross_memory, probe };
+// whatever their own path tables say.
+enum class Offer : uint8_t { staged, cross_memory };
 
-// The timed choice's families (shm_timed_path.h): in place and out of place
-// are families of their own for the all-reduce.
+// The timed choice's families (shm_timed_path.h): the all-reduce in place
+// and out of place apart, since cross-memory attach won one and lost the
+// other on one host (docs/algorithms.md, 'shm: timed families').
 enum class PathFamily : uint8_t { alltoall, allreduce, allreduce_in_place };
 constexpr size_t kPathFamilies = 3;
 // Power-of-two classes of bytes per call, 64 KiB steps.
@@ -82,22 +82,14 @@ struct Control {
   uint64_t peers_consumed;            // a bound on every peer's `consumed`: as last read, or as their stamps imply
   uint64_t direct_calls;              // arrival numbers taken (one per direct-eligible call)
   uint64_t path_calls[kPathFamilies][kPathClasses];  // calls of each timed family and class (PathTrials)
-  // When rank 0's hand-off probe last ran (steady clock). Peers read it and
-  // the verdict below racily, only to choose whether to arrive; rank 0's
-  // offer rules the path.
-  alignas(kCacheLine) uint64_t probed_at_ns;
   // Peers read these once `arrived` says so:
   alignas(kCacheLine) uint64_t arrived;  // the arrival number of this rank's latest direct-eligible call
   Call call;
   SharedRef input, output;                 // fd -1: not in allocate_shared memory
   uint64_t input_address, output_address;  // in this rank's own process (for cross-memory attach)
-  Offer offer;                             // rank 0's word on this call
+  Offer offer;                             // rank 0's word on this call, for buffers not all mapped
+  uint8_t maps;                            // rank 0's word: 1 if mapped buffers are read in place
   alignas(kCacheLine) uint64_t finished;   // the arrival number of the last direct call this rank completed
-  // The hand-off probe, each on its own cache line: rank 0 pings, a peer
-  // answers with the same value, rank 0 publishes arrival * 2 + far.
-  alignas(kCacheLine) uint64_t ping;
-  alignas(kCacheLine) uint64_t pong;
-  alignas(kCacheLine) uint64_t verdict;
   alignas(kCacheLine) PathTrials paths[kPathFamilies][kPathClasses];
 };
 
@@ -120,9 +112,7 @@ static_assert(alignof(Control) == kCacheLine && sizeof(Control) <= kControlBytes
 static_assert(offsetof(Control, consumed) == 0 && offsetof(Control, next) == kCacheLine);
 static_assert(offsetof(Control, arrived) % kCacheLine == 0 && offsetof(Control, finished) % kCacheLine == 0 &&
               offsetof(Control, paths) % kCacheLine == 0);
-static_assert(offsetof(Control, ping) % kCacheLine == 0 && offsetof(Control, pong) % kCacheLine == 0 &&
-              offsetof(Control, verdict) % kCacheLine == 0 && offsetof(Control, probed_at_ns) % kCacheLine == 0);
-static_assert(offsetof(Control, offer) < offsetof(Control, finished), "the arrival's words on the arrival's lines");
+static_assert(offsetof(Control, maps) < offsetof(Control, finished), "the arrival's words on the arrival's lines");
 static_assert(kControlBytes % kCacheLine == 0 && kHeaderBytes % kCacheLine == 0);
 
 }  // namespace tandem::ring
