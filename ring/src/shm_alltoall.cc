@@ -108,40 +108,46 @@ size_t stream_peers_min_bytes(const RingOptions& o) {
   return o.ranks_outnumber_cores ? kStreamMinBytes : 2 * kStreamMinBytes;
 }
 
-// Elements [begin, begin + count) of this rank's own block, from input to `out`.
-void copy_own_run(Segments& s, const AlltoallvArgs& a, std::byte* out, size_t es, bool stream, size_t begin,
-                  size_t count) {
-  const size_t r = size_t(s.rank());
+// Where a rank receives: its output, or scratch aside; and which copies
+// into it go by streaming stores.
+struct Target {
+  std::byte* out;
+  bool stream;        // this rank's own block
+  bool stream_peers;  // the peers' blocks read through the mappings
+};
+
+// Elements [begin, begin + count) of this rank's own block, from input to the target.
+void copy_own_run(Segments& s, const AlltoallvArgs& a, const Target& t, size_t begin, size_t count) {
+  const size_t r = size_t(s.rank()), es = dtype_size(a.dtype);
   const std::byte* from = bytes_of(a.input) + (a.send.displs[r] + begin) * es;
-  std::byte* to = out + (a.recv.displs[r] + begin) * es;
+  std::byte* to = t.out + (a.recv.displs[r] + begin) * es;
   if (from == to || count == 0) return;
-  if (stream) {
+  if (t.stream) {
     s.counted_stream(to, from, count * es);
   } else {
     s.counted_copy(to, from, count * es);
   }
 }
 
-void direct_alltoallv(Segments& s, const AlltoallvArgs& a, const Matrix& m, Reach reach, std::byte* out, bool stream,
-                      bool stream_peers) {
+void direct_alltoallv(Segments& s, const AlltoallvArgs& a, const Matrix& m, Reach reach, const Target& t) {
   const int n = s.size(), r = s.rank();
   const size_t es = dtype_size(a.dtype);
   for (int k = 1; k < n; ++k) {
     const int p = (r + k) % n;  // rank r starts at r + 1: the readers spread over the ranks
     const size_t bytes = a.recv.counts[size_t(p)] * es;
     if (bytes == 0) continue;
-    std::byte* to = out + a.recv.displs[size_t(p)] * es;
-    if (stream_peers && reach == Reach::mapped) {
+    std::byte* to = t.out + a.recv.displs[size_t(p)] * es;
+    if (t.stream_peers && reach == Reach::mapped) {
       s.counted_stream(to, s.peer_input(p) + m.send_displ(p, r) * es, bytes);
     } else {
-      read_input(s, reach, p, m.send_displ(p, r) * es, to, bytes);
+      read_input(s, reach, {p, m.send_displ(p, r) * es, bytes}, to);
     }
   }
   // The peers read this rank's input until finish(); its own block reads no peer.
-  s.finish([&] { copy_own_run(s, a, out, es, stream, 0, a.send.counts[size_t(r)]); });
+  s.finish([&] { copy_own_run(s, a, t, 0, a.send.counts[size_t(r)]); });
 }
 
-void staged_alltoallv(Segments& s, const AlltoallvArgs& a, const Matrix& m, std::byte* out, bool stream) {
+void staged_alltoallv(Segments& s, const AlltoallvArgs& a, const Matrix& m, const Target& t) {
   const int n = s.size(), r = s.rank();
   const size_t es = dtype_size(a.dtype), per_block = std::max<size_t>(1, s.chunk_bytes() / es / size_t(n));
   auto run = [&](size_t count, size_t i) { return std::min(per_block, count - std::min(count, i * per_block)); };
@@ -159,11 +165,11 @@ void staged_alltoallv(Segments& s, const AlltoallvArgs& a, const Matrix& m, std:
         for (int p = 0; p < n; ++p) {
           const size_t count = run(a.recv.counts[size_t(p)], i);
           if (p == r || count == 0) continue;
-          s.counted_copy(out + (a.recv.displs[size_t(p)] + i * per_block) * es, slot_of(p) + size_t(r) * per_block * es,
-                         count * es);
+          s.counted_copy(t.out + (a.recv.displs[size_t(p)] + i * per_block) * es,
+                         slot_of(p) + size_t(r) * per_block * es, count * es);
         }
       },
-      [&](size_t i) { copy_own_run(s, a, out, es, stream, i * per_block, run(a.send.counts[size_t(r)], i)); });
+      [&](size_t i) { copy_own_run(s, a, t, i * per_block, run(a.send.counts[size_t(r)], i)); });
 }
 
 }  // namespace
@@ -197,14 +203,15 @@ void shm_alltoallv(Channel& ch, const AlltoallvArgs& a, const RingOptions& o) {
   // chunk i staged: safe. Other overlaps would overwrite runs not yet staged,
   // or that peers read directly until finish(): receive aside.
   const bool aside = overlap && !stages_in_place;
-  std::byte* target = aside ? static_cast<std::byte*>(ch.scratch(out_bytes, 0)) : out;
-  const bool stream = !aside && out_bytes >= kStreamMinBytes;  // scratch is read back at once
+  // Scratch is read back at once: no streaming stores into it.
+  const Target target{aside ? static_cast<std::byte*>(ch.scratch(out_bytes, 0)) : out,
+                      !aside && out_bytes >= kStreamMinBytes, !aside && out_bytes >= stream_peers_min_bytes(o)};
   if (reach != Reach::staged) {
-    direct_alltoallv(s, a, m, reach, target, stream, !aside && out_bytes >= stream_peers_min_bytes(o));
+    direct_alltoallv(s, a, m, reach, target);
   } else {
-    staged_alltoallv(s, a, m, target, stream);
+    staged_alltoallv(s, a, m, target);
   }
-  if (aside) s.counted_copy(out, target, out_bytes);
+  if (aside) s.counted_copy(out, target.out, out_bytes);
   end_trial(path.heap);
 }
 

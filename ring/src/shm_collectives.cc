@@ -103,7 +103,7 @@ void staged_allreduce(Segments& s, const AllreduceArgs& a, const RingOptions& o,
     s.staged(chunks_for(a.count, per_chunk), -1, stage, [&](size_t i, auto slot_of) {
       if (!keeps) return;
       const size_t begin = i * per_chunk;
-      fold(s, a.dtype, a.op, bytes_of(a.output) + begin * esize, slot_of, 0, std::min(per_chunk, a.count - begin));
+      fold(s, {a.dtype, a.op, std::min(per_chunk, a.count - begin)}, bytes_of(a.output) + begin * esize, slot_of, 0);
     });
     return;
   }
@@ -131,7 +131,7 @@ void staged_allreduce(Segments& s, const AllreduceArgs& a, const RingOptions& o,
         const auto [lo, n] = slice(std::min(per_chunk, a.count - begin), s.rank());
         if (n == 0) return;
         auto source_of = [&](int p) { return p == s.rank() ? bytes_of(a.input) + begin * esize : slot_of(p); };
-        fold(s, a.dtype, a.op, own_slot + lo * esize, source_of, lo * esize, n);
+        fold(s, {a.dtype, a.op, n}, own_slot + lo * esize, source_of, lo * esize);
         if (keeps) s.counted_copy(bytes_of(a.output) + (begin + lo) * esize, own_slot + lo * esize, n * esize);
       },
       [&](size_t i, int p, const std::byte* slot) {
@@ -190,8 +190,8 @@ void shm_reduce_scatter(Channel& ch, const ReduceScatterArgs& a, const RingOptio
       },
       [&](size_t i, auto slot_of) {
         const size_t begin = i * per_block, count = std::min(per_block, a.count - begin);
-        fold(s, a.dtype, a.op, bytes_of(a.output) + begin * esize, slot_of, size_t(s.rank()) * per_block * esize,
-             count);
+        fold(s, {a.dtype, a.op, count}, bytes_of(a.output) + begin * esize, slot_of,
+             size_t(s.rank()) * per_block * esize);
       });
 }
 

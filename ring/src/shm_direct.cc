@@ -49,34 +49,50 @@ Reach arrive_direct(Segments& s, const PathChoice& choice, const DirectCall& cal
   return s.rank0_offer() == Offer::cross_memory ? Reach::cross_memory : Reach::staged;
 }
 
-void read_input(Segments& s, Reach reach, int p, size_t offset, void* dst, size_t bytes) {
+void read_input(Segments& s, Reach reach, const PeerRun& from, void* dst) {
   if (reach == Reach::mapped) {
-    s.counted_copy(dst, s.peer_input(p) + offset, bytes);
+    s.counted_copy(dst, s.peer_input(from.peer) + from.offset, from.bytes);
   } else {
-    s.memory().read_peer(p, s.peer_input_address(p) + offset, dst, bytes);
-    s.count_traffic(2 * bytes);
+    s.memory().read_peer(from.peer, s.peer_input_address(from.peer) + from.offset, dst, from.bytes);
+    s.count_traffic(2 * from.bytes);
   }
 }
 
 namespace {
 
-// Where piece `offset` of rank p's input can be read: rank p's input itself
-// (through the mapping, or this rank's own), or `local` after a cross-memory
-// copy. `copy_own`: this rank's own piece goes to `local` too, since the fold
-// writes its input in place before reaching it.
-const std::byte* piece_source(Segments& s, Reach reach, int p, const void* own_input, size_t offset, size_t bytes,
-                              bool copy_own, std::byte* local) {
-  if (p == s.rank()) {
-    if (!copy_own) return bytes_of(own_input) + offset;
-    s.counted_copy(local, bytes_of(own_input) + offset, bytes);
-  } else if (reach == Reach::mapped) {
-    return s.peer_input(p) + offset;
-  } else {
-    s.memory().read_peer(p, s.peer_input_address(p) + offset, local, bytes);
-    s.count_traffic(2 * bytes);
+// Where every rank's piece of the inputs can be read: rank p's input itself
+// (through the mapping, or this rank's own), or p's chunk of `scratch` after
+// a cross-memory copy. `copy_own`: this rank's own piece goes to scratch too,
+// since the fold writes its input in place before reaching it.
+struct PieceSources {
+  Segments& s;
+  Reach reach;
+  const void* own_input;
+  bool copy_own;
+  std::byte* scratch;  // a chunk per rank
+  std::vector<const std::byte*> source = std::vector<const std::byte*>(size_t(s.size()));
+
+  // Finds every rank's piece [offset, offset + bytes).
+  void find(size_t offset, size_t bytes) {
+    for (int p = 0; p < s.size(); ++p) source[size_t(p)] = find(p, offset, bytes);
   }
-  return local;
-}
+  const std::byte* operator()(int p) const { return source[size_t(p)]; }
+
+ private:
+  const std::byte* find(int p, size_t offset, size_t bytes) {
+    std::byte* local = scratch + size_t(p) * s.chunk_bytes();
+    if (p == s.rank()) {
+      if (!copy_own) return bytes_of(own_input) + offset;
+      s.counted_copy(local, bytes_of(own_input) + offset, bytes);
+    } else if (reach == Reach::mapped) {
+      return s.peer_input(p) + offset;
+    } else {
+      s.memory().read_peer(p, s.peer_input_address(p) + offset, local, bytes);
+      s.count_traffic(2 * bytes);
+    }
+    return local;
+  }
+};
 
 }  // namespace
 
@@ -90,17 +106,14 @@ void direct_allreduce(Segments& s, Channel& ch, const AllreduceArgs& a, Reach re
   for (int p = 0; p < n; ++p) {
     if (p != r) outs[p] = reach == Reach::mapped ? s.peer_output(p) : s.peer_output_address(p);
   }
-  std::vector<const std::byte*> src(static_cast<size_t>(n));
-  auto source_of = [&](int p) { return src[p]; };
+  PieceSources sources{s, reach, a.input, copy_own, scratch};
   const Range slice = balanced(a.count, size_t(n), size_t(r));
   for (size_t begin = slice.begin; begin < slice.begin + slice.size; begin += piece) {
     const size_t count = std::min(piece, slice.begin + slice.size - begin);
     const size_t offset = begin * esize, bytes = count * esize;
-    for (int p = 0; p < n; ++p) {
-      src[p] = piece_source(s, reach, p, a.input, offset, bytes, copy_own, scratch + size_t(p) * s.chunk_bytes());
-    }
+    sources.find(offset, bytes);
     std::byte* result = bytes_of(a.output) + offset;
-    fold(s, a.dtype, a.op, result, source_of, 0, count);
+    fold(s, {a.dtype, a.op, count}, result, sources, 0);
     for (int p = 0; p < n; ++p) {
       if (p == r) continue;
       if (reach == Reach::mapped) {
@@ -121,15 +134,11 @@ void direct_reduce_scatter(Segments& s, Channel& ch, const ReduceScatterArgs& a,
   // Rank r >= 2 folding in place would overwrite its input before step r reads it.
   const bool copy_own = bytes_of(a.output) == bytes_of(a.input) + block && r >= 2;
   auto* scratch = static_cast<std::byte*>(ch.scratch(s.chunk_bytes() * size_t(n), 0));
-  std::vector<const std::byte*> src(static_cast<size_t>(n));
-  auto source_of = [&](int p) { return src[p]; };
+  PieceSources sources{s, reach, a.input, copy_own, scratch};
   for (size_t begin = 0; begin < a.count; begin += piece) {
     const size_t count = std::min(piece, a.count - begin);
-    const size_t offset = block + begin * esize, bytes = count * esize;
-    for (int p = 0; p < n; ++p) {
-      src[p] = piece_source(s, reach, p, a.input, offset, bytes, copy_own, scratch + size_t(p) * s.chunk_bytes());
-    }
-    fold(s, a.dtype, a.op, bytes_of(a.output) + begin * esize, source_of, 0, count);
+    sources.find(block + begin * esize, count * esize);
+    fold(s, {a.dtype, a.op, count}, bytes_of(a.output) + begin * esize, sources, 0);
   }
   s.finish();
 }
@@ -137,13 +146,13 @@ void direct_reduce_scatter(Segments& s, Channel& ch, const ReduceScatterArgs& a,
 void direct_allgather(Segments& s, const AllgatherArgs& a, Reach reach) {
   const size_t block = a.count * dtype_size(a.dtype);
   for (int p = 0; p < s.size(); ++p) {
-    if (p != s.rank()) read_input(s, reach, p, 0, bytes_of(a.output) + size_t(p) * block, block);
+    if (p != s.rank()) read_input(s, reach, {p, 0, block}, bytes_of(a.output) + size_t(p) * block);
   }
   s.finish();
 }
 
 void direct_broadcast(Segments& s, const BroadcastArgs& a, Reach reach) {
-  if (s.rank() != a.root) read_input(s, reach, a.root, 0, a.output, a.count * dtype_size(a.dtype));
+  if (s.rank() != a.root) read_input(s, reach, {a.root, 0, a.count * dtype_size(a.dtype)}, a.output);
   s.finish();
 }
 

@@ -35,8 +35,15 @@ struct DirectCall {
 // the kernel allows it) or staged.
 Reach arrive_direct(Segments& s, const PathChoice& choice, const DirectCall& call);
 
-// Copies from a peer's input, `offset` bytes in: through the mapping or by cross-memory attach.
-void read_input(Segments& s, Reach reach, int p, size_t offset, void* dst, size_t bytes);
+// A run of a peer's input.
+struct PeerRun {
+  int peer = 0;
+  size_t offset = 0;  // bytes into its input
+  size_t bytes = 0;
+};
+
+// Copies `from` to `dst`: through the mapping or by cross-memory attach.
+void read_input(Segments& s, Reach reach, const PeerRun& from, void* dst);
 
 // Rank r reduces its slice of every rank's input, piece by piece, into its own
 // output, and delivers each piece to the others' outputs: through the

@@ -220,13 +220,20 @@ inline Call call_of(Kind kind, size_t count, DataType dtype, ReduceOp op = Reduc
 
 inline ReduceOp combining(ReduceOp op) { return op == ReduceOp::avg ? ReduceOp::sum : op; }
 
+// `count` elements of `dtype` combined by `op`.
+struct Reduction {
+  DataType dtype;
+  ReduceOp op;
+  size_t count;
+};
+
 // dst = slot_of(0) op slot_of(1) op ... in rank order, each at `offset` bytes; avg divides once.
 template <class SlotOf>
-void fold(const Segments& s, DataType dtype, ReduceOp op, void* dst, SlotOf& slot_of, size_t offset, size_t count) {
-  reduce(dtype, combining(op), dst, slot_of(0) + offset, slot_of(1) + offset, count);
-  for (int p = 2; p < s.size(); ++p) reduce(dtype, combining(op), dst, dst, slot_of(p) + offset, count);
-  s.count_traffic(size_t(s.size() + 1) * count * dtype_size(dtype));  // every source read once, dst written
-  if (op == ReduceOp::avg) scale_avg(dtype, dst, count, s.size());
+void fold(const Segments& s, const Reduction& r, void* dst, SlotOf& slot_of, size_t offset) {
+  reduce(r.dtype, combining(r.op), dst, slot_of(0) + offset, slot_of(1) + offset, r.count);
+  for (int p = 2; p < s.size(); ++p) reduce(r.dtype, combining(r.op), dst, dst, slot_of(p) + offset, r.count);
+  s.count_traffic(size_t(s.size() + 1) * r.count * dtype_size(r.dtype));  // every source read once, dst written
+  if (r.op == ReduceOp::avg) scale_avg(r.dtype, dst, r.count, s.size());
 }
 
 inline size_t chunks_for(size_t count, size_t per_chunk) { return (count + per_chunk - 1) / per_chunk; }
