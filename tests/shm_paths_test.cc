@@ -129,6 +129,8 @@ TEST(ShmPaths, BadRowsNameTheirBadPartAndTheChoices) {
            Bad{"allreduce:gpu:*=cma", "allreduce:gpu:*=cma", "unknown buffers 'gpu'; valid: heap, shared, *"},
            Bad{"allreduce:heap:1M=cma", "allreduce:heap:1M=cma", "'1M' is no byte range; write a byte range as"},
            Bad{"allreduce:heap:1Q-=cma", "allreduce:heap:1Q-=cma", "'1Q-' is no byte range"},
+           Bad{"allreduce:heap:99999999999G-=cma", "allreduce:heap:99999999999G-=cma",
+               "'99999999999G-' is no byte range"},
            Bad{"allreduce:heap:2M-1M=cma", "allreduce:heap:2M-1M=cma", "the range '2M-1M' ends before it starts"},
            Bad{"allreduce:heap:*=fast", "allreduce:heap:*=fast",
                "unknown path 'fast'; valid: staged, mapped, cma, timed"},

@@ -63,7 +63,9 @@ std::optional<size_t> parse_size(const std::string& text) {
   if (unit.size() == 3 && unit.substr(1) == "IB") unit.resize(1);
   const size_t shift = unit.empty() ? 0 : unit == "K" ? 10 : unit == "M" ? 20 : unit == "G" ? 30 : 64;
   if (shift == 64) return std::nullopt;
-  return size_t(std::stoull(text.substr(0, digits))) << shift;
+  const size_t value = std::stoull(text.substr(0, digits));
+  if (value > (SIZE_MAX >> shift)) return std::nullopt;
+  return value << shift;
 }
 
 // "*", "FROM-TO" (both included) or "FROM-" (and up).
@@ -105,8 +107,8 @@ std::vector<ShmPathRow> parse_row(const std::string& row) {
   if (!path) bad_row(row, "unknown path '" + pname + "'; valid: " + names(kPaths));
   if (*path != P::staged && to < kShmDirectMinBytes) {
     bad_row(row,
-            "below 16K every call stages (the direct paths' arrival costs more than staging saves); start "
-            "the range at 16K or above");
+            "below 16K every call stages (the direct paths start there, on every rank alike); start the "
+            "range at 16K or above");
   }
   std::vector<ShmPathRow> rows;
   for (C ci : kCollectives) {
