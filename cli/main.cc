@@ -295,7 +295,9 @@ int run_info() {
         allowed_cpu_ranges().c_str(), ::sysconf(_SC_NPROCESSORS_ONLN));
     const auto ring = tandem::ring::fit_to_host(tandem::ring::ring_options_from_env(), o);
     if (ring.shared_memory) {
-      std::printf("%s", tandem::ring::shared_memory_plan(ring, o.local_size).c_str());
+      const std::string plan =
+          tandem::ring::shared_memory_plan(ring, o.local_size, tandem::ring::cross_memory_attach_limit());
+      std::printf("%s", plan.c_str());
     } else {
       std::printf("shared memory: off (TANDEM_SHM=0): every collective goes through UCX\n");
     }

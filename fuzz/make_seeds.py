@@ -63,7 +63,8 @@ write("handshake", "replay", bytes([1, 10, 0, 10, 0, 11, 1]))
 write("handshake", "twice", bytes([1, 10, 0, 11, 0, 11, 0, 10, 0]))
 
 # text: NUL-separated fields, in the order of text_fuzz.cc's kVariables, then
-# store address, interface override, locator, Slurm host list; "-" = unset.
+# store address, interface override, locator, Slurm host list, shared-memory
+# path rows; "-" = unset.
 NVARS = 53
 def env(values, address=b"127.0.0.1:29500", override=b"eth,ib", locator=b"4242:7:140737488355328",
         hostlist=b"node[01-04,07],gpu3"):
@@ -84,6 +85,8 @@ write("text", "hydra", env({42: b"1", 43: b"2", 44: b"1", 45: b"2", 46: b"7"}, h
 write("text", "srun_pmi2", env({24: b"1", 25: b"4", 26: b"1", 29: b"4242", 42: b"1", 43: b"4", 47: b"1"}))
 write("text", "slurm_nodelist", env({24: b"0", 25: b"8", 26: b"0", 29: b"4242", 30: b"1", 47: b"2", 49: b"gpu[3-4]",
                                      50: b"n[01-08]", 52: b"gpu3", 9: b"k" * 64}, hostlist=b"n[1-"))
+write("text", "shm_paths", env({}) + b"\0allreduce:heap:256K-16M=timed, alltoall:*:1M-=cma,*:shared:*=staged")
+write("text", "shm_paths_bad", env({}) + b"\0allreduce:heap:16M-256K=timed,reduce::=mapped,*:*:8K-=cma,x")
 
 # shm_header: two slot headers (32 bytes each: stamp, reduced, Call{count, kind, dtype, op, root}).
 def call(count, kind, dtype, op, root):

@@ -1,11 +1,11 @@
 // Fuzz target: a peer's shared-memory slot header and control block, as a
-// rank reads them from the peer's segment (ring/src/shm_segments.h): the
+// rank reads them from the peer's segment (ring/src/shm_wire.h): the
 // bytes of another rank's Call, compared with this rank's and printed into
 // the CollectiveMismatch message.
 #include <cstdlib>
 #include <cstring>
 
-#include "shm_segments.h"
+#include "shm_wire.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using tandem::ring::Call;

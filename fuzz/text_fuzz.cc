@@ -3,8 +3,9 @@
 // (the TANDEM_*, torchrun, Open MPI, Hydra and Slurm variables comm_options_from_env
 // reads; a field "-" leaves its variable unset), then a store address, an
 // interface override, a shared-memory segment locator (which a peer
-// publishes through the store) and a Slurm host list. Only tandem::Error may come out, and a
-// locator that parses prints back to the same text.
+// publishes through the store), a Slurm host list and shared-memory path
+// rows (TANDEM_SHM_PATHS). Only tandem::Error may come out, a locator that
+// parses prints back to the same text, and a path table that parses prints.
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -14,6 +15,7 @@
 #include "tandem/bootstrap.h"
 #include "tandem/errors.h"
 #include "tandem/netif.h"
+#include "tandem/ring/shm_paths.h"
 #include "tandem/store.h"
 #include "transport/shared_segments.h"
 
@@ -131,6 +133,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto hosts = tandem::expand_slurm_hostlist(field(kVariableCount + 3).value_or(""));
     check(!hosts.empty());
     for (const auto& h : hosts) check(!h.empty());
+  } catch (const tandem::Error&) {
+  }
+  try {
+    const tandem::ring::ShmPathTable table(field(kVariableCount + 4).value_or(""));
+    check(!tandem::ring::describe_shm_paths(table, "").empty());
   } catch (const tandem::Error&) {
   }
   return 0;

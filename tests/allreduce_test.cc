@@ -98,22 +98,16 @@ TEST_P(AllreduceMatrix, RegisteredBuffers) {
   group.expect_success(600s);
 }
 
-// Heap buffers by cross-memory attach: forced, and at 2 ranks as rank 0's
-// hand-off probe decides with a threshold every reading passes.
+// Heap buffers by cross-memory attach, forced from the direct floor up.
 TEST_P(AllreduceMatrix, HeapBuffersByCrossMemoryAttach) {
   const int n = GetParam();
   if (n == 1) GTEST_SKIP() << "one rank has no peer";
-  for (bool probed : {false, true}) {
-    if (probed && n != 2) continue;
-    SCOPED_TRACE(probed ? "far by probe" : "always");
-    ring::RingOptions ring_base;
-    ring_base.shm_allreduce_cma = probed ? ring::ShmAllreduceCma::far : ring::ShmAllreduceCma::always;
-    ring_base.shm_far_handoff_ns = 0;
-    RankGroup group(n, [ring_base](const CommOptions& o) {
-      return run_matrix(o, {7, 100003, (size_t(1) << 20) + 3}, false, ring_base);
-    });
-    group.expect_success(600s);
-  }
+  ring::RingOptions ring_base;
+  ring_base.shm_paths = ring::ShmPathTable("allreduce:heap:*=cma");
+  RankGroup group(n, [ring_base](const CommOptions& o) {
+    return run_matrix(o, {7, 100003, (size_t(1) << 20) + 3}, false, ring_base);
+  });
+  group.expect_success(600s);
 }
 
 // One rank with shared memory off, or sized differently (slots would not

@@ -332,38 +332,33 @@ TEST_F(LaunchTest, NetifRunsAsRanks) {
 }
 
 // `tandem info` as a rank prints the shared-memory plan in force, with the
-// variables that change it.
+// variables that change it, and the path table with TANDEM_SHM_PATHS's rows.
 TEST_F(LaunchTest, InfoPrintsTheSharedMemoryPlanInForce) {
   RunResult r = run_tandem({"launch", "-n", "3", "--", "sh", "-c",
                             tandem_bin() + " info; TANDEM_SHM_SPLIT_MIN_RANKS=4 TANDEM_SHM_CHUNK_BYTES=65536 " +
-                                "TANDEM_SHM_ALLREDUCE_CMA=always " + tandem_bin() + " info"});
+                                "TANDEM_SHM_PATHS=alltoall:heap:1M-=cma " + tandem_bin() + " info"});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   EXPECT_THAT(r.out, HasSubstr("[0] shared memory for 3 ranks on this host:")) << describe(r);
   EXPECT_THAT(r.out, HasSubstr("staged all-reduce: split: each rank reduces its slice")) << describe(r);
   EXPECT_THAT(r.out, HasSubstr("staged all-reduce: every rank folds every slot")) << describe(r);
   EXPECT_THAT(r.out, HasSubstr("split from 4 ranks (TANDEM_SHM_SPLIT_MIN_RANKS)")) << describe(r);
   EXPECT_THAT(r.out, HasSubstr("4 slots of 64 KiB per rank")) << describe(r);
-  EXPECT_THAT(r.out, HasSubstr("cross-memory attach from 256 KiB to 8 MiB")) << describe(r);
   EXPECT_THAT(r.out, HasSubstr("[0] cpus: ")) << describe(r);
-  EXPECT_THAT(r.out, HasSubstr("all-reduce of other buffers: from 256 KiB to 16 MiB staged or by cross-memory "
-                               "attach, whichever rank 0 timed faster for that size class, in place and out of place "
-                               "apart"))
+  EXPECT_THAT(r.out, HasSubstr("[0]     allreduce       heap    [0, 256K) staged, [256K, 16M] timed, (16M, inf) "
+                               "staged\n"))
       << describe(r);
-  EXPECT_THAT(r.out, HasSubstr("all-reduce of other buffers: cross-memory attach from 256 KiB to 16 MiB "
-                               "(TANDEM_SHM_ALLREDUCE_CMA=always)"))
+  EXPECT_THAT(r.out, HasSubstr("[0]     alltoall        heap    [0, 64K) staged, [64K, inf) timed\n")) << describe(r);
+  EXPECT_THAT(r.out, HasSubstr("[0]     alltoall        heap    [0, 64K) staged, [64K, 1M) timed, [1M, inf) cma*\n"))
       << describe(r);
-  // 2 ranks under far: the switch on the hand-off probe, its threshold and period.
-  r = run_tandem({"launch", "-n", "2", "--", "sh", "-c", "TANDEM_SHM_ALLREDUCE_CMA=far " + tandem_bin() + " info"});
+  EXPECT_THAT(r.out, HasSubstr("[0]     TANDEM_SHM_PATHS=alltoall:heap:1M-=cma\n")) << describe(r);
+  // A bad row is named, with the choices.
+  r = run_tandem(
+      {"launch", "-n", "2", "--", "sh", "-c", "TANDEM_SHM_PATHS=alltoall:heap:*=fast " + tandem_bin() + " info"});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
-  EXPECT_THAT(r.out, HasSubstr("staged, but from 256 KiB to 16 MiB cross-memory attach while a hand-off between the "
-                               "ranks' cores takes 180 ns or more one way"))
+  EXPECT_THAT(r.out, HasSubstr("job environment: invalid: tandem: TANDEM_SHM_PATHS='alltoall:heap:*=fast' is invalid: "
+                               "shared-memory path row 'alltoall:heap:*=fast': unknown path 'fast'; valid: staged, "
+                               "mapped, cma, timed"))
       << describe(r);
-  EXPECT_THAT(r.out, HasSubstr("again every 1000 ms")) << describe(r);
-  if (std::thread::hardware_concurrency() < 3) {  // far with ranks outnumbering cores
-    r = run_tandem({"launch", "-n", "3", "--", "sh", "-c", "TANDEM_SHM_ALLREDUCE_CMA=far " + tandem_bin() + " info"});
-    ASSERT_EQ(r.exit_code, 0) << describe(r);
-    EXPECT_THAT(r.out, HasSubstr("all-reduce of other buffers: staged (ranks outnumber cores")) << describe(r);
-  }
 }
 
 // A fresh 32-byte secret per job, in the ranks' environment only: never on

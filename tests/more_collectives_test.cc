@@ -265,7 +265,7 @@ void checked_alltoall(Communicator& comm, DataType t, const std::vector<std::vec
 int alltoall_paths(const CommOptions& o, bool shared_memory, bool cross_memory) {
   ring::RingOptions ring_options;
   ring_options.shared_memory = shared_memory;
-  if (cross_memory) ring_options.shm_allreduce_cma = ring::ShmAllreduceCma::always;
+  if (cross_memory) ring_options.shm_paths = ring::ShmPathTable("alltoall:heap:64K-=cma");
   auto comm = ring::connect(o, ring_options);
   const int n = comm->size();
   std::mt19937_64 rng(77 + size_t(n));

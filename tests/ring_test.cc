@@ -111,10 +111,9 @@ class SharedMemoryShapes : public ::testing::TestWithParam<ShmShape> {};
 // rank count, so both paths meet every chunk boundary and slice edge.
 //
 // With cross-memory attach allowed, the all-reduce of heap buffers runs it
-// from 16 KiB (the direct path's floor): always, as rank 0's hand-off probe
-// decides, taken on every call and read as far or as near, and as rank 0
-// timed it (the default): the matrix's calls walk each size class through
-// its opening (staged trials arrive, then stage) and on past the verdict.
+// from 16 KiB (the direct path's floor): always, and as rank 0 timed it
+// (the default's path): the matrix's calls walk each size class through its
+// opening (staged trials arrive, then stage) and on past the verdict.
 TEST_P(SharedMemoryShapes, EveryDtypeOpPlacementIsExactAndIdentical) {
   const ShmShape s = GetParam();
   for (int split_from : {1, 1 << 20}) {
@@ -124,24 +123,13 @@ TEST_P(SharedMemoryShapes, EveryDtypeOpPlacementIsExactAndIdentical) {
     o.shm_chunk_bytes = s.chunk_bytes;
     o.shm_split_min_ranks = split_from;
     o.shm_split_min_bytes = 0;  // at every size: both paths meet every chunk boundary
-    o.shm_allreduce_cma_min_bytes = 0;
-    o.shm_probe_period = std::chrono::milliseconds(0);
-    struct Cma {
-      ring::ShmAllreduceCma mode;
-      uint64_t far_ns;
-      const char* what;
-    };
     std::vector<std::pair<std::shared_ptr<Algorithms>, const char*>> cma_algos;
-    for (Cma c : {Cma{ring::ShmAllreduceCma::always, 0, "all-reduce by cross-memory attach"},
-                  Cma{ring::ShmAllreduceCma::far, 0, "all-reduce: probe reads far"},
-                  Cma{ring::ShmAllreduceCma::far, UINT64_MAX, "all-reduce: probe reads near"},
-                  Cma{ring::ShmAllreduceCma::timed, 0, "all-reduce: timed path"}}) {
+    for (const char* rows : {"allreduce:heap:*=cma", "allreduce:heap:*=timed"}) {
       ring::RingOptions with = o;
-      with.shm_allreduce_cma = c.mode;
-      with.shm_far_handoff_ns = c.far_ns;
-      cma_algos.emplace_back(ring::algorithms(with), c.what);
+      with.shm_paths = ring::ShmPathTable(rows);
+      cma_algos.emplace_back(ring::algorithms(with), rows);
     }
-    o.shm_allreduce_cma = ring::ShmAllreduceCma::never;
+    o.shm_paths = ring::ShmPathTable("allreduce:heap:*=staged");
     auto algos = ring::algorithms(o);
     HeapSegments segments(s.ranks, algos->shared_bytes());
     for (DataType t : kAllDataTypes) {
@@ -179,7 +167,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, SharedMemoryShapes,
 // A rank that calls a different all-reduce learns it from the first chunk,
 // or at arrival when both calls may go by cross-memory attach.
 TEST(SharedMemory, MismatchedCallsFailOnEveryRankNamingBoth) {
-  for (auto cma : {ring::ShmAllreduceCma::never, ring::ShmAllreduceCma::always, ring::ShmAllreduceCma::far}) {
+  for (bool cma : {false, true}) {
     for (int split_from : {1, 1 << 20}) {
       SCOPED_TRACE(split_from == 1 ? "split chunks" : "unsplit chunks");
       ring::RingOptions o;
@@ -187,15 +175,12 @@ TEST(SharedMemory, MismatchedCallsFailOnEveryRankNamingBoth) {
       o.shm_chunk_bytes = 4096;
       o.shm_split_min_ranks = split_from;
       o.shm_split_min_bytes = 0;  // at every size: both paths meet every chunk boundary
-      o.shm_allreduce_cma = cma;
-      o.shm_allreduce_cma_min_bytes = 0;
-      o.shm_far_handoff_ns = 0;
+      o.shm_paths = ring::ShmPathTable(cma ? "allreduce:heap:*=cma" : "allreduce:heap:*=staged");
       auto algos = ring::algorithms(o);
       HeapSegments segments(2, algos->shared_bytes());
       Mailbox box;
       // Under 16 KiB rank 1 stages at once; 50000 and 40000 both arrive.
-      const unsigned counts[2] = {cma == ring::ShmAllreduceCma::never ? 5000u : 50000u,
-                                  cma == ring::ShmAllreduceCma::never ? 4000u : 40000u};
+      const unsigned counts[2] = {cma ? 50000u : 5000u, cma ? 40000u : 4000u};
       SCOPED_TRACE(std::to_string(counts[0]) + " against " + std::to_string(counts[1]));
       std::vector<float> data[2] = {std::vector<float>(counts[0], 1.0f), std::vector<float>(counts[0], 1.0f)};
       std::string errors[2];
@@ -225,31 +210,24 @@ TEST(SharedMemory, MismatchedCallsFailOnEveryRankNamingBoth) {
 }
 
 // Rank 0's word decides the path of a heap-buffer all-reduce for every rank,
-// whatever the others' options say; the bytes each rank moves tell the path
+// whatever the others' path tables say; a rank offering nothing stages at
+// once, and every rank with it. The bytes each rank moves tell the path
 // (cross-memory attach 3.5 per payload byte at 2 ranks, the split staging 4.5).
 TEST(SharedMemory, RankZeroDecidesCrossMemoryAttachForAll) {
-  using ring::ShmAllreduceCma;
   struct Case {
-    ShmAllreduceCma rank0, rank1;
-    uint64_t far_ns;
+    const char *rank0, *rank1;
     bool cross_memory;
-    const char* what;
   };
-  for (Case c : {Case{ShmAllreduceCma::far, ShmAllreduceCma::far, 0, true, "probe reads far"},
-                 Case{ShmAllreduceCma::far, ShmAllreduceCma::far, UINT64_MAX, false, "probe reads near"},
-                 Case{ShmAllreduceCma::always, ShmAllreduceCma::far, UINT64_MAX, true, "rank 0 always"},
-                 Case{ShmAllreduceCma::far, ShmAllreduceCma::always, UINT64_MAX, false, "rank 1 always, rank 0 near"},
-                 Case{ShmAllreduceCma::never, ShmAllreduceCma::always, 0, false, "rank 0 never"},
-                 Case{ShmAllreduceCma::always, ShmAllreduceCma::never, 0, false, "rank 1 never"}}) {
-    SCOPED_TRACE(c.what);
+  const char* cma = "allreduce:heap:*=cma";
+  const char* staged = "allreduce:heap:*=staged";
+  for (Case c : {Case{cma, cma, true}, Case{staged, cma, false}, Case{cma, staged, false}}) {
+    SCOPED_TRACE(std::string("rank 0 '") + c.rank0 + "', rank 1 '" + c.rank1 + "'");
     std::shared_ptr<Algorithms> algos[2];
     for (int r = 0; r < 2; ++r) {
       ring::RingOptions o;
       o.allreduce = ring::AllreduceAlgorithm::shared_memory;
       o.shm_chunk_bytes = 4096;
-      o.shm_allreduce_cma = r == 0 ? c.rank0 : c.rank1;
-      o.shm_far_handoff_ns = c.far_ns;
-      o.shm_probe_period = std::chrono::milliseconds(0);
+      o.shm_paths = ring::ShmPathTable(r == 0 ? c.rank0 : c.rank1);
       algos[r] = ring::algorithms(o);
     }
     HeapSegments segments(2, algos[0]->shared_bytes());

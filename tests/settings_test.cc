@@ -24,6 +24,9 @@
 namespace tandem {
 namespace {
 
+// Text settings with a syntax of their own, each with a well-formed value.
+const std::map<std::string, std::string> kStructuredText = {{"TANDEM_SHM_PATHS", "alltoall:heap:1M-=cma"}};
+
 // A good value of `s` other than its default, and how the options show it.
 std::pair<std::string, std::string> sample(const Setting& s) {
   if (s.foreign) return {"x", "set (left to UCX)"};
@@ -36,7 +39,11 @@ std::pair<std::string, std::string> sample(const Setting& s) {
       for (const auto& a : s.accepted)
         if (a != s.default_value) return {a, a};
       return {"", ""};
-    case SettingKind::text: return {"eth9", "eth9"};
+    case SettingKind::text: {
+      const auto it = kStructuredText.find(s.variable);
+      const std::string v = it == kStructuredText.end() ? "eth9" : it->second;
+      return {v, v};
+    }
     default: {
       const std::string v = std::to_string(std::clamp(12288LL, s.min, s.max));
       return {v, v};

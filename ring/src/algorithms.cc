@@ -215,14 +215,6 @@ AllreduceAlgorithm parse_allreduce_algorithm(const std::string& name) {
       "' (TANDEM_ALGO or --algorithm); use auto, ring, recursive_doubling, shared_memory or hierarchical");
 }
 
-ShmAllreduceCma parse_shm_allreduce_cma(const std::string& name) {
-  if (name == "never") return ShmAllreduceCma::never;
-  if (name == "far") return ShmAllreduceCma::far;
-  if (name == "timed") return ShmAllreduceCma::timed;
-  if (name == "always") return ShmAllreduceCma::always;
-  throw InvalidArgument("unknown TANDEM_SHM_ALLREDUCE_CMA '" + name + "'; use never, far, timed or always");
-}
-
 std::shared_ptr<Algorithms> algorithms(const RingOptions& options) {
   if (options.segment_bytes < 4096 || options.segments_in_flight < 1 || options.segments_in_flight > 64) {
     throw InvalidArgument("RingOptions: segment_bytes must be >= 4096 and segments_in_flight in 1..64 (got " +

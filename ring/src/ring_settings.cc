@@ -1,5 +1,6 @@
 // The ring's settings table: one row per TANDEM_* variable that fills
 // RingOptions, and the reader that applies it.
+#include "tandem/errors.h"
 #include "tandem/ring/ring.h"
 
 namespace tandem::ring {
@@ -16,16 +17,6 @@ const char* to_string(AllreduceAlgorithm a) {
 }
 
 namespace {
-
-const char* to_string(ShmAllreduceCma c) {
-  switch (c) {
-    case ShmAllreduceCma::never: return "never";
-    case ShmAllreduceCma::far: return "far";
-    case ShmAllreduceCma::timed: return "timed";
-    case ShmAllreduceCma::always: return "always";
-  }
-  return "unknown";
-}
 
 Setting row(const char* variable, const char* name, SettingKind kind, const char* default_value, const char* doc,
             const char* fix = "") {
@@ -71,26 +62,47 @@ SettingTable<RingOptions> make_table() {
                                "Shared-memory all-reduces below this size stay unsplit.",
                                "set it to a byte count (0: split calls of every size)"),
                            &O::shm_split_min_bytes));
-  t.push_back(number_field(row("TANDEM_SHM_CMA_MAX_BYTES", "shm_cma_max_bytes", K::bytes, "8388608",
-                               "Largest buffer outside shared memory read by cross-memory attach instead of staged.",
-                               "set it to a byte count (0: never use cross-memory attach)"),
-                           &O::shm_cma_max_bytes));
-  Setting cma = row("TANDEM_SHM_ALLREDUCE_CMA", "shm_allreduce_cma", K::choice, "timed",
-                    "Shared-memory all-reduce and all-to-all of buffers outside shared memory: staged (never), by "
-                    "cross-memory attach (always), by whichever rank 0 timed faster for that size (timed), or "
-                    "(far) the all-reduce by cross-memory attach while a hand-off probe reads the ranks' cores far "
-                    "apart and the all-to-all as timed.");
-  cma.accepted = {"never", "far", "timed", "always"};
-  t.push_back({cma,
-               [cma](O& o, const std::string& v) {
-                 o.shm_allreduce_cma = parse_shm_allreduce_cma(parse_choice_setting(cma, v));
+  Setting paths = row("TANDEM_SHM_PATHS", "shm_paths", K::text, "",
+                      "Rows over the shared-memory path table, collective:buffers:bytes=path separated by commas, "
+                      "later rows winning (docs/algorithms.md, 'The path table'); `tandem info` in a job prints the "
+                      "table in effect.");
+  t.push_back({paths,
+               [paths](O& o, const std::string& v) {
+                 try {
+                   o.shm_paths = ShmPathTable(v);
+                 } catch (const InvalidArgument& e) {
+                   throw InvalidArgument("tandem: " + paths.variable + "='" + v + "' is invalid: " + e.what());
+                 }
                },
-               [](const O& o) { return std::string(to_string(o.shm_allreduce_cma)); }});
-  t.push_back(number_field(row("TANDEM_SHM_FAR_HANDOFF_NS", "shm_far_handoff_ns", K::nanoseconds, "180",
-                               "One-way hand-off time from which two ranks' cores count as far apart.",
-                               "set it to nanoseconds (one-way hand-off)"),
-                           &O::shm_far_handoff_ns));
+               [](const O& o) { return o.shm_paths.overrides(); }});
   return t;
+}
+
+// Variables the path table replaced, each with the rows that do its work: a
+// job still setting one would otherwise run another path unawares.
+struct Retired {
+  const char* variable;
+  const char* instead;
+};
+constexpr Retired kRetired[] = {
+    {"TANDEM_SHM_ALLREDUCE_CMA",
+     "never: 'allreduce:heap:*=staged,alltoall:heap:*=staged'; always: "
+     "'allreduce:heap:256K-16M=cma,alltoall:heap:64K-=cma'; timed is the default; far (the hand-off probe) is gone"},
+    {"TANDEM_SHM_CMA_MAX_BYTES",
+     "0: '*:heap:*=staged'; a maximum other than 8M, e.g. 4M: "
+     "'reduce_scatter:heap:*=staged,reduce_scatter:heap:256K-4M=cma' (the allgather alike)"},
+    {"TANDEM_SHM_FAR_HANDOFF_NS", "the hand-off probe it tuned is gone; the default table times the paths instead"},
+};
+
+void refuse_retired(const EnvLookup& env) {
+  for (const Retired& r : kRetired) {
+    if (env(r.variable)) {
+      throw InvalidArgument(std::string("tandem: ") + r.variable +
+                            " is retired; the shared-memory path table replaces it (TANDEM_SHM_PATHS, "
+                            "docs/algorithms.md, 'The path table'): " +
+                            r.instead);
+    }
+  }
 }
 
 }  // namespace
@@ -101,6 +113,7 @@ const SettingTable<RingOptions>& ring_settings() {
 }
 
 RingOptions ring_options_from_env(const EnvLookup& env) {
+  refuse_retired(env);
   RingOptions o;
   read_settings(ring_settings(), env, o);
   return o;

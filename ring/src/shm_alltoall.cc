@@ -16,9 +16,8 @@
 //
 // *Direct*: after the arrival, rank r reads its block from each peer's
 // input, one copy per block, starting at peer r+1 so the readers spread over
-// the ranks: mapped (allocate_shared inputs) from kDirectMinBytes per rank,
-// equal blocks in place excepted (they stage),
-// by cross-memory attach (heap, out of place) when alltoall_path() says so.
+// the ranks: mapped (allocate_shared inputs) or by cross-memory attach (heap,
+// out of place) as the path table says; equal blocks in place stage.
 #include <algorithm>
 #include <numeric>
 #include <string>
@@ -26,8 +25,6 @@
 
 #include "collectives.h"
 #include "shm_direct.h"
-#include "shm_segments.h"
-#include "shm_timed_path.h"
 
 namespace tandem::ring {
 namespace {
@@ -100,79 +97,57 @@ void check_matrix(const Matrix& m) {
   }
 }
 
-// Heap buffers out of place from kAlltoallCmaMinBytes per rank go by
-// TANDEM_SHM_ALLREDUCE_CMA: never staged, always by cross-memory attach, and
-// by default (timed, and far) the faster of the two as rank 0 times them
-// (shm_timed_path.h): one host staged 1 MiB at 2 ranks 1.5x faster while
-// quiet and 1.4-2.5x slower under load; another, quiet, read 1 MiB by
-// cross-memory attach 1.7x and 16 MiB 1.4x faster. A class's first round
-// reads by cross-memory attach, which moves each block once where staging
-// copies it twice: trials on cold buffers misled (kPathFirstRoundCalls).
-// In place, the direct path would receive aside and copy back: it stages.
-TimedPath alltoall_path(const Segments& s, const RingOptions& o, size_t bytes, bool overlap) {
-  if (bytes < kAlltoallCmaMinBytes || o.shm_cma_max_bytes == 0 || !s.memory().can_copy_peer()) return {};
-  switch (o.shm_allreduce_cma) {
-    case ShmAllreduceCma::never: return {};
-    case ShmAllreduceCma::always: return {overlap ? Offer::staged : Offer::cross_memory};
-    case ShmAllreduceCma::far:
-    case ShmAllreduceCma::timed: break;
-  }
-  // In place counted too: the counts agree.
-  TimedPath path = timed_path(s, PathFamily::alltoall, bytes, Offer::cross_memory);
-  if (overlap && path.offer == Offer::cross_memory) path.offer = Offer::staged;
-  return path;
-}
-
 // From this output size a rank writes its own block by streaming stores:
 // past the L2 the output's lines are not cached, and reading each before
-// writing it costs more than the copy saves (2 ranks, cross-memory attach,
-// 200 calls, medians of 5 alternating launches: 1 MiB 58.5 -> 55.1 us,
-// 2 MiB 182 -> 156, 4 MiB 371 -> 342; 512 KiB 21 -> 27, its output still
-// cached; 4 ranks 1-16 MiB 2-10 % faster).
+// writing it costs more than the copy saves; the peers' blocks read through
+// the mapping from twice that, or from that when ranks share cores and evict
+// each other's outputs (docs/algorithms.md, 'shm: streaming stores in the
+// all-to-all').
 constexpr size_t kStreamMinBytes = 1 << 20;
-// Peers' blocks read through the mapping (allocate_shared inputs) by
-// streaming stores from twice that, or from that when ranks share cores and
-// evict each other's outputs (medians of 4 alternating launches: 2 ranks
-// 1 MiB 45 -> 52 us, 2 MiB 129 -> 112, 64 MiB 8.2 -> 6.9 ms; 4 ranks on
-// 2 cores 1 MiB 161 -> 122 us, 64 MiB 18.0 -> 14.2 ms).
 size_t stream_peers_min_bytes(const RingOptions& o) {
   return o.ranks_outnumber_cores ? kStreamMinBytes : 2 * kStreamMinBytes;
 }
 
-// Elements [begin, begin + count) of this rank's own block, from input to `out`.
-void copy_own_run(Segments& s, const AlltoallvArgs& a, std::byte* out, size_t es, bool stream, size_t begin,
-                  size_t count) {
-  const size_t r = size_t(s.rank());
+// Where a rank receives: its output, or scratch aside; and which copies
+// into it go by streaming stores.
+struct Target {
+  std::byte* out;
+  bool stream;        // this rank's own block
+  bool stream_peers;  // the peers' blocks read through the mappings
+};
+
+// Elements [begin, begin + count) of this rank's own block, from input to the target.
+void copy_own_run(Segments& s, const AlltoallvArgs& a, const Target& t, size_t begin, size_t count) {
+  const size_t r = size_t(s.rank()), es = dtype_size(a.dtype);
   const std::byte* from = bytes_of(a.input) + (a.send.displs[r] + begin) * es;
-  std::byte* to = out + (a.recv.displs[r] + begin) * es;
+  std::byte* to = t.out + (a.recv.displs[r] + begin) * es;
   if (from == to || count == 0) return;
-  if (stream) {
+  if (t.stream) {
     s.counted_stream(to, from, count * es);
   } else {
     s.counted_copy(to, from, count * es);
   }
 }
 
-void direct_alltoallv(Segments& s, const AlltoallvArgs& a, const Matrix& m, Reach reach, std::byte* out, bool stream,
-                      bool stream_peers) {
+void direct_alltoallv(Segments& s, const AlltoallvArgs& a, const Matrix& m, Reach reach, const Target& t) {
   const int n = s.size(), r = s.rank();
   const size_t es = dtype_size(a.dtype);
   for (int k = 1; k < n; ++k) {
     const int p = (r + k) % n;  // rank r starts at r + 1: the readers spread over the ranks
     const size_t bytes = a.recv.counts[size_t(p)] * es;
     if (bytes == 0) continue;
-    std::byte* to = out + a.recv.displs[size_t(p)] * es;
-    if (stream_peers && reach == Reach::mapped) {
+    std::byte* to = t.out + a.recv.displs[size_t(p)] * es;
+    if (t.stream_peers && reach == Reach::mapped) {
       s.counted_stream(to, s.peer_input(p) + m.send_displ(p, r) * es, bytes);
     } else {
-      read_input(s, reach, p, m.send_displ(p, r) * es, to, bytes);
+      read_input(s, reach, {p, m.send_displ(p, r) * es, bytes}, to);
     }
   }
   // The peers read this rank's input until finish(); its own block reads no peer.
-  s.finish([&] { copy_own_run(s, a, out, es, stream, 0, a.send.counts[size_t(r)]); });
+  s.finish([&] { copy_own_run(s, a, t, 0, a.send.counts[size_t(r)]); });
 }
 
-void staged_alltoallv(Segments& s, const AlltoallvArgs& a, const Matrix& m, std::byte* out, bool stream) {
+void staged_alltoallv(Segments& s, const AlltoallvArgs& a, const Matrix& m, const Target& t) {
   const int n = s.size(), r = s.rank();
   const size_t es = dtype_size(a.dtype), per_block = std::max<size_t>(1, s.chunk_bytes() / es / size_t(n));
   auto run = [&](size_t count, size_t i) { return std::min(per_block, count - std::min(count, i * per_block)); };
@@ -190,11 +165,11 @@ void staged_alltoallv(Segments& s, const AlltoallvArgs& a, const Matrix& m, std:
         for (int p = 0; p < n; ++p) {
           const size_t count = run(a.recv.counts[size_t(p)], i);
           if (p == r || count == 0) continue;
-          s.counted_copy(out + (a.recv.displs[size_t(p)] + i * per_block) * es, slot_of(p) + size_t(r) * per_block * es,
-                         count * es);
+          s.counted_copy(t.out + (a.recv.displs[size_t(p)] + i * per_block) * es,
+                         slot_of(p) + size_t(r) * per_block * es, count * es);
         }
       },
-      [&](size_t i) { copy_own_run(s, a, out, es, stream, i * per_block, run(a.send.counts[size_t(r)], i)); });
+      [&](size_t i) { copy_own_run(s, a, t, i * per_block, run(a.send.counts[size_t(r)], i)); });
 }
 
 }  // namespace
@@ -216,28 +191,28 @@ void shm_alltoallv(Channel& ch, const AlltoallvArgs& a, const RingOptions& o) {
   const size_t in_bytes = extent(a.send, es), out_bytes = extent(a.recv, es);
   auto* out = bytes_of(a.output);
   const bool overlap = ring::overlap(a.input, in_bytes, out, out_bytes);
-  TimedPath path = alltoall_path(s, o, per_rank, overlap);
-  // An equal all-to-all in place stages without a copy aside. Read directly,
+  PathChoice path = choose_path(s, o.shm_paths, ShmCollective::alltoall, per_rank, overlap);
+  // An equal all-to-all in place stages without a copy aside; read directly,
   // even from allocate_shared inputs, it would receive aside and copy back
-  // (2 ranks, mapped against staged: 1.7-3.8x slower from 64 KiB to 64 MiB):
-  // such a rank offers no input, so every rank stages.
+  // (docs/algorithms.md, 'shm: the all-to-all in place'): such a rank offers
+  // no input, so every rank stages.
   const bool stages_in_place = a.equal && a.input == a.output;
-  const Reach reach =
-      arrive_direct(s, path.offer, per_rank, stages_in_place ? nullptr : a.input, in_bytes, out, out_bytes, -1, false);
-  confirm_trial(path, reach);
+  const Reach reach = arrive_direct(s, path, {per_rank, stages_in_place ? nullptr : a.input, in_bytes, out});
+  confirm_trial(path.heap, reach);
   // In place (equal blocks, so staged), chunk i overwrites only the runs
   // chunk i staged: safe. Other overlaps would overwrite runs not yet staged,
   // or that peers read directly until finish(): receive aside.
   const bool aside = overlap && !stages_in_place;
-  std::byte* target = aside ? static_cast<std::byte*>(ch.scratch(out_bytes, 0)) : out;
-  const bool stream = !aside && out_bytes >= kStreamMinBytes;  // scratch is read back at once
+  // Scratch is read back at once: no streaming stores into it.
+  const Target target{aside ? static_cast<std::byte*>(ch.scratch(out_bytes, 0)) : out,
+                      !aside && out_bytes >= kStreamMinBytes, !aside && out_bytes >= stream_peers_min_bytes(o)};
   if (reach != Reach::staged) {
-    direct_alltoallv(s, a, m, reach, target, stream, !aside && out_bytes >= stream_peers_min_bytes(o));
+    direct_alltoallv(s, a, m, reach, target);
   } else {
-    staged_alltoallv(s, a, m, target, stream);
+    staged_alltoallv(s, a, m, target);
   }
-  if (aside) s.counted_copy(out, target, out_bytes);
-  end_trial(path);
+  if (aside) s.counted_copy(out, target.out, out_bytes);
+  end_trial(path.heap);
 }
 
 }  // namespace tandem::ring

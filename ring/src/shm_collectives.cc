@@ -19,13 +19,13 @@
 //    slot, stamps the slot's `reduced`, copies the result to its output, then
 //    copies the other ranks' reduced slices out.
 //    Each element is reduced once; a rank moves (5 - 1/N) S bytes for S
-//    reduced (folding all slots moves (N + 3) S; measured 1.3-1.5x slower
-//    at 2 ranks from 4 KiB to 32 MiB, level at 64 MiB).
+//    reduced, where folding all slots moves (N + 3) S (docs/algorithms.md,
+//    'shm: the split staged all-reduce').
 //  - A rank stages chunk g only once every peer has consumed chunk
 //    g - kSlots, which freed the slot. It stages one chunk ahead of the one
 //    it consumes, so copying and reducing overlap across ranks.
 //
-// *Direct* (at least kDirectMinBytes). Each rank *arrives*: it publishes
+// *Direct* (from kShmDirectMinBytes). Each rank *arrives*: it publishes
 // where its buffers are and waits for the others. Then every rank reads what
 // it needs straight from the others' inputs, and *finishes*; it returns once
 // every rank has finished (peers read its input, and for the all-reduce write
@@ -38,114 +38,34 @@
 //    rank's; broadcast: the root's); ranks read and write them in place.
 //  - *Cross-memory attach* (other buffers, when the kernel allows it):
 //    process_vm_readv from the peers' inputs (the all-reduce also
-//    process_vm_writev into their outputs). The reduce-scatter and allgather
-//    from kCmaMinBytes to shm_cma_max_bytes. The all-reduce (from
-//    shm_allreduce_cma_min_bytes to shm_allreduce_cma_max_bytes) and the
-//    all-to-all by default where rank 0 *timed* it faster than staging on
-//    calls of that size (shm_timed_path.h). The all-reduce's earlier rule
-//    (far) stays selectable: at 2 ranks while the *hand-off* between their
-//    cores is far, as rank 0 times it with a *probe* (ping-pong through the
-//    control blocks), again once the last probe is shm_probe_period old.
-//    Near, staging ran 2x faster at 1 MiB on one host; far, 1.4x slower:
-//    every line a peer staged crosses between the cores at several times the
-//    cost, while cross-memory attach leaves a rank's slice of the peer's
-//    buffer in its own cache, where repeated in-place calls find it. Another
-//    host read near yet ran cross-memory attach 1.7x faster at 1 MiB in place.
-//  - Which way a call goes is rank 0's *offer*, published with its arrival,
-//    so every rank takes the same path whatever its own options say.
+//    process_vm_writev into their outputs).
+//  - Which path a call takes is the path table's (tandem/ring/shm_paths.h),
+//    consulted in choose_path (shm_direct.cc). Rank 0's *offer*, published
+//    with its arrival, rules, so every rank takes the same path whatever its
+//    own table says.
 #include <algorithm>
 #include <cstring>
+#include <sstream>
 #include <string>
 
 #include "collectives.h"
 #include "shm_direct.h"
-#include "shm_segments.h"
-#include "shm_timed_path.h"
 
 namespace tandem::ring {
 
-Reach arrive_direct(Segments& s, Offer offer, size_t bytes, const void* in, size_t in_bytes, void* out,
-                    size_t out_bytes, int registrant, bool outputs_too, uint64_t far_ns) {
-  if (bytes < kDirectMinBytes) return Reach::staged;
-  SharedRef input, output;
-  const bool in_ok = in && s.memory().find_shared(in, in_bytes, input);
-  const bool out_ok = outputs_too && s.memory().find_shared(out, out_bytes, output);
-  if (!s.memory().can_copy_peer()) offer = Offer::staged;
-  // Where cross-memory attach cannot run, a rank whose own buffers are not
-  // shared rules the direct path out for all: it stages at once, saving
-  // everyone the arrival round trip, and the others follow when they see it.
-  const bool present = offer != Offer::staged || registrant >= 0 || (in_ok && (out_ok || !outputs_too));
-  s.offer(offer);
-  if (!s.arrive(present, in, out, in_ok ? &input : nullptr, out_ok ? &output : nullptr)) return Reach::staged;
-  if (s.registered(registrant, outputs_too)) return Reach::mapped;
-  switch (s.rank0_offer()) {
-    case Offer::cross_memory: return Reach::cross_memory;
-    case Offer::probe: return s.probe_far(far_ns) ? Reach::cross_memory : Reach::staged;
-    case Offer::staged: break;
-  }
-  return Reach::staged;
-}
-
 namespace {
-
-// The cross-memory window of the reduce-scatter and the allgather.
-Offer window_offer(const RingOptions& o, size_t bytes) {
-  return bytes >= kCmaMinBytes && bytes <= o.shm_cma_max_bytes ? Offer::cross_memory : Offer::staged;
-}
-
-// The all-reduce of buffers the others cannot map, by cross-memory attach:
-// always; by default (timed) where rank 0 timed it faster than staging for
-// calls of that size, in place or out of place (shm_timed_path.h); or (far)
-// at 2 ranks while rank 0's last hand-off probe read the cores far apart,
-// probing again once the last probe is shm_probe_period old. Under far every
-// rank offers by rank 0's published probe, so that while near none arrives
-// (the arrival would cost a round trip and the staging's overlap); one that
-// read it stale only makes this call stage.
-TimedPath allreduce_path(const Segments& s, const RingOptions& o, size_t bytes, bool in_place) {
-  if (bytes < o.shm_allreduce_cma_min_bytes || bytes > o.shm_allreduce_cma_max_bytes || o.shm_cma_max_bytes == 0 ||
-      !s.memory().can_copy_peer()) {
-    return {};
-  }
-  switch (o.shm_allreduce_cma) {
-    case ShmAllreduceCma::always: return {Offer::cross_memory};
-    case ShmAllreduceCma::timed:
-      // Timed from the first call: no path is a safe guess (cross-memory attach
-      // won in place on 2 ranks, lost on 4 ranks on 2 cores and out of place).
-      return timed_path(s, in_place ? PathFamily::allreduce_in_place : PathFamily::allreduce, bytes);
-    case ShmAllreduceCma::far:
-      // Ranks taking turns on a core would time the scheduler, not the cores.
-      if (s.size() != 2 || o.ranks_outnumber_cores) return {};
-      if (s.probe_due(o.shm_probe_period)) return {Offer::probe};
-      return {s.far() ? Offer::cross_memory : Offer::staged};
-    case ShmAllreduceCma::never: break;
-  }
-  return {};
-}
 
 std::string kib(size_t b) {
   return b >= (1 << 20) ? std::to_string(b >> 20) + " MiB" : std::to_string(b >> 10) + " KiB";
 }
 
-// How the all-to-all's timed choice runs, for the plan.
-std::string timed_rule() {
-  const std::string warm = std::to_string(kPathFirstRoundCalls);
-  return "a power of two of bytes per rank; its first " + warm +
-         " calls by cross-memory attach (one copy, not "
-         "two; trials on cold buffers misled); then one call of each path, then pairs of trials, one of each, "
-         "as many as move " +
-         kib(kPathBlockBytes) + " (3 to " + std::to_string(kPathMaxBlock) +
-         "), a trial two "
-         "calls of its path, the second timed on rank 0; the path that won more pairs, again every " +
-         std::to_string(kPathRoundCalls) + " calls of the class; TANDEM_SHM_ALLREDUCE_CMA=never|always fixes it";
-}
-
 }  // namespace
 
-std::string shared_memory_plan(const RingOptions& o, int local_ranks) {
+std::string shared_memory_plan(const RingOptions& o, int local_ranks, const std::string& cma_unavailable) {
   const bool oversubscribed = o.ranks_outnumber_cores;
   std::string s = "shared memory for " + std::to_string(local_ranks) + " ranks on this host:\n";
-  s += "  below " + kib(kDirectMinBytes) + " and for buffers the others cannot read: staged through " +
-       std::to_string(kSlots) + " slots of " + kib(o.shm_chunk_bytes) + " per rank (TANDEM_SHM_CHUNK_BYTES" +
+  s += "  staged through " + std::to_string(kSlots) + " slots of " + kib(o.shm_chunk_bytes) +
+       " per rank (TANDEM_SHM_CHUNK_BYTES" +
        (oversubscribed ? "; 1 MiB when ranks outnumber cores: fewer hand-offs" : "") + ")\n";
   s += "  staged all-reduce: " +
        std::string(local_ranks >= o.shm_split_min_ranks
@@ -156,52 +76,8 @@ std::string shared_memory_plan(const RingOptions& o, int local_ranks) {
        " (TANDEM_SHM_SPLIT_MIN_BYTES; below, the split's second hand-off costs more than "
        "the redundant fold saves)\n";
   s += "  reduce to a root: the staged all-reduce, only the root writing the result\n";
-  s += "  from " + kib(kDirectMinBytes) +
-       " (below, the arrival round trip costs more than staging saves): "
-       "allocate_shared buffers are read and written in place\n";
-  s += "  reduce-scatter and allgather of other buffers: cross-memory attach from " + kib(kCmaMinBytes) + " to " +
-       (o.shm_cma_max_bytes >= kCmaMinBytes ? kib(o.shm_cma_max_bytes) : std::string("(off)")) +
-       " where the kernel allows it (TANDEM_SHM_CMA_MAX_BYTES; outside, its system calls or page pinning cost more "
-       "than staging; the broadcast of such buffers always stages, measured faster)\n";
-  s += "  all-to-all of other buffers: staged; out of place from " + kib(kAlltoallCmaMinBytes) + " per rank " +
-       (o.shm_cma_max_bytes == 0 || o.shm_allreduce_cma == ShmAllreduceCma::never
-            ? std::string("too (TANDEM_SHM_CMA_MAX_BYTES=0 or TANDEM_SHM_ALLREDUCE_CMA=never)")
-        : o.shm_allreduce_cma == ShmAllreduceCma::always
-            ? std::string("by cross-memory attach (TANDEM_SHM_ALLREDUCE_CMA=always)")
-            : "staged or by cross-memory attach, whichever rank 0 timed faster for that size class (" + timed_rule() +
-                  ")") +
-       "\n";
-  const size_t cma_from = std::max(o.shm_allreduce_cma_min_bytes, kDirectMinBytes);
-  const std::string window = o.shm_cma_max_bytes > 0 && o.shm_allreduce_cma_max_bytes >= cma_from
-                                 ? "from " + kib(cma_from) + " to " + kib(o.shm_allreduce_cma_max_bytes)
-                                 : std::string();
-  s += "  all-reduce of other buffers: ";
-  const bool far_but_oversubscribed = oversubscribed && o.shm_allreduce_cma == ShmAllreduceCma::far;
-  if (window.empty() || o.shm_allreduce_cma == ShmAllreduceCma::never || far_but_oversubscribed) {
-    s += std::string("staged") +
-         (far_but_oversubscribed ? " (ranks outnumber cores: a hand-off probe would time the scheduler, not the cores)"
-                                 : " (TANDEM_SHM_ALLREDUCE_CMA=never or TANDEM_SHM_CMA_MAX_BYTES=0)") +
-         "\n";
-  } else if (o.shm_allreduce_cma == ShmAllreduceCma::always) {
-    s += "cross-memory attach " + window + " (TANDEM_SHM_ALLREDUCE_CMA=always), staged outside\n";
-  } else if (o.shm_allreduce_cma == ShmAllreduceCma::timed) {
-    s += window +
-         " staged or by cross-memory attach, whichever rank 0 timed faster for that size class, in "
-         "place and out of place apart (as the all-to-all, but timed from the first call, again at call " +
-         std::to_string(kPathFirstRoundCalls) +
-         "; TANDEM_SHM_ALLREDUCE_CMA=far takes the hand-off probe, "
-         "which misjudged a host where cross-memory attach ran 1.7x faster at 1 MiB in place), staged outside\n";
-  } else if (local_ranks != 2) {
-    s += "staged (TANDEM_SHM_ALLREDUCE_CMA=far switches at 2 ranks only, where it was measured)\n";
-  } else {
-    s += "staged, but " + window + " cross-memory attach while a hand-off between the ranks' cores takes " +
-         std::to_string(o.shm_far_handoff_ns) + " ns or more one way (TANDEM_SHM_ALLREDUCE_CMA=far, " +
-         "TANDEM_SHM_FAR_HANDOFF_NS), as rank 0 times it in the first call of that window and again every " +
-         std::to_string(o.shm_probe_period.count()) + " ms (" + std::to_string(kProbeBatches * kProbeRounds) +
-         " ping-pongs through the segments) and every rank follows its verdict: hosts move the cores apart "
-         "(far) and back (near) within minutes; 1 MiB took 37 us staged against 79 by cross-memory attach near "
-         "(0.05 us hand-off), 115 against 80 far (0.25 us)\n";
-  }
+  std::istringstream table(describe_shm_paths(o.shm_paths, cma_unavailable));
+  for (std::string line; std::getline(table, line);) s += "  " + line + "\n";
   s += std::string("  waits: ") +
        (oversubscribed ? "ranks outnumber cores: spin briefly, then yield the core to the rank being waited for"
                        : "spin (yielding every 64 turns), then yield for 250 us, then sleep in short naps") +
@@ -227,7 +103,7 @@ void staged_allreduce(Segments& s, const AllreduceArgs& a, const RingOptions& o,
     s.staged(chunks_for(a.count, per_chunk), -1, stage, [&](size_t i, auto slot_of) {
       if (!keeps) return;
       const size_t begin = i * per_chunk;
-      fold(s, a.dtype, a.op, bytes_of(a.output) + begin * esize, slot_of, 0, std::min(per_chunk, a.count - begin));
+      fold(s, {a.dtype, a.op, std::min(per_chunk, a.count - begin)}, bytes_of(a.output) + begin * esize, slot_of, 0);
     });
     return;
   }
@@ -255,7 +131,7 @@ void staged_allreduce(Segments& s, const AllreduceArgs& a, const RingOptions& o,
         const auto [lo, n] = slice(std::min(per_chunk, a.count - begin), s.rank());
         if (n == 0) return;
         auto source_of = [&](int p) { return p == s.rank() ? bytes_of(a.input) + begin * esize : slot_of(p); };
-        fold(s, a.dtype, a.op, own_slot + lo * esize, source_of, lo * esize, n);
+        fold(s, {a.dtype, a.op, n}, own_slot + lo * esize, source_of, lo * esize);
         if (keeps) s.counted_copy(bytes_of(a.output) + (begin + lo) * esize, own_slot + lo * esize, n * esize);
       },
       [&](size_t i, int p, const std::byte* slot) {
@@ -282,16 +158,15 @@ void shm_allreduce(Channel& ch, const AllreduceArgs& a, const RingOptions& o, si
   if (a.count == 0) return;
   Segments s(ch, chunk_bytes, call_of(Kind::allreduce, a.count, a.dtype, a.op));
   const size_t bytes = a.count * dtype_size(a.dtype);
-  TimedPath path = allreduce_path(s, o, bytes, a.input == a.output);
-  const Reach reach =
-      arrive_direct(s, path.offer, bytes, a.input, bytes, a.output, bytes, -1, true, o.shm_far_handoff_ns);
-  confirm_trial(path, reach);
+  PathChoice path = choose_path(s, o.shm_paths, ShmCollective::allreduce, bytes, a.input == a.output);
+  const Reach reach = arrive_direct(s, path, {bytes, a.input, bytes, a.output, true});
+  confirm_trial(path.heap, reach);
   if (reach != Reach::staged) {
     direct_allreduce(s, ch, a, reach);
   } else {
     staged_allreduce(s, a, o, chunk_bytes);
   }
-  end_trial(path);
+  end_trial(path.heap);
 }
 
 // Each chunk carries the same run of every block: piece p of the slot holds block p's part.
@@ -300,7 +175,8 @@ void shm_reduce_scatter(Channel& ch, const ReduceScatterArgs& a, const RingOptio
   if (a.count == 0) return;
   Segments s(ch, chunk_bytes, call_of(Kind::reduce_scatter, a.count, a.dtype, a.op));
   const size_t n = size_t(s.size()), esize = dtype_size(a.dtype), bytes = n * a.count * esize;
-  const Reach reach = arrive_direct(s, window_offer(o, bytes), bytes, a.input, bytes, a.output, 0, -1, false);
+  const PathChoice path = choose_path(s, o.shm_paths, ShmCollective::reduce_scatter, bytes, false);
+  const Reach reach = arrive_direct(s, path, {bytes, a.input, bytes, a.output});
   if (reach != Reach::staged) return direct_reduce_scatter(s, ch, a, reach);
   const size_t per_block = std::max<size_t>(1, chunk_bytes / esize / n);
   s.staged(
@@ -314,8 +190,8 @@ void shm_reduce_scatter(Channel& ch, const ReduceScatterArgs& a, const RingOptio
       },
       [&](size_t i, auto slot_of) {
         const size_t begin = i * per_block, count = std::min(per_block, a.count - begin);
-        fold(s, a.dtype, a.op, bytes_of(a.output) + begin * esize, slot_of, size_t(s.rank()) * per_block * esize,
-             count);
+        fold(s, {a.dtype, a.op, count}, bytes_of(a.output) + begin * esize, slot_of,
+             size_t(s.rank()) * per_block * esize);
       });
 }
 
@@ -335,7 +211,8 @@ void shm_allgather(Channel& ch, const AllgatherArgs& a, const RingOptions& o) {
   auto copy_own = [&](size_t offset, size_t n) {
     if (apart) s.counted_copy(own_block + offset, in + offset, n);
   };
-  const Reach reach = arrive_direct(s, window_offer(o, bytes), bytes, a.input, block, a.output, 0, -1, false);
+  const PathChoice path = choose_path(s, o.shm_paths, ShmCollective::allgather, bytes, false);
+  const Reach reach = arrive_direct(s, path, {bytes, a.input, block, a.output});
   if (reach != Reach::staged) {
     copy_own(0, block);
     return direct_allgather(s, a, reach);
@@ -367,10 +244,9 @@ void shm_broadcast(Channel& ch, const BroadcastArgs& a, const RingOptions& o) {
   const bool root = s.rank() == a.root;
   if (root && a.input != a.output) s.counted_copy(a.output, a.input, a.count * esize);
   const size_t bytes = a.count * esize;
-  if (arrive_direct(s, Offer::staged, bytes, root ? a.input : nullptr, bytes, a.output, 0, a.root, false) ==
-      Reach::mapped) {
-    return direct_broadcast(s, a);
-  }
+  const PathChoice path = choose_path(s, o.shm_paths, ShmCollective::broadcast, bytes, false);
+  const Reach reach = arrive_direct(s, path, {bytes, root ? a.input : nullptr, bytes, a.output, false, a.root});
+  if (reach != Reach::staged) return direct_broadcast(s, a, reach);
   s.staged(
       chunks_for(a.count, per_chunk), a.root,
       [&](size_t i, std::byte* slot) {

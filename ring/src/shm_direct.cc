@@ -1,40 +1,98 @@
-// The direct shared-memory collectives: every rank reads what it needs straight
-// from the others' buffers, mapped or by cross-memory attach, once all have
-// arrived (terms: shm_collectives.cc).
+// The direct shared-memory collectives: which path a call takes (the path
+// table, rank 0's offer, the arrival), and every rank reading what it needs
+// straight from the others' buffers, mapped or by cross-memory attach, once
+// all have arrived (terms: shm_collectives.cc).
 #include "shm_direct.h"
 
 #include <vector>
 
 namespace tandem::ring {
 
-void read_input(Segments& s, Reach reach, int p, size_t offset, void* dst, size_t bytes) {
+PathChoice choose_path(const Segments& s, const ShmPathTable& table, ShmCollective c, size_t bytes, bool in_place) {
+  PathChoice choice;
+  if (bytes < kShmDirectMinBytes) return choice;
+  choice.map = table.path(c, ShmBuffers::shared, bytes) == ShmPath::mapped;
+  if (!s.memory().can_copy_peer()) return choice;
+  switch (table.path(c, ShmBuffers::heap, bytes)) {
+    case ShmPath::cma: choice.heap.offer = Offer::cross_memory; break;
+    case ShmPath::timed:
+      // The all-to-all's first round reads by cross-memory attach, untimed
+      // (docs/algorithms.md, 'shm: the first round'); the all-reduce's is
+      // timed from its first call.
+      choice.heap = c == ShmCollective::alltoall
+                        ? timed_path(s, PathFamily::alltoall, bytes, Offer::cross_memory)
+                        : timed_path(s, in_place ? PathFamily::allreduce_in_place : PathFamily::allreduce, bytes);
+      break;
+    case ShmPath::staged:
+    case ShmPath::mapped: break;
+  }
+  if (c == ShmCollective::alltoall && in_place) choice.heap.offer = Offer::staged;
+  return choice;
+}
+
+Reach arrive_direct(Segments& s, const PathChoice& choice, const DirectCall& call) {
+  if (call.bytes < kShmDirectMinBytes) return Reach::staged;
+  SharedRef input, output;
+  const bool in_ok = call.input && s.memory().find_shared(call.input, call.input_bytes, input);
+  const bool out_ok = call.map_output && s.memory().find_shared(call.output, call.input_bytes, output);
+  const Offer offer = choice.heap.offer;
+  // A rank with nothing to offer rules the direct path out for all: it
+  // stages at once, saving everyone the arrival round trip, and the others
+  // follow when they see it.
+  const bool mapped_here = choice.map && (call.registrant >= 0 || (in_ok && (out_ok || !call.map_output)));
+  s.offer(offer, choice.map);
+  if (!s.arrive(offer != Offer::staged || mapped_here, call.input, call.output, in_ok ? &input : nullptr,
+                out_ok ? &output : nullptr)) {
+    return Reach::staged;
+  }
+  if (s.rank0_maps() && s.registered(call.registrant, call.map_output)) return Reach::mapped;
+  return s.rank0_offer() == Offer::cross_memory ? Reach::cross_memory : Reach::staged;
+}
+
+void read_input(Segments& s, Reach reach, const PeerRun& from, void* dst) {
   if (reach == Reach::mapped) {
-    s.counted_copy(dst, s.peer_input(p) + offset, bytes);
+    s.counted_copy(dst, s.peer_input(from.peer) + from.offset, from.bytes);
   } else {
-    s.memory().read_peer(p, s.peer_input_address(p) + offset, dst, bytes);
-    s.count_traffic(2 * bytes);
+    s.memory().read_peer(from.peer, s.peer_input_address(from.peer) + from.offset, dst, from.bytes);
+    s.count_traffic(2 * from.bytes);
   }
 }
 
 namespace {
 
-// Where piece `offset` of rank p's input can be read: rank p's input itself
-// (through the mapping, or this rank's own), or `local` after a cross-memory
-// copy. `copy_own`: this rank's own piece goes to `local` too, since the fold
-// writes its input in place before reaching it.
-const std::byte* piece_source(Segments& s, Reach reach, int p, const void* own_input, size_t offset, size_t bytes,
-                              bool copy_own, std::byte* local) {
-  if (p == s.rank()) {
-    if (!copy_own) return bytes_of(own_input) + offset;
-    s.counted_copy(local, bytes_of(own_input) + offset, bytes);
-  } else if (reach == Reach::mapped) {
-    return s.peer_input(p) + offset;
-  } else {
-    s.memory().read_peer(p, s.peer_input_address(p) + offset, local, bytes);
-    s.count_traffic(2 * bytes);
+// Where every rank's piece of the inputs can be read: rank p's input itself
+// (through the mapping, or this rank's own), or p's chunk of `scratch` after
+// a cross-memory copy. `copy_own`: this rank's own piece goes to scratch too,
+// since the fold writes its input in place before reaching it.
+struct PieceSources {
+  Segments& s;
+  Reach reach;
+  const void* own_input;
+  bool copy_own;
+  std::byte* scratch;  // a chunk per rank
+  std::vector<const std::byte*> source = std::vector<const std::byte*>(size_t(s.size()));
+
+  // Finds every rank's piece [offset, offset + bytes).
+  void find(size_t offset, size_t bytes) {
+    for (int p = 0; p < s.size(); ++p) source[size_t(p)] = find(p, offset, bytes);
   }
-  return local;
-}
+  const std::byte* operator()(int p) const { return source[size_t(p)]; }
+
+ private:
+  const std::byte* find(int p, size_t offset, size_t bytes) {
+    std::byte* local = scratch + size_t(p) * s.chunk_bytes();
+    if (p == s.rank()) {
+      if (!copy_own) return bytes_of(own_input) + offset;
+      s.counted_copy(local, bytes_of(own_input) + offset, bytes);
+    } else if (reach == Reach::mapped) {
+      return s.peer_input(p) + offset;
+    } else {
+      s.memory().read_peer(p, s.peer_input_address(p) + offset, local, bytes);
+      s.count_traffic(2 * bytes);
+    }
+    return local;
+  }
+};
 
 }  // namespace
 
@@ -48,17 +106,14 @@ void direct_allreduce(Segments& s, Channel& ch, const AllreduceArgs& a, Reach re
   for (int p = 0; p < n; ++p) {
     if (p != r) outs[p] = reach == Reach::mapped ? s.peer_output(p) : s.peer_output_address(p);
   }
-  std::vector<const std::byte*> src(static_cast<size_t>(n));
-  auto source_of = [&](int p) { return src[p]; };
+  PieceSources sources{s, reach, a.input, copy_own, scratch};
   const Range slice = balanced(a.count, size_t(n), size_t(r));
   for (size_t begin = slice.begin; begin < slice.begin + slice.size; begin += piece) {
     const size_t count = std::min(piece, slice.begin + slice.size - begin);
     const size_t offset = begin * esize, bytes = count * esize;
-    for (int p = 0; p < n; ++p) {
-      src[p] = piece_source(s, reach, p, a.input, offset, bytes, copy_own, scratch + size_t(p) * s.chunk_bytes());
-    }
+    sources.find(offset, bytes);
     std::byte* result = bytes_of(a.output) + offset;
-    fold(s, a.dtype, a.op, result, source_of, 0, count);
+    fold(s, {a.dtype, a.op, count}, result, sources, 0);
     for (int p = 0; p < n; ++p) {
       if (p == r) continue;
       if (reach == Reach::mapped) {
@@ -79,15 +134,11 @@ void direct_reduce_scatter(Segments& s, Channel& ch, const ReduceScatterArgs& a,
   // Rank r >= 2 folding in place would overwrite its input before step r reads it.
   const bool copy_own = bytes_of(a.output) == bytes_of(a.input) + block && r >= 2;
   auto* scratch = static_cast<std::byte*>(ch.scratch(s.chunk_bytes() * size_t(n), 0));
-  std::vector<const std::byte*> src(static_cast<size_t>(n));
-  auto source_of = [&](int p) { return src[p]; };
+  PieceSources sources{s, reach, a.input, copy_own, scratch};
   for (size_t begin = 0; begin < a.count; begin += piece) {
     const size_t count = std::min(piece, a.count - begin);
-    const size_t offset = block + begin * esize, bytes = count * esize;
-    for (int p = 0; p < n; ++p) {
-      src[p] = piece_source(s, reach, p, a.input, offset, bytes, copy_own, scratch + size_t(p) * s.chunk_bytes());
-    }
-    fold(s, a.dtype, a.op, bytes_of(a.output) + begin * esize, source_of, 0, count);
+    sources.find(block + begin * esize, count * esize);
+    fold(s, {a.dtype, a.op, count}, bytes_of(a.output) + begin * esize, sources, 0);
   }
   s.finish();
 }
@@ -95,13 +146,13 @@ void direct_reduce_scatter(Segments& s, Channel& ch, const ReduceScatterArgs& a,
 void direct_allgather(Segments& s, const AllgatherArgs& a, Reach reach) {
   const size_t block = a.count * dtype_size(a.dtype);
   for (int p = 0; p < s.size(); ++p) {
-    if (p != s.rank()) read_input(s, reach, p, 0, bytes_of(a.output) + size_t(p) * block, block);
+    if (p != s.rank()) read_input(s, reach, {p, 0, block}, bytes_of(a.output) + size_t(p) * block);
   }
   s.finish();
 }
 
-void direct_broadcast(Segments& s, const BroadcastArgs& a) {
-  if (s.rank() != a.root) read_input(s, Reach::mapped, a.root, 0, a.output, a.count * dtype_size(a.dtype));
+void direct_broadcast(Segments& s, const BroadcastArgs& a, Reach reach) {
+  if (s.rank() != a.root) read_input(s, reach, {a.root, 0, a.count * dtype_size(a.dtype)}, a.output);
   s.finish();
 }
 

@@ -2,23 +2,48 @@
 // it needs straight from the others' buffers once all have arrived.
 #pragma once
 
-#include "shm_segments.h"
+#include "shm_timed_path.h"
+#include "tandem/ring/shm_paths.h"
 
 namespace tandem::ring {
 
-// How a direct call reaches the peers' buffers.
-enum class Reach { staged, mapped, cross_memory };
+// What this rank offers for a call, by its path table. Rank 0's offer rules
+// for every rank; the others' only say whether they arrive.
+struct PathChoice {
+  TimedPath heap;    // buffers not all mapped: staged, by cross-memory attach, or a timed trial
+  bool map = false;  // every rank's buffers mapped: read and written in place
+};
 
-// Arrives when `bytes` make a direct call worth it and says how it can run:
-// mapped when `registrant`'s buffers (every rank's if < 0; outputs too if
-// asked) lie in allocate_shared memory, else as rank 0 offers: by
-// cross-memory attach (the caller's `offer` where the kernel allows it), or
-// staged. `far_ns`: rank 0's threshold for a probe.
-Reach arrive_direct(Segments& s, Offer offer, size_t bytes, const void* in, size_t in_bytes, void* out,
-                    size_t out_bytes, int registrant, bool outputs_too, uint64_t far_ns = 0);
+// The one place the path table is consulted. `in_place`: the all-reduce's
+// input is its output (timed apart); the all-to-all's buffers overlap (its
+// direct path would receive aside: it stages, counted all the same).
+PathChoice choose_path(const Segments& s, const ShmPathTable& table, ShmCollective c, size_t bytes, bool in_place);
 
-// Copies from a peer's input, `offset` bytes in: through the mapping or by cross-memory attach.
-void read_input(Segments& s, Reach reach, int p, size_t offset, void* dst, size_t bytes);
+// A call's buffers as the direct path sees them.
+struct DirectCall {
+  size_t bytes = 0;             // the call's size as the path table counts it
+  const void* input = nullptr;  // nullptr: this rank offers no input, so every rank stages
+  size_t input_bytes = 0;
+  void* output = nullptr;
+  bool map_output = false;  // the output (input_bytes long) must be mapped too
+  int registrant = -1;      // whose buffers must be mapped: every rank's (-1) or the root's
+};
+
+// Arrives when `call.bytes` make a direct call possible and says how it
+// runs: mapped when the registrant's buffers lie in allocate_shared memory
+// and rank 0 maps them, else as rank 0 offers: by cross-memory attach (where
+// the kernel allows it) or staged.
+Reach arrive_direct(Segments& s, const PathChoice& choice, const DirectCall& call);
+
+// A run of a peer's input.
+struct PeerRun {
+  int peer = 0;
+  size_t offset = 0;  // bytes into its input
+  size_t bytes = 0;
+};
+
+// Copies `from` to `dst`: through the mapping or by cross-memory attach.
+void read_input(Segments& s, Reach reach, const PeerRun& from, void* dst);
 
 // Rank r reduces its slice of every rank's input, piece by piece, into its own
 // output, and delivers each piece to the others' outputs: through the
@@ -28,6 +53,6 @@ void direct_allreduce(Segments& s, Channel& ch, const AllreduceArgs& a, Reach re
 // Rank r folds its block straight from every rank's input, piece by piece.
 void direct_reduce_scatter(Segments& s, Channel& ch, const ReduceScatterArgs& a, Reach reach);
 void direct_allgather(Segments& s, const AllgatherArgs& a, Reach reach);
-void direct_broadcast(Segments& s, const BroadcastArgs& a);
+void direct_broadcast(Segments& s, const BroadcastArgs& a, Reach reach);
 
 }  // namespace tandem::ring

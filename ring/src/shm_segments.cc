@@ -1,8 +1,6 @@
-// The Segments protocol's out-of-line steps: the arrival handshake,
-// the hand-off probe and the check that every rank made the same call.
+// The Segments protocol's out-of-line steps: the arrival handshake and the
+// check that every rank made the same call.
 #include "shm_segments.h"
-
-#include <array>
 
 namespace tandem::ring {
 
@@ -15,7 +13,9 @@ bool Segments::arrive(bool present, const void* in, void* out, const SharedRef* 
   self_->input_address = uint64_t(uintptr_t(in));
   self_->output_address = uint64_t(uintptr_t(out));
   self_->offer = offer_;
+  self_->maps = maps_;
   rank0_offer_ = offer_;
+  rank0_maps_ = maps_;
   store_release(self_->arrived, arrival_);
   shared_.assign(size_t(n_), {});  // here, not per call: most calls never arrive
   for (int p = 0; p < n_; ++p) {
@@ -35,45 +35,12 @@ bool Segments::arrive(bool present, const void* in, void* out, const SharedRef* 
     // here: stage too; the slots carry this call for the check.
     const Call theirs = c->call;
     shared_[size_t(p)] = {c->input.fd >= 0, c->output.fd >= 0};
-    if (p == 0) rank0_offer_ = c->offer;
+    if (p == 0) rank0_offer_ = c->offer, rank0_maps_ = c->maps != 0;
     if (load_acquire(c->arrived) != arrival_) return false;
     check_same_call(p, theirs);
   }
   shared_[size_t(r_)] = {input != nullptr, output != nullptr};
   return true;
-}
-
-bool Segments::probe_far(uint64_t far_ns) {
-  const uint64_t base = arrival_ << 32;
-  if (r_ == 0) {
-    uint64_t slowest = 0;
-    for (int p = 1; p < n_; ++p) {
-      std::array<uint64_t, kProbeBatches> batch{};
-      for (size_t b = 0; b < kProbeBatches; ++b) {
-        const uint64_t t0 = now_ns();
-        for (uint64_t k = 1; k <= kProbeRounds; ++k) {
-          const uint64_t v = base | uint64_t(p) << 16 | (b * kProbeRounds + k);
-          store_release(self_->ping, v);
-          await(p, control(p)->pong, v);
-        }
-        batch[b] = (now_ns() - t0) / (2 * kProbeRounds);
-      }
-      std::sort(batch.begin(), batch.end());
-      slowest = std::max(slowest, batch[kProbeBatches / 2]);
-    }
-    const bool far = slowest >= far_ns;
-    store_release(self_->verdict, arrival_ << 1 | uint64_t(far));
-    store_relaxed(self_->probed_at_ns, now_ns());
-    return far;
-  }
-  for (uint64_t k = 1; k <= kProbeBatches * kProbeRounds; ++k) {
-    const uint64_t v = base | uint64_t(r_) << 16 | k;
-    await(0, control(0)->ping, v);
-    store_release(self_->pong, v);
-  }
-  // Rank 0 cannot publish a later verdict before this rank takes part in this call's path.
-  await(0, control(0)->verdict, arrival_ << 1);
-  return (load_acquire(control(0)->verdict) & 1) != 0;
 }
 
 bool Segments::registered(int p, bool output_too) const {

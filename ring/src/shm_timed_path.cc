@@ -1,24 +1,19 @@
 // The timed choice between staging and cross-memory attach (shm_timed_path.h).
 //
-// Each round of kPathRoundCalls calls of a family and size class (the first
-// one shorter: shm_segments.h) opens with one untimed call of each path (cold
-// pages and caches), then pairs of trials, one of each path, staged first in
-// even pairs and last in odd ones, so that a drift (the first calls on fresh
-// buffers run slower on either path) falls on both alike. A trial is two
-// calls of its path; rank 0 times the second from its entry to its return,
-// so that each path runs as it does in a run of such calls: a staged call
-// without an arrival, its ranks drifting apart by up to the slots' depth,
-// cross-memory attach with its arrival and finish. (Single calls timed from
-// every rank's arrival until every peer had read the staged chunk
-// under-rated staging where calls overlap: 4 ranks on 2 cores, 64 KiB
-// all-to-all, 30-110 us per staged trial against 15-23 in a run.)
-// A family with a cold path takes it for its first round instead, untimed.
-// Every rank knows from its own count which path an opening call takes. At
-// the first call after the opening rank 0 publishes the path that won more
-// pairs (robust to a call another job slowed 2x, which had turned a mean of
-// 15 calls), on a tie the one with the lower total, and against a cold path
-// only by a margin (staged_won); a peer that reads no verdict yet offers
-// cross-memory attach and arrives, and if rank 0 stages, that call stages.
+// Each round of a family and size class opens with one untimed call of each
+// path (cold pages and caches), then pairs of trials, one of each path,
+// staged first in even pairs and last in odd ones, so that a drift falls on
+// both alike. A trial is two calls of its path; rank 0 times the second from
+// its entry to its return, so that each path runs as in a run of such calls:
+// a staged call without an arrival, its ranks drifting apart by up to the
+// slots' depth, cross-memory attach with its arrival and finish
+// (docs/algorithms.md, 'shm: trials'). A family with a cold path takes it for
+// its first round instead, untimed. Every rank knows from its own count
+// which path an opening call takes. At the first call after the opening
+// rank 0 publishes the path that won more pairs, on a tie the one with the
+// lower total, and against a cold path only by a margin (staged_won); a peer
+// that reads no verdict yet offers cross-memory attach and arrives, and if
+// rank 0 stages, that call stages.
 #include "shm_timed_path.h"
 
 #include <algorithm>

@@ -1,15 +1,40 @@
-// Which way a shared-memory call of heap buffers goes, staged or by
-// cross-memory attach, when rank 0 times both on the calls themselves
-// (TANDEM_SHM_ALLREDUCE_CMA=timed): which wins differs by host, by load and
-// by in place or not more than any probe predicts.
+// The path table's `timed` runs: which way a call of heap buffers goes,
+// staged or by cross-memory attach, when rank 0 times both on the calls
+// themselves. Which wins differs by host, by load and by in place or not
+// more than any probe predicted (docs/algorithms.md, 'shm: the hand-off
+// probe, retired').
 #pragma once
 
+#include <algorithm>
 #include <optional>
 
-#include "shm_direct.h"
 #include "shm_segments.h"
 
 namespace tandem::ring {
+
+// How a call reached the peers' buffers.
+enum class Reach { staged, mapped, cross_memory };
+
+// Each round of kPathRoundCalls calls of a family and size class (the first
+// one kPathFirstRoundCalls) opens with one untimed call of each path, then
+// path_block_calls() pairs of trials, one of each path, a trial being two
+// calls of its path with the second timed: as many pairs as move
+// kPathBlockBytes, from 3 to kPathMaxBlock, so that small calls give a fair
+// sample and a large one few slow trials (docs/algorithms.md, 'shm: trials').
+constexpr size_t kPathBlockBytes = 1 << 20;
+constexpr uint64_t kPathMaxBlock = 12;
+inline uint64_t path_block_calls(size_t bytes) {
+  return std::clamp<uint64_t>(kPathBlockBytes / std::max<size_t>(bytes, 1), 3, kPathMaxBlock);
+}
+constexpr uint64_t kPathRoundCalls = 1 << 14;
+// The first round is short, so that a verdict taken on cold buffers is taken
+// again once they are warm (docs/algorithms.md, 'shm: the first round').
+constexpr uint64_t kPathFirstRoundCalls = 64;
+static_assert(2 + 4 * kPathMaxBlock < kPathFirstRoundCalls, "the first round holds a whole opening");
+// The call's place in its round.
+inline uint64_t round_call(uint64_t calls) {
+  return calls < kPathFirstRoundCalls ? calls : (calls - kPathFirstRoundCalls) % kPathRoundCalls;
+}
 
 // A call's path; on rank 0 during a round's opening, also its trial's clock.
 struct TimedPath {
@@ -31,11 +56,7 @@ TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes, std::op
 // Rank 0's verdict on a round's trials: the path that won more pairs; on a
 // tie the one with the lower total; neither timed: staged. Against a
 // family's cold path the other must also be clearly faster in total (under
-// 0.9 of it): on 4 ranks over 2 cores single-call trials under-rated
-// cross-memory attach (4.4-5.7 ms per 16 MiB trial at call 64, 3.6-4.0 in a
-// run of such calls), and staging won 2 pairs of 3 there by totals 4 % apart
-// where cross-memory attach runs 1.2-1.35x faster. (Measured before trials
-// became runs of two calls; kept as the cautious rule.)
+// 0.9 of it: docs/algorithms.md, 'shm: the margin against a cold path').
 bool staged_won(const PathTrials& t, std::optional<Offer> cold);
 
 // After arrive_direct: a trial counts only if the call went the way it

@@ -1,0 +1,118 @@
+// The shared segments' layout, as every rank of a host reads and writes it:
+// each rank's segment opens with its Control block, then kSlots slots, each a
+// SlotHeader and a chunk. Plain data only; the protocol over it is
+// shm_segments.h, the timed choice's use of PathTrials shm_timed_path.h.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "tandem/collective.h"
+#include "tandem/shared_memory.h"
+#include "tandem/types.h"
+
+namespace tandem::ring {
+
+constexpr size_t kSlots = 4;
+constexpr size_t kControlBytes = 4096;
+constexpr size_t kHeaderBytes = 64;
+constexpr size_t kCacheLine = 64;
+
+using Kind = Collective;  // its wire numbers
+
+// What a rank called, so one that called something else learns it from the
+// first exchange instead of mixing data.
+struct Call {
+  uint64_t count = 0;
+  Kind kind{};
+  uint8_t dtype = 0;
+  uint8_t op = 0;
+  int32_t root = -1;
+
+  bool operator==(const Call&) const = default;
+  std::string str() const {
+    if (kind == Kind::alltoallv)
+      return "alltoallv(" + std::string(to_string(DataType(dtype))) + ")";  // counts per rank
+    std::string s =
+        std::string(to_string(kind)) + "(" + std::to_string(count) + " x " + std::string(to_string(DataType(dtype)));
+    if (kind == Kind::allreduce || kind == Kind::reduce_scatter || kind == Kind::reduce) {
+      s += ", " + std::string(to_string(ReduceOp(op)));
+    }
+    if (kind == Kind::broadcast || kind == Kind::reduce) s += ", root " + std::to_string(root);
+    return s + ")";
+  }
+};
+
+// How a direct call goes when not every rank's buffers are mapped: rank 0
+// offers it with its arrival and every rank follows, so all take one path
+// whatever their own path tables say.
+enum class Offer : uint8_t { staged, cross_memory };
+
+// The timed choice's families (shm_timed_path.h): the all-reduce in place
+// and out of place apart, since cross-memory attach won one and lost the
+// other on one host (docs/algorithms.md, 'shm: timed families').
+enum class PathFamily : uint8_t { alltoall, allreduce, allreduce_in_place };
+constexpr size_t kPathFamilies = 3;
+// Power-of-two classes of bytes per call, 64 KiB steps.
+constexpr size_t kPathClasses = 16;
+// PathTrials::verdict.
+enum Path : uint64_t { kUntimed = 0, kStaged = 1, kCrossMemory = 2 };
+// PathTrials::pair_first_ns of a pair whose first trial did not count.
+constexpr uint64_t kNotTimed = UINT64_MAX;
+
+// Rank 0's, written only in a round's opening: peers read the verdict every
+// call, so a line rank 0 wrote every call would move between the cores every call.
+struct PathTrials {
+  uint64_t verdict;  // rank 0's Path for the rest of the round; peers read it racily
+  // Rank 0's only: each path's timed calls, summed, and the pairs each won;
+  // the first call of the pair under way (kNotTimed: not counted).
+  uint64_t staged_ns, cross_memory_ns;
+  uint64_t staged_wins, cross_memory_wins;
+  uint64_t pair_first_ns;
+};
+
+// The start of each rank's segment. Lines a peer polls stay apart from lines
+// their writer changes for other reasons.
+struct Control {
+  alignas(kCacheLine) uint64_t consumed;  // staged chunks this rank has consumed (peers read it)
+  // This rank only:
+  alignas(kCacheLine) uint64_t next;  // the next chunk number
+  uint64_t peers_consumed;            // a bound on every peer's `consumed`: as last read, or as their stamps imply
+  uint64_t direct_calls;              // arrival numbers taken (one per direct-eligible call)
+  uint64_t path_calls[kPathFamilies][kPathClasses];  // calls of each timed family and class (PathTrials)
+  // Peers read these once `arrived` says so:
+  alignas(kCacheLine) uint64_t arrived;  // the arrival number of this rank's latest direct-eligible call
+  Call call;
+  SharedRef input, output;                 // fd -1: not in allocate_shared memory
+  uint64_t input_address, output_address;  // in this rank's own process (for cross-memory attach)
+  Offer offer;                             // rank 0's word on this call, for buffers not all mapped
+  uint8_t maps;                            // rank 0's word: 1 if mapped buffers are read in place
+  alignas(kCacheLine) uint64_t finished;   // the arrival number of the last direct call this rank completed
+  alignas(kCacheLine) PathTrials paths[kPathFamilies][kPathClasses];
+};
+
+struct SlotHeader {
+  uint64_t stamp;    // chunk number + 1 once the data is in
+  uint64_t reduced;  // chunk number + 1 once this rank's reduced slice is in (split all-reduce)
+  Call call;
+};
+
+// Every rank of a host runs one build, but the layout is what peers read by
+// offset: these pin it.
+static_assert(std::is_trivially_copyable_v<Call> && std::is_standard_layout_v<Call>);
+static_assert(sizeof(Call) == 16 && offsetof(Call, kind) == 8 && offsetof(Call, root) == 12);
+static_assert(std::is_trivially_copyable_v<SlotHeader> && std::is_standard_layout_v<SlotHeader>);
+static_assert(sizeof(SlotHeader) == 32 && offsetof(SlotHeader, call) == 16, "fuzz/make_seeds.py writes this layout");
+static_assert(sizeof(SlotHeader) <= kHeaderBytes, "the stamp and the call share one line");
+static_assert(sizeof(PathTrials) == 6 * sizeof(uint64_t));
+static_assert(std::is_trivially_copyable_v<Control> && std::is_standard_layout_v<Control>);
+static_assert(alignof(Control) == kCacheLine && sizeof(Control) <= kControlBytes);
+static_assert(offsetof(Control, consumed) == 0 && offsetof(Control, next) == kCacheLine);
+static_assert(offsetof(Control, arrived) % kCacheLine == 0 && offsetof(Control, finished) % kCacheLine == 0 &&
+              offsetof(Control, paths) % kCacheLine == 0);
+static_assert(offsetof(Control, maps) < offsetof(Control, finished), "the arrival's words on the arrival's lines");
+static_assert(kControlBytes % kCacheLine == 0 && kHeaderBytes % kCacheLine == 0);
+
+}  // namespace tandem::ring
