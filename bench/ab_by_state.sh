@@ -9,7 +9,7 @@
 # each binary's median in-place time per size and state, with the count.
 #
 #   bench/ab_by_state.sh 2 4096,1048576 3 "new=build/bin/tandem" "old=/path/to/tandem"
-#   bench/ab_by_state.sh 2 1048576 5 "cma=TANDEM_SHM_ALLREDUCE_CMA=always build/bin/tandem" "new=build/bin/tandem"
+#   bench/ab_by_state.sh 2 1048576 5 "cma=TANDEM_SHM_PATHS=allreduce:heap:16K-=cma build/bin/tandem" "new=build/bin/tandem"
 #
 # Arguments: ranks, sizes (bytes, comma-separated), rounds, then one
 # "label=[VAR=value ...] binary" per binary. RAW=file keeps (appends) the

@@ -18,8 +18,9 @@
 #     tandem_reg     the same with Communicator::allocate_shared buffers (`tandem bench -R 1`)
 #     tandem_warm    the same warmed up as mpi_coll.c warms Open MPI (run_tandem.sh, TANDEM_WARM=1)
 #     tandem_old     the binary TANDEM_OLD_BIN, for a before/after in the same rounds
-#     tandem_staged, tandem_cma, tandem_far
-#                    tandem with TANDEM_SHM_ALLREDUCE_CMA=never, always, far (docs/configuration.md)
+#     tandem_staged, tandem_cma
+#                    tandem with every heap-buffer row staged, or by cross-memory attach from 16 KiB
+#                    (TANDEM_SHM_PATHS, docs/algorithms.md "The path table")
 #     mpi_vader      Open MPI, ob1 + vader shared memory (its default here); mpi_vader_nobind adds --bind-to none
 #     mpi_ucx_shm    Open MPI over UCX shared memory; mpi_tcp, mpi_ucx_tcp over loopback TCP; mpi_default
 #     mpich          MPICH 4 ch4 shared memory (built by build.sh where MPICH is installed)
@@ -51,7 +52,7 @@ LOG=${OUT%.csv}.log
 # What each impl needs before it can run: a program built, or a binary named.
 needs() {
   case $1 in
-    tandem | tandem_reg | tandem_warm | tandem_staged | tandem_cma | tandem_far) echo "$TANDEM_BIN" ;;
+    tandem | tandem_reg | tandem_warm | tandem_staged | tandem_cma) echo "$TANDEM_BIN" ;;
     tandem_old) echo "${TANDEM_OLD_BIN:-TANDEM_OLD_BIN}" ;;
     mpi_*) [ "$COLL" = allreduce ] && echo "$BUILD/mpi_allreduce" || echo "$BUILD/mpi_coll" ;;
     mpich) [ "$COLL" = allreduce ] && echo "$BUILD/mpich_allreduce" || echo "$BUILD/mpich_coll" ;;
@@ -86,7 +87,7 @@ ni=${#impls[@]}
 [ "$ni" -gt 0 ] || { echo "allreduce_sweep.sh: nothing to run: build the programs (bench/anchors/build.sh)" >&2; exit 2; }
 for impl in "${impls[@]}"; do
   prog=$(needs "$impl") || {
-    echo "allreduce_sweep.sh: unknown impl '$impl'; known: $ALL_IMPLS tandem_old tandem_staged tandem_cma tandem_far" \
+    echo "allreduce_sweep.sh: unknown impl '$impl'; known: $ALL_IMPLS tandem_old tandem_staged tandem_cma" \
       "mpi_default gloo_bcube bound_cma bound_mapped" >&2
     exit 2
   }
@@ -132,9 +133,8 @@ run_impl() {  # impl nranks
                     "$HERE/run_tandem.sh" "$n" "$SIZES" "$REPS" ;;
     tandem_warm)  TANDEM_VARIANT=warm TANDEM_WARM=1 "$HERE/run_tandem.sh" "$n" "$SIZES" "$REPS" ;;
     tandem_old)   TANDEM_VARIANT=old TANDEM_BIN=$TANDEM_OLD_BIN "$HERE/run_tandem.sh" "$n" "$SIZES" "$REPS" ;;
-    tandem_staged) TANDEM_VARIANT=staged TANDEM_SHM_ALLREDUCE_CMA=never "$HERE/run_tandem.sh" "$n" "$SIZES" "$REPS" ;;
-    tandem_cma)   TANDEM_VARIANT=cma TANDEM_SHM_ALLREDUCE_CMA=always "$HERE/run_tandem.sh" "$n" "$SIZES" "$REPS" ;;
-    tandem_far)   TANDEM_VARIANT=far TANDEM_SHM_ALLREDUCE_CMA=far "$HERE/run_tandem.sh" "$n" "$SIZES" "$REPS" ;;
+    tandem_staged) TANDEM_VARIANT=staged TANDEM_SHM_PATHS='*:heap:*=staged' "$HERE/run_tandem.sh" "$n" "$SIZES" "$REPS" ;;
+    tandem_cma)   TANDEM_VARIANT=cma TANDEM_SHM_PATHS='allreduce:heap:16K-=cma' "$HERE/run_tandem.sh" "$n" "$SIZES" "$REPS" ;;
     bound_cma)    "$HERE/run_bound.sh" cma "$n" "$SIZES" "$REPS" ;;
     bound_mapped) "$HERE/run_bound.sh" mapped-stream "$n" "$SIZES" "$REPS" ;;
     *) echo "unknown impl $impl" >&2; return 2 ;;

@@ -112,6 +112,22 @@ for i in ids[1:]:
 sync.mark_ready(ext_id)
 raises(tandem.InvalidArgument, "layer0.weight", lambda: sync.wait(timeout=60))
 
+# The table of operations: one method each, its parameters from the row; a Call run directly.
+import inspect
+rows = tandem._tandem.operations()
+check([r["name"] for r in rows][:5] == ["allreduce", "reduce_scatter", "allgather", "broadcast", "barrier"], "table order")
+check(all(inspect.signature(getattr(tandem.Communicator, r["name"])).parameters for r in rows), "a method per row")
+check(list(inspect.signature(tandem.Communicator.allreduce).parameters) ==
+      ["self", "tensor", "op", "out", "timeout", "async_op"], "allreduce's parameters")
+check(inspect.signature(tandem.Communicator.recv).parameters["peer"].default == tandem.ANY_SOURCE, "recv's default peer")
+raises(TypeError, "missing a required argument: 'out'", lambda: comm.allgather(np.zeros(3)))
+y = np.full(5, comm.rank + 1.0)
+call = tandem._tandem.Call()
+call.op, call.input, call.output = tandem._tandem.Op.allreduce, y.ctypes.data, y.ctypes.data
+call.input_elements = call.output_elements = y.size
+call.dtype = tandem._tandem.DataType.f64
+check(comm._core.run(call) == -1 and (y == comm.size * (comm.size + 1) / 2).all(), "a Call run through the core")
+
 # Errors: the classes and the C++ messages.
 raises(tandem.InvalidArgument, "neither a NumPy array nor a torch tensor", lambda: comm.allreduce([1, 2, 3]))
 raises(tandem.InvalidArgument, "complex128 is not supported", lambda: comm.allreduce(np.zeros(3, dtype=complex)))
