@@ -81,83 +81,46 @@ class Communicator {
   // Out-of-place when input != output; in-place when they are equal.
   void allreduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op,
                  const CollectiveOptions& opts = {}) {
-    run({.op = Op::allreduce,
-         .input = input,
-         .output = output,
-         .count = count,
-         .dtype = dtype,
-         .reduce = op,
-         .options = opts});
+    run(allreduce_call(input, output, count, dtype, op, opts));
   }
   void allreduce(void* data, size_t count, DataType dtype, ReduceOp op, const CollectiveOptions& opts = {}) {
     allreduce(data, data, count, dtype, op, opts);
   }
   Request allreduce_async(const void* input, void* output, size_t count, DataType dtype, ReduceOp op,
                           const CollectiveOptions& opts = {}) {
-    return start({.op = Op::allreduce,
-                  .input = input,
-                  .output = output,
-                  .count = count,
-                  .dtype = dtype,
-                  .reduce = op,
-                  .options = opts});
+    return start(allreduce_call(input, output, count, dtype, op, opts));
   }
 
   // Rank r reduces block r: input holds size() blocks of `count` elements,
   // output one block. In-place when output == input + rank * count (NCCL's rule).
   void reduce_scatter(const void* input, void* output, size_t count, DataType dtype, ReduceOp op,
                       const CollectiveOptions& opts = {}) {
-    run({.op = Op::reduce_scatter,
-         .input = input,
-         .output = output,
-         .count = count,
-         .dtype = dtype,
-         .reduce = op,
-         .options = opts});
+    run(reduce_scatter_call(input, output, count, dtype, op, opts));
   }
   Request reduce_scatter_async(const void* input, void* output, size_t count, DataType dtype, ReduceOp op,
                                const CollectiveOptions& opts = {}) {
-    return start({.op = Op::reduce_scatter,
-                  .input = input,
-                  .output = output,
-                  .count = count,
-                  .dtype = dtype,
-                  .reduce = op,
-                  .options = opts});
+    return start(reduce_scatter_call(input, output, count, dtype, op, opts));
   }
   // Every rank contributes `count` elements; output holds size() blocks, rank
   // order. In-place when input == output + rank * count.
   void allgather(const void* input, void* output, size_t count, DataType dtype, const CollectiveOptions& opts = {}) {
-    run({.op = Op::allgather, .input = input, .output = output, .count = count, .dtype = dtype, .options = opts});
+    run(allgather_call(input, output, count, dtype, opts));
   }
   Request allgather_async(const void* input, void* output, size_t count, DataType dtype,
                           const CollectiveOptions& opts = {}) {
-    return start(
-        {.op = Op::allgather, .input = input, .output = output, .count = count, .dtype = dtype, .options = opts});
+    return start(allgather_call(input, output, count, dtype, opts));
   }
   // root's input reaches every rank's output (in-place when input == output).
   void broadcast(const void* input, void* output, size_t count, DataType dtype, int root,
                  const CollectiveOptions& opts = {}) {
-    run({.op = Op::broadcast,
-         .input = input,
-         .output = output,
-         .count = count,
-         .dtype = dtype,
-         .root = root,
-         .options = opts});
+    run(broadcast_call(input, output, count, dtype, root, opts));
   }
   void broadcast(void* data, size_t count, DataType dtype, int root, const CollectiveOptions& opts = {}) {
     broadcast(data, data, count, dtype, root, opts);
   }
   Request broadcast_async(const void* input, void* output, size_t count, DataType dtype, int root,
                           const CollectiveOptions& opts = {}) {
-    return start({.op = Op::broadcast,
-                  .input = input,
-                  .output = output,
-                  .count = count,
-                  .dtype = dtype,
-                  .root = root,
-                  .options = opts});
+    return start(broadcast_call(input, output, count, dtype, root, opts));
   }
   // Returns once every rank has entered the barrier.
   void barrier(const CollectiveOptions& opts = {}) { run({.op = Op::barrier, .options = opts}); }
@@ -165,193 +128,90 @@ class Communicator {
 
   // alltoall: block p of input (count elements) goes to rank p, block p of output comes from it.
   void alltoall(const void* input, void* output, size_t count, DataType dtype, const CollectiveOptions& opts = {}) {
-    run({.op = Op::alltoall, .input = input, .output = output, .count = count, .dtype = dtype, .options = opts});
+    run(alltoall_call(input, output, count, dtype, opts));
   }
   Request alltoall_async(const void* input, void* output, size_t count, DataType dtype,
                          const CollectiveOptions& opts = {}) {
-    return start(
-        {.op = Op::alltoall, .input = input, .output = output, .count = count, .dtype = dtype, .options = opts});
+    return start(alltoall_call(input, output, count, dtype, opts));
   }
   // Rank r's block for peer p is input + send.displs[p], its block from p lands
   // at output + recv.displs[p]; send.counts[p] on r equals recv.counts[r] on p.
   // In place when input == output; other overlaps go through scratch.
   void alltoallv(const void* input, const Blocks& send, void* output, const Blocks& recv, DataType dtype,
                  const CollectiveOptions& opts = {}) {
-    run({.op = Op::alltoallv,
-         .input = input,
-         .output = output,
-         .dtype = dtype,
-         .send = send,
-         .recv = recv,
-         .options = opts});
+    run(alltoallv_call(input, send, output, recv, dtype, opts));
   }
   Request alltoallv_async(const void* input, const Blocks& send, void* output, const Blocks& recv, DataType dtype,
                           const CollectiveOptions& opts = {}) {
-    return start({.op = Op::alltoallv,
-                  .input = input,
-                  .output = output,
-                  .dtype = dtype,
-                  .send = send,
-                  .recv = recv,
-                  .options = opts});
+    return start(alltoallv_call(input, send, output, recv, dtype, opts));
   }
   // The op-combination of every rank's input lands in root's output (read only
   // on the root, may be null elsewhere; in place when input == output).
   void reduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op, int root,
               const CollectiveOptions& opts = {}) {
-    run({.op = Op::reduce,
-         .input = input,
-         .output = output,
-         .count = count,
-         .dtype = dtype,
-         .reduce = op,
-         .root = root,
-         .options = opts});
+    run(reduce_call(input, output, count, dtype, op, root, opts));
   }
   Request reduce_async(const void* input, void* output, size_t count, DataType dtype, ReduceOp op, int root,
                        const CollectiveOptions& opts = {}) {
-    return start({.op = Op::reduce,
-                  .input = input,
-                  .output = output,
-                  .count = count,
-                  .dtype = dtype,
-                  .reduce = op,
-                  .root = root,
-                  .options = opts});
+    return start(reduce_call(input, output, count, dtype, op, root, opts));
   }
   // gather: every rank's count elements into root's output (size() blocks, rank order).
   void gather(const void* input, void* output, size_t count, DataType dtype, int root,
               const CollectiveOptions& opts = {}) {
-    run({.op = Op::gather,
-         .input = input,
-         .output = output,
-         .count = count,
-         .dtype = dtype,
-         .root = root,
-         .options = opts});
+    run(gather_call(input, output, count, dtype, root, opts));
   }
   Request gather_async(const void* input, void* output, size_t count, DataType dtype, int root,
                        const CollectiveOptions& opts = {}) {
-    return start({.op = Op::gather,
-                  .input = input,
-                  .output = output,
-                  .count = count,
-                  .dtype = dtype,
-                  .root = root,
-                  .options = opts});
+    return start(gather_call(input, output, count, dtype, root, opts));
   }
   // gatherv: rank r's count elements land in root's output at blocks.displs[r];
   // `blocks` is read on the root only. In place when the rank's own block
   // already sits at its place in output.
   void gatherv(const void* input, size_t count, void* output, const Blocks& blocks, DataType dtype, int root,
                const CollectiveOptions& opts = {}) {
-    run({.op = Op::gatherv,
-         .input = input,
-         .output = output,
-         .count = count,
-         .dtype = dtype,
-         .root = root,
-         .recv = blocks,
-         .options = opts});
+    run(gatherv_call(input, count, output, blocks, dtype, root, opts));
   }
   Request gatherv_async(const void* input, size_t count, void* output, const Blocks& blocks, DataType dtype, int root,
                         const CollectiveOptions& opts = {}) {
-    return start({.op = Op::gatherv,
-                  .input = input,
-                  .output = output,
-                  .count = count,
-                  .dtype = dtype,
-                  .root = root,
-                  .recv = blocks,
-                  .options = opts});
+    return start(gatherv_call(input, count, output, blocks, dtype, root, opts));
   }
   // scatter: root's block r (count elements) into rank r's output.
   void scatter(const void* input, void* output, size_t count, DataType dtype, int root,
                const CollectiveOptions& opts = {}) {
-    run({.op = Op::scatter,
-         .input = input,
-         .output = output,
-         .count = count,
-         .dtype = dtype,
-         .root = root,
-         .options = opts});
+    run(scatter_call(input, output, count, dtype, root, opts));
   }
   Request scatter_async(const void* input, void* output, size_t count, DataType dtype, int root,
                         const CollectiveOptions& opts = {}) {
-    return start({.op = Op::scatter,
-                  .input = input,
-                  .output = output,
-                  .count = count,
-                  .dtype = dtype,
-                  .root = root,
-                  .options = opts});
+    return start(scatter_call(input, output, count, dtype, root, opts));
   }
   // scatterv: root's block r reaches rank r's output; `blocks` is read on the
   // root only; `count` is this rank's share.
   void scatterv(const void* input, const Blocks& blocks, void* output, size_t count, DataType dtype, int root,
                 const CollectiveOptions& opts = {}) {
-    run({.op = Op::scatterv,
-         .input = input,
-         .output = output,
-         .count = count,
-         .dtype = dtype,
-         .root = root,
-         .send = blocks,
-         .options = opts});
+    run(scatterv_call(input, blocks, output, count, dtype, root, opts));
   }
   Request scatterv_async(const void* input, const Blocks& blocks, void* output, size_t count, DataType dtype, int root,
                          const CollectiveOptions& opts = {}) {
-    return start({.op = Op::scatterv,
-                  .input = input,
-                  .output = output,
-                  .count = count,
-                  .dtype = dtype,
-                  .root = root,
-                  .send = blocks,
-                  .options = opts});
+    return start(scatterv_call(input, blocks, output, count, dtype, root, opts));
   }
   // allgatherv: every rank is a gatherv's root.
   void allgatherv(const void* input, size_t count, void* output, const Blocks& blocks, DataType dtype,
                   const CollectiveOptions& opts = {}) {
-    run({.op = Op::allgatherv,
-         .input = input,
-         .output = output,
-         .count = count,
-         .dtype = dtype,
-         .recv = blocks,
-         .options = opts});
+    run(allgatherv_call(input, count, output, blocks, dtype, opts));
   }
   Request allgatherv_async(const void* input, size_t count, void* output, const Blocks& blocks, DataType dtype,
                            const CollectiveOptions& opts = {}) {
-    return start({.op = Op::allgatherv,
-                  .input = input,
-                  .output = output,
-                  .count = count,
-                  .dtype = dtype,
-                  .recv = blocks,
-                  .options = opts});
+    return start(allgatherv_call(input, count, output, blocks, dtype, opts));
   }
   // reduce_scatterv: input holds every rank's block (blocks.counts[r] elements
   // at blocks.displs[r]); rank r's output receives block r reduced over ranks.
   void reduce_scatterv(const void* input, void* output, const Blocks& blocks, DataType dtype, ReduceOp op,
                        const CollectiveOptions& opts = {}) {
-    run({.op = Op::reduce_scatterv,
-         .input = input,
-         .output = output,
-         .dtype = dtype,
-         .reduce = op,
-         .send = blocks,
-         .options = opts});
+    run(reduce_scatterv_call(input, output, blocks, dtype, op, opts));
   }
   Request reduce_scatterv_async(const void* input, void* output, const Blocks& blocks, DataType dtype, ReduceOp op,
                                 const CollectiveOptions& opts = {}) {
-    return start({.op = Op::reduce_scatterv,
-                  .input = input,
-                  .output = output,
-                  .dtype = dtype,
-                  .reduce = op,
-                  .send = blocks,
-                  .options = opts});
+    return start(reduce_scatterv_call(input, output, blocks, dtype, op, opts));
   }
 
   // ---- Point-to-point ------------------------------------------------------
@@ -362,30 +222,25 @@ class Communicator {
   // abort and dead-peer detection as for collectives; a failure is sticky.
   void send(const void* data, size_t count, DataType dtype, int peer, uint32_t tag = 0,
             const CollectiveOptions& opts = {}) {
-    run({.op = Op::send, .input = data, .count = count, .dtype = dtype, .peer = peer, .tag = tag, .options = opts});
+    run(send_call(data, count, dtype, peer, tag, opts));
   }
   Request send_async(const void* data, size_t count, DataType dtype, int peer, uint32_t tag = 0,
                      const CollectiveOptions& opts = {}) {
-    return start(
-        {.op = Op::send, .input = data, .count = count, .dtype = dtype, .peer = peer, .tag = tag, .options = opts});
+    return start(send_call(data, count, dtype, peer, tag, opts));
   }
   // Returns the source (the peer, or the sender when peer is kAnySource).
   int recv(void* data, size_t count, DataType dtype, int peer, uint32_t tag = 0, const CollectiveOptions& opts = {}) {
-    return run(
-        {.op = Op::recv, .output = data, .count = count, .dtype = dtype, .peer = peer, .tag = tag, .options = opts});
+    return run(recv_call(data, count, dtype, peer, tag, opts));
   }
   Request recv_async(void* data, size_t count, DataType dtype, int peer, uint32_t tag = 0,
                      const CollectiveOptions& opts = {}) {
-    return start(
-        {.op = Op::recv, .output = data, .count = count, .dtype = dtype, .peer = peer, .tag = tag, .options = opts});
+    return start(recv_call(data, count, dtype, peer, tag, opts));
   }
   // Every op of the group posted at once, one Request for all (NCCL's
   // ncclGroupStart/End, torch's batch_isend_irecv).
-  void group(const std::vector<P2POp>& ops, const CollectiveOptions& opts = {}) {
-    run({.op = Op::group, .group = ops, .options = opts});
-  }
+  void group(const std::vector<P2POp>& ops, const CollectiveOptions& opts = {}) { run(group_call(ops, opts)); }
   Request group_async(const std::vector<P2POp>& ops, const CollectiveOptions& opts = {}) {
-    return start({.op = Op::group, .group = ops, .options = opts});
+    return start(group_call(ops, opts));
   }
 
   // ---- Sub-communicators ---------------------------------------------------
@@ -434,6 +289,140 @@ class Communicator {
   struct Impl;
 
  private:
+  // Each operation's Call, built once for its blocking and async forms.
+  static Call allreduce_call(const void* input, void* output, size_t count, DataType dtype, ReduceOp op,
+                             const CollectiveOptions& opts) {
+    return {.op = Op::allreduce,
+            .input = input,
+            .output = output,
+            .count = count,
+            .dtype = dtype,
+            .reduce = op,
+            .options = opts};
+  }
+  static Call broadcast_call(const void* input, void* output, size_t count, DataType dtype, int root,
+                             const CollectiveOptions& opts) {
+    return {.op = Op::broadcast,
+            .input = input,
+            .output = output,
+            .count = count,
+            .dtype = dtype,
+            .root = root,
+            .options = opts};
+  }
+  static Call recv_call(void* data, size_t count, DataType dtype, int peer, uint32_t tag,
+                        const CollectiveOptions& opts) {
+    return {.op = Op::recv, .output = data, .count = count, .dtype = dtype, .peer = peer, .tag = tag, .options = opts};
+  }
+  static Call reduce_scatter_call(const void* input, void* output, size_t count, DataType dtype, ReduceOp op,
+                                  const CollectiveOptions& opts) {
+    return {.op = Op::reduce_scatter,
+            .input = input,
+            .output = output,
+            .count = count,
+            .dtype = dtype,
+            .reduce = op,
+            .options = opts};
+  }
+  static Call allgather_call(const void* input, void* output, size_t count, DataType dtype,
+                             const CollectiveOptions& opts) {
+    return {.op = Op::allgather, .input = input, .output = output, .count = count, .dtype = dtype, .options = opts};
+  }
+  static Call alltoall_call(const void* input, void* output, size_t count, DataType dtype,
+                            const CollectiveOptions& opts) {
+    return {.op = Op::alltoall, .input = input, .output = output, .count = count, .dtype = dtype, .options = opts};
+  }
+  static Call alltoallv_call(const void* input, const Blocks& send, void* output, const Blocks& recv, DataType dtype,
+                             const CollectiveOptions& opts) {
+    return {.op = Op::alltoallv,
+            .input = input,
+            .output = output,
+            .dtype = dtype,
+            .send = send,
+            .recv = recv,
+            .options = opts};
+  }
+  static Call reduce_call(const void* input, void* output, size_t count, DataType dtype, ReduceOp op, int root,
+                          const CollectiveOptions& opts) {
+    return {.op = Op::reduce,
+            .input = input,
+            .output = output,
+            .count = count,
+            .dtype = dtype,
+            .reduce = op,
+            .root = root,
+            .options = opts};
+  }
+  static Call gather_call(const void* input, void* output, size_t count, DataType dtype, int root,
+                          const CollectiveOptions& opts) {
+    return {.op = Op::gather,
+            .input = input,
+            .output = output,
+            .count = count,
+            .dtype = dtype,
+            .root = root,
+            .options = opts};
+  }
+  static Call gatherv_call(const void* input, size_t count, void* output, const Blocks& blocks, DataType dtype,
+                           int root, const CollectiveOptions& opts) {
+    return {.op = Op::gatherv,
+            .input = input,
+            .output = output,
+            .count = count,
+            .dtype = dtype,
+            .root = root,
+            .recv = blocks,
+            .options = opts};
+  }
+  static Call scatter_call(const void* input, void* output, size_t count, DataType dtype, int root,
+                           const CollectiveOptions& opts) {
+    return {.op = Op::scatter,
+            .input = input,
+            .output = output,
+            .count = count,
+            .dtype = dtype,
+            .root = root,
+            .options = opts};
+  }
+  static Call scatterv_call(const void* input, const Blocks& blocks, void* output, size_t count, DataType dtype,
+                            int root, const CollectiveOptions& opts) {
+    return {.op = Op::scatterv,
+            .input = input,
+            .output = output,
+            .count = count,
+            .dtype = dtype,
+            .root = root,
+            .send = blocks,
+            .options = opts};
+  }
+  static Call allgatherv_call(const void* input, size_t count, void* output, const Blocks& blocks, DataType dtype,
+                              const CollectiveOptions& opts) {
+    return {.op = Op::allgatherv,
+            .input = input,
+            .output = output,
+            .count = count,
+            .dtype = dtype,
+            .recv = blocks,
+            .options = opts};
+  }
+  static Call reduce_scatterv_call(const void* input, void* output, const Blocks& blocks, DataType dtype, ReduceOp op,
+                                   const CollectiveOptions& opts) {
+    return {.op = Op::reduce_scatterv,
+            .input = input,
+            .output = output,
+            .dtype = dtype,
+            .reduce = op,
+            .send = blocks,
+            .options = opts};
+  }
+  static Call send_call(const void* data, size_t count, DataType dtype, int peer, uint32_t tag,
+                        const CollectiveOptions& opts) {
+    return {.op = Op::send, .input = data, .count = count, .dtype = dtype, .peer = peer, .tag = tag, .options = opts};
+  }
+  static Call group_call(const std::vector<P2POp>& ops, const CollectiveOptions& opts) {
+    return {.op = Op::group, .group = ops, .options = opts};
+  }
+
   explicit Communicator(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
