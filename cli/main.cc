@@ -281,6 +281,14 @@ int run_info() {
   std::printf("transport: UCX (linked into tandem_comm; see `ucx_info -v` for its version)\n");
   if (tandem::detect_launcher() == "none") {
     std::printf("job environment: none (run under `tandem launch`, mpirun or srun to see rank options)\n");
+    try {
+      // The path table depends on this host and the settings, not on the job.
+      const auto ring = tandem::ring::ring_options_from_env();
+      std::printf("%s",
+                  tandem::ring::describe_shm_paths(ring.shm_paths, tandem::ring::cross_memory_attach_limit()).c_str());
+    } catch (const std::exception& e) {
+      std::printf("shared-memory paths: invalid: %s\n", e.what());
+    }
     return 0;
   }
   try {

@@ -359,6 +359,11 @@ TEST_F(LaunchTest, InfoPrintsTheSharedMemoryPlanInForce) {
                                "shared-memory path row 'alltoall:heap:*=fast': unknown path 'fast'; valid: staged, "
                                "mapped, cma, timed"))
       << describe(r);
+  // Outside a job: the table in effect on this host still.
+  r = run_tandem({"info"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_THAT(r.out, HasSubstr("job environment: none")) << describe(r);
+  EXPECT_THAT(r.out, HasSubstr("  alltoall        heap    [0, 64K) staged, [64K, inf) timed\n")) << describe(r);
 }
 
 // A fresh 32-byte secret per job, in the ranks' environment only: never on
