@@ -224,14 +224,26 @@ TEST(InstalledPackage, AnOutOfTreeConsumerBuildsAndRuns) {
   EXPECT_EQ(out.status, 0) << out.text;
   EXPECT_EQ(count(out.text, "wrong 0"), 2) << out.text;
 
-  // The installed Python package, imported from the prefix.
+  // The installed Python package, in the directory the interpreter searches for this prefix
+  // (<prefix>/lib/python3.X/dist-packages on Debian: /usr/local's is on its default path),
+  // imported with a clean environment; `python3 -m tandem.launch` runs the prefix's tandem.
   if (!env("TANDEM_PYTHONPATH").empty()) {
-    out = run("PYTHONPATH=" + prefix +
-                  "/lib/python3/dist-packages /usr/bin/python3 -c \"import tandem; print(tandem.__file__, "
-                  "tandem.__version__)\"",
+    const std::string python = "env -i PATH=/usr/bin:/bin /usr/bin/python3";
+    out = run(python + " " + env("TANDEM_SOURCE_DIR") + "/capi/python/site_dir.py", 30);
+    ASSERT_EQ(out.status, 0) << out.text;
+    const std::string site = prefix + "/" + out.text.substr(0, out.text.find('\n'));
+    out = run(
+        python + " -c \"import sys; print('/usr/local/' + '" + site.substr(prefix.size() + 1) + "' in sys.path)\"", 30);
+    EXPECT_EQ(out.text, "True\n") << "the site directory is not on the interpreter's path for /usr/local";
+    out = run(python + " -c \"import site; site.addsitedir('" + site +
+                  "'); import tandem, tandem.c10d; print(tandem.__file__, tandem.__version__)\"",
               60);
     EXPECT_EQ(out.status, 0) << out.text;
-    EXPECT_NE(out.text.find(prefix), std::string::npos) << out.text;
+    EXPECT_NE(out.text.find(site + "/tandem/__init__.py"), std::string::npos) << out.text;
+    out = run(
+        "env -i PATH=/usr/bin:/bin PYTHONPATH=" + site + " /usr/bin/python3 -m tandem.launch -n 2 -- echo rank-up", 60);
+    EXPECT_EQ(out.status, 0) << out.text;
+    EXPECT_EQ(count(out.text, "rank-up"), 2) << out.text;
   }
   run("rm -rf " + tmp, 60);
 }
