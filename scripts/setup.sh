@@ -12,6 +12,7 @@ PACKAGES=(
   gnuplot-nox iproute2 openmpi-bin libopenmpi-dev python3
   iperf3  # bench/tcp_line_rate.sh: the line rate the TCP all-reduce is compared with
   pybind11-dev python3-dev python3-numpy
+  python3-pip python3-setuptools python3-wheel  # pip install . (pyproject.toml, setup.py), tested offline
   libtorch-dev python3-torch python3-yaml dataset-fashion-mnist zlib1g-dev
   # LibTorch's linear layers call the system BLAS; without an optimised one Debian
   # falls back to the reference BLAS (5x slower training steps here). The OpenMP

@@ -244,6 +244,20 @@ TEST(InstalledPackage, AnOutOfTreeConsumerBuildsAndRuns) {
         "env -i PATH=/usr/bin:/bin PYTHONPATH=" + site + " /usr/bin/python3 -m tandem.launch -n 2 -- echo rank-up", 60);
     EXPECT_EQ(out.status, 0) << out.text;
     EXPECT_EQ(count(out.text, "rank-up"), 2) << out.text;
+
+    // pip install . (offline, packaging this build), imported and launched with a clean environment.
+    const std::string target = tmp + "/pip";
+    out = run("cd " + env("TANDEM_SOURCE_DIR") + " && TANDEM_BUILD_DIR=" + env("TANDEM_BUILD_DIR") +
+                  " /usr/bin/python3 -m pip install --no-build-isolation --no-deps --no-index --quiet --target " +
+                  target + " .",
+              300);
+    ASSERT_EQ(out.status, 0) << out.text;
+    out = run("env -i PATH=/usr/bin:/bin PYTHONPATH=" + target + " /usr/bin/python3 -m tandem.launch -n 2 -- " +
+                  "/usr/bin/python3 -c \"import tandem, tandem.c10d, numpy as n; c = tandem.init(); x = n.ones(3); " +
+                  "c.allreduce(x); print('sum', x.sum(), tandem.__file__)\"",
+              120);
+    EXPECT_EQ(out.status, 0) << out.text;
+    EXPECT_EQ(count(out.text, "sum 6.0 " + target + "/tandem/__init__.py"), 2) << out.text;
   }
   run("rm -rf " + tmp, 60);
 }

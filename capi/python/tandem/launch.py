@@ -1,7 +1,7 @@
 """python3 -m tandem.launch [launch flags] -- command: `tandem launch` from Python.
 
-Runs the `tandem` executable installed with this package (<prefix>/bin), else the one
-on PATH, else TANDEM_BIN; every argument goes to `tandem launch` unchanged.
+Runs TANDEM_BIN, else the `tandem` executable installed with this package (tandem/bin
+after pip install, <prefix>/bin after make install), else the one on PATH; every argument goes to `tandem launch` unchanged.
 """
 import os
 import shutil
@@ -11,7 +11,7 @@ import sys
 def _tandem_executable():
     here = os.path.dirname(os.path.abspath(__file__))
     # Installed: <prefix>/<site>/tandem, the executable in <prefix>/bin; in the build tree: build/python/tandem.
-    candidates = [os.environ.get("TANDEM_BIN")]
+    candidates = [os.environ.get("TANDEM_BIN"), os.path.join(here, "bin", "tandem")]  # pip install . bundles it
     parent = here
     for _ in range(6):
         parent = os.path.dirname(parent)
