@@ -38,6 +38,7 @@
 #include "tandem/bench/sweep.h"
 #include "tandem/bootstrap.h"
 #include "tandem/errors.h"
+#include "tandem/logging.h"
 #include "tandem/netif.h"
 #include "tandem/reduce.h"
 #include "tandem/ring/ring.h"
@@ -436,6 +437,7 @@ int main(int argc, char** argv) {
   }
 
   try {
+    tandem::configure_logging();
     if (app.got_subcommand("launch")) return tandem::cli::run_launch(launch, command);
     if (overlap_cmd->parsed()) return tandem::bench::run_overlap(to_overlap_options(overlap));
     if (const int rc = tandem::cli::run_ps(ps_flags); rc >= 0) return rc;
