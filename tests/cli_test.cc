@@ -20,10 +20,10 @@ using testing::run;
 using Words = std::vector<std::string>;
 
 TEST(CliSizes, NcclTestsFormsReadAsBefore) {
-  const std::pair<const char*, size_t> good[] = {
-      {"0", 0},           {"8", 8},          {"4K", 4096},         {"4k", 4096},         {"4KB", 4096},
-      {"1M", 1u << 20},   {"64M", 64u << 20}, {"128mb", 128u << 20}, {"1G", size_t(1) << 30}, {"1GB", size_t(1) << 30},
-      {"010", 10},        {"1GiB", size_t(1) << 30}};
+  constexpr size_t K = 1024, M = K * K, G = M * K;
+  const std::pair<const char*, size_t> good[] = {{"0", 0},       {"8", 8},   {"4K", 4 * K},   {"4k", 4 * K},
+                                                 {"4KB", 4 * K}, {"1M", M},  {"64M", 64 * M}, {"128mb", 128 * M},
+                                                 {"1G", G},      {"1GB", G}, {"1GiB", G},     {"010", 10}};
   for (const auto& [text, bytes] : good) {
     EXPECT_EQ(parse_size(text), std::optional<size_t>(bytes)) << text;
   }
