@@ -328,7 +328,7 @@ int run_predict(const PredictOptions& o) {
             "bandwidth (GB/s)'\nset key left top\nset title 'tandem model: all-reduce, link "
          << (o.link.empty() ? "shared memory" : o.link) << "'\nplot ";
     for (size_t i = 0; i < plot_titles.size(); ++i) {
-      body << (i ? ", \\\n     " : "") << "'" << data << "' index " << i << " using 1:2 with linespoints title '"
+      body << (i ? ", \\\n     " : "") << "DATA_FILE index " << i << " using 1:2 with linespoints title '"
            << plot_titles[i] << "'";
     }
     body << "\n";

@@ -278,13 +278,13 @@ void plot(const OverlapOptions& o, const std::vector<ModeResult>& results, int n
     std::ofstream f(data);
     for (const auto& r : results) f << r.mode << " " << r.compute << " " << r.exposed << "\n";
   }
-  run_gnuplot(o.plot, data,
-              "set title 'tandem bench overlap: " + o.model + ", " + std::to_string(nranks) +
-                  " ranks (step = compute + exposed communication)'\nset ylabel 'ms per step'\n"
-                  "set style data histograms\nset style histogram rowstacked\nset boxwidth 0.6\n"
-                  "set style fill solid border -1\nset key top left\n"
-                  "plot '" +
-                  data + "' using 2:xtic(1) title 'compute (backward)', '' using 3 title 'exposed communication'\n");
+  run_gnuplot(
+      o.plot, data,
+      "set title 'tandem bench overlap: " + o.model + ", " + std::to_string(nranks) +
+          " ranks (step = compute + exposed communication)'\nset ylabel 'ms per step'\n"
+          "set style data histograms\nset style histogram rowstacked\nset boxwidth 0.6\n"
+          "set style fill solid border -1\nset key top left\n"
+          "plot DATA_FILE using 2:xtic(1) title 'compute (backward)', '' using 3 title 'exposed communication'\n");
 }
 
 std::vector<FusionSettings> coarse_grid() {

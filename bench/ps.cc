@@ -59,9 +59,7 @@ void plot(const PsBenchOptions& o, const std::vector<PsResult>& results, int wor
   run_gnuplot(o.plot, data,
               "set title 'tandem bench ps: " + std::to_string(workers) + " workers, " + std::to_string(servers) +
                   " server(s)'\nset xlabel 'bytes'\nset ylabel 'ms per step'\nset logscale xy\nset key top left\n"
-                  "plot '" +
-                  data +
-                  "' index 0 using 1:2 with linespoints title 'dense: PS push+pull', "
+                  "plot DATA_FILE index 0 using 1:2 with linespoints title 'dense: PS push+pull', "
                   "'' index 0 using 1:3 with linespoints title 'dense: ring all-reduce', "
                   "'' index 1 using 1:2 with points pt 7 ps 2 title 'sparse: PS push rows + pull rows', "
                   "'' index 1 using 1:3 with points pt 5 ps 2 title 'sparse: all-reduce of the dense gradient'\n");

@@ -296,10 +296,10 @@ void plot(const SweepOptions& o, int nranks, const std::vector<Result>& results)
   if (is_barrier(o)) {
     std::ofstream(data) << nranks << ' ' << (results.empty() ? 0.0 : results[0].time_us) << '\n';
     title << "'\n";
-    run_gnuplot(
-        o, data,
-        title.str() + "set xlabel 'ranks'\nset ylabel 'time (us)'\nset xrange [0:" + std::to_string(2 * nranks) +
-            "]\nset boxwidth 0.5\nset style fill solid\n" + "plot '" + data + "' using 1:2 with boxes notitle\n");
+    run_gnuplot(o, data,
+                title.str() +
+                    "set xlabel 'ranks'\nset ylabel 'time (us)'\nset xrange [0:" + std::to_string(2 * nranks) +
+                    "]\nset boxwidth 0.5\nset style fill solid\n" + "plot DATA_FILE using 1:2 with boxes notitle\n");
     return;
   }
   {
@@ -316,9 +316,9 @@ void plot(const SweepOptions& o, int nranks, const std::vector<Result>& results)
   if (spec_of(o.collective).reduces) title << " " << to_string(o.op);
   if (spec_of(o.collective).rooted()) title << ", root " << o.root;
   title << "'\n";
-  std::string lines = "plot '" + data + "' index 0 using 1:2 with linespoints title 'out-of-place'";
+  std::string lines = "plot DATA_FILE index 0 using 1:2 with linespoints title 'out-of-place'";
   if (spec_of(o.collective).in_place) {
-    lines += ", \\\n     '" + data + "' index 1 using 1:2 with linespoints title 'in-place'";
+    lines += ", \\\n     DATA_FILE index 1 using 1:2 with linespoints title 'in-place'";
   }
   run_gnuplot(o, data,
               "set logscale x 2\nset format x '%.0b %BB'\nset xlabel 'message size'\n"

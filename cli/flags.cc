@@ -1,7 +1,8 @@
 #include "flags.h"
 
+#include <CLI/CLI.hpp>
 #include <cctype>
-#include <limits>
+#include <charconv>
 
 namespace tandem::cli {
 
@@ -12,28 +13,21 @@ std::string lower(std::string_view s) {
 }
 
 std::optional<size_t> parse_size(std::string_view text) {
-  size_t i = 0;
-  size_t value = 0;
-  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) {
-    size_t digit = static_cast<size_t>(text[i] - '0');
-    if (value > (std::numeric_limits<size_t>::max() - digit) / 10) return std::nullopt;
-    value = value * 10 + digit;
-    ++i;
-  }
-  if (i == 0) return std::nullopt;
-  std::string suffix = lower(text.substr(i));
-  if (!suffix.empty() && suffix.back() == 'b') suffix.pop_back();
-  int shift = 0;
-  if (suffix == "k")
-    shift = 10;
-  else if (suffix == "m")
-    shift = 20;
-  else if (suffix == "g")
-    shift = 30;
-  else if (!suffix.empty())
+  // CLI11 reads the suffix (K, M, G, ... with an optional B, powers of 1024) but
+  // passes a value without one through unchecked and reads a bare suffix as 1 of
+  // it; so the value must start with a digit and end up as digits alone.
+  static const CLI::AsSizeValue as_size(false);
+  if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0]))) return std::nullopt;
+  std::string bytes(text);
+  try {
+    if (!as_size(bytes).empty()) return std::nullopt;
+  } catch (const CLI::ValidationError&) {  // an unknown suffix, or a product past 64 bits
     return std::nullopt;
-  if (shift > 0 && value > (std::numeric_limits<size_t>::max() >> shift)) return std::nullopt;
-  return value << shift;
+  }
+  size_t value = 0;
+  const auto [end, error] = std::from_chars(bytes.data(), bytes.data() + bytes.size(), value);
+  if (error != std::errc() || end != bytes.data() + bytes.size()) return std::nullopt;
+  return value;
 }
 
 size_t size_flag(const std::string& flag, const std::string& text) {

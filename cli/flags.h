@@ -16,8 +16,9 @@ struct UsageError : std::runtime_error {
 
 std::string lower(std::string_view s);
 
-// nccl-tests sizes: a number with an optional K, M or G suffix (powers of
-// 1024, case-insensitive) and an optional trailing B: 8, 4K, 128M, 1GB.
+// nccl-tests sizes, read by CLI11's AsSizeValue: a number with an optional
+// K, M, G (or T, P, E) suffix, powers of 1024, case-insensitive, with an
+// optional trailing B or iB: 8, 4K, 128M, 1GB, 1GiB.
 std::optional<size_t> parse_size(std::string_view text);
 // parse_size, or a UsageError naming the flag and the accepted forms.
 size_t size_flag(const std::string& flag, const std::string& text);

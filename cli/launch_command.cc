@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "flags.h"
+
 namespace tandem::cli {
 
 void add_launch(CLI::App& app, LaunchFlags& flags) {
@@ -36,31 +38,32 @@ void add_launch(CLI::App& app, LaunchFlags& flags) {
                     "on one CPU, dealt round-robin, when ranks outnumber CPUs; none: leave placement to the scheduler "
                     "(default: TANDEM_BIND, else auto)")
           ->capture_default_str();
-  // Only for --help: main() splits the command off before CLI11 sees it.
-  l->add_option("command", o.command, "The command every rank runs, with its arguments (after --)");
+  l->prefix_command();
   l->footer(
+      "After the flags (and an optional --): the command every rank runs, with its arguments.\n"
       "Examples: tandem launch -n 2 -- tandem bench allreduce -b 8 -e 128M\n"
       "          tandem launch -H node1:4,node2:4 --store-addr 10.0.0.1 -- tandem bench allreduce -b 1M -e 1G");
 }
 
-// Splits `launch [flags] [--] cmd args...` so the command's own flags (e.g.
-// the `-n` of `tandem bench`) never reach the launcher's parser. The command
-// starts after "--" or at the first word that is neither a flag nor a flag's value.
-std::vector<std::string> split_launch_command(std::vector<std::string>& args) {
-  static const char* const kFlagsWithValue[] = {"-n", "--nprocs", "--timeout", "--grace",      "--servers",
-                                                "-H", "--hosts",  "--rsh",     "--store-addr", "--bind"};
-  for (size_t i = 1; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--" || a.empty() || a[0] != '-') {
-      std::vector<std::string> command(args.begin() + static_cast<std::ptrdiff_t>(a == "--" ? i + 1 : i), args.end());
-      args.resize(i);
-      return command;
-    }
-    bool takes_value =
-        std::any_of(std::begin(kFlagsWithValue), std::end(kFlagsWithValue), [&](const char* f) { return a == f; });
-    if (takes_value) ++i;  // "-n 3": skip the 3; "-n3" and "--grace=1" carry their value
-  }
-  return {};
+std::optional<std::vector<std::string>> set_aside_after_separator(std::vector<std::string>& args) {
+  const auto separator = std::find(args.begin(), args.end(), "--");
+  if (separator == args.end()) return std::nullopt;
+  std::vector<std::string> after(separator + 1, args.end());
+  args.erase(separator, args.end());
+  return after;
+}
+
+std::vector<std::string> launch_command_words(const CLI::App& launch,
+                                              const std::optional<std::vector<std::string>>& after_separator) {
+  std::vector<std::string> command = launch.remaining();
+  // A word CLI11 passed on that looks like a flag is one the launcher does not have.
+  if (!command.empty() && command[0].size() > 1 && command[0][0] == '-')
+    throw UsageError("launch: unknown flag '" + command[0] + "'; put the command after --");
+  if (!after_separator) return command;
+  if (command.empty()) return *after_separator;
+  command.push_back("--");
+  command.insert(command.end(), after_separator->begin(), after_separator->end());
+  return command;
 }
 
 int run_launch(LaunchFlags flags, std::vector<std::string> command) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,9 +19,15 @@ struct LaunchFlags {
 
 void add_launch(CLI::App& app, LaunchFlags& flags);
 
-// Splits `launch [flags] [--] cmd args...` so the command's own flags (e.g.
-// the `-n` of `tandem bench`) never reach the launcher's parser.
-std::vector<std::string> split_launch_command(std::vector<std::string>& args);
+// `launch [flags] [--] cmd args...`: the launch subcommand is a CLI11 prefix
+// command, so the words from the first one that is neither a flag nor a flag's
+// value are the command and the command's own flags (the `-n` of `tandem
+// bench`) never reach the launcher's parser. CLI11 2.1 does not stop at "--",
+// so the words after it are set aside before parsing and returned.
+std::optional<std::vector<std::string>> set_aside_after_separator(std::vector<std::string>& args);
+// The command: the prefix command's words, then "--" and the words set aside.
+std::vector<std::string> launch_command_words(const CLI::App& launch,
+                                              const std::optional<std::vector<std::string>>& after_separator);
 
 // Runs `tandem launch` with the parsed flags; returns the process exit code.
 int run_launch(LaunchFlags flags, std::vector<std::string> command);

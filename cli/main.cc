@@ -38,6 +38,7 @@
 #include "tandem/bench/sweep.h"
 #include "tandem/bootstrap.h"
 #include "tandem/errors.h"
+#include "tandem/logging.h"
 #include "tandem/netif.h"
 #include "tandem/reduce.h"
 #include "tandem/ring/ring.h"
@@ -429,8 +430,8 @@ int main(int argc, char** argv) {
   if (!args.empty() && args[0] == "train") return exec_trainer(argv[0], args);
   app.add_subcommand("train",
                      "Train a Determined-style experiment (exp.yaml) through tandem; see `tandem train --help`");
-  std::vector<std::string> command;
-  if (!args.empty() && args[0] == "launch") command = tandem::cli::split_launch_command(args);
+  std::optional<std::vector<std::string>> after_separator;
+  if (!args.empty() && args[0] == "launch") after_separator = tandem::cli::set_aside_after_separator(args);
   std::vector<char*> parse_argv{argv[0]};
   for (auto& a : args) parse_argv.push_back(a.data());
 
@@ -444,7 +445,11 @@ int main(int argc, char** argv) {
   }
 
   try {
-    if (app.got_subcommand("launch")) return tandem::cli::run_launch(launch, command);
+    tandem::configure_logging();
+    if (app.got_subcommand("launch")) {
+      auto command = tandem::cli::launch_command_words(*app.get_subcommand("launch"), after_separator);
+      return tandem::cli::run_launch(launch, std::move(command));
+    }
     if (overlap_cmd->parsed()) return tandem::bench::run_overlap(to_overlap_options(overlap));
     if (const int rc = tandem::cli::run_ps(ps_flags); rc >= 0) return rc;
     if (app.got_subcommand("bench")) {

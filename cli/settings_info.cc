@@ -6,6 +6,7 @@
 
 #include "../trainer/trainer_settings.h"
 #include "tandem/launch/launch.h"
+#include "tandem/logging.h"
 #include "tandem/paramserver.h"
 #include "tandem/ring/ring.h"
 
@@ -29,6 +30,7 @@ std::vector<Setting> all_settings() {
   std::vector<Setting> out;
   for (const auto* t : {&comm_settings(), &netif_settings(), &transport_settings(), &reduce_settings()})
     append(out, *t);
+  append(out, log_settings());
   append(out, ring::ring_settings());
   append(out, ps::settings());
   append(out, launch::launch_settings());
@@ -43,6 +45,7 @@ std::vector<SettingValue> all_setting_values(const EnvLookup& env) {
     read_settings(*t, env, comm);
     append(out, *t, env, comm);
   }
+  append(out, log_settings(), env, log_options_from_env(env));
   append(out, ring::ring_settings(), env, ring::ring_options_from_env(env));
   append(out, ps::settings(), env, ps::ps_options_from_env(env));
   launch::LaunchOptions launch;

@@ -9,7 +9,8 @@ PACKAGES=(
   libucx-dev ucx-utils libhwloc-dev libboost-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev libspdlog-dev libeigen3-dev libssl-dev
-  gnuplot-nox iproute2 openmpi-bin libopenmpi-dev python3
+  gnuplot-nox iproute2 python3
+  openmpi-bin  # tests/bench_test.cc runs tandem bench under mpirun; mpicc (bench/anchors) is its own setup.sh's
   iperf3  # bench/tcp_line_rate.sh: the line rate the TCP all-reduce is compared with
   pybind11-dev python3-dev python3-numpy
   python3-pip python3-setuptools python3-wheel  # pip install . (pyproject.toml, setup.py), tested offline

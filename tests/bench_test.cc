@@ -202,8 +202,10 @@ TEST(Bench, TableCsvAndPlot) {
   EXPECT_NE(c.text.find("collective,bytes,count,dtype,op,root,inplace,time_us"), std::string::npos) << c.text;
 
   if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) GTEST_SKIP() << "gnuplot not installed";
-  const std::string png = ::testing::TempDir() + "tandem_bench_test_" + std::to_string(getpid()) + ".png";
-  Output p = run(bin() + " launch -n 2 -- " + bin() + " bench allreduce -b 1K -e 64K -f 8 -n 2 -w 1 --plot " + png);
+  // A quote in the path: gnuplot runs without a shell and reads the paths as its own quoted strings.
+  const std::string png = ::testing::TempDir() + "tandem_bench_test_it's_" + std::to_string(getpid()) + ".png";
+  Output p =
+      run(bin() + " launch -n 2 -- " + bin() + " bench allreduce -b 1K -e 64K -f 8 -n 2 -w 1 --plot \"" + png + "\"");
   ASSERT_EQ(p.status, 0) << p.text;
   std::ifstream f(png, std::ios::binary);
   char magic[4] = {};

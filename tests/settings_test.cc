@@ -18,6 +18,7 @@
 #include "tandem/bootstrap.h"
 #include "tandem/errors.h"
 #include "tandem/launch/launch.h"
+#include "tandem/logging.h"
 #include "tandem/paramserver.h"
 #include "tandem/ring/ring.h"
 
@@ -25,7 +26,9 @@ namespace tandem {
 namespace {
 
 // Text settings with a syntax of their own, each with a well-formed value.
-const std::map<std::string, std::string> kStructuredText = {{"TANDEM_SHM_PATHS", "alltoall:heap:1M-=cma"}};
+const std::map<std::string, std::string> kStructuredText = {{"TANDEM_SHM_PATHS", "alltoall:heap:1M-=cma"},
+                                                            {"TANDEM_LOG_LEVEL", "info,liveness=debug"},
+                                                            {"SPDLOG_LEVEL", "warn,mine=trace"}};
 
 // A good value of `s` other than its default, and how the options show it.
 std::pair<std::string, std::string> sample(const Setting& s) {
@@ -99,6 +102,7 @@ TEST(Settings, EveryRowIsReadIntoItsOptions) {
   expect_rows_read(ps::settings());
   expect_rows_read(trainer::trainer_settings());
   expect_rows_read(launch::launch_settings());
+  expect_rows_read(log_settings());
 }
 
 TEST(Settings, EveryRowIsReadByItsLayersReader) {
@@ -168,6 +172,32 @@ TEST(Settings, SpecialChecksKeepTheirMessages) {
   EXPECT_EQ(network_interface_from_env(lookup({{"DTRAIN_NETWORK_INTERFACE", "^docker"}})), "^docker");
   EXPECT_NE(message({{"TANDEM_TIMEOUT_MS", "0"}}).find("set it to a positive number of milliseconds"),
             std::string::npos);
+}
+
+std::string log_level_error(const Env& env) {
+  try {
+    log_options_from_env(lookup(env));
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
+TEST(Settings, LogLevelsParseAsSpdlogsSyntax) {
+  for (const char* good : {"debug", "WARN", "off", "info,liveness=debug", "warn, store=trace ,transport=err", ""})
+    EXPECT_EQ(log_level_error({{"TANDEM_LOG_LEVEL", good}}), "accepted") << good;
+  EXPECT_EQ(log_options_from_env(lookup({{"TANDEM_LOG_LEVEL", "info,netif=debug"}})).levels(), "info,netif=debug");
+  // SPDLOG_LEVEL may name the program's own loggers; TANDEM_LOG_LEVEL wins when both are set.
+  EXPECT_EQ(log_level_error({{"SPDLOG_LEVEL", "info,mine=debug"}}), "accepted");
+  EXPECT_EQ(log_options_from_env(lookup({{"SPDLOG_LEVEL", "off"}, {"TANDEM_LOG_LEVEL", "warn"}})).levels(), "warn");
+  EXPECT_EQ(log_options_from_env(lookup({{"SPDLOG_LEVEL", "off"}})).levels(), "off");
+  for (const char* bad : {"verbose", "info,liveness=loud", "info,nosuch=debug", "=debug", "info,liveness"}) {
+    const std::string what = log_level_error({{"TANDEM_LOG_LEVEL", bad}});
+    EXPECT_NE(what.find(std::string("TANDEM_LOG_LEVEL='") + bad + "' is invalid"), std::string::npos) << what;
+    EXPECT_NE(what.find("trace, debug, info, warn, error, critical or off"), std::string::npos) << what;
+    EXPECT_NE(what.find("comm, engine, liveness, netif, store or transport"), std::string::npos) << what;
+  }
+  EXPECT_NE(log_level_error({{"SPDLOG_LEVEL", "mine=loud"}}).find("SPDLOG_LEVEL='mine=loud'"), std::string::npos);
 }
 
 TEST(Settings, EveryRowIsDocumented) {

@@ -3,9 +3,8 @@
 // Point-to-point calls: point_to_point.cc.
 #include "engine/engine.h"
 
-#include <spdlog/spdlog.h>
-
 #include "engine/engine_channel.h"
+#include "src/subsystem_log.h"
 
 namespace tandem {
 
@@ -113,7 +112,7 @@ void Engine::execute(Task& task, Clock::time_point started) {
     // The shared-memory path does not know the call's number.
     std::string text = e.what();
     if (text.find("call #") == std::string::npos) text = "call #" + std::to_string(seq_) + ": " + text;
-    spdlog::error("tandem rank {}: {}", ctx_.rank(), text);
+    subsystem_log(Subsystem::engine).error("tandem rank {}: {}", ctx_.rank(), text);
     calls_.publish_mismatch(text);
     sticky_ = std::make_exception_ptr(CollectiveMismatch(text));
     failed_ = true;
@@ -122,7 +121,8 @@ void Engine::execute(Task& task, Clock::time_point started) {
   } catch (const std::exception& e) {
     // Any failure leaves peers in an unknown state (a mismatched collective
     // too): sticky. Only a mismatch is logged here, as nothing else names it.
-    if (dynamic_cast<const InvalidArgument*>(&e)) spdlog::error("tandem rank {}: {}", ctx_.rank(), e.what());
+    if (dynamic_cast<const InvalidArgument*>(&e))
+      subsystem_log(Subsystem::engine).error("tandem rank {}: {}", ctx_.rank(), e.what());
     sticky_ = std::current_exception();
     failed_ = true;
     record_failure(e.what(), failure_kind(e), collective);

@@ -1,10 +1,10 @@
 // CallCheck: the start-up check of builds, and mismatches published through the store.
 #include "liveness/call_check.h"
 
-#include <spdlog/spdlog.h>
-
 #include <cstdlib>
 #include <thread>
+
+#include "src/subsystem_log.h"
 
 #ifndef TANDEM_BUILD_ID
 #define TANDEM_BUILD_ID "unknown"
@@ -72,7 +72,8 @@ void CallCheck::publish_mismatch(const std::string& text) {
     // The first finding stays.
     if (!ctx_.store->try_get(ctx_.key("mismatch"), until)) ctx_.store->set(ctx_.key("mismatch"), text, until);
   } catch (const Error& e) {
-    spdlog::debug("tandem rank {}: could not publish the mismatch: {}", ctx_.rank(), e.what());
+    subsystem_log(Subsystem::liveness)
+        .debug("tandem rank {}: could not publish the mismatch: {}", ctx_.rank(), e.what());
   }
 }
 

@@ -2,10 +2,10 @@
 // that failed first.
 #include "liveness/liveness.h"
 
-#include <spdlog/spdlog.h>
-
 #include <algorithm>
 #include <cstdlib>
+
+#include "src/subsystem_log.h"
 
 namespace tandem {
 namespace {
@@ -158,7 +158,7 @@ void Liveness::stop() {
         store_->goodbye(until);
       }
     } catch (const std::exception& e) {
-      spdlog::debug("tandem rank {}: heartbeat goodbye: {}", ctx_.rank(), e.what());
+      subsystem_log(Subsystem::liveness).debug("tandem rank {}: heartbeat goodbye: {}", ctx_.rank(), e.what());
     }
   }
   peer_watch_.reset();

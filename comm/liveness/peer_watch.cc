@@ -1,10 +1,10 @@
 #include "liveness/peer_watch.h"
 
-#include <spdlog/spdlog.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <sstream>
+
+#include "src/subsystem_log.h"
 
 namespace tandem {
 
@@ -40,8 +40,9 @@ void PeerWatch::step(Clock::time_point now, Deadline deadline) {
   reason << "no heartbeat for " << ms / 1000 << "." << ms % 1000 / 100 << " s, " << kSilentHeartbeats
          << " intervals of " << heartbeat_.count() << " ms (the process is stopped, hung or cut off from the store; "
          << "rank " << rank_ << " watches it)";
-  spdlog::warn("tandem rank {}: rank {} sent no heartbeat for {} ms (interval {} ms)", rank_, watched_, ms,
-               heartbeat_.count());
+  subsystem_log(Subsystem::liveness)
+      .warn("tandem rank {}: rank {} sent no heartbeat for {} ms (interval {} ms)", rank_, watched_, ms,
+            heartbeat_.count());
   record_failed_rank(store_, watched_, reason.str(), deadline);
   watched_ = -1;  // reported once
 }

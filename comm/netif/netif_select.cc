@@ -9,8 +9,6 @@
 //      so all ranks agree on the subnet, each using its own interface name.
 #include "netif_select.h"
 
-#include <spdlog/spdlog.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -20,6 +18,7 @@
 
 #include "netif_probe.h"
 #include "netif_report.h"
+#include "src/subsystem_log.h"
 #include "tandem/errors.h"
 #include "tandem/store.h"
 
@@ -463,10 +462,11 @@ NetifDecision select_interface(KeyValueStore& store, const CommOptions& options,
   }
   agree_or_throw(store, options, base + "undecided", deadline, [&] { decide(d); });
   if (me == 0) {
-    spdlog::info("{}", d.to_text());
+    subsystem_log(Subsystem::netif).info("{}", d.to_text());
   } else {
-    spdlog::debug("tandem rank {}: network interface {} ({})", me, d.chosen.empty() ? "(UCX's choice)" : d.chosen,
-                  d.reason);
+    subsystem_log(Subsystem::netif)
+        .debug("tandem rank {}: network interface {} ({})", me, d.chosen.empty() ? "(UCX's choice)" : d.chosen,
+               d.reason);
   }
   return d;
 }

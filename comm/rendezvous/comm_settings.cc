@@ -3,6 +3,7 @@
 #include <string>
 
 #include "tandem/errors.h"
+#include "tandem/logging.h"
 #include "tandem/netif.h"
 #include "tandem/settings.h"
 
@@ -103,7 +104,31 @@ SettingTable<O> make_reduce() {
            [](const O& o) { return o.reduce_isa; }}};
 }
 
+SettingField<LogOptions> levels_field(const char* variable, const char* name, std::string LogOptions::*member,
+                                      std::string doc) {
+  Setting s = setting_row("log", variable, name, K::text, "", std::move(doc),
+                          "use a level (trace, debug, info, warn, error, critical or off), NAME=LEVEL for one of "
+                          "comm, engine, liveness, netif, store or transport, or a comma list of both (e.g. "
+                          "info,liveness=debug)");
+  return {s, [s, member](LogOptions& o, const std::string& v) { o.*member = parse_log_levels(s, v); },
+          [member](const LogOptions& o) { return o.*member; }};
+}
+
+SettingTable<LogOptions> make_log() {
+  return {levels_field("TANDEM_LOG_LEVEL", "tandem_levels", &LogOptions::tandem_levels,
+                       "Log levels: one for every logger and NAME=LEVEL for a subsystem's (comm, engine, liveness, "
+                       "netif, store, transport), e.g. warn or info,liveness=debug (empty: info)."),
+          levels_field("SPDLOG_LEVEL", "spdlog_levels", &LogOptions::spdlog_levels,
+                       "spdlog's own variable, in the same syntax and free to name the program's own loggers; "
+                       "used when TANDEM_LOG_LEVEL is not set.")};
+}
+
 }  // namespace
+
+const SettingTable<LogOptions>& log_settings() {
+  static const SettingTable<LogOptions> table = make_log();
+  return table;
+}
 
 const SettingTable<CommOptions>& comm_settings() {
   static const SettingTable<CommOptions> table = make_comm();

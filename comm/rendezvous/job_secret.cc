@@ -6,13 +6,13 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
-#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 
+#include "src/subsystem_log.h"
 #include "tandem/bootstrap.h"
 #include "tandem/errors.h"
 #include "tandem/store.h"
@@ -102,7 +102,8 @@ void check_store_privacy(const CommOptions& o) {
                             "); give TANDEM_STORE_ADDR the address of rank 0's interface the other ranks reach, or "
                             "set TANDEM_STORE_LISTEN_ALL=1 to listen on all of them");
     }
-    spdlog::warn("tandem: the store listens on every address ({}; TANDEM_STORE_LISTEN_ALL=1)", o.store_address);
+    subsystem_log(Subsystem::store)
+        .warn("tandem: the store listens on every address ({}; TANDEM_STORE_LISTEN_ALL=1)", o.store_address);
   }
   if (is_loopback_host(host) || !o.secret.empty()) return;
   if (!o.allow_no_secret) {
@@ -113,10 +114,11 @@ void check_store_privacy(const CommOptions& o) {
                           "a trusted network");
   }
   if (o.rank == 0)
-    spdlog::warn(
-        "tandem: the store at {} has no secret (TANDEM_ALLOW_NO_SECRET=1): anyone who reaches it can read "
-        "and write the job's keys",
-        o.store_address);
+    subsystem_log(Subsystem::store)
+        .warn(
+            "tandem: the store at {} has no secret (TANDEM_ALLOW_NO_SECRET=1): anyone who reaches it can read "
+            "and write the job's keys",
+            o.store_address);
 }
 
 }  // namespace tandem

@@ -1,11 +1,12 @@
 // One client connection of the bootstrap store: reads and checks frames,
 // runs the requests (parking GET and WAIT until their keys exist), queues the
 // replies, and enforces the frame, write and buffer limits (terms: store_server_impl.h).
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <utility>  // boost/asio/awaitable.hpp uses std::exchange without including it
 
 #include "rendezvous/store_server_impl.h"
+#include "src/subsystem_log.h"
 
 namespace tandem {
 
@@ -172,7 +173,7 @@ void StoreServer::Impl::Connection::flush() {
 
 // Closes the connection once the error reply is out; no state has changed.
 void StoreServer::Impl::Connection::reject(const std::string& message) {
-  spdlog::warn("tandem store: rejected {}: {}", peer, message);
+  subsystem_log(Subsystem::store).warn("tandem store: rejected {}: {}", peer, message);
   close_after_write = true;
   error_reply(message);
 }
@@ -338,7 +339,7 @@ void StoreServer::Impl::Connection::close(const std::string& reason, bool warn) 
   if (closed) return;
   auto self = shared_from_this();  // keep alive while we remove ourselves
   closed = true;
-  if (warn) spdlog::warn("tandem store: closing connection from {}: {}", peer, reason);
+  if (warn) subsystem_log(Subsystem::store).warn("tandem store: closing connection from {}: {}", peer, reason);
   unpark();
   frame_timer.cancel();
   park_timer.cancel();
@@ -351,7 +352,8 @@ void StoreServer::Impl::Connection::close(const std::string& reason, bool warn) 
   socket.close(ignored);
   server.connections.erase(self);
   if (rank >= 0 && !said_goodbye && !server.stopping) {
-    spdlog::warn("tandem store: rank {} ({}) disconnected without goodbye: {}", rank, peer, reason);
+    subsystem_log(Subsystem::store)
+        .warn("tandem store: rank {} ({}) disconnected without goodbye: {}", rank, peer, reason);
     server.record_failure(rank, "its process exited or lost its connection to the store (" + reason + ")");
   }
 }

@@ -3,13 +3,14 @@
 // locks; the failed-rank list is mirrored under a mutex for failed_ranks().
 //
 // (Terms and state: store_server_impl.h; one client's connection: store_connection.cc.)
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <future>
 #include <mutex>
+#include <utility>  // boost/asio/awaitable.hpp uses std::exchange without including it
 
 #include "rendezvous/store_server_impl.h"
+#include "src/subsystem_log.h"
 #include "tandem/errors.h"
 #include "tandem/store.h"
 
@@ -25,7 +26,7 @@ StoreServer::Impl::Impl(StoreServerOptions opts) : options(std::move(opts)) {
         io.run();
         return;
       } catch (const std::exception& e) {
-        spdlog::error("tandem store: handler threw: {}", e.what());
+        subsystem_log(Subsystem::store).error("tandem store: handler threw: {}", e.what());
       }
     }
   });
@@ -76,7 +77,7 @@ void StoreServer::Impl::accept() {
     if (stopping || ec == asio::error::operation_aborted) return;
     if (ec) {
       // E.g. out of file descriptors: back off instead of spinning.
-      spdlog::warn("tandem store: accept failed: {}", ec.message());
+      subsystem_log(Subsystem::store).warn("tandem store: accept failed: {}", ec.message());
       accept_retry.expires_after(std::chrono::milliseconds(50));
       accept_retry.async_wait([this](boost::system::error_code e) {
         if (!e && !stopping) accept();
@@ -86,8 +87,9 @@ void StoreServer::Impl::accept() {
     if (connections.size() >= options.max_connections && !make_room()) {
       boost::system::error_code ignored;
       socket.close(ignored);
-      spdlog::warn("tandem store: refused a connection: {} connections (max_connections), every one identified",
-                   connections.size());
+      subsystem_log(Subsystem::store)
+          .warn("tandem store: refused a connection: {} connections (max_connections), every one identified",
+                connections.size());
       accept();
       return;
     }
@@ -168,8 +170,9 @@ void StoreServer::Impl::check_heartbeats() {
     const auto silent = now - c->last_beat;
     if (silent <= kSilentHeartbeats * c->heartbeat_interval) continue;
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(silent).count();
-    spdlog::warn("tandem store: rank {} ({}) sent no heartbeat for {} ms (interval {} ms)", c->rank, c->peer, ms,
-                 c->heartbeat_interval.count());
+    subsystem_log(Subsystem::store)
+        .warn("tandem store: rank {} ({}) sent no heartbeat for {} ms (interval {} ms)", c->rank, c->peer, ms,
+              c->heartbeat_interval.count());
     record_failure(c->rank, fmt::format("no heartbeat for {}.{} s, {} intervals of {} ms (the process is stopped, "
                                         "hung or cut off from the store)",
                                         ms / 1000, ms % 1000 / 100, kSilentHeartbeats, c->heartbeat_interval.count()));

@@ -3,12 +3,12 @@
 // start.cc. The parts it joins are in communicator_impl.h.
 #include "tandem/communicator.h"
 
-#include <spdlog/spdlog.h>
-
 #include <algorithm>
 #include <thread>
 
 #include "communicator_impl.h"
+#include "subsystem_log.h"
+#include "tandem/logging.h"
 
 namespace tandem {
 
@@ -51,7 +51,7 @@ void Communicator::Impl::finalize() {
     }
     store.goodbye(deadline);
   } catch (const std::exception& e) {
-    spdlog::debug("tandem rank {}: finalize: {}", ctx.rank(), e.what());
+    subsystem_log(Subsystem::comm).debug("tandem rank {}: finalize: {}", ctx.rank(), e.what());
   }
 }
 
@@ -72,6 +72,7 @@ bool Communicator::Impl::finalize_barrier(Deadline deadline) {
 Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 std::unique_ptr<Communicator> Communicator::create(const CommOptions& options, std::shared_ptr<Algorithms> algorithms) {
+  configure_logging();  // once per process, before the first line any subsystem logs
   if (!algorithms) throw InvalidArgument("Communicator::create needs algorithms (e.g. tandem::ring::algorithms())");
   if (options.size < 1 || options.size > kMaxRanks) {
     throw InvalidArgument("world size " + std::to_string(options.size) + " is out of range 1.." +

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "subsystem_log.h"
 #include "transport/shared_segments.h"
 
 namespace tandem {
@@ -267,15 +267,17 @@ std::string FlightRecorder::dump(const std::string& reason) const {
   bool ok = f && std::fwrite(text.data(), 1, text.size(), f) == text.size();
   if (f) ok = std::fclose(f) == 0 && ok;
   if (!ok || std::rename(tmp.c_str(), file_.c_str()) != 0) {
-    spdlog::warn(
-        "tandem rank {}: cannot write the flight recorder to {} ({}); set TANDEM_FLIGHT_DIR to a writable "
-        "directory",
-        rank_, file_, std::strerror(errno));
+    subsystem_log(Subsystem::comm)
+        .warn(
+            "tandem rank {}: cannot write the flight recorder to {} ({}); set TANDEM_FLIGHT_DIR to a writable "
+            "directory",
+            rank_, file_, std::strerror(errno));
     std::remove(tmp.c_str());
     return {};
   }
-  spdlog::info("tandem rank {}: flight recorder ({}) written to {}; compare ranks with `tandem doctor`", rank_, reason,
-               file_);
+  subsystem_log(Subsystem::comm)
+      .info("tandem rank {}: flight recorder ({}) written to {}; compare ranks with `tandem doctor`", rank_, reason,
+            file_);
   return file_;
 }
 

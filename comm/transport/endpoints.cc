@@ -2,10 +2,9 @@
 // types calls may use, and the transport point-to-point messages take.
 #include "transport/endpoints.h"
 
-#include <spdlog/spdlog.h>
-
 #include <thread>
 
+#include "src/subsystem_log.h"
 #include "tandem/reduce.h"
 
 namespace tandem {
@@ -106,12 +105,14 @@ void Endpoints::map_shared_memory(size_t bytes, Deadline deadline) {
     // The lowest other rank of the host says why.
     if (opts.rank == (p == group[0] ? group[1] : group[0])) {
       if (theirs == "off") {
-        spdlog::warn("tandem: rank {} has shared memory off (TANDEM_SHM=0); its host's ranks go through UCX only", p);
+        subsystem_log(Subsystem::transport)
+            .warn("tandem: rank {} has shared memory off (TANDEM_SHM=0); its host's ranks go through UCX only", p);
       } else {
-        spdlog::warn(
-            "tandem: rank {} sizes its shared segment differently (TANDEM_SHM_CHUNK_BYTES must agree); "
-            "its host's ranks go through UCX only",
-            p);
+        subsystem_log(Subsystem::transport)
+            .warn(
+                "tandem: rank {} sizes its shared segment differently (TANDEM_SHM_CHUNK_BYTES must agree); "
+                "its host's ranks go through UCX only",
+                p);
       }
     }
     return;
@@ -140,7 +141,8 @@ void Endpoints::map_shared_memory(size_t bytes, Deadline deadline) {
     const std::string verdict = store.get(ctx_.key("shm/ok/" + std::to_string(p)), deadline);
     if (verdict.rfind("ok", 0) != 0) {
       if (opts.rank == group[0])
-        spdlog::warn("tandem: shared memory off, collectives go through UCX only ({})", verdict);
+        subsystem_log(Subsystem::transport)
+            .warn("tandem: shared memory off, collectives go through UCX only ({})", verdict);
       return;
     }
     cma_everywhere = cma_everywhere && verdict == "ok+cma";
@@ -187,7 +189,7 @@ void Endpoints::open_mailbox(Deadline deadline) {
   for (int p = 0; p < opts.size; ++p) {
     const std::string verdict = store.get(ctx_.key("p2p/ok/" + std::to_string(p)), deadline);
     if (verdict != "ok") {
-      if (opts.rank == 0) spdlog::warn("tandem: send/recv go through UCX ({})", verdict);
+      if (opts.rank == 0) subsystem_log(Subsystem::transport).warn("tandem: send/recv go through UCX ({})", verdict);
       return;
     }
   }

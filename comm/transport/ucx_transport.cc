@@ -1,7 +1,6 @@
 #include "ucx_transport.h"
 
 #include <poll.h>
-#include <spdlog/spdlog.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -12,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "src/subsystem_log.h"
 #include "tandem/errors.h"
 
 namespace tandem {
@@ -35,7 +35,8 @@ UcxTransport::UcxTransport(int rank, int size, bool peer_error_handling, const s
   if (peer_error_handling && keepalive.count() > 0) {
     const std::string interval = std::to_string(keepalive.count()) + "ms";
     if (ucp_config_modify(config, "KEEPALIVE_INTERVAL", interval.c_str()) != UCS_OK)
-      spdlog::warn("tandem: UCX rejected KEEPALIVE_INTERVAL={}; keeping its default", interval);
+      subsystem_log(Subsystem::transport)
+          .warn("tandem: UCX rejected KEEPALIVE_INTERVAL={}; keeping its default", interval);
   }
   if (!net_devices.empty()) {
     ucs_status_t s = ucp_config_modify(config, "NET_DEVICES", net_devices.c_str());
@@ -111,8 +112,9 @@ void UcxTransport::on_endpoint_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t st
   int expected = -1;
   if (ctx->self->failed_peer_.compare_exchange_strong(expected, ctx->peer)) {
     ctx->self->failed_status_ = status;
-    spdlog::debug("tandem: rank {} lost its UCX endpoint to rank {}: {}", ctx->self->rank_, ctx->peer,
-                  status_text(status));
+    subsystem_log(Subsystem::transport)
+        .debug("tandem: rank {} lost its UCX endpoint to rank {}: {}", ctx->self->rank_, ctx->peer,
+               status_text(status));
   }
 }
 
