@@ -281,7 +281,7 @@ std::vector<ExperimentKey> optimization_keys() {
       noted(integer_key(
                 o + "tensor_fusion_cycle_time",
                 [](auto& c) -> auto& { return c.optimizations.tensor_fusion_cycle_time_ms; }, 1, 10000,
-                "use milliseconds, 1 to 10000 (Determined's default 5)", "5", "Milliseconds."),
+                "use milliseconds, 1 to 10000 (Determined's default 1)", "1", "Milliseconds."),
             "Horovod's cycle time batches the tensors ready within it; tandem launches a bucket as soon as it is "
             "full or backward ends, so the value only bounds the idle engine's sleep"),
       with_fallback_shown(std::move(mixed)),
