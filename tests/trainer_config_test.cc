@@ -565,6 +565,17 @@ TEST(TrainerConfig, LengthsInBatchesRecordsEpochs) {
   EXPECT_EQ(c.to_batches({LengthUnit::epochs, 1}, 60000), 938);
 }
 
+TEST(TrainerConfig, RecordsPerEpochAboveTheDataSetWarns) {
+  std::vector<std::string> warnings;
+  EXPECT_EQ(epoch_records(parse_config(kMinimal), 60000, warnings), 60000);
+  EXPECT_EQ(epoch_records(parse_config(kMinimal + "records_per_epoch: 6400\n"), 60000, warnings), 6400);
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_EQ(epoch_records(parse_config(kMinimal + "records_per_epoch: 70000\n"), 60000, warnings), 60000);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("records_per_epoch 70000 is more than the 60000 training records"), std::string::npos)
+      << warnings[0];
+}
+
 TEST(TrainerConfig, EditDistance) {
   EXPECT_EQ(edit_distance("kitten", "sitting"), 3u);
   EXPECT_EQ(did_you_mean("slots_per_trail", {"slots_per_trial", "slots_per_host"}), "slots_per_trial");

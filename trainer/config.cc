@@ -264,6 +264,16 @@ ExperimentConfig load_config(const std::string& path) {
   }
 }
 
+int64_t epoch_records(const ExperimentConfig& c, int64_t training_records, std::vector<std::string>& warnings) {
+  if (c.records_per_epoch <= 0) return training_records;
+  if (c.records_per_epoch <= training_records) return c.records_per_epoch;
+  warnings.push_back("records_per_epoch " + std::to_string(c.records_per_epoch) + " is more than the " +
+                     std::to_string(training_records) + " training records; an epoch counts " +
+                     std::to_string(training_records) + " (set records_per_epoch: " +
+                     std::to_string(training_records) + " or less to silence this)");
+  return training_records;
+}
+
 std::string checkpoint_storage_dir(const ExperimentConfig& config, const std::string& output_dir) {
   if (config.checkpoint_dir.empty()) return "";
   const std::filesystem::path dir(config.checkpoint_dir);

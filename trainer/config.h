@@ -128,6 +128,10 @@ int layer_slices_for(const ExperimentConfig& config, int hosts);
 ExperimentConfig parse_config(const std::string& yaml_text, const std::string& base_dir = "");
 ExperimentConfig load_config(const std::string& path);
 
+// The records an epoch counts: records_per_epoch, at most the training set's
+// `training_records` (a clamp adds a line to `warnings`), or the whole set when not given.
+int64_t epoch_records(const ExperimentConfig& config, int64_t training_records, std::vector<std::string>& warnings);
+
 // Re-applies the slot-dependent checks after a flag changed slots_per_trial;
 // per_slot_batch > 0 also sets the global batch to per_slot_batch * slots.
 void set_slots(ExperimentConfig& config, int slots, int64_t per_slot_batch = 0);
