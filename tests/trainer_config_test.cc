@@ -293,6 +293,18 @@ std::vector<KeyRow> key_rows() {
       {"reproducibility", "experiment_seed", "experiment_seed: 77", false, [](C c) { EXPECT_EQ(c.seed, 77u); }, ""},
       {"data", "type", "type: synthetic", false, [](C c) { EXPECT_EQ(c.data, "synthetic"); }, ""},
       {"data", "path", "path: /d", false, [](C c) { EXPECT_EQ(c.data_path, "/d"); }, ""},
+      {"", "environment", "environment: {image: determinedai/pytorch-ngc:0.38.0}", false, nullptr,
+       "ignored: tandem runs each slot as a process"},
+      {"", "bind_mounts", "bind_mounts: [{host_path: /data, container_path: /data}]", false, nullptr,
+       "ignored: tandem runs each slot as a process"},
+      {"resources", "shm_size", "shm_size: 4G", false, nullptr, "ignored: tandem runs each slot as a process"},
+      {"", "debug", "debug: true", false, nullptr, "ignored: it turns on Determined's master and agent debug logs"},
+      {"", "checkpoint_policy", "checkpoint_policy: all", false, nullptr, "ignored: tandem checkpoints every"},
+      {"", "scheduling_unit", "scheduling_unit: 50", false, nullptr, "ignored: it sets how often"},
+      {"", "profiling", "profiling: {enabled: true}", false, nullptr, "ignored: it drives Determined's profiler"},
+      {"", "labels", "labels: [mnist, const]", false, nullptr, "ignored: they tag the experiment"},
+      {"", "workspace", "workspace: research", false, nullptr, "ignored: it files the experiment"},
+      {"", "project", "project: mnist", false, nullptr, "ignored: it files the experiment"},
   };
 }
 
@@ -563,6 +575,22 @@ TEST(TrainerConfig, LengthsInBatchesRecordsEpochs) {
   EXPECT_EQ(c.to_batches({LengthUnit::records, 640}, 60000), 10);
   EXPECT_EQ(c.to_batches({LengthUnit::records, 641}, 60000), 11);
   EXPECT_EQ(c.to_batches({LengthUnit::epochs, 1}, 60000), 938);
+}
+
+// Determined's cluster and web UI keys: accepted, each with one warning saying why it is ignored.
+TEST(TrainerConfig, InfrastructureKeysAreIgnoredWithOneNoteEach) {
+  int ignored = 0;
+  for (const auto& k : experiment_keys()) {
+    if (!k.ignored) continue;
+    ++ignored;
+    SCOPED_TRACE(k.path);
+    const std::string yaml = k.parent().empty() ? kMinimal + k.path + ": {anything: [1, 2]}\n"
+                                                : kMinimal + k.parent() + ": {" + k.name() + ": 4G}\n";
+    const auto c = parse_config(yaml);
+    ASSERT_EQ(c.warnings.size(), 1u);
+    EXPECT_EQ(c.warnings[0].rfind(k.path + ": ignored: ", 0), 0u) << c.warnings[0];
+  }
+  EXPECT_EQ(ignored, 10);
 }
 
 TEST(TrainerConfig, RecordsPerEpochAboveTheDataSetWarns) {

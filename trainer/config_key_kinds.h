@@ -156,4 +156,15 @@ inline ExperimentKey noted(ExperimentKey k, std::string note) {
   return k;
 }
 
+// A Determined key tandem has no use for: any value accepted, its note printed once.
+inline ExperimentKey ignored_key(std::string path, std::string determined, std::string why) {
+  ExperimentKey k = plain_key(std::move(path), "any", std::move(determined), "No counterpart in tandem.");
+  k.fallback = "ignored";
+  k.ignored = true;
+  k.note = "ignored: " + std::move(why);
+  k.read = [](const YAML::Node&, ConfigReader&, ExperimentConfig&) {};
+  k.show = [](const ExperimentConfig&) { return std::string(); };
+  return k;
+}
+
 }  // namespace tandem::trainer

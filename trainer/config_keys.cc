@@ -342,6 +342,26 @@ std::vector<ExperimentKey> storage_keys() {
   };
 }
 
+// Determined's cluster, container and web UI keys: no counterpart in tandem.
+std::vector<ExperimentKey> ignored_keys() {
+  const std::string no_container = "tandem runs each slot as a process on its host, not in a container";
+  return {
+      ignored_key("environment", "{} (the default images)",
+                  no_container + "; set variables in the shell that runs tandem train"),
+      ignored_key("bind_mounts", "[]", no_container + ", which sees the host's file system as it is"),
+      ignored_key("resources.shm_size", "— (the cluster's)", no_container + ", which uses the host's /dev/shm"),
+      ignored_key("debug", "false", "it turns on Determined's master and agent debug logs; tandem has neither"),
+      ignored_key("checkpoint_policy", "best",
+                  "tandem checkpoints every min_checkpoint_period and keeps them by checkpoint_storage's counts"),
+      ignored_key("scheduling_unit", "100", "it sets how often Determined's master hears from a trial"),
+      ignored_key("profiling", "{enabled: false}",
+                  "it drives Determined's profiler; tandem's trace of each slot is tandem train --timeline"),
+      ignored_key("labels", "[]", "they tag the experiment in Determined's web UI"),
+      ignored_key("workspace", "— (Uncategorized)", "it files the experiment in Determined's web UI"),
+      ignored_key("project", "— (Uncategorized)", "it files the experiment in Determined's web UI"),
+  };
+}
+
 std::vector<ExperimentKey> data_keys() {
   const std::vector<std::string> kinds = {"fashion-mnist", "synthetic"};
   ExperimentKey data =
@@ -376,7 +396,7 @@ const std::vector<ExperimentKey>& experiment_keys() {
   static const std::vector<ExperimentKey> keys = [] {
     std::vector<ExperimentKey> all;
     for (auto part : {top_keys, hyperparameter_keys, lr_schedule_keys, model_keys, resource_keys, searcher_keys,
-                      period_keys, optimization_keys, storage_keys, data_keys})
+                      period_keys, optimization_keys, storage_keys, data_keys, ignored_keys})
       for (auto& k : part()) all.push_back(std::move(k));
     all.push_back(entrypoint_key());
     return all;
