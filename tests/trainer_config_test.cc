@@ -416,7 +416,7 @@ TEST(TrainerConfig, EmptyRequiredKeysAreMissing) {
   expect_error("hyperparameters:\nsearcher: {max_length: {batches: 10}}\n", {"hyperparameters: missing"});
   expect_error("hyperparameters: {global_batch_size: }\nsearcher: {max_length: {batches: 10}}\n",
                {"hyperparameters.global_batch_size: missing"});
-  expect_error("hyperparameters: {global_batch_size: 8}\nsearcher:\n", {"searcher.max_length: missing"});
+  EXPECT_FALSE(parse_config("hyperparameters: {global_batch_size: 8}\nsearcher:\n").max_length.set());
   expect_error(kMinimal + "resources: {hosts: [a, [b]]}\n", {"resources.hosts: expected host names, got a list"});
 }
 
@@ -509,13 +509,47 @@ TEST(TrainerConfig, GradientCompressionAsDetermined) {
 
 TEST(TrainerConfig, MissingRequiredKeys) {
   expect_error("name: x\nsearcher: {max_length: {batches: 10}}\n", {"hyperparameters: missing", "global_batch_size"});
-  expect_error("hyperparameters: {global_batch_size: 8}\n",
-               {"searcher.max_length: missing", "max_length: {epochs: 1}"});
+}
+
+// searcher.max_length is optional, as in Determined 0.38: --max-batches gives the length, and with neither
+// the length's absence is listed with the other problems before training starts.
+TEST(TrainerConfig, TheLengthComesFromMaxLengthOrMaxBatches) {
+  const std::string lengthless = "hyperparameters: {global_batch_size: 8}\n";
+  EXPECT_FALSE(parse_config(lengthless).max_length.set());  // --max-batches gives it
+  EXPECT_EQ(parse_config(kMinimal, "", true).max_length.value, 100);
+  std::string msg;
+  try {
+    parse_config(lengthless + "max_restarts: -1\n", "", true);
+  } catch (const ConfigError& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("2 problems"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("searcher.max_length: not given, and no --max-batches"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("tandem train --max-batches N"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("max_restarts: '-1' is out of range"), std::string::npos) << msg;
+  // A bad length is one problem, not also a missing one.
+  try {
+    parse_config(lengthless + "searcher: {max_length: {batches: 0}}\n", "", true);
+  } catch (const ConfigError& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("(1 problem)"), std::string::npos) << msg;
 }
 
 TEST(TrainerConfig, SeveralProblemsAreAllListed) {
   const std::string msg = error_of(kBase + "max_restart: 1\noptimizations: {aggregation_frequency: x}\n");
   EXPECT_NE(msg.find("2 problems"), std::string::npos) << msg;
+  // The layout's checks too, beside bad values, in one pass.
+  const std::string all = error_of(R"(
+hyperparameters: {global_batch_size: 4, learning_rate: 0}
+resources: {slots_per_trial: 8}
+max_restarts: -1
+)");
+  EXPECT_NE(all.find("3 problems"), std::string::npos) << all;
+  for (const std::string part :
+       {"hyperparameters.learning_rate: '0' is out of range", "max_restarts: '-1' is out of range",
+        "resources.slots_per_trial: 8 slots cannot share a global batch of 4"})
+    EXPECT_NE(all.find(part), std::string::npos) << part << " not in: " << all;
 }
 
 TEST(TrainerConfig, PerSlotBatchDropsTheRemainderWithAWarning) {

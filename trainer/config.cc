@@ -145,7 +145,13 @@ void check_model(KeyWalk& w) {
                                                        " (each block of fc2 holds a multiple of 16 weights)");
 }
 
-void check_searcher(KeyWalk& w) {
+void check_searcher(KeyWalk& w, bool length_required) {
+  const auto length = w.node_at("searcher.max_length");
+  if (length_required && (!length || length->IsNull()))
+    w.reader.error("searcher.max_length",
+                   "not given, and no --max-batches; give the training length as searcher.max_length (e.g. "
+                   "{epochs: 1}) or tandem train --max-batches N (Determined 0.38 moved the length from the YAML "
+                   "to the training code, which tandem does not run)");
   // Determined defaults smaller_is_better to true; tandem's default metric is the accuracy, so the default follows
   // the metric.
   const auto given = w.node_at("searcher.smaller_is_better");
@@ -225,7 +231,7 @@ void validate_slots(ExperimentConfig& c, std::vector<std::string>& errors) {
 
 }  // namespace
 
-ExperimentConfig parse_config(const std::string& yaml_text, const std::string& base_dir) {
+ExperimentConfig parse_config(const std::string& yaml_text, const std::string& base_dir, bool length_required) {
   YAML::Node root;
   try {
     root = YAML::Load(yaml_text);
@@ -243,22 +249,22 @@ ExperimentConfig parse_config(const std::string& yaml_text, const std::string& b
   check_used_with(w);
   check_hyperparameters(w);
   check_model(w);
-  check_searcher(w);
+  check_searcher(w, length_required);
   check_optimizations(w);
   check_storage(w);
   c.warnings = c.notes;
-  if (r.errors.empty()) validate_slots(c, r.errors);
+  validate_slots(c, r.errors);
   if (!r.errors.empty()) fail(r.errors);
   return c;
 }
 
-ExperimentConfig load_config(const std::string& path) {
+ExperimentConfig load_config(const std::string& path, bool length_required) {
   std::ifstream in(path);
   if (!in) throw ConfigError("cannot read experiment configuration '" + path + "': no such file or not readable");
   std::stringstream ss;
   ss << in.rdbuf();
   try {
-    return parse_config(ss.str(), std::filesystem::path(path).parent_path().string());
+    return parse_config(ss.str(), std::filesystem::path(path).parent_path().string(), length_required);
   } catch (const ConfigError& e) {
     throw ConfigError(path + ": " + e.what());
   }
@@ -269,8 +275,8 @@ int64_t epoch_records(const ExperimentConfig& c, int64_t training_records, std::
   if (c.records_per_epoch <= training_records) return c.records_per_epoch;
   warnings.push_back("records_per_epoch " + std::to_string(c.records_per_epoch) + " is more than the " +
                      std::to_string(training_records) + " training records; an epoch counts " +
-                     std::to_string(training_records) + " (set records_per_epoch: " +
-                     std::to_string(training_records) + " or less to silence this)");
+                     std::to_string(training_records) + " (set records_per_epoch: " + std::to_string(training_records) +
+                     " or less to silence this)");
   return training_records;
 }
 

@@ -124,9 +124,12 @@ struct ExperimentConfig {
 int layer_slices_for(const ExperimentConfig& config, int hosts);
 
 // Parses and validates; throws ConfigError listing every problem. A relative
-// entrypoint is resolved against `base_dir` (the YAML's directory; "" = the working directory).
-ExperimentConfig parse_config(const std::string& yaml_text, const std::string& base_dir = "");
-ExperimentConfig load_config(const std::string& path);
+// entrypoint is resolved against `base_dir` (the YAML's directory; "" = the
+// working directory). `length_required`: no --max-batches gives the training
+// length, so searcher.max_length must.
+ExperimentConfig parse_config(const std::string& yaml_text, const std::string& base_dir = "",
+                              bool length_required = false);
+ExperimentConfig load_config(const std::string& path, bool length_required = false);
 
 // The records an epoch counts: records_per_epoch, at most the training set's
 // `training_records` (a clamp adds a line to `warnings`), or the whole set when not given.

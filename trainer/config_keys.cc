@@ -186,11 +186,12 @@ std::vector<ExperimentKey> searcher_keys() {
           "searcher.metric", [](auto& c) -> auto& { return c.searcher_metric; },
           {"validation_accuracy", "validation_loss"}, kRequired,
           "The metric that ranks checkpoints for `save_trial_best`."),
-      required(length_key(
-                   "searcher.max_length", [](auto& c) -> auto& { return c.max_length; }, kRequired,
-                   "How long to train (`--max-batches` overrides it)."),
-               "missing; set how long to train, e.g. searcher: {name: single, metric: validation_accuracy, "
-               "max_length: {epochs: 1}}"),
+      with_fallback(length_key(
+                        "searcher.max_length", [](auto& c) -> auto& { return c.max_length; },
+                        "— (deprecated in 0.38: the training code's)",
+                        "How long to train (`--max-batches` overrides it). Without it `--max-batches` gives the "
+                        "length; with neither, `tandem train` stops before training and says so."),
+                    "--max-batches"),
       with_fallback(bool_key(
                         "searcher.smaller_is_better", [](auto& c) -> auto& { return c.smaller_is_better; }, "true",
                         "The metric's direction. tandem's default metric is the accuracy, so when not given it "
