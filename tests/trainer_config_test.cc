@@ -73,11 +73,14 @@ TEST(TrainerConfig, UnknownKeysGetDidYouMean) {
   expect_error(kBase + "max_restart: 3\n", {"max_restart: unknown key", "did you mean 'max_restarts'?"});
   expect_error(kBase + "optimizations: {agregation_frequency: 2}\n",
                {"optimizations.agregation_frequency", "did you mean 'aggregation_frequency'?"});
-  expect_error(R"(
-hyperparameters: {global_batch_size: 64, learning_rat: 0.1}
-searcher: {max_length: {batches: 10}}
-)",
-               {"hyperparameters.learning_rat", "did you mean 'learning_rate'?"});
+  // A hyperparameter outside the table is the model's own: a near miss of a known one is noted, not refused.
+  const auto typo = parse_config("hyperparameters: {global_batch_size: 64, learning_rat: 0.1}\n");
+  ASSERT_EQ(typo.warnings.size(), 1u);
+  EXPECT_NE(
+      typo.warnings[0].find("hyperparameters.learning_rat is not one tandem reads (did you mean 'learning_rate'?)"),
+      std::string::npos)
+      << typo.warnings[0];
+  EXPECT_DOUBLE_EQ(typo.learning_rate, 0.01);
   expect_error(kBase + "zzzz: 1\n", {"zzzz: unknown key (valid here:"});
 }
 
@@ -611,6 +614,66 @@ TEST(TrainerConfig, LengthsInBatchesRecordsEpochs) {
   EXPECT_EQ(c.to_batches({LengthUnit::epochs, 1}, 60000), 938);
 }
 
+// Determined's typed hyperparameters: const is its value; a search space names the searcher it needs.
+TEST(TrainerConfig, TypedHyperparametersAsDetermined) {
+  const auto typed = parse_config(R"(
+hyperparameters:
+  global_batch_size: {type: const, val: 64}
+  learning_rate: {type: const, val: 0.05}
+  optimizer: {type: const, val: adam}
+  lr_schedule: {type: const, val: {type: step, step_size: {batches: 10}}}
+searcher: {max_length: {batches: 100}}
+)");
+  const auto plain = parse_config(R"(
+hyperparameters:
+  global_batch_size: 64
+  learning_rate: 0.05
+  optimizer: adam
+  lr_schedule: {type: step, step_size: {batches: 10}}
+searcher: {max_length: {batches: 100}}
+)");
+  EXPECT_EQ(typed.global_batch_size, plain.global_batch_size);
+  EXPECT_EQ(typed.learning_rate, plain.learning_rate);
+  EXPECT_EQ(typed.optimizer, plain.optimizer);
+  EXPECT_EQ(typed.lr_schedule.type, "step");
+  EXPECT_EQ(typed.lr_schedule.step_size.value, plain.lr_schedule.step_size.value);
+  EXPECT_TRUE(typed.warnings.empty());
+  for (const std::string space :
+       {"{type: int, minval: 32, maxval: 128}", "{type: double, minval: 0.1, maxval: 1}",
+        "{type: log, minval: -4, maxval: -1, base: 10}", "{type: categorical, vals: [32, 64]}"}) {
+    const std::string type = space.substr(1, space.find(',') - 1);
+    expect_error("hyperparameters: {global_batch_size: " + space + "}\n",
+                 {"hyperparameters.global_batch_size: {" + type + "} is a search space",
+                  "random, grid or adaptive_asha", "tandem runs searcher single", "{type: const, val: ...}"});
+  }
+  const std::string one = error_of("hyperparameters: {global_batch_size: {type: int, minval: 1, maxval: 2}}\n");
+  EXPECT_NE(one.find("(1 problem)"), std::string::npos) << "a refused value is not also missing: " << one;
+  expect_error("hyperparameters: {global_batch_size: {type: const}}\n",
+               {"hyperparameters.global_batch_size: {type: const} without val"});
+  expect_error("hyperparameters: {global_batch_size: {type: const, val: 8, vals: [8]}}\n",
+               {"hyperparameters.global_batch_size.vals: unknown key", "did you mean 'val'?"});
+}
+
+// Hyperparameters the trainer does not read are the entrypoint's: recorded in order, typed const resolved.
+TEST(TrainerConfig, UnknownHyperparametersAreRecorded) {
+  const auto c = parse_config(R"(
+hyperparameters:
+  global_batch_size: 64
+  n_filters1: {type: const, val: 32}
+  dropout2: 0.5
+  head: {width: {type: const, val: 128}, act: relu}
+searcher: {max_length: {batches: 100}}
+)");
+  const std::vector<std::pair<std::string, std::string>> expected = {
+      {"n_filters1", "32"}, {"dropout2", "0.5"}, {"head", "{width: 128, act: relu}"}};
+  EXPECT_EQ(c.user_hyperparameters, expected);
+  ASSERT_EQ(c.warnings.size(), 1u);  // dropout2 is a near miss of dropout
+  EXPECT_NE(c.warnings[0].find("hyperparameters.dropout2 is not one tandem reads"), std::string::npos);
+  expect_error("hyperparameters: {global_batch_size: 64, n: 1, n: 2}\n", {"hyperparameters.n: given twice"});
+  expect_error("hyperparameters: {global_batch_size: 64, head: {width: {type: int, minval: 1, maxval: 9}}}\n",
+               {"hyperparameters.head.width: {type: int} is a search space"});
+}
+
 // Determined's cluster and web UI keys: accepted, each with one warning saying why it is ignored.
 TEST(TrainerConfig, InfrastructureKeysAreIgnoredWithOneNoteEach) {
   int ignored = 0;
@@ -636,6 +699,23 @@ TEST(TrainerConfig, RecordsPerEpochAboveTheDataSetWarns) {
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_NE(warnings[0].find("records_per_epoch 70000 is more than the 60000 training records"), std::string::npos)
       << warnings[0];
+}
+
+// The example shaped as Determined's mnist_pytorch const.yaml parses with its typed values and notes.
+TEST(TrainerConfig, DeterminedStyleExampleParses) {
+  const auto c = load_config(std::string(TANDEM_SOURCE_DIR) + "/trainer/examples/determined_const.yaml");
+  EXPECT_EQ(c.global_batch_size, 64);
+  EXPECT_DOUBLE_EQ(c.learning_rate, 0.05);
+  EXPECT_FALSE(c.max_length.set());
+  EXPECT_EQ(c.searcher_metric, "validation_loss");
+  EXPECT_TRUE(c.smaller_is_better);
+  EXPECT_FALSE(c.user_hyperparameters.empty());
+  for (const std::string key : {"environment", "resources.shm_size", "workspace", "project", "labels"})
+    EXPECT_TRUE(std::any_of(c.warnings.begin(), c.warnings.end(), [&](const std::string& w) {
+      return w.rfind(key + ": ignored: ", 0) == 0;
+    })) << key;
+  EXPECT_THROW(load_config(std::string(TANDEM_SOURCE_DIR) + "/trainer/examples/determined_const.yaml", true),
+               ConfigError);
 }
 
 TEST(TrainerConfig, EditDistance) {

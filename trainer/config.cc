@@ -40,6 +40,7 @@ struct KeyWalk {
   const YAML::Node& root;
   ConfigReader& reader;
   ExperimentConfig& config;
+  std::vector<std::string> refused;  // hyperparameters already reported: their keys are not read again
 
   // The node at a dotted path, when every section on the way is a map holding the next key.
   std::optional<YAML::Node> node_at(const std::string& path) const {
@@ -57,6 +58,78 @@ struct KeyWalk {
   bool given(const std::string& path) const { return node_at(path).has_value(); }
 };
 
+// Determined's hyperparameter types: const is one value; the others are
+// search spaces that only a sampling searcher explores.
+const std::vector<std::string> kHyperparameterTypes = {"const", "int", "double", "log", "categorical"};
+
+bool is_typed(const YAML::Node& n) {
+  if (!n.IsMap() || !n["type"] || !n["type"].IsScalar()) return false;
+  const std::string type = n["type"].Scalar();
+  return std::find(kHyperparameterTypes.begin(), kHyperparameterTypes.end(), type) != kHyperparameterTypes.end();
+}
+
+// Each {type: const, val: V} below `map` replaced by V; a search space is an
+// error naming the searcher it needs, and its path is refused.
+void resolve_typed(YAML::Node map, const std::string& path, KeyWalk& w) {
+  std::vector<std::string> keys;
+  for (const auto& kv : map) keys.push_back(kv.first.as<std::string>());
+  for (const std::string& key : keys) {
+    const std::string full = path + "." + key;
+    YAML::Node value = map[key];
+    if (!is_typed(value)) {
+      if (value.IsMap()) resolve_typed(value, full, w);
+      continue;
+    }
+    const std::string type = value["type"].Scalar();
+    if (type != "const") {
+      w.reader.error(full, "{type: " + type +
+                               "} is a search space, which only a searcher that samples explores (Determined's "
+                               "random, grid or adaptive_asha); tandem runs searcher single: give one value, as "
+                               "{type: const, val: ...} or the value itself");
+      w.refused.push_back(full);
+      continue;
+    }
+    w.reader.check_keys(value, full, {"type", "val"});
+    if (!value["val"] || value["val"].IsNull()) {
+      w.reader.error(full, "{type: const} without val; give the value, e.g. {type: const, val: 64}");
+      w.refused.push_back(full);
+      continue;
+    }
+    map[key] = YAML::Clone(value["val"]);
+    if (map[key].IsMap()) resolve_typed(map[key], full, w);
+  }
+}
+
+std::string flow_yaml(const YAML::Node& n) {
+  if (n.IsScalar()) return n.Scalar();
+  YAML::Emitter out;
+  out << YAML::Flow << n;
+  return out.c_str();
+}
+
+// A section's keys that the table lacks: recorded as the user's (an open
+// section such as hyperparameters), a near miss of a known key noted.
+void record_user_keys(const YAML::Node& map, const std::string& section, const std::vector<std::string>& known,
+                      KeyWalk& w) {
+  std::vector<std::string> all = known;
+  for (const auto& kv : map) {
+    const std::string key = kv.first.as<std::string>();
+    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+    all.push_back(key);
+    w.config.user_hyperparameters.emplace_back(key, flow_yaml(kv.second));
+    if (const std::string hint = did_you_mean(key, known); !hint.empty())
+      w.config.notes.push_back(section + "." + key + " is not one tandem reads (did you mean '" + hint +
+                               "'?); it is kept as the model's own, which tandem's models do not read");
+  }
+  w.reader.check_keys(map, section, all);  // keys given twice
+}
+
+const ExperimentKey* find_key(const std::string& path) {
+  for (const auto& k : experiment_keys())
+    if (k.path == path) return &k;
+  return nullptr;
+}
+
 // A section that is absent or empty: its required keys are missing too.
 void report_missing(const std::string& section, KeyWalk& w) {
   for (const ExperimentKey* k : keys_under(section)) {
@@ -72,8 +145,13 @@ void read_section(const YAML::Node& map, const std::string& section, KeyWalk& w)
   const auto keys = keys_under(section);
   std::vector<std::string> names;
   for (const ExperimentKey* k : keys) names.push_back(k->name());
-  w.reader.check_keys(map, section, names);
+  const ExperimentKey* self = find_key(section);
+  if (self && self->open)
+    record_user_keys(map, section, names, w);
+  else
+    w.reader.check_keys(map, section, names);
   for (const ExperimentKey* k : keys) {
+    if (std::find(w.refused.begin(), w.refused.end(), k->path) != w.refused.end()) continue;
     const YAML::Node n = map[k->name()];
     const bool empty = !n || n.IsNull();
     if (empty && !k->missing.empty()) {
@@ -244,7 +322,10 @@ ExperimentConfig parse_config(const std::string& yaml_text, const std::string& b
 
   ExperimentConfig c;
   ConfigReader r(base_dir);
-  KeyWalk w{root, r, c};
+  root = YAML::Clone(root);
+  KeyWalk w{root, r, c, {}};
+  if (root["hyperparameters"] && root["hyperparameters"].IsMap())
+    resolve_typed(root["hyperparameters"], "hyperparameters", w);
   read_section(root, "", w);
   check_used_with(w);
   check_hyperparameters(w);

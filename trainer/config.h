@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tandem::trainer {
@@ -105,6 +106,9 @@ struct ExperimentConfig {
   std::string network_interface;       // dtrain_network_interface
   std::string data = "fashion-mnist";  // fashion-mnist | synthetic
   std::string data_path = "/usr/share/datasets/fashion-mnist";
+  // hyperparameters the trainer does not read, in the YAML's order: the name
+  // under hyperparameters and the value as flow YAML ({type: const} resolved)
+  std::vector<std::pair<std::string, std::string>> user_hyperparameters;
 
   std::vector<std::string> warnings;  // notes, then the slot-dependent ones (e.g. batch remainder)
   std::vector<std::string> notes;     // found while parsing, independent of the slot count

@@ -151,6 +151,12 @@ inline ExperimentKey used_only_with(ExperimentKey k, std::string selector, std::
   return k;
 }
 
+// A section whose keys outside the table are the user's: recorded, not refused.
+inline ExperimentKey open_section(ExperimentKey k) {
+  k.open = true;
+  return k;
+}
+
 inline ExperimentKey noted(ExperimentKey k, std::string note) {
   k.note = std::move(note);
   return k;

@@ -41,7 +41,11 @@ std::vector<ExperimentKey> top_keys() {
           "The run's name; the output goes to `runs/<name>` unless `--output` says otherwise."),
       text_key(
           "description", [](auto& c) -> auto& { return c.description; }, "a string", "empty", "Free text."),
-      required(section_key("hyperparameters", kRequired, "The trial's hyperparameters."),
+      required(open_section(section_key(
+                   "hyperparameters", kRequired,
+                   "The trial's hyperparameters: each a value or Determined's `{type: const, val: V}`; a search "
+                   "space (`int`, `double`, `log`, `categorical`) is refused, as `single` does not search. Names "
+                   "outside this table are the model's own, recorded as given (below the table).")),
                "missing; set at least hyperparameters.global_batch_size (e.g. 64)"),
   };
 }
