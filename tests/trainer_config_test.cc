@@ -1,6 +1,7 @@
 // The experiment configuration: every bad key or value names the key, the
 // value and the fix; per-slot batch arithmetic; layouts; and the pieces of
-// the trainer that need no LibTorch (batch plan, checkpoints, metrics).
+// the trainer that need no LibTorch (batch plan, checkpoints, metrics); and
+// an entrypoint's attributes set from the hyperparameters.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 #include "data.h"
 #include "driver.h"
 #include "metrics.h"
+#include "model.h"
 
 namespace tandem::trainer {
 namespace {
@@ -716,6 +718,33 @@ TEST(TrainerConfig, DeterminedStyleExampleParses) {
     })) << key;
   EXPECT_THROW(load_config(std::string(TANDEM_SOURCE_DIR) + "/trainer/examples/determined_const.yaml", true),
                ConfigError);
+}
+
+// An entrypoint module's attribute of a hyperparameter's name takes its value:
+// the example model's logit_scale 0 zeroes its logits.
+TEST(TrainerConfig, HyperparametersSetTheEntrypointsAttributes) {
+  const auto dir = std::filesystem::temp_directory_path() / ("tandem_attrs_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string model = (dir / "model.pt").string();
+  const std::string make = "timeout 120 /usr/bin/python3 " + std::string(TANDEM_SOURCE_DIR) +
+                           "/trainer/examples/torchscript_model.py " + model + " --hidden 8 > /dev/null 2>&1";
+  if (std::system(make.c_str()) != 0) GTEST_SKIP() << "python3-torch cannot save a TorchScript model here";
+  const auto c =
+      parse_config("hyperparameters: {global_batch_size: 64, logit_scale: {type: const, val: 0.0}, n_filters: 32}\n");
+  const torch::Tensor x = torch::ones({2, 1, 28, 28});
+  EXPECT_GT(load_torchscript(model).forward(x).abs().sum().item<double>(), 0);
+  EXPECT_EQ(load_torchscript(model, c.user_hyperparameters).forward(x).abs().sum().item<double>(), 0);
+  try {
+    load_torchscript(model, {{"logit_scale", "big"}});
+    ADD_FAILURE() << "a float attribute took 'big'";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("hyperparameters.logit_scale 'big' does not fit the module's attribute of type "
+                                   "float"),
+        std::string::npos)
+        << e.what();
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(TrainerConfig, EditDistance) {

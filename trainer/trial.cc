@@ -60,7 +60,7 @@ Trial::Trial(const WorkerOptions& options, ExperimentConfig config, std::unique_
   torch::manual_seed(cfg_.seed);
   layer_slices_ = layer_slices_for(cfg_, comm_->topology().hosts());
   model_ = cfg_.entrypoint.empty() ? make_model(cfg_.model, cfg_.mlp_hidden, cfg_.dropout, layer_slices_)
-                                   : load_torchscript(cfg_.entrypoint);
+                                   : load_torchscript(cfg_.entrypoint, cfg_.user_hyperparameters);
   for (const auto& [name, p] : model_.parameters) params_.push_back(p), names_.push_back(name);
   {
     torch::NoGradGuard no_grad;
