@@ -119,7 +119,7 @@ void record_user_keys(const YAML::Node& map, const std::string& section, const s
     w.config.user_hyperparameters.emplace_back(key, flow_yaml(kv.second));
     if (const std::string hint = did_you_mean(key, known); !hint.empty())
       w.config.notes.push_back(section + "." + key + " is not one tandem reads (did you mean '" + hint +
-                               "'?); it is kept as the model's own, which tandem's models do not read");
+                               "'?); it is kept as the model's own, for an entrypoint attribute of that name");
   }
   w.reader.check_keys(map, section, all);  // keys given twice
 }
