@@ -1,6 +1,7 @@
 // The experiment configuration: every bad key or value names the key, the
 // value and the fix; per-slot batch arithmetic; layouts; and the pieces of
-// the trainer that need no LibTorch (batch plan, checkpoints, metrics).
+// the trainer that need no LibTorch (batch plan, checkpoints, metrics); and
+// an entrypoint's attributes set from the hyperparameters.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 #include "data.h"
 #include "driver.h"
 #include "metrics.h"
+#include "model.h"
 
 namespace tandem::trainer {
 namespace {
@@ -73,11 +75,14 @@ TEST(TrainerConfig, UnknownKeysGetDidYouMean) {
   expect_error(kBase + "max_restart: 3\n", {"max_restart: unknown key", "did you mean 'max_restarts'?"});
   expect_error(kBase + "optimizations: {agregation_frequency: 2}\n",
                {"optimizations.agregation_frequency", "did you mean 'aggregation_frequency'?"});
-  expect_error(R"(
-hyperparameters: {global_batch_size: 64, learning_rat: 0.1}
-searcher: {max_length: {batches: 10}}
-)",
-               {"hyperparameters.learning_rat", "did you mean 'learning_rate'?"});
+  // A hyperparameter outside the table is the model's own: a near miss of a known one is noted, not refused.
+  const auto typo = parse_config("hyperparameters: {global_batch_size: 64, learning_rat: 0.1}\n");
+  ASSERT_EQ(typo.warnings.size(), 1u);
+  EXPECT_NE(
+      typo.warnings[0].find("hyperparameters.learning_rat is not one tandem reads (did you mean 'learning_rate'?)"),
+      std::string::npos)
+      << typo.warnings[0];
+  EXPECT_DOUBLE_EQ(typo.learning_rate, 0.01);
   expect_error(kBase + "zzzz: 1\n", {"zzzz: unknown key (valid here:"});
 }
 
@@ -293,6 +298,18 @@ std::vector<KeyRow> key_rows() {
       {"reproducibility", "experiment_seed", "experiment_seed: 77", false, [](C c) { EXPECT_EQ(c.seed, 77u); }, ""},
       {"data", "type", "type: synthetic", false, [](C c) { EXPECT_EQ(c.data, "synthetic"); }, ""},
       {"data", "path", "path: /d", false, [](C c) { EXPECT_EQ(c.data_path, "/d"); }, ""},
+      {"", "environment", "environment: {image: determinedai/pytorch-ngc:0.38.0}", false, nullptr,
+       "ignored: tandem runs each slot as a process"},
+      {"", "bind_mounts", "bind_mounts: [{host_path: /data, container_path: /data}]", false, nullptr,
+       "ignored: tandem runs each slot as a process"},
+      {"resources", "shm_size", "shm_size: 4G", false, nullptr, "ignored: tandem runs each slot as a process"},
+      {"", "debug", "debug: true", false, nullptr, "ignored: it turns on Determined's master and agent debug logs"},
+      {"", "checkpoint_policy", "checkpoint_policy: all", false, nullptr, "ignored: tandem checkpoints every"},
+      {"", "scheduling_unit", "scheduling_unit: 50", false, nullptr, "ignored: it sets how often"},
+      {"", "profiling", "profiling: {enabled: true}", false, nullptr, "ignored: it drives Determined's profiler"},
+      {"", "labels", "labels: [mnist, const]", false, nullptr, "ignored: they tag the experiment"},
+      {"", "workspace", "workspace: research", false, nullptr, "ignored: it files the experiment"},
+      {"", "project", "project: mnist", false, nullptr, "ignored: it files the experiment"},
   };
 }
 
@@ -404,7 +421,7 @@ TEST(TrainerConfig, EmptyRequiredKeysAreMissing) {
   expect_error("hyperparameters:\nsearcher: {max_length: {batches: 10}}\n", {"hyperparameters: missing"});
   expect_error("hyperparameters: {global_batch_size: }\nsearcher: {max_length: {batches: 10}}\n",
                {"hyperparameters.global_batch_size: missing"});
-  expect_error("hyperparameters: {global_batch_size: 8}\nsearcher:\n", {"searcher.max_length: missing"});
+  EXPECT_FALSE(parse_config("hyperparameters: {global_batch_size: 8}\nsearcher:\n").max_length.set());
   expect_error(kMinimal + "resources: {hosts: [a, [b]]}\n", {"resources.hosts: expected host names, got a list"});
 }
 
@@ -497,13 +514,47 @@ TEST(TrainerConfig, GradientCompressionAsDetermined) {
 
 TEST(TrainerConfig, MissingRequiredKeys) {
   expect_error("name: x\nsearcher: {max_length: {batches: 10}}\n", {"hyperparameters: missing", "global_batch_size"});
-  expect_error("hyperparameters: {global_batch_size: 8}\n",
-               {"searcher.max_length: missing", "max_length: {epochs: 1}"});
+}
+
+// searcher.max_length is optional, as in Determined 0.38: --max-batches gives the length, and with neither
+// the length's absence is listed with the other problems before training starts.
+TEST(TrainerConfig, TheLengthComesFromMaxLengthOrMaxBatches) {
+  const std::string lengthless = "hyperparameters: {global_batch_size: 8}\n";
+  EXPECT_FALSE(parse_config(lengthless).max_length.set());  // --max-batches gives it
+  EXPECT_EQ(parse_config(kMinimal, "", true).max_length.value, 100);
+  std::string msg;
+  try {
+    parse_config(lengthless + "max_restarts: -1\n", "", true);
+  } catch (const ConfigError& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("2 problems"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("searcher.max_length: not given, and no --max-batches"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("tandem train --max-batches N"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("max_restarts: '-1' is out of range"), std::string::npos) << msg;
+  // A bad length is one problem, not also a missing one.
+  try {
+    parse_config(lengthless + "searcher: {max_length: {batches: 0}}\n", "", true);
+  } catch (const ConfigError& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("(1 problem)"), std::string::npos) << msg;
 }
 
 TEST(TrainerConfig, SeveralProblemsAreAllListed) {
   const std::string msg = error_of(kBase + "max_restart: 1\noptimizations: {aggregation_frequency: x}\n");
   EXPECT_NE(msg.find("2 problems"), std::string::npos) << msg;
+  // The layout's checks too, beside bad values, in one pass.
+  const std::string all = error_of(R"(
+hyperparameters: {global_batch_size: 4, learning_rate: 0}
+resources: {slots_per_trial: 8}
+max_restarts: -1
+)");
+  EXPECT_NE(all.find("3 problems"), std::string::npos) << all;
+  for (const std::string part :
+       {"hyperparameters.learning_rate: '0' is out of range", "max_restarts: '-1' is out of range",
+        "resources.slots_per_trial: 8 slots cannot share a global batch of 4"})
+    EXPECT_NE(all.find(part), std::string::npos) << part << " not in: " << all;
 }
 
 TEST(TrainerConfig, PerSlotBatchDropsTheRemainderWithAWarning) {
@@ -563,6 +614,137 @@ TEST(TrainerConfig, LengthsInBatchesRecordsEpochs) {
   EXPECT_EQ(c.to_batches({LengthUnit::records, 640}, 60000), 10);
   EXPECT_EQ(c.to_batches({LengthUnit::records, 641}, 60000), 11);
   EXPECT_EQ(c.to_batches({LengthUnit::epochs, 1}, 60000), 938);
+}
+
+// Determined's typed hyperparameters: const is its value; a search space names the searcher it needs.
+TEST(TrainerConfig, TypedHyperparametersAsDetermined) {
+  const auto typed = parse_config(R"(
+hyperparameters:
+  global_batch_size: {type: const, val: 64}
+  learning_rate: {type: const, val: 0.05}
+  optimizer: {type: const, val: adam}
+  lr_schedule: {type: const, val: {type: step, step_size: {batches: 10}}}
+searcher: {max_length: {batches: 100}}
+)");
+  const auto plain = parse_config(R"(
+hyperparameters:
+  global_batch_size: 64
+  learning_rate: 0.05
+  optimizer: adam
+  lr_schedule: {type: step, step_size: {batches: 10}}
+searcher: {max_length: {batches: 100}}
+)");
+  EXPECT_EQ(typed.global_batch_size, plain.global_batch_size);
+  EXPECT_EQ(typed.learning_rate, plain.learning_rate);
+  EXPECT_EQ(typed.optimizer, plain.optimizer);
+  EXPECT_EQ(typed.lr_schedule.type, "step");
+  EXPECT_EQ(typed.lr_schedule.step_size.value, plain.lr_schedule.step_size.value);
+  EXPECT_TRUE(typed.warnings.empty());
+  for (const std::string space :
+       {"{type: int, minval: 32, maxval: 128}", "{type: double, minval: 0.1, maxval: 1}",
+        "{type: log, minval: -4, maxval: -1, base: 10}", "{type: categorical, vals: [32, 64]}"}) {
+    const std::string type = space.substr(1, space.find(',') - 1);
+    expect_error("hyperparameters: {global_batch_size: " + space + "}\n",
+                 {"hyperparameters.global_batch_size: {" + type + "} is a search space",
+                  "random, grid or adaptive_asha", "tandem runs searcher single", "{type: const, val: ...}"});
+  }
+  const std::string one = error_of("hyperparameters: {global_batch_size: {type: int, minval: 1, maxval: 2}}\n");
+  EXPECT_NE(one.find("(1 problem)"), std::string::npos) << "a refused value is not also missing: " << one;
+  expect_error("hyperparameters: {global_batch_size: {type: const}}\n",
+               {"hyperparameters.global_batch_size: {type: const} without val"});
+  expect_error("hyperparameters: {global_batch_size: {type: const, val: 8, vals: [8]}}\n",
+               {"hyperparameters.global_batch_size.vals: unknown key", "did you mean 'val'?"});
+}
+
+// Hyperparameters the trainer does not read are the entrypoint's: recorded in order, typed const resolved.
+TEST(TrainerConfig, UnknownHyperparametersAreRecorded) {
+  const auto c = parse_config(R"(
+hyperparameters:
+  global_batch_size: 64
+  n_filters1: {type: const, val: 32}
+  dropout2: 0.5
+  head: {width: {type: const, val: 128}, act: relu}
+searcher: {max_length: {batches: 100}}
+)");
+  const std::vector<std::pair<std::string, std::string>> expected = {
+      {"n_filters1", "32"}, {"dropout2", "0.5"}, {"head", "{width: 128, act: relu}"}};
+  EXPECT_EQ(c.user_hyperparameters, expected);
+  ASSERT_EQ(c.warnings.size(), 1u);  // dropout2 is a near miss of dropout
+  EXPECT_NE(c.warnings[0].find("hyperparameters.dropout2 is not one tandem reads"), std::string::npos);
+  expect_error("hyperparameters: {global_batch_size: 64, n: 1, n: 2}\n", {"hyperparameters.n: given twice"});
+  expect_error("hyperparameters: {global_batch_size: 64, head: {width: {type: int, minval: 1, maxval: 9}}}\n",
+               {"hyperparameters.head.width: {type: int} is a search space"});
+}
+
+// Determined's cluster and web UI keys: accepted, each with one warning saying why it is ignored.
+TEST(TrainerConfig, InfrastructureKeysAreIgnoredWithOneNoteEach) {
+  int ignored = 0;
+  for (const auto& k : experiment_keys()) {
+    if (!k.ignored) continue;
+    ++ignored;
+    SCOPED_TRACE(k.path);
+    const std::string yaml = k.parent().empty() ? kMinimal + k.path + ": {anything: [1, 2]}\n"
+                                                : kMinimal + k.parent() + ": {" + k.name() + ": 4G}\n";
+    const auto c = parse_config(yaml);
+    ASSERT_EQ(c.warnings.size(), 1u);
+    EXPECT_EQ(c.warnings[0].rfind(k.path + ": ignored: ", 0), 0u) << c.warnings[0];
+  }
+  EXPECT_EQ(ignored, 10);
+}
+
+TEST(TrainerConfig, RecordsPerEpochAboveTheDataSetWarns) {
+  std::vector<std::string> warnings;
+  EXPECT_EQ(epoch_records(parse_config(kMinimal), 60000, warnings), 60000);
+  EXPECT_EQ(epoch_records(parse_config(kMinimal + "records_per_epoch: 6400\n"), 60000, warnings), 6400);
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_EQ(epoch_records(parse_config(kMinimal + "records_per_epoch: 70000\n"), 60000, warnings), 60000);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("records_per_epoch 70000 is more than the 60000 training records"), std::string::npos)
+      << warnings[0];
+}
+
+// The example shaped as Determined's mnist_pytorch const.yaml parses with its typed values and notes.
+TEST(TrainerConfig, DeterminedStyleExampleParses) {
+  const auto c = load_config(std::string(TANDEM_SOURCE_DIR) + "/trainer/examples/determined_const.yaml");
+  EXPECT_EQ(c.global_batch_size, 64);
+  EXPECT_DOUBLE_EQ(c.learning_rate, 0.05);
+  EXPECT_FALSE(c.max_length.set());
+  EXPECT_EQ(c.searcher_metric, "validation_loss");
+  EXPECT_TRUE(c.smaller_is_better);
+  EXPECT_FALSE(c.user_hyperparameters.empty());
+  for (const std::string key : {"environment", "resources.shm_size", "workspace", "project", "labels"})
+    EXPECT_TRUE(std::any_of(c.warnings.begin(), c.warnings.end(), [&](const std::string& w) {
+      return w.rfind(key + ": ignored: ", 0) == 0;
+    })) << key;
+  EXPECT_THROW(load_config(std::string(TANDEM_SOURCE_DIR) + "/trainer/examples/determined_const.yaml", true),
+               ConfigError);
+}
+
+// An entrypoint module's attribute of a hyperparameter's name takes its value:
+// the example model's logit_scale 0 zeroes its logits.
+TEST(TrainerConfig, HyperparametersSetTheEntrypointsAttributes) {
+  const auto dir = std::filesystem::temp_directory_path() / ("tandem_attrs_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string model = (dir / "model.pt").string();
+  const std::string make = "timeout 120 /usr/bin/python3 " + std::string(TANDEM_SOURCE_DIR) +
+                           "/trainer/examples/torchscript_model.py " + model + " --hidden 8 > /dev/null 2>&1";
+  if (std::system(make.c_str()) != 0) GTEST_SKIP() << "python3-torch cannot save a TorchScript model here";
+  const auto c =
+      parse_config("hyperparameters: {global_batch_size: 64, logit_scale: {type: const, val: 0.0}, n_filters: 32}\n");
+  const torch::Tensor x = torch::ones({2, 1, 28, 28});
+  EXPECT_GT(load_torchscript(model).forward(x).abs().sum().item<double>(), 0);
+  EXPECT_EQ(load_torchscript(model, c.user_hyperparameters).forward(x).abs().sum().item<double>(), 0);
+  try {
+    load_torchscript(model, {{"logit_scale", "big"}});
+    ADD_FAILURE() << "a float attribute took 'big'";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("hyperparameters.logit_scale 'big' does not fit the module's attribute of type "
+                                   "float"),
+        std::string::npos)
+        << e.what();
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(TrainerConfig, EditDistance) {

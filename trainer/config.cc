@@ -40,6 +40,7 @@ struct KeyWalk {
   const YAML::Node& root;
   ConfigReader& reader;
   ExperimentConfig& config;
+  std::vector<std::string> refused;  // hyperparameters already reported: their keys are not read again
 
   // The node at a dotted path, when every section on the way is a map holding the next key.
   std::optional<YAML::Node> node_at(const std::string& path) const {
@@ -57,6 +58,78 @@ struct KeyWalk {
   bool given(const std::string& path) const { return node_at(path).has_value(); }
 };
 
+// Determined's hyperparameter types: const is one value; the others are
+// search spaces that only a sampling searcher explores.
+const std::vector<std::string> kHyperparameterTypes = {"const", "int", "double", "log", "categorical"};
+
+bool is_typed(const YAML::Node& n) {
+  if (!n.IsMap() || !n["type"] || !n["type"].IsScalar()) return false;
+  const std::string type = n["type"].Scalar();
+  return std::find(kHyperparameterTypes.begin(), kHyperparameterTypes.end(), type) != kHyperparameterTypes.end();
+}
+
+// Each {type: const, val: V} below `map` replaced by V; a search space is an
+// error naming the searcher it needs, and its path is refused.
+void resolve_typed(YAML::Node map, const std::string& path, KeyWalk& w) {
+  std::vector<std::string> keys;
+  for (const auto& kv : map) keys.push_back(kv.first.as<std::string>());
+  for (const std::string& key : keys) {
+    const std::string full = path + "." + key;
+    YAML::Node value = map[key];
+    if (!is_typed(value)) {
+      if (value.IsMap()) resolve_typed(value, full, w);
+      continue;
+    }
+    const std::string type = value["type"].Scalar();
+    if (type != "const") {
+      w.reader.error(full, "{type: " + type +
+                               "} is a search space, which only a searcher that samples explores (Determined's "
+                               "random, grid or adaptive_asha); tandem runs searcher single: give one value, as "
+                               "{type: const, val: ...} or the value itself");
+      w.refused.push_back(full);
+      continue;
+    }
+    w.reader.check_keys(value, full, {"type", "val"});
+    if (!value["val"] || value["val"].IsNull()) {
+      w.reader.error(full, "{type: const} without val; give the value, e.g. {type: const, val: 64}");
+      w.refused.push_back(full);
+      continue;
+    }
+    map[key] = YAML::Clone(value["val"]);
+    if (map[key].IsMap()) resolve_typed(map[key], full, w);
+  }
+}
+
+std::string flow_yaml(const YAML::Node& n) {
+  if (n.IsScalar()) return n.Scalar();
+  YAML::Emitter out;
+  out << YAML::Flow << n;
+  return out.c_str();
+}
+
+// A section's keys that the table lacks: recorded as the user's (an open
+// section such as hyperparameters), a near miss of a known key noted.
+void record_user_keys(const YAML::Node& map, const std::string& section, const std::vector<std::string>& known,
+                      KeyWalk& w) {
+  std::vector<std::string> all = known;
+  for (const auto& kv : map) {
+    const std::string key = kv.first.as<std::string>();
+    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+    all.push_back(key);
+    w.config.user_hyperparameters.emplace_back(key, flow_yaml(kv.second));
+    if (const std::string hint = did_you_mean(key, known); !hint.empty())
+      w.config.notes.push_back(section + "." + key + " is not one tandem reads (did you mean '" + hint +
+                               "'?); it is kept as the model's own, for an entrypoint attribute of that name");
+  }
+  w.reader.check_keys(map, section, all);  // keys given twice
+}
+
+const ExperimentKey* find_key(const std::string& path) {
+  for (const auto& k : experiment_keys())
+    if (k.path == path) return &k;
+  return nullptr;
+}
+
 // A section that is absent or empty: its required keys are missing too.
 void report_missing(const std::string& section, KeyWalk& w) {
   for (const ExperimentKey* k : keys_under(section)) {
@@ -72,8 +145,13 @@ void read_section(const YAML::Node& map, const std::string& section, KeyWalk& w)
   const auto keys = keys_under(section);
   std::vector<std::string> names;
   for (const ExperimentKey* k : keys) names.push_back(k->name());
-  w.reader.check_keys(map, section, names);
+  const ExperimentKey* self = find_key(section);
+  if (self && self->open)
+    record_user_keys(map, section, names, w);
+  else
+    w.reader.check_keys(map, section, names);
   for (const ExperimentKey* k : keys) {
+    if (std::find(w.refused.begin(), w.refused.end(), k->path) != w.refused.end()) continue;
     const YAML::Node n = map[k->name()];
     const bool empty = !n || n.IsNull();
     if (empty && !k->missing.empty()) {
@@ -145,7 +223,13 @@ void check_model(KeyWalk& w) {
                                                        " (each block of fc2 holds a multiple of 16 weights)");
 }
 
-void check_searcher(KeyWalk& w) {
+void check_searcher(KeyWalk& w, bool length_required) {
+  const auto length = w.node_at("searcher.max_length");
+  if (length_required && (!length || length->IsNull()))
+    w.reader.error("searcher.max_length",
+                   "not given, and no --max-batches; give the training length as searcher.max_length (e.g. "
+                   "{epochs: 1}) or tandem train --max-batches N (Determined 0.38 moved the length from the YAML "
+                   "to the training code, which tandem does not run)");
   // Determined defaults smaller_is_better to true; tandem's default metric is the accuracy, so the default follows
   // the metric.
   const auto given = w.node_at("searcher.smaller_is_better");
@@ -225,7 +309,7 @@ void validate_slots(ExperimentConfig& c, std::vector<std::string>& errors) {
 
 }  // namespace
 
-ExperimentConfig parse_config(const std::string& yaml_text, const std::string& base_dir) {
+ExperimentConfig parse_config(const std::string& yaml_text, const std::string& base_dir, bool length_required) {
   YAML::Node root;
   try {
     root = YAML::Load(yaml_text);
@@ -238,30 +322,43 @@ ExperimentConfig parse_config(const std::string& yaml_text, const std::string& b
 
   ExperimentConfig c;
   ConfigReader r(base_dir);
-  KeyWalk w{root, r, c};
+  root = YAML::Clone(root);
+  KeyWalk w{root, r, c, {}};
+  if (root["hyperparameters"] && root["hyperparameters"].IsMap())
+    resolve_typed(root["hyperparameters"], "hyperparameters", w);
   read_section(root, "", w);
   check_used_with(w);
   check_hyperparameters(w);
   check_model(w);
-  check_searcher(w);
+  check_searcher(w, length_required);
   check_optimizations(w);
   check_storage(w);
   c.warnings = c.notes;
-  if (r.errors.empty()) validate_slots(c, r.errors);
+  validate_slots(c, r.errors);
   if (!r.errors.empty()) fail(r.errors);
   return c;
 }
 
-ExperimentConfig load_config(const std::string& path) {
+ExperimentConfig load_config(const std::string& path, bool length_required) {
   std::ifstream in(path);
   if (!in) throw ConfigError("cannot read experiment configuration '" + path + "': no such file or not readable");
   std::stringstream ss;
   ss << in.rdbuf();
   try {
-    return parse_config(ss.str(), std::filesystem::path(path).parent_path().string());
+    return parse_config(ss.str(), std::filesystem::path(path).parent_path().string(), length_required);
   } catch (const ConfigError& e) {
     throw ConfigError(path + ": " + e.what());
   }
+}
+
+int64_t epoch_records(const ExperimentConfig& c, int64_t training_records, std::vector<std::string>& warnings) {
+  if (c.records_per_epoch <= 0) return training_records;
+  if (c.records_per_epoch <= training_records) return c.records_per_epoch;
+  warnings.push_back("records_per_epoch " + std::to_string(c.records_per_epoch) + " is more than the " +
+                     std::to_string(training_records) + " training records; an epoch counts " +
+                     std::to_string(training_records) + " (set records_per_epoch: " + std::to_string(training_records) +
+                     " or less to silence this)");
+  return training_records;
 }
 
 std::string checkpoint_storage_dir(const ExperimentConfig& config, const std::string& output_dir) {

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tandem::trainer {
@@ -105,6 +106,9 @@ struct ExperimentConfig {
   std::string network_interface;       // dtrain_network_interface
   std::string data = "fashion-mnist";  // fashion-mnist | synthetic
   std::string data_path = "/usr/share/datasets/fashion-mnist";
+  // hyperparameters the trainer does not read, in the YAML's order: the name
+  // under hyperparameters and the value as flow YAML ({type: const} resolved)
+  std::vector<std::pair<std::string, std::string>> user_hyperparameters;
 
   std::vector<std::string> warnings;  // notes, then the slot-dependent ones (e.g. batch remainder)
   std::vector<std::string> notes;     // found while parsing, independent of the slot count
@@ -124,9 +128,16 @@ struct ExperimentConfig {
 int layer_slices_for(const ExperimentConfig& config, int hosts);
 
 // Parses and validates; throws ConfigError listing every problem. A relative
-// entrypoint is resolved against `base_dir` (the YAML's directory; "" = the working directory).
-ExperimentConfig parse_config(const std::string& yaml_text, const std::string& base_dir = "");
-ExperimentConfig load_config(const std::string& path);
+// entrypoint is resolved against `base_dir` (the YAML's directory; "" = the
+// working directory). `length_required`: no --max-batches gives the training
+// length, so searcher.max_length must.
+ExperimentConfig parse_config(const std::string& yaml_text, const std::string& base_dir = "",
+                              bool length_required = false);
+ExperimentConfig load_config(const std::string& path, bool length_required = false);
+
+// The records an epoch counts: records_per_epoch, at most the training set's
+// `training_records` (a clamp adds a line to `warnings`), or the whole set when not given.
+int64_t epoch_records(const ExperimentConfig& config, int64_t training_records, std::vector<std::string>& warnings);
 
 // Re-applies the slot-dependent checks after a flag changed slots_per_trial;
 // per_slot_batch > 0 also sets the global batch to per_slot_batch * slots.

@@ -151,8 +151,25 @@ inline ExperimentKey used_only_with(ExperimentKey k, std::string selector, std::
   return k;
 }
 
+// A section whose keys outside the table are the user's: recorded, not refused.
+inline ExperimentKey open_section(ExperimentKey k) {
+  k.open = true;
+  return k;
+}
+
 inline ExperimentKey noted(ExperimentKey k, std::string note) {
   k.note = std::move(note);
+  return k;
+}
+
+// A Determined key tandem has no use for: any value accepted, its note printed once.
+inline ExperimentKey ignored_key(std::string path, std::string determined, std::string why) {
+  ExperimentKey k = plain_key(std::move(path), "any", std::move(determined), "No counterpart in tandem.");
+  k.fallback = "ignored";
+  k.ignored = true;
+  k.note = "ignored: " + std::move(why);
+  k.read = [](const YAML::Node&, ConfigReader&, ExperimentConfig&) {};
+  k.show = [](const ExperimentConfig&) { return std::string(); };
   return k;
 }
 

@@ -41,7 +41,11 @@ std::vector<ExperimentKey> top_keys() {
           "The run's name; the output goes to `runs/<name>` unless `--output` says otherwise."),
       text_key(
           "description", [](auto& c) -> auto& { return c.description; }, "a string", "empty", "Free text."),
-      required(section_key("hyperparameters", kRequired, "The trial's hyperparameters."),
+      required(open_section(section_key(
+                   "hyperparameters", kRequired,
+                   "The trial's hyperparameters: each a value or Determined's `{type: const, val: V}`; a search "
+                   "space (`int`, `double`, `log`, `categorical`) is refused, as `single` does not search. Names "
+                   "outside this table are the model's own, recorded as given (below the table).")),
                "missing; set at least hyperparameters.global_batch_size (e.g. 64)"),
   };
 }
@@ -186,11 +190,12 @@ std::vector<ExperimentKey> searcher_keys() {
           "searcher.metric", [](auto& c) -> auto& { return c.searcher_metric; },
           {"validation_accuracy", "validation_loss"}, kRequired,
           "The metric that ranks checkpoints for `save_trial_best`."),
-      required(length_key(
-                   "searcher.max_length", [](auto& c) -> auto& { return c.max_length; }, kRequired,
-                   "How long to train (`--max-batches` overrides it)."),
-               "missing; set how long to train, e.g. searcher: {name: single, metric: validation_accuracy, "
-               "max_length: {epochs: 1}}"),
+      with_fallback(length_key(
+                        "searcher.max_length", [](auto& c) -> auto& { return c.max_length; },
+                        "— (deprecated in 0.38: the training code's)",
+                        "How long to train (`--max-batches` overrides it). Without it `--max-batches` gives the "
+                        "length; with neither, `tandem train` stops before training and says so."),
+                    "--max-batches"),
       with_fallback(bool_key(
                         "searcher.smaller_is_better", [](auto& c) -> auto& { return c.smaller_is_better; }, "true",
                         "The metric's direction. tandem's default metric is the accuracy, so when not given it "
@@ -281,7 +286,7 @@ std::vector<ExperimentKey> optimization_keys() {
       noted(integer_key(
                 o + "tensor_fusion_cycle_time",
                 [](auto& c) -> auto& { return c.optimizations.tensor_fusion_cycle_time_ms; }, 1, 10000,
-                "use milliseconds, 1 to 10000 (Determined's default 5)", "5", "Milliseconds."),
+                "use milliseconds, 1 to 10000 (Determined's default 1)", "1", "Milliseconds."),
             "Horovod's cycle time batches the tensors ready within it; tandem launches a bucket as soon as it is "
             "full or backward ends, so the value only bounds the idle engine's sleep"),
       with_fallback_shown(std::move(mixed)),
@@ -342,6 +347,26 @@ std::vector<ExperimentKey> storage_keys() {
   };
 }
 
+// Determined's cluster, container and web UI keys: no counterpart in tandem.
+std::vector<ExperimentKey> ignored_keys() {
+  const std::string no_container = "tandem runs each slot as a process on its host, not in a container";
+  return {
+      ignored_key("environment", "{} (the default images)",
+                  no_container + "; set variables in the shell that runs tandem train"),
+      ignored_key("bind_mounts", "[]", no_container + ", which sees the host's file system as it is"),
+      ignored_key("resources.shm_size", "— (the cluster's)", no_container + ", which uses the host's /dev/shm"),
+      ignored_key("debug", "false", "it turns on Determined's master and agent debug logs; tandem has neither"),
+      ignored_key("checkpoint_policy", "best",
+                  "tandem checkpoints every min_checkpoint_period and keeps them by checkpoint_storage's counts"),
+      ignored_key("scheduling_unit", "100", "it sets how often Determined's master hears from a trial"),
+      ignored_key("profiling", "{enabled: false}",
+                  "it drives Determined's profiler; tandem's trace of each slot is tandem train --timeline"),
+      ignored_key("labels", "[]", "they tag the experiment in Determined's web UI"),
+      ignored_key("workspace", "— (Uncategorized)", "it files the experiment in Determined's web UI"),
+      ignored_key("project", "— (Uncategorized)", "it files the experiment in Determined's web UI"),
+  };
+}
+
 std::vector<ExperimentKey> data_keys() {
   const std::vector<std::string> kinds = {"fashion-mnist", "synthetic"};
   ExperimentKey data =
@@ -376,7 +401,7 @@ const std::vector<ExperimentKey>& experiment_keys() {
   static const std::vector<ExperimentKey> keys = [] {
     std::vector<ExperimentKey> all;
     for (auto part : {top_keys, hyperparameter_keys, lr_schedule_keys, model_keys, resource_keys, searcher_keys,
-                      period_keys, optimization_keys, storage_keys, data_keys})
+                      period_keys, optimization_keys, storage_keys, data_keys, ignored_keys})
       for (auto& k : part()) all.push_back(std::move(k));
     all.push_back(entrypoint_key());
     return all;

@@ -29,6 +29,8 @@ struct ExperimentKey {
   std::string doc;         // what the key does in tandem (Markdown)
   std::string missing;     // a required key: what to do when it is missing
   std::string note;        // printed when the key is given: it acts differently than in Determined
+  bool ignored = false;    // accepted with its note and otherwise ignored (Determined's infrastructure)
+  bool open = false;       // a section whose keys outside the table are the user's, recorded as given
   // Only meaningful while the key at `used_with` holds one of `used_by`: given otherwise, it is an error.
   std::string used_with;
   std::vector<std::string> used_by;

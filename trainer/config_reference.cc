@@ -22,7 +22,10 @@ std::string meaning(const ExperimentKey& k) {
   std::string out = k.doc;
   if (!k.used_with.empty())
     out += " Only while `" + k.used_with + "` is " + join(k.used_by, " or ") + "; given otherwise, an error.";
-  if (!k.note.empty()) out += " Accepted with a warning: " + k.note + ".";
+  if (k.ignored)
+    out += " Accepted with one warning and otherwise " + k.note + ".";
+  else if (!k.note.empty())
+    out += " Accepted with a warning: " + k.note + ".";
   return out;
 }
 

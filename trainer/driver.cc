@@ -281,7 +281,7 @@ std::vector<int> parse_slot_list(const std::string& text) {
 }
 
 int run_driver(DriverOptions o) {
-  ExperimentConfig cfg = load_config(o.worker.config_path);
+  ExperimentConfig cfg = load_config(o.worker.config_path, o.compare.empty() && o.worker.max_batches == 0);
   if (!o.compare.empty()) {
     std::vector<Trial> trials;
     for (const auto& c : o.compare) {

@@ -162,7 +162,31 @@ Model make_model(const std::string& name, int mlp_hidden, double dropout, int sl
   return model;
 }
 
-Model load_torchscript(const std::string& path) {
+namespace {
+
+// The module's attribute `name` set from a hyperparameter's text, in the attribute's own type.
+void set_attribute(torch::jit::Module& module, const std::string& path, const std::string& name,
+                   const std::string& text) {
+  const c10::IValue current = module.attr(name);
+  const std::string where = "entrypoint '" + path + "': hyperparameters." + name + " '" + text + "'";
+  try {
+    size_t used = 0;
+    if (current.isBool() && (text == "true" || text == "false")) return module.setattr(name, text == "true");
+    if (current.isInt() && (std::stoll(text, &used), used == text.size()))
+      return module.setattr(name, static_cast<int64_t>(std::stoll(text)));
+    if (current.isDouble() && (std::stod(text, &used), used == text.size()))
+      return module.setattr(name, std::stod(text));
+    if (current.isString()) return module.setattr(name, text);
+  } catch (const std::exception&) {
+  }
+  throw std::runtime_error(where + " does not fit the module's attribute of type " + current.type()->str() +
+                           "; give a value of that type (int, float, bool and str attributes are set)");
+}
+
+}  // namespace
+
+Model load_torchscript(const std::string& path,
+                       const std::vector<std::pair<std::string, std::string>>& hyperparameters) {
   auto module = std::make_shared<torch::jit::Module>();
   try {
     *module = torch::jit::load(path);
@@ -172,6 +196,8 @@ Model load_torchscript(const std::string& path) {
                              "torch.jit.save(torch.jit.script(model), path)): " +
                              e.what_without_backtrace());
   }
+  for (const auto& [name, text] : hyperparameters)
+    if (module->hasattr(name)) set_attribute(*module, path, name, text);
   Model model;
   model.gated = false;
   model.gate = std::make_shared<ParameterHook>(), model.sink = std::make_shared<ParameterHook>();

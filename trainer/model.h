@@ -91,7 +91,10 @@ struct Model {
 };
 Model make_model(const std::string& name, int mlp_hidden, double dropout, int slices = 1);
 // A module saved with torch.jit.save (Python) or torch::jit::Module::save;
-// throws std::runtime_error naming the file and what is wrong with it.
-Model load_torchscript(const std::string& path);
+// throws std::runtime_error naming the file and what is wrong with it. Each
+// hyperparameter (name, value as YAML text) whose name is an int, float, bool
+// or str attribute of the module sets that attribute; other names are left.
+Model load_torchscript(const std::string& path,
+                       const std::vector<std::pair<std::string, std::string>>& hyperparameters = {});
 
 }  // namespace tandem::trainer

@@ -60,7 +60,7 @@ Trial::Trial(const WorkerOptions& options, ExperimentConfig config, std::unique_
   torch::manual_seed(cfg_.seed);
   layer_slices_ = layer_slices_for(cfg_, comm_->topology().hosts());
   model_ = cfg_.entrypoint.empty() ? make_model(cfg_.model, cfg_.mlp_hidden, cfg_.dropout, layer_slices_)
-                                   : load_torchscript(cfg_.entrypoint);
+                                   : load_torchscript(cfg_.entrypoint, cfg_.user_hyperparameters);
   for (const auto& [name, p] : model_.parameters) params_.push_back(p), names_.push_back(name);
   {
     torch::NoGradGuard no_grad;
@@ -81,8 +81,10 @@ void Trial::load_data() {
     train_ = load_fashion_mnist(cfg_.data_path, true);
     test_ = load_fashion_mnist(cfg_.data_path, false);
   }
-  const int64_t records_per_epoch =
-      cfg_.records_per_epoch > 0 ? std::min(cfg_.records_per_epoch, train_.size) : train_.size;
+  std::vector<std::string> warnings;
+  const int64_t records_per_epoch = epoch_records(cfg_, train_.size, warnings);
+  if (chief_)
+    for (const auto& w : warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
   per_slot_ = cfg_.per_slot_batch();
   plan_.emplace(records_per_epoch, cfg_.effective_global_batch(), per_slot_, cfg_.seed);
   total_ = wo_.max_batches > 0 ? wo_.max_batches : cfg_.to_batches(cfg_.max_length, records_per_epoch);

@@ -12,7 +12,7 @@
 namespace tandem::trainer {
 
 int run_worker(const WorkerOptions& wo) {
-  ExperimentConfig cfg = load_config(wo.config_path);
+  ExperimentConfig cfg = load_config(wo.config_path, wo.max_batches == 0);
   if (wo.slots > 0 || wo.per_slot_batch > 0)
     set_slots(cfg, wo.slots > 0 ? wo.slots : cfg.slots_per_trial, wo.per_slot_batch);
   // One compute thread a slot: intra-op threads (and OpenBLAS's OpenMP pool,

@@ -20,9 +20,12 @@ class Mlp(nn.Module):
         super().__init__()
         self.fc1 = nn.Linear(28 * 28, hidden)
         self.fc2 = nn.Linear(hidden, 10)
+        # An attribute of a hyperparameter's name is set from the experiment's
+        # hyperparameters when tandem loads the module (hyperparameters: {logit_scale: 2}).
+        self.logit_scale: float = 1.0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+        return self.fc2(F.relu(self.fc1(x.flatten(1)))) * self.logit_scale
 
 
 def main():
