@@ -18,6 +18,7 @@
 #include "config.h"
 #include "config_keys.h"
 #include "driver.h"
+#include "trainer_settings.h"
 #include "worker.h"
 
 namespace tr = tandem::trainer;
@@ -68,6 +69,7 @@ int print_experiment_keys(const CommandLine& cl) {
 void add_flags(CLI::App& app, CommandLine& cl) {
   tr::DriverOptions& o = cl.driver;
   tr::WorkerOptions& w = o.worker;
+  w.compute_nice = tr::trainer_settings_from_env().compute_nice;  // the flag overrides it
   app.add_option("--slots", w.slots, "Slots for this run (overrides resources.slots_per_trial)");
   app.add_option("--scaling", cl.scaling, "Run once per slot count, e.g. 1,2,4, and compare");
   app.add_flag("--resume", w.resume, "Continue from the newest intact checkpoint");
@@ -99,8 +101,7 @@ void add_flags(CLI::App& app, CommandLine& cl) {
                "Each slot writes a Chrome trace (compute, waits, bucket all-reduces) to OUTPUT/timeline-rank<r>.json");
   app.add_option("--compute-nice", w.compute_nice,
                  "Nice value of each slot's compute thread while gradients overlap backward, so communication runs "
-                 "first when it has work (0 = unchanged)")
-      ->envname("TANDEM_COMPUTE_NICE")
+                 "first when it has work (0 = unchanged; default TANDEM_COMPUTE_NICE, else 19)")
       ->check(CLI::Range(0, 19))
       ->capture_default_str();
   app.add_flag("--no-deferred-updates", cl.no_deferred,

@@ -10,14 +10,14 @@ namespace tandem::trainer {
 // The interface override is comm's (network_interface_from_env() in tandem/bootstrap.h).
 struct TrainerSettings {
   // Nice value of each slot's compute thread while gradients overlap backward (--compute-nice).
-  int compute_nice = 0;
+  int compute_nice = 19;
 };
 
 inline const SettingTable<TrainerSettings>& trainer_settings() {
   static const SettingTable<TrainerSettings> table = [] {
-    Setting nice = setting_row("trainer", "TANDEM_COMPUTE_NICE", "compute_nice", SettingKind::count, "0",
-                               "Nice value of each slot's compute thread while gradients overlap backward "
-                               "(0: unchanged).");
+    Setting nice = setting_row("trainer", "TANDEM_COMPUTE_NICE", "compute_nice", SettingKind::count, "19",
+                               "Nice value of each slot's compute thread while gradients overlap backward, so "
+                               "communication runs first when it has work (0: unchanged; --compute-nice).");
     nice.max = 19;
     return SettingTable<TrainerSettings>{number_field(nice, &TrainerSettings::compute_nice)};
   }();
