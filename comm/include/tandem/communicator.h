@@ -158,11 +158,11 @@ class Communicator {
   // gather: every rank's count elements into root's output (size() blocks, rank order).
   void gather(const void* input, void* output, size_t count, DataType dtype, int root,
               const CollectiveOptions& opts = {}) {
-    run(gather_call(input, output, count, dtype, root, opts));
+    run(rooted_call(Op::gather, input, output, count, dtype, root, opts));
   }
   Request gather_async(const void* input, void* output, size_t count, DataType dtype, int root,
                        const CollectiveOptions& opts = {}) {
-    return start(gather_call(input, output, count, dtype, root, opts));
+    return start(rooted_call(Op::gather, input, output, count, dtype, root, opts));
   }
   // gatherv: rank r's count elements land in root's output at blocks.displs[r];
   // `blocks` is read on the root only. In place when the rank's own block
@@ -178,11 +178,11 @@ class Communicator {
   // scatter: root's block r (count elements) into rank r's output.
   void scatter(const void* input, void* output, size_t count, DataType dtype, int root,
                const CollectiveOptions& opts = {}) {
-    run(scatter_call(input, output, count, dtype, root, opts));
+    run(rooted_call(Op::scatter, input, output, count, dtype, root, opts));
   }
   Request scatter_async(const void* input, void* output, size_t count, DataType dtype, int root,
                         const CollectiveOptions& opts = {}) {
-    return start(scatter_call(input, output, count, dtype, root, opts));
+    return start(rooted_call(Op::scatter, input, output, count, dtype, root, opts));
   }
   // scatterv: root's block r reaches rank r's output; `blocks` is read on the
   // root only; `count` is this rank's share.
@@ -353,15 +353,10 @@ class Communicator {
             .root = root,
             .options = opts};
   }
-  static Call gather_call(const void* input, void* output, size_t count, DataType dtype, int root,
+  // gather and scatter: every rank's block to the root, or the root's blocks out.
+  static Call rooted_call(Op op, const void* input, void* output, size_t count, DataType dtype, int root,
                           const CollectiveOptions& opts) {
-    return {.op = Op::gather,
-            .input = input,
-            .output = output,
-            .count = count,
-            .dtype = dtype,
-            .root = root,
-            .options = opts};
+    return {.op = op, .input = input, .output = output, .count = count, .dtype = dtype, .root = root, .options = opts};
   }
   static Call gatherv_call(const void* input, size_t count, void* output, const Blocks& blocks, DataType dtype,
                            int root, const CollectiveOptions& opts) {
@@ -372,16 +367,6 @@ class Communicator {
             .dtype = dtype,
             .root = root,
             .recv = blocks,
-            .options = opts};
-  }
-  static Call scatter_call(const void* input, void* output, size_t count, DataType dtype, int root,
-                           const CollectiveOptions& opts) {
-    return {.op = Op::scatter,
-            .input = input,
-            .output = output,
-            .count = count,
-            .dtype = dtype,
-            .root = root,
             .options = opts};
   }
   static Call scatterv_call(const void* input, const Blocks& blocks, void* output, size_t count, DataType dtype,
