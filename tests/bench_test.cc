@@ -88,7 +88,9 @@ void expect_collective(const Expect& e, int n) {
     EXPECT_EQ(r["nranks"], n);
     EXPECT_EQ(r["wrong"], 0) << r.dump();
     EXPECT_EQ(r["checked"], true) << r.dump();
-    if (!e.in_place) EXPECT_EQ(r["inplace"], false) << r.dump();
+    if (!e.in_place) {
+      EXPECT_EQ(r["inplace"], false) << r.dump();
+    }
     const size_t esize = r["dtype"] == "i64" || r["dtype"] == "f64" ? 8 : r["dtype"] == "f32" ? 4 : 2;
     EXPECT_EQ(r["bytes"].get<size_t>(), r["count"].get<size_t>() * esize * e.blocks) << r.dump();
     EXPECT_EQ(r["root"], e.root) << r.dump();
