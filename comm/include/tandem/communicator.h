@@ -81,34 +81,34 @@ class Communicator {
   // Out-of-place when input != output; in-place when they are equal.
   void allreduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op,
                  const CollectiveOptions& opts = {}) {
-    run(allreduce_call(input, output, count, dtype, op, opts));
+    run(reducing_call(Op::allreduce, input, output, count, dtype, op, opts));
   }
   void allreduce(void* data, size_t count, DataType dtype, ReduceOp op, const CollectiveOptions& opts = {}) {
     allreduce(data, data, count, dtype, op, opts);
   }
   Request allreduce_async(const void* input, void* output, size_t count, DataType dtype, ReduceOp op,
                           const CollectiveOptions& opts = {}) {
-    return start(allreduce_call(input, output, count, dtype, op, opts));
+    return start(reducing_call(Op::allreduce, input, output, count, dtype, op, opts));
   }
 
   // Rank r reduces block r: input holds size() blocks of `count` elements,
   // output one block. In-place when output == input + rank * count (NCCL's rule).
   void reduce_scatter(const void* input, void* output, size_t count, DataType dtype, ReduceOp op,
                       const CollectiveOptions& opts = {}) {
-    run(reduce_scatter_call(input, output, count, dtype, op, opts));
+    run(reducing_call(Op::reduce_scatter, input, output, count, dtype, op, opts));
   }
   Request reduce_scatter_async(const void* input, void* output, size_t count, DataType dtype, ReduceOp op,
                                const CollectiveOptions& opts = {}) {
-    return start(reduce_scatter_call(input, output, count, dtype, op, opts));
+    return start(reducing_call(Op::reduce_scatter, input, output, count, dtype, op, opts));
   }
   // Every rank contributes `count` elements; output holds size() blocks, rank
   // order. In-place when input == output + rank * count.
   void allgather(const void* input, void* output, size_t count, DataType dtype, const CollectiveOptions& opts = {}) {
-    run(allgather_call(input, output, count, dtype, opts));
+    run(block_call(Op::allgather, input, output, count, dtype, opts));
   }
   Request allgather_async(const void* input, void* output, size_t count, DataType dtype,
                           const CollectiveOptions& opts = {}) {
-    return start(allgather_call(input, output, count, dtype, opts));
+    return start(block_call(Op::allgather, input, output, count, dtype, opts));
   }
   // root's input reaches every rank's output (in-place when input == output).
   void broadcast(const void* input, void* output, size_t count, DataType dtype, int root,
@@ -128,11 +128,11 @@ class Communicator {
 
   // alltoall: block p of input (count elements) goes to rank p, block p of output comes from it.
   void alltoall(const void* input, void* output, size_t count, DataType dtype, const CollectiveOptions& opts = {}) {
-    run(alltoall_call(input, output, count, dtype, opts));
+    run(block_call(Op::alltoall, input, output, count, dtype, opts));
   }
   Request alltoall_async(const void* input, void* output, size_t count, DataType dtype,
                          const CollectiveOptions& opts = {}) {
-    return start(alltoall_call(input, output, count, dtype, opts));
+    return start(block_call(Op::alltoall, input, output, count, dtype, opts));
   }
   // Rank r's block for peer p is input + send.displs[p], its block from p lands
   // at output + recv.displs[p]; send.counts[p] on r equals recv.counts[r] on p.
@@ -290,15 +290,11 @@ class Communicator {
 
  private:
   // Each operation's Call, built once for its blocking and async forms.
-  static Call allreduce_call(const void* input, void* output, size_t count, DataType dtype, ReduceOp op,
-                             const CollectiveOptions& opts) {
-    return {.op = Op::allreduce,
-            .input = input,
-            .output = output,
-            .count = count,
-            .dtype = dtype,
-            .reduce = op,
-            .options = opts};
+  // allreduce and reduce_scatter: `count` elements reduced by `op`.
+  static Call reducing_call(Op kind, const void* input, void* output, size_t count, DataType dtype, ReduceOp op,
+                            const CollectiveOptions& opts) {
+    return {
+        .op = kind, .input = input, .output = output, .count = count, .dtype = dtype, .reduce = op, .options = opts};
   }
   static Call broadcast_call(const void* input, void* output, size_t count, DataType dtype, int root,
                              const CollectiveOptions& opts) {
@@ -314,23 +310,10 @@ class Communicator {
                         const CollectiveOptions& opts) {
     return {.op = Op::recv, .output = data, .count = count, .dtype = dtype, .peer = peer, .tag = tag, .options = opts};
   }
-  static Call reduce_scatter_call(const void* input, void* output, size_t count, DataType dtype, ReduceOp op,
-                                  const CollectiveOptions& opts) {
-    return {.op = Op::reduce_scatter,
-            .input = input,
-            .output = output,
-            .count = count,
-            .dtype = dtype,
-            .reduce = op,
-            .options = opts};
-  }
-  static Call allgather_call(const void* input, void* output, size_t count, DataType dtype,
-                             const CollectiveOptions& opts) {
-    return {.op = Op::allgather, .input = input, .output = output, .count = count, .dtype = dtype, .options = opts};
-  }
-  static Call alltoall_call(const void* input, void* output, size_t count, DataType dtype,
-                            const CollectiveOptions& opts) {
-    return {.op = Op::alltoall, .input = input, .output = output, .count = count, .dtype = dtype, .options = opts};
+  // allgather and alltoall: blocks of `count` elements moved.
+  static Call block_call(Op kind, const void* input, void* output, size_t count, DataType dtype,
+                         const CollectiveOptions& opts) {
+    return {.op = kind, .input = input, .output = output, .count = count, .dtype = dtype, .options = opts};
   }
   static Call alltoallv_call(const void* input, const Blocks& send, void* output, const Blocks& recv, DataType dtype,
                              const CollectiveOptions& opts) {
