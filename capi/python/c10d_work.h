@@ -1,6 +1,6 @@
 // TandemWork, c10d's handle of one tandem call, and the Completer threads
-// that complete works: in issue order (collectives) or in whatever order the
-// calls finish (sends and receives).
+// that finish works nobody waits on: in issue order (collectives) or in
+// whatever order the calls finish (sends and receives).
 #pragma once
 
 #include <chrono>
@@ -40,37 +40,105 @@ inline const char* profiling_title(c10d::OpType type) {
   }
 }
 
+// One tandem call as c10d's Work. It finishes once, on whichever thread gets
+// there first: the caller's wait() (woken by the call itself, with no thread
+// in between) or the Completer, which finishes works nobody waits on (their
+// futures, isCompleted()).
 class TandemWork : public c10d::Work {
  public:
+  // `after` runs once the request has finished (copies a result back); an empty request: finished by complete().
   TandemWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
-             const c10::optional<std::vector<at::Tensor>>& inputs = c10::nullopt)
+             const c10::optional<std::vector<at::Tensor>>& inputs = c10::nullopt, tandem::Request request = {},
+             std::function<void()> after = {})
       : c10d::Work(rank, type, profiling_title(type), inputs),
         outputs_(std::move(outputs)),
-        future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+        future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))),
+        request_(std::move(request)),
+        after_(std::move(after)) {}
 
   std::vector<at::Tensor> result() override { return outputs_; }
   // A receive from any source: the rank it came from (recvAnysource).
   int sourceRank() const override { return source_; }
-  void set_source(int rank) { source_ = rank; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
 
-  // Completes the work: the error, or the outputs.
+  bool wait(std::chrono::milliseconds timeout = ::kNoTimeout) override {
+    if (timeout == ::kNoTimeout) {
+      settle();
+    } else {
+      try {
+        request_.wait(tandem::Clock::now() + timeout);
+      } catch (...) {  // not finished in time, or failed: c10d's wait below says which
+      }
+      settle_if_finished();
+    }
+    return c10d::Work::wait(timeout);
+  }
+
+  // Waits for the request (within its own deadline) and finishes the work.
+  void settle() {
+    try {
+      request_.wait();  // outside the lock: every waiter wakes from the call itself
+    } catch (...) {    // finish() rethrows it into the work
+    }
+    finish();
+  }
+  // Finishes the work if its request has finished; true if the work is finished.
+  bool settle_if_finished() {
+    bool finished = true;
+    try {
+      finished = request_.test();
+    } catch (...) {  // failed: finish() rethrows it into the work
+    }
+    if (finished) finish();
+    return finished;
+  }
+
+  // Completes a work that has no request: the error, or the outputs.
   void complete(std::exception_ptr error) {
+    std::lock_guard<std::mutex> lock(settle_mutex_);
+    complete_once(error);
+  }
+
+ private:
+  void finish() {
+    std::lock_guard<std::mutex> lock(settle_mutex_);
+    if (settled_) return;
+    std::exception_ptr error;
+    try {
+      request_.wait();
+      source_ = request_.source();
+      if (after_) after_();
+    } catch (const tandem::Timeout& e) {
+      // The words torch's callers match on a timeout (as in Gloo's "Timed out waiting ...").
+      error = std::make_exception_ptr(std::runtime_error(std::string("tandem: Timed out (") + e.what() + ")"));
+    } catch (...) {
+      error = std::current_exception();
+    }
+    complete_once(error);
+  }
+
+  void complete_once(std::exception_ptr error) {
+    if (settled_) return;
+    settled_ = true;
     if (error) {
       future_->setError(error);
     } else {
       future_->markCompleted(c10::IValue(outputs_));
     }
-    finish(error);
+    c10d::Work::finish(error);
   }
 
- private:
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  tandem::Request request_;
+  std::function<void()> after_;
+  std::mutex settle_mutex_;
+  bool settled_ = false;
   int source_ = -1;
 };
 
-// A thread that waits for tandem requests and completes their works. In
+// A thread that finishes the works nobody waits on (a caller's wait()
+// finishes its own), so that their futures complete. In
 // order (collectives, which finish in issue order anyway): it waits for the
 // oldest. Polling (sends and receives, which other ranks may match in any
 // order: a receive posted first may finish last, and a send behind it must
@@ -90,41 +158,24 @@ class Completer {
     thread_.join();
   }
 
-  void submit(tandem::Request request, std::function<void()> after, c10::intrusive_ptr<TandemWork> work) {
-    std::deque<Item> done;
+  void submit(c10::intrusive_ptr<TandemWork> work) {
+    std::deque<c10::intrusive_ptr<TandemWork>> done;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      queue_.push_back(Item{std::move(request), std::move(after), std::move(work)});
+      queue_.push_back(std::move(work));
       done.swap(done_);
     }
     cv_.notify_one();
   }  // `done` goes here, on a Python thread
 
  private:
-  struct Item {
-    tandem::Request request;
-    std::function<void()> after;
-    c10::intrusive_ptr<TandemWork> work;
-  };
+  using Item = c10::intrusive_ptr<TandemWork>;
 
-  // Waits for the item's request (finished, or within its deadline) and completes its work.
-  void finish(Item item) {
-    std::exception_ptr error;
-    try {
-      item.request.wait();
-      item.work->set_source(item.request.source());
-      if (item.after) item.after();
-    } catch (const tandem::Timeout& e) {
-      // The words torch's callers match on a timeout (as in Gloo's "Timed out waiting ...").
-      error = std::make_exception_ptr(std::runtime_error(std::string("tandem: Timed out (") + e.what() + ")"));
-    } catch (...) {
-      error = std::current_exception();
-    }
-    item.work->complete(error);
-    // Its tensors may own Python objects, whose release takes the GIL. Not
-    // here: at interpreter exit the thread destroying the process group
-    // holds the GIL while it joins this one. The next submit, or this
-    // object's destructor, releases them.
+  // Its tensors may own Python objects, whose release takes the GIL. Not
+  // here: at interpreter exit the thread destroying the process group
+  // holds the GIL while it joins this one. The next submit, or this
+  // object's destructor, releases them.
+  void release_later(Item item) {
     std::lock_guard<std::mutex> lock(mutex_);
     done_.push_back(std::move(item));
   }
@@ -139,7 +190,8 @@ class Completer {
         item = std::move(queue_.front());
         queue_.pop_front();
       }
-      finish(std::move(item));
+      item->settle();
+      release_later(std::move(item));
     }
   }
 
@@ -163,17 +215,13 @@ class Completer {
       }
       bool finished = false;
       for (auto it = pending.begin(); it != pending.end();) {
-        bool ready = going;  // the group is going: wait for each within its deadline
-        try {
-          ready = ready || it->request.test();
-        } catch (...) {
-          ready = true;  // failed: finish() rethrows into the work
-        }
-        if (!ready) {
+        if (going) {
+          (*it)->settle();  // the group is going: wait for each within its deadline
+        } else if (!(*it)->settle_if_finished()) {
           ++it;
           continue;
         }
-        finish(std::move(*it));
+        release_later(std::move(*it));
         it = pending.erase(it);
         finished = true;
       }
