@@ -78,7 +78,7 @@ class TandemWork : public c10d::Work {
   void settle() {
     try {
       request_.wait();  // outside the lock: every waiter wakes from the call itself
-    } catch (...) {    // finish() rethrows it into the work
+    } catch (...) {     // finish() rethrows it into the work
     }
     finish();
   }

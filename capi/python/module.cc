@@ -97,7 +97,9 @@ void bind_types(py::module_& m) {
   py::register_exception<InvalidArgument>(m, "InvalidArgument", error.ptr());
   py::register_exception<Timeout>(m, "Timeout", error.ptr());
   py::register_exception<PeerFailure>(m, "PeerFailure", error.ptr());
-  py::register_exception<Aborted>(m, "Aborted", error.ptr());
+  auto aborted = py::register_exception<Aborted>(m, "Aborted", error.ptr());
+  auto revoked = py::register_exception<Revoked>(m, "Revoked", aborted.ptr());
+  py::register_exception<Excluded>(m, "Excluded", revoked.ptr());
 
   py::enum_<DataType>(m, "DataType")
       .value("f32", DataType::f32)
@@ -207,11 +209,23 @@ void bind_communicator(py::module_& m) {
             return std::shared_ptr<Communicator>(c.duplicate(collective(timeout)));
           },
           py::arg("timeout") = py::none(), nogil, "The same ranks, a communicator of their own")
+      .def(
+          "shrink",
+          [](Communicator& c, const std::vector<int>& exclude, std::optional<double> timeout) {
+            Communicator::Shrunk shrunk = c.shrink(exclude, collective(timeout));
+            return std::make_pair(std::shared_ptr<Communicator>(std::move(shrunk.comm)), shrunk.members);
+          },
+          py::arg("exclude") = std::vector<int>{}, py::arg("timeout") = py::none(), nogil,
+          "Revokes; the survivors agree on the members; (their communicator, this one's ranks in its order)")
       .def("_allocate_shared", [](Communicator& c, size_t bytes) { return uintptr_t(c.allocate_shared(bytes)); })
       .def("_free_shared", [](Communicator& c, uintptr_t p) { c.free_shared(ptr(p)); })
       .def("abort", &Communicator::abort, py::arg("reason") = "abort() called",
            "Unblocks every pending and later call with Aborted (sticky); any thread")
-      .def_property_readonly("aborted", &Communicator::aborted);
+      .def_property_readonly("aborted", &Communicator::aborted)
+      .def("revoke", &Communicator::revoke, py::arg("reason") = "revoke() called",
+           "abort() on every rank: their pending and later calls fail with Revoked",
+           py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("revoked", &Communicator::revoked);
 }
 
 // The gradient sync over a communicator.

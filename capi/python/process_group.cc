@@ -387,7 +387,8 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
 
   c10::intrusive_ptr<c10d::Work> issue_p2p(tandem::Request request, c10d::OpType type, std::vector<at::Tensor> outputs,
                                            std::function<void()> after) {
-    auto work = c10::make_intrusive<TandemWork>(getRank(), type, outputs, outputs, std::move(request), std::move(after));
+    auto work =
+        c10::make_intrusive<TandemWork>(getRank(), type, outputs, outputs, std::move(request), std::move(after));
     p2p_completer_->submit(work);
     return work;
   }
@@ -396,8 +397,8 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> issue(tandem::Request request, c10d::OpType type, std::vector<at::Tensor> outputs,
                                        std::function<void()> after,
                                        c10::optional<std::vector<at::Tensor>> inputs = c10::nullopt) {
-    auto work = c10::make_intrusive<TandemWork>(getRank(), type, outputs, inputs ? inputs : outputs,
-                                                std::move(request), std::move(after));
+    auto work = c10::make_intrusive<TandemWork>(getRank(), type, outputs, inputs ? inputs : outputs, std::move(request),
+                                                std::move(after));
     completer_->submit(work);
     return work;
   }

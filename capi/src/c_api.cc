@@ -6,10 +6,12 @@
 // messages in c_api_p2p.cc, what they share in c_api_internal.h.
 #include "tandem/c_api.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "c_api_internal.h"
 #include "tandem/fusion/gradient_sync.h"
@@ -74,6 +76,8 @@ const char* tandem_status_name(tandem_status_t status) {
     case TANDEM_PEER_FAILURE: return "TANDEM_PEER_FAILURE";
     case TANDEM_ABORTED: return "TANDEM_ABORTED";
     case TANDEM_INTERNAL: return "TANDEM_INTERNAL";
+    case TANDEM_REVOKED: return "TANDEM_REVOKED";
+    case TANDEM_EXCLUDED: return "TANDEM_EXCLUDED";
   }
   return "unknown status";
 }
@@ -150,6 +154,14 @@ tandem_status_t tandem_comm_abort(tandem_comm_t* comm, const char* reason) {
   });
 }
 
+tandem_status_t tandem_comm_revoke(tandem_comm_t* comm, const char* reason) {
+  static const char* fn = "tandem_comm_revoke";
+  return guard(fn, [&] {
+    require_handle(comm, fn, "comm");
+    comm->comm->revoke(reason ? reason : "tandem_comm_revoke called");
+  });
+}
+
 tandem_status_t tandem_comm_rank(const tandem_comm_t* comm, int* rank) {
   static const char* fn = "tandem_comm_rank";
   return guard(fn, [&] {
@@ -182,6 +194,21 @@ tandem_status_t tandem_comm_duplicate(tandem_comm_t* comm, int64_t timeout_ms, t
   return on_comm(fn, comm, [&](Communicator& c) {
     require_handle(newcomm, fn, "newcomm");
     *newcomm = handle_of(c.duplicate(collective(timeout_ms)));
+  });
+}
+
+tandem_status_t tandem_comm_shrink(tandem_comm_t* comm, const int* exclude, int n_exclude, int64_t timeout_ms,
+                                   tandem_comm_t** newcomm, int* members, int* n_members) {
+  static const char* fn = "tandem_comm_shrink";
+  return on_comm(fn, comm, [&](Communicator& c) {
+    require_handle(newcomm, fn, "newcomm");
+    if (n_exclude < 0 || (n_exclude > 0 && !exclude)) {
+      throw InvalidArgument(std::string(fn) + ": exclude is NULL or n_exclude is negative");
+    }
+    Communicator::Shrunk shrunk = c.shrink(std::vector<int>(exclude, exclude + n_exclude), collective(timeout_ms));
+    if (members) std::copy(shrunk.members.begin(), shrunk.members.end(), members);
+    if (n_members) *n_members = int(shrunk.members.size());
+    *newcomm = handle_of(std::move(shrunk.comm));
   });
 }
 

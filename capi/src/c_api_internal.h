@@ -37,6 +37,10 @@ tandem_status_t guard(const char* fn, Body&& body) noexcept {
     return fail(TANDEM_TIMEOUT, e.what());
   } catch (const PeerFailure& e) {
     return fail(TANDEM_PEER_FAILURE, e.what());
+  } catch (const Excluded& e) {
+    return fail(TANDEM_EXCLUDED, e.what());
+  } catch (const Revoked& e) {
+    return fail(TANDEM_REVOKED, e.what());
   } catch (const Aborted& e) {
     return fail(TANDEM_ABORTED, e.what());
   } catch (const std::exception& e) {

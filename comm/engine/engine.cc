@@ -22,24 +22,30 @@ void Engine::stop() {
   for (auto& t : queue_) t.state->finish(std::make_exception_ptr(Aborted("communicator destroyed")));
 }
 
-void Engine::abort(const std::string& reason) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (aborted_) return;
-    abort_reason_ = reason;
-    aborted_ = true;
-  }
+void Engine::abort(const std::string& reason, bool revoked) {
+  if (!mark_aborted(reason, revoked)) return;
   cv_.notify_all();
   if (endpoints_.ucx) endpoints_.ucx->wake();  // a wait sleeping on the worker sees the abort now
   ctx_.flight->dump("abort: " + reason);
 }
 
+bool Engine::mark_aborted(const std::string& reason, bool revoked) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (aborted_) return false;
+  abort_reason_ = reason;
+  revoked_ = revoked;
+  aborted_ = true;
+  return true;
+}
+
 void Engine::throw_aborted() {
   std::lock_guard<std::mutex> lock(mu_);
+  if (revoked_) throw Revoked(abort_reason_);
   throw Aborted("communicator aborted: " + abort_reason_);
 }
 
 void Engine::check_open_locked() const {
+  if (revoked_) throw Revoked(abort_reason_);
   if (aborted_) throw Aborted("communicator aborted: " + abort_reason_);
   if (stopping_) throw Aborted("communicator is shutting down");
 }
@@ -79,6 +85,7 @@ void finish(Task& task, std::exception_ptr e) {
 
 const char* failure_kind(const std::exception& e) {
   if (dynamic_cast<const Timeout*>(&e)) return "timeout";
+  if (dynamic_cast<const Revoked*>(&e)) return "revoked";
   if (dynamic_cast<const Aborted*>(&e)) return "abort";
   if (dynamic_cast<const PeerFailure*>(&e)) return "peer failure";
   return "failure";
@@ -212,7 +219,12 @@ Request Engine::submit(bool async, std::function<void(Channel&)> body, const Col
 void Engine::check_health(const Task& task, int waiting_on) {
   ctx_.flight->waiting_on(waiting_on);
   if (aborted_.load(std::memory_order_relaxed)) throw_aborted();
-  liveness_.check(task, seq_, waiting_on, endpoints_.ucx->failed_peer());
+  try {
+    liveness_.check(task, seq_, waiting_on, endpoints_.ucx->failed_peer());
+  } catch (const Revoked& e) {
+    mark_aborted(e.what(), /*revoked=*/true);  // another rank revoked: so is this communicator, here too
+    throw;
+  }
 }
 
 void* Engine::scratch_buffer(size_t bytes, int slot, MemoryType memory) {

@@ -64,8 +64,10 @@ class Engine {
   void start();
   // Lets posted calls finish, joins the thread and fails what is still queued.
   void stop();
-  void abort(const std::string& reason);
+  // `revoked`: calls fail with Revoked (reason names who revoked), else Aborted.
+  void abort(const std::string& reason, bool revoked = false);
   bool aborted() const { return aborted_; }
+  bool revoked() const { return revoked_; }
   bool healthy() const { return !failed_ && !aborted_; }  // no call failed, no abort()
   uint32_t seq() const { return seq_; }                   // the running (or last) collective's number
 
@@ -97,6 +99,8 @@ class Engine {
   void execute(Task& task, Clock::time_point started);
   // Marks the running collective failed (exchanges are not recorded) and dumps.
   void record_failure(const std::string& error, const char* reason, bool collective);
+  // Records the abort; false if the engine was aborted already.
+  bool mark_aborted(const std::string& reason, bool revoked);
   [[noreturn]] void throw_aborted();
   void check_open_locked() const;  // caller holds mu_
 
@@ -125,6 +129,7 @@ class Engine {
   bool stopping_ = false;   // guarded by mu_
   bool busy_ = false;       // a call is executing (engine or inline); guarded by mu_
   std::atomic<bool> aborted_{false};
+  std::atomic<bool> revoked_{false};
   std::string abort_reason_;   // guarded by mu_
   std::exception_ptr sticky_;  // touched only by the thread that holds busy_
   std::atomic<bool> failed_{false};

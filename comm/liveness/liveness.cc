@@ -85,6 +85,7 @@ void Liveness::check(const Task& task, uint32_t seq, int waiting_on, int failed_
       calls_.throw_published_mismatch(what, seq, waiting_on);
       throw rank_died(*r, "; during " + describe_wait(what, seq, rank, waiting_on));
     }
+    throw_if_revoked(what, seq, waiting_on, now + ctx_.store_patience());
     calls_.check_calls_match(what, seq, waiting_on, now + ctx_.store_patience());
   }
   if (now >= task.deadline) {
@@ -94,6 +95,18 @@ void Liveness::check(const Task& task, uint32_t seq, int waiting_on, int failed_
                   "(mismatched calls never match); if the job is just slow, raise CommOptions::timeout "
                   "(TANDEM_TIMEOUT_MS)");
   }
+}
+
+void Liveness::throw_if_revoked(const Description& what, uint32_t seq, int waiting_on, Deadline deadline) {
+  std::optional<std::string> revoked;
+  try {
+    revoked = ctx_.store->try_get(ctx_.key(kRevokedKey), deadline);
+  } catch (const Timeout&) {
+    return;  // as for the failed ranks: the collective deadline still bounds us
+  } catch (const PeerFailure& e) {
+    ctx_.throw_store_lost(e);
+  }
+  if (revoked) throw Revoked(*revoked + "; during " + describe_wait(what, seq, ctx_.rank(), waiting_on));
 }
 
 std::chrono::microseconds Liveness::until_next_check(const Task& task) const {

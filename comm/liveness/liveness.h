@@ -38,6 +38,8 @@ class Liveness {
   // or a rank the store lists as failed (polled every failure_poll) is gone,
   // other ranks found the call mismatched, or the call's deadline passed.
   void check(const Task& task, uint32_t seq, int waiting_on, int failed_peer);
+  // Where revoke() leaves its reason, under the communicator's prefix.
+  static constexpr const char* kRevokedKey = "revoked";
   // How long a sleeping wait may last before the next check() is due.
   std::chrono::microseconds until_next_check(const Task& task) const;
 
@@ -48,6 +50,8 @@ class Liveness {
   [[noreturn]] void blame_first_failure(const PeerFailure& seen, const Task& task, uint32_t seq);
 
  private:
+  void throw_if_revoked(const Description& what, uint32_t seq, int waiting_on, Deadline deadline);
+
   CommContext& ctx_;
   CallCheck& calls_;
   std::thread thread_;

@@ -116,6 +116,24 @@ const Topology& Communicator::topology() const { return impl_->endpoints.topolog
 
 void Communicator::abort(const std::string& reason) { impl_->engine.abort(reason); }
 
+void Communicator::revoke(const std::string& reason) {
+  CommContext& ctx = impl_->ctx;
+  const std::string text = "rank " + std::to_string(ctx.rank()) + " revoked the communicator: " + reason;
+  impl_->engine.abort(text, /*revoked=*/true);  // this rank's calls first: they need nothing from the store
+  if (ctx.size() == 1) return;
+  try {
+    // Its own handle: the engine's thread may be using the communicator's.
+    const Deadline deadline = Clock::now() + ctx.store_patience();
+    ctx.store->connect_again(deadline)->set(ctx.key(Liveness::kRevokedKey), text, deadline);
+  } catch (const std::exception& e) {
+    // The others then stop on this rank's silence, as on any failure.
+    subsystem_log(Subsystem::engine)
+        .warn("tandem rank {}: revoke() could not tell the others: {}", ctx.rank(), e.what());
+  }
+}
+
+bool Communicator::revoked() const { return impl_->engine.revoked(); }
+
 Request Communicator::exchange_async(std::function<void(Channel&)> body, const CollectiveOptions& opts) {
   if (!body) throw InvalidArgument("exchange: empty body");
   return impl_->engine.submit(true, std::move(body), opts,

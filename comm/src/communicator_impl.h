@@ -34,7 +34,8 @@ struct Communicator::Impl {
   CallCheck calls{ctx};
   Liveness liveness{ctx, calls};
   Engine engine{ctx, endpoints, liveness, calls};
-  uint64_t splits = 0;  // split() calls so far, for the new communicators' keys
+  uint64_t splits = 0;   // split() calls so far, for the new communicators' keys
+  uint64_t shrinks = 0;  // shrink() calls so far, likewise
 
  private:
   bool finalize_barrier(Deadline deadline);

@@ -452,6 +452,34 @@ static void check_point_to_point(tandem_comm_t* comm, int rank, int n) {
   CHECK_ERROR(tandem_request_source(NULL, &source), TANDEM_INVALID_ARGUMENT, "tandem_request_source: request is NULL");
 }
 
+/* Shrinking the revoked duplicate: nobody failed, so every rank stays, in
+ * order; at 3 ranks a second shrink excluding rank 2 leaves it out. */
+static void check_shrink(tandem_comm_t* revoked, int rank, int n) {
+  tandem_comm_t* all = NULL;
+  tandem_comm_t* two = NULL;
+  int members[8], count = -1, excluded = 2, r = -1;
+  long long v = rank;
+  CHECK_OK(tandem_comm_shrink(revoked, NULL, 0, -1, &all, members, &count));
+  CHECK(count == n && members[0] == 0 && members[n - 1] == n - 1);
+  CHECK_OK(tandem_comm_rank(all, &r));
+  CHECK(r == rank);
+  CHECK_OK(tandem_broadcast(all, &v, &v, 1, TANDEM_I64, n - 1, -1));
+  CHECK(v == n - 1);
+  CHECK_ERROR(tandem_comm_shrink(all, NULL, 1, -1, &two, NULL, NULL), TANDEM_INVALID_ARGUMENT,
+              "tandem_comm_shrink: exclude is NULL or n_exclude is negative");
+  if (n == 3) {
+    if (rank == 2) {
+      CHECK_ERROR(tandem_comm_shrink(all, &excluded, 1, -1, &two, NULL, NULL), TANDEM_EXCLUDED,
+                  "rank 2 was left out of shrink #1 (members 0,1 of 3)");
+    } else {
+      CHECK_OK(tandem_comm_shrink(all, &excluded, 1, -1, &two, members, &count));
+      CHECK(count == 2 && members[0] == 0 && members[1] == 1);
+      tandem_comm_destroy(two);
+    }
+  }
+  tandem_comm_destroy(all);
+}
+
 static void check_split(tandem_comm_t* comm, int rank, int n) {
   tandem_comm_t* half = NULL;
   tandem_comm_t* some = (tandem_comm_t*)&half; /* set to NULL by a split this rank stays out of */
@@ -486,6 +514,13 @@ static void check_split(tandem_comm_t* comm, int rank, int n) {
   v = rank;
   CHECK_OK(tandem_broadcast(dup, &v, &v, 1, TANDEM_I64, n - 1, -1));
   CHECK(v == n - 1);
+  /* Rank 0 revokes the duplicate: every rank's next call on it fails with
+   * TANDEM_REVOKED naming rank 0's reason; the parent goes on. */
+  if (rank == 0) CHECK_OK(tandem_comm_revoke(dup, "checking revoke"));
+  CHECK_ERROR(tandem_broadcast(dup, &v, &v, 1, TANDEM_I64, 0, -1), TANDEM_REVOKED,
+              "rank 0 revoked the communicator: checking revoke");
+  CHECK(strcmp(tandem_status_name(TANDEM_REVOKED), "TANDEM_REVOKED") == 0);
+  check_shrink(dup, rank, n);
   CHECK_ERROR(tandem_comm_split(comm, -5, 0, -1, &dup), TANDEM_INVALID_ARGUMENT, "split: color -5 must be >= 0");
   CHECK_ERROR(tandem_comm_duplicate(comm, -1, NULL), TANDEM_INVALID_ARGUMENT, "tandem_comm_duplicate: newcomm is NULL");
   tandem_comm_destroy(dup);

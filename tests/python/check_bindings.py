@@ -134,6 +134,19 @@ raises(tandem.InvalidArgument, "complex128 is not supported", lambda: comm.allre
 raises(tandem.InvalidArgument, "op 'mean' is not one of", lambda: comm.allreduce(np.zeros(3), op="mean"))
 raises(tandem.InvalidArgument, "output has 2 elements, not 3", lambda: comm.allreduce(np.zeros(3), out=np.zeros(2)))
 check(issubclass(tandem.Timeout, tandem.Error) and issubclass(tandem.Error, RuntimeError), "exception hierarchy")
+# Revoke: rank 0 revokes a duplicate; every rank's next call on it raises Revoked (an Aborted).
+dup = comm.duplicate()
+if comm.rank == 0:
+    dup.revoke("checking revoke")
+raises(tandem.Revoked, "rank 0 revoked the communicator: checking revoke", lambda: dup.barrier())
+check(issubclass(tandem.Revoked, tandem.Aborted) and dup.aborted and dup.revoked, "revoked")
+# Shrink: nobody failed, so every rank stays, in order, on a communicator that works.
+survivors, members = dup.shrink()
+check(members == list(range(comm.size)) and survivors.rank == comm.rank, "shrink kept every rank")
+ones = np.ones(3)
+survivors.allreduce(ones)
+check((ones == comm.size).all(), "the shrunk communicator's all-reduce")
+check(issubclass(tandem.Excluded, tandem.Revoked), "Excluded is a Revoked")
 comm.abort("checks done")
 raises(tandem.Aborted, "checks done", lambda: comm.allreduce(np.zeros(3)))
 checks.passed()

@@ -42,7 +42,9 @@ typedef enum tandem_status {
   TANDEM_TIMEOUT = 2,          /* a deadline passed */
   TANDEM_PEER_FAILURE = 3,     /* a peer process died or its connection broke */
   TANDEM_ABORTED = 4,          /* the communicator was aborted (or failed earlier: errors are sticky) */
-  TANDEM_INTERNAL = 5          /* anything else (out of memory, system errors) */
+  TANDEM_INTERNAL = 5,         /* anything else (out of memory, system errors) */
+  TANDEM_REVOKED = 6,          /* a rank revoked the communicator (tandem_comm_revoke) */
+  TANDEM_EXCLUDED = 7          /* tandem_comm_shrink left this rank out, or found no majority */
 } tandem_status_t;
 
 /* The message of the last call that failed on this thread ("" if none).
@@ -122,6 +124,12 @@ void tandem_comm_destroy(tandem_comm_t* comm);
  * is blocked in a collective. reason may be NULL. */
 tandem_status_t tandem_comm_abort(tandem_comm_t* comm, const char* reason);
 
+/* tandem_comm_abort on every rank: this rank's pending and later calls fail
+ * with TANDEM_REVOKED at once, every other rank's within a failure poll
+ * (200 ms), whether or not they wait on this rank. The last
+ * error names the rank that revoked and its reason (NULL allowed). */
+tandem_status_t tandem_comm_revoke(tandem_comm_t* comm, const char* reason);
+
 tandem_status_t tandem_comm_rank(const tandem_comm_t* comm, int* rank);
 tandem_status_t tandem_comm_size(const tandem_comm_t* comm, int* size);
 
@@ -136,6 +144,17 @@ tandem_status_t tandem_comm_size(const tandem_comm_t* comm, int* size);
 tandem_status_t tandem_comm_split(tandem_comm_t* comm, int color, int key, int64_t timeout_ms, tandem_comm_t** newcomm);
 /* The same ranks in the same order, a communicator of their own (MPI_Comm_dup). Collective. */
 tandem_status_t tandem_comm_duplicate(tandem_comm_t* comm, int64_t timeout_ms, tandem_comm_t** newcomm);
+
+/* After a failure (MPIX_Comm_shrink, ncclCommShrink): revokes comm, then the
+ * ranks that call this agree through the store on one set of members (every
+ * caller not recorded as failed nor in any caller's exclude list) and get a
+ * new communicator over them, renumbered in comm's order. members (may be
+ * NULL) receives comm's ranks in the new order, *n_members their count
+ * (members must hold comm's size). TANDEM_EXCLUDED on a rank left out, and on
+ * every rank when the members are half of comm or fewer. timeout_ms < 0:
+ * comm's timeout. See docs/api.md (membership). */
+tandem_status_t tandem_comm_shrink(tandem_comm_t* comm, const int* exclude, int n_exclude, int64_t timeout_ms,
+                                   tandem_comm_t** newcomm, int* members, int* n_members);
 
 /* Host memory the other ranks on this host can map: collectives whose
  * buffers lie in it on every rank read peers' buffers in place. Page-aligned,

@@ -3,7 +3,7 @@
 Collectives work in place on NumPy arrays and on contiguous CPU torch tensors
 (no copies: the C++ core reads and writes their memory). Errors are
 tandem.Error subclasses carrying the C++ messages: InvalidArgument, Timeout,
-PeerFailure, Aborted. Timeouts are in seconds; None means the communicator's.
+PeerFailure, Aborted (and Revoked, an Aborted; Excluded, a Revoked). Timeouts are in seconds; None means the communicator's.
 
     import numpy as np, tandem
     comm = tandem.init()                  # under `tandem launch`, mpirun or srun
@@ -20,11 +20,12 @@ import ast
 import inspect
 
 from . import _tandem
-from ._tandem import ANY_SOURCE, UNDEFINED_COLOR, Aborted, Error, InvalidArgument, PeerFailure, Request, Timeout
+from ._tandem import (ANY_SOURCE, UNDEFINED_COLOR, Aborted, Error, Excluded, InvalidArgument, PeerFailure, Request,
+                      Revoked, Timeout)
 
 __version__ = _tandem.__version__
 __all__ = ["init", "Communicator", "GradientSync", "P2POp", "Request", "Error", "InvalidArgument", "Timeout",
-           "PeerFailure", "Aborted", "ANY_SOURCE", "UNDEFINED_COLOR", "__version__"]
+           "PeerFailure", "Aborted", "Revoked", "Excluded", "ANY_SOURCE", "UNDEFINED_COLOR", "__version__"]
 
 _OPS = {name: getattr(_tandem.ReduceOp, name) for name in ("sum", "avg", "min", "max", "prod")}
 _NUMPY_DTYPES = {"float32": "f32", "float64": "f64", "float16": "f16", "int32": "i32", "int64": "i64", "uint8": "u8"}
@@ -200,6 +201,18 @@ class Communicator:
         self._core.abort(reason)
 
     aborted = property(lambda self: self._core.aborted)
+
+    def revoke(self, reason="revoke() called"):
+        """abort() on every rank: their pending and later calls raise Revoked (within 200 ms)."""
+        self._core.revoke(reason)
+
+    revoked = property(lambda self: self._core.revoked)
+
+    def shrink(self, exclude=(), timeout=None):
+        """After a failure: revokes this communicator; the ranks still here agree on the members.
+        Returns (their communicator, this one's ranks in its order); raises Excluded on a rank left out."""
+        core, members = self._core.shrink(list(exclude), timeout)
+        return Communicator(core), members
 
 
 def _signature(params):

@@ -254,6 +254,26 @@ class Communicator {
   // The same ranks, a communicator of their own (MPI_Comm_dup).
   std::unique_ptr<Communicator> duplicate(const CollectiveOptions& opts = {});
 
+  // ---- Membership after a failure (membership.cc) ---------------------------
+  // MPIX_Comm_shrink / ncclCommShrink. Revokes this communicator (every rank's
+  // calls on it fail with Revoked, so every survivor comes here), then the
+  // ranks agree through the store on one set of members: every rank that calls
+  // shrink() within the options' timeout and is not recorded as failed nor in
+  // any caller's `exclude`. One rank writes the decision, once; every member
+  // reads it, so no two survivors get communicators with different members.
+  // The new communicator spans the members renumbered in this one's order,
+  // bootstraps through the same store (no new port) under keys of its own,
+  // and shares memory among the members on a host. Throws Excluded on a rank
+  // left out (recorded failed — a stopped rank that woke —, named in
+  // `exclude`, or too late), and on every rank when the members would be half
+  // of this communicator or fewer: the other side of a partition may hold the
+  // rest, and two jobs must not go on.
+  struct Shrunk {
+    std::unique_ptr<Communicator> comm;
+    std::vector<int> members;  // this communicator's ranks, in the new one's order
+  };
+  Shrunk shrink(const std::vector<int>& exclude = {}, const CollectiveOptions& opts = {});
+
   // Host memory the other ranks on this host can map. When every rank's
   // buffers lie in it, all-reduces read and write each other's buffers
   // directly instead of copying through the shared segments (as NCCL's
@@ -275,6 +295,13 @@ class Communicator {
   // Unblocks every pending call on this communicator with Aborted; sticky.
   void abort(const std::string& reason = "abort() called");
   bool aborted() const;
+  // abort() on every rank: this rank's calls fail with Revoked at once, every
+  // other rank's pending and later calls within a failure poll
+  // (CommOptions::failure_poll), whether or not they are waiting on this rank.
+  // For survivors that must all stop a call a failed rank will never join.
+  void revoke(const std::string& reason = "revoke() called");
+  // True once this rank revoked the communicator or a call of its found it revoked.
+  bool revoked() const;
 
   // The UCX transports in use, e.g. "sysv/memory cma/memory" (for logs and
   // `tandem info`), plus "+ shared memory" when the ranks map each other's
@@ -289,6 +316,9 @@ class Communicator {
   struct Impl;
 
  private:
+  // A communicator over `members` (ranks here, in the new order), wired up
+  // through this one's store under `prefix` (split.cc).
+  std::unique_ptr<Communicator> over_members(const std::vector<int>& members, const std::string& prefix);
   // Each operation's Call, built once for its blocking and async forms.
   // allreduce and reduce_scatter: `count` elements reduced by `op`.
   static Call reducing_call(Op kind, const void* input, void* output, size_t count, DataType dtype, ReduceOp op,

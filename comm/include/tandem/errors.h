@@ -49,4 +49,19 @@ class Aborted : public Error {
   using Error::Error;
 };
 
+// A rank revoked the communicator (Communicator::revoke(), ULFM's
+// MPIX_Comm_revoke): every pending and later call on it, on every rank,
+// fails with this; what() names the rank and its reason.
+class Revoked : public Aborted {
+ public:
+  using Aborted::Aborted;
+};
+
+// Communicator::shrink() left this rank out (recorded as failed, excluded by
+// a survivor, too late), or found no majority to go on with; what() says which.
+class Excluded : public Revoked {
+ public:
+  using Revoked::Revoked;
+};
+
 }  // namespace tandem
