@@ -28,6 +28,9 @@ void add_launch(CLI::App& app, LaunchFlags& flags) {
       ->capture_default_str();
   l->add_option("--grace", o.grace_seconds, "After a rank fails, seconds the others get to exit before SIGTERM")
       ->capture_default_str();
+  l->add_option("--elastic", flags.elastic,
+                "MIN:MAX workers (torchrun's --nnodes MIN:MAX): a failed worker is recorded and the job goes on "
+                "while MIN run, for programs that shrink past it (Communicator::shrink); -n defaults to MAX");
   l->add_option("--servers", o.servers,
                 "Also start this many parameter-server ranks (`tandem ps serve`) after the N workers; every rank "
                 "gets TANDEM_SERVERS")
@@ -72,7 +75,8 @@ int run_launch(LaunchFlags flags, std::vector<std::string> command) {
   try {
     if (flags.bind == nullptr || flags.bind->count() == 0) o.bind = launch::default_bind();
     if (!flags.hosts.empty()) o.hosts = launch::parse_hosts(flags.hosts);
-  } catch (const std::exception& e) {  // a bad -H, or a bad TANDEM_BIND (InvalidArgument)
+    if (!flags.elastic.empty()) launch::parse_elastic(flags.elastic, o);
+  } catch (const std::exception& e) {  // a bad -H or --elastic, or a bad TANDEM_BIND (InvalidArgument)
     std::fprintf(stderr, "tandem launch: %s\n", e.what());
     return 2;
   }

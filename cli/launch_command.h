@@ -14,6 +14,7 @@ namespace tandem::cli {
 struct LaunchFlags {
   launch::LaunchOptions options;
   std::string hosts;            // -H as given
+  std::string elastic;          // --elastic as given
   CLI::Option* bind = nullptr;  // --bind; when not given, TANDEM_BIND decides
 };
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 #include <stdexcept>
@@ -114,6 +115,20 @@ std::string default_bind(const EnvLookup& env) {
   return o.bind;
 }
 
+void parse_elastic(const std::string& text, LaunchOptions& o) {
+  int min = 0, max = 0;
+  char extra = 0;
+  const int fields = std::sscanf(text.c_str(), "%d:%d%c", &min, &max, &extra);
+  if (fields == 1 && text.find(':') == std::string::npos) max = min;
+  if ((fields != 1 && fields != 2) || (fields == 1 && max != min) || min < 1 || max < min || max > kMaxLocalRanks) {
+    throw std::invalid_argument("--elastic takes MIN:MAX workers, 1 <= MIN <= MAX <= " +
+                                std::to_string(kMaxLocalRanks) + " (got '" + text + "')");
+  }
+  o.elastic_min = min;
+  o.elastic_max = max;
+  if (o.nprocs == -1 && o.hosts.empty()) o.nprocs = max;
+}
+
 std::string validate(const LaunchOptions& o) {
   int slots = 0;
   for (const HostSlots& h : o.hosts) slots += h.slots;
@@ -141,6 +156,10 @@ std::string validate(const LaunchOptions& o) {
   if (bad_seconds(o.grace_seconds)) return "--grace must be a number of seconds >= 0";
   if (bad_seconds(o.kill_after_seconds)) return "the SIGTERM-to-SIGKILL delay must be >= 0 seconds";
   if (o.bind != "auto" && o.bind != "none") return "--bind must be auto or none (got '" + o.bind + "')";
+  if (o.elastic_min > 0 && (o.nprocs < o.elastic_min || o.nprocs > o.elastic_max)) {
+    return "-n " + std::to_string(o.nprocs) + " is outside --elastic " + std::to_string(o.elastic_min) + ":" +
+           std::to_string(o.elastic_max) + "; start between MIN and MAX workers (leave -n out for MAX)";
+  }
   if (o.command.empty() || o.command[0].empty()) {
     return "no command given; usage: tandem launch -n N [--timeout S] [--grace S] -- command [args...]";
   }

@@ -361,6 +361,7 @@ class Launcher {
       }
       ++failed_;
       say("rank " + std::to_string(it->rank) + " " + describe(status));
+      if (goes_on_without(*it)) continue;
       if (!first_failure_ && !stopping() && spawn_failure_ == 0) {
         first_failure_ = &*it;
         record_failure_in_store(it->rank, describe(status));
@@ -371,6 +372,21 @@ class Launcher {
         phase_deadline_ = Clock::now() + seconds(opts_.grace_seconds);
       }
     }
+  }
+
+  // --elastic: a worker lost while enough others run is recorded (the others
+  // shrink past it) and the job goes on.
+  bool goes_on_without(const Rank& lost) {
+    if (opts_.elastic_min == 0 || first_failure_ || stopping() || spawn_failure_ != 0 || lost.rank >= opts_.nprocs)
+      return false;
+    const auto workers =
+        std::count_if(ranks_.begin(), ranks_.begin() + opts_.nprocs, [](const Rank& r) { return r.running; });
+    if (workers < opts_.elastic_min) return false;
+    ++lost_workers_;
+    record_failure_in_store(lost.rank, describe(lost.status));
+    say("the job goes on with " + std::to_string(workers) + " worker(s) (--elastic " +
+        std::to_string(opts_.elastic_min) + ":" + std::to_string(opts_.elastic_max) + ")");
+    return true;
   }
 
   // Lets ranks blocked in a collective fail fast with PeerFailure naming the
@@ -455,6 +471,7 @@ class Launcher {
       say("job interrupted by " + signal_name(interrupt_signal_) + "; " + abnormal);
       return 128 + interrupt_signal_;
     }
+    if (lost_workers_ > 0) say("job done without " + std::to_string(lost_workers_) + " lost worker(s) (--elastic)");
     return 0;
   }
 
@@ -472,6 +489,7 @@ class Launcher {
   bool timed_out_ = false;
   int interrupt_signal_ = 0;
   int failed_ = 0;
+  int lost_workers_ = 0;  // --elastic: failed workers the job went on without
   int stopped_by_us_ = 0;
 };
 

@@ -18,11 +18,18 @@ using tandem::testing::run;
 
 constexpr int kLimitSeconds = 30;  // per run; a run normally takes about a second
 
-// `tandem launch -n <ranks>` of `binary`, bounded by kLimitSeconds (and by the launcher's own --timeout).
-Output launch(int ranks, const std::string& binary) {
+// `tandem launch -n <ranks> [launch_flags]` of `binary`, bounded by kLimitSeconds (and by the launcher's own
+// --timeout).
+Output launch(int ranks, const std::string& binary, const std::string& launch_flags = "") {
   return run(env("TANDEM_BIN") + " launch -n " + std::to_string(ranks) + " --timeout " +
-                 std::to_string(kLimitSeconds - 5) + " -- " + binary,
+                 std::to_string(kLimitSeconds - 5) + " " + launch_flags + " -- " + binary,
              kLimitSeconds);
+}
+
+int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
 }
 
 // The values of "<what> max abs difference: <x>" in the output, one per rank line.
@@ -75,6 +82,34 @@ TEST(Examples, MoeAlltoallvTwoAndThreeRanks) {
     ASSERT_EQ(o.status, 0) << o.text;
     expect_every_rank_within(o, "moe", ranks);
   }
+}
+
+// Four workers under --elastic 2:4; rank 2 and then rank 0 kill themselves
+// (SIGKILL) mid-training. The launcher goes on, the survivors (ranks 1 and 3)
+// shrink twice, redo the interrupted steps, and end with the same weights as
+// one process running every step, bit-equal to each other.
+TEST(Examples, ElasticTrainingLosesTwoWorkers) {
+  const std::string bin = env("TANDEM_BIN"), example = env("TANDEM_EXAMPLE_ELASTIC");
+  if (bin.empty() || example.empty())
+    GTEST_SKIP() << "TANDEM_BIN or TANDEM_EXAMPLE_ELASTIC is not set (run under ctest)";
+  const Output o = launch(4, example + " --kill 2:40 --kill 0:90", "--elastic 2:4");
+  ASSERT_EQ(o.status, 0) << o.text;
+  EXPECT_EQ(count(o.text, "the job goes on with"), 2) << o.text;
+  EXPECT_EQ(count(o.text, "2 shrinks, weights equal to rank 0's"), 2) << o.text;
+  const std::vector<double> diffs = differences(o.text, "reference");
+  ASSERT_EQ(diffs.size(), 2u) << o.text;
+  for (double d : diffs) EXPECT_LE(d, 1e-9) << o.text;
+}
+
+TEST(Examples, ElasticRefusesAStartOutsideItsBounds) {
+  const std::string bin = env("TANDEM_BIN");
+  if (bin.empty()) GTEST_SKIP() << "TANDEM_BIN is not set (run under ctest)";
+  const Output o = run(bin + " launch -n 5 --elastic 2:4 -- true", kLimitSeconds);
+  EXPECT_EQ(o.status, 2) << o.text;
+  EXPECT_NE(o.text.find("-n 5 is outside --elastic 2:4"), std::string::npos) << o.text;
+  const Output bad = run(bin + " launch --elastic 3:2 -- true", kLimitSeconds);
+  EXPECT_EQ(bad.status, 2) << bad.text;
+  EXPECT_NE(bad.text.find("--elastic takes MIN:MAX workers"), std::string::npos) << bad.text;
 }
 
 }  // namespace

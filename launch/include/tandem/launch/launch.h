@@ -30,10 +30,16 @@ struct HostSlots {
 };
 
 struct LaunchOptions {
-  int nprocs = -1;                   // -1 (not given): every slot of `hosts`
-  double timeout_seconds = 0;        // whole job; 0 = no limit
-  double grace_seconds = 10;         // after the first failure, before SIGTERM
-  double kill_after_seconds = 3;     // after SIGTERM, before SIGKILL
+  int nprocs = -1;                // -1 (not given): every slot of `hosts`
+  double timeout_seconds = 0;     // whole job; 0 = no limit
+  double grace_seconds = 10;      // after the first failure, before SIGTERM
+  double kill_after_seconds = 3;  // after SIGTERM, before SIGKILL
+  // --elastic MIN:MAX (torchrun's --nnodes MIN:MAX, in workers): a worker
+  // that fails is recorded in the store (the others shrink past it) and the
+  // job goes on while at least elastic_min workers run; 0: the first failure
+  // stops the job. elastic_max bounds -n (its default); workers are not added
+  // beyond the ones started.
+  int elastic_min = 0, elastic_max = 0;
   std::vector<std::string> command;  // argv of every rank; command[0] is looked up in PATH
   // Parameter-server ranks started after the nprocs workers (ranks nprocs..nprocs+servers-1),
   // each running `server_command` (`tandem ps serve`); every rank gets TANDEM_SERVERS.
@@ -63,6 +69,9 @@ struct LaunchOptions {
   // (e.g. to redraw a progress line); must not throw.
   std::function<void()> on_tick;
 };
+
+// "MIN:MAX" (or "N": N:N) -> o.elastic_min/max, and -n MAX when not given; throws std::invalid_argument.
+void parse_elastic(const std::string& text, LaunchOptions& o);
 
 // "a:2,b:2" or "a,b" -> host list; throws std::invalid_argument naming the bad entry.
 std::vector<HostSlots> parse_hosts(const std::string& text);

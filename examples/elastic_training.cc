@@ -1,0 +1,123 @@
+// Elastic data-parallel training: a worker lost in the middle of a step costs
+// a shrink, not a restart. Each step trains a global batch of kBatch records
+// of a linear regression, split among the ranks there are; the gradients are
+// summed by an all-reduce. When it fails (a peer died, or another survivor
+// already shrank), the survivors shrink to a communicator over themselves and
+// redo the step: its partial gradients are dropped, the batch is split anew,
+// so every record is trained exactly once and the global batch stays kBatch.
+// At the end every survivor compares its weights with the same steps run in
+// one process.
+//
+//   tandem launch -n 4 --elastic 2:4 -- build/examples/elastic_training --kill 2:40
+//
+// --kill RANK:STEP (repeatable): that rank kills itself (SIGKILL) at that step.
+#include <signal.h>
+#include <tandem/tandem.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <vector>
+
+using tandem::DataType;
+using tandem::ReduceOp;
+
+constexpr int kFeatures = 8, kRecords = 4096, kBatch = 64, kEpochs = 2;
+constexpr int kSteps = kEpochs * kRecords / kBatch;
+constexpr double kLearningRate = 0.1;
+
+// Record n of the data set: features on a curve, the target from a fixed linear teacher.
+void record(int n, double* x, double* y) {
+  *y = 0.5;
+  for (int j = 0; j < kFeatures; ++j) {
+    x[j] = std::sin(0.013 * n * (j + 1) + j);
+    *y += (j % 3 - 1) * 0.7 * x[j];
+  }
+}
+
+// Adds the squared error's gradient over records [first, last) of the step to g (bias last).
+void add_gradient(const std::vector<double>& w, int first, int last, std::vector<double>& g) {
+  double x[kFeatures], y;
+  for (int n = first; n < last; ++n) {
+    record(n % kRecords, x, &y);
+    double err = w[kFeatures] - y;
+    for (int j = 0; j < kFeatures; ++j) err += w[j] * x[j];
+    for (int j = 0; j < kFeatures; ++j) g[j] += err * x[j];
+    g[kFeatures] += err;
+  }
+}
+
+void sgd_step(std::vector<double>& w, const std::vector<double>& g) {
+  for (int j = 0; j <= kFeatures; ++j) w[j] -= kLearningRate * g[j] / kBatch;
+}
+
+int main(int argc, char** argv) try {
+  std::map<int, int> kill_at;  // original rank -> step
+  for (int i = 1; i + 1 < argc; i += 2) {
+    int rank = -1, step = -1;
+    if (std::strcmp(argv[i], "--kill") != 0 || std::sscanf(argv[i + 1], "%d:%d", &rank, &step) != 2) {
+      std::fprintf(stderr, "usage: elastic_training [--kill RANK:STEP]...\n");
+      return 2;
+    }
+    kill_at[rank] = step;
+  }
+  auto comm = tandem::ring::connect_from_env();
+  const int original = comm->rank();
+  std::vector<double> w(kFeatures + 1, 0.0), before = w;  // the weights, and before the last step
+  int shrinks = 0;
+  for (int step = 0; step < kSteps;) {
+    if (kill_at.count(original) && kill_at[original] == step) raise(SIGKILL);
+    // This rank's share of the step's records; the last element counts them.
+    const int first = step * kBatch + kBatch * comm->rank() / comm->size();
+    const int last = step * kBatch + kBatch * (comm->rank() + 1) / comm->size();
+    std::vector<double> g(kFeatures + 2, 0.0);
+    add_gradient(w, first, last, g);
+    g[kFeatures + 1] = last - first;
+    try {
+      comm->allreduce(g.data(), g.size(), DataType::f64, ReduceOp::sum);
+    } catch (const tandem::Excluded&) {
+      throw;  // left out, or no majority: this process must stop
+    } catch (const tandem::Error& e) {
+      comm = comm->shrink().comm;
+      ++shrinks;
+      // The failed all-reduce may have finished on some survivors (a ring's
+      // last message reached them): they took the step, the others did not.
+      // The survivors agree on the step to redo; one ahead steps back.
+      int64_t agreed = step;
+      comm->allreduce(&agreed, 1, DataType::i64, ReduceOp::min);
+      if (agreed < step) w = before;
+      std::printf("rank %d: step %d redone on %d ranks (%s)\n", original, int(agreed), comm->size(), e.what());
+      step = int(agreed);
+      continue;
+    }
+    if (g[kFeatures + 1] != kBatch) {
+      std::fprintf(stderr, "rank %d: step %d trained %g records, not %d\n", original, step, g[kFeatures + 1], kBatch);
+      return 1;
+    }
+    g.pop_back();
+    before = w;
+    sgd_step(w, g);
+    ++step;
+  }
+  // The same steps in one process: the sums differ only in their order.
+  std::vector<double> reference(kFeatures + 1, 0.0);
+  for (int step = 0; step < kSteps; ++step) {
+    std::vector<double> g(kFeatures + 1, 0.0);
+    add_gradient(reference, step * kBatch, (step + 1) * kBatch, g);
+    sgd_step(reference, g);
+  }
+  double diff = 0;
+  for (int j = 0; j <= kFeatures; ++j) diff = std::max(diff, std::abs(w[j] - reference[j]));
+  // Every survivor holds the same weights, bit for bit.
+  std::vector<double> first_ranks = w;
+  comm->broadcast(first_ranks.data(), first_ranks.size(), DataType::f64, 0);
+  const bool same = std::memcmp(first_ranks.data(), w.data(), w.size() * sizeof(double)) == 0;
+  std::printf("rank %d (now %d of %d): %d steps, %d shrinks, weights %s rank 0's, reference max abs difference: %g\n",
+              original, comm->rank(), comm->size(), kSteps, shrinks, same ? "equal to" : "DIFFER from", diff);
+  return same && diff < 1e-9 ? 0 : 1;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "elastic_training: %s\n", e.what());
+  return 1;
+}
