@@ -180,6 +180,10 @@ void add_nccl_tests_flags(CLI::App* b, BenchFlags& f) {
   b->add_option("-y,--stream_null", f.stream_null, "0 only (no CUDA streams)")->capture_default_str();
   b->add_option("-G,--cudagraph", f.cuda_graph, "0 only (no CUDA graphs)")->capture_default_str();
   b->add_option("-F", f.csv_file_flag, "Refused: use -J FILE.csv");
+  b->add_option("--compare", f.compare,
+                "Compare two JSON runs size by size (A.json B.json): B/A of the median, and whether they differ "
+                "beyond their spread")
+      ->expected(2);
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // `tandem bench <test>`: nccl-tests' flags (and the names of its binaries),
-// read into SweepOptions.
+// read into SweepOptions; `tandem bench --compare A.json B.json`.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -20,6 +20,7 @@ struct BenchFlags {
   int agg_iters = 1, blocking = 0, average = 1, cycles = 1, timeout = 0, cpu_time = 0, timestamps = 0;
   int threads = 1, gpus = 1, parallel_init = 0, stream_null = 0, cuda_graph = 0;
   std::string output_file, csv_file_flag;
+  std::vector<std::string> compare;  // --compare A B
 };
 
 // Adds the bench subcommand to app.

@@ -1,6 +1,7 @@
 // The `tandem` executable: parses flags and calls the libraries.
 //   tandem launch -n N [--timeout S] [--grace S] [--] cmd args...
 //   tandem bench <collective> [nccl-tests flags]   (allreduce ... sendrecv, hypercube; cli/bench.cc)
+//   tandem bench --compare A.json B.json
 //   tandem bench overlap [--model M] [--modes ...]
 //   tandem bench ps [...]            (parameter server next to all-reduce; cli/ps.cc)
 //   tandem ps serve                  (a parameter-server rank; cli/ps.cc)
@@ -35,6 +36,7 @@
 #include "model.h"
 #include "ps.h"
 #include "settings_info.h"
+#include "tandem/bench/compare.h"
 #include "tandem/bench/overlap.h"
 #include "tandem/bench/sweep.h"
 #include "tandem/bootstrap.h"
@@ -336,7 +338,9 @@ int main(int argc, char** argv) {
     if (overlap_cmd->parsed()) return tandem::bench::run_overlap(to_overlap_options(overlap));
     if (const int rc = tandem::cli::run_ps(ps_flags); rc >= 0) return rc;
     if (app.got_subcommand("bench")) {
-      if (bench.collective.empty()) throw UsageError("bench: name a collective or the overlap subcommand");
+      if (!bench.compare.empty()) return tandem::bench::run_compare(bench.compare[0], bench.compare[1], std::cout);
+      if (bench.collective.empty())
+        throw UsageError("bench: name a collective, --compare A.json B.json or the overlap subcommand");
       return tandem::bench::run_sweep(tandem::cli::to_sweep_options(bench));
     }
     if (app.got_subcommand("model")) return tandem::cli::run_model(model);

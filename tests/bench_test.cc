@@ -435,4 +435,50 @@ TEST(BenchNcclTests, GpuFlagsAndUnknownValuesAreRefusedByName) {
   EXPECT_NE(cube.text.find("power-of-two number of ranks"), std::string::npos) << cube.text;
 }
 
+// Two crafted runs: one size alike, one slower, one faster beyond both spreads,
+// and one only in A; the table says which, and the exit status stays 0.
+TEST(BenchCompare, SaysSizeBySizeWhetherRunsDifferBeyondTheirSpread) {
+  if (bench_bin().empty()) GTEST_SKIP() << "TANDEM_BIN is not set (run under ctest)";
+  const auto row = [](size_t bytes, double p50, double min, double p99) {
+    nlohmann::json j = {{"collective", "allreduce"},
+                        {"nranks", 2},
+                        {"bytes", bytes},
+                        {"dtype", "f32"},
+                        {"op", "sum"},
+                        {"root", -1},
+                        {"inplace", true},
+                        {"time_us", p50},
+                        {"time_p50_us", p50},
+                        {"time_min_us", min},
+                        {"time_p99_us", p99}};
+    return j.dump() + "\n";
+  };
+  const std::string a = scratch("a.json"), b = scratch("b.json");
+  std::ofstream(a) << row(1024, 10, 9, 12) << row(4096, 20, 19, 22) << row(16384, 40, 38, 44) << row(65536, 80, 75, 90);
+  // A launcher's "[0] " prefix is skipped.
+  std::ofstream(b) << "[0] " << row(1024, 11, 9.5, 13) << row(4096, 30, 28, 33) << row(16384, 30, 29, 31);
+  const Output o = run(bench_bin() + " bench --compare " + a + " " + b);
+  ASSERT_EQ(o.status, 0) << o.text;
+  const auto line_of = [&](const char* size) {
+    const size_t at = o.text.find(size);
+    return at == std::string::npos ? std::string() : o.text.substr(at, o.text.find('\n', at) - at);
+  };
+  EXPECT_NE(line_of(" 1024 ").find("same within noise"), std::string::npos) << o.text;
+  EXPECT_NE(line_of(" 4096 ").find("B slower"), std::string::npos) << o.text;
+  EXPECT_NE(line_of(" 4096 ").find("1.500"), std::string::npos) << o.text;
+  EXPECT_NE(line_of(" 16384 ").find("B faster"), std::string::npos) << o.text;
+  EXPECT_NE(line_of(" 65536 ").find("only in A"), std::string::npos) << o.text;
+  EXPECT_NE(o.text.find("2 size(s) differ, 1 the same within noise"), std::string::npos) << o.text;
+
+  std::ofstream(b) << "{\"collective\": \"allreduce\", \"bytes\": 8}\n";
+  const Output bad = run(bench_bin() + " bench --compare " + a + " " + b);
+  EXPECT_EQ(bad.status, 2) << bad.text;
+  EXPECT_NE(bad.text.find(":1: not a tandem bench JSON row"), std::string::npos) << bad.text;
+  const Output missing = run(bench_bin() + " bench --compare " + a + " " + scratch("none.json"));
+  EXPECT_EQ(missing.status, 2) << missing.text;
+  EXPECT_NE(missing.text.find("cannot read"), std::string::npos) << missing.text;
+  std::remove(a.c_str());
+  std::remove(b.c_str());
+}
+
 }  // namespace
