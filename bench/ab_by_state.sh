@@ -39,7 +39,7 @@ for ((r = 1; r <= rounds; ++r)); do
       ((it < 10)) && it=10
       before=$(probe)
       # shellcheck disable=SC2086
-      out=$(env $envs "$bin" launch -n "$nranks" -- "$bin" bench allreduce -b "$s" -e "$s" -n "$it" -w 5 -c 0 \
+      out=$(env $envs "$bin" launch -n "$nranks" -- "$bin" bench allreduce -a 3 -b "$s" -e "$s" -n "$it" -w 5 -c 0 \
         --format json ${BENCH_ARGS:-} 2>/dev/null || true)
       sleep 0.3 # the launch's processes are gone before the second reading
       after=$(probe)

@@ -25,7 +25,7 @@ while [[ $# -gt 0 ]]; do
 done
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 tandem="$(command -v tandem || echo "$repo/build/bin/tandem")"
-bench="$tandem bench allreduce -b $size -e $size -n $iters -w 2 --format json"
+bench="$tandem bench allreduce -a 3 -b $size -e $size -n $iters -w 2 --format json"
 "$repo/bench/netns_run.sh" -n "$nranks" --per-host "$per_host" --rate "$rate" --timeout 900 -- sh -c \
   "k=0; for i in \$(seq $reps); do for a in ring hierarchical; do k=\$((k + 1));
      TANDEM_STORE_ADDR=\${TANDEM_STORE_ADDR%:*}:\$((29500 + k)) TANDEM_JOB_ID=run\$k $bench --algorithm \$a || exit 1;

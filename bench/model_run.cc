@@ -349,8 +349,9 @@ int run_validate(const ValidateOptions& o) {
     const Link inter = v.link.empty() ? Link{} : resolve_link(c, v.link);
     std::ifstream f(v.file);
     if (!f) throw InvalidArgument("tandem model validate: cannot read '" + v.file + "'");
-    // bytes -> time_us of every in-place row (what the calibration times; out-of-place
-    // rows are used only when a sweep has no in-place ones)
+    // bytes -> the slowest rank's time of every in-place row, as the calibration times
+    // (time_us before rows carried time_slowest_us; out-of-place rows are used only
+    // when a sweep has no in-place ones)
     std::map<double, std::vector<double>> measured, out_of_place;
     std::string forced;  // the algorithm the sweep forced, if any
     std::string line;
@@ -365,7 +366,8 @@ int run_validate(const ValidateOptions& o) {
         throw InvalidArgument("tandem model validate: '" + v.file + "' has " + std::to_string(j.value("nranks", 0)) +
                               " ranks but its case says " + std::to_string(v.topology.ranks()));
       }
-      (j.value("inplace", true) ? measured : out_of_place)[j.value("bytes", 0.0)].push_back(j.value("time_us", 0.0));
+      (j.value("inplace", true) ? measured : out_of_place)[j.value("bytes", 0.0)].push_back(
+          j.value("time_slowest_us", j.value("time_us", 0.0)));
       forced = j.value("algorithm", "");
     }
     if (measured.empty()) measured = out_of_place;

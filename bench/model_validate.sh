@@ -25,7 +25,7 @@ tandem=${TANDEM:-build/bin/tandem}
 mkdir -p "$out"
 cal="$out/calibration.json"
 rm -f "$cal"
-sweep=(-e 64M -f 4 -n 8 -w 5 -c 0 --format json)  # after bench allreduce -b SIZE
+sweep=(-e 64M -f 4 -n 8 -w 5 -c 0 -a 3 --format json)  # after bench allreduce -b SIZE
 iters=${MODEL_ITERS:-8}
 cores=$(nproc)
 # Rank counts that outnumber the cores, for the oversubscribed step.

@@ -1,7 +1,9 @@
 // nccl-tests-style sweep: for each size, an optional checked run, warm-up,
-// then a timed loop of back-to-back collectives between two barriers. The time
-// reported is the slowest rank's mean per operation (a collective is only done
-// when every rank is). busbw = algbw * factor, with nccl-tests' factors.
+// then a timed loop of back-to-back collectives after a barrier. Each rank
+// times every iteration; the time reported is each rank's mean per operation
+// reduced across ranks as -a says (nccl-tests' default: the mean over ranks),
+// and the slowest rank's mean goes with it (a collective is only done when
+// every rank is). busbw = algbw * factor, with nccl-tests' factors.
 //
 // Sizes mean what nccl-tests prints: the bytes of a rank's largest buffer.
 // For reduce_scatter, allgather, alltoall, gather and scatter that is nranks
@@ -28,10 +30,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -41,6 +46,7 @@
 #include <vector>
 
 #include "sweep_case.h"
+#include "sweep_output.h"
 #include "tandem/bench/buffers.h"
 #include "tandem/bench/check.h"
 #include "tandem/bench/plot.h"
@@ -49,29 +55,6 @@
 namespace tandem::bench {
 namespace {
 
-struct Result {
-  size_t bytes = 0;
-  size_t count = 0;
-  bool inplace = false;
-  double time_us = 0;
-  double algbw = 0;
-  double busbw = 0;
-  long wrong = -1;  // -1: not checked
-  // --compress: bytes reduced per timed operation (16-bit, plus f32 after a
-  // fallback), fallbacks in the timed loop, and the checked run's error
-  // against the f32 result (-1: not checked).
-  double wire_bytes = 0;
-  uint64_t fallbacks = 0;
-  double max_error = -1, mean_error = -1;
-  // Bytes read and written per payload byte by the busiest rank's shared-memory
-  // collectives in the timed loop (Communicator::shared_memory_traffic); 0: none went through it.
-  double traffic = 0;
-};
-
-std::string op_name(const SweepOptions& o) {
-  return spec_of(o.collective).reduces ? std::string(to_string(o.op)) : "none";
-}
-int root_of(const SweepOptions& o) { return spec_of(o.collective).rooted() ? o.root : -1; }
 bool is_barrier(const SweepOptions& o) { return !spec_of(o.collective).moves_data(); }
 
 // Sizes rounded down to whole units of `unit` bytes (an element, or one per rank).
@@ -85,11 +68,6 @@ std::vector<size_t> sizes_of(const SweepOptions& o, size_t unit) {
   }
   return sizes;
 }
-
-bool compressing(const SweepOptions& o) { return o.compress != compression::Codec::none; }
-
-// A placement the collective has no form for (sendrecv in place): not run, N/A in the table, no CSV or JSON row.
-bool measured(const Result& r) { return r.time_us >= 0; }
 
 // The checked run under --compress: the same inputs through a plain f32
 // all-reduce give the reference, and sum |x| over ranks the error bound.
@@ -119,6 +97,117 @@ void check_compressed(Communicator& comm, const SweepOptions& o, compression::Co
   r.mean_error = n ? sum_error / double(n) : 0;
 }
 
+// -T: when one placement of one size (check, warm-up and timed loop) must be done.
+struct SizeDeadline {
+  std::optional<Deadline> at;
+  int seconds = 0;
+  std::string what;
+
+  SizeDeadline(const SweepOptions& o, size_t bytes, bool inplace) : seconds(o.timeout_s) {
+    if (!seconds) return;
+    at = Clock::now() + std::chrono::seconds(seconds);
+    what = o.collective + " of " + std::to_string(bytes) + " bytes " + (inplace ? "in place" : "out of place");
+  }
+  void check() const {
+    if (at && Clock::now() > *at) {
+      throw Timeout("tandem bench: " + what + " took longer than -T " + std::to_string(seconds) +
+                    " s (nccl-tests' per-test timeout); lower -n, -m or -e, or raise -T");
+    }
+  }
+};
+
+// Nanoseconds on the wall clock, or of this thread's CPU time (-C 1).
+int64_t now_ns(bool cpu) {
+  if (!cpu) return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+// This rank's timed loop: µs per operation over the loop and in each iteration.
+struct RankTimes {
+  double mean_us = 0;
+  std::vector<double> per_iteration_us;
+};
+
+// -n iterations of -m operations each: started together and then all waited,
+// or (-m 1, -z 1) each run to completion before the next.
+RankTimes timed_loop(Communicator& comm, const SweepOptions& o, Case& c, const SizeDeadline& deadline) {
+  const int agg = std::max(1, o.agg_iters);
+  const bool aggregated = agg > 1 && !o.blocking;
+  RankTimes t;
+  t.per_iteration_us.resize(size_t(o.iters));
+  std::vector<Request> pending;
+  comm.barrier();
+  const int64_t t0 = now_ns(o.cpu_time);
+  int64_t last = t0;
+  for (int i = 0; i < o.iters; ++i) {
+    if (aggregated) {
+      for (int k = 0; k < agg; ++k) c.start(pending);
+      for (Request& r : pending) r.wait();
+      pending.clear();
+    } else {
+      for (int k = 0; k < agg; ++k) c.run();
+    }
+    const int64_t now = now_ns(o.cpu_time);
+    t.per_iteration_us[size_t(i)] = double(now - last) / 1e3 / agg;
+    last = now;
+    deadline.check();
+  }
+  t.mean_us = double(last - t0) / 1e3 / (double(o.iters) * agg);
+  return t;
+}
+
+double pick(RankTime how, const std::vector<double>& per_rank) {
+  switch (how) {
+    case RankTime::rank0: return per_rank[0];
+    case RankTime::avg: {
+      double sum = 0;
+      for (double v : per_rank) sum += v;
+      return sum / double(per_rank.size());
+    }
+    case RankTime::min: return *std::min_element(per_rank.begin(), per_rank.end());
+    case RankTime::max: break;
+  }
+  return *std::max_element(per_rank.begin(), per_rank.end());
+}
+
+// Nearest-rank percentiles of the iterations' times (p99 of fewer than 100 iterations: the slowest).
+IterationStats iteration_stats(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const auto at = [&](double p) { return v[std::min(v.size() - 1, size_t(std::ceil(p * double(v.size()))) - 1)]; };
+  return {at(0.5), at(0.99), v.front(), v.back()};
+}
+
+// Every rank's mean reduced as -a says, the slowest rank's mean, and each
+// iteration's time reduced across ranks likewise before its statistics.
+void reduce_across_ranks(Communicator& comm, const SweepOptions& o, RankTimes& t, Result& r) {
+  std::vector<double> means(size_t(comm.size()));
+  comm.allgather(&t.mean_us, means.data(), 1, DataType::f64);
+  r.time_us = pick(o.rank_time, means);
+  r.slowest_us = *std::max_element(means.begin(), means.end());
+  std::vector<double>& v = t.per_iteration_us;
+  switch (o.rank_time) {
+    case RankTime::rank0: comm.broadcast(v.data(), v.size(), DataType::f64, 0); break;
+    case RankTime::avg:
+      comm.allreduce(v.data(), v.size(), DataType::f64, ReduceOp::sum);
+      for (double& x : v) x /= comm.size();
+      break;
+    case RankTime::min: comm.allreduce(v.data(), v.size(), DataType::f64, ReduceOp::min); break;
+    case RankTime::max: comm.allreduce(v.data(), v.size(), DataType::f64, ReduceOp::max); break;
+  }
+  r.iterations = iteration_stats(v);
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return text;
+}
+
 Result measure(Communicator& comm, const SweepOptions& o, size_t bytes, bool inplace, char* in, char* out,
                compression::CompressedAllreduce* compressed = nullptr) {
   const Spec& spec = spec_of(o.collective);
@@ -131,6 +220,7 @@ Result measure(Communicator& comm, const SweepOptions& o, size_t bytes, bool inp
     r.time_us = -1;
     return r;
   }
+  const SizeDeadline deadline(o, bytes, inplace);
   Case c(comm, o, count, inplace, in, out, compressed);
   if (o.check && spec.moves_data()) {
     c.fill_for_check();
@@ -145,143 +235,25 @@ Result measure(Communicator& comm, const SweepOptions& o, size_t bytes, bool inp
   }
   c.fill();  // keep values bounded across repeated in-place operations
   if (compressed && inplace && o.op == ReduceOp::sum) c.use_op(ReduceOp::avg);
-  for (int i = 0; i < o.warmup; ++i) c.run();
+  for (int i = 0; i < o.warmup; ++i) {
+    c.run();
+    deadline.check();
+  }
   const compression::CompressionStats before = compressed ? compressed->stats() : compression::CompressionStats{};
   const uint64_t traffic_before = comm.shared_memory_traffic();
-  r.time_us = time_per_op_us(
-      comm, [&] { c.run(); }, std::max(1, o.iters));
-  r.traffic =
-      double(comm.shared_memory_traffic() - traffic_before) / std::max(1, o.iters) / double(std::max<size_t>(1, bytes));
+  RankTimes times = timed_loop(comm, o, c, deadline);
+  const double ops = double(o.iters) * std::max(1, o.agg_iters);
+  r.traffic = double(comm.shared_memory_traffic() - traffic_before) / ops / double(std::max<size_t>(1, bytes));
   comm.allreduce(&r.traffic, 1, DataType::f64, ReduceOp::max);
+  reduce_across_ranks(comm, o, times, r);
   if (compressed) {
-    r.wire_bytes = double(compressed->stats().wire_bytes - before.wire_bytes) / std::max(1, o.iters);
+    r.wire_bytes = double(compressed->stats().wire_bytes - before.wire_bytes) / ops;
     r.fallbacks = compressed->stats().fallbacks - before.fallbacks;
   }
   r.algbw = r.time_us > 0 ? double(bytes) / r.time_us / 1e3 : 0;
   r.busbw = r.algbw * bus_factor(spec.bus, comm.size());
+  if (o.timestamps) r.timestamp = utc_now();
   return r;
-}
-
-void print_table_header(const SweepOptions& o, Communicator& comm, const std::string& algorithm) {
-  const bool barrier = is_barrier(o);
-  if (barrier) {
-    printf("# tandem bench barrier: %d ranks, %d iterations, %d warm-up\n", comm.size(), o.iters, o.warmup);
-  } else {
-    printf("# tandem bench %s: %d ranks, dtype %s, op %s, %d iterations, %d warm-up, check %s\n", o.collective.c_str(),
-           comm.size(), std::string(to_string(o.dtype)).c_str(), op_name(o).c_str(), o.iters, o.warmup,
-           o.check ? "on" : "off");
-  }
-  printf("# transports: %s; reduce kernels: %s; buffers: %s\n", comm.transport_summary().c_str(),
-         std::string(reduce_isa()).c_str(), o.registered ? "registered (allocate_shared)" : "heap");
-  printf("# topology: %s; all-reduce algorithm: %s\n", comm.topology().str().c_str(), algorithm.c_str());
-  if (compressing(o)) {
-    printf(
-        "# compression: %s on the wire, f32 accumulation, predivide %d (world size); sizes and bandwidths count "
-        "f32 bytes; out-of-place = copy + in-place; timed in-place loop: avg%s; errors vs a plain f32 all-reduce\n",
-        std::string(compression::to_string(o.compress)).c_str(), comm.size(),
-        o.op == ReduceOp::sum ? " (sum grows N-fold per repeated call)" : "");
-  }
-  if (barrier) {
-    printf("#\n#%11s\n#%11s\n", "time", "(us)");
-    return;
-  }
-  printf("#\n#%64s%36s\n", "out-of-place", "in-place");
-  printf("#%11s %12s %6s %6s %6s %10s %8s %8s %6s %10s %8s %8s %6s %8s", "size", "count", "type", "redop", "root",
-         "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "traffic");
-  if (compressing(o)) printf(" %12s %9s %9s %6s", "wire", "max err", "mean err", "fallbk");
-  printf("\n#%11s %12s %6s %6s %6s %10s %8s %8s %6s %10s %8s %8s %6s %8s", "(B)", "(elements)", "", "", "", "(us)",
-         "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "(B/B)");
-  if (compressing(o)) printf(" %12s %9s %9s %6s", "(B/op)", "", "", "");
-  printf("\n");
-}
-
-std::string error_text(double e) {
-  if (e < 0) return "N/A";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2e", e);
-  return buf;
-}
-
-std::string wrong_text(long w) { return w < 0 ? "N/A" : std::to_string(w); }
-
-// The table's time, algbw, busbw and #wrong of one placement.
-std::string placement_columns(const Result& r) {
-  char buf[64];
-  if (!measured(r)) {
-    std::snprintf(buf, sizeof buf, " %10s %8s %8s %6s", "N/A", "N/A", "N/A", "N/A");
-  } else {
-    std::snprintf(buf, sizeof buf, " %10.2f %8.2f %8.2f %6s", r.time_us, r.algbw, r.busbw, wrong_text(r.wrong).c_str());
-  }
-  return buf;
-}
-
-void print_csv(const SweepOptions& o, const Result& r) {
-  printf("%s,%zu,%zu,%s,%s,%d,%d,%.3f,%.4f,%.4f,%ld", o.collective.c_str(), r.bytes, r.count,
-         std::string(to_string(o.dtype)).c_str(), op_name(o).c_str(), root_of(o), r.inplace ? 1 : 0, r.time_us, r.algbw,
-         r.busbw, r.wrong);
-  if (compressing(o)) {
-    printf(",%s,%.0f,%.6g,%.6g,%llu", std::string(compression::to_string(o.compress)).c_str(), r.wire_bytes,
-           r.max_error, r.mean_error, static_cast<unsigned long long>(r.fallbacks));
-  }
-  printf("\n");
-}
-
-void print_json(const SweepOptions& o, int nranks, const Result& r) {
-  nlohmann::json j = {{"collective", o.collective},
-                      {"nranks", nranks},
-                      {"bytes", r.bytes},
-                      {"count", r.count},
-                      {"dtype", std::string(to_string(o.dtype))},
-                      {"op", op_name(o)},
-                      {"root", root_of(o)},
-                      {"inplace", r.inplace},
-                      {"registered", o.registered},
-                      {"time_us", r.time_us},
-                      {"algbw_gbps", r.algbw},
-                      {"busbw_gbps", r.busbw},
-                      {"wrong", r.wrong < 0 ? 0 : r.wrong},
-                      {"checked", r.wrong >= 0},
-                      {"traffic_per_byte", r.traffic}};
-  if (!o.algorithm.empty()) j["algorithm"] = o.algorithm;
-  if (compressing(o)) {
-    j["compress"] = std::string(compression::to_string(o.compress));
-    j["wire_bytes"] = r.wire_bytes;
-    j["fallbacks"] = r.fallbacks;
-    if (r.max_error >= 0) {
-      j["max_abs_error"] = r.max_error;
-      j["mean_abs_error"] = r.mean_error;
-    }
-  }
-  printf("%s\n", j.dump().c_str());
-  fflush(stdout);
-}
-
-// One size: a table row, or a CSV or JSON row per placement measured.
-void print_row(const SweepOptions& o, int nranks, const Result& oop, const Result& ip) {
-  if (o.format == Format::table) {
-    // In place: the collective's own traffic, without the out-of-place copy (else out of place's).
-    // "-" below what %.2f shows: the timing's barrier and 8-byte all-reduce alone count a few bytes.
-    const Result& own = measured(ip) ? ip : oop;
-    char traffic[32] = "-";
-    if (own.traffic >= 0.005) std::snprintf(traffic, sizeof traffic, "%.2f", own.traffic);
-    printf("%12zu %12zu %6s %6s %6d%s%s %8s", oop.bytes, oop.count, std::string(to_string(o.dtype)).c_str(),
-           op_name(o).c_str(), root_of(o), placement_columns(oop).c_str(), placement_columns(ip).c_str(), traffic);
-    // Both placements reduce the same inputs to the same bits: one error and wire figure per row.
-    if (compressing(o)) {
-      printf(" %12.0f %9s %9s %6llu", ip.wire_bytes, error_text(ip.max_error).c_str(),
-             error_text(ip.mean_error).c_str(), static_cast<unsigned long long>(oop.fallbacks + ip.fallbacks));
-    }
-    printf("\n");
-  } else {
-    for (const Result* r : {&oop, &ip}) {
-      if (!measured(*r)) continue;
-      if (o.format == Format::csv)
-        print_csv(o, *r);
-      else
-        print_json(o, nranks, *r);
-    }
-  }
-  fflush(stdout);
 }
 
 void run_gnuplot(const SweepOptions& o, const std::string& data, const std::string& body) {
@@ -326,22 +298,125 @@ void plot(const SweepOptions& o, int nranks, const std::vector<Result>& results)
                   title.str() + lines + "\n");
 }
 
-// barrier: one timed row, whatever the sizes.
-void run_barrier(Communicator& comm, const SweepOptions& o, std::vector<Result>& results) {
-  Result r = measure(comm, o, 0, false, nullptr, nullptr);
-  results.push_back(r);
-  if (comm.rank() != 0) return;
-  if (o.format == Format::json) {
-    print_json(o, comm.size(), r);
-  } else if (o.format == Format::csv) {
-    print_csv(o, r);
-  } else {
-    printf("%12.2f\n#\n# Avg barrier time    : %.2f us\n#\n", r.time_us, r.time_us);
+// What one sweep shares across its tables (-d/-o/-r all): the communicator,
+// the buffers, the codec and where rows go.
+struct Sweep {
+  Communicator& comm;
+  Buffers& buffers;
+  compression::CompressedAllreduce* codec;
+  Sinks sinks;
+  std::string algorithm;
+  bool printer() const { return comm.rank() == 0; }
+};
+
+// barrier: one timed row per cycle, whatever the sizes.
+void run_barrier(Sweep& s, const SweepOptions& o) {
+  std::vector<Result> results;
+  for (int cycle = 1; o.cycles == 0 || cycle <= o.cycles; ++cycle) {
+    Result r = measure(s.comm, o, 0, false, nullptr, nullptr);
+    r.cycle = cycle;
+    results.push_back(r);
+    if (s.printer()) print_barrier(o, s.comm.size(), r, s.sinks);
   }
-  fflush(stdout);
+  if (s.printer() && !o.plot.empty()) plot(o, s.comm.size(), results);
+}
+
+// One type, op and root: a table (its header, a row per size, each cycle, and the closing lines); the wrong elements.
+long run_table(Sweep& s, const SweepOptions& o) {
+  Communicator& comm = s.comm;
+  if (s.printer() && o.format == Format::table) print_table_header(o, comm, s.algorithm);
+  if (is_barrier(o)) {
+    run_barrier(s, o);
+    return 0;
+  }
+  const Spec& spec = spec_of(o.collective);
+  long total_wrong = 0;
+  double busbw_sum = 0;
+  int rows = 0;
+  std::vector<Result> results;
+  const auto sizes = sizes_of(o, dtype_size(o.dtype) * spec.size_blocks(comm.size()));
+  for (int cycle = 1; o.cycles == 0 || cycle <= o.cycles; ++cycle) {
+    if (s.printer() && o.format == Format::table && o.cycles != 1) {
+      printf("# cycle %d%s\n", cycle, o.cycles ? (" of " + std::to_string(o.cycles)).c_str() : "");
+    }
+    for (size_t bytes : sizes) {
+      Result oop = measure(comm, o, bytes, false, s.buffers.in, s.buffers.out, s.codec);
+      Result ip = measure(comm, o, bytes, true, s.buffers.in, s.buffers.out, s.codec);
+      oop.cycle = ip.cycle = cycle;
+      for (const Result& r : {oop, ip}) {
+        if (!measured(r)) continue;
+        total_wrong += std::max(0L, r.wrong);
+        busbw_sum += r.busbw;
+        ++rows;
+        results.push_back(r);
+      }
+      if (s.printer()) print_row(o, comm.size(), oop, ip, s.sinks);
+    }
+  }
+  if (s.printer() && o.format == Format::table) {
+    printf("# Out of bounds values : %ld %s\n", total_wrong, total_wrong ? "FAILED" : "OK");
+    printf("# Avg bus bandwidth    : %.4f GB/s\n#\n", rows ? busbw_sum / rows : 0.0);
+  }
+  if (s.printer() && !o.plot.empty()) plot(o, comm.size(), results);
+  return total_wrong;
+}
+
+void validate(const SweepOptions& o) {
+  const Spec& spec = spec_of(o.collective);
+  if (o.min_bytes > o.max_bytes) throw InvalidArgument("tandem bench: -b must not exceed -e");
+  if (o.increment == 0 && o.factor <= 1.0) throw InvalidArgument("tandem bench: -f must be > 1 (or use -i)");
+  if (o.iters < 1 || o.warmup < 0) throw InvalidArgument("tandem bench: -n must be >= 1 and -w >= 0");
+  if (o.agg_iters < 1) throw InvalidArgument("tandem bench: -m must be >= 1 (operations per iteration)");
+  if (o.cycles < 0 || o.timeout_s < 0) throw InvalidArgument("tandem bench: -N and -T must be >= 0");
+  const bool many = o.dtypes.size() > 1 || o.ops.size() > 1 || o.every_root;
+  if (many && !o.plot.empty()) {
+    throw InvalidArgument("tandem bench: --plot draws one table; drop -d all, -o all or -r all to plot");
+  }
+  if (!compressing(o)) return;
+  bool f32_sum_or_avg = spec.op == Op::allreduce;
+  for (DataType t : o.dtypes) f32_sum_or_avg &= t == DataType::f32;
+  for (ReduceOp op : o.ops) f32_sum_or_avg &= op == ReduceOp::sum || op == ReduceOp::avg;
+  if (!f32_sum_or_avg) throw InvalidArgument("tandem bench: --compress works on allreduce of f32 with op sum or avg");
+}
+
+// Ranks the test needs, known once connected.
+void check_ranks(const SweepOptions& o, const Spec& spec, int n) {
+  if (spec.peers == Peers::ring && n < 2) {
+    throw InvalidArgument("tandem bench sendrecv: needs 2 or more ranks (rank r sends to r+1, receives from r-1)");
+  }
+  if (spec.peers == Peers::hypercube && (n & (n - 1)) != 0) {
+    throw InvalidArgument(
+        "tandem bench hypercube: needs a power-of-two number of ranks (step s pairs rank r with r ^ 2^s); this job "
+        "has " +
+        std::to_string(n));
+  }
+  if (spec.rooted() && !o.every_root && (o.root < 0 || o.root >= n)) {
+    throw InvalidArgument("tandem bench: -r " + std::to_string(o.root) + " is not a rank of this " + std::to_string(n) +
+                          "-rank job");
+  }
+}
+
+// The -J file, rank 0's alone: CSV by its .csv suffix, else JSON lines.
+Sinks open_sinks(const SweepOptions& o, bool printer) {
+  Sinks sinks;
+  if (!printer || o.output_file.empty()) return sinks;
+  sinks.file = std::fopen(o.output_file.c_str(), "w");
+  if (!sinks.file) {
+    throw InvalidArgument("tandem bench: -J: cannot write '" + o.output_file + "': " + std::strerror(errno));
+  }
+  std::string name = o.output_file;
+  for (char& ch : name) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  sinks.file_format = name.ends_with(".csv") ? Format::csv : Format::json;
+  if (sinks.file_format == Format::csv) print_csv_header(sinks.file, o);
+  return sinks;
 }
 
 }  // namespace
+
+const char* to_string(RankTime t) {
+  static const char* const kNames[] = {"rank0", "avg", "min", "max"};
+  return kNames[int(t)];
+}
 
 double time_per_op_us(Communicator& comm, const std::function<void()>& op, int iters) {
   comm.barrier();
@@ -352,66 +427,47 @@ double time_per_op_us(Communicator& comm, const std::function<void()>& op, int i
   return us;
 }
 
-int run_sweep(const SweepOptions& o) {
+int run_sweep(const SweepOptions& options) {
+  SweepOptions o = options;
+  o.collective = canonical_collective(o.collective);
+  if (o.dtypes.empty()) o.dtypes = {o.dtype};
+  if (o.ops.empty()) o.ops = {o.op};
+  validate(o);
   const Spec& spec = spec_of(o.collective);
-  if (o.min_bytes > o.max_bytes) throw InvalidArgument("tandem bench: -b must not exceed -e");
-  if (o.increment == 0 && o.factor <= 1.0) throw InvalidArgument("tandem bench: -f must be > 1 (or use -i)");
-  if (o.iters < 1 || o.warmup < 0) throw InvalidArgument("tandem bench: -n must be >= 1 and -w >= 0");
+  if (!spec.reduces) o.ops.resize(1);  // the op column says "none": one table
+  if (!spec.moves_data()) o.dtypes.resize(1);
 
-  if (compressing(o) &&
-      (spec.op != Op::allreduce || o.dtype != DataType::f32 || (o.op != ReduceOp::sum && o.op != ReduceOp::avg))) {
-    throw InvalidArgument("tandem bench: --compress works on allreduce of f32 with op sum or avg");
-  }
   CommOptions comm_options = comm_options_from_env();
   ring::RingOptions ring_options = ring::ring_options_from_env();
   if (!o.algorithm.empty()) ring_options.allreduce = ring::parse_allreduce_algorithm(o.algorithm);
   auto comm = ring::connect(comm_options, ring_options);
-  if (spec.op == Op::group && comm->size() < 2) {
-    throw InvalidArgument("tandem bench sendrecv: needs 2 or more ranks (rank r sends to r+1, receives from r-1)");
-  }
-  if (spec.rooted() && (o.root < 0 || o.root >= comm->size())) {
-    throw InvalidArgument("tandem bench: -r " + std::to_string(o.root) + " is not a rank of this " +
-                          std::to_string(comm->size()) + "-rank job");
+  check_ranks(o, spec, comm->size());
+  std::vector<int> roots{o.root};
+  if (spec.rooted() && o.every_root) {
+    roots.clear();
+    for (int r = 0; r < comm->size(); ++r) roots.push_back(r);
   }
   const bool printer = comm->rank() == 0;
-  const size_t esize = dtype_size(o.dtype);
-  if (printer && o.format == Format::table) print_table_header(o, *comm, ring::to_string(ring_options.allreduce));
-  if (printer && o.format == Format::csv) {
-    printf("collective,bytes,count,dtype,op,root,inplace,time_us,algbw_gbps,busbw_gbps,wrong%s\n",
-           compressing(o) ? ",compress,wire_bytes,max_abs_error,mean_abs_error,fallbacks" : "");
-  }
-
-  std::vector<Result> results;
-  if (!spec.moves_data()) {
-    run_barrier(*comm, o, results);
-    if (printer && !o.plot.empty()) plot(o, comm->size(), results);
-    return 0;
-  }
-  long total_wrong = 0;
-  double busbw_sum = 0;
-  int rows = 0;
+  if (printer && o.format == Format::csv) print_csv_header(stdout, o);
+  size_t widest = 1;
+  for (DataType t : o.dtypes) widest = std::max(widest, dtype_size(t));
   // Sizes are whole buffers: whole elements, and whole blocks per rank where the buffer holds one per rank.
-  Buffers buffers(*comm, o.max_bytes + esize, o.registered);
+  Buffers buffers(*comm, o.max_bytes + widest, o.registered);
   std::optional<compression::CompressedAllreduce> compressed;
   if (compressing(o)) compressed.emplace(*comm, compression::CompressionOptions{o.compress});
-  compression::CompressedAllreduce* codec = compressed ? &*compressed : nullptr;
-  for (size_t bytes : sizes_of(o, esize * spec.size_blocks(comm->size()))) {
-    Result oop = measure(*comm, o, bytes, false, buffers.in, buffers.out, codec);
-    Result ip = measure(*comm, o, bytes, true, buffers.in, buffers.out, codec);
-    for (const Result& r : {oop, ip}) {
-      if (!measured(r)) continue;
-      total_wrong += std::max(0L, r.wrong);
-      busbw_sum += r.busbw;
-      ++rows;
-      results.push_back(r);
+  Sweep sweep{*comm, buffers, compressed ? &*compressed : nullptr, open_sinks(o, printer),
+              ring::to_string(ring_options.allreduce)};
+  long total_wrong = 0;
+  for (DataType dtype : o.dtypes) {
+    for (ReduceOp op : o.ops) {
+      for (int root : roots) {
+        SweepOptions table = o;
+        table.dtype = dtype, table.op = op, table.root = root;
+        total_wrong += run_table(sweep, table);
+      }
     }
-    if (printer) print_row(o, comm->size(), oop, ip);
   }
-  if (printer && o.format == Format::table) {
-    printf("# Out of bounds values : %ld %s\n", total_wrong, total_wrong ? "FAILED" : "OK");
-    printf("# Avg bus bandwidth    : %.4f GB/s\n#\n", rows ? busbw_sum / rows : 0.0);
-  }
-  if (printer && !o.plot.empty()) plot(o, comm->size(), results);
+  if (sweep.sinks.file) std::fclose(sweep.sinks.file);
   return total_wrong ? 1 : 0;
 }
 

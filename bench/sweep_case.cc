@@ -26,8 +26,13 @@ const Spec kSpecs[] = {
     {Op::gather, Bus::ring, Root::receives, false, true, false, true},
     {Op::scatter, Bus::ring, Root::sends, true, false, false, true},
     // A ring, r sends to r+1 and receives from r-1, as one group.
-    {Op::group, Bus::one, Root::none, false, false, false, false, "sendrecv"},
+    {Op::group, Bus::one, Root::none, false, false, false, false, "sendrecv", Peers::ring},
+    // nccl-tests' hypercube_perf: an all-gather by pairwise exchanges (power-of-two ranks).
+    {Op::group, Bus::ring, Root::none, false, true, false, true, "hypercube", Peers::hypercube},
 };
+
+// nccl-tests' names that differ from tandem's beyond the _perf suffix.
+const std::pair<const char*, const char*> kAliases[] = {{"all_reduce", "allreduce"}, {"all_gather", "allgather"}};
 
 // alltoallv's block from rank r to rank p: count * 2(1 + (r + p) mod n) / (n + 1)
 // elements, from about 2/n to about twice count, each rank's n blocks adding
@@ -77,7 +82,22 @@ const Spec& spec_of(const std::string& name) {
     if (name == s.name()) return s;
     available += (available.empty() ? "" : ", ") + std::string(s.name());
   }
-  throw InvalidArgument("tandem bench: unknown collective '" + name + "'; available: " + available);
+  throw InvalidArgument("tandem bench: unknown collective '" + name + "'; available: " + available +
+                        " (or nccl-tests' names: all_reduce_perf, all_gather, ...)");
+}
+
+std::string canonical_collective(const std::string& name) {
+  std::string stem = name;
+  if (stem.size() > 5 && stem.ends_with("_perf")) stem.resize(stem.size() - 5);
+  for (const auto& [alias, own] : kAliases) {
+    if (stem == alias) stem = own;
+  }
+  try {
+    return spec_of(stem).name();
+  } catch (const InvalidArgument&) {
+    spec_of(name);  // the error names what was typed
+    throw;
+  }
 }
 
 Case::Case(Communicator& comm, const SweepOptions& o, size_t count, bool inplace, char* in, char* out,
@@ -96,7 +116,8 @@ Case::Case(Communicator& comm, const SweepOptions& o, size_t count, bool inplace
     call_.input = in + (own_input ? r_ * block_ : 0);
     call_.output = in + (own_output ? r_ * block_ : 0);
   }
-  if (spec_.op == Op::group) {
+  call_.options.timeout = o.timeout_s ? std::optional(std::chrono::milliseconds(o.timeout_s * 1000)) : std::nullopt;
+  if (spec_.peers == Peers::ring) {
     ring_ = {P2POp{P2POp::send, src(), count, o.dtype, (r_ + 1) % n_, 0},
              P2POp{P2POp::recv, dst(), count, o.dtype, (r_ - 1 + n_) % n_, 0}};
     call_.group = ring_;
@@ -127,12 +148,39 @@ void Case::fill() {
 }
 
 void Case::run() {
+  if (spec_.peers == Peers::hypercube) {
+    run_hypercube();
+    return;
+  }
   if (!compressed_) {
     comm_.run(call_);
     return;
   }
   if (call_.input != call_.output) std::memcpy(dst(), src(), block_);
   compressed_->allreduce(reinterpret_cast<float*>(dst()), call_.count, call_.reduce);
+}
+
+void Case::start(std::vector<Request>& pending) {
+  if (spec_.peers == Peers::hypercube || compressed_) {
+    run();
+    return;
+  }
+  pending.push_back(comm_.start(call_));
+}
+
+void Case::run_hypercube() {
+  char* out = dst();
+  if (src() != out + r_ * block_) std::memcpy(out + r_ * block_, src(), block_);
+  for (int mask = 1; mask < n_; mask <<= 1) {
+    // Before step `mask`, this rank holds the `mask` blocks from its own aligned group of ranks.
+    const int own = r_ & ~(mask - 1), theirs = own ^ mask;
+    const size_t count = call_.count * size_t(mask);
+    const P2POp step[] = {P2POp{P2POp::send, out + own * block_, count, call_.dtype, r_ ^ mask, 0},
+                          P2POp{P2POp::recv, out + theirs * block_, count, call_.dtype, r_ ^ mask, 0}};
+    Call exchange = call_;
+    exchange.group = step;
+    comm_.run(exchange);
+  }
 }
 
 long Case::wrong() const {

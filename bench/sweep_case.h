@@ -22,6 +22,11 @@ double bus_factor(Bus bus, int n);
 // root's input matters) or delivers to it (reduce, gather: only its output does).
 enum class Root : uint8_t { none, sends, receives };
 
+// How a point-to-point test (Op::group) pairs the ranks: none (a collective),
+// a ring (sendrecv: r sends to r+1), or nccl-tests' hypercube all-gather
+// (log2 n steps, step s exchanging 2^s blocks with rank r ^ 2^s).
+enum class Peers : uint8_t { none, ring, hypercube };
+
 struct Spec {
   Op op;  // the operation it times (tandem/call.h)
   Bus bus;
@@ -35,6 +40,7 @@ struct Spec {
   bool in_place;  // has an in-place form (sendrecv has none: one buffer cannot be sent and received into at once)
   // nccl-tests' name where it differs from the operation's (sendrecv: a group of one send and one receive).
   const char* nccl_name = nullptr;
+  Peers peers = Peers::none;
 
   const char* name() const { return nccl_name ? nccl_name : operation(op).name; }
   Collective collective() const { return operation(op).collective; }
@@ -60,6 +66,9 @@ class Case {
   void fill_for_check();
   void fill();
   void run();
+  // Starts one operation and adds its Request to `pending` (a hypercube's
+  // dependent steps and a compressed all-reduce run whole instead).
+  void start(std::vector<Request>& pending);
   // Wrong elements on this rank.
   long wrong() const;
 
@@ -78,6 +87,8 @@ class Case {
   char* dst() const { return static_cast<char*>(call_.output); }
   // alltoallv: rank r's blocks for rank p (send) and from p (recv), see varied_blocks.
   long wrong_varied() const;
+  // hypercube: the own block into place, then one send/receive group per step.
+  void run_hypercube();
 
   Call call_;
   std::vector<P2POp> ring_;

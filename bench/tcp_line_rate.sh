@@ -41,7 +41,7 @@ summary='import json,sys; e=json.load(sys.stdin)["end"]; print("iperf3", json.du
     for variant in ${variants[*]@Q}; do
       v=\$((v + 1)); [ \$TANDEM_RANK = 0 ] && echo \"variant \$variant\"
       env \$variant TANDEM_STORE_ADDR=\${TANDEM_STORE_ADDR%:*}:\$((29500 + 10 * k + v)) TANDEM_JOB_ID=tcp\$k.\$v \
-        $tandem bench allreduce -b $size -e $size -n $iters -w 5 --format json || exit 1
+        $tandem bench allreduce -a 3 -b $size -e $size -n $iters -w 5 --format json || exit 1
     done
   done" | tee /dev/stderr | python3 -c '
 import json, re, statistics, sys

@@ -1,6 +1,7 @@
 // The `tandem` executable: parses flags and calls the libraries.
 //   tandem launch -n N [--timeout S] [--grace S] [--] cmd args...
-//   tandem bench <collective> [nccl-tests flags]   (allreduce ... alltoall, gather, scatter, sendrecv)
+//   tandem bench <collective> [nccl-tests flags]   (allreduce ... sendrecv, hypercube; cli/bench.cc)
+//   tandem bench --compare A.json B.json
 //   tandem bench overlap [--model M] [--modes ...]
 //   tandem bench ps [...]            (parameter server next to all-reduce; cli/ps.cc)
 //   tandem ps serve                  (a parameter-server rank; cli/ps.cc)
@@ -28,12 +29,14 @@
 #include <thread>
 #include <vector>
 
+#include "bench.h"
 #include "doctor.h"
 #include "flags.h"
 #include "launch_command.h"
 #include "model.h"
 #include "ps.h"
 #include "settings_info.h"
+#include "tandem/bench/compare.h"
 #include "tandem/bench/overlap.h"
 #include "tandem/bench/sweep.h"
 #include "tandem/bootstrap.h"
@@ -56,124 +59,6 @@ constexpr int kUsageError = 2;
 using tandem::cli::lower;
 using tandem::cli::size_flag;
 using tandem::cli::UsageError;
-
-template <typename T, size_t N>
-std::string join_names(const T (&values)[N]) {
-  std::string out;
-  for (const auto& v : values) out += (out.empty() ? "" : ", ") + std::string(tandem::to_string(v));
-  return out;
-}
-
-// ---------------------------------------------------------------- bench
-
-struct BenchFlags {
-  std::string collective;
-  std::string min_bytes = "32M", max_bytes = "32M", increment = "0";
-  double factor = 2.0;
-  int iters = 20, warmup = 5, check = 1, root = 0, registered = 0;
-  std::string dtype = "float", op = "sum", format = "table", plot, compress = "none", algorithm;
-};
-
-tandem::bench::SweepOptions to_sweep_options(const BenchFlags& f) {
-  tandem::bench::SweepOptions o;
-  o.collective = f.collective;
-  o.min_bytes = size_flag("-b/--minbytes", f.min_bytes);
-  o.max_bytes = size_flag("-e/--maxbytes", f.max_bytes);
-  o.increment = size_flag("-i/--stepbytes", f.increment);
-  o.factor = f.factor;
-  if (o.max_bytes < o.min_bytes) {
-    throw UsageError("-e/--maxbytes (" + f.max_bytes + ") must be >= -b/--minbytes (" + f.min_bytes + ")");
-  }
-  if (o.increment == 0 && !(o.factor > 1.0)) {
-    char got[32];
-    std::snprintf(got, sizeof got, "%g", f.factor);
-    throw UsageError(std::string("-f/--stepfactor must be > 1 (got ") + got + "), or set -i/--stepbytes");
-  }
-  if (o.increment == 0 && o.min_bytes == 0 && o.max_bytes > 0) {
-    throw UsageError("-b 0 cannot grow by a factor; use -b >= 1 or set -i/--stepbytes");
-  }
-  if (f.iters < 1) throw UsageError("-n/--iters must be >= 1");
-  if (f.warmup < 0) throw UsageError("-w/--warmup_iters must be >= 0");
-  if (f.check < 0) throw UsageError("-c/--check must be 0 (off) or >= 1 (on)");
-  if (f.root < 0) throw UsageError("-r/--root must be >= 0");
-  if (f.registered != 0 && f.registered != 1)
-    throw UsageError("-R/--registered must be 0 (heap) or 1 (allocate_shared)");
-  o.iters = f.iters;
-  o.warmup = f.warmup;
-  o.check = f.check > 0;
-  o.root = f.root;
-  o.registered = f.registered == 1;
-
-  auto dtype = tandem::parse_dtype(f.dtype);
-  if (!dtype) throw UsageError("-d/--datatype: unknown '" + f.dtype + "'; valid: " + join_names(tandem::kAllDataTypes));
-  o.dtype = *dtype;
-  auto op = tandem::parse_reduce_op(f.op);
-  if (!op) throw UsageError("-o/--op: unknown '" + f.op + "'; valid: " + join_names(tandem::kAllReduceOps));
-  o.op = *op;
-
-  auto codec = tandem::compression::parse_codec(f.compress);
-  if (!codec) throw UsageError("--compress: unknown '" + f.compress + "'; valid: fp16, bf16, none");
-  o.compress = *codec;
-  if (!f.algorithm.empty()) {
-    tandem::ring::parse_allreduce_algorithm(f.algorithm);  // names the valid ones if not
-    o.algorithm = f.algorithm;
-  }
-
-  std::string format = lower(f.format);
-  if (format == "table")
-    o.format = tandem::bench::Format::table;
-  else if (format == "csv")
-    o.format = tandem::bench::Format::csv;
-  else if (format == "json")
-    o.format = tandem::bench::Format::json;
-  else
-    throw UsageError("--format: unknown '" + f.format + "'; valid: table, csv, json");
-
-  if (!f.plot.empty()) {
-    std::string p = lower(f.plot);
-    if (p.size() < 5 || p.compare(p.size() - 4, 4, ".png") != 0) {
-      throw UsageError("--plot expects a .png file name (got '" + f.plot + "')");
-    }
-    o.plot = f.plot;
-  }
-  return o;
-}
-
-CLI::App* add_bench(CLI::App& app, BenchFlags& f) {
-  auto* b = app.add_subcommand(
-      "bench", "Sweep one collective over message sizes (nccl-tests flags); run it under `tandem launch`");
-  // The bench's own table: nccl-tests' tests, sendrecv spelt as nccl-tests does.
-  const std::vector<std::string> names = tandem::bench::sweep_collectives();
-  std::string listed;
-  for (const auto& n : names) listed += (listed.empty() ? "" : ", ") + n;
-  b->add_option("collective", f.collective, "Collective: " + listed + " (or the overlap subcommand)")
-      ->check(CLI::IsMember(names));
-  b->add_option("-b,--minbytes", f.min_bytes, "Smallest message, bytes with K/M/G suffix")->capture_default_str();
-  b->add_option("-e,--maxbytes", f.max_bytes, "Largest message")->capture_default_str();
-  b->add_option("-f,--stepfactor", f.factor, "Multiply the size by this between steps")->capture_default_str();
-  b->add_option("-i,--stepbytes", f.increment, "Add this many bytes between steps instead (0 = use -f)")
-      ->capture_default_str();
-  b->add_option("-n,--iters", f.iters, "Timed iterations per size")->capture_default_str();
-  b->add_option("-w,--warmup_iters", f.warmup, "Untimed warm-up iterations per size")->capture_default_str();
-  b->add_option("-c,--check", f.check, "Check results: 0 off, 1 on")->capture_default_str();
-  b->add_option("-d,--datatype", f.dtype, "Element type: " + join_names(tandem::kAllDataTypes))->capture_default_str();
-  b->add_option("-o,--op", f.op, "Reduction: " + join_names(tandem::kAllReduceOps))->capture_default_str();
-  b->add_option("-r,--root", f.root, "Root rank (broadcast, reduce, gather, scatter)")->capture_default_str();
-  b->add_option("-R,--registered", f.registered,
-                "Buffers: 0 heap memory, 1 Communicator::allocate_shared memory (registered; ranks on one host "
-                "then reduce straight from each other's buffers)")
-      ->capture_default_str();
-  b->add_option("--format", f.format, "Output: table, csv or json")->capture_default_str();
-  b->add_option("--compress", f.compress,
-                "All-reduce f32 (sum/avg) through the fp16 or bf16 codec: 16-bit values on the wire, f32 "
-                "accumulation; adds wire bytes and the error against the f32 result")
-      ->capture_default_str();
-  b->add_option("--plot", f.plot, "Write busbw vs size to this PNG (needs gnuplot)");
-  b->add_option("--algorithm", f.algorithm,
-                "All-reduce algorithm: auto, ring, recursive_doubling, shared_memory, hierarchical (default: "
-                "TANDEM_ALGO, else auto)");
-  return b;
-}
 
 struct OverlapFlags {
   std::string model = "resnet50", modes = "none,overlap,autotune", compute = "auto";
@@ -404,9 +289,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   tandem::cli::LaunchFlags launch;
-  BenchFlags bench;
+  tandem::cli::BenchFlags bench;
   tandem::cli::add_launch(app, launch);
-  auto* bench_cmd = add_bench(app, bench);
+  auto* bench_cmd = tandem::cli::add_bench(app, bench);
   OverlapFlags overlap;
   auto* overlap_cmd = add_overlap(*bench_cmd, overlap);
   tandem::cli::PsFlags ps_flags;
@@ -453,8 +338,10 @@ int main(int argc, char** argv) {
     if (overlap_cmd->parsed()) return tandem::bench::run_overlap(to_overlap_options(overlap));
     if (const int rc = tandem::cli::run_ps(ps_flags); rc >= 0) return rc;
     if (app.got_subcommand("bench")) {
-      if (bench.collective.empty()) throw UsageError("bench: name a collective or the overlap subcommand");
-      return tandem::bench::run_sweep(to_sweep_options(bench));
+      if (!bench.compare.empty()) return tandem::bench::run_compare(bench.compare[0], bench.compare[1], std::cout);
+      if (bench.collective.empty())
+        throw UsageError("bench: name a collective, --compare A.json B.json or the overlap subcommand");
+      return tandem::bench::run_sweep(tandem::cli::to_sweep_options(bench));
     }
     if (app.got_subcommand("model")) return tandem::cli::run_model(model);
     if (app.got_subcommand("info")) return info_settings ? tandem::cli::run_settings_info(info_markdown) : run_info();

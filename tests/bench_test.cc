@@ -2,7 +2,9 @@
 // rows follow the contract other tools read, and the data check passes.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -302,6 +304,181 @@ TEST(BenchOverlap, BadModelAndModeAreNamed) {
   out = run(bin() + " launch -n 1 -- " + bin() + " bench overlap --modes none,fast", 60);
   EXPECT_NE(out.status, 0);
   EXPECT_NE(out.text.find("unknown mode 'fast'"), std::string::npos) << out.text;
+}
+
+}  // namespace
+
+namespace {
+
+std::string bench_bin() { return tandem::testing::env("TANDEM_BIN"); }
+
+std::string scratch(const std::string& name) {
+  return ::testing::TempDir() + "tandem_bench_" + std::to_string(getpid()) + "_" + name;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// nccl-tests' command lines as its README and users write them, with only the
+// binary name changed (`./build/all_reduce_perf` -> `tandem bench
+// all_reduce_perf`), each under `tandem launch -n 2` as under `mpirun -np 2`.
+TEST(BenchNcclTests, CommandLinesRunWithOnlyTheBinaryNameChanged) {
+  if (bench_bin().empty()) GTEST_SKIP() << "TANDEM_BIN is not set (run under ctest)";
+  const std::string json = scratch("out.json");
+  const std::vector<std::string> lines = {
+      "all_reduce_perf -b 8 -e 128M -f 2 -g 1",
+      "all_gather_perf -b 8 -e 1M -f 2 -g 1",
+      "reduce_scatter_perf -b 8 -e 1M -f 2 -t 1 -g 1",
+      "broadcast_perf -b 8 -e 1M -f 2 -g 1 -r all",
+      "reduce_perf -b 1K -e 64K -f 4 -o max -r 1",
+      "alltoall_perf -b 1K -e 1M -f 4 -g 1",
+      "sendrecv_perf -b 8 -e 1M -f 2 -g 1",
+      "scatter_perf -b 1K -e 64K -f 8 -r all",
+      "gather_perf -b 1K -e 64K -f 8 -d half",
+      "hypercube_perf -b 8 -e 1M -f 2 -g 1",
+      "all_reduce_perf -b 1M -e 4M -f 2 -n 50 -w 10 -c 0",
+      "all_reduce_perf -b 8 -e 4K -f 2 -d all -o all",
+      "all_reduce_perf -b 8 -e 1M -f 2 -g 1 -a 3",
+      "all_reduce_perf -b 8 -e 1M -f 2 -g 1 -z 1",
+      "all_reduce_perf -b 8 -e 1M -f 2 -g 1 -m 4",
+      "all_reduce_perf -b 8 -e 64K -f 2 -g 1 -N 2",
+      "all_reduce_perf -b 8 -e 1M -f 2 -g 1 -T 30",
+      "all_reduce_perf -b 8 -e 1M -f 2 -g 1 -J " + json,
+      "all_reduce_perf -b 8 -e 1M -f 2 -g 1 -p 1 -R 2 -C 1 -S 1 -G 0 -y 0",
+  };
+  for (const auto& line : lines) {
+    SCOPED_TRACE(line);
+    const Output o = run(bench_bin() + " launch -n 2 -- " + bench_bin() + " bench " + line, 120);
+    EXPECT_EQ(o.status, 0) << o.text;
+    if (line.find("-c 0") == std::string::npos) {
+      EXPECT_NE(o.text.find("# Out of bounds values : 0 OK"), std::string::npos) << o.text;
+    }
+    EXPECT_EQ(o.text.find("FAILED"), std::string::npos) << o.text;
+  }
+  // -J: rank 0's JSON lines, no launcher prefix, the spread of every size.
+  const auto rows = json_rows(read_text(json));
+  ASSERT_EQ(rows.size(), 2u * 18) << read_text(json);  // 8 B .. 1 MiB, both placements
+  EXPECT_EQ(read_text(json).find("[0]"), std::string::npos);
+  for (const auto& r : rows) {
+    EXPECT_EQ(r["collective"], "allreduce");
+    EXPECT_EQ(r["rank_time"], "avg");
+    EXPECT_LE(r["time_min_us"].get<double>(), r["time_p50_us"].get<double>()) << r.dump();
+    EXPECT_LE(r["time_p50_us"].get<double>(), r["time_p99_us"].get<double>()) << r.dump();
+    EXPECT_LE(r["time_p99_us"].get<double>(), r["time_max_us"].get<double>()) << r.dump();
+    EXPECT_GE(r["time_slowest_us"].get<double>(), r["time_us"].get<double>()) << r.dump();
+  }
+  std::remove(json.c_str());
+}
+
+// -a: which rank's time the table shows; -m, -N and -d/-o all in the rows; -J FILE.csv.
+TEST(BenchNcclTests, RankTimeAggregationCyclesAndFiles) {
+  if (bench_bin().empty()) GTEST_SKIP() << "TANDEM_BIN is not set (run under ctest)";
+  const std::string launch = bench_bin() + " launch -n 2 -- " + bench_bin() + " bench ";
+  Output o = run(launch + "all_reduce -b 4K -e 4K -n 5 -w 1 -a 3 -m 3 -N 2 --format json");
+  ASSERT_EQ(o.status, 0) << o.text;
+  auto rows = json_rows(o.text);
+  ASSERT_EQ(rows.size(), 4u) << o.text;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(rows[i]["rank_time"], "max");
+    EXPECT_EQ(rows[i]["time_us"], rows[i]["time_slowest_us"]) << rows[i].dump();
+    EXPECT_EQ(rows[i]["agg_iters"], 3);
+    EXPECT_EQ(rows[i]["cycle"], int(i / 2 + 1));
+    EXPECT_EQ(rows[i]["wrong"], 0);
+  }
+  o = run(launch + "allgather -b 1K -e 2K -f 2 -n 2 -w 0 -d all");
+  ASSERT_EQ(o.status, 0) << o.text;
+  size_t tables = 0;
+  for (size_t at = 0; (at = o.text.find("# tandem bench allgather", at)) != std::string::npos; ++at) ++tables;
+  EXPECT_EQ(tables, 7u) << "one table per type: " << o.text;
+  EXPECT_NE(o.text.find("# time: the mean over ranks (-a 1)"), std::string::npos) << o.text;
+
+  const std::string csv = scratch("rows.csv");
+  o = run(launch + "alltoall -b 1K -e 4K -f 4 -n 2 -w 0 -J " + csv);
+  ASSERT_EQ(o.status, 0) << o.text;
+  const std::string text = read_text(csv);
+  EXPECT_EQ(text.rfind("collective,bytes,count,dtype,op,root,inplace,time_us", 0), 0u) << text;
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 5) << text;  // the header, 2 sizes x 2 placements
+  std::remove(csv.c_str());
+}
+
+TEST(BenchNcclTests, TimeoutFailsTheSizeWithoutHanging) {
+  if (bench_bin().empty()) GTEST_SKIP() << "TANDEM_BIN is not set (run under ctest)";
+  const Output o =
+      run(bench_bin() + " launch -n 2 -- " + bench_bin() + " bench all_reduce_perf -b 8M -e 8M -n 1000000 -T 1", 60);
+  EXPECT_NE(o.status, 0) << o.text;
+  EXPECT_NE(o.text.find("took longer than -T 1 s"), std::string::npos) << o.text;
+}
+
+TEST(BenchNcclTests, GpuFlagsAndUnknownValuesAreRefusedByName) {
+  if (bench_bin().empty()) GTEST_SKIP() << "TANDEM_BIN is not set (run under ctest)";
+  const std::pair<const char*, const char*> refused[] = {
+      {"all_reduce_perf -b 8 -e 128M -f 2 -g 8", "tandem launch -n N"},
+      {"all_reduce_perf -t 2", "one rank per process"},
+      {"all_reduce_perf -G 1", "CUDA graphs need a GPU"},
+      {"all_reduce_perf -y 1", "no CUDA streams"},
+      {"all_reduce_perf -o mulsum", "mulsum"},
+      {"all_reduce_perf -a 4", "-a/--average must be 0"},
+      {"all_reduce_perf -F out.csv", "-J FILE.csv"},
+      {"all_to_all_perf", "nccl-tests' names"},
+  };
+  for (const auto& [line, says] : refused) {
+    const Output o = run(bench_bin() + " bench " + line);
+    EXPECT_EQ(o.status, 2) << line << ": " << o.text;
+    EXPECT_NE(o.text.find(says), std::string::npos) << line << ": " << o.text;
+  }
+  const Output cube = run(bench_bin() + " launch -n 3 -- " + bench_bin() + " bench hypercube_perf -b 1K -e 1K");
+  EXPECT_NE(cube.status, 0) << cube.text;
+  EXPECT_NE(cube.text.find("power-of-two number of ranks"), std::string::npos) << cube.text;
+}
+
+// Two crafted runs: one size alike, one slower, one faster beyond both spreads,
+// and one only in A; the table says which, and the exit status stays 0.
+TEST(BenchCompare, SaysSizeBySizeWhetherRunsDifferBeyondTheirSpread) {
+  if (bench_bin().empty()) GTEST_SKIP() << "TANDEM_BIN is not set (run under ctest)";
+  const auto row = [](size_t bytes, double p50, double min, double p99) {
+    nlohmann::json j = {{"collective", "allreduce"},
+                        {"nranks", 2},
+                        {"bytes", bytes},
+                        {"dtype", "f32"},
+                        {"op", "sum"},
+                        {"root", -1},
+                        {"inplace", true},
+                        {"time_us", p50},
+                        {"time_p50_us", p50},
+                        {"time_min_us", min},
+                        {"time_p99_us", p99}};
+    return j.dump() + "\n";
+  };
+  const std::string a = scratch("a.json"), b = scratch("b.json");
+  std::ofstream(a) << row(1024, 10, 9, 12) << row(4096, 20, 19, 22) << row(16384, 40, 38, 44) << row(65536, 80, 75, 90);
+  // A launcher's "[0] " prefix is skipped.
+  std::ofstream(b) << "[0] " << row(1024, 11, 9.5, 13) << row(4096, 30, 28, 33) << row(16384, 30, 29, 31);
+  const Output o = run(bench_bin() + " bench --compare " + a + " " + b);
+  ASSERT_EQ(o.status, 0) << o.text;
+  const auto line_of = [&](const char* size) {
+    const size_t at = o.text.find(size);
+    return at == std::string::npos ? std::string() : o.text.substr(at, o.text.find('\n', at) - at);
+  };
+  EXPECT_NE(line_of(" 1024 ").find("same within noise"), std::string::npos) << o.text;
+  EXPECT_NE(line_of(" 4096 ").find("B slower"), std::string::npos) << o.text;
+  EXPECT_NE(line_of(" 4096 ").find("1.500"), std::string::npos) << o.text;
+  EXPECT_NE(line_of(" 16384 ").find("B faster"), std::string::npos) << o.text;
+  EXPECT_NE(line_of(" 65536 ").find("only in A"), std::string::npos) << o.text;
+  EXPECT_NE(o.text.find("2 size(s) differ, 1 the same within noise"), std::string::npos) << o.text;
+
+  std::ofstream(b) << "{\"collective\": \"allreduce\", \"bytes\": 8}\n";
+  const Output bad = run(bench_bin() + " bench --compare " + a + " " + b);
+  EXPECT_EQ(bad.status, 2) << bad.text;
+  EXPECT_NE(bad.text.find(":1: not a tandem bench JSON row"), std::string::npos) << bad.text;
+  const Output missing = run(bench_bin() + " bench --compare " + a + " " + scratch("none.json"));
+  EXPECT_EQ(missing.status, 2) << missing.text;
+  EXPECT_NE(missing.text.find("cannot read"), std::string::npos) << missing.text;
+  std::remove(a.c_str());
+  std::remove(b.c_str());
 }
 
 }  // namespace

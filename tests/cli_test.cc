@@ -1,6 +1,6 @@
 // The tandem tool's own parsing: sizes through CLI11's AsSizeValue, the
-// launch command through CLI11's prefix command, and the log levels of
-// TANDEM_LOG_LEVEL end to end under `tandem launch`.
+// launch command through CLI11's prefix command, `tandem bench`'s nccl-tests
+// flags and names, and the log levels of TANDEM_LOG_LEVEL end to end under `tandem launch`.
 #include <gtest/gtest.h>
 
 #include <CLI/CLI.hpp>
@@ -8,9 +8,11 @@
 #include <string>
 #include <vector>
 
+#include "bench.h"
 #include "command.h"
 #include "flags.h"
 #include "launch_command.h"
+#include "tandem/errors.h"
 
 namespace tandem::cli {
 namespace {
@@ -65,6 +67,48 @@ TEST(CliLaunch, TheCommandIsSplitOffAsBefore) {
   std::tie(o, command) = parse_launch({"launch", "-n", "2"});
   EXPECT_TRUE(command.empty());
   EXPECT_THROW(parse_launch({"launch", "--bogus", "x"}), UsageError);
+}
+
+// `tandem bench` flags as main() reads them, into SweepOptions.
+tandem::bench::SweepOptions parse_bench(Words args) {
+  CLI::App app;
+  BenchFlags flags;
+  add_bench(app, flags);
+  args.insert(args.begin(), "bench");
+  std::vector<char*> argv{const_cast<char*>("tandem")};
+  for (auto& a : args) argv.push_back(a.data());
+  app.parse(static_cast<int>(argv.size()), argv.data());
+  return to_sweep_options(flags);
+}
+
+TEST(CliBench, NcclTestsFlagsAndNames) {
+  using tandem::bench::RankTime;
+  auto o = parse_bench({"all_reduce_perf", "-b", "8", "-e", "128M", "-f", "2", "-g", "1"});
+  EXPECT_EQ(o.collective, "allreduce");
+  EXPECT_EQ(o.max_bytes, size_t(128) << 20);
+  EXPECT_EQ(o.rank_time, RankTime::avg) << "nccl-tests' default -a 1";
+  o = parse_bench({"all_gather", "-d", "all", "-o", "all", "-r", "all", "-a", "3",  "-m", "4",  "-z",     "1",
+                   "-N",         "2",  "-T",  "30", "-C",  "1",  "-S",  "1",  "-R", "2",  "-J", "out.csv"});
+  EXPECT_EQ(o.collective, "allgather");
+  EXPECT_EQ(o.dtypes.size(), std::size(tandem::kAllDataTypes));
+  EXPECT_EQ(o.ops.size(), std::size(tandem::kAllReduceOps));
+  EXPECT_TRUE(o.every_root);
+  EXPECT_EQ(o.rank_time, RankTime::max);
+  EXPECT_EQ(o.agg_iters, 4);
+  EXPECT_TRUE(o.blocking);
+  EXPECT_EQ(o.cycles, 2);
+  EXPECT_EQ(o.timeout_s, 30);
+  EXPECT_TRUE(o.cpu_time && o.timestamps && o.registered);
+  EXPECT_EQ(o.output_file, "out.csv");
+  EXPECT_EQ(parse_bench({"hypercube_perf"}).collective, "hypercube");
+  EXPECT_EQ(parse_bench({"reduce_scatter_perf"}).collective, "reduce_scatter");
+  EXPECT_EQ(parse_bench({"sendrecv"}).collective, "sendrecv");
+  for (const Words& bad :
+       {Words{"allreduce", "-g", "8"}, Words{"allreduce", "-a", "4"}, Words{"allreduce", "-m", "0"},
+        Words{"allreduce", "-r", "x"}, Words{"allreduce", "-o", "mulsum"}, Words{"allreduce", "-R", "3"}}) {
+    EXPECT_THROW(parse_bench(bad), UsageError) << bad[1] << " " << bad[2];
+  }
+  EXPECT_THROW(parse_bench({"send_recv"}), tandem::InvalidArgument);
 }
 
 std::string bin() { return testing::env("TANDEM_BIN"); }

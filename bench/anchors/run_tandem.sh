@@ -3,9 +3,10 @@
 # rows in the sweep's CSV format: impl,variant,nranks,bytes,K,reps,median_us,min_us,max_us,algbw_GBps,busbw_GBps
 #
 # TANDEM_BIN (default build/bin/tandem in the repository) runs, REPS times per size,
-#   tandem launch -n N -- tandem bench COLL -b BYTES -e BYTES -n ITERS -w WARMUP -c 1 -d f32 [-o sum] --format json
+#   tandem launch -n N -- tandem bench COLL -a 3 -b BYTES -e BYTES -n ITERS -w WARMUP -c 1 -d f32 [-o sum] --format json
 # and reads one JSON object per line (docs/bench.md) with at least the keys
 #   collective, bytes, inplace, time_us, wrong
+# (-a 3: time_us is the slowest rank's mean, as the MPI programs report the maximum over ranks)
 # The row is the median over the launches. Output is parsed only once every launch of a size has ended, so no
 # parser shares the ranks' cores while they run.
 #   COLL (default allreduce): another `tandem bench` collective; bus bandwidth uses nccl-tests' factor.
@@ -18,7 +19,7 @@
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
-[ $# -ge 2 ] || { sed -n '2,19p' "$0" >&2; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,20p' "$0" >&2; exit 2; }
 N=$1; SIZES=$2; REPS=${3:-7}
 COLL=${COLL:-allreduce}
 TANDEM_BIN=${TANDEM_BIN:-$REPO/build/bin/tandem}
@@ -48,7 +49,7 @@ for s in "${sizes[@]}"; do
   : > "$raw"
   for ((rep = 0; rep < REPS; rep++)); do
     # shellcheck disable=SC2046,SC2086
-    "$TANDEM_BIN" launch -n "$N" -- "$TANDEM_BIN" bench "$COLL" -b "$s" -e "$s" -n "$iters" -w "$warmup" -c 1 \
+    "$TANDEM_BIN" launch -n "$N" -- "$TANDEM_BIN" bench "$COLL" -a 3 -b "$s" -e "$s" -n "$iters" -w "$warmup" -c 1 \
       -d f32 $([ "$COLL" = allreduce ] && echo "-o sum") --format json ${TANDEM_BENCH_ARGS:-} >> "$raw" 2>/dev/null
   done
   python3 -c '
