@@ -13,8 +13,11 @@ namespace tandem::cli {
 
 struct LaunchFlags {
   launch::LaunchOptions options;
-  std::string hosts;            // -H as given
-  CLI::Option* bind = nullptr;  // --bind; when not given, TANDEM_BIND decides
+  std::string hosts;                  // -H as given
+  std::string hostfile;               // --hostfile
+  std::vector<std::string> exported;  // -x NAME or -x NAME=value, as given
+  std::vector<std::string> env;       // --env NAME=value
+  CLI::Option* bind = nullptr;        // --bind; when not given, TANDEM_BIND decides
 };
 
 void add_launch(CLI::App& app, LaunchFlags& flags);

@@ -10,6 +10,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "spawn.h"
+
 namespace tandem::launch {
 
 bool is_this_host(const std::string& host) {
@@ -57,28 +59,34 @@ std::vector<int> allowed_cpus() {
   return cpus;
 }
 
+int parse_slot_count(const std::string& text) {
+  const bool digits = !text.empty() && text.size() <= 4 && text.find_first_not_of("0123456789") == std::string::npos;
+  return digits ? std::atoi(text.c_str()) : 0;
+}
+
+HostSlots split_host_slots(const std::string& entry) {
+  HostSlots h;
+  h.host = entry;
+  std::string slots;
+  if (!entry.empty() && entry[0] == '[') {
+    const size_t close = entry.find(']');
+    h.host = close == std::string::npos ? "" : entry.substr(1, close - 1);
+    if (close != std::string::npos && close + 1 < entry.size()) {
+      slots = entry[close + 1] == ':' ? entry.substr(close + 2) : "bad";
+    }
+  } else if (std::count(entry.begin(), entry.end(), ':') == 1) {
+    h.host = entry.substr(0, entry.find(':'));
+    slots = entry.substr(entry.find(':') + 1);
+  }
+  if (!slots.empty()) h.slots = parse_slot_count(slots);
+  return h;
+}
+
 std::vector<HostSlots> parse_hosts(const std::string& text) {
   std::vector<HostSlots> hosts;
   std::istringstream in(text);
   for (std::string entry; std::getline(in, entry, ',');) {
-    // "name", "name:slots", "[v6 address]:slots"; a bare v6 address (several colons) has one slot.
-    HostSlots h;
-    h.host = entry;
-    std::string slots;
-    if (!entry.empty() && entry[0] == '[') {
-      const size_t close = entry.find(']');
-      h.host = close == std::string::npos ? "" : entry.substr(1, close - 1);
-      if (close != std::string::npos && close + 1 < entry.size()) {
-        slots = entry[close + 1] == ':' ? entry.substr(close + 2) : "bad";
-      }
-    } else if (std::count(entry.begin(), entry.end(), ':') == 1) {
-      h.host = entry.substr(0, entry.find(':'));
-      slots = entry.substr(entry.find(':') + 1);
-    }
-    if (!slots.empty()) {
-      const bool digits = slots.size() <= 4 && slots.find_first_not_of("0123456789") == std::string::npos;
-      h.slots = digits ? std::atoi(slots.c_str()) : 0;
-    }
+    const HostSlots h = split_host_slots(entry);
     if (h.host.empty() || h.slots < 1 || h.slots > kMaxLocalRanks) {
       throw std::invalid_argument("-H entry '" + entry + "' is not host or host:slots with 1.." +
                                   std::to_string(kMaxLocalRanks) + " slots (e.g. -H node1:4,node2:4)");
@@ -119,13 +127,14 @@ std::string validate(const LaunchOptions& o) {
   for (const HostSlots& h : o.hosts) slots += h.slots;
   if (!o.hosts.empty()) {
     if (o.nprocs > slots) {
-      return "-n " + std::to_string(o.nprocs) + " asks for more ranks than the hosts (-H) offer (" +
+      return "-n " + std::to_string(o.nprocs) + " asks for more ranks than the hosts (-H or --hostfile) offer (" +
              std::to_string(slots) + " slots); add hosts or slots, or leave -n out to use every slot";
     }
     if (o.servers > 0)
-      return "--servers cannot be combined with -H yet: start parameter servers with mpirun or by hand";
+      return "--servers cannot be combined with -H or --hostfile yet: start parameter servers with mpirun or by hand";
   } else if (o.nprocs == -1) {
-    return "say how many ranks: -n/--nprocs N (on this host) or -H host:slots,... (across hosts)";
+    return "say how many ranks: -n/--nprocs N (on this host), or -H host:slots,... or --hostfile FILE (across "
+           "hosts)";
   }
   if (o.nprocs < 1 || o.nprocs > kMaxLocalRanks) {
     return "-n must be between 1 and " + std::to_string(kMaxLocalRanks) + " local ranks (got " +
@@ -141,6 +150,7 @@ std::string validate(const LaunchOptions& o) {
   if (bad_seconds(o.grace_seconds)) return "--grace must be a number of seconds >= 0";
   if (bad_seconds(o.kill_after_seconds)) return "the SIGTERM-to-SIGKILL delay must be >= 0 seconds";
   if (o.bind != "auto" && o.bind != "none") return "--bind must be auto or none (got '" + o.bind + "')";
+  if (std::string bad = check_environment(o.environment); !bad.empty()) return bad;
   if (o.command.empty() || o.command[0].empty()) {
     return "no command given; usage: tandem launch -n N [--timeout S] [--grace S] -- command [args...]";
   }

@@ -25,6 +25,12 @@ struct Placement {
 
 bool is_this_host(const std::string& host);
 
+// A count of slots: 1..4 digits, else 0 (which every caller refuses).
+int parse_slot_count(const std::string& text);
+// "name", "name:slots", "[v6 address]:slots" or a bare v6 address (several
+// colons, one slot): the host, and its slots (0 when they are not a count).
+HostSlots split_host_slots(const std::string& entry);
+
 // Host-major: each host's slots in order; without a host list every rank
 // (parameter servers too) is local.
 std::vector<Placement> place_ranks(const LaunchOptions& o);

@@ -67,6 +67,14 @@ struct LaunchOptions {
 // "a:2,b:2" or "a,b" -> host list; throws std::invalid_argument naming the bad entry.
 std::vector<HostSlots> parse_hosts(const std::string& text);
 
+// A host file, one host a line: `host`, `host slots=N [max_slots=M]` (Open
+// MPI's and Horovod's) or `host:N` (MPICH's); `#` starts a comment. A bare host
+// has one slot; a host listed again adds its slots to its first line's.
+// Throws std::invalid_argument naming `name` and the line.
+std::vector<HostSlots> parse_hostfile(const std::string& text, const std::string& name);
+// parse_hostfile on the file at `path`.
+std::vector<HostSlots> read_hostfile(const std::string& path);
+
 inline constexpr int kMaxLocalRanks = 1024;
 
 // The CPUs this process may run on (sched_getaffinity), ascending; empty if unknown.
