@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <map>
+#include <set>
 #include <stdexcept>
 
 #include "flags.h"
@@ -62,6 +64,21 @@ std::optional<std::vector<std::string>> set_aside_after_separator(std::vector<st
   std::vector<std::string> after(separator + 1, args.end());
   args.erase(separator, args.end());
   return after;
+}
+
+void accept_mpirun_spellings(std::vector<std::string>& args) {
+  // The launcher's flags whose value is the next word (which is then no flag).
+  static const std::set<std::string> kTakesValue = {
+      "-n",    "--nprocs", "-H",           "--hosts",   "--hostfile", "--machinefile", "-x",
+      "--env", "--rsh",    "--store-addr", "--timeout", "--grace",    "--servers",     "--bind"};
+  static const std::map<std::string, std::string> kMpirun = {
+      {"-np", "-n"}, {"-hostfile", "--hostfile"}, {"-machinefile", "--machinefile"}};
+  for (size_t i = 1; i < args.size(); ++i) {
+    std::string& word = args[i];
+    if (word == "--" || word.size() < 2 || word[0] != '-') return;  // the command starts here
+    if (auto mpirun = kMpirun.find(word); mpirun != kMpirun.end()) word = mpirun->second;
+    if (kTakesValue.count(word)) ++i;
+  }
 }
 
 std::vector<std::string> launch_command_words(const CLI::App& launch,

@@ -28,6 +28,11 @@ void add_launch(CLI::App& app, LaunchFlags& flags);
 // bench`) never reach the launcher's parser. CLI11 2.1 does not stop at "--",
 // so the words after it are set aside before parsing and returned.
 std::optional<std::vector<std::string>> set_aside_after_separator(std::vector<std::string>& args);
+// mpirun's single-dash spellings -np, -hostfile and -machinefile among the
+// launcher's words (args[0] is "launch"; the command's words stay as they
+// are) become -n, --hostfile and --machinefile: CLI11 would read -hostfile as
+// -h (help).
+void accept_mpirun_spellings(std::vector<std::string>& args);
 // The command: the prefix command's words, then "--" and the words set aside.
 std::vector<std::string> launch_command_words(const CLI::App& launch,
                                               const std::optional<std::vector<std::string>>& after_separator);

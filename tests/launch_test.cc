@@ -508,6 +508,19 @@ TEST_F(LaunchTest, CommandMayCarryItsOwnFlagsWithoutDoubleDash) {
   EXPECT_THAT(r.out, HasSubstr("[1] flags ok 1\n")) << describe(r);
 }
 
+// mpirun's -np and -hostfile are the launcher's -n and --hostfile; the
+// command's own words are left alone.
+TEST_F(LaunchTest, MpirunsSingleDashSpellings) {
+  const std::string hostfile = write_file("hostfile", "alpha slots=2\nbeta slots=2\n");
+  RunResult r =
+      run_tandem({"launch", "-np", "3", "-hostfile", hostfile, "--rsh", "env REMOTE_HOST={host} sh -c", "--store-addr",
+                  "127.0.0.1", "sh", "-c", "echo at $REMOTE_HOST \"$@\"", "sh", "-np", "-hostfile"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_THAT(r.err, HasSubstr("3 ranks on alpha:2, beta:2 (host-major)")) << describe(r);
+  EXPECT_THAT(r.out, HasSubstr("[2] at beta -np -hostfile\n")) << describe(r);
+  std::remove(hostfile.c_str());
+}
+
 TEST_F(LaunchTest, FirstFailingRanksExitCodeIsPropagated) {
   RunResult r = run_tandem(
       {"launch", "-n", "3", "--grace", "1", "--", "sh", "-c", "if [ $TANDEM_RANK = 1 ]; then exit 7; fi; sleep 30"});
