@@ -48,12 +48,9 @@ std::string tandem_bin() {
   return bin ? bin : "";
 }
 
-// Runs `tandem args...` with stdout and stderr captured; never outlives limit_seconds (+1 s drain).
-RunResult run_tandem(const std::vector<std::string>& args, RunOptions opts = {}) {
+// Runs argv_s (argv_s[0] a path) with stdout and stderr captured; never outlives limit_seconds (+1 s drain).
+RunResult run_program(std::vector<std::string> argv_s, RunOptions opts = {}) {
   RunResult r;
-  std::string bin = tandem_bin();
-  std::vector<std::string> argv_s{bin};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& a : argv_s) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -121,6 +118,13 @@ RunResult run_tandem(const std::vector<std::string>& args, RunOptions opts = {})
   r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return r;
+}
+
+// Runs `tandem args...` as run_program does.
+RunResult run_tandem(const std::vector<std::string>& args, RunOptions opts = {}) {
+  std::vector<std::string> argv{tandem_bin()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_program(argv, opts);
 }
 
 std::string describe(const RunResult& r) {
@@ -518,6 +522,19 @@ TEST_F(LaunchTest, MpirunsSingleDashSpellings) {
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   EXPECT_THAT(r.err, HasSubstr("3 ranks on alpha:2, beta:2 (host-major)")) << describe(r);
   EXPECT_THAT(r.out, HasSubstr("[2] at beta -np -hostfile\n")) << describe(r);
+  std::remove(hostfile.c_str());
+}
+
+// python3 -m tandem.launch hands every flag to `tandem launch` (TANDEM_BIN names it here).
+TEST_F(LaunchTest, PythonLauncherTakesTheSameFlags) {
+  const std::string hostfile = write_file("hostfile", "alpha:1\nlocalhost slots=1\n");
+  RunResult r =
+      run_program({"/usr/bin/python3", std::string(TANDEM_SOURCE_DIR) + "/capi/python/tandem/launch.py", "-hostfile",
+                   hostfile, "--rsh", "env REMOTE_HOST={host} sh -c", "--store-addr", "127.0.0.1", "-x",
+                   "OMP_NUM_THREADS=2", "--", "sh", "-c", "echo py ${REMOTE_HOST:-here} $OMP_NUM_THREADS"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_THAT(r.out, HasSubstr("[0] py alpha 2\n")) << describe(r);
+  EXPECT_THAT(r.out, HasSubstr("[1] py here 2\n")) << describe(r);
   std::remove(hostfile.c_str());
 }
 
