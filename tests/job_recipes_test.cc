@@ -110,29 +110,60 @@ class JobRecipes : public ::testing::Test {
   }
 };
 
-// `srun` inside `sbatch -N 1 --ntasks-per-node=2`: Slurm's task variables;
-// rank 0 hosts the store on 127.0.0.1 at the port derived from the job and
-// step ids (20000 + 4 x (job mod 10000) + step mod 4).
-TEST_F(JobRecipes, SlurmSrunInAnSbatchScript) {
+// What srun gives task `rank` of a 2-task step of job `job` over `nodes`
+// (one node: both tasks on it; two: one task each, `nodes` naming them).
+std::vector<std::string> slurm_task(int job, int rank, const std::vector<std::string>& nodes) {
+  const bool one_node = nodes.size() == 1;
+  const std::string list = one_node ? nodes[0] : nodes[0] + "," + nodes[1];
+  const std::string per_node = one_node ? "2" : "1";
+  auto env = base_environment();
+  for (const std::string& kv :
+       {"SLURM_JOB_ID=" + std::to_string(job), "SLURM_JOBID=" + std::to_string(job), std::string("SLURM_STEP_ID=0"),
+        "SLURM_PROCID=" + std::to_string(rank), std::string("SLURM_NTASKS=2"), std::string("SLURM_NPROCS=2"),
+        "SLURM_LOCALID=" + std::to_string(one_node ? rank : 0), "SLURM_NODEID=" + std::to_string(one_node ? 0 : rank),
+        "SLURM_NNODES=" + std::to_string(nodes.size()), "SLURM_JOB_NUM_NODES=" + std::to_string(nodes.size()),
+        "SLURM_STEP_NODELIST=" + list, "SLURM_JOB_NODELIST=" + list, "SLURM_NODELIST=" + list,
+        "SLURM_TASKS_PER_NODE=" + (one_node ? std::string("2") : std::string("1(x2)")),
+        "SLURM_NTASKS_PER_NODE=" + per_node, std::string("SLURM_STEP_NUM_TASKS=2"),
+        "SLURM_STEP_NUM_NODES=" + std::to_string(nodes.size()),
+        "SLURMD_NODENAME=" + nodes[one_node ? 0 : size_t(rank)]})
+    env.push_back(kv);
+  return env;
+}
+
+// `srun` inside `sbatch -N 1 --ntasks-per-node=2`: rank 0 hosts the store on
+// 127.0.0.1 at the port derived from the job and step ids (20000 + 4 x (job
+// mod 10000) + step mod 4).
+TEST_F(JobRecipes, SlurmSrunOnOneNode) {
   const int job = 100000 + ::getpid() % 10000;
-  const std::string node = hostname();
-  std::vector<std::vector<std::string>> tasks;
-  for (int r = 0; r < 2; ++r) {
-    auto env = base_environment();
-    for (const std::string& kv :
-         {"SLURM_JOB_ID=" + std::to_string(job), "SLURM_JOBID=" + std::to_string(job), std::string("SLURM_STEP_ID=0"),
-          "SLURM_PROCID=" + std::to_string(r), std::string("SLURM_NTASKS=2"), std::string("SLURM_NPROCS=2"),
-          "SLURM_LOCALID=" + std::to_string(r), std::string("SLURM_NODEID=0"), std::string("SLURM_NNODES=1"),
-          std::string("SLURM_JOB_NUM_NODES=1"), "SLURM_STEP_NODELIST=" + node, "SLURM_JOB_NODELIST=" + node,
-          "SLURM_NODELIST=" + node, std::string("SLURM_TASKS_PER_NODE=2"), std::string("SLURM_NTASKS_PER_NODE=2"),
-          std::string("SLURM_STEP_NUM_TASKS=2"), std::string("SLURM_STEP_NUM_NODES=1"), "SLURMD_NODENAME=" + node})
-      env.push_back(kv);
-    tasks.push_back(env);
-  }
+  std::vector<std::vector<std::string>> tasks = {slurm_task(job, 0, {hostname()}), slurm_task(job, 1, {hostname()})};
   const std::string store = "store 127.0.0.1:" + std::to_string(20000 + 4 * (job % 10000));
   expect_checked_allreduce(run_all(tasks, rank_script()),
                            {"job environment (slurm): rank 0 of 2, local rank 0 of 2, " + store + " (hosted by rank 0)",
                             "job environment (slurm): rank 1 of 2, local rank 1 of 2, " + store});
+}
+
+// `sbatch -N 2 --ntasks-per-node=1`: rank 0 hosts the store on the step's
+// first node (this host's name; `localhost` stands for the second node, and
+// TANDEM_HOST_ID makes each task a host of its own), which needs the job
+// secret: the recipe's TANDEM_SECRET_FILE, mode 0600.
+TEST_F(JobRecipes, SlurmSrunOnTwoNodesWithTheSecretFile) {
+  const int job = 100000 + (::getpid() + 1) % 10000;
+  std::string secret = tandem::testing::scratch_template("secret");
+  ::close(::mkstemp(secret.data()));  // mode 0600
+  std::ofstream(secret) << std::string(64, 's') << "\n";
+  const std::vector<std::string> nodes = {hostname(), "localhost"};
+  std::vector<std::vector<std::string>> tasks;
+  for (int r = 0; r < 2; ++r) {
+    tasks.push_back(slurm_task(job, r, nodes));
+    tasks.back().insert(tasks.back().end(),
+                        {"TANDEM_SECRET_FILE=" + secret, "TANDEM_HOST_ID=node" + std::to_string(r)});
+  }
+  const std::string store = "store " + hostname() + ":" + std::to_string(20000 + 4 * (job % 10000));
+  expect_checked_allreduce(run_all(tasks, rank_script()),
+                           {"job environment (slurm): rank 0 of 2, local rank 0 of 1, " + store + " (hosted by rank 0)",
+                            "job environment (slurm): rank 1 of 2, local rank 0 of 1, " + store});
+  std::remove(secret.c_str());
 }
 
 // A Kubeflow PyTorchJob (one Master, one Worker replica, one process per
