@@ -23,6 +23,9 @@ void add_launch(CLI::App& app, LaunchFlags& flags) {
   l->add_option("--hostfile,--machinefile", flags.hostfile,
                 "Across hosts, from a file: `host slots=N` lines (mpirun's and horovodrun's -hostfile) or `host:N` "
                 "(MPICH's); a bare host has 1 slot, # starts a comment");
+  l->add_flag("--oversubscribe", o.oversubscribe,
+              "Across hosts: allow -n above the slots (mpirun's --oversubscribe); the extra ranks go one per host in "
+              "turn, up to a host file's max_slots");
   l->add_option("-x", flags.exported,
                 "Give every rank, here and on other hosts, this variable: -x NAME (its value here) or -x NAME=value "
                 "(mpirun's -x); repeatable")

@@ -45,6 +45,7 @@ std::optional<HostSlots> parse_hostfile_line(const std::string& line, const std:
     throw bad("'" + first + "' is not a host, or not host:N with 1.." + std::to_string(kMaxLocalRanks) + " slots");
   if (max_slots > 0 && h.slots > max_slots)
     throw bad("slots=" + std::to_string(h.slots) + " exceeds max_slots=" + std::to_string(max_slots));
+  h.max_slots = max_slots;
   return h;
 }
 
@@ -62,7 +63,10 @@ std::vector<HostSlots> parse_hostfile(const std::string& text, const std::string
     auto same = std::find_if(hosts.begin(), hosts.end(), [&](const HostSlots& o) { return o.host == h->host; });
     if (same == hosts.end()) {
       hosts.push_back(*h);
-    } else if ((same->slots += h->slots) > kMaxLocalRanks) {
+      continue;
+    }
+    same->max_slots = same->max_slots > 0 && h->max_slots > 0 ? same->max_slots + h->max_slots : 0;
+    if ((same->slots += h->slots) > kMaxLocalRanks) {
       throw std::invalid_argument(where + ": " + h->host + " has more than " + std::to_string(kMaxLocalRanks) +
                                   " slots in all");
     }

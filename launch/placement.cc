@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <numeric>
 #include <sstream>
 #include <stdexcept>
 
@@ -20,6 +21,24 @@ bool is_this_host(const std::string& host) {
   return host == "localhost" || host == "127.0.0.1" || host == "::1" || host == name;
 }
 
+std::vector<int> ranks_per_host(const std::vector<HostSlots>& hosts, int world) {
+  std::vector<int> counts;
+  int left = world;
+  for (const HostSlots& h : hosts) {
+    counts.push_back(std::min(h.slots, left));
+    left -= counts.back();
+  }
+  // Oversubscribed: one more on each host in turn that has room, as mpirun spreads them.
+  for (bool placed = true; left > 0 && placed;) {
+    placed = false;
+    for (size_t h = 0; h < hosts.size() && left > 0; ++h) {
+      if (hosts[h].max_slots > 0 && counts[h] >= hosts[h].max_slots) continue;
+      ++counts[h], --left, placed = true;
+    }
+  }
+  return counts;
+}
+
 std::vector<Placement> place_ranks(const LaunchOptions& o) {
   std::vector<Placement> out;
   const int world = o.nprocs + o.servers;
@@ -27,10 +46,11 @@ std::vector<Placement> place_ranks(const LaunchOptions& o) {
     for (int r = 0; r < world; ++r) out.push_back({"", 0, r, world});
     return out;
   }
+  const std::vector<int> counts = ranks_per_host(o.hosts, world);
   for (size_t node = 0; node < o.hosts.size(); ++node) {
     const HostSlots& h = o.hosts[node];
-    const int here = std::min(h.slots, world - int(out.size()));
-    for (int l = 0; l < here; ++l) out.push_back({is_this_host(h.host) ? "" : h.host, int(node), l, here});
+    for (int l = 0; l < counts[node]; ++l)
+      out.push_back({is_this_host(h.host) ? "" : h.host, int(node), l, counts[node]});
   }
   return out;
 }
@@ -126,10 +146,17 @@ std::string validate(const LaunchOptions& o) {
   int slots = 0;
   for (const HostSlots& h : o.hosts) slots += h.slots;
   if (!o.hosts.empty()) {
-    if (o.nprocs > slots) {
+    if (o.nprocs > slots && !o.oversubscribe) {
       return "-n " + std::to_string(o.nprocs) + " asks for more ranks than the hosts (-H or --hostfile) offer (" +
-             std::to_string(slots) + " slots); add hosts or slots, or leave -n out to use every slot";
+             std::to_string(slots) +
+             " slots); add hosts or slots, leave -n out to use every slot, or give "
+             "--oversubscribe";
     }
+    const std::vector<int> counts = ranks_per_host(o.hosts, std::max(o.nprocs, 0));
+    if (o.nprocs > std::accumulate(counts.begin(), counts.end(), 0))
+      return "-n " + std::to_string(o.nprocs) +
+             " asks for more ranks than the hosts' max_slots allow (--hostfile); "
+             "raise max_slots or add hosts";
     if (o.servers > 0)
       return "--servers cannot be combined with -H or --hostfile yet: start parameter servers with mpirun or by hand";
   } else if (o.nprocs == -1) {

@@ -31,6 +31,11 @@ int parse_slot_count(const std::string& text);
 // colons, one slot): the host, and its slots (0 when they are not a count).
 HostSlots split_host_slots(const std::string& entry);
 
+// How many of `world` ranks each host gets: its slots in order, then (when
+// oversubscribed) one more on each host in turn below its max_slots; the
+// sum falls short of `world` only when every host is at its max_slots.
+std::vector<int> ranks_per_host(const std::vector<HostSlots>& hosts, int world);
+
 // Host-major: each host's slots in order; without a host list every rank
 // (parameter servers too) is local.
 std::vector<Placement> place_ranks(const LaunchOptions& o);

@@ -361,6 +361,37 @@ TEST_F(LaunchTest, HostfileInEveryShapePlacesRanksAsMpirun) {
   std::remove(hostfile.c_str());
 }
 
+// --oversubscribe: ranks past the slots go one per host in turn, never past
+// a host's max_slots (mpirun's); without it, -n above the slots is refused.
+TEST_F(LaunchTest, OversubscribedRanksGoOnePerHostInTurn) {
+  const std::string hostfile = write_file("hostfile", "alpha slots=1 max_slots=2\nbeta slots=1\n");
+  const std::vector<std::string> common = {"--hostfile",   hostfile,   "--rsh", "env REMOTE_HOST={host} sh -c",
+                                           "--store-addr", "127.0.0.1"};
+  std::vector<std::string> args = {"launch", "-n", "5", "--oversubscribe"};
+  args.insert(args.end(), common.begin(), common.end());
+  args.insert(args.end(),
+              {"--", "sh", "-c", "echo at $REMOTE_HOST $TANDEM_RANK $TANDEM_LOCAL_RANK/$TANDEM_LOCAL_WORLD_SIZE"});
+  RunResult r = run_tandem(args);
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  for (const char* line : {"[0] at alpha 0 0/2\n", "[1] at alpha 1 1/2\n", "[2] at beta 2 0/3\n", "[3] at beta 3 1/3\n",
+                           "[4] at beta 4 2/3\n"})
+    EXPECT_THAT(r.out, HasSubstr(line)) << describe(r);
+  args = {"launch", "-n", "3"};
+  args.insert(args.end(), common.begin(), common.end());
+  args.insert(args.end(), {"--", "true"});
+  r = run_tandem(args);
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_THAT(r.err,
+              HasSubstr("(2 slots); add hosts or slots, leave -n out to use every slot, or give --oversubscribe"))
+      << describe(r);
+  std::remove(hostfile.c_str());
+  const std::string capped = write_file("hostfile", "alpha slots=1 max_slots=2\nbeta:1 max_slots=1\n");
+  r = run_tandem({"launch", "-n", "4", "--oversubscribe", "--hostfile", capped, "--", "true"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_THAT(r.err, HasSubstr("-n 4 asks for more ranks than the hosts' max_slots allow")) << describe(r);
+  std::remove(capped.c_str());
+}
+
 TEST_F(LaunchTest, BadHostfilesAreUsageErrors) {
   const std::vector<std::pair<std::string, std::string>> files = {
       {"a slots=x\n", "line 1: 'slots=x' needs a count of 1..1024"},

@@ -27,6 +27,7 @@ namespace tandem::launch {
 struct HostSlots {
   std::string host;
   int slots = 1;
+  int max_slots = 0;  // a host file's max_slots: the most ranks --oversubscribe puts there (0: no cap)
 };
 
 struct LaunchOptions {
@@ -44,6 +45,9 @@ struct LaunchOptions {
   // localhost, 127.0.0.1 or this machine's hostname runs its ranks directly;
   // the others through `rsh`.
   std::vector<HostSlots> hosts;
+  // More ranks than slots (mpirun's --oversubscribe): the extra ones go one
+  // per host in turn, never past a host's max_slots.
+  bool oversubscribe = false;
   // How to run a command line on another host: these words, then the host
   // (or the host in place of "{host}"), then one argument holding a shell
   // command line, as ssh takes it. E.g. "ip netns exec {host} sh -c".
