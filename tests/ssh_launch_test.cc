@@ -54,7 +54,7 @@ std::string why_not_runnable() {
 
 // Two hosts with sshd each, keys and a config in a directory of their own;
 // the destructor stops every process left in the namespaces (sshd, its
-// sessions, ranks) before the lab deletes them.
+// connections, ranks) before the lab deletes them.
 class SshHosts {
  public:
   SshHosts() : lab_({"node-0", "node-1"}) {
