@@ -13,9 +13,12 @@ namespace tandem::cli {
 
 struct LaunchFlags {
   launch::LaunchOptions options;
-  std::string hosts;            // -H as given
-  std::string elastic;          // --elastic as given
-  CLI::Option* bind = nullptr;  // --bind; when not given, TANDEM_BIND decides
+  std::string hosts;                  // -H as given
+  std::string hostfile;               // --hostfile
+  std::vector<std::string> exported;  // -x NAME or -x NAME=value, as given
+  std::vector<std::string> env;       // --env NAME=value
+  std::string elastic;                // --elastic as given
+  CLI::Option* bind = nullptr;        // --bind; when not given, TANDEM_BIND decides
 };
 
 void add_launch(CLI::App& app, LaunchFlags& flags);
@@ -26,6 +29,11 @@ void add_launch(CLI::App& app, LaunchFlags& flags);
 // bench`) never reach the launcher's parser. CLI11 2.1 does not stop at "--",
 // so the words after it are set aside before parsing and returned.
 std::optional<std::vector<std::string>> set_aside_after_separator(std::vector<std::string>& args);
+// mpirun's single-dash spellings -np, -hostfile and -machinefile among the
+// launcher's words (args[0] is "launch"; the command's words stay as they
+// are) become -n, --hostfile and --machinefile: CLI11 would read -hostfile as
+// -h (help).
+void accept_mpirun_spellings(std::vector<std::string>& args);
 // The command: the prefix command's words, then "--" and the words set aside.
 std::vector<std::string> launch_command_words(const CLI::App& launch,
                                               const std::optional<std::vector<std::string>>& after_separator);

@@ -316,7 +316,10 @@ int main(int argc, char** argv) {
   app.add_subcommand("train",
                      "Train a Determined-style experiment (exp.yaml) through tandem; see `tandem train --help`");
   std::optional<std::vector<std::string>> after_separator;
-  if (!args.empty() && args[0] == "launch") after_separator = tandem::cli::set_aside_after_separator(args);
+  if (!args.empty() && args[0] == "launch") {
+    after_separator = tandem::cli::set_aside_after_separator(args);
+    tandem::cli::accept_mpirun_spellings(args);
+  }
   std::vector<char*> parse_argv{argv[0]};
   for (auto& a : args) parse_argv.push_back(a.data());
 

@@ -8,8 +8,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <numeric>
 #include <sstream>
 #include <stdexcept>
+
+#include "spawn.h"
 
 namespace tandem::launch {
 
@@ -19,6 +22,24 @@ bool is_this_host(const std::string& host) {
   return host == "localhost" || host == "127.0.0.1" || host == "::1" || host == name;
 }
 
+std::vector<int> ranks_per_host(const std::vector<HostSlots>& hosts, int world) {
+  std::vector<int> counts;
+  int left = world;
+  for (const HostSlots& h : hosts) {
+    counts.push_back(std::min(h.slots, left));
+    left -= counts.back();
+  }
+  // Oversubscribed: one more on each host in turn that has room, as mpirun spreads them.
+  for (bool placed = true; left > 0 && placed;) {
+    placed = false;
+    for (size_t h = 0; h < hosts.size() && left > 0; ++h) {
+      if (hosts[h].max_slots > 0 && counts[h] >= hosts[h].max_slots) continue;
+      ++counts[h], --left, placed = true;
+    }
+  }
+  return counts;
+}
+
 std::vector<Placement> place_ranks(const LaunchOptions& o) {
   std::vector<Placement> out;
   const int world = o.nprocs + o.servers;
@@ -26,10 +47,11 @@ std::vector<Placement> place_ranks(const LaunchOptions& o) {
     for (int r = 0; r < world; ++r) out.push_back({"", 0, r, world});
     return out;
   }
+  const std::vector<int> counts = ranks_per_host(o.hosts, world);
   for (size_t node = 0; node < o.hosts.size(); ++node) {
     const HostSlots& h = o.hosts[node];
-    const int here = std::min(h.slots, world - int(out.size()));
-    for (int l = 0; l < here; ++l) out.push_back({is_this_host(h.host) ? "" : h.host, int(node), l, here});
+    for (int l = 0; l < counts[node]; ++l)
+      out.push_back({is_this_host(h.host) ? "" : h.host, int(node), l, counts[node]});
   }
   return out;
 }
@@ -58,28 +80,34 @@ std::vector<int> allowed_cpus() {
   return cpus;
 }
 
+int parse_slot_count(const std::string& text) {
+  const bool digits = !text.empty() && text.size() <= 4 && text.find_first_not_of("0123456789") == std::string::npos;
+  return digits ? std::atoi(text.c_str()) : 0;
+}
+
+HostSlots split_host_slots(const std::string& entry) {
+  HostSlots h;
+  h.host = entry;
+  std::string slots;
+  if (!entry.empty() && entry[0] == '[') {
+    const size_t close = entry.find(']');
+    h.host = close == std::string::npos ? "" : entry.substr(1, close - 1);
+    if (close != std::string::npos && close + 1 < entry.size()) {
+      slots = entry[close + 1] == ':' ? entry.substr(close + 2) : "bad";
+    }
+  } else if (std::count(entry.begin(), entry.end(), ':') == 1) {
+    h.host = entry.substr(0, entry.find(':'));
+    slots = entry.substr(entry.find(':') + 1);
+  }
+  if (!slots.empty()) h.slots = parse_slot_count(slots);
+  return h;
+}
+
 std::vector<HostSlots> parse_hosts(const std::string& text) {
   std::vector<HostSlots> hosts;
   std::istringstream in(text);
   for (std::string entry; std::getline(in, entry, ',');) {
-    // "name", "name:slots", "[v6 address]:slots"; a bare v6 address (several colons) has one slot.
-    HostSlots h;
-    h.host = entry;
-    std::string slots;
-    if (!entry.empty() && entry[0] == '[') {
-      const size_t close = entry.find(']');
-      h.host = close == std::string::npos ? "" : entry.substr(1, close - 1);
-      if (close != std::string::npos && close + 1 < entry.size()) {
-        slots = entry[close + 1] == ':' ? entry.substr(close + 2) : "bad";
-      }
-    } else if (std::count(entry.begin(), entry.end(), ':') == 1) {
-      h.host = entry.substr(0, entry.find(':'));
-      slots = entry.substr(entry.find(':') + 1);
-    }
-    if (!slots.empty()) {
-      const bool digits = slots.size() <= 4 && slots.find_first_not_of("0123456789") == std::string::npos;
-      h.slots = digits ? std::atoi(slots.c_str()) : 0;
-    }
+    const HostSlots h = split_host_slots(entry);
     if (h.host.empty() || h.slots < 1 || h.slots > kMaxLocalRanks) {
       throw std::invalid_argument("-H entry '" + entry + "' is not host or host:slots with 1.." +
                                   std::to_string(kMaxLocalRanks) + " slots (e.g. -H node1:4,node2:4)");
@@ -133,14 +161,22 @@ std::string validate(const LaunchOptions& o) {
   int slots = 0;
   for (const HostSlots& h : o.hosts) slots += h.slots;
   if (!o.hosts.empty()) {
-    if (o.nprocs > slots) {
-      return "-n " + std::to_string(o.nprocs) + " asks for more ranks than the hosts (-H) offer (" +
-             std::to_string(slots) + " slots); add hosts or slots, or leave -n out to use every slot";
+    if (o.nprocs > slots && !o.oversubscribe) {
+      return "-n " + std::to_string(o.nprocs) + " asks for more ranks than the hosts (-H or --hostfile) offer (" +
+             std::to_string(slots) +
+             " slots); add hosts or slots, leave -n out to use every slot, or give "
+             "--oversubscribe";
     }
+    const std::vector<int> counts = ranks_per_host(o.hosts, std::max(o.nprocs, 0));
+    if (o.nprocs > std::accumulate(counts.begin(), counts.end(), 0))
+      return "-n " + std::to_string(o.nprocs) +
+             " asks for more ranks than the hosts' max_slots allow (--hostfile); "
+             "raise max_slots or add hosts";
     if (o.servers > 0)
-      return "--servers cannot be combined with -H yet: start parameter servers with mpirun or by hand";
+      return "--servers cannot be combined with -H or --hostfile yet: start parameter servers with mpirun or by hand";
   } else if (o.nprocs == -1) {
-    return "say how many ranks: -n/--nprocs N (on this host) or -H host:slots,... (across hosts)";
+    return "say how many ranks: -n/--nprocs N (on this host), or -H host:slots,... or --hostfile FILE (across "
+           "hosts)";
   }
   if (o.nprocs < 1 || o.nprocs > kMaxLocalRanks) {
     return "-n must be between 1 and " + std::to_string(kMaxLocalRanks) + " local ranks (got " +
@@ -160,6 +196,7 @@ std::string validate(const LaunchOptions& o) {
     return "-n " + std::to_string(o.nprocs) + " is outside --elastic " + std::to_string(o.elastic_min) + ":" +
            std::to_string(o.elastic_max) + "; start between MIN and MAX workers (leave -n out for MAX)";
   }
+  if (std::string bad = check_environment(o.environment); !bad.empty()) return bad;
   if (o.command.empty() || o.command[0].empty()) {
     return "no command given; usage: tandem launch -n N [--timeout S] [--grace S] -- command [args...]";
   }

@@ -25,6 +25,17 @@ struct Placement {
 
 bool is_this_host(const std::string& host);
 
+// A count of slots: 1..4 digits, else 0 (which every caller refuses).
+int parse_slot_count(const std::string& text);
+// "name", "name:slots", "[v6 address]:slots" or a bare v6 address (several
+// colons, one slot): the host, and its slots (0 when they are not a count).
+HostSlots split_host_slots(const std::string& entry);
+
+// How many of `world` ranks each host gets: its slots in order, then (when
+// oversubscribed) one more on each host in turn below its max_slots; the
+// sum falls short of `world` only when every host is at its max_slots.
+std::vector<int> ranks_per_host(const std::vector<HostSlots>& hosts, int world);
+
 // Host-major: each host's slots in order; without a host list every rank
 // (parameter servers too) is local.
 std::vector<Placement> place_ranks(const LaunchOptions& o);

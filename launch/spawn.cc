@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -69,6 +70,33 @@ bool set_by(std::string_view kv, const std::vector<std::string>& settings) {
   const std::string_view name = kv.substr(0, kv.find('='));
   return std::any_of(settings.begin(), settings.end(),
                      [&](const std::string& s) { return std::string_view(s).substr(0, s.find('=')) == name; });
+}
+
+std::string check_environment(const std::vector<std::string>& settings) {
+  constexpr const char* kTorchJob[] = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK"};
+  for (size_t i = 0; i < settings.size(); ++i) {
+    const std::string& kv = settings[i];
+    const size_t eq = kv.find('=');
+    const std::string name = kv.substr(0, eq);
+    const bool valid = !name.empty() && !std::isdigit(static_cast<unsigned char>(name[0])) &&
+                       std::all_of(name.begin(), name.end(),
+                                   [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+    if (!valid)
+      return "-x/--env '" + kv + "': '" + name +
+             "' is not a variable name (letters, digits and _, not starting with "
+             "a digit; e.g. --env OMP_NUM_THREADS=4)";
+    if (eq == std::string::npos)
+      return "-x/--env " + name + " has no value: give " + name + "=value, or -x " + name + " with " + name +
+             " exported here to pass on its value";
+    const bool per_rank = std::any_of(std::begin(kOwnedVariables), std::end(kOwnedVariables),
+                                      [&](const char* k) { return kv.starts_with(k); }) ||
+                          std::find(std::begin(kTorchJob), std::end(kTorchJob), name) != std::end(kTorchJob);
+    if (per_rank)
+      return "-x/--env " + name + ": tandem launch sets it for each rank (the job secret too); leave it out";
+    if (set_by(kv, {settings.begin(), settings.begin() + long(i)}))
+      return "-x/--env " + name + " is given twice; give it once";
+  }
+  return "";
 }
 
 EnvLookup environment_with(const std::vector<std::string>& settings) {

@@ -37,6 +37,11 @@ inline constexpr const char* kOwnedVariables[] = {
 // Whether `kv` (NAME=value) names a variable that one of `settings` (NAME=value each) sets.
 bool set_by(std::string_view kv, const std::vector<std::string>& settings);
 
+// Why `settings` (LaunchOptions::environment) cannot go to the ranks: an entry
+// not NAME=value, a bad name, a variable the launcher sets per rank, or one
+// given twice; "" when they can.
+std::string check_environment(const std::vector<std::string>& settings);
+
 // This process's environment with `settings` (NAME=value each) in front.
 EnvLookup environment_with(const std::vector<std::string>& settings);
 

@@ -12,6 +12,7 @@ PACKAGES=(
   gnuplot-nox iproute2 python3
   openmpi-bin  # tests/bench_test.cc runs tandem bench under mpirun; mpicc (bench/anchors) is its own setup.sh's
   iperf3  # bench/tcp_line_rate.sh: the line rate the TCP all-reduce is compared with
+  openssh-server openssh-client  # tests/ssh_launch_test.cc: tandem launch over real ssh between namespaces
   pybind11-dev python3-dev python3-numpy
   python3-pip python3-setuptools python3-wheel  # pip install . (pyproject.toml, setup.py), tested offline
   libtorch-dev python3-torch python3-yaml dataset-fashion-mnist zlib1g-dev

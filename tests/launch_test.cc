@@ -48,12 +48,9 @@ std::string tandem_bin() {
   return bin ? bin : "";
 }
 
-// Runs `tandem args...` with stdout and stderr captured; never outlives limit_seconds (+1 s drain).
-RunResult run_tandem(const std::vector<std::string>& args, RunOptions opts = {}) {
+// Runs argv_s (argv_s[0] a path) with stdout and stderr captured; never outlives limit_seconds (+1 s drain).
+RunResult run_program(std::vector<std::string> argv_s, RunOptions opts = {}) {
   RunResult r;
-  std::string bin = tandem_bin();
-  std::vector<std::string> argv_s{bin};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& a : argv_s) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -121,6 +118,13 @@ RunResult run_tandem(const std::vector<std::string>& args, RunOptions opts = {})
   r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return r;
+}
+
+// Runs `tandem args...` as run_program does.
+RunResult run_tandem(const std::vector<std::string>& args, RunOptions opts = {}) {
+  std::vector<std::string> argv{tandem_bin()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_program(argv, opts);
 }
 
 std::string describe(const RunResult& r) {
@@ -311,7 +315,8 @@ TEST_F(LaunchTest, BadHostListsAreUsageErrors) {
   for (const auto& [args, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"launch", "-H", "a:x", "--", "true"}, "-H entry 'a:x' is not host or host:slots"},
            {{"launch", "-H", "a:0", "--", "true"}, "-H entry 'a:0'"},
-           {{"launch", "-H", "a:2", "-n", "3", "--", "true"}, "-n 3 asks for more ranks than the hosts (-H) offer (2"},
+           {{"launch", "-H", "a:2", "-n", "3", "--", "true"},
+            "-n 3 asks for more ranks than the hosts (-H or --hostfile) offer (2"},
            {{"launch", "-H", "a:2", "--servers", "1", "--", "true"}, "--servers cannot be combined with -H"},
            {{"launch", "--", "true"}, "say how many ranks: -n/--nprocs N"},
            {{"launch", "-H", "a:1", "--rsh", "no-such-rsh {host}", "--", "true"},
@@ -320,6 +325,152 @@ TEST_F(LaunchTest, BadHostListsAreUsageErrors) {
     RunResult r = run_tandem(args);
     EXPECT_NE(r.exit_code, 0) << describe(r);
     EXPECT_THAT(r.err, HasSubstr(message)) << describe(r);
+  }
+}
+
+std::string write_file(const std::string& stem, const std::string& text) {
+  std::string path = tandem::testing::scratch_template(stem);
+  const int fd = ::mkstemp(path.data());
+  if (fd < 0) return "";
+  ::close(fd);
+  std::ofstream(path) << text;
+  return path;
+}
+
+// --hostfile: Open MPI's and Horovod's `host slots=N` lines, MPICH's `host:N`
+// and bare hosts (1 slot), with comments and blank lines; a host listed again
+// adds its slots; -n below the slots fills them in order.
+TEST_F(LaunchTest, HostfileInEveryShapePlacesRanksAsMpirun) {
+  const std::string hostfile = write_file("hostfile",
+                                          "# Open MPI / Horovod\n"
+                                          "alpha slots=2 max_slots=4   # two here\n"
+                                          "\n"
+                                          "beta:1\n"
+                                          "   gamma\n"
+                                          "localhost slots=1\n"
+                                          "alpha slots=1\n");
+  RunResult r = run_tandem({"launch", "--hostfile", hostfile, "-n", "5", "--rsh", "env REMOTE_HOST={host} sh -c",
+                            "--store-addr", "127.0.0.1", "--", "sh", "-c",
+                            "echo at ${REMOTE_HOST:-here} $TANDEM_RANK $TANDEM_LOCAL_RANK/$TANDEM_LOCAL_WORLD_SIZE"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_THAT(r.err, HasSubstr("5 ranks on alpha:3, beta:1, gamma:1, localhost:1 (host-major)")) << describe(r);
+  for (const char* line : {"[0] at alpha 0 0/3\n", "[1] at alpha 1 1/3\n", "[2] at alpha 2 2/3\n",
+                           "[3] at beta 3 0/1\n", "[4] at gamma 4 0/1\n"})
+    EXPECT_THAT(r.out, HasSubstr(line)) << describe(r);
+  EXPECT_THAT(r.out, Not(HasSubstr("at here"))) << "localhost's slot is past -n 5\n" << describe(r);
+  std::remove(hostfile.c_str());
+}
+
+// --oversubscribe: ranks past the slots go one per host in turn, never past
+// a host's max_slots (mpirun's); without it, -n above the slots is refused.
+TEST_F(LaunchTest, OversubscribedRanksGoOnePerHostInTurn) {
+  const std::string hostfile = write_file("hostfile", "alpha slots=1 max_slots=2\nbeta slots=1\n");
+  const std::vector<std::string> common = {"--hostfile",   hostfile,   "--rsh", "env REMOTE_HOST={host} sh -c",
+                                           "--store-addr", "127.0.0.1"};
+  std::vector<std::string> args = {"launch", "-n", "5", "--oversubscribe"};
+  args.insert(args.end(), common.begin(), common.end());
+  args.insert(args.end(),
+              {"--", "sh", "-c", "echo at $REMOTE_HOST $TANDEM_RANK $TANDEM_LOCAL_RANK/$TANDEM_LOCAL_WORLD_SIZE"});
+  RunResult r = run_tandem(args);
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  for (const char* line : {"[0] at alpha 0 0/2\n", "[1] at alpha 1 1/2\n", "[2] at beta 2 0/3\n", "[3] at beta 3 1/3\n",
+                           "[4] at beta 4 2/3\n"})
+    EXPECT_THAT(r.out, HasSubstr(line)) << describe(r);
+  args = {"launch", "-n", "3"};
+  args.insert(args.end(), common.begin(), common.end());
+  args.insert(args.end(), {"--", "true"});
+  r = run_tandem(args);
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_THAT(r.err,
+              HasSubstr("(2 slots); add hosts or slots, leave -n out to use every slot, or give --oversubscribe"))
+      << describe(r);
+  std::remove(hostfile.c_str());
+  const std::string capped = write_file("hostfile", "alpha slots=1 max_slots=2\nbeta:1 max_slots=1\n");
+  r = run_tandem({"launch", "-n", "4", "--oversubscribe", "--hostfile", capped, "--", "true"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_THAT(r.err, HasSubstr("-n 4 asks for more ranks than the hosts' max_slots allow")) << describe(r);
+  std::remove(capped.c_str());
+}
+
+TEST_F(LaunchTest, BadHostfilesAreUsageErrors) {
+  const std::vector<std::pair<std::string, std::string>> files = {
+      {"a slots=x\n", "line 1: 'slots=x' needs a count of 1..1024"},
+      {"a\nb cpus=2\n", "line 2: 'cpus=2' is not slots=N or max_slots=N"},
+      {"a:2 slots=2\n", "line 1: the slots are given twice"},
+      {"a slots=4 max_slots=2\n", "line 1: slots=4 exceeds max_slots=2"},
+      {"a:0\n", "line 1: 'a:0' is not a host, or not host:N"},
+      {"# nothing\n\n", "names no host"},
+      {"a slots=2\n", "-n 3 asks for more ranks than the hosts (-H or --hostfile) offer (2 slots)"},
+  };
+  for (const auto& [text, message] : files) {
+    const std::string hostfile = write_file("hostfile", text);
+    RunResult r = run_tandem({"launch", "--hostfile", hostfile, "-n", "3", "--", "true"});
+    EXPECT_EQ(r.exit_code, 2) << text << describe(r);
+    EXPECT_THAT(r.err, HasSubstr(message)) << text << describe(r);
+    std::remove(hostfile.c_str());
+  }
+  RunResult r = run_tandem({"launch", "--hostfile", "/nonexistent/hosts", "--", "true"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_THAT(r.err, HasSubstr("cannot read the hostfile '/nonexistent/hosts'")) << describe(r);
+  r = run_tandem({"launch", "-H", "a:1", "--hostfile", "/nonexistent/hosts", "--", "true"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_THAT(r.err, HasSubstr("-H and --hostfile both name hosts; give one of them")) << describe(r);
+}
+
+// -x NAME (its value here), -x NAME=value and --env NAME=value reach every
+// rank, here and through the remote shell (whose line must carry them: it
+// does not inherit them, unlike TANDEM_* ones), whatever the value holds.
+TEST_F(LaunchTest, ExportedVariablesReachLocalAndRemoteRanks) {
+  const std::string awkward = "a b  'q' \"d\" $HOME `x` \\ ; *";
+  ::setenv("LAUNCH_TEST_EXPORTED", awkward.c_str(), 1);
+  const std::string show =
+      "printf 'got %s|%s|%s|%s|%s\\n' \"${REMOTE_HOST:-here}\" \"$LAUNCH_TEST_EXPORTED\" \"$OMP_NUM_THREADS\" "
+      "\"$SPACED\" \"${EMPTY-unset}\"";
+  for (const std::vector<std::string>& hosts :
+       {std::vector<std::string>{"-n", "2"}, std::vector<std::string>{"-H", "alpha:1,localhost:1"}}) {
+    std::vector<std::string> args = {"launch"};
+    args.insert(args.end(), hosts.begin(), hosts.end());
+    // No "--": each -x and --env takes one word, the command starts after them.
+    for (const char* a : {"--rsh", "env -u LAUNCH_TEST_EXPORTED REMOTE_HOST={host} sh -c", "--store-addr", "127.0.0.1",
+                          "-x", "LAUNCH_TEST_EXPORTED", "-x", "OMP_NUM_THREADS=3", "--env", "SPACED=two  words $1",
+                          "--env", "EMPTY=", "sh", "-c"})
+      args.push_back(a);
+    args.push_back(show);
+    RunResult r = run_tandem(args);
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    const std::string values = "|" + awkward + "|3|two  words $1|\n";
+    if (hosts[0] == "-n") {
+      EXPECT_THAT(r.out, HasSubstr("[0] got here" + values)) << describe(r);
+      EXPECT_THAT(r.out, HasSubstr("[1] got here" + values)) << describe(r);
+    } else {
+      EXPECT_THAT(r.out, HasSubstr("[0] got alpha" + values)) << "the remote shell unset it: the line carries it\n"
+                                                              << describe(r);
+      EXPECT_THAT(r.out, HasSubstr("[1] got here" + values)) << describe(r);
+    }
+  }
+  ::unsetenv("LAUNCH_TEST_EXPORTED");
+}
+
+TEST_F(LaunchTest, BadEnvironmentFlagsAreUsageErrors) {
+  ::unsetenv("TANDEM_TEST_NOT_SET");
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"-x", "1A=3"}, "-x/--env '1A=3': '1A' is not a variable name"},
+      {{"--env", "=x"}, "'' is not a variable name"},
+      {{"--env", "A-B=x"}, "'A-B' is not a variable name"},
+      {{"-x", "TANDEM_TEST_NOT_SET"}, "-x/--env TANDEM_TEST_NOT_SET has no value: give TANDEM_TEST_NOT_SET=value"},
+      {{"--env", "OMP_NUM_THREADS"}, "-x/--env OMP_NUM_THREADS has no value"},
+      {{"--env", "TANDEM_RANK=3"}, "-x/--env TANDEM_RANK: tandem launch sets it for each rank"},
+      {{"-x", "TANDEM_SECRET=x"}, "-x/--env TANDEM_SECRET: tandem launch sets it for each rank"},
+      {{"-x", "WORLD_SIZE=9"}, "-x/--env WORLD_SIZE: tandem launch sets it for each rank"},
+      {{"-x", "A=1", "--env", "A=2"}, "-x/--env A is given twice; give it once"},
+  };
+  for (const auto& [flags, message] : cases) {
+    std::vector<std::string> args = {"launch", "-n", "1"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    args.insert(args.end(), {"--", "true"});
+    RunResult r = run_tandem(args);
+    EXPECT_EQ(r.exit_code, 2) << ::testing::PrintToString(flags) << describe(r);
+    EXPECT_THAT(r.err, HasSubstr(message)) << ::testing::PrintToString(flags) << describe(r);
   }
 }
 
@@ -390,6 +541,32 @@ TEST_F(LaunchTest, CommandMayCarryItsOwnFlagsWithoutDoubleDash) {
   RunResult r = run_tandem({"launch", "-n", "2", "sh", "-c", "echo flags ok $TANDEM_RANK", "-n", "5"});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   EXPECT_THAT(r.out, HasSubstr("[1] flags ok 1\n")) << describe(r);
+}
+
+// mpirun's -np and -hostfile are the launcher's -n and --hostfile; the
+// command's own words are left alone.
+TEST_F(LaunchTest, MpirunsSingleDashSpellings) {
+  const std::string hostfile = write_file("hostfile", "alpha slots=2\nbeta slots=2\n");
+  RunResult r =
+      run_tandem({"launch", "-np", "3", "-hostfile", hostfile, "--rsh", "env REMOTE_HOST={host} sh -c", "--store-addr",
+                  "127.0.0.1", "sh", "-c", "echo at $REMOTE_HOST \"$@\"", "sh", "-np", "-hostfile"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_THAT(r.err, HasSubstr("3 ranks on alpha:2, beta:2 (host-major)")) << describe(r);
+  EXPECT_THAT(r.out, HasSubstr("[2] at beta -np -hostfile\n")) << describe(r);
+  std::remove(hostfile.c_str());
+}
+
+// python3 -m tandem.launch hands every flag to `tandem launch` (TANDEM_BIN names it here).
+TEST_F(LaunchTest, PythonLauncherTakesTheSameFlags) {
+  const std::string hostfile = write_file("hostfile", "alpha:1\nlocalhost slots=1\n");
+  RunResult r =
+      run_program({"/usr/bin/python3", std::string(TANDEM_SOURCE_DIR) + "/capi/python/tandem/launch.py", "-hostfile",
+                   hostfile, "--rsh", "env REMOTE_HOST={host} sh -c", "--store-addr", "127.0.0.1", "-x",
+                   "OMP_NUM_THREADS=2", "--", "sh", "-c", "echo py ${REMOTE_HOST:-here} $OMP_NUM_THREADS"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_THAT(r.out, HasSubstr("[0] py alpha 2\n")) << describe(r);
+  EXPECT_THAT(r.out, HasSubstr("[1] py here 2\n")) << describe(r);
+  std::remove(hostfile.c_str());
 }
 
 TEST_F(LaunchTest, FirstFailingRanksExitCodeIsPropagated) {

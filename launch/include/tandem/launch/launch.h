@@ -27,6 +27,7 @@ namespace tandem::launch {
 struct HostSlots {
   std::string host;
   int slots = 1;
+  int max_slots = 0;  // a host file's max_slots: the most ranks --oversubscribe puts there (0: no cap)
 };
 
 struct LaunchOptions {
@@ -50,6 +51,9 @@ struct LaunchOptions {
   // localhost, 127.0.0.1 or this machine's hostname runs its ranks directly;
   // the others through `rsh`.
   std::vector<HostSlots> hosts;
+  // More ranks than slots (mpirun's --oversubscribe): the extra ones go one
+  // per host in turn, never past a host's max_slots.
+  bool oversubscribe = false;
   // How to run a command line on another host: these words, then the host
   // (or the host in place of "{host}"), then one argument holding a shell
   // command line, as ssh takes it. E.g. "ip netns exec {host} sh -c".
@@ -75,6 +79,14 @@ void parse_elastic(const std::string& text, LaunchOptions& o);
 
 // "a:2,b:2" or "a,b" -> host list; throws std::invalid_argument naming the bad entry.
 std::vector<HostSlots> parse_hosts(const std::string& text);
+
+// A host file, one host a line: `host`, `host slots=N [max_slots=M]` (Open
+// MPI's and Horovod's) or `host:N` (MPICH's); `#` starts a comment. A bare host
+// has one slot; a host listed again adds its slots to its first line's.
+// Throws std::invalid_argument naming `name` and the line.
+std::vector<HostSlots> parse_hostfile(const std::string& text, const std::string& name);
+// parse_hostfile on the file at `path`.
+std::vector<HostSlots> read_hostfile(const std::string& path);
 
 inline constexpr int kMaxLocalRanks = 1024;
 
