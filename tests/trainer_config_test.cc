@@ -835,6 +835,25 @@ TEST_F(TrainerMetrics, FileSummaryAndResumeTruncation) {
   EXPECT_EQ(s.validation.size(), 1u);
 }
 
+// The plots run gnuplot without a shell: a quote in the run's directory works.
+TEST_F(TrainerMetrics, PlotsWhereThePathHasAQuote) {
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) GTEST_SKIP() << "gnuplot not installed";
+  const auto dir = dir_ / "it's a run";
+  std::filesystem::create_directories(dir);
+  TrialSummary s;
+  for (int b = 1; b <= 4; ++b) {
+    TrainRecord r;
+    r.batch = b, r.time = b, r.loss = 1.0 / b, r.accuracy = 0.2 * b;
+    s.train.push_back(r);
+  }
+  s.validation.push_back({4, 4.0, 0.3, 0.8, 100});
+  std::string error;
+  const auto files = plot_metrics(s, (dir / "metrics").string(), &error);
+  EXPECT_EQ(error, "");
+  ASSERT_EQ(files.size(), 2u);
+  for (const auto& f : files) EXPECT_GT(std::filesystem::file_size(f), 0u) << f;
+}
+
 TEST(TrainerStall, SlowStepAgainstTheRunningMedian) {
   StallDetector d(3.0, 50);
   for (int i = 0; i < 20; ++i) EXPECT_FALSE(d.add(0.1 + 0.001 * (i % 3)));

@@ -16,6 +16,7 @@
 #include "checkpoint.h"
 #include "config.h"
 #include "metrics.h"
+#include "tandem/bench/plot.h"
 #include "tandem/bootstrap.h"
 #include "tandem/launch/launch.h"
 #include "worker.h"
@@ -243,21 +244,22 @@ void report_comparison(const std::vector<Trial>& trials, const std::string& dir,
   std::printf("\ncomparison\n%s", table.str().c_str());
   std::ofstream(dir + "/scaling.md") << table.str();
   std::ostringstream g;
-  g << "set terminal pngcairo size 1400,640 noenhanced\nset output '" << dir << "/scaling.png'\n"
+  g << "set terminal pngcairo size 1400,640 noenhanced\nset output " << bench::gnuplot_quoted(dir + "/scaling.png")
+    << "\n"
     << "set multiplot layout 1,2\nset bmargin 13\nset grid ytics\nset ylabel 'samples/s'\nset yrange [0:*]\n"
     << "set offsets 0,0,graph 0.1,0\nset xtics rotate by 30 right font ',9'\nset style fill solid 0.6\n"
-    << "set boxwidth 0.6\nset key outside top center horizontal\nplot '" << dir
-    << "/scaling.dat' using 0:1:xtic(3) with boxes title 'samples/s', '' using 0:2 with points pt 6 ps 2 "
+    << "set boxwidth 0.6\nset key outside top center horizontal\nplot " << bench::gnuplot_quoted(dir + "/scaling.dat")
+    << " using 0:1:xtic(3) with boxes title 'samples/s', '' using 0:2 with points pt 6 ps 2 "
        "title 'perfect scaling of its 1-slot run', '' using 0:1:(sprintf('%.0f', $1)) with labels offset 0,0.8 "
        "notitle\n"
     << "set offsets 0,0,0,0\nset xtics norotate font ''\nset grid xtics ytics\nset yrange [*:*]\n"
     << "set xlabel 'seconds'\nset ylabel 'validation accuracy'\nset key inside bottom right vertical font ',9'\n"
     << "set arrow from graph 0, first " << target << " to graph 1, first " << target << " nohead dt 2\nplot ";
   for (size_t i = 0; i < trials.size(); ++i)
-    g << (i ? ", " : "") << "'" << trials[i].dir << "/metrics-validation.dat' using 2:4 with linespoints title '"
-      << label(trials[i]) << "'";
+    g << (i ? ", " : "") << bench::gnuplot_quoted(trials[i].dir + "/metrics-validation.dat")
+      << " using 2:4 with linespoints title " << bench::gnuplot_quoted(label(trials[i]));
   g << "\nunset multiplot\n";
-  std::string err = run_gnuplot(g.str());
+  std::string err = bench::run_gnuplot_script(g.str());
   if (err.empty())
     std::printf("  plot: %s/scaling.png\n  table: %s/scaling.md\n", dir.c_str(), dir.c_str());
   else
