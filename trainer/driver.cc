@@ -2,6 +2,7 @@
 // start of its slots by the launcher (the first, then each restart).
 #include "driver.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -266,6 +267,20 @@ void report_comparison(const std::vector<Trial>& trials, const std::string& dir,
     std::fprintf(stderr, "tandem train: warning: no comparison plot: %s\n", err.c_str());
 }
 
+// resources.slots_per_trial on this host, at most one slot a core: Determined
+// would wait for slots the cluster lacks, tandem runs on the cores it has.
+// --slots (or --scaling) runs any count.
+int fitted_slots(const ExperimentConfig& cfg) {
+  cpu_set_t cpus;
+  const int cores = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 0;
+  if (!cfg.hosts.empty() || cores <= 0 || cfg.slots_per_trial <= cores) return cfg.slots_per_trial;
+  std::fprintf(stderr,
+               "tandem train: warning: resources.slots_per_trial %d is more than the %d cores this host gives "
+               "tandem train: the trial runs %d slots; --slots %d runs %d, sharing the cores\n",
+               cfg.slots_per_trial, cores, cores, cfg.slots_per_trial, cfg.slots_per_trial);
+  return cores;
+}
+
 }  // namespace
 
 std::vector<int> parse_slot_list(const std::string& text) {
@@ -308,7 +323,7 @@ int run_driver(DriverOptions o) {
   }
   // Every slot count is checked before anything starts.
   std::vector<int> counts =
-      o.scaling.empty() ? std::vector<int>{o.worker.slots > 0 ? o.worker.slots : cfg.slots_per_trial} : o.scaling;
+      o.scaling.empty() ? std::vector<int>{o.worker.slots > 0 ? o.worker.slots : fitted_slots(cfg)} : o.scaling;
   for (int s : counts) {
     ExperimentConfig c = cfg;
     set_slots(c, s, o.worker.per_slot_batch);
