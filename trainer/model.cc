@@ -212,6 +212,8 @@ Model load_torchscript(const std::string& path,
   }
   if (model.parameters.empty())
     throw std::runtime_error("entrypoint '" + path + "': the module has no parameters to train");
+  if (module->hasattr("optimizer") && module->attr("optimizer").isString())
+    model.optimizer = module->attr("optimizer").toStringRef();
   return model;
 }
 

@@ -58,6 +58,8 @@ class Trial {
   };
 
   void load_data();
+  // hyperparameters.optimizer not given: the entrypoint module's own, when it names one.
+  void adopt_entrypoint_optimizer();
   void open_metrics();
   void train_batch(int64_t batch);
   // Ends batch b's exchange (updating what the forward left when deferred), then logs it.
