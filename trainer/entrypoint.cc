@@ -37,8 +37,9 @@ bool runs_python(const std::vector<std::string>& words) {
 // The training script's own length arguments: --epochs N or --batches N (also --epochs=N).
 void read_length_arguments(const std::vector<std::string>& args, const std::string& entry, ConfigReader& r,
                            Length& length) {
-  const std::string usage = "the line is the TorchScript file, then --epochs N or --batches N (the training length, "
-                            "as a Determined 0.38 training script takes it)";
+  const std::string usage =
+      "the line is the TorchScript file, then --epochs N or --batches N (the training length, "
+      "as a Determined 0.38 training script takes it)";
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string given = args[i];
     std::string flag = given, value;
@@ -89,8 +90,7 @@ void read_entrypoint(const YAML::Node& n, ConfigReader& r, ExperimentConfig& c) 
   Length length;
   read_length_arguments({words.begin() + 1, words.end()}, entry, r, length);
   if (length.set() && c.max_length.set())
-    r.error("entrypoint", "'" + entry +
-                              "' and searcher.max_length both give the training length; keep one of them");
+    r.error("entrypoint", "'" + entry + "' and searcher.max_length both give the training length; keep one of them");
   else if (length.set())
     c.max_length = length;
   const fs::path path = resolve(words[0], r);
