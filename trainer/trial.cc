@@ -249,6 +249,7 @@ void Trial::train_batch(int64_t batch) {
   std::optional<ValidationRecord> v;
   if (validate_now) v = validate(batch);
   if (checkpoint_now) checkpoint(batch, v);
+  if (validate_now || checkpoint_now) stalls_->skip_next();
 }
 
 ValidationRecord Trial::validate(int64_t batch) {
