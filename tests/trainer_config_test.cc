@@ -808,6 +808,8 @@ TEST(TrainerConfig, DeterminedTutorialExperimentsParse) {
     EXPECT_DOUBLE_EQ(c.learning_rate, 1.0);
     EXPECT_FALSE(c.optimizer_given);  // the entrypoint's module names Adadelta
     EXPECT_EQ(c.user_hyperparameters.size(), 4u);
+    // dropout1 and dropout2 are the module's attributes, not misspelt keys.
+    for (const auto& w : c.warnings) EXPECT_EQ(w.find("did you mean"), std::string::npos) << w;
   }
   const auto old = parse_config(R"(name: mnist_pytorch_distributed
 data:
@@ -868,6 +870,8 @@ TEST(TrainerConfig, HyperparametersSetTheEntrypointsAttributes) {
   const torch::Tensor x = torch::ones({2, 1, 28, 28});
   EXPECT_GT(load_torchscript(model).forward(x).abs().sum().item<double>(), 0);
   EXPECT_EQ(load_torchscript(model, c.user_hyperparameters).forward(x).abs().sum().item<double>(), 0);
+  EXPECT_EQ(load_torchscript(model, c.user_hyperparameters).unused_hyperparameters,
+            std::vector<std::string>{"n_filters"});
   try {
     load_torchscript(model, {{"logit_scale", "big"}});
     ADD_FAILURE() << "a float attribute took 'big'";

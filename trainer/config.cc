@@ -43,6 +43,7 @@ struct KeyWalk {
   ConfigReader& reader;
   ExperimentConfig& config;
   std::vector<std::string> refused;  // hyperparameters already reported: their keys are not read again
+  std::vector<size_t> near_misses;   // the notes of user keys close to a known one, by index
 
   // The node at a dotted path, when every section on the way is a map holding the next key.
   std::optional<YAML::Node> node_at(const std::string& path) const {
@@ -120,8 +121,9 @@ void record_user_keys(const YAML::Node& map, const std::string& section, const s
     all.push_back(key);
     w.config.user_hyperparameters.emplace_back(key, flow_yaml(kv.second));
     if (const std::string hint = did_you_mean(key, known); !hint.empty())
-      w.config.notes.push_back(section + "." + key + " is not one tandem reads (did you mean '" + hint +
-                               "'?); it is kept as the model's own, for an entrypoint attribute of that name");
+      w.near_misses.push_back(w.config.notes.size()),
+          w.config.notes.push_back(section + "." + key + " is not one tandem reads (did you mean '" + hint +
+                                   "'?); it is kept as the model's own, for an entrypoint attribute of that name");
   }
   w.reader.check_keys(map, section, all);  // keys given twice
 }
@@ -207,6 +209,9 @@ void check_hyperparameters(KeyWalk& w) {
 void check_model(KeyWalk& w) {
   ExperimentConfig& c = w.config;
   if (!c.entrypoint.empty()) {
+    // The module's attributes take such names; the worker names those that none takes.
+    for (auto at = w.near_misses.rbegin(); at != w.near_misses.rend(); ++at)
+      c.notes.erase(c.notes.begin() + static_cast<std::ptrdiff_t>(*at));
     if (c.layer_slices > 1)
       w.reader.error("hyperparameters.layer_slices",
                      std::to_string(c.layer_slices) +
@@ -334,7 +339,7 @@ ExperimentConfig parse_config(const std::string& yaml_text, const std::string& b
   ExperimentConfig c;
   ConfigReader r(base_dir);
   root = YAML::Clone(root);
-  KeyWalk w{root, r, c, {}};
+  KeyWalk w{root, r, c, {}, {}};
   if (root["hyperparameters"] && root["hyperparameters"].IsMap())
     resolve_typed(root["hyperparameters"], "hyperparameters", w);
   read_section(root, "", w);

@@ -10,6 +10,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "config_keys.h"
 #include "config_reader.h"
 #include "optimizer.h"
 #include "tandem/fusion/gradient_sync.h"
@@ -68,6 +69,7 @@ Trial::Trial(const WorkerOptions& options, ExperimentConfig config, std::unique_
     torch::NoGradGuard no_grad;
     for (auto& p : params_) comm_->broadcast(p.data_ptr<float>(), static_cast<size_t>(p.numel()), DataType::f32, 0);
   }
+  if (chief_) warn_unused_hyperparameters();
   adopt_entrypoint_optimizer();
   optimizer_ = make_optimizer(cfg_, params_);
   if (chief_ && !wo_.checkpoint_dir.empty())
@@ -75,6 +77,18 @@ Trial::Trial(const WorkerOptions& options, ExperimentConfig config, std::unique_
 }
 
 Trial::~Trial() = default;
+
+void Trial::warn_unused_hyperparameters() const {
+  std::vector<std::string> known;
+  for (const ExperimentKey* k : keys_under("hyperparameters")) known.push_back(k->name());
+  for (const std::string& name : model_.unused_hyperparameters) {
+    const std::string hint = did_you_mean(name, known);
+    std::fprintf(stderr,
+                 "warning: hyperparameters.%s is neither a key tandem reads nor an attribute of the entrypoint's "
+                 "module: unused%s\n",
+                 name.c_str(), hint.empty() ? "" : (" (did you mean '" + hint + "'?)").c_str());
+  }
+}
 
 void Trial::adopt_entrypoint_optimizer() {
   if (model_.optimizer.empty() || cfg_.optimizer_given) return;
