@@ -19,6 +19,8 @@
 #include <functional>
 #include <thread>
 
+#include "adadelta.h"
+
 namespace tandem::trainer {
 namespace {
 
@@ -102,6 +104,7 @@ TEST_F(Checkpoints, ModelAndOptimizerStateRoundTrip) {
   expect_round_trip<torch::optim::SGD>(dir() + "/sgd", torch::optim::SGDOptions(0.1).momentum(0.9).nesterov(true));
   expect_round_trip<torch::optim::Adam>(dir() + "/adam", torch::optim::AdamOptions(0.01).weight_decay(0.01));
   expect_round_trip<torch::optim::AdamW>(dir() + "/adamw", torch::optim::AdamWOptions(0.01));
+  expect_round_trip<Adadelta>(dir() + "/adadelta", AdadeltaOptions(1.0).weight_decay(0.01));
   // A state of another optimizer kind is refused, naming both.
   auto found = latest_checkpoint(dir() + "/adam");
   ASSERT_TRUE(found);

@@ -1,6 +1,6 @@
 // The trainer's optimizers: update_rows over row blocks, in any order, equals
 // LibTorch's optimizer.step() bitwise for SGD (momentum, Nesterov, weight
-// decay), Adam and AdamW over several steps; learning_rate_at's closed forms.
+// decay), Adam, AdamW and Adadelta over several steps; learning_rate_at's closed forms.
 #include "optimizer.h"
 
 #include <gtest/gtest.h>
@@ -87,7 +87,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"sgd_nesterov_decay", ", momentum: 0.9, nesterov: true, weight_decay: 0.01"},
                       Case{"adam", ", optimizer: adam"},
                       Case{"adam_decay", ", optimizer: adam, beta1: 0.8, beta2: 0.99, eps: 1e-6, weight_decay: 0.01"},
-                      Case{"adamw", ", optimizer: adamw, weight_decay: 0.01"}),
+                      Case{"adamw", ", optimizer: adamw, weight_decay: 0.01"},
+                      Case{"adadelta", ", optimizer: adadelta"},
+                      Case{"adadelta_decay", ", optimizer: adadelta, weight_decay: 0.01"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(Optimizer, MakeOptimizerFollowsTheConfig) {
@@ -107,6 +109,27 @@ TEST(Optimizer, MakeOptimizerFollowsTheConfig) {
   EXPECT_EQ(ao.weight_decay(), 0.0);  // the config's default, not LibTorch's 1e-2
   set_learning_rate(*adamw, 0.125);
   EXPECT_EQ(ao.lr(), 0.125);
+}
+
+// Adadelta as PyTorch's torch.optim.Adadelta computes it (rho 0.9, eps 1e-6), step by step.
+TEST(Optimizer, AdadeltaFollowsPyTorchsFormula) {
+  torch::manual_seed(3);
+  const auto start = torch::randn({5, 3});
+  auto p = start.clone().set_requires_grad(true);
+  auto optimizer = make_optimizer(config_of(", optimizer: adadelta, weight_decay: 0.1"), {p});
+  auto expected = start.clone(), square_avg = torch::zeros_like(start), acc_delta = torch::zeros_like(start);
+  const double lr = 0.05, rho = 0.9, eps = 1e-6, decay = 0.1;
+  for (int step = 0; step < 4; ++step) {
+    const auto g = torch::randn({5, 3});
+    p.mutable_grad() = g.clone();
+    optimizer->step();
+    const auto grad = g + decay * expected;
+    square_avg = rho * square_avg + (1 - rho) * grad * grad;
+    const auto delta = torch::sqrt(acc_delta + eps) / torch::sqrt(square_avg + eps) * grad;
+    acc_delta = rho * acc_delta + (1 - rho) * delta * delta;
+    expected = expected - lr * delta;
+    EXPECT_TRUE(torch::allclose(p.detach(), expected, 1e-6, 1e-7)) << "step " << step;
+  }
 }
 
 TEST(Optimizer, LearningRateClosedForms) {

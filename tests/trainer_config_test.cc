@@ -203,7 +203,12 @@ std::vector<KeyRow> key_rows() {
        [](C c) { EXPECT_EQ(c.global_batch_size, 96); }, ""},
       {"hyperparameters", "learning_rate", "learning_rate: 0.5", false, [](C c) { EXPECT_EQ(c.learning_rate, 0.5); },
        ""},
-      {"hyperparameters", "optimizer", "optimizer: adamw", false, [](C c) { EXPECT_EQ(c.optimizer, "adamw"); }, ""},
+      {"hyperparameters", "optimizer", "optimizer: adadelta", false,
+       [](C c) {
+         EXPECT_EQ(c.optimizer, "adadelta");
+         EXPECT_TRUE(c.optimizer_given);
+       },
+       ""},
       {"hyperparameters", "momentum", "optimizer: adam, momentum: 0.9", false, nullptr,
        "set, but only optimizer sgd uses it (optimizer is adam); remove it or set hyperparameters.optimizer: sgd"},
       {"hyperparameters", "nesterov", "nesterov: true, momentum: 0", false, nullptr, "'true' needs momentum > 0"},
@@ -298,6 +303,7 @@ std::vector<KeyRow> key_rows() {
       {"reproducibility", "experiment_seed", "experiment_seed: 77", false, [](C c) { EXPECT_EQ(c.seed, 77u); }, ""},
       {"data", "type", "type: synthetic", false, [](C c) { EXPECT_EQ(c.data, "synthetic"); }, ""},
       {"data", "path", "path: /d", false, [](C c) { EXPECT_EQ(c.data_path, "/d"); }, ""},
+      {"data", "url", "url: https://example.org/mnist.tar.gz", false, nullptr, "ignored: tandem downloads nothing"},
       {"", "environment", "environment: {image: determinedai/pytorch-ngc:0.38.0}", false, nullptr,
        "ignored: tandem runs each slot as a process"},
       {"", "bind_mounts", "bind_mounts: [{host_path: /data, container_path: /data}]", false, nullptr,
@@ -419,8 +425,8 @@ TEST(TrainerConfig, TrainingDocsListEveryKeyAsTheTable) {
 // A required key with no value is missing, as one left out.
 TEST(TrainerConfig, EmptyRequiredKeysAreMissing) {
   expect_error("hyperparameters:\nsearcher: {max_length: {batches: 10}}\n", {"hyperparameters: missing"});
-  expect_error("hyperparameters: {global_batch_size: }\nsearcher: {max_length: {batches: 10}}\n",
-               {"hyperparameters.global_batch_size: missing"});
+  EXPECT_TRUE(parse_config("hyperparameters: {global_batch_size: }\nsearcher: {max_length: {batches: 10}}\n")
+                  .global_batch_defaulted);
   EXPECT_FALSE(parse_config("hyperparameters: {global_batch_size: 8}\nsearcher:\n").max_length.set());
   expect_error(kMinimal + "resources: {hosts: [a, [b]]}\n", {"resources.hosts: expected host names, got a list"});
 }
@@ -689,7 +695,7 @@ TEST(TrainerConfig, InfrastructureKeysAreIgnoredWithOneNoteEach) {
     ASSERT_EQ(c.warnings.size(), 1u);
     EXPECT_EQ(c.warnings[0].rfind(k.path + ": ignored: ", 0), 0u) << c.warnings[0];
   }
-  EXPECT_EQ(ignored, 10);
+  EXPECT_EQ(ignored, 11);
 }
 
 TEST(TrainerConfig, RecordsPerEpochAboveTheDataSetWarns) {
@@ -701,6 +707,136 @@ TEST(TrainerConfig, RecordsPerEpochAboveTheDataSetWarns) {
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_NE(warnings[0].find("records_per_epoch 70000 is more than the 60000 training records"), std::string::npos)
       << warnings[0];
+}
+
+// Without global_batch_size each slot trains 64 samples a batch (the tutorial
+// train.py's loader), said once; the global batch follows the slots.
+TEST(TrainerConfig, GlobalBatchSizeDefaultsTo64PerSlot) {
+  auto c = parse_config("hyperparameters: {learning_rate: 0.1}\nresources: {slots_per_trial: 2}\n");
+  EXPECT_EQ(c.global_batch_size, 128);
+  EXPECT_EQ(c.per_slot_batch(), 64);
+  ASSERT_EQ(c.warnings.size(), 1u);
+  EXPECT_NE(c.warnings[0].find("hyperparameters.global_batch_size not given: each slot trains 64 samples"),
+            std::string::npos)
+      << c.warnings[0];
+  EXPECT_NE(c.warnings[0].find("a global batch of 128 over 2 slots"), std::string::npos) << c.warnings[0];
+  set_slots(c, 3);
+  EXPECT_EQ(c.global_batch_size, 192);
+  ASSERT_EQ(c.warnings.size(), 1u);
+  set_slots(c, 2, 32);  // --per-slot-batch chooses, silently
+  EXPECT_EQ(c.global_batch_size, 64);
+  EXPECT_TRUE(c.warnings.empty());
+  EXPECT_EQ(parse_config(kMinimal).global_batch_size, 64);
+  EXPECT_FALSE(parse_config(kMinimal).global_batch_defaulted);
+}
+
+// entrypoint: FILE --epochs N (or --batches N), the length as a 0.38 training
+// script takes it; a Python command is refused saying how to export the model.
+TEST(TrainerConfig, EntrypointArgumentsGiveTheLength) {
+  const auto dir = std::filesystem::temp_directory_path() / ("tandem_entry_args_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "net.pt") << "x";
+  const std::string hp = "hyperparameters: {learning_rate: 1.0}\n";
+  auto parse = [&](const std::string& entry) {
+    return parse_config(hp + "entrypoint: " + entry + "\n", dir.string(), true);
+  };
+  auto error = [&](const std::string& yaml) {
+    try {
+      parse_config(yaml, dir.string(), true);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  const auto epochs = parse("net.pt --epochs 1");
+  EXPECT_EQ(epochs.entrypoint, (dir / "net.pt").string());
+  EXPECT_EQ(epochs.max_length.unit, LengthUnit::epochs);
+  EXPECT_EQ(epochs.max_length.value, 1);
+  const auto batches = parse("net.pt --batches=20");
+  EXPECT_EQ(batches.max_length.unit, LengthUnit::batches);
+  EXPECT_EQ(batches.max_length.value, 20);
+  EXPECT_FALSE(parse_config(hp + "entrypoint: net.pt\n", dir.string()).max_length.set());
+  for (const auto& [entry, fragment] : std::vector<std::pair<std::string, std::string>>{
+           {"net.pt --epochs 0", "--epochs '0' is not a count of epochs; use a positive number, e.g. --epochs 1"},
+           {"net.pt --epochs", "--epochs '' is not a count of epochs"},
+           {"net.pt --lr 1", "'--lr' is not an argument tandem reads"},
+           {"net.pt --epochs 1 --batches 5", "gives the length twice"},
+           {"python3 train.py --epochs 1", "runs a Python training script, which tandem does not"},
+           {"python3 -m determined.launch.torch_distributed python3 train.py --epochs 1",
+            "trainer/examples/mnist_tutorial_model.py"},
+           {"model_def:MNistTrial", "module:TrialClass form"}}) {
+    const std::string msg = error(hp + "entrypoint: " + entry + "\n");
+    EXPECT_NE(msg.find(fragment), std::string::npos) << entry << ": " << msg;
+  }
+  const std::string twice = error(hp + "searcher: {max_length: {batches: 5}}\nentrypoint: net.pt --epochs 1\n");
+  EXPECT_NE(twice.find("and searcher.max_length both give the training length"), std::string::npos) << twice;
+  std::filesystem::remove_all(dir);
+}
+
+// Determined 0.38's mnist_pytorch tutorial files, as published but for the
+// entrypoint line, and their earlier versions (max_length, global_batch_size,
+// 8 slots, data.url) parse with the notes tandem owes them.
+TEST(TrainerConfig, DeterminedTutorialExperimentsParse) {
+  const std::string examples = std::string(TANDEM_SOURCE_DIR) + "/trainer/examples/";
+  const std::string published_hp = R"(hyperparameters:
+  learning_rate: 1.0
+  n_filters1: 32
+  n_filters2: 64
+  dropout1: 0.25
+  dropout2: 0.5
+)";
+  const std::string searcher = R"(searcher:
+  name: single
+  metric: validation_loss
+  smaller_is_better: true
+)";
+  const std::string entry = "entrypoint: mnist_net.pt --epochs 1\n";
+  auto read = [&](const std::string& file) {
+    std::ifstream in(examples + file);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_EQ(read("determined_tutorial_const.yaml"), "name: mnist_pytorch_const\n" + published_hp + searcher + entry);
+  EXPECT_EQ(read("determined_tutorial_distributed.yaml"), "name: mnist_pytorch_distributed\n" + published_hp +
+                                                              "resources:\n  slots_per_trial: 2\n" + searcher + entry);
+  const auto dir = std::filesystem::temp_directory_path() / ("tandem_tutorial_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "mnist_net.pt") << "x";
+  for (const std::string file : {"determined_tutorial_const.yaml", "determined_tutorial_distributed.yaml"}) {
+    const auto c = parse_config(read(file), dir.string(), true);
+    EXPECT_EQ(c.max_length.unit, LengthUnit::epochs) << file;
+    EXPECT_EQ(c.per_slot_batch(), 64) << file;
+    EXPECT_DOUBLE_EQ(c.learning_rate, 1.0);
+    EXPECT_FALSE(c.optimizer_given);  // the entrypoint's module names Adadelta
+    EXPECT_EQ(c.user_hyperparameters.size(), 4u);
+    // dropout1 and dropout2 are the module's attributes, not misspelt keys.
+    for (const auto& w : c.warnings) EXPECT_EQ(w.find("did you mean"), std::string::npos) << w;
+  }
+  const auto old = parse_config(R"(name: mnist_pytorch_distributed
+data:
+  url: https://s3-us-west-2.amazonaws.com/determined-ai-test-data/pytorch_mnist.tar.gz
+hyperparameters:
+  learning_rate: 1.0
+  global_batch_size: 512
+  n_filters1: 32
+  n_filters2: 64
+  dropout1: 0.25
+  dropout2: 0.5
+resources:
+  slots_per_trial: 8
+searcher:
+  name: single
+  metric: validation_loss
+  max_length:
+    batches: 117
+  smaller_is_better: true
+entrypoint: mnist_net.pt
+)",
+                                dir.string(), true);
+  EXPECT_EQ(old.per_slot_batch(), 64);
+  EXPECT_EQ(old.max_length.value, 117);
+  EXPECT_TRUE(std::any_of(old.warnings.begin(), old.warnings.end(),
+                          [](const std::string& w) { return w.rfind("data.url: ignored: ", 0) == 0; }));
+  std::filesystem::remove_all(dir);
 }
 
 // The example shaped as Determined's mnist_pytorch const.yaml parses with its typed values and notes.
@@ -734,6 +870,8 @@ TEST(TrainerConfig, HyperparametersSetTheEntrypointsAttributes) {
   const torch::Tensor x = torch::ones({2, 1, 28, 28});
   EXPECT_GT(load_torchscript(model).forward(x).abs().sum().item<double>(), 0);
   EXPECT_EQ(load_torchscript(model, c.user_hyperparameters).forward(x).abs().sum().item<double>(), 0);
+  EXPECT_EQ(load_torchscript(model, c.user_hyperparameters).unused_hyperparameters,
+            std::vector<std::string>{"n_filters"});
   try {
     load_torchscript(model, {{"logit_scale", "big"}});
     ADD_FAILURE() << "a float attribute took 'big'";
@@ -833,6 +971,25 @@ TEST_F(TrainerMetrics, FileSummaryAndResumeTruncation) {
   s = read_metrics(path);
   EXPECT_EQ(s.train.size(), 6u);
   EXPECT_EQ(s.validation.size(), 1u);
+}
+
+// The plots run gnuplot without a shell: a quote in the run's directory works.
+TEST_F(TrainerMetrics, PlotsWhereThePathHasAQuote) {
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) GTEST_SKIP() << "gnuplot not installed";
+  const auto dir = dir_ / "it's a run";
+  std::filesystem::create_directories(dir);
+  TrialSummary s;
+  for (int b = 1; b <= 4; ++b) {
+    TrainRecord r;
+    r.batch = b, r.time = b, r.loss = 1.0 / b, r.accuracy = 0.2 * b;
+    s.train.push_back(r);
+  }
+  s.validation.push_back({4, 4.0, 0.3, 0.8, 100});
+  std::string error;
+  const auto files = plot_metrics(s, (dir / "metrics").string(), &error);
+  EXPECT_EQ(error, "");
+  ASSERT_EQ(files.size(), 2u);
+  for (const auto& f : files) EXPECT_GT(std::filesystem::file_size(f), 0u) << f;
 }
 
 TEST(TrainerStall, SlowStepAgainstTheRunningMedian) {

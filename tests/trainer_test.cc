@@ -6,9 +6,11 @@
 // Small MLP on synthetic data, no dropout: seconds per trial. Every command
 // runs under `timeout` so a hang fails the test instead of stalling CI.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -408,6 +410,79 @@ TEST(Trainer, PerSlotBatchOverridesTheGlobalBatchAndCompareTabulatesRuns) {
   EXPECT_NE(text.find("| tandem | 1 | 32 |"), std::string::npos) << text;
   EXPECT_NE(text.find("| tandem, 2 slots | 2 | 32 |"), std::string::npos) << text;
   EXPECT_NE(text.find("| 1.00 | 1.00 |"), std::string::npos) << text;  // the base against itself
+}
+
+// Determined 0.38's mnist_pytorch tutorial experiments, as published but for
+// the entrypoint, train the tutorial's Net on Fashion-MNIST: Adadelta (the
+// module's) at their learning_rate 1.0, 64 samples a slot, const.yaml on 1
+// slot and distributed.yaml on 2; the earlier 8-slot version runs on the
+// cores this host has. A few batches each (the whole epoch: docs/training.md).
+TEST(Trainer, DeterminedTutorialExperimentsTrain) {
+  if (!fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"))
+    GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  const fs::path dir = work_dir() / "tutorial";
+  fs::create_directories(dir);
+  const std::string examples = std::string(TANDEM_SOURCE_DIR) + "/trainer/examples/";
+  const std::string make = "timeout 120 /usr/bin/python3 " + examples + "mnist_tutorial_model.py " +
+                           (dir / "mnist_net.pt").string() + " > " + (dir / "make.txt").string() + " 2>&1";
+  if (std::system(make.c_str()) != 0) GTEST_SKIP() << "python3-torch cannot save a TorchScript model here";
+  auto run = [&](const std::string& yaml, const std::string& name, int batches) {
+    const fs::path out = dir / name;
+    const std::string cmd = "timeout -k 5 150 " + trainer_bin() + " " + yaml + " --max-batches " +
+                            std::to_string(batches) + " --output " + out.string() + " --quiet > " + out.string() +
+                            ".txt 2>&1";
+    Trial r;
+    r.dir = out;
+    const int status = std::system(cmd.c_str());
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    std::ifstream log(out.string() + ".txt");
+    r.output.assign(std::istreambuf_iterator<char>(log), {});
+    return r;
+  };
+  auto start_line = [](const Trial& r) {
+    std::ifstream in(r.dir / "metrics.jsonl");
+    std::string first;
+    std::getline(in, first);
+    return first;
+  };
+  for (const std::string name : {"const", "distributed"}) {
+    fs::copy_file(examples + "determined_tutorial_" + name + ".yaml", dir / (name + ".yaml"),
+                  fs::copy_options::overwrite_existing);
+    const Trial r = run((dir / (name + ".yaml")).string(), name, 40);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const int slots = name == "const" ? 1 : 2;
+    EXPECT_NE(r.output.find("optimizer: adadelta, as the entrypoint's module names it"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("each slot trains 64 samples"), std::string::npos) << r.output;
+    EXPECT_NE(start_line(r).find("\"optimizer\":\"adadelta\""), std::string::npos) << start_line(r);
+    const auto s = read_metrics((r.dir / "metrics.jsonl").string());
+    EXPECT_EQ(s.slots, slots);
+    EXPECT_EQ(s.global_batch, 64 * slots);
+    ASSERT_FALSE(s.validation.empty()) << r.output;
+    EXPECT_GT(s.validation.back().accuracy, 0.5) << name << " learned little in 40 batches";
+  }
+  // The earlier distributed.yaml: 8 slots, global batch 512, max_length and data.url.
+  std::ifstream published(examples + "determined_tutorial_distributed.yaml");
+  std::string old((std::istreambuf_iterator<char>(published)), {});
+  old.replace(old.find("  learning_rate: 1.0\n"), 20, "  learning_rate: 1.0\n  global_batch_size: 512\n");
+  old.replace(old.find("slots_per_trial: 2"), 18, "slots_per_trial: 8");
+  old.replace(old.find(" --epochs 1"), 11, "");
+  old.replace(old.find("  smaller_is_better"), 0, "  max_length:\n    batches: 117\n");
+  old += "data:\n  url: https://s3-us-west-2.amazonaws.com/determined-ai-test-data/pytorch_mnist.tar.gz\n";
+  std::ofstream(dir / "old.yaml") << old;
+  const Trial r = run((dir / "old.yaml").string(), "old", 4);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("data.url: ignored: tandem downloads nothing"), std::string::npos) << r.output;
+  cpu_set_t cpus;
+  ASSERT_EQ(::sched_getaffinity(0, sizeof cpus, &cpus), 0);
+  const int cores = std::min(8, CPU_COUNT(&cpus));
+  if (cores < 8) {
+    EXPECT_NE(r.output.find("resources.slots_per_trial 8 is more than the " + std::to_string(cores) + " cores"),
+              std::string::npos)
+        << r.output;
+  }
+  const auto s = read_metrics((r.dir / "metrics.jsonl").string());
+  EXPECT_EQ(s.slots, cores);
+  EXPECT_EQ(s.global_batch, 512 - 512 % cores);
 }
 
 TEST(Trainer, BadConfigFailsBeforeAnyWorkerStarts) {

@@ -46,12 +46,15 @@ struct CorruptCheckpoint : std::runtime_error {
 struct CheckpointSnapshot {
   int64_t batch = 0;
   std::vector<std::pair<std::string, at::Tensor>> model;  // cloned parameters, by module name
-  // {"kind": sgd|adam|adamw, "state": {index: {name: tensor or step}}, "param_groups": [{options, "params"}]},
+  // {"kind": sgd|adam|adamw|adadelta, "state": {index: {name: tensor or step}}, "param_groups": [{options, "params"}]},
   // PyTorch's optimizer.state_dict() layout, of cloned tensors.
   c10::IValue optimizer;
   nlohmann::json meta;           // batch, epoch, time, seed, ...; its "metrics" object is copied to the sidecar
   std::optional<double> metric;  // the searcher metric validated at this batch, if any
 };
+
+// The optimizer's state as CheckpointSnapshot::optimizer holds it (optimizer_state.cc).
+c10::IValue optimizer_state(const torch::optim::Optimizer& o);
 
 CheckpointSnapshot take_snapshot(int64_t batch, const std::vector<std::string>& names,
                                  const std::vector<at::Tensor>& params, const torch::optim::Optimizer& o,

@@ -14,6 +14,8 @@
 
 namespace tandem::trainer {
 
+const std::vector<std::string> kOptimizers = {"sgd", "adam", "adamw", "adadelta"};
+
 const char* to_string(LengthUnit u) {
   switch (u) {
     case LengthUnit::batches: return "batches";
@@ -41,6 +43,7 @@ struct KeyWalk {
   ConfigReader& reader;
   ExperimentConfig& config;
   std::vector<std::string> refused;  // hyperparameters already reported: their keys are not read again
+  std::vector<size_t> near_misses;   // the notes of user keys close to a known one, by index
 
   // The node at a dotted path, when every section on the way is a map holding the next key.
   std::optional<YAML::Node> node_at(const std::string& path) const {
@@ -118,8 +121,9 @@ void record_user_keys(const YAML::Node& map, const std::string& section, const s
     all.push_back(key);
     w.config.user_hyperparameters.emplace_back(key, flow_yaml(kv.second));
     if (const std::string hint = did_you_mean(key, known); !hint.empty())
-      w.config.notes.push_back(section + "." + key + " is not one tandem reads (did you mean '" + hint +
-                               "'?); it is kept as the model's own, for an entrypoint attribute of that name");
+      w.near_misses.push_back(w.config.notes.size()),
+          w.config.notes.push_back(section + "." + key + " is not one tandem reads (did you mean '" + hint +
+                                   "'?); it is kept as the model's own, for an entrypoint attribute of that name");
   }
   w.reader.check_keys(map, section, all);  // keys given twice
 }
@@ -205,6 +209,9 @@ void check_hyperparameters(KeyWalk& w) {
 void check_model(KeyWalk& w) {
   ExperimentConfig& c = w.config;
   if (!c.entrypoint.empty()) {
+    // The module's attributes take such names; the worker names those that none takes.
+    for (auto at = w.near_misses.rbegin(); at != w.near_misses.rend(); ++at)
+      c.notes.erase(c.notes.begin() + static_cast<std::ptrdiff_t>(*at));
     if (c.layer_slices > 1)
       w.reader.error("hyperparameters.layer_slices",
                      std::to_string(c.layer_slices) +
@@ -225,11 +232,11 @@ void check_model(KeyWalk& w) {
 
 void check_searcher(KeyWalk& w, bool length_required) {
   const auto length = w.node_at("searcher.max_length");
-  if (length_required && (!length || length->IsNull()))
+  if (length_required && !w.config.max_length.set() && (!length || length->IsNull()))
     w.reader.error("searcher.max_length",
-                   "not given, and no --max-batches; give the training length as searcher.max_length (e.g. "
-                   "{epochs: 1}) or tandem train --max-batches N (Determined 0.38 moved the length from the YAML "
-                   "to the training code, which tandem does not run)");
+                   "not given, and no --max-batches; give the training length as the entrypoint's --epochs N "
+                   "(entrypoint: model.pt --epochs 1, as Determined 0.38's training scripts take it), "
+                   "searcher.max_length (e.g. {epochs: 1}) or tandem train --max-batches N");
   // Determined defaults smaller_is_better to true; tandem's default metric is the accuracy, so the default follows
   // the metric.
   const auto given = w.node_at("searcher.smaller_is_better");
@@ -264,6 +271,15 @@ void check_storage(KeyWalk& w) {
 }
 
 void validate_slots(ExperimentConfig& c, std::vector<std::string>& errors) {
+  if (c.global_batch_defaulted) {
+    c.global_batch_size = kDefaultPerSlotBatch * c.slots_per_trial;
+    c.warnings.push_back("hyperparameters.global_batch_size not given: each slot trains " +
+                         std::to_string(kDefaultPerSlotBatch) +
+                         " samples a batch (the data loader's batch of Determined's tutorial train.py), a global "
+                         "batch of " +
+                         std::to_string(c.global_batch_size) + " over " + std::to_string(c.slots_per_trial) + " slot" +
+                         (c.slots_per_trial == 1 ? "" : "s") + "; set global_batch_size to choose");
+  }
   if (c.global_batch_size > 0 && c.slots_per_trial > c.global_batch_size) {
     errors.push_back("resources.slots_per_trial: " + std::to_string(c.slots_per_trial) +
                      " slots cannot share a global batch of " + std::to_string(c.global_batch_size) +
@@ -323,13 +339,15 @@ ExperimentConfig parse_config(const std::string& yaml_text, const std::string& b
   ExperimentConfig c;
   ConfigReader r(base_dir);
   root = YAML::Clone(root);
-  KeyWalk w{root, r, c, {}};
+  KeyWalk w{root, r, c, {}, {}};
   if (root["hyperparameters"] && root["hyperparameters"].IsMap())
     resolve_typed(root["hyperparameters"], "hyperparameters", w);
   read_section(root, "", w);
   check_used_with(w);
   check_hyperparameters(w);
   check_model(w);
+  c.global_batch_defaulted = c.global_batch_size == 0;
+  c.optimizer_given = w.given("hyperparameters.optimizer");
   check_searcher(w, length_required);
   check_optimizations(w);
   check_storage(w);
@@ -378,7 +396,7 @@ int layer_slices_for(const ExperimentConfig& c, int hosts) {
 
 void set_slots(ExperimentConfig& c, int slots, int64_t per_slot_batch) {
   c.slots_per_trial = slots;
-  if (per_slot_batch > 0) c.global_batch_size = per_slot_batch * slots;
+  if (per_slot_batch > 0) c.global_batch_size = per_slot_batch * slots, c.global_batch_defaulted = false;
   c.warnings = c.notes;
   std::vector<std::string> errors;
   validate_slots(c, errors);

@@ -8,7 +8,9 @@
 //  - slot: one worker process (one rank); slots_per_trial of them train together.
 //  - global batch: the samples of one optimizer step over all slots;
 //    per-slot batch = global_batch_size / slots_per_trial, the remainder
-//    dropped (Determined's rule).
+//    dropped (Determined's rule). Not given: kDefaultPerSlotBatch a slot,
+//    as the data loader of Determined's tutorial train.py (0.38's Core API
+//    has no global batch: each worker's loader batch is its own).
 //  - length: a count in batches, records or epochs (searcher.max_length,
 //    min_validation_period, min_checkpoint_period), converted to batches
 //    (optimizer steps) with the global batch and records_per_epoch.
@@ -61,6 +63,12 @@ struct LrSchedule {
   double min_learning_rate = 0;  // cosine: the rate at the last step
 };
 
+// hyperparameters.optimizer's names (optimizer.h).
+extern const std::vector<std::string> kOptimizers;
+
+// The per-slot batch when hyperparameters.global_batch_size is not given.
+constexpr int64_t kDefaultPerSlotBatch = 64;
+
 // hyperparameters.layer_slices: auto, resolved by layer_slices_for() once the hosts are known.
 constexpr int kAutoLayerSlices = 0;
 
@@ -69,8 +77,10 @@ struct ExperimentConfig {
   std::string description;
   // hyperparameters
   int64_t global_batch_size = 0;
+  bool global_batch_defaulted = false;  // not given: kDefaultPerSlotBatch × slots, with a warning
   double learning_rate = 0.01;
-  std::string optimizer = "sgd";  // sgd | adam | adamw (LibTorch's)
+  std::string optimizer = "sgd";  // sgd | adam | adamw (LibTorch's) | adadelta (adadelta.h)
+  bool optimizer_given = false;   // else an entrypoint's `optimizer` attribute names it
   double momentum = 0.9;          // sgd
   bool nesterov = false;          // sgd, with momentum > 0
   double weight_decay = 0.0;
@@ -140,7 +150,8 @@ ExperimentConfig load_config(const std::string& path, bool length_required = fal
 int64_t epoch_records(const ExperimentConfig& config, int64_t training_records, std::vector<std::string>& warnings);
 
 // Re-applies the slot-dependent checks after a flag changed slots_per_trial;
-// per_slot_batch > 0 also sets the global batch to per_slot_batch * slots.
+// per_slot_batch > 0 also sets the global batch to per_slot_batch * slots
+// (so does a global batch not given, at kDefaultPerSlotBatch).
 void set_slots(ExperimentConfig& config, int slots, int64_t per_slot_batch = 0);
 
 // Levenshtein distance; the closest of `candidates` within a small distance, or "".

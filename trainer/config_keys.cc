@@ -1,8 +1,7 @@
 // The rows of experiment_keys(), section by section. Determined's defaults
 // are those of its experiment configuration schema (expconf v1).
-#include <filesystem>
-
 #include "config_key_kinds.h"
+#include "entrypoint.h"
 #include "tandem/compression/compression.h"
 
 namespace tandem::trainer {
@@ -11,28 +10,6 @@ namespace {
 const std::string kOwn = "— (tandem's)";              // a key Determined does not have
 const std::string kUserDefined = "— (user-defined)";  // a hyperparameter Determined leaves to the trial
 const std::string kRequired = "required";
-
-// entrypoint: a TorchScript module file, relative to the YAML's directory.
-void read_entrypoint(const YAML::Node& n, ConfigReader& r, ExperimentConfig& c) {
-  std::string entry;
-  if (!r.text(n, "entrypoint", entry, "a TorchScript file (e.g. model.pt)")) return;
-  const std::string how =
-      "tandem trains TorchScript models: save one with "
-      "torch.jit.save(torch.jit.script(model), \"model.pt\") and set entrypoint: model.pt";
-  namespace fs = std::filesystem;
-  fs::path path(entry);
-  if (path.is_relative()) path = fs::absolute(r.base_dir.empty() ? fs::current_path() : fs::path(r.base_dir)) / path;
-  path = path.lexically_normal();
-  if (fs::is_regular_file(path)) {
-    c.entrypoint = path.string();
-    return;
-  }
-  if (entry.find(':') != std::string::npos)
-    r.error("entrypoint", "'" + entry + "' is Determined's module:TrialClass form; " + how);
-  else
-    r.error("entrypoint", "'" + entry + "': no file at " + path.string() +
-                              " (a relative path is taken from the YAML's directory); " + how);
-}
 
 std::vector<ExperimentKey> top_keys() {
   return {
@@ -46,7 +23,7 @@ std::vector<ExperimentKey> top_keys() {
                    "The trial's hyperparameters: each a value or Determined's `{type: const, val: V}`; a search "
                    "space (`int`, `double`, `log`, `categorical`) is refused, as `single` does not search. Names "
                    "outside this table are the model's own, recorded as given (below the table).")),
-               "missing; set at least hyperparameters.global_batch_size (e.g. 64)"),
+               "missing; give the trial's hyperparameters, e.g. {global_batch_size: 64, learning_rate: 0.01}"),
   };
 }
 
@@ -54,18 +31,20 @@ std::vector<ExperimentKey> hyperparameter_keys() {
   const std::string hp = "hyperparameters.", sgd = "sgd";
   const std::vector<std::string> adam = {"adam", "adamw"};
   return {
-      required(integer_key(
-                   hp + "global_batch_size", [](auto& c) -> auto& { return c.global_batch_size; }, 1, 1 << 24,
-                   "use a positive number of samples per step, e.g. 64", kRequired,
-                   "Samples per optimizer step over all slots; each slot trains `global_batch_size / slots_per_trial`, "
-                   "the remainder dropped with a warning (Determined's rule). More slots than samples is an error."),
-               "missing; set the samples per optimizer step over all slots, e.g. 64"),
+      with_fallback(integer_key(
+                        hp + "global_batch_size", [](auto& c) -> auto& { return c.global_batch_size; }, 1, 1 << 24,
+                        "use a positive number of samples per step, e.g. 64", "— (PyTorchTrial's: required)",
+                        "Samples per optimizer step over all slots; each slot trains `global_batch_size / "
+                        "slots_per_trial`, the remainder dropped with a warning (Determined's rule). More slots than "
+                        "samples is an error. Not given: 64 per slot, with a warning (below the table)."),
+                    "64 × slots"),
       number_key(
           hp + "learning_rate", [](auto& c) -> auto& { return c.learning_rate; }, 1e-12, 100,
           "use a positive rate, e.g. 0.01", kUserDefined, "The optimizer's rate (before `lr_schedule`)."),
       choice_key(
-          hp + "optimizer", [](auto& c) -> auto& { return c.optimizer; }, {"sgd", "adam", "adamw"}, kUserDefined,
-          "LibTorch's `torch::optim` optimizer (`trainer/optimizer.h`)."),
+          hp + "optimizer", [](auto& c) -> auto& { return c.optimizer; }, kOptimizers, kUserDefined,
+          "LibTorch's `torch::optim` optimizer, or PyTorch's Adadelta (rho 0.9, eps 1e-6) (`trainer/optimizer.h`). "
+          "Not given: an entrypoint module's `optimizer` attribute names it, else `sgd`."),
       used_only_with(number_key(
                          hp + "momentum", [](auto& c) -> auto& { return c.momentum; }, 0, 0.999999,
                          "use a value in [0, 1), e.g. 0.9", kUserDefined, "SGD's momentum."),
@@ -193,8 +172,9 @@ std::vector<ExperimentKey> searcher_keys() {
       with_fallback(length_key(
                         "searcher.max_length", [](auto& c) -> auto& { return c.max_length; },
                         "— (deprecated in 0.38: the training code's)",
-                        "How long to train (`--max-batches` overrides it). Without it `--max-batches` gives the "
-                        "length; with neither, `tandem train` stops before training and says so."),
+                        "How long to train (`--max-batches` overrides it). Without it the entrypoint's `--epochs N` "
+                        "or `--batches N` gives the length, else `--max-batches`; with none, `tandem train` stops "
+                        "before training and says so."),
                     "--max-batches"),
       with_fallback(bool_key(
                         "searcher.smaller_is_better", [](auto& c) -> auto& { return c.smaller_is_better; }, "true",
@@ -382,13 +362,17 @@ std::vector<ExperimentKey> data_keys() {
           "(the same shape; tells data loading apart from communication)."),
       text_key(
           "data.path", [](auto& c) -> auto& { return c.data_path; }, "a directory", kOwn, "The IDX files' directory."),
+      ignored_key("data.url", "— (user-defined)",
+                  "tandem downloads nothing: it reads the IDX files at data.path (dataset-fashion-mnist's by default)"),
   };
 }
 
 ExperimentKey entrypoint_key() {
-  ExperimentKey k = plain_key("entrypoint", "TorchScript file", "required (module:TrialClass)",
-                              "A module saved with `torch.jit.save`, relative to the YAML's directory (below the "
-                              "table); Determined's `module:TrialClass` form is refused.");
+  ExperimentKey k = plain_key("entrypoint", "TorchScript file [--epochs N | --batches N]",
+                              "required (module:TrialClass or a command)",
+                              "A module saved with `torch.jit.save`, relative to the YAML's directory, then the "
+                              "training length as a 0.38 training script takes it (below the table); Determined's "
+                              "`module:TrialClass` form and Python commands are refused, saying how to export.");
   k.read = read_entrypoint;
   k.show = [](const ExperimentConfig& c) { return c.entrypoint; };
   k.fallback = "the built-in model";

@@ -207,7 +207,7 @@ def worker(rank, world, args, addr, port):
     cfg = yaml.safe_load(open(args.config))
     hp = cfg["hyperparameters"]
     seed = cfg.get("reproducibility", {}).get("experiment_seed", 0)
-    per_slot = args.per_slot_batch or hp["global_batch_size"] // world
+    per_slot = args.per_slot_batch or hp.get("global_batch_size", 64 * world) // world  # tandem's default: 64 a slot
     global_batch = per_slot * world
     data = cfg.get("data", "fashion-mnist")
     data = data.get("type", "fashion-mnist") if isinstance(data, dict) else data

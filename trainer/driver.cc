@@ -2,6 +2,7 @@
 // start of its slots by the launcher (the first, then each restart).
 #include "driver.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -16,6 +17,7 @@
 #include "checkpoint.h"
 #include "config.h"
 #include "metrics.h"
+#include "tandem/bench/plot.h"
 #include "tandem/bootstrap.h"
 #include "tandem/launch/launch.h"
 #include "worker.h"
@@ -243,25 +245,40 @@ void report_comparison(const std::vector<Trial>& trials, const std::string& dir,
   std::printf("\ncomparison\n%s", table.str().c_str());
   std::ofstream(dir + "/scaling.md") << table.str();
   std::ostringstream g;
-  g << "set terminal pngcairo size 1400,640 noenhanced\nset output '" << dir << "/scaling.png'\n"
+  g << "set terminal pngcairo size 1400,640 noenhanced\nset output " << bench::gnuplot_quoted(dir + "/scaling.png")
+    << "\n"
     << "set multiplot layout 1,2\nset bmargin 13\nset grid ytics\nset ylabel 'samples/s'\nset yrange [0:*]\n"
     << "set offsets 0,0,graph 0.1,0\nset xtics rotate by 30 right font ',9'\nset style fill solid 0.6\n"
-    << "set boxwidth 0.6\nset key outside top center horizontal\nplot '" << dir
-    << "/scaling.dat' using 0:1:xtic(3) with boxes title 'samples/s', '' using 0:2 with points pt 6 ps 2 "
+    << "set boxwidth 0.6\nset key outside top center horizontal\nplot " << bench::gnuplot_quoted(dir + "/scaling.dat")
+    << " using 0:1:xtic(3) with boxes title 'samples/s', '' using 0:2 with points pt 6 ps 2 "
        "title 'perfect scaling of its 1-slot run', '' using 0:1:(sprintf('%.0f', $1)) with labels offset 0,0.8 "
        "notitle\n"
     << "set offsets 0,0,0,0\nset xtics norotate font ''\nset grid xtics ytics\nset yrange [*:*]\n"
     << "set xlabel 'seconds'\nset ylabel 'validation accuracy'\nset key inside bottom right vertical font ',9'\n"
     << "set arrow from graph 0, first " << target << " to graph 1, first " << target << " nohead dt 2\nplot ";
   for (size_t i = 0; i < trials.size(); ++i)
-    g << (i ? ", " : "") << "'" << trials[i].dir << "/metrics-validation.dat' using 2:4 with linespoints title '"
-      << label(trials[i]) << "'";
+    g << (i ? ", " : "") << bench::gnuplot_quoted(trials[i].dir + "/metrics-validation.dat")
+      << " using 2:4 with linespoints title " << bench::gnuplot_quoted(label(trials[i]));
   g << "\nunset multiplot\n";
-  std::string err = run_gnuplot(g.str());
+  std::string err = bench::run_gnuplot_script(g.str());
   if (err.empty())
     std::printf("  plot: %s/scaling.png\n  table: %s/scaling.md\n", dir.c_str(), dir.c_str());
   else
     std::fprintf(stderr, "tandem train: warning: no comparison plot: %s\n", err.c_str());
+}
+
+// resources.slots_per_trial on this host, at most one slot a core: Determined
+// would wait for slots the cluster lacks, tandem runs on the cores it has.
+// --slots (or --scaling) runs any count.
+int fitted_slots(const ExperimentConfig& cfg) {
+  cpu_set_t cpus;
+  const int cores = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 0;
+  if (!cfg.hosts.empty() || cores <= 0 || cfg.slots_per_trial <= cores) return cfg.slots_per_trial;
+  std::fprintf(stderr,
+               "tandem train: warning: resources.slots_per_trial %d is more than the %d cores this host gives "
+               "tandem train: the trial runs %d slots; --slots %d runs %d, sharing the cores\n",
+               cfg.slots_per_trial, cores, cores, cfg.slots_per_trial, cfg.slots_per_trial);
+  return cores;
 }
 
 }  // namespace
@@ -306,7 +323,7 @@ int run_driver(DriverOptions o) {
   }
   // Every slot count is checked before anything starts.
   std::vector<int> counts =
-      o.scaling.empty() ? std::vector<int>{o.worker.slots > 0 ? o.worker.slots : cfg.slots_per_trial} : o.scaling;
+      o.scaling.empty() ? std::vector<int>{o.worker.slots > 0 ? o.worker.slots : fitted_slots(cfg)} : o.scaling;
   for (int s : counts) {
     ExperimentConfig c = cfg;
     set_slots(c, s, o.worker.per_slot_batch);

@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "tandem/bench/plot.h"
+
 namespace tandem::trainer {
 
 using nlohmann::json;
@@ -262,14 +264,6 @@ std::string summary_table(const TrialSummary& s, double target) {
   return o.str();
 }
 
-std::string run_gnuplot(const std::string& script) {
-  FILE* p = ::popen("gnuplot 2>&1", "w");
-  if (!p) return "cannot run gnuplot";
-  std::fputs(script.c_str(), p);
-  int rc = ::pclose(p);
-  return rc == 0 ? "" : "gnuplot failed (is gnuplot-nox installed?)";
-}
-
 std::vector<std::string> plot_metrics(const TrialSummary& s, const std::string& prefix, std::string* error) {
   if (s.train.empty()) return {};
   const std::string dat = prefix + ".dat", vdat = prefix + "-validation.dat";
@@ -282,20 +276,21 @@ std::vector<std::string> plot_metrics(const TrialSummary& s, const std::string& 
   }
   std::vector<std::string> files;
   std::ostringstream g;
-  g << "set terminal pngcairo size 1100,420 noenhanced\nset grid\nset key bottom right\n";
+  g << "set terminal pngcairo size 1100,420 noenhanced\nset grid\nset key bottom right\nTRAINING = "
+    << bench::gnuplot_quoted(dat) << "\nVALIDATION = " << bench::gnuplot_quoted(vdat) << "\n";
   for (auto [x, col, label] : {std::tuple{"time", 2, "seconds"}, std::tuple{"batches", 1, "batches"}}) {
     const std::string png = prefix + "-" + x + ".png";
     files.push_back(png);
-    g << "set output '" << png << "'\nset multiplot layout 1,2 title 'loss and accuracy against " << x << "'\n"
-      << "set xlabel '" << label << "'\nset ylabel 'loss'\nset logscale y\n"
-      << "plot '" << dat << "' using " << col << ":3 with lines title 'training' lc rgb '#88aadd', '" << vdat
-      << "' using " << col << ":3 with linespoints title 'validation' lc rgb '#cc3311'\n"
+    g << "set output " << bench::gnuplot_quoted(png) << "\nset multiplot layout 1,2 title 'loss and accuracy against "
+      << x << "'\nset xlabel '" << label << "'\nset ylabel 'loss'\nset logscale y\n"
+      << "plot TRAINING using " << col << ":3 with lines title 'training' lc rgb '#88aadd', VALIDATION using " << col
+      << ":3 with linespoints title 'validation' lc rgb '#cc3311'\n"
       << "unset logscale y\nset ylabel 'accuracy'\nset yrange [0:1]\n"
-      << "plot '" << dat << "' using " << col << ":4 with lines title 'training' lc rgb '#88aadd', '" << vdat
-      << "' using " << col << ":4 with linespoints title 'validation' lc rgb '#cc3311'\n"
+      << "plot TRAINING using " << col << ":4 with lines title 'training' lc rgb '#88aadd', VALIDATION using " << col
+      << ":4 with linespoints title 'validation' lc rgb '#cc3311'\n"
       << "set autoscale y\nunset multiplot\n";
   }
-  std::string err = run_gnuplot(g.str());
+  std::string err = bench::run_gnuplot_script(g.str());
   if (!err.empty()) {
     if (error) *error = err;
     return {};

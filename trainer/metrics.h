@@ -101,7 +101,4 @@ std::string summary_table(const TrialSummary& s, double target_accuracy);
 // Returns the files written, or an error message in *error (gnuplot missing...).
 std::vector<std::string> plot_metrics(const TrialSummary& s, const std::string& prefix, std::string* error);
 
-// Runs gnuplot on a script; returns "" or what went wrong.
-std::string run_gnuplot(const std::string& script);
-
 }  // namespace tandem::trainer

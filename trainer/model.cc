@@ -196,9 +196,13 @@ Model load_torchscript(const std::string& path,
                              "torch.jit.save(torch.jit.script(model), path)): " +
                              e.what_without_backtrace());
   }
-  for (const auto& [name, text] : hyperparameters)
-    if (module->hasattr(name)) set_attribute(*module, path, name, text);
   Model model;
+  for (const auto& [name, text] : hyperparameters) {
+    if (module->hasattr(name))
+      set_attribute(*module, path, name, text);
+    else
+      model.unused_hyperparameters.push_back(name);
+  }
   model.gated = false;
   model.gate = std::make_shared<ParameterHook>(), model.sink = std::make_shared<ParameterHook>();
   model.forward = [module](torch::Tensor x) { return module->forward({std::move(x)}).toTensor(); };
@@ -212,6 +216,8 @@ Model load_torchscript(const std::string& path,
   }
   if (model.parameters.empty())
     throw std::runtime_error("entrypoint '" + path + "': the module has no parameters to train");
+  if (module->hasattr("optimizer") && module->attr("optimizer").isString())
+    model.optimizer = module->attr("optimizer").toStringRef();
   return model;
 }
 

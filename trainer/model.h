@@ -88,6 +88,11 @@ struct Model {
   // The parameters whose gradients backward hands to the sink rather than to
   // autograd's accumulation (by TensorImpl), with their parts' element counts.
   std::unordered_map<const void*, std::vector<size_t>> sunk_parts;
+  // A TorchScript module's str attribute `optimizer`: the optimizer its training
+  // code used, taken when hyperparameters.optimizer is not given; "" = none.
+  std::string optimizer;
+  // The hyperparameters given to load_torchscript that name no attribute of the module.
+  std::vector<std::string> unused_hyperparameters;
 };
 Model make_model(const std::string& name, int mlp_hidden, double dropout, int slices = 1);
 // A module saved with torch.jit.save (Python) or torch::jit::Module::save;

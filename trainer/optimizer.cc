@@ -1,4 +1,4 @@
-// SGD, Adam and AdamW as LibTorch 1.13 computes them (torch/csrc/api/src/optim),
+// SGD, Adam and AdamW as LibTorch 1.13 computes them (torch/csrc/api/src/optim), Adadelta as PyTorch does,
 // restricted to a row block: each is elementwise, so the same operations on a
 // narrowed view give the same bits as on the whole parameter.
 #include "optimizer.h"
@@ -9,6 +9,8 @@
 
 #include <cmath>
 #include <stdexcept>
+
+#include "adadelta.h"
 
 namespace tandem::trainer {
 namespace {
@@ -112,6 +114,8 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const ExperimentConfig& 
     return std::make_unique<torch::optim::AdamW>(
         params,
         torch::optim::AdamWOptions(c.learning_rate).betas({c.beta1, c.beta2}).eps(c.eps).weight_decay(c.weight_decay));
+  if (c.optimizer == "adadelta")
+    return std::make_unique<Adadelta>(params, AdadeltaOptions(c.learning_rate).weight_decay(c.weight_decay));
   if (c.optimizer != "sgd")
     throw std::invalid_argument("hyperparameters.optimizer: unknown optimizer '" + c.optimizer + "'");
   return std::make_unique<torch::optim::SGD>(
@@ -151,8 +155,10 @@ void update_rows(torch::optim::Optimizer& o, const torch::Tensor& p, int64_t beg
     adam_rows<torch::optim::AdamWParamState>(o, *adamw, true, p, begin, rows, step);
   } else if (const auto* adam = dynamic_cast<const torch::optim::AdamOptions*>(&options)) {
     adam_rows<torch::optim::AdamParamState>(o, *adam, false, p, begin, rows, step);
+  } else if (const auto* adadelta = dynamic_cast<const AdadeltaOptions*>(&options)) {
+    adadelta_rows(o, *adadelta, p, begin, rows, step);
   } else {
-    throw std::invalid_argument("update_rows: only SGD, Adam and AdamW are supported");
+    throw std::invalid_argument("update_rows: only SGD, Adam, AdamW and Adadelta are supported");
   }
 }
 

@@ -1,5 +1,5 @@
-// The trainer's optimizer: LibTorch's SGD, Adam or AdamW as the experiment
-// configuration says, its learning-rate schedule, and the update of one row
+// The trainer's optimizer: LibTorch's SGD, Adam or AdamW, or tandem's
+// Adadelta (adadelta.h), as the experiment configuration says, its learning-rate schedule, and the update of one row
 // block of a parameter in the optimizer's own arithmetic and state.
 #pragma once
 
@@ -13,7 +13,7 @@
 
 namespace tandem::trainer {
 
-// LibTorch's own optimizer (torch::optim::SGD / Adam / AdamW) over `params`, as the config says.
+// LibTorch's own optimizer (torch::optim::SGD / Adam / AdamW) or Adadelta over `params`, as the config says.
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const ExperimentConfig& c,
                                                         const std::vector<torch::Tensor>& params);
 

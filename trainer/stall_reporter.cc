@@ -1,6 +1,7 @@
 #include "stall_reporter.h"
 
 #include <cstdio>
+#include <utility>
 
 namespace tandem::trainer {
 
@@ -18,6 +19,7 @@ void StallReporter::add(const TrainRecord& r, bool communicated, std::span<const
                  1e3 * stalled_.data, 1e3 * stalled_.compute, 1e3 * stalled_.exposed, last, 1e3 * arrival);
     pending_ = false;
   }
+  if (std::exchange(skip_next_, false)) return;
   const double median_before = detector_.median();
   if (detector_.add(r.step)) stalled_ = r, median_ = median_before, pending_ = true;
 }

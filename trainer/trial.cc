@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -9,6 +10,8 @@
 #include <numeric>
 #include <sstream>
 
+#include "config_keys.h"
+#include "config_reader.h"
 #include "optimizer.h"
 #include "tandem/fusion/gradient_sync.h"
 
@@ -66,12 +69,38 @@ Trial::Trial(const WorkerOptions& options, ExperimentConfig config, std::unique_
     torch::NoGradGuard no_grad;
     for (auto& p : params_) comm_->broadcast(p.data_ptr<float>(), static_cast<size_t>(p.numel()), DataType::f32, 0);
   }
+  if (chief_) warn_unused_hyperparameters();
+  adopt_entrypoint_optimizer();
   optimizer_ = make_optimizer(cfg_, params_);
   if (chief_ && !wo_.checkpoint_dir.empty())
     checkpoints_ = std::make_unique<CheckpointWriter>(wo_.checkpoint_dir, keep_policy(cfg_));
 }
 
 Trial::~Trial() = default;
+
+void Trial::warn_unused_hyperparameters() const {
+  std::vector<std::string> known;
+  for (const ExperimentKey* k : keys_under("hyperparameters")) known.push_back(k->name());
+  for (const std::string& name : model_.unused_hyperparameters) {
+    const std::string hint = did_you_mean(name, known);
+    std::fprintf(stderr,
+                 "warning: hyperparameters.%s is neither a key tandem reads nor an attribute of the entrypoint's "
+                 "module: unused%s\n",
+                 name.c_str(), hint.empty() ? "" : (" (did you mean '" + hint + "'?)").c_str());
+  }
+}
+
+void Trial::adopt_entrypoint_optimizer() {
+  if (model_.optimizer.empty() || cfg_.optimizer_given) return;
+  if (std::find(kOptimizers.begin(), kOptimizers.end(), model_.optimizer) == kOptimizers.end())
+    throw std::runtime_error("entrypoint '" + cfg_.entrypoint + "': its optimizer attribute '" + model_.optimizer +
+                             "' is not one tandem has (" + join(kOptimizers) +
+                             "); set hyperparameters.optimizer to choose one");
+  cfg_.optimizer = model_.optimizer;
+  if (chief_)
+    std::fprintf(stderr, "optimizer: %s, as the entrypoint's module names it (hyperparameters.optimizer overrides)\n",
+                 cfg_.optimizer.c_str());
+}
 
 void Trial::load_data() {
   if (cfg_.data == "synthetic") {
@@ -144,6 +173,7 @@ void Trial::open_metrics() {
                             {"global_batch", cfg_.effective_global_batch()},
                             {"per_slot_batch", per_slot_},
                             {"model", model_name()},
+                            {"optimizer", cfg_.optimizer},
                             {"data", cfg_.data},
                             {"layer_slices", layer_slices_},
                             {"total_batches", total_},
@@ -233,6 +263,7 @@ void Trial::train_batch(int64_t batch) {
   std::optional<ValidationRecord> v;
   if (validate_now) v = validate(batch);
   if (checkpoint_now) checkpoint(batch, v);
+  if (validate_now || checkpoint_now) stalls_->skip_next();
 }
 
 ValidationRecord Trial::validate(int64_t batch) {

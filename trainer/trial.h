@@ -58,6 +58,10 @@ class Trial {
   };
 
   void load_data();
+  // hyperparameters.optimizer not given: the entrypoint module's own, when it names one.
+  void adopt_entrypoint_optimizer();
+  // An entrypoint's hyperparameters that set no attribute of its module, each with one warning.
+  void warn_unused_hyperparameters() const;
   void open_metrics();
   void train_batch(int64_t batch);
   // Ends batch b's exchange (updating what the forward left when deferred), then logs it.

@@ -1,4 +1,4 @@
-// PNG plots through gnuplot, for the bench tools.
+// PNG plots through gnuplot, for the bench tools and tandem train.
 #pragma once
 
 #include <string>
@@ -8,10 +8,14 @@ namespace tandem::bench {
 // `text` as a gnuplot string: single-quoted, a quote inside doubled.
 std::string gnuplot_quoted(const std::string& text);
 
-// Writes `png` by running gnuplot (no shell in between) on a script file made
-// of a pngcairo header and `body`; `body` names the data as DATA_FILE, so any
-// path works, quotes included. Removes the script and `data_file` afterwards.
-// Says on stderr whether it worked; returns that.
+// Runs gnuplot on `script` (from a temporary file: no shell in between, so
+// paths the script quotes with gnuplot_quoted may hold any character), its
+// messages on stdout; "" when it succeeded, else what went wrong.
+std::string run_gnuplot_script(const std::string& script);
+
+// Writes `png` by running gnuplot on a pngcairo header and `body`; `body`
+// names the data as DATA_FILE. Removes `data_file` afterwards. Says on stderr
+// whether it worked; returns that.
 bool run_gnuplot(const std::string& png, const std::string& data_file, const std::string& body);
 
 }  // namespace tandem::bench
