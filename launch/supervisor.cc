@@ -34,6 +34,7 @@
 
 #include "placement.h"
 #include "remote_shell.h"
+#include "signals.h"
 #include "spawn.h"
 #include "streams.h"
 #include "tandem/launch/launch.h"
@@ -48,60 +49,6 @@ using namespace std::chrono_literals;
 constexpr auto kTick = 100ms;   // longest poll() sleep
 constexpr auto kLinger = 1s;    // for pipes held open by a rank's descendants
 constexpr auto kKillWait = 5s;  // after SIGKILL; only a stuck kernel exceeds it
-
-std::string signal_name(int sig) {
-  const char* abbrev = ::sigabbrev_np(sig);
-  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
-}
-
-std::string describe(int status) {
-  if (WIFSIGNALED(status)) return "killed by signal " + signal_name(WTERMSIG(status));
-  return "exited with code " + std::to_string(exit_code_of(status));
-}
-
-std::string seconds_text(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%gs", s);
-  return buf;
-}
-
-// Signals the rank's whole process group (the command and anything it
-// started). Also used after the rank itself has exited while descendants
-// still hold its pipes: the group lives as long as any member does.
-void signal_rank(Rank& r, int sig) {
-  if (r.pid <= 0) return;
-  if (::killpg(r.pid, sig) != 0 && r.running) ::kill(r.pid, sig);
-  if (r.running) r.signalled_by_us = true;
-}
-
-// Blocks the signals the launcher handles (they arrive through a signalfd in
-// the poll set) for the lifetime of the object; the store's I/O thread is
-// created afterwards and so inherits the mask.
-class SignalGuard {
- public:
-  SignalGuard() {
-    sigemptyset(&set_);
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) sigaddset(&set_, sig);
-    ::pthread_sigmask(SIG_BLOCK, &set_, &old_mask_);
-    struct sigaction ign {};
-    ign.sa_handler = SIG_IGN;
-    ::sigaction(SIGPIPE, &ign, &old_pipe_);
-    fd_ = ::signalfd(-1, &set_, SFD_NONBLOCK | SFD_CLOEXEC);
-  }
-  ~SignalGuard() {
-    if (fd_ >= 0) ::close(fd_);
-    ::sigaction(SIGPIPE, &old_pipe_, nullptr);
-    ::pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
-  }
-  SignalGuard(const SignalGuard&) = delete;
-  SignalGuard& operator=(const SignalGuard&) = delete;
-  int fd() const { return fd_; }
-
- private:
-  sigset_t set_{}, old_mask_{};
-  struct sigaction old_pipe_ {};
-  int fd_ = -1;
-};
 
 enum class Phase { running, grace, terminating, killing };
 
