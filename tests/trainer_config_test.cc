@@ -246,6 +246,16 @@ std::vector<KeyRow> key_rows() {
          EXPECT_EQ(c.hosts, (std::vector<std::string>{"a", "b"}));
        },
        ""},
+      {"", "elastic", kMinimal + "resources: {slots_per_trial: 3}\nelastic: {min_slots: 2, max_slots: 4}\n", true,
+       [](C c) {
+         EXPECT_EQ(c.elastic_min_slots, 2);
+         EXPECT_EQ(c.elastic_max(), 4);
+       },
+       ""},
+      {"elastic", "min_slots", "max_slots: 2", false, nullptr,
+       "missing; give the fewest slots the trial may go on with"},
+      {"elastic", "max_slots", kMinimal + "resources: {slots_per_trial: 4}\nelastic: {min_slots: 3, max_slots: 3}\n",
+       true, nullptr, "elastic.min_slots 3 <= slots 4 <= elastic.max_slots 3 does not hold"},
       {"searcher", "name",
        "hyperparameters: {global_batch_size: 64}\nsearcher: {name: adaptive_asha, max_length: {batches: 1}}\n", true,
        nullptr, "searcher.name: unknown value 'adaptive_asha'"},
@@ -373,6 +383,22 @@ TEST(TrainerConfig, EveryKnownKeyIsHonouredOrRefusedByName) {
     EXPECT_NE(text.find(full), std::string::npos) << "the key is not named: " << text;
     EXPECT_NE(text.find(row.message), std::string::npos) << text;
   }
+}
+
+// elastic against the slots it starts with, --slots included, and where it cannot apply.
+TEST(TrainerConfig, ElasticNeedsSlotsBetweenItsBoundsOnOneHost) {
+  const std::string three = kMinimal + "resources: {slots_per_trial: 3}\n";
+  EXPECT_FALSE(parse_config(kMinimal).elastic());
+  auto c = parse_config(three + "elastic: {min_slots: 2}\n");
+  EXPECT_EQ(c.elastic_max(), 3);  // max_slots defaults to the slots
+  set_slots(c, 2);
+  EXPECT_EQ(c.elastic_max(), 2);
+  EXPECT_THROW(set_slots(c, 1), ConfigError);  // below min_slots
+  expect_error(three + "elastic: {min_slots: 1}\n", {"elastic.min_slots", "'1' is out of range", "at least 2"});
+  expect_error(three + "elastic: {min_slots: 4}\n", {"elastic.min_slots 4 <= slots 3"});
+  expect_error(three + "elastic: {}\n", {"elastic.min_slots: missing"});
+  expect_error(kMinimal + "resources: {slots_per_trial: 4, hosts: [a, b]}\nelastic: {min_slots: 3}\n",
+               {"elastic:", "one host only", "remove resources.hosts"});
 }
 
 // Each row says what it is, its sections exist, and the keys it depends on are rows of their own.
