@@ -264,6 +264,32 @@ TEST(Trainer, KilledWorkerRestartsFromTheCheckpointAndEndsAtTheSameStep) {
   expect_same_params(reference("2slot-b32"), r, 1e-6);
 }
 
+// elastic: slot 1 of 3 is killed (SIGKILL) at batch 8. Slots 0 and 2 shrink,
+// redo batch 8 with the global batch of 63 split 31 + 32 (unequal shares:
+// weighted losses) and go on without a restart or a checkpoint; every record
+// of both epochs is trained once, and the parameters are those of the
+// uninterrupted trial up to the sums' order.
+TEST(Trainer, ElasticTrialGoesOnWithoutAKilledSlot) {
+  auto yaml = [](const std::string& extra) {
+    std::string y = config(3, 63, 1, extra);
+    y.replace(y.find("records_per_epoch: 2048"), 23, "records_per_epoch: 630");  // 10 batches an epoch
+    return y;
+  };
+  Trial r = train("3slot-elastic", yaml("elastic: {min_slots: 2}\nmax_restarts: 0\n"),
+                  "--slots 3 --fail-at-batch 8 --fail-rank 1");  // --slots: 3 even on 2 cores
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("fault injection: rank 1 killed at batch 8"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("a worker failed"), std::string::npos) << r.output;  // no restart
+  auto s = read_metrics((r.dir / "out/metrics.jsonl").string());
+  EXPECT_EQ(s.restarts, 0);
+  ASSERT_EQ(s.train.size(), 20u);  // batch 8 logged once, when redone
+  for (size_t i = 0; i < s.train.size(); ++i) EXPECT_EQ(s.train[i].batch, int64_t(i) + 1);
+  ASSERT_FALSE(s.validation.empty());
+  EXPECT_GT(s.validation.back().accuracy, 0.5);
+  const Trial uninterrupted = train("3slot-b63", yaml(""), "--slots 3");
+  expect_same_params(uninterrupted, r, 1e-4);
+}
+
 // With no checkpoint yet, a restart starts over; the summary still counts it,
 // and the trial clock runs on across attempts (wall time includes the lost work).
 TEST(Trainer, ARestartFromTheStartIsCountedAndItsTimeKept) {
