@@ -284,6 +284,10 @@ TEST(Trainer, ElasticTrialGoesOnWithoutAKilledSlot) {
   EXPECT_EQ(s.restarts, 0);
   ASSERT_EQ(s.train.size(), 20u);  // batch 8 logged once, when redone
   for (size_t i = 0; i < s.train.size(); ++i) EXPECT_EQ(s.train[i].batch, int64_t(i) + 1);
+  ASSERT_EQ(s.epochs.size(), 2u);
+  for (const auto& e : s.epochs) EXPECT_EQ(e.records, 630) << "epoch " << e.epoch;
+  EXPECT_NE(summary_table(s, 0.5).find("every record of 2 epochs (630 each)"), std::string::npos)
+      << summary_table(s, 0.5);
   ASSERT_FALSE(s.validation.empty());
   EXPECT_GT(s.validation.back().accuracy, 0.5);
   const Trial uninterrupted = train("3slot-b63", yaml(""), "--slots 3");

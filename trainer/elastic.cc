@@ -3,6 +3,7 @@
 // from memory with the global batch split over the slots there are.
 #include <algorithm>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "checkpoint.h"
@@ -53,7 +54,10 @@ Trial::Resume Trial::shrink_and_agree(int64_t failed_batch, const std::string& r
                              std::to_string(committed_) + " but the survivors agree on " + std::to_string(agreed) +
                              ": more than one step apart");
     restore_step_copy();
+    count_step_records(committed_, k_ * plan_->global_batch(), -1);
     committed_ = agreed;
+    while (next_epoch_checked_ > 0 && next_epoch_checked_ * plan_->batches_per_epoch() > committed_)
+      --next_epoch_checked_;  // the put-back step may have completed an epoch: it is checked again
   }
   // Every survivor took the step: the failure struck after it, in its validation, which is redone.
   const auto [validate_now, checkpoint_now] = due_after(agreed);
@@ -67,6 +71,36 @@ Trial::Resume Trial::shrink_and_agree(int64_t failed_batch, const std::string& r
                  r.step_done ? "validating" : "from", static_cast<long long>(r.batch), seconds_since(seen));
   }
   return r;
+}
+
+void Trial::count_step_records(int64_t batch, int64_t slot_records_sum, int sign) {
+  const int64_t global = plan_->global_batch();
+  if (slot_records_sum != k_ * global)
+    throw std::runtime_error("the step ending at batch " + std::to_string(batch) + " trained " +
+                             std::to_string(slot_records_sum) + " records over " + std::to_string(world_) +
+                             " slots, not its " + std::to_string(k_ * global) +
+                             ": the global batch was not split once over the slots");
+  for (int64_t b = batch - k_ + 1; b <= batch; ++b) epoch_records_[plan_->epoch_of(b - 1)] += sign * global;
+}
+
+void Trial::check_complete_epochs() {
+  const int64_t per_epoch = plan_->batches_per_epoch();
+  for (; (next_epoch_checked_ + 1) * per_epoch <= committed_; ++next_epoch_checked_) {
+    const int64_t e = next_epoch_checked_, trained = epoch_records_[e], expected = per_epoch * plan_->global_batch();
+    if (log_)
+      log_->line(nlohmann::json{
+          {"kind", "epoch"},
+          {"batch", committed_},
+          {"epoch", e},
+          {"records", trained},
+          {"expected", expected},
+          {"slots",
+           world_}}.dump());
+    if (trained != expected)
+      throw std::runtime_error("epoch " + std::to_string(e) + " trained " + std::to_string(trained) +
+                               " records, not the " + std::to_string(expected) + " of its " +
+                               std::to_string(per_epoch) + " global batches: records were lost or trained twice");
+  }
 }
 
 void Trial::save_step_copy() {

@@ -151,6 +151,13 @@ TrialSummary read_metrics(const std::string& path) {
                               j.value("forward_seconds", 0.0)});
     } else if (kind == "stall") {
       ++s.stalls;
+    } else if (kind == "epoch") {
+      const EpochRecords e{j.value("epoch", int64_t{0}), j.value("records", int64_t{0}),
+                           j.value("expected", int64_t{0})};
+      if (!s.epochs.empty() && s.epochs.back().epoch >= e.epoch)
+        s.epochs.erase(std::find_if(s.epochs.begin(), s.epochs.end(), [&](auto& o) { return o.epoch >= e.epoch; }),
+                       s.epochs.end());
+      s.epochs.push_back(e);
     } else if (kind == "start") {
       s.slots = j.value("slots", 0);
       s.global_batch = j.value("global_batch", int64_t{0});
@@ -259,6 +266,16 @@ std::string summary_table(const TrialSummary& s, double target) {
   if (wall > 0 && off_training > 0)
     row("validation and checkpoints",
         num("%.1f s", off_training) + " (" + num("%.1f%%", 100 * off_training / wall) + " of the wall time)");
+  if (!s.epochs.empty()) {
+    const auto short_of =
+        std::find_if(s.epochs.begin(), s.epochs.end(), [](auto& e) { return e.records != e.expected; });
+    row("records trained once",
+        short_of == s.epochs.end()
+            ? "every record of " + std::to_string(s.epochs.size()) + " epoch" + (s.epochs.size() == 1 ? "" : "s") +
+                  " (" + std::to_string(s.epochs.front().expected) + " each)"
+            : "NO: epoch " + std::to_string(short_of->epoch) + " trained " + std::to_string(short_of->records) +
+                  " of " + std::to_string(short_of->expected));
+  }
   row("stalls", std::to_string(s.stalls));
   restarts();
   return o.str();

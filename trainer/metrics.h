@@ -10,7 +10,8 @@
 //  - hidden: 1 - exposed / communication time, over communicating batches.
 //  - stall: a batch slower than k times the median of the recent ones.
 //
-// Line kinds ("kind"): train, validation, stall, checkpoint, restart, end.
+// Line kinds ("kind"): train, validation, stall, checkpoint, restart, end;
+// an elastic trial's also epoch (records trained) and membership (a lost slot).
 #pragma once
 
 #include <cstdint>
@@ -38,6 +39,12 @@ struct ValidationRecord {
   int64_t records = 0;
   double seconds = 0;          // the whole pass: batches, forward, loss, the all-reduce
   double forward_seconds = 0;  // of it, in the model's forward alone
+};
+
+// Elastic: the records an epoch trained, counted from the slots' shares of each committed step.
+struct EpochRecords {
+  int64_t epoch = 0;
+  int64_t records = 0, expected = 0;  // expected: the epoch's global batches' records
 };
 
 class MetricsWriter {
@@ -84,6 +91,7 @@ struct TrialSummary {
   double wall_time = 0;              // of the "end" line: the trial clock, over every attempt
   std::string compression = "none";  // gradients on the wire (start line)
   uint64_t gradient_bytes = 0, wire_bytes = 0, compression_fallbacks = 0;  // end line: the last attempt's
+  std::vector<EpochRecords> epochs;  // by epoch, the last line of each (a step put back re-counts it)
   // Derived
   double samples_per_s() const;  // median over batches after the first 10%
   double mean(double TrainRecord::*field) const;

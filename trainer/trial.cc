@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -202,6 +203,10 @@ void Trial::complete(const Open& b, bool was_deferred) {
     optimizer_->step();
     exchange_->zero();
     committed_ = b.batch;
+    if (cfg_.elastic()) {
+      count_step_records(b.batch, std::llround(exchange_->reduced_metrics().loss.count), 1);
+      check_complete_epochs();
+    }
   }
   const auto end = SteadyClock::now();
   // From the batch's start, or from the previous batch's end where that came later (a deferred one).
@@ -363,6 +368,8 @@ void Trial::run() {
   model_.set_training(true);
   last_end_ = SteadyClock::now();
   committed_ = start_;
+  // Epochs begun before a resumed checkpoint are not counted whole here.
+  next_epoch_checked_ = (start_ + plan_->batches_per_epoch() - 1) / plan_->batches_per_epoch();
   bool step_done = false;  // after a failure in validation: only the after-work is redone
   for (int64_t batch = start_ + 1; batch <= total_;) {
     if (batch == wo_.fail_at_batch && originals_[size_t(rank_)] == wo_.fail_rank && wo_.attempt == 0) {

@@ -28,6 +28,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -86,6 +87,11 @@ class Trial {
   };
   Resume go_on_without_lost(const tandem::Error& failure, int64_t failed_batch);
   Resume shrink_and_agree(int64_t failed_batch, const std::string& reason, SteadyClock::time_point seen);
+  // Elastic: the step ending at `batch` trained its global batches once (the
+  // slots' record counts, summed with the gradients), counted toward their
+  // epochs (sign -1: the step was put back); a complete epoch is checked.
+  void count_step_records(int64_t batch, int64_t slot_records_sum, int sign);
+  void check_complete_epochs();
   void save_step_copy();           // before the optimizer steps
   void restore_step_copy();        // back to before the committed step
   double now() const;              // the trial clock
@@ -124,6 +130,8 @@ class Trial {
   };
   std::optional<StepCopy> before_;
   int64_t last_validation_logged_ = 0;
+  std::map<int64_t, int64_t> epoch_records_;  // elastic: records trained in committed steps, by epoch
+  int64_t next_epoch_checked_ = 0;            // the first epoch begun in this attempt, then on
 
   std::unique_ptr<MetricsWriter> log_;
   std::unique_ptr<StallReporter> stalls_;
