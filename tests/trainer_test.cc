@@ -284,6 +284,16 @@ TEST(Trainer, ElasticTrialGoesOnWithoutAKilledSlot) {
   EXPECT_EQ(s.restarts, 0);
   ASSERT_EQ(s.train.size(), 20u);  // batch 8 logged once, when redone
   for (size_t i = 0; i < s.train.size(); ++i) EXPECT_EQ(s.train[i].batch, int64_t(i) + 1);
+  ASSERT_EQ(s.membership.size(), 1u);
+  const MembershipRecord& m = s.membership[0];
+  EXPECT_EQ(m.batch, 8);
+  EXPECT_EQ(m.lost, std::vector<int>{1});
+  EXPECT_EQ(m.slots, 2);
+  EXPECT_EQ(m.batches_redone, 1);
+  EXPECT_NE(m.reason.find("rank 1"), std::string::npos) << m.reason;
+  EXPECT_GT(m.recovery_seconds, 0.0);
+  EXPECT_LT(m.recovery_seconds, 10.0);
+  EXPECT_NE(summary_table(s, 0.5).find("slot 1 lost at batch 8"), std::string::npos) << summary_table(s, 0.5);
   ASSERT_EQ(s.epochs.size(), 2u);
   for (const auto& e : s.epochs) EXPECT_EQ(e.records, 630) << "epoch " << e.epoch;
   EXPECT_NE(summary_table(s, 0.5).find("every record of 2 epochs (630 each)"), std::string::npos)

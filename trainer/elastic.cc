@@ -63,6 +63,8 @@ Trial::Resume Trial::shrink_and_agree(int64_t failed_batch, const std::string& r
   const auto [validate_now, checkpoint_now] = due_after(agreed);
   const bool after_work = most == agreed && agreed > start_ && (validate_now || checkpoint_now);
   const Resume r = after_work ? Resume{agreed, true} : Resume{agreed + 1, false};
+  const int64_t redone = failed_batch - (r.step_done ? r.batch : r.batch - 1);
+  changes_.push_back({{failed_batch, now() - seconds_since(seen), lost, reason, 0, redone, world_}, seen});
   if (chief_) {
     std::string who;
     for (int l : lost) who += (who.empty() ? "" : ",") + std::to_string(l);
@@ -101,6 +103,24 @@ void Trial::check_complete_epochs() {
                                " records, not the " + std::to_string(expected) + " of its " +
                                std::to_string(per_epoch) + " global batches: records were lost or trained twice");
   }
+}
+
+void Trial::log_membership_changes() {
+  for (auto& [m, seen] : changes_) {
+    m.recovery_seconds = seconds_since(seen);
+    if (log_)
+      log_->line(nlohmann::json{
+          {"kind", "membership"},
+          {"batch", m.batch},
+          {"time", m.time},
+          {"lost", m.lost},
+          {"reason", m.reason},
+          {"recovery_seconds", m.recovery_seconds},
+          {"batches_redone", m.batches_redone},
+          {"slots",
+           m.slots}}.dump());
+  }
+  changes_.clear();
 }
 
 void Trial::save_step_copy() {

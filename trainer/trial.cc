@@ -206,6 +206,7 @@ void Trial::complete(const Open& b, bool was_deferred) {
     if (cfg_.elastic()) {
       count_step_records(b.batch, std::llround(exchange_->reduced_metrics().loss.count), 1);
       check_complete_epochs();
+      log_membership_changes();
     }
   }
   const auto end = SteadyClock::now();

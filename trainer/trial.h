@@ -92,6 +92,7 @@ class Trial {
   // epochs (sign -1: the step was put back); a complete epoch is checked.
   void count_step_records(int64_t batch, int64_t slot_records_sum, int sign);
   void check_complete_epochs();
+  void log_membership_changes();
   void save_step_copy();           // before the optimizer steps
   void restore_step_copy();        // back to before the committed step
   double now() const;              // the trial clock
@@ -130,6 +131,8 @@ class Trial {
   };
   std::optional<StepCopy> before_;
   int64_t last_validation_logged_ = 0;
+  // Elastic: membership changes, written when the next step commits (recovery_seconds then known).
+  std::vector<std::pair<MembershipRecord, SteadyClock::time_point>> changes_;
   std::map<int64_t, int64_t> epoch_records_;  // elastic: records trained in committed steps, by epoch
   int64_t next_epoch_checked_ = 0;            // the first epoch begun in this attempt, then on
 
