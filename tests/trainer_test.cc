@@ -304,6 +304,23 @@ TEST(Trainer, ElasticTrialGoesOnWithoutAKilledSlot) {
   expect_same_params(uninterrupted, r, 1e-4);
 }
 
+// elastic, but the chief (slot 0) is lost: its metrics and checkpoints do not
+// move, so the survivors stop and the trial restarts from its checkpoint,
+// ending with the uninterrupted trial's parameters.
+TEST(Trainer, ElasticTrialRestartsWhenTheChiefIsLost) {
+  Trial r = train("3slot-elastic-chief",
+                  config(3, 48, 1, "elastic: {min_slots: 2}\nmin_checkpoint_period: {batches: 5}\nmax_restarts: 1\n"),
+                  "--slots 3 --fail-at-batch 8 --fail-rank 0");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("the chief (slot 0) was lost"), std::string::npos) << r.output;
+  // From batch 5's checkpoint, or the start while its write is still in flight.
+  EXPECT_NE(r.output.find("restart 1 of 1 from"), std::string::npos) << r.output;
+  auto s = read_metrics((r.dir / "out/metrics.jsonl").string());
+  EXPECT_EQ(s.restarts, 1);
+  EXPECT_TRUE(s.membership.empty());
+  expect_same_params(train("3slot-b48", config(3, 48, 1), "--slots 3"), r, 1e-6);
+}
+
 // With no checkpoint yet, a restart starts over; the summary still counts it,
 // and the trial clock runs on across attempts (wall time includes the lost work).
 TEST(Trainer, ARestartFromTheStartIsCountedAndItsTimeKept) {

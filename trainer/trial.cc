@@ -374,8 +374,10 @@ void Trial::run() {
   bool step_done = false;  // after a failure in validation: only the after-work is redone
   for (int64_t batch = start_ + 1; batch <= total_;) {
     if (batch == wo_.fail_at_batch && originals_[size_t(rank_)] == wo_.fail_rank && wo_.attempt == 0) {
-      std::fprintf(stderr, "fault injection: rank %d killed at batch %lld (trial clock %.3f s)\n", rank_,
-                   static_cast<long long>(batch), now());
+      const double unix_time =
+          std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+      std::fprintf(stderr, "fault injection: rank %d killed at batch %lld (unix time %.3f)\n", rank_,
+                   static_cast<long long>(batch), unix_time);
       std::fflush(stderr);
       ::raise(SIGKILL);
     }
