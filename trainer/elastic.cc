@@ -14,20 +14,24 @@ namespace tandem::trainer {
 Trial::Resume Trial::go_on_without_lost(const tandem::Error& failure, int64_t failed_batch) {
   const auto seen = SteadyClock::now();
   std::string reason = failure.what();
-  for (;;) {
+  std::vector<int> lost;
+  // Each shrink leaves at least one slot out: more attempts than slots would be a call failing on its own.
+  for (int attempt = 1;; ++attempt) {
     try {
-      return shrink_and_agree(failed_batch, reason, seen);
+      return shrink_and_agree(failed_batch, reason, seen, lost);
     } catch (const tandem::Excluded&) {
       throw;
     } catch (const tandem::Error& again) {  // another slot lost while agreeing: shrink once more
+      if (attempt >= cfg_.slots_per_trial) throw;
       reason += "; then " + std::string(again.what());
     }
   }
 }
 
-Trial::Resume Trial::shrink_and_agree(int64_t failed_batch, const std::string& reason, SteadyClock::time_point seen) {
+Trial::Resume Trial::shrink_and_agree(int64_t failed_batch, const std::string& reason, SteadyClock::time_point seen,
+                                      std::vector<int>& lost) {
   auto shrunk = comm_->shrink();  // Excluded: left out, or no majority
-  std::vector<int> kept, lost;
+  std::vector<int> kept;
   for (int member : shrunk.members) kept.push_back(originals_[size_t(member)]);
   for (int original : originals_)
     if (std::find(kept.begin(), kept.end(), original) == kept.end()) lost.push_back(original);
@@ -37,10 +41,11 @@ Trial::Resume Trial::shrink_and_agree(int64_t failed_batch, const std::string& r
   if (int(kept.size()) < cfg_.elastic_min_slots)
     throw std::runtime_error(std::to_string(kept.size()) + " slots are left, below elastic.min_slots " +
                              std::to_string(cfg_.elastic_min_slots) + " (" + reason + "); the trial restarts");
-  exchange_->rebind(*shrunk.comm);
+  const std::unique_ptr<Communicator> old = std::move(comm_);  // outlives the old sync, in rebind()
   comm_ = std::move(shrunk.comm);
   originals_ = kept;
   rank_ = comm_->rank(), world_ = comm_->size();
+  exchange_->rebind(*comm_);
   stalls_ = std::make_unique<StallReporter>(wo_.stall_factor, world_, log_.get());
   previous_arrival_ = 0;
 

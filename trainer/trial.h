@@ -86,7 +86,9 @@ class Trial {
     bool step_done = false;
   };
   Resume go_on_without_lost(const tandem::Error& failure, int64_t failed_batch);
-  Resume shrink_and_agree(int64_t failed_batch, const std::string& reason, SteadyClock::time_point seen);
+  // One shrink; `lost` gathers the slots left out over the attempts.
+  Resume shrink_and_agree(int64_t failed_batch, const std::string& reason, SteadyClock::time_point seen,
+                          std::vector<int>& lost);
   // Elastic: the step ending at `batch` trained its global batches once (the
   // slots' record counts, summed with the gradients), counted toward their
   // epochs (sign -1: the step was put back); a complete epoch is checked.
