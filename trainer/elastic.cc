@@ -61,7 +61,7 @@ Trial::Resume Trial::shrink_and_agree(int64_t failed_batch, const std::string& r
     restore_step_copy();
     count_step_records(committed_, k_ * plan_->global_batch(), -1);
     committed_ = agreed;
-    while (next_epoch_checked_ > 0 && next_epoch_checked_ * plan_->batches_per_epoch() > committed_)
+    while (next_epoch_checked_ > first_epoch_counted_ && next_epoch_checked_ * plan_->batches_per_epoch() > committed_)
       --next_epoch_checked_;  // the put-back step may have completed an epoch: it is checked again
   }
   // Every survivor took the step: the failure struck after it, in its validation, which is redone.

@@ -370,7 +370,7 @@ void Trial::run() {
   last_end_ = SteadyClock::now();
   committed_ = start_;
   // Epochs begun before a resumed checkpoint are not counted whole here.
-  next_epoch_checked_ = (start_ + plan_->batches_per_epoch() - 1) / plan_->batches_per_epoch();
+  first_epoch_counted_ = next_epoch_checked_ = (start_ + plan_->batches_per_epoch() - 1) / plan_->batches_per_epoch();
   bool step_done = false;  // after a failure in validation: only the after-work is redone
   for (int64_t batch = start_ + 1; batch <= total_;) {
     if (batch == wo_.fail_at_batch && originals_[size_t(rank_)] == wo_.fail_rank && wo_.attempt == 0) {

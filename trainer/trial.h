@@ -136,7 +136,8 @@ class Trial {
   // Elastic: membership changes, written when the next step commits (recovery_seconds then known).
   std::vector<std::pair<MembershipRecord, SteadyClock::time_point>> changes_;
   std::map<int64_t, int64_t> epoch_records_;  // elastic: records trained in committed steps, by epoch
-  int64_t next_epoch_checked_ = 0;            // the first epoch begun in this attempt, then on
+  int64_t first_epoch_counted_ = 0;           // the first epoch begun in this attempt
+  int64_t next_epoch_checked_ = 0;            // from it on
 
   std::unique_ptr<MetricsWriter> log_;
   std::unique_ptr<StallReporter> stalls_;
