@@ -397,6 +397,9 @@ TEST(TrainerConfig, ElasticNeedsSlotsBetweenItsBoundsOnOneHost) {
   expect_error(three + "elastic: {min_slots: 1}\n", {"elastic.min_slots", "'1' is out of range", "at least 2"});
   expect_error(three + "elastic: {min_slots: 4}\n", {"elastic.min_slots 4 <= slots 3"});
   expect_error(three + "elastic: {}\n", {"elastic.min_slots: missing"});
+  const auto example = load_config(std::string(TANDEM_SOURCE_DIR) + "/trainer/examples/fashion_mnist_elastic.yaml");
+  EXPECT_EQ(example.elastic_min_slots, 3);
+  EXPECT_EQ(example.elastic_max(), 4);
   expect_error(kMinimal + "resources: {slots_per_trial: 4, hosts: [a, b]}\nelastic: {min_slots: 3}\n",
                {"elastic:", "one host only", "remove resources.hosts"});
 }
