@@ -53,7 +53,7 @@ struct MembershipRecord {
   double time = 0;              // the trial clock then
   std::vector<int> lost;        // the slots lost (their ranks at the start)
   std::string reason;           // the error the survivors saw
-  double recovery_seconds = 0;  // from the failure seen to the next committed step
+  double recovery_seconds = 0;  // from the failure seen to the next committed step (or the trial's end)
   int64_t batches_redone = 0;
   int slots = 0;  // after
 };

@@ -394,6 +394,7 @@ void Trial::run() {
       batch = r.batch, step_done = r.step_done;
     }
   }
+  log_membership_changes();  // a failure in the last validation: no step follows its redo
   if (chief_ && !wo_.dump_params.empty()) {
     std::ofstream out(wo_.dump_params, std::ios::binary);
     for (const auto& p : params_) {
