@@ -305,6 +305,26 @@ TEST(Trainer, ElasticTrialGoesOnWithoutAKilledSlot) {
   expect_same_params(uninterrupted, r, 1e-4);
 }
 
+// With aggregation_frequency 2 a slot killed at batch 7 (a local batch) is
+// seen at batch 8's exchange: both batches of the optimizer step are redone.
+TEST(Trainer, ElasticTrialRedoesAWholeAggregatedStep) {
+  auto yaml = [](const std::string& extra) {
+    std::string y = config(3, 63, 2, extra);
+    y.replace(y.find("records_per_epoch: 2048"), 23, "records_per_epoch: 630");
+    return y;
+  };
+  Trial r = train("3slot-elastic-k2", yaml("elastic: {min_slots: 2}\nmax_restarts: 0\n"),
+                  "--slots 3 --fail-at-batch 7 --fail-rank 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto s = read_metrics((r.dir / "out/metrics.jsonl").string());
+  ASSERT_EQ(s.membership.size(), 1u);
+  EXPECT_EQ(s.membership[0].batch, 8);
+  EXPECT_EQ(s.membership[0].batches_redone, 2);
+  ASSERT_EQ(s.epochs.size(), 2u);
+  for (const auto& e : s.epochs) EXPECT_EQ(e.records, 630) << "epoch " << e.epoch;
+  expect_same_params(train("3slot-b63-k2", yaml(""), "--slots 3"), r, 1e-4);
+}
+
 // elastic, but the chief (slot 0) is lost: its metrics and checkpoints do not
 // move, so the survivors stop and the trial restarts from its checkpoint,
 // ending with the uninterrupted trial's parameters.
