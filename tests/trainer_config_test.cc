@@ -246,6 +246,16 @@ std::vector<KeyRow> key_rows() {
          EXPECT_EQ(c.hosts, (std::vector<std::string>{"a", "b"}));
        },
        ""},
+      {"", "elastic", kMinimal + "resources: {slots_per_trial: 3}\nelastic: {min_slots: 2, max_slots: 4}\n", true,
+       [](C c) {
+         EXPECT_EQ(c.elastic_min_slots, 2);
+         EXPECT_EQ(c.elastic_max(), 4);
+       },
+       ""},
+      {"elastic", "min_slots", "max_slots: 2", false, nullptr,
+       "missing; give the fewest slots the trial may go on with"},
+      {"elastic", "max_slots", kMinimal + "resources: {slots_per_trial: 4}\nelastic: {min_slots: 3, max_slots: 3}\n",
+       true, nullptr, "elastic.min_slots 3 <= slots 4 <= elastic.max_slots 3 does not hold"},
       {"searcher", "name",
        "hyperparameters: {global_batch_size: 64}\nsearcher: {name: adaptive_asha, max_length: {batches: 1}}\n", true,
        nullptr, "searcher.name: unknown value 'adaptive_asha'"},
@@ -373,6 +383,25 @@ TEST(TrainerConfig, EveryKnownKeyIsHonouredOrRefusedByName) {
     EXPECT_NE(text.find(full), std::string::npos) << "the key is not named: " << text;
     EXPECT_NE(text.find(row.message), std::string::npos) << text;
   }
+}
+
+// elastic against the slots it starts with, --slots included, and where it cannot apply.
+TEST(TrainerConfig, ElasticNeedsSlotsBetweenItsBoundsOnOneHost) {
+  const std::string three = kMinimal + "resources: {slots_per_trial: 3}\n";
+  EXPECT_FALSE(parse_config(kMinimal).elastic());
+  auto c = parse_config(three + "elastic: {min_slots: 2}\n");
+  EXPECT_EQ(c.elastic_max(), 3);  // max_slots defaults to the slots
+  set_slots(c, 2);
+  EXPECT_EQ(c.elastic_max(), 2);
+  EXPECT_THROW(set_slots(c, 1), ConfigError);  // below min_slots
+  expect_error(three + "elastic: {min_slots: 1}\n", {"elastic.min_slots", "'1' is out of range", "at least 2"});
+  expect_error(three + "elastic: {min_slots: 4}\n", {"elastic.min_slots 4 <= slots 3"});
+  expect_error(three + "elastic: {}\n", {"elastic.min_slots: missing"});
+  const auto example = load_config(std::string(TANDEM_SOURCE_DIR) + "/trainer/examples/fashion_mnist_elastic.yaml");
+  EXPECT_EQ(example.elastic_min_slots, 3);
+  EXPECT_EQ(example.elastic_max(), 4);
+  expect_error(kMinimal + "resources: {slots_per_trial: 4, hosts: [a, b]}\nelastic: {min_slots: 3}\n",
+               {"elastic:", "one host only", "remove resources.hosts"});
 }
 
 // Each row says what it is, its sections exist, and the keys it depends on are rows of their own.
@@ -895,19 +924,25 @@ TEST(TrainerConfig, EditDistance) {
 }
 
 TEST(TrainerData, SlotsSplitTheGlobalBatchOfOneEpochOrder) {
-  BatchPlan one(1000, 64, 64, 7), two(1000, 64, 32, 7);
-  EXPECT_EQ(one.batches_per_epoch(), 15);  // the partial global batch is dropped
+  BatchPlan plan(1000, 64, 7);
+  EXPECT_EQ(plan.batches_per_epoch(), 15);  // the partial global batch is dropped
   for (int64_t b : {0, 5, 14, 15, 31}) {
-    auto whole = one.shard(b, 0);
-    auto a = two.shard(b, 0), c = two.shard(b, 1);
-    a.insert(a.end(), c.begin(), c.end());
-    EXPECT_EQ(whole, a) << "batch " << b;
+    const auto whole = plan.shard(b, 0, 1);
+    for (int slots : {2, 3, 5}) {  // 3 and 5 do not divide 64: slices of 21 or 22, 12 or 13
+      std::vector<int64_t> joined;
+      for (int r = 0; r < slots; ++r) {
+        const auto part = plan.shard(b, r, slots);
+        EXPECT_LE(std::abs(static_cast<int64_t>(part.size()) * slots - 64), slots) << "batch " << b;
+        joined.insert(joined.end(), part.begin(), part.end());
+      }
+      EXPECT_EQ(whole, joined) << "batch " << b << " over " << slots << " slots";
+    }
   }
   // Every record of an epoch at most once; a new order each epoch.
   std::set<int64_t> seen;
   for (int64_t b = 0; b < 15; ++b)
-    for (auto i : one.shard(b, 0)) EXPECT_TRUE(seen.insert(i).second);
-  EXPECT_NE(one.shard(0, 0), one.shard(15, 0));
+    for (auto i : plan.shard(b, 0, 1)) EXPECT_TRUE(seen.insert(i).second);
+  EXPECT_NE(plan.shard(0, 0, 1), plan.shard(15, 0, 1));
   EXPECT_EQ(validation_range(10000, 1, 3), (std::pair<int64_t, int64_t>{3333, 6666}));
 }
 

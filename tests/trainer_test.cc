@@ -1,7 +1,8 @@
 // Whole trials through tandem-train (the driver, `tandem launch`, real rank
 // processes): synchronous data parallelism is the same SGD at any slot count,
 // gradient aggregation equals a larger batch, a killed worker's trial restarts
-// from its checkpoint and ends where an uninterrupted one does, --resume
+// from its checkpoint and ends where an uninterrupted one does, an elastic
+// trial goes on without one and trains every record once, --resume
 // continues a stopped run, and a torn checkpoint is never loaded.
 // Small MLP on synthetic data, no dropout: seconds per trial. Every command
 // runs under `timeout` so a hang fails the test instead of stalling CI.
@@ -262,6 +263,83 @@ TEST(Trainer, KilledWorkerRestartsFromTheCheckpointAndEndsAtTheSameStep) {
   EXPECT_EQ(s.restarts, 1);
   // Same data position, optimizer state and randomness: the uninterrupted run's parameters.
   expect_same_params(reference("2slot-b32"), r, 1e-6);
+}
+
+// elastic: slot 1 of 3 is killed (SIGKILL) at batch 8. Slots 0 and 2 shrink,
+// redo batch 8 with the global batch of 63 split 31 + 32 (unequal shares:
+// weighted losses) and go on without a restart or a checkpoint; every record
+// of both epochs is trained once, and the parameters are those of the
+// uninterrupted trial up to the sums' order.
+TEST(Trainer, ElasticTrialGoesOnWithoutAKilledSlot) {
+  auto yaml = [](const std::string& extra) {
+    std::string y = config(3, 63, 1, extra);
+    y.replace(y.find("records_per_epoch: 2048"), 23, "records_per_epoch: 630");  // 10 batches an epoch
+    return y;
+  };
+  Trial r = train("3slot-elastic", yaml("elastic: {min_slots: 2}\nmax_restarts: 0\n"),
+                  "--slots 3 --fail-at-batch 8 --fail-rank 1");  // --slots: 3 even on 2 cores
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("fault injection: rank 1 killed at batch 8"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("a worker failed"), std::string::npos) << r.output;  // no restart
+  auto s = read_metrics((r.dir / "out/metrics.jsonl").string());
+  EXPECT_EQ(s.restarts, 0);
+  ASSERT_EQ(s.train.size(), 20u);  // batch 8 logged once, when redone
+  for (size_t i = 0; i < s.train.size(); ++i) EXPECT_EQ(s.train[i].batch, int64_t(i) + 1);
+  ASSERT_EQ(s.membership.size(), 1u);
+  const MembershipRecord& m = s.membership[0];
+  EXPECT_EQ(m.batch, 8);
+  EXPECT_EQ(m.lost, std::vector<int>{1});
+  EXPECT_EQ(m.slots, 2);
+  EXPECT_EQ(m.batches_redone, 1);
+  EXPECT_NE(m.reason.find("rank 1"), std::string::npos) << m.reason;
+  EXPECT_GT(m.recovery_seconds, 0.0);
+  EXPECT_LT(m.recovery_seconds, 10.0);
+  EXPECT_NE(summary_table(s, 0.5).find("slot 1 lost at batch 8"), std::string::npos) << summary_table(s, 0.5);
+  ASSERT_EQ(s.epochs.size(), 2u);
+  for (const auto& e : s.epochs) EXPECT_EQ(e.records, 630) << "epoch " << e.epoch;
+  EXPECT_NE(summary_table(s, 0.5).find("every record of 2 epochs (630 each)"), std::string::npos)
+      << summary_table(s, 0.5);
+  ASSERT_FALSE(s.validation.empty());
+  EXPECT_GT(s.validation.back().accuracy, 0.5);
+  const Trial uninterrupted = train("3slot-b63", yaml(""), "--slots 3");
+  expect_same_params(uninterrupted, r, 1e-4);
+}
+
+// With aggregation_frequency 2 a slot killed at batch 7 (a local batch) is
+// seen at batch 8's exchange: both batches of the optimizer step are redone.
+TEST(Trainer, ElasticTrialRedoesAWholeAggregatedStep) {
+  auto yaml = [](const std::string& extra) {
+    std::string y = config(3, 63, 2, extra);
+    y.replace(y.find("records_per_epoch: 2048"), 23, "records_per_epoch: 630");
+    return y;
+  };
+  Trial r = train("3slot-elastic-k2", yaml("elastic: {min_slots: 2}\nmax_restarts: 0\n"),
+                  "--slots 3 --fail-at-batch 7 --fail-rank 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto s = read_metrics((r.dir / "out/metrics.jsonl").string());
+  ASSERT_EQ(s.membership.size(), 1u);
+  EXPECT_EQ(s.membership[0].batch, 8);
+  EXPECT_EQ(s.membership[0].batches_redone, 2);
+  ASSERT_EQ(s.epochs.size(), 2u);
+  for (const auto& e : s.epochs) EXPECT_EQ(e.records, 630) << "epoch " << e.epoch;
+  expect_same_params(train("3slot-b63-k2", yaml(""), "--slots 3"), r, 1e-4);
+}
+
+// elastic, but the chief (slot 0) is lost: its metrics and checkpoints do not
+// move, so the survivors stop and the trial restarts from its checkpoint,
+// ending with the uninterrupted trial's parameters.
+TEST(Trainer, ElasticTrialRestartsWhenTheChiefIsLost) {
+  Trial r = train("3slot-elastic-chief",
+                  config(3, 48, 1, "elastic: {min_slots: 2}\nmin_checkpoint_period: {batches: 5}\nmax_restarts: 1\n"),
+                  "--slots 3 --fail-at-batch 8 --fail-rank 0");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("the chief (slot 0) was lost"), std::string::npos) << r.output;
+  // From batch 5's checkpoint, or the start while its write is still in flight.
+  EXPECT_NE(r.output.find("restart 1 of 1 from"), std::string::npos) << r.output;
+  auto s = read_metrics((r.dir / "out/metrics.jsonl").string());
+  EXPECT_EQ(s.restarts, 1);
+  EXPECT_TRUE(s.membership.empty());
+  expect_same_params(train("3slot-b48", config(3, 48, 1), "--slots 3"), r, 1e-6);
 }
 
 // With no checkpoint yet, a restart starts over; the summary still counts it,

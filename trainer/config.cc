@@ -270,7 +270,31 @@ void check_storage(KeyWalk& w) {
                       std::to_string(c.save_trial_best) + ")");
 }
 
+void check_elastic(KeyWalk& w) {
+  ExperimentConfig& c = w.config;
+  if (!w.given("elastic")) return;
+  if (!w.given("elastic.min_slots")) {
+    w.reader.error("elastic.min_slots", "missing; give the fewest slots the trial may go on with, e.g. {min_slots: 2}");
+    return;
+  }
+  if (!c.hosts.empty() || c.slots_per_host > 0)
+    w.reader.error("elastic",
+                   "runs on one host only: a lost slot's host would change the layout the layers are "
+                   "sliced for; remove resources.hosts and resources.slots_per_host, or remove elastic");
+}
+
+// elastic against the slot count (also after --slots changed it).
+void validate_elastic(ExperimentConfig& c, std::vector<std::string>& errors) {
+  if (!c.elastic()) return;
+  if (c.elastic_min_slots > c.slots_per_trial || c.slots_per_trial > c.elastic_max())
+    errors.push_back("elastic.min_slots " + std::to_string(c.elastic_min_slots) + " <= slots " +
+                     std::to_string(c.slots_per_trial) + " <= elastic.max_slots " + std::to_string(c.elastic_max()) +
+                     " does not hold; the trial starts with resources.slots_per_trial (or --slots) slots, so set "
+                     "min_slots at most and max_slots at least that");
+}
+
 void validate_slots(ExperimentConfig& c, std::vector<std::string>& errors) {
+  validate_elastic(c, errors);
   if (c.global_batch_defaulted) {
     c.global_batch_size = kDefaultPerSlotBatch * c.slots_per_trial;
     c.warnings.push_back("hyperparameters.global_batch_size not given: each slot trains " +
@@ -351,6 +375,7 @@ ExperimentConfig parse_config(const std::string& yaml_text, const std::string& b
   check_searcher(w, length_required);
   check_optimizations(w);
   check_storage(w);
+  check_elastic(w);
   c.warnings = c.notes;
   validate_slots(c, r.errors);
   if (!r.errors.empty()) fail(r.errors);

@@ -98,6 +98,9 @@ struct ExperimentConfig {
   int slots_per_trial = 1;
   int slots_per_host = 0;          // 0 = every slot on this host
   std::vector<std::string> hosts;  // multi-host layout; empty = this host
+  // elastic: the survivors of a lost slot go on while min_slots remain; 0 = not elastic
+  int elastic_min_slots = 0;
+  int elastic_max_slots = 0;  // 0 = slots_per_trial
   // lengths
   Length max_length;
   std::string searcher_metric = "validation_accuracy";  // validation_accuracy | validation_loss
@@ -123,6 +126,8 @@ struct ExperimentConfig {
   std::vector<std::string> warnings;  // notes, then the slot-dependent ones (e.g. batch remainder)
   std::vector<std::string> notes;     // found while parsing, independent of the slot count
 
+  bool elastic() const { return elastic_min_slots > 0; }
+  int elastic_max() const { return elastic_max_slots > 0 ? elastic_max_slots : slots_per_trial; }
   int64_t per_slot_batch() const { return global_batch_size / slots_per_trial; }
   // The global batch actually trained: per-slot batch times slots.
   int64_t effective_global_batch() const { return per_slot_batch() * slots_per_trial; }

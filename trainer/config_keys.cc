@@ -158,6 +158,19 @@ std::vector<ExperimentKey> resource_keys() {
                         "Slots per host of a multi-host layout; a layout that could never be placed is an error."),
                     "every slot on this host"),
       with_fallback(std::move(hosts), "this host"),
+      section_key("elastic", kOwn,
+                  "Training goes on through a lost slot: the survivors shrink and redo the step (below the table)."),
+      with_fallback(integer_key(
+                        "elastic.min_slots", [](auto& c) -> auto& { return c.elastic_min_slots; }, 2, 1024,
+                        "use the fewest slots the trial may go on with, at least 2, e.g. 2", kOwn,
+                        "Required in `elastic`: below this many slots the trial restarts from its checkpoint "
+                        "instead; at most `slots_per_trial`."),
+                    "not elastic"),
+      with_fallback(integer_key(
+                        "elastic.max_slots", [](auto& c) -> auto& { return c.elastic_max_slots; }, 1, 1024,
+                        "use at least slots_per_trial", kOwn,
+                        "The launcher's bound (`tandem launch --elastic MIN:MAX`); no slots are added."),
+                    "slots_per_trial"),
   };
 }
 

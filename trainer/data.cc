@@ -80,9 +80,9 @@ Dataset synthetic_dataset(int64_t size, uint64_t seed, bool train) {
   return d;
 }
 
-BatchPlan::BatchPlan(int64_t records_per_epoch, int64_t global_batch, int64_t per_slot, uint64_t seed)
-    : records_(records_per_epoch), global_(global_batch), per_slot_(per_slot), seed_(seed) {
-  if (global_ <= 0 || per_slot_ <= 0 || records_ < global_)
+BatchPlan::BatchPlan(int64_t records_per_epoch, int64_t global_batch, uint64_t seed)
+    : records_(records_per_epoch), global_(global_batch), seed_(seed) {
+  if (global_ <= 0 || records_ < global_)
     throw std::invalid_argument("records_per_epoch " + std::to_string(records_) + " is smaller than the global batch " +
                                 std::to_string(global_));
   batches_per_epoch_ = records_ / global_;
@@ -103,10 +103,11 @@ const std::vector<int64_t>& BatchPlan::order(int64_t epoch) {
   return order_;
 }
 
-std::vector<int64_t> BatchPlan::shard(int64_t batch, int slot) {
+std::vector<int64_t> BatchPlan::shard(int64_t batch, int slot, int slots) {
   const auto& o = order(epoch_of(batch));
-  const int64_t begin = (batch % batches_per_epoch_) * global_ + slot * per_slot_;
-  return std::vector<int64_t>(o.begin() + begin, o.begin() + begin + per_slot_);
+  const int64_t first = (batch % batches_per_epoch_) * global_;
+  return std::vector<int64_t>(o.begin() + first + global_ * slot / slots,
+                              o.begin() + first + global_ * (slot + 1) / slots);
 }
 
 std::pair<int64_t, int64_t> validation_range(int64_t size, int slot, int slots) {

@@ -5,8 +5,10 @@
 //  - record: one image and its label.
 //  - epoch order: a permutation of the first records_per_epoch records,
 //    drawn from (seed, epoch) alone, so every slot computes the same one.
-//  - batch: global_batch records of the epoch order, in order; slot r trains
-//    the r-th slice of per_slot records (its shard). The partial global batch
+//  - batch: global_batch records of the epoch order, in order; slot r of n
+//    trains the r-th of n contiguous slices (its shard): per_slot records when
+//    n divides the global batch, else slices differing by one record (after an
+//    elastic trial lost a slot). The partial global batch
 //    at an epoch's end is dropped. Batch b of the trial depends only on
 //    (seed, b), which is the whole data position a checkpoint needs.
 #pragma once
@@ -39,15 +41,16 @@ Dataset synthetic_dataset(int64_t size, uint64_t seed, bool train);
 
 class BatchPlan {
  public:
-  BatchPlan(int64_t records_per_epoch, int64_t global_batch, int64_t per_slot, uint64_t seed);
+  BatchPlan(int64_t records_per_epoch, int64_t global_batch, uint64_t seed);
   int64_t batches_per_epoch() const { return batches_per_epoch_; }
   int64_t epoch_of(int64_t batch) const { return batch / batches_per_epoch_; }
-  // Record indices slot `slot` trains in trial batch `batch`.
-  std::vector<int64_t> shard(int64_t batch, int slot);
+  int64_t global_batch() const { return global_; }
+  // Record indices slot `slot` of `slots` trains in trial batch `batch`.
+  std::vector<int64_t> shard(int64_t batch, int slot, int slots);
 
  private:
   const std::vector<int64_t>& order(int64_t epoch);
-  int64_t records_, global_, per_slot_, batches_per_epoch_;
+  int64_t records_, global_, batches_per_epoch_;
   uint64_t seed_;
   int64_t cached_epoch_ = -1;
   std::vector<int64_t> order_;

@@ -107,6 +107,7 @@ class Driver {
     lo.bind = launch::default_bind();
     lo.command = std::move(worker);
     if (!network_interface().empty()) lo.environment.push_back("TANDEM_NETWORK_INTERFACE=" + network_interface());
+    if (cfg.elastic()) lo.elastic_min = cfg.elastic_min_slots, lo.elastic_max = cfg.elastic_max();
     if (cfg.hosts.empty()) {
       lo.nprocs = slots;
     } else {

@@ -70,6 +70,15 @@ class GradientExchange {
                    const WorkerOptions& options, RowUpdate update);
   ~GradientExchange();
 
+  // After a shrink (elastic): the same parameters, hooks and options over the
+  // survivors' communicator, on a new sync. The step in flight is dropped:
+  // its gradients and unsent metrics are zero, the compression residual and
+  // the autotuner start afresh. `comm` replaces the old one, which must
+  // outlive this call (the old sync's engine leaves its failed call first).
+  void rebind(Communicator& comm);
+  // From parameter `param`'s gradient hook: its whole gradient is ready.
+  void mark_ready(size_t param) noexcept;
+
   bool defers_updates() const { return defer_; }
   int compute_nice() const { return compute_nice_; }  // as applied (0 = unchanged)
 
@@ -89,15 +98,19 @@ class GradientExchange {
   ExchangeTotals totals() const { return totals_; }
 
  private:
-  void register_parts(const std::vector<std::string>& names);
-  fusion::GradientSyncOptions sync_options(const Optimizations& optimizations, const WorkerOptions& options);
+  // The compressor and the sync over comm_, every part registered, each .grad a view of its buffer.
+  void build_sync();
+  fusion::GradientSyncOptions sync_options() const;
   void hook_parameters(Model& model);
   void update_part(size_t param, int part);
   Deadline deadline() const;
 
-  Communicator& comm_;
+  Communicator* comm_;
   std::vector<torch::Tensor> params_;
+  std::vector<std::string> names_;
   RowUpdate update_;
+  Optimizations optimizations_;
+  WorkerOptions options_;
   bool defer_ = false;
   bool pending_ = false;  // a deferred step's parts are still to be updated
   int compute_nice_ = 0;

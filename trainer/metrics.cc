@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -151,6 +152,17 @@ TrialSummary read_metrics(const std::string& path) {
                               j.value("forward_seconds", 0.0)});
     } else if (kind == "stall") {
       ++s.stalls;
+    } else if (kind == "membership") {
+      s.membership.push_back({j.value("batch", int64_t{0}), j.value("time", 0.0), j.value("lost", std::vector<int>{}),
+                              j.value("reason", std::string()), j.value("recovery_seconds", 0.0),
+                              j.value("batches_redone", int64_t{0}), j.value("slots", 0)});
+    } else if (kind == "epoch") {
+      const EpochRecords e{j.value("epoch", int64_t{0}), j.value("records", int64_t{0}),
+                           j.value("expected", int64_t{0})};
+      if (!s.epochs.empty() && s.epochs.back().epoch >= e.epoch)
+        s.epochs.erase(std::find_if(s.epochs.begin(), s.epochs.end(), [&](auto& o) { return o.epoch >= e.epoch; }),
+                       s.epochs.end());
+      s.epochs.push_back(e);
     } else if (kind == "start") {
       s.slots = j.value("slots", 0);
       s.global_batch = j.value("global_batch", int64_t{0});
@@ -195,6 +207,37 @@ std::string progress_line(const TrialSummary& s, int64_t total) {
   return out;
 }
 
+namespace {
+
+// An elastic trial's rows: records trained once per epoch, then each membership change.
+void elastic_rows(const TrialSummary& s, const std::function<void(const char*, const std::string&)>& row) {
+  auto num = [](const char* fmt, double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, fmt, v);
+    return std::string(buf);
+  };
+  if (!s.epochs.empty()) {
+    const auto short_of =
+        std::find_if(s.epochs.begin(), s.epochs.end(), [](auto& e) { return e.records != e.expected; });
+    row("records trained once",
+        short_of == s.epochs.end()
+            ? "every record of " + std::to_string(s.epochs.size()) + " epoch" + (s.epochs.size() == 1 ? "" : "s") +
+                  " (" + std::to_string(s.epochs.front().expected) + " each)"
+            : "NO: epoch " + std::to_string(short_of->epoch) + " trained " + std::to_string(short_of->records) +
+                  " of " + std::to_string(short_of->expected));
+  }
+  for (const auto& m : s.membership) {
+    std::string lost;
+    for (int l : m.lost) lost += (lost.empty() ? "" : ",") + std::to_string(l);
+    row("membership change",
+        "slot " + lost + " lost at batch " + std::to_string(m.batch) + " (" + num("%.1f s", m.time) + "), " +
+            std::to_string(m.slots) + " slots on, " + num("%.2f s", m.recovery_seconds) + " to the next step, " +
+            std::to_string(m.batches_redone) + " batch" + (m.batches_redone == 1 ? "" : "es") + " redone");
+  }
+}
+
+}  // namespace
+
 std::string summary_table(const TrialSummary& s, double target) {
   std::ostringstream o;
   char buf[256];
@@ -219,7 +262,8 @@ std::string summary_table(const TrialSummary& s, double target) {
     restarts();
     return o.str();
   }
-  row("slots", std::to_string(s.slots));
+  row("slots", std::to_string(s.slots) +
+                   (s.membership.empty() ? "" : ", " + std::to_string(s.membership.back().slots) + " at the end"));
   row("global batch", std::to_string(s.global_batch));
   row("batches trained", std::to_string(s.train.back().batch));
   const double wall = s.wall_time > 0 ? s.wall_time : s.train.back().time;
@@ -259,6 +303,7 @@ std::string summary_table(const TrialSummary& s, double target) {
   if (wall > 0 && off_training > 0)
     row("validation and checkpoints",
         num("%.1f s", off_training) + " (" + num("%.1f%%", 100 * off_training / wall) + " of the wall time)");
+  elastic_rows(s, row);
   row("stalls", std::to_string(s.stalls));
   restarts();
   return o.str();
@@ -289,6 +334,17 @@ std::vector<std::string> plot_metrics(const TrialSummary& s, const std::string& 
       << "plot TRAINING using " << col << ":4 with lines title 'training' lc rgb '#88aadd', VALIDATION using " << col
       << ":4 with linespoints title 'validation' lc rgb '#cc3311'\n"
       << "set autoscale y\nunset multiplot\n";
+  }
+  if (!s.membership.empty()) {  // the slots against time, a step at each change
+    const std::string sdat = prefix + "-slots.dat", png = prefix + "-slots.png";
+    std::ofstream d(sdat);
+    d << "0 " << s.slots << '\n';
+    for (const auto& m : s.membership) d << m.time << ' ' << m.slots << '\n';
+    d << std::max(s.wall_time, s.train.back().time) << ' ' << s.membership.back().slots << '\n';
+    files.push_back(png);
+    g << "set terminal pngcairo size 550,300 noenhanced\nset output " << bench::gnuplot_quoted(png)
+      << "\nset title 'slots against time'\nset xlabel 'seconds'\nset ylabel 'slots'\nset yrange [0:*]\n"
+      << "plot " << bench::gnuplot_quoted(sdat) << " using 1:2 with steps lw 2 title 'slots'\n";
   }
   std::string err = bench::run_gnuplot_script(g.str());
   if (!err.empty()) {

@@ -10,7 +10,8 @@
 //  - hidden: 1 - exposed / communication time, over communicating batches.
 //  - stall: a batch slower than k times the median of the recent ones.
 //
-// Line kinds ("kind"): train, validation, stall, checkpoint, restart, end.
+// Line kinds ("kind"): train, validation, stall, checkpoint, restart, end;
+// an elastic trial's also epoch (records trained) and membership (a lost slot).
 #pragma once
 
 #include <cstdint>
@@ -38,6 +39,23 @@ struct ValidationRecord {
   int64_t records = 0;
   double seconds = 0;          // the whole pass: batches, forward, loss, the all-reduce
   double forward_seconds = 0;  // of it, in the model's forward alone
+};
+
+// Elastic: the records an epoch trained, counted from the slots' shares of each committed step.
+struct EpochRecords {
+  int64_t epoch = 0;
+  int64_t records = 0, expected = 0;  // expected: the epoch's global batches' records
+};
+
+// Elastic: a slot lost and the survivors going on.
+struct MembershipRecord {
+  int64_t batch = 0;            // in flight when the failure was seen
+  double time = 0;              // the trial clock then
+  std::vector<int> lost;        // the slots lost (their ranks at the start)
+  std::string reason;           // the error the survivors saw
+  double recovery_seconds = 0;  // from the failure seen to the next committed step (or the trial's end)
+  int64_t batches_redone = 0;
+  int slots = 0;  // after
 };
 
 class MetricsWriter {
@@ -84,6 +102,8 @@ struct TrialSummary {
   double wall_time = 0;              // of the "end" line: the trial clock, over every attempt
   std::string compression = "none";  // gradients on the wire (start line)
   uint64_t gradient_bytes = 0, wire_bytes = 0, compression_fallbacks = 0;  // end line: the last attempt's
+  std::vector<EpochRecords> epochs;  // by epoch, the last line of each (a step put back re-counts it)
+  std::vector<MembershipRecord> membership;
   // Derived
   double samples_per_s() const;  // median over batches after the first 10%
   double mean(double TrainRecord::*field) const;
@@ -97,7 +117,8 @@ struct TrialSummary {
 TrialSummary read_metrics(const std::string& path);
 std::string progress_line(const TrialSummary& s, int64_t total_batches);
 std::string summary_table(const TrialSummary& s, double target_accuracy);
-// loss/accuracy against time and against batches, as PNGs `prefix`-time.png and `prefix`-batches.png.
+// loss/accuracy against time and against batches, as PNGs `prefix`-time.png and `prefix`-batches.png;
+// with membership changes also the slots against time, `prefix`-slots.png.
 // Returns the files written, or an error message in *error (gnuplot missing...).
 std::vector<std::string> plot_metrics(const TrialSummary& s, const std::string& prefix, std::string* error);
 

@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -56,6 +57,11 @@ Trial::Trial(const WorkerOptions& options, ExperimentConfig config, std::unique_
     throw std::runtime_error("started with " + std::to_string(world_) + " ranks for " +
                              std::to_string(cfg_.slots_per_trial) + " slots");
   chief_ = rank_ == 0;
+  originals_.resize(size_t(world_));
+  std::iota(originals_.begin(), originals_.end(), 0);
+  // Elastic: a failed step must find the parameters as they were before it,
+  // not updated in part by the next forward.
+  if (cfg_.elastic()) wo_.deferred_updates = false;
   k_ = cfg_.optimizations.aggregation_frequency;
   load_data();
 
@@ -115,7 +121,7 @@ void Trial::load_data() {
   if (chief_)
     for (const auto& w : warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
   per_slot_ = cfg_.per_slot_batch();
-  plan_.emplace(records_per_epoch, cfg_.effective_global_batch(), per_slot_, cfg_.seed);
+  plan_.emplace(records_per_epoch, cfg_.effective_global_batch(), cfg_.seed);
   total_ = wo_.max_batches > 0 ? wo_.max_batches : cfg_.to_batches(cfg_.max_length, records_per_epoch);
   auto round_up = [&](int64_t b) { return b <= 0 ? int64_t{0} : (b + k_ - 1) / k_ * k_; };
   total_ = round_up(total_);  // whole optimizer steps
@@ -133,7 +139,7 @@ void Trial::resume() {
   if (chief_)
     for (const auto& w : warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
   if (!found) return;
-  start_ = found->batch;
+  start_ = committed_ = found->batch;
   resumed_time_ = found->meta.at("time").get<double>();
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -193,8 +199,15 @@ void Trial::open_metrics() {
 void Trial::complete(const Open& b, bool was_deferred) {
   const Exchanged ex = exchange_->finish();  // a deferred step's parts are updated by now
   if (!was_deferred && ex.communicated) {
+    if (cfg_.elastic()) save_step_copy();
     optimizer_->step();
     exchange_->zero();
+    committed_ = b.batch;
+    if (cfg_.elastic()) {
+      count_step_records(b.batch, std::llround(exchange_->reduced_metrics().loss.count), 1);
+      check_complete_epochs();
+      log_membership_changes();
+    }
   }
   const auto end = SteadyClock::now();
   // From the batch's start, or from the previous batch's end where that came later (a deferred one).
@@ -224,8 +237,9 @@ void Trial::complete(const Open& b, bool was_deferred) {
 
 void Trial::train_batch(int64_t batch) {
   Open b{batch, SteadyClock::now()};
-  const auto idx = plan_->shard(batch - 1, rank_);
-  auto [x, y] = make_batch(train_, idx.data(), per_slot_);
+  const auto idx = plan_->shard(batch - 1, rank_, world_);
+  const auto n = static_cast<int64_t>(idx.size());
+  auto [x, y] = make_batch(train_, idx.data(), n);
   b.data = seconds_since(b.start);
   torch::manual_seed(cfg_.seed * 1000003 + static_cast<uint64_t>(batch) * 131 +
                      static_cast<uint64_t>(rank_));  // dropout
@@ -234,11 +248,21 @@ void Trial::train_batch(int64_t batch) {
     complete(*deferred_, true);
     deferred_.reset();
   }
-  auto loss = torch::nn::functional::cross_entropy(logits, y);
+  // The gradients are averaged over the slots: where they hold unequal shares
+  // of the global batch (elastic, after a shrink), each slot's summed loss is
+  // weighted so that the average is the global batch's mean.
+  const int64_t global = plan_->global_batch();
+  const bool equal_shares = global % world_ == 0;
+  const double weight = equal_shares ? 1.0 / static_cast<double>(n) : static_cast<double>(world_) / global;
+  auto loss = equal_shares ? torch::nn::functional::cross_entropy(logits, y)
+                           : torch::nn::functional::cross_entropy(
+                                 logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)) *
+                                 weight;
   {
     torch::NoGradGuard no_grad;
-    const double n = static_cast<double>(per_slot_);
-    const Metric batch_loss{loss.item<double>() * n, n}, batch_correct{logits.argmax(1).eq(y).sum().item<double>(), n};
+    const double records = static_cast<double>(n);
+    const double loss_sum = equal_shares ? loss.item<double>() * records : loss.item<double>() / weight;
+    const Metric batch_loss{loss_sum, records}, batch_correct{logits.argmax(1).eq(y).sum().item<double>(), records};
     b.own_loss = batch_loss.mean(), b.own_accuracy = batch_correct.mean();
     // Sent once per communicating batch, summed over aggregation's local batches.
     exchange_->add_batch_metrics(batch_loss, batch_correct);
@@ -251,15 +275,23 @@ void Trial::train_batch(int64_t batch) {
     set_learning_rate(*optimizer_, learning_rate_at(cfg_, optimizer_step_, total_ / k_,
                                                     std::max<int64_t>(1, plan_->batches_per_epoch() / k_)));
   }
-  const bool last_batch = batch == total_;
-  const bool validate_now = (validate_every_ > 0 && batch % validate_every_ == 0) || last_batch;
-  const bool checkpoint_now = (checkpoint_every_ > 0 && batch % checkpoint_every_ == 0) || last_batch;
+  const auto [validate_now, checkpoint_now] = due_after(batch);
   if (exchange_->defers_updates() && batch % k_ == 0 && !validate_now && !checkpoint_now) {
     deferred_ = b;
     exchange_->defer_updates();
     return;
   }
   complete(b, false);
+}
+
+std::pair<bool, bool> Trial::due_after(int64_t batch) const {
+  const bool last_batch = batch == total_;
+  return {(validate_every_ > 0 && batch % validate_every_ == 0) || last_batch,
+          (checkpoint_every_ > 0 && batch % checkpoint_every_ == 0) || last_batch};
+}
+
+void Trial::after_batch(int64_t batch) {
+  const auto [validate_now, checkpoint_now] = due_after(batch);
   std::optional<ValidationRecord> v;
   if (validate_now) v = validate(batch);
   if (checkpoint_now) checkpoint(batch, v);
@@ -298,7 +330,8 @@ ValidationRecord Trial::validate(int64_t batch) {
   v.seconds = seconds_since(t);
   v.forward_seconds = forward_s;
   validation_seconds_ += v.seconds;
-  if (log_) log_->validation(v);
+  if (log_ && batch > last_validation_logged_) log_->validation(v);  // once, when an elastic trial redoes it
+  last_validation_logged_ = batch;
   return v;
 }
 
@@ -335,14 +368,33 @@ void Trial::run() {
   stalls_ = std::make_unique<StallReporter>(wo_.stall_factor, world_, log_.get());
   model_.set_training(true);
   last_end_ = SteadyClock::now();
-  for (int64_t batch = start_ + 1; batch <= total_; ++batch) {
-    if (batch == wo_.fail_at_batch && rank_ == wo_.fail_rank && wo_.attempt == 0) {
-      std::fprintf(stderr, "fault injection: rank %d killed at batch %lld\n", rank_, static_cast<long long>(batch));
+  committed_ = start_;
+  // Epochs begun before a resumed checkpoint are not counted whole here.
+  first_epoch_counted_ = next_epoch_checked_ = (start_ + plan_->batches_per_epoch() - 1) / plan_->batches_per_epoch();
+  bool step_done = false;  // after a failure in validation: only the after-work is redone
+  for (int64_t batch = start_ + 1; batch <= total_;) {
+    if (batch == wo_.fail_at_batch && originals_[size_t(rank_)] == wo_.fail_rank && wo_.attempt == 0) {
+      const double unix_time =
+          std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+      std::fprintf(stderr, "fault injection: rank %d killed at batch %lld (unix time %.3f)\n", rank_,
+                   static_cast<long long>(batch), unix_time);
       std::fflush(stderr);
       ::raise(SIGKILL);
     }
-    train_batch(batch);
+    try {
+      if (!step_done) train_batch(batch);
+      after_batch(batch);
+      ++batch;
+      step_done = false;
+    } catch (const tandem::Excluded&) {
+      throw;  // left out, or no majority: the trial restarts from its checkpoint
+    } catch (const tandem::Error& e) {
+      if (!cfg_.elastic()) throw;
+      const Resume r = go_on_without_lost(e, batch);
+      batch = r.batch, step_done = r.step_done;
+    }
   }
+  log_membership_changes();  // a failure in the last validation: no step follows its redo
   if (chief_ && !wo_.dump_params.empty()) {
     std::ofstream out(wo_.dump_params, std::ios::binary);
     for (const auto& p : params_) {

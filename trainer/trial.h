@@ -18,11 +18,17 @@
 //  - trial clock: seconds since the first attempt started training, across
 //    restarts (the origin is kept in metrics.jsonl's first start line), so
 //    time to accuracy and wall time include what failures cost.
+//  - committed batch: the last communicating batch whose optimizer step this
+//    rank took. Elastic (elastic.cc): a failed exchange or validation makes
+//    the survivors shrink, agree on the smallest committed batch (a rank one
+//    step ahead puts back its copy from before that step) and go on after it,
+//    each global batch split over the slots there are.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -35,6 +41,7 @@
 #include "metrics.h"
 #include "model.h"
 #include "stall_reporter.h"
+#include "tandem/errors.h"
 #include "worker_options.h"
 
 namespace tandem::trainer {
@@ -64,10 +71,32 @@ class Trial {
   void warn_unused_hyperparameters() const;
   void open_metrics();
   void train_batch(int64_t batch);
+  // Whether a validation and a checkpoint are due after batch b.
+  std::pair<bool, bool> due_after(int64_t batch) const;
+  // The validation and checkpoint due after batch b, if any.
+  void after_batch(int64_t batch);
   // Ends batch b's exchange (updating what the forward left when deferred), then logs it.
   void complete(const Open& b, bool was_deferred);
   ValidationRecord validate(int64_t batch);
   void checkpoint(int64_t batch, const std::optional<ValidationRecord>& validation);
+  // Elastic (elastic.cc). Where the loop goes on after a failure: the batch, and
+  // whether that batch's step is done (only its validation and checkpoint are redone).
+  struct Resume {
+    int64_t batch = 0;
+    bool step_done = false;
+  };
+  Resume go_on_without_lost(const tandem::Error& failure, int64_t failed_batch);
+  // One shrink; `lost` gathers the slots left out over the attempts.
+  Resume shrink_and_agree(int64_t failed_batch, const std::string& reason, SteadyClock::time_point seen,
+                          std::vector<int>& lost);
+  // Elastic: the step ending at `batch` trained its global batches once (the
+  // slots' record counts, summed with the gradients), counted toward their
+  // epochs (sign -1: the step was put back); a complete epoch is checked.
+  void count_step_records(int64_t batch, int64_t slot_records_sum, int sign);
+  void check_complete_epochs();
+  void log_membership_changes();
+  void save_step_copy();           // before the optimizer steps
+  void restore_step_copy();        // back to before the committed step
   double now() const;              // the trial clock
   std::string model_name() const;  // the built-in model's name, or the TorchScript file
 
@@ -75,7 +104,8 @@ class Trial {
   ExperimentConfig cfg_;
   std::unique_ptr<Communicator> comm_;
   int rank_ = 0, world_ = 1, k_ = 1;
-  int layer_slices_ = 1;  // hyperparameters.layer_slices as resolved for these hosts
+  std::vector<int> originals_;  // each rank's rank at the start (they differ after a shrink)
+  int layer_slices_ = 1;        // hyperparameters.layer_slices as resolved for these hosts
   bool chief_ = false;
 
   Dataset train_, test_;
@@ -94,6 +124,20 @@ class Trial {
   std::optional<std::chrono::system_clock::time_point> origin_;  // of the trial clock
 
   std::unique_ptr<GradientExchange> exchange_;
+
+  int64_t committed_ = 0;
+  // The parameters and optimizer state before the committed batch's step (elastic only).
+  struct StepCopy {
+    std::vector<torch::Tensor> params;
+    c10::IValue optimizer;
+  };
+  std::optional<StepCopy> before_;
+  int64_t last_validation_logged_ = 0;
+  // Elastic: membership changes, written when the next step commits (recovery_seconds then known).
+  std::vector<std::pair<MembershipRecord, SteadyClock::time_point>> changes_;
+  std::map<int64_t, int64_t> epoch_records_;  // elastic: records trained in committed steps, by epoch
+  int64_t first_epoch_counted_ = 0;           // the first epoch begun in this attempt
+  int64_t next_epoch_checked_ = 0;            // from it on
 
   std::unique_ptr<MetricsWriter> log_;
   std::unique_ptr<StallReporter> stalls_;
