@@ -10,7 +10,9 @@
 //
 //   tandem launch -n 4 --elastic 2:4 -- build/examples/elastic_training --kill 2:40
 //
-// --kill RANK:STEP (repeatable): that rank kills itself (SIGKILL) at that step.
+// --kill RANK:STEP (repeatable): that rank kills itself (SIGKILL) at that step;
+// --stop RANK:STEP: it stops itself (SIGSTOP), as a hung process would, and is
+// left out once the heartbeat names it.
 #include <signal.h>
 #include <tandem/tandem.h>
 
@@ -54,21 +56,22 @@ void sgd_step(std::vector<double>& w, const std::vector<double>& g) {
 }
 
 int main(int argc, char** argv) try {
-  std::map<int, int> kill_at;  // original rank -> step
+  std::map<int, std::pair<int, int>> fault_at;  // original rank -> (step, signal)
   for (int i = 1; i + 1 < argc; i += 2) {
     int rank = -1, step = -1;
-    if (std::strcmp(argv[i], "--kill") != 0 || std::sscanf(argv[i + 1], "%d:%d", &rank, &step) != 2) {
-      std::fprintf(stderr, "usage: elastic_training [--kill RANK:STEP]...\n");
+    const bool kill = std::strcmp(argv[i], "--kill") == 0, stop = std::strcmp(argv[i], "--stop") == 0;
+    if (!(kill || stop) || std::sscanf(argv[i + 1], "%d:%d", &rank, &step) != 2) {
+      std::fprintf(stderr, "usage: elastic_training [--kill RANK:STEP | --stop RANK:STEP]...\n");
       return 2;
     }
-    kill_at[rank] = step;
+    fault_at[rank] = {step, kill ? SIGKILL : SIGSTOP};
   }
   auto comm = tandem::ring::connect_from_env();
   const int original = comm->rank();
   std::vector<double> w(kFeatures + 1, 0.0), before = w;  // the weights, and before the last step
   int shrinks = 0;
   for (int step = 0; step < kSteps;) {
-    if (kill_at.count(original) && kill_at[original] == step) raise(SIGKILL);
+    if (fault_at.count(original) && fault_at[original].first == step) raise(fault_at[original].second);
     // This rank's share of the step's records; the last element counts them.
     const int first = step * kBatch + kBatch * comm->rank() / comm->size();
     const int last = step * kBatch + kBatch * (comm->rank() + 1) / comm->size();

@@ -28,6 +28,7 @@
 #include <exception>
 #include <memory>
 #include <optional>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -243,6 +244,7 @@ class Launcher {
         if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) streams[i - 1]->pump();
       }
       reap();
+      stop_left_out();
       check_deadlines();
       if (opts_.on_tick) opts_.on_tick();
     }
@@ -322,12 +324,22 @@ class Launcher {
   }
 
   // --elastic: a worker lost while enough others run is recorded (the others
-  // shrink past it) and the job goes on.
+  // shrink past it) and the job goes on. One that exits after the others
+  // finished, which the store recorded as failed before (a stopped worker
+  // left out that woke), was lost then: the job's outcome stands.
   bool goes_on_without(const Rank& lost) {
     if (opts_.elastic_min == 0 || first_failure_ || stopping() || spawn_failure_ != 0 || lost.rank >= opts_.nprocs)
       return false;
     const auto workers =
         std::count_if(ranks_.begin(), ranks_.begin() + opts_.nprocs, [](const Rank& r) { return r.running; });
+    const bool others_finished = std::all_of(ranks_.begin(), ranks_.begin() + opts_.nprocs, [&](const Rank& r) {
+      return &r == &lost || (!r.running && r.status == 0) || recorded_failed(r.rank);
+    });
+    if (workers == 0 && others_finished && recorded_failed(lost.rank)) {
+      ++lost_workers_;
+      say("rank " + std::to_string(lost.rank) + " was recorded as failed before; the job went on without it");
+      return true;
+    }
     if (workers < opts_.elastic_min) return false;
     ++lost_workers_;
     record_failure_in_store(lost.rank, describe(lost.status));
@@ -336,13 +348,36 @@ class Launcher {
     return true;
   }
 
+  // --elastic: once every other worker has finished, a worker the store
+  // records as failed (left out while stopped or silent) is stopped too; it
+  // could never finish, nor rejoin.
+  void stop_left_out() {
+    if (opts_.elastic_min == 0 || first_failure_ || stopping() || !store_) return;
+    const auto workers = std::span(ranks_).first(size_t(opts_.nprocs));
+    const auto left_out = [&](const Rank& r) { return r.running && !r.signalled_by_us && recorded_failed(r.rank); };
+    if (!std::any_of(workers.begin(), workers.end(), left_out)) return;
+    if (!std::all_of(workers.begin(), workers.end(), [&](const Rank& r) { return left_out(r) || !r.running; })) return;
+    for (Rank& r : workers) {
+      if (!left_out(r)) continue;
+      say("rank " + std::to_string(r.rank) + " was left out of the job (the store records it as failed) and is still " +
+          "running after the others finished; stopping it");
+      signal_rank(r, SIGKILL);
+      ++lost_workers_;
+    }
+  }
+
+  bool recorded_failed(int rank) const {
+    if (!store_) return false;
+    const auto failed = store_->failed_ranks();
+    return std::find(failed.begin(), failed.end(), rank) != failed.end();
+  }
+
   // Lets ranks blocked in a collective fail fast with PeerFailure naming the
   // rank, instead of waiting for their timeout.
   void record_failure_in_store(int rank, const std::string& how) {
     if (!store_) return;
     try {
-      auto failed = store_->failed_ranks();
-      if (std::find(failed.begin(), failed.end(), rank) == failed.end()) store_->mark_failed(rank, how);
+      if (!recorded_failed(rank)) store_->mark_failed(rank, how);
     } catch (const std::exception& e) {
       say(std::string("could not record the failure in the store: ") + e.what());
     }

@@ -101,6 +101,19 @@ TEST(Examples, ElasticTrainingLosesTwoWorkers) {
   for (double d : diffs) EXPECT_LE(d, 1e-9) << o.text;
 }
 
+// Three workers; rank 1 stops itself (SIGSTOP) and is left out when the
+// heartbeat names it. Ranks 0 and 2 finish; the launcher then stops rank 1,
+// which could never finish, and the job succeeds.
+TEST(Examples, ElasticTrainingLeavesAStoppedWorkerOut) {
+  const std::string bin = env("TANDEM_BIN"), example = env("TANDEM_EXAMPLE_ELASTIC");
+  if (bin.empty() || example.empty())
+    GTEST_SKIP() << "TANDEM_BIN or TANDEM_EXAMPLE_ELASTIC is not set (run under ctest)";
+  const Output o = launch(3, example + " --stop 1:30", "--elastic 2:3");
+  ASSERT_EQ(o.status, 0) << o.text;
+  EXPECT_EQ(count(o.text, "1 shrinks, weights equal to rank 0's"), 2) << o.text;
+  EXPECT_EQ(count(o.text, "rank 1 was left out of the job"), 1) << o.text;
+}
+
 TEST(Examples, ElasticRefusesAStartOutsideItsBounds) {
   const std::string bin = env("TANDEM_BIN");
   if (bin.empty()) GTEST_SKIP() << "TANDEM_BIN is not set (run under ctest)";
