@@ -231,6 +231,7 @@ struct RankState {
   std::vector<int64_t> pids;  // by first rank
   int me = 0;
   size_t next_fault = 0;  // the first fault the survivors have not shrunk past
+  bool fenced = false;    // a victim that woke
   std::thread stopper;
 };
 
@@ -348,6 +349,13 @@ bool recover(RankState& st, const Error& e, int& step) {
     return false;
   }
   const Fault& f = st.plan.faults[st.next_fault++];
+  if (f.victim == st.me) {
+    // Stopped before it reached the fault's step (still in the call before,
+    // waiting on a slower rank): it wakes fenced all the same.
+    st.fenced = true;
+    expect_excluded(st, e);
+    return false;
+  }
   if (st.stopper.joinable()) st.stopper.join();
   const auto wake = [&] {
     if (f.stop && f.stopper == st.me) kill(pid_t(st.pids[size_t(f.victim)]), SIGCONT);
@@ -412,7 +420,9 @@ int run_rank(const JobPlan& plan, const std::string& log, const CommOptions& o) 
     }
   }
   if (st.stopper.joinable()) st.stopper.join();
-  EXPECT_EQ(st.next_fault, plan.faults.size()) << "rank " << st.me << " ended with faults unseen";
+  if (!st.fenced) {
+    EXPECT_EQ(st.next_fault, plan.faults.size()) << "rank " << st.me << " ended with faults unseen";
+  }
   return 0;
 }
 
