@@ -248,6 +248,33 @@ TEST(Shrink, AWokenRanksCallsThatOnlySendFail) {
   }
 }
 
+// A rank that is alive (it beats) but never calls shrink() is not recorded
+// failed: the others' shrink() goes on without it within their timeout,
+// instead of failing with Timeout, and the late rank is left out.
+TEST(Shrink, GoesOnWithoutASilentLiveRankWithinItsTimeout) {
+  RankGroup group(3, [](const CommOptions& o) {
+    auto comm = ring::connect(o, {});
+    float x = 1;
+    comm->allreduce(&x, 1, DataType::f32, ReduceOp::sum);
+    if (comm->rank() == 2) {
+      std::this_thread::sleep_for(3s);
+      EXPECT_THROW(comm->shrink(), Excluded);
+      return 0;
+    }
+    CollectiveOptions within;
+    within.timeout = 1s;
+    const auto start = Clock::now();
+    auto shrunk = comm->shrink({}, within);
+    EXPECT_LT(Clock::now() - start, 1s);
+    EXPECT_EQ(shrunk.members, (std::vector<int>{0, 1}));
+    x = float(comm->rank() + 1);
+    shrunk.comm->allreduce(&x, 1, DataType::f32, ReduceOp::sum);
+    EXPECT_EQ(x, 3.0f);
+    return 0;
+  });
+  group.expect_success(60s);
+}
+
 // Four ranks, two die: the two left are no majority, so both stop with
 // Excluded saying so (the other two could be alive behind a partition).
 TEST(Shrink, AMinorityStops) {
