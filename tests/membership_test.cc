@@ -199,6 +199,82 @@ TEST(Shrink, AStoppedRankThatWakesIsFenced) {
   group.expect_success(60s);
 }
 
+// As above, but the woken rank's calls only send (a send, a broadcast's root): they never
+// wait, so no failure poll would stop them, and they completed on the old
+// communicator as if nothing happened. The first call after the wake fails,
+// through shared memory and over UCX.
+TEST(Shrink, AWokenRanksCallsThatOnlySendFail) {
+  for (bool shared : {true, false}) {
+    SCOPED_TRACE(shared ? "shared memory" : "UCX");
+    ring::RingOptions ring_base;
+    ring_base.shared_memory = shared;
+    CommOptions base;
+    base.heartbeat = 400ms;
+    RankGroup group(
+        3,
+        [ring_base](const CommOptions& o) {
+          auto comm = ring::connect(o, ring_base);
+          std::vector<int64_t> pids(3);
+          const int64_t mine = getpid();
+          comm->allgather(&mine, pids.data(), 1, DataType::i64);
+          if (comm->rank() == 2) {
+            std::this_thread::sleep_for(1500ms);  // stopped in here, woken after the shrink
+            float x = 2;
+            int returned = 0;
+            try {
+              comm->send(&x, 1, DataType::f32, /*peer=*/0, /*tag=*/5);
+              ++returned;
+              comm->broadcast(&x, 1, DataType::f32, /*root=*/2);
+              ++returned;
+            } catch (const Error& e) {
+              fprintf(stderr, "rank 2 (woken): %s\n", e.what());
+            }
+            EXPECT_EQ(returned, 0) << "calls that returned after the wake (a send, a broadcast from rank 2)";
+            EXPECT_THROW(comm->shrink(), Excluded);
+            return 0;
+          }
+          if (comm->rank() == 0) kill(pid_t(pids[2]), SIGSTOP);
+          EXPECT_TRUE(interrupted(*comm));
+          auto shrunk = comm->shrink();
+          EXPECT_EQ(shrunk.members, (std::vector<int>{0, 1}));
+          if (comm->rank() == 0) kill(pid_t(pids[2]), SIGCONT);
+          float x = float(comm->rank() + 1);
+          shrunk.comm->allreduce(&x, 1, DataType::f32, ReduceOp::sum);
+          EXPECT_EQ(x, 3.0f);
+          return 0;
+        },
+        base);
+    group.expect_success(60s);
+  }
+}
+
+// A rank that is alive (it beats) but never calls shrink() is not recorded
+// failed: the others' shrink() goes on without it within their timeout,
+// instead of failing with Timeout, and the late rank is left out.
+TEST(Shrink, GoesOnWithoutASilentLiveRankWithinItsTimeout) {
+  RankGroup group(3, [](const CommOptions& o) {
+    auto comm = ring::connect(o, {});
+    float x = 1;
+    comm->allreduce(&x, 1, DataType::f32, ReduceOp::sum);
+    if (comm->rank() == 2) {
+      std::this_thread::sleep_for(3s);
+      EXPECT_THROW(comm->shrink(), Excluded);
+      return 0;
+    }
+    CollectiveOptions within;
+    within.timeout = 1s;
+    const auto start = Clock::now();
+    auto shrunk = comm->shrink({}, within);
+    EXPECT_LT(Clock::now() - start, 1s);
+    EXPECT_EQ(shrunk.members, (std::vector<int>{0, 1}));
+    x = float(comm->rank() + 1);
+    shrunk.comm->allreduce(&x, 1, DataType::f32, ReduceOp::sum);
+    EXPECT_EQ(x, 3.0f);
+    return 0;
+  });
+  group.expect_success(60s);
+}
+
 // Four ranks, two die: the two left are no majority, so both stop with
 // Excluded saying so (the other two could be alive behind a partition).
 TEST(Shrink, AMinorityStops) {

@@ -110,6 +110,7 @@ void Engine::execute(Task& task, Clock::time_point started) {
   }
   try {
     if (aborted_) throw_aborted();
+    check_after_pause(task);
     EngineChannel channel(*this, task);
     task.body(channel);
     channel.finish();
@@ -225,6 +226,21 @@ void Engine::check_health(const Task& task, int waiting_on) {
     mark_aborted(e.what(), /*revoked=*/true);  // another rank revoked: so is this communicator, here too
     throw;
   }
+}
+
+// A rank stopped long enough to be recorded as failed may wake after the
+// others shrank without it: its next call must fail even if it would only
+// send (a gather's leaf, a broadcast's root) and so never wait.
+void Engine::check_after_pause(const Task& task) {
+  if (!pause_pending()) return;
+  pause_pending_ = false;
+  liveness_.poll_now();
+  check_health(task, -1);
+}
+
+bool Engine::pause_pending() {
+  if (liveness_.paused()) pause_pending_ = true;
+  return pause_pending_;
 }
 
 void* Engine::scratch_buffer(size_t bytes, int slot, MemoryType memory) {

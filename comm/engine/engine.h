@@ -103,6 +103,9 @@ class Engine {
   bool mark_aborted(const std::string& reason, bool revoked);
   [[noreturn]] void throw_aborted();
   void check_open_locked() const;  // caller holds mu_
+  // After a pause of this process (Liveness::paused()), a failure poll before the call sends anything.
+  void check_after_pause(const Task& task);
+  bool pause_pending();  // a pause seen and its poll not yet made
 
   // Point-to-point (point_to_point.cc).
   void post(Task task);
@@ -139,6 +142,7 @@ class Engine {
   // The engine sleeps on UCX or the mailbox's doorbell: enqueue() must wake it.
   std::atomic<bool> sleeping_{false};
   uint32_t seq_ = 0;                                          // touched only by the thread that holds busy_
+  bool pause_pending_ = false;                                // touched only by the thread that holds busy_
   std::vector<ScratchBuffer> host_scratch_, device_scratch_;  // by slot
   std::shared_ptr<Request::State> inline_state_;              // try_run_here's, reused while nothing else holds it
 };

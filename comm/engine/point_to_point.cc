@@ -42,6 +42,7 @@ void Engine::post(Task task) {
   PostedCall call{std::move(task), {}, 0, 0, 0};
   try {
     if (aborted_) throw_aborted();
+    check_after_pause(call.task);
     for (size_t i = 0; i < call.task.p2p.size(); ++i) {
       const P2POp& op = call.task.p2p[i];
       if (op.kind == P2POp::recv && op.peer == kAnySource) {
@@ -317,7 +318,7 @@ bool Engine::run_p2p_inline(const P2POp* ops, size_t n, const CollectiveOptions&
     if (!queue_.empty() || busy_) return false;
     busy_ = true;
   }
-  if (!posted_.empty() || sticky_ || aborted_) {  // ours to read while we hold busy
+  if (!posted_.empty() || sticky_ || aborted_ || pause_pending()) {  // ours to read while we hold busy
     release_busy(false);
     return false;
   }

@@ -16,6 +16,10 @@ std::optional<int> first_failed_rank(const std::optional<std::string>& failed_ra
   return std::atoi(failed_ranks->c_str());
 }
 
+int64_t nanoseconds(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
 }  // namespace
 
 PeerFailure Liveness::rank_died(int rank, const std::string& detail) {
@@ -109,6 +113,16 @@ void Liveness::throw_if_revoked(const Description& what, uint32_t seq, int waiti
   if (revoked) throw Revoked(*revoked + "; during " + describe_wait(what, seq, ctx_.rank(), waiting_on));
 }
 
+bool Liveness::paused() {
+  // This order: the heartbeat thread sets pause_seen_ before it moves last_beat_ns_ on.
+  const int64_t last = last_beat_ns_.load();
+  if (last == 0) return false;
+  const int64_t bound = std::chrono::duration_cast<std::chrono::nanoseconds>(ctx_.opts.heartbeat).count();
+  if (nanoseconds(Clock::now()) - last < bound && !pause_seen_.load()) return false;
+  pause_seen_.store(false);
+  return true;
+}
+
 std::chrono::microseconds Liveness::until_next_check(const Task& task) const {
   const auto now = Clock::now();
   const auto next = std::min({task.deadline, next_failure_poll_, now + ctx_.opts.failure_poll});
@@ -126,12 +140,17 @@ void Liveness::start(Deadline deadline) {
     peer_watch_->beat(deadline);
   }
   const auto interval = peer_watch_ ? peer_watch_->step_interval() : opts.heartbeat / 2;
+  last_beat_ns_ = nanoseconds(Clock::now());
   thread_ = std::thread([this, interval] {
     const CommOptions& opts = ctx_.opts;
+    const int64_t pause = std::chrono::duration_cast<std::chrono::nanoseconds>(opts.heartbeat).count();
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
       if (cv_.wait_for(lock, interval, [&] { return stopping_; })) return;
       lock.unlock();
+      const int64_t now = nanoseconds(Clock::now());
+      if (now - last_beat_ns_.load() >= pause) pause_seen_.store(true);
+      last_beat_ns_.store(now);
       std::string error;
       try {
         const Deadline until = Clock::now() + opts.heartbeat;
@@ -162,6 +181,7 @@ void Liveness::stop() {
   }
   cv_.notify_all();
   thread_.join();
+  last_beat_ns_ = 0;
   if (!failed_) {
     try {
       const Deadline until = Clock::now() + std::chrono::seconds(2);

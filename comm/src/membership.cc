@@ -39,8 +39,10 @@ std::string to_csv(const Ranks& ranks) {
 }
 
 // The decision: "members:0,2,3" or "none:<why>". Waits until every rank has
-// arrived or is out (recorded failed, excluded by one that arrived), or the deadline.
-std::string decide(KeyValueStore& store, const std::string& base, int size, Deadline deadline) {
+// arrived or is out (recorded failed, excluded by one that arrived), or until
+// `give_up`; the store's reads may take until `deadline`.
+std::string decide(KeyValueStore& store, const std::string& base, int size, Clock::time_point give_up,
+                   Deadline deadline) {
   std::set<int> out, arrived;
   for (;;) {
     out = parse_ranks(store.try_get(kFailedRanksKey, deadline));
@@ -53,7 +55,7 @@ std::string decide(KeyValueStore& store, const std::string& base, int size, Dead
     }
     bool settled = true;
     for (int r = 0; r < size; ++r) settled = settled && (out.count(r) || arrived.count(r));
-    if (settled || Clock::now() >= deadline) break;
+    if (settled || Clock::now() >= give_up) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   std::vector<int> members;
@@ -83,14 +85,17 @@ Communicator::Shrunk Communicator::shrink(const std::vector<int>& exclude, const
   const uint64_t number = ++impl_->shrinks;  // the same on every survivor: each shrinks after each failure
   const std::string name = "shrink #" + std::to_string(number);
   const std::string base = ctx.key("shrink/" + std::to_string(number));
-  const Deadline deadline = Clock::now() + opts.timeout.value_or(ctx.opts.timeout);
+  const auto timeout = opts.timeout.value_or(ctx.opts.timeout);
+  const Deadline deadline = Clock::now() + timeout;
 
   std::string decision = "members:0";
   if (n > 1) {
     std::unique_ptr<KeyValueStore> store = ctx.store->connect_again(deadline);
     store->set(base + "/arrived/" + std::to_string(me), to_csv(exclude), deadline);
     if (store->add(base + "/deciders", 1, deadline) == 1) {
-      store->set(base + "/decision", decide(*store, base, n, deadline), deadline);
+      // Past three quarters of the timeout it goes on without a silent rank
+      // that is not recorded failed, so that the decision reaches the others within theirs.
+      store->set(base + "/decision", decide(*store, base, n, deadline - timeout / 4, deadline), deadline);
     }
     decision = store->get(base + "/decision", deadline);
   }
