@@ -43,7 +43,7 @@ class Liveness {
   // True once after this process was paused (stopped, or starved of the CPU)
   // for a heartbeat or more, so long that the others may have recorded it as
   // failed and shrunk without it: a call that only sends would complete
-  // without ever waiting, and so without a check(). Two loads and a clock read.
+  // without ever waiting, and so without a check(). Two loads and a coarse clock read.
   bool paused();
   // Makes the next check() poll the store whatever the time.
   void poll_now() { next_failure_poll_ = {}; }
@@ -70,7 +70,7 @@ class Liveness {
   std::string error_;                      // guarded by mu_
   std::atomic<bool> failed_{false};
   Clock::time_point next_failure_poll_{};
-  // When the heartbeat thread last woke (ns on Clock; 0: not beating), and
+  // When the heartbeat thread last woke (ns on CLOCK_MONOTONIC_COARSE; 0: not beating), and
   // whether it found a heartbeat or more since the wake before.
   std::atomic<int64_t> last_beat_ns_{0};
   std::atomic<bool> pause_seen_{false};
