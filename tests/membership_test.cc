@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -124,6 +125,44 @@ bool interrupted(Communicator& comm) {
   return false;
 }
 
+// Every rank's process id, for the tests that stop one.
+std::vector<int64_t> pids_of(Communicator& comm) {
+  std::vector<int64_t> pids(size_t(comm.size()));
+  const int64_t mine = getpid();
+  comm.allgather(&mine, pids.data(), 1, DataType::i64);
+  return pids;
+}
+
+// Three ranks with a short heartbeat. Rank 0 stops rank 2 (SIGSTOP); ranks 0
+// and 1 name it, shrink past it, wake it, and go on with a correct sum, while
+// rank 2, once woken, runs `woken` on its old communicator.
+void stop_rank_2_and_wake_it(const ring::RingOptions& ring_options, const std::function<void(Communicator&)>& woken) {
+  CommOptions base;
+  base.heartbeat = 400ms;
+  RankGroup group(
+      3,
+      [&](const CommOptions& o) {
+        auto comm = ring::connect(o, ring_options);
+        const std::vector<int64_t> pids = pids_of(*comm);
+        if (comm->rank() == 2) {
+          std::this_thread::sleep_for(1500ms);  // stopped in here, woken after the shrink
+          woken(*comm);
+          return 0;
+        }
+        if (comm->rank() == 0) kill(pid_t(pids[2]), SIGSTOP);
+        EXPECT_TRUE(interrupted(*comm));
+        auto shrunk = comm->shrink();
+        EXPECT_EQ(shrunk.members, (std::vector<int>{0, 1}));
+        if (comm->rank() == 0) kill(pid_t(pids[2]), SIGCONT);
+        float x = float(comm->rank() + 1);
+        shrunk.comm->allreduce(&x, 1, DataType::f32, ReduceOp::sum);
+        EXPECT_EQ(x, 3.0f);
+        return 0;
+      },
+      base);
+  group.expect_success(60s);
+}
+
 // Four ranks; rank 2 dies (its process exits without a word) while the others
 // wait on it. They shrink to a communicator of three, renumbered in the old
 // order, whose all-reduce sums the survivors' values; the shrink itself takes
@@ -161,42 +200,18 @@ TEST(Shrink, SurvivorsOfADeadRankGoOnWithoutIt) {
 // and 1 name it, shrink to two, and rank 0 wakes it: its call on the old
 // communicator fails, and its shrink() fails with Excluded, while the two go on.
 TEST(Shrink, AStoppedRankThatWakesIsFenced) {
-  CommOptions base;
-  base.heartbeat = 400ms;
-  RankGroup group(
-      3,
-      [](const CommOptions& o) {
-        auto comm = ring::connect(o, {});
-        std::vector<int64_t> pids(3);
-        const int64_t mine = getpid();
-        comm->allgather(&mine, pids.data(), 1, DataType::i64);
-        if (comm->rank() == 2) {
-          std::this_thread::sleep_for(1500ms);  // stopped in here, woken after the shrink
-          // Its first call may complete with what the others left in it before
-          // they gave up on it; the next one fails.
-          EXPECT_TRUE(interrupted(*comm) || interrupted(*comm));
-          try {
-            comm->shrink();
-            ADD_FAILURE() << "the woken rank's shrink() returned";
-          } catch (const Excluded& e) {
-            EXPECT_NE(std::string(e.what()).find("rank 2 was left out of shrink #1 (members 0,1 of 3)"),
-                      std::string::npos)
-                << e.what();
-          }
-          return 0;
-        }
-        if (comm->rank() == 0) kill(pid_t(pids[2]), SIGSTOP);
-        EXPECT_TRUE(interrupted(*comm));
-        auto shrunk = comm->shrink();
-        EXPECT_EQ(shrunk.members, (std::vector<int>{0, 1}));
-        if (comm->rank() == 0) kill(pid_t(pids[2]), SIGCONT);
-        float x = float(comm->rank() + 1);
-        shrunk.comm->allreduce(&x, 1, DataType::f32, ReduceOp::sum);
-        EXPECT_EQ(x, 3.0f);
-        return 0;
-      },
-      base);
-  group.expect_success(60s);
+  stop_rank_2_and_wake_it({}, [](Communicator& comm) {
+    // Its first call may complete with what the others left in it before
+    // they gave up on it; the next one fails.
+    EXPECT_TRUE(interrupted(comm) || interrupted(comm));
+    try {
+      comm.shrink();
+      ADD_FAILURE() << "the woken rank's shrink() returned";
+    } catch (const Excluded& e) {
+      EXPECT_NE(std::string(e.what()).find("rank 2 was left out of shrink #1 (members 0,1 of 3)"), std::string::npos)
+          << e.what();
+    }
+  });
 }
 
 // As above, but the woken rank's calls only send (a send, a broadcast's root): they never
@@ -206,45 +221,22 @@ TEST(Shrink, AStoppedRankThatWakesIsFenced) {
 TEST(Shrink, AWokenRanksCallsThatOnlySendFail) {
   for (bool shared : {true, false}) {
     SCOPED_TRACE(shared ? "shared memory" : "UCX");
-    ring::RingOptions ring_base;
-    ring_base.shared_memory = shared;
-    CommOptions base;
-    base.heartbeat = 400ms;
-    RankGroup group(
-        3,
-        [ring_base](const CommOptions& o) {
-          auto comm = ring::connect(o, ring_base);
-          std::vector<int64_t> pids(3);
-          const int64_t mine = getpid();
-          comm->allgather(&mine, pids.data(), 1, DataType::i64);
-          if (comm->rank() == 2) {
-            std::this_thread::sleep_for(1500ms);  // stopped in here, woken after the shrink
-            float x = 2;
-            int returned = 0;
-            try {
-              comm->send(&x, 1, DataType::f32, /*peer=*/0, /*tag=*/5);
-              ++returned;
-              comm->broadcast(&x, 1, DataType::f32, /*root=*/2);
-              ++returned;
-            } catch (const Error& e) {
-              fprintf(stderr, "rank 2 (woken): %s\n", e.what());
-            }
-            EXPECT_EQ(returned, 0) << "calls that returned after the wake (a send, a broadcast from rank 2)";
-            EXPECT_THROW(comm->shrink(), Excluded);
-            return 0;
-          }
-          if (comm->rank() == 0) kill(pid_t(pids[2]), SIGSTOP);
-          EXPECT_TRUE(interrupted(*comm));
-          auto shrunk = comm->shrink();
-          EXPECT_EQ(shrunk.members, (std::vector<int>{0, 1}));
-          if (comm->rank() == 0) kill(pid_t(pids[2]), SIGCONT);
-          float x = float(comm->rank() + 1);
-          shrunk.comm->allreduce(&x, 1, DataType::f32, ReduceOp::sum);
-          EXPECT_EQ(x, 3.0f);
-          return 0;
-        },
-        base);
-    group.expect_success(60s);
+    ring::RingOptions ring_options;
+    ring_options.shared_memory = shared;
+    stop_rank_2_and_wake_it(ring_options, [](Communicator& comm) {
+      float x = 2;
+      int returned = 0;
+      try {
+        comm.send(&x, 1, DataType::f32, /*peer=*/0, /*tag=*/5);
+        ++returned;
+        comm.broadcast(&x, 1, DataType::f32, /*root=*/2);
+        ++returned;
+      } catch (const Error& e) {
+        fprintf(stderr, "rank 2 (woken): %s\n", e.what());
+      }
+      EXPECT_EQ(returned, 0) << "calls that returned after the wake (a send, a broadcast from rank 2)";
+      EXPECT_THROW(comm.shrink(), Excluded);
+    });
   }
 }
 
