@@ -7,6 +7,8 @@
 // Kubernetes is installed here; mpirun (openmpi-bin) is, and runs for real.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -100,8 +102,34 @@ void expect_checked_allreduce(const std::vector<Process>& ranks, const std::vect
   EXPECT_THAT(ranks[0].output, HasSubstr("# Out of bounds values : 0 OK")) << ranks[0].output;
 }
 
-// A port for rank 0's store that this test alone is likely to use.
-int test_port(int offset) { return 21000 + (::getpid() * 7 + offset) % 20000; }
+// Whether nothing listens on `port` now (a concurrent test's store may).
+bool port_free(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(port));
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  const bool free = fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  if (fd >= 0) ::close(fd);
+  return free;
+}
+
+// A port for rank 0's store that this test alone is likely to use: derived
+// from the pid, and free now, with the one after it.
+int test_port(int offset) {
+  for (int i = 0;; i += 2) {
+    const int port = 21000 + (::getpid() * 7 + offset + i) % 20000;
+    if ((port_free(port) && port_free(port + 1)) || i > 40000) return port;
+  }
+}
+
+// A Slurm job id whose store port (20000 + 4 x (job mod 10000)) is free now.
+int slurm_job(int offset) {
+  for (int i = 0;; ++i) {
+    const int job = 100000 + (::getpid() + offset + i) % 10000;
+    if (port_free(20000 + 4 * (job % 10000)) || i > 10000) return job;
+  }
+}
 
 class JobRecipes : public ::testing::Test {
  protected:
@@ -135,7 +163,7 @@ std::vector<std::string> slurm_task(int job, int rank, const std::vector<std::st
 // 127.0.0.1 at the port derived from the job and step ids (20000 + 4 x (job
 // mod 10000) + step mod 4).
 TEST_F(JobRecipes, SlurmSrunOnOneNode) {
-  const int job = 100000 + ::getpid() % 10000;
+  const int job = slurm_job(0);
   std::vector<std::vector<std::string>> tasks = {slurm_task(job, 0, {hostname()}), slurm_task(job, 1, {hostname()})};
   const std::string store = "store 127.0.0.1:" + std::to_string(20000 + 4 * (job % 10000));
   expect_checked_allreduce(run_all(tasks, rank_script()),
@@ -148,7 +176,7 @@ TEST_F(JobRecipes, SlurmSrunOnOneNode) {
 // TANDEM_HOST_ID makes each task a host of its own), which needs the job
 // secret: the recipe's TANDEM_SECRET_FILE, mode 0600.
 TEST_F(JobRecipes, SlurmSrunOnTwoNodesWithTheSecretFile) {
-  const int job = 100000 + (::getpid() + 1) % 10000;
+  const int job = slurm_job(1);
   std::string secret = tandem::testing::scratch_template("secret");
   ::close(::mkstemp(secret.data()));  // mode 0600
   std::ofstream(secret) << std::string(64, 's') << "\n";
