@@ -21,6 +21,24 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// Runs `body` on `ranks` ranks through shared memory, then over UCX, after
+// an all-reduce that checks every rank met.
+void on_both_paths(int ranks, const std::function<int(std::unique_ptr<Communicator>&)>& body) {
+  for (bool shared : {true, false}) {
+    SCOPED_TRACE(shared ? "shared memory" : "UCX");
+    ring::RingOptions ring_options;
+    ring_options.shared_memory = shared;
+    RankGroup group(ranks, [&](const CommOptions& o) {
+      auto comm = ring::connect(o, ring_options);
+      float x = 1;
+      comm->allreduce(&x, 1, DataType::f32, ReduceOp::sum);
+      EXPECT_EQ(x, float(ranks));
+      return body(comm);
+    });
+    group.expect_success(60s);
+  }
+}
+
 // Expects `call` to throw Revoked naming rank 0's reason; returns when it did.
 template <typename Call>
 Clock::time_point expect_revoked(Call&& call, const char* what) {
@@ -42,51 +60,42 @@ Clock::time_point expect_revoked(Call&& call, const char* what) {
 // ends with Revoked within a second of it (a failure poll, 200 ms, plus the
 // store's round trip), later calls at once, and rank 3's late call too.
 TEST(Revoke, EveryRanksPendingCallFailsWithRevoked) {
-  for (bool shared : {true, false}) {
-    SCOPED_TRACE(shared ? "shared memory" : "UCX");
-    ring::RingOptions ring_base;
-    ring_base.shared_memory = shared;
-    RankGroup group(4, [ring_base](const CommOptions& o) {
-      auto comm = ring::connect(o, ring_base);
-      float x = 1;
-      comm->allreduce(&x, 1, DataType::f32, ReduceOp::sum);
-      EXPECT_EQ(x, 4.0f);
-      const auto met = Clock::now();
-      const auto revoke_at = met + 300ms;
-      if (comm->rank() == 3) {
-        std::this_thread::sleep_until(revoke_at + 1500ms);
-        expect_revoked([&] { comm->allreduce(&x, 1, DataType::f32, ReduceOp::sum); }, "rank 3's late all-reduce");
-        EXPECT_TRUE(comm->aborted());
-        return 0;
-      }
-      std::thread revoker;
-      if (comm->rank() == 0) {
-        revoker = std::thread([&] {
-          std::this_thread::sleep_until(revoke_at);
-          comm->revoke("lost rank 3");
-        });
-      }
-      if (comm->rank() == 2) {
-        float y = 0;
-        const auto t = expect_revoked([&] { comm->recv(&y, 1, DataType::f32, 3, /*tag=*/7); }, "recv from rank 3");
-        EXPECT_LT(t - revoke_at, 1s);
-      }
-      const auto t = expect_revoked([&] { comm->allreduce(&x, 1, DataType::f32, ReduceOp::sum); }, "all-reduce");
-      EXPECT_LT(t - revoke_at, 1s);
-      fprintf(stderr, "rank %d: unblocked %.3f s after the revoke\n", comm->rank(),
-              std::chrono::duration<double>(t - revoke_at).count());
-      if (revoker.joinable()) revoker.join();
-      // Sticky, and typed for every call: later ones fail at once.
-      const auto later = Clock::now();
-      expect_revoked([&] { comm->broadcast(&x, 1, DataType::f32, 0); }, "a later broadcast");
-      expect_revoked([&] { comm->send(&x, 1, DataType::f32, (comm->rank() + 1) % 3, 1); }, "a later send");
-      EXPECT_LT(Clock::now() - later, 100ms);
+  on_both_paths(4, [](std::unique_ptr<Communicator>& comm) {
+    float x = 1;
+    const auto met = Clock::now();
+    const auto revoke_at = met + 300ms;
+    if (comm->rank() == 3) {
+      std::this_thread::sleep_until(revoke_at + 1500ms);
+      expect_revoked([&] { comm->allreduce(&x, 1, DataType::f32, ReduceOp::sum); }, "rank 3's late all-reduce");
       EXPECT_TRUE(comm->aborted());
-      EXPECT_TRUE(comm->revoked());
       return 0;
-    });
-    group.expect_success(60s);
-  }
+    }
+    std::thread revoker;
+    if (comm->rank() == 0) {
+      revoker = std::thread([&] {
+        std::this_thread::sleep_until(revoke_at);
+        comm->revoke("lost rank 3");
+      });
+    }
+    if (comm->rank() == 2) {
+      float y = 0;
+      const auto t = expect_revoked([&] { comm->recv(&y, 1, DataType::f32, 3, /*tag=*/7); }, "recv from rank 3");
+      EXPECT_LT(t - revoke_at, 1s);
+    }
+    const auto t = expect_revoked([&] { comm->allreduce(&x, 1, DataType::f32, ReduceOp::sum); }, "all-reduce");
+    EXPECT_LT(t - revoke_at, 1s);
+    fprintf(stderr, "rank %d: unblocked %.3f s after the revoke\n", comm->rank(),
+            std::chrono::duration<double>(t - revoke_at).count());
+    if (revoker.joinable()) revoker.join();
+    // Sticky, and typed for every call: later ones fail at once.
+    const auto later = Clock::now();
+    expect_revoked([&] { comm->broadcast(&x, 1, DataType::f32, 0); }, "a later broadcast");
+    expect_revoked([&] { comm->send(&x, 1, DataType::f32, (comm->rank() + 1) % 3, 1); }, "a later send");
+    EXPECT_LT(Clock::now() - later, 100ms);
+    EXPECT_TRUE(comm->aborted());
+    EXPECT_TRUE(comm->revoked());
+    return 0;
+  });
 }
 
 // A communicator made by split() has its own revocation: revoking it leaves
@@ -168,32 +177,23 @@ void stop_rank_2_and_wake_it(const ring::RingOptions& ring_options, const std::f
 // order, whose all-reduce sums the survivors' values; the shrink itself takes
 // well under a second.
 TEST(Shrink, SurvivorsOfADeadRankGoOnWithoutIt) {
-  for (bool shared : {true, false}) {
-    SCOPED_TRACE(shared ? "shared memory" : "UCX");
-    ring::RingOptions ring_base;
-    ring_base.shared_memory = shared;
-    RankGroup group(4, [ring_base](const CommOptions& o) {
-      auto comm = ring::connect(o, ring_base);
-      float x = 1;
-      comm->allreduce(&x, 1, DataType::f32, ReduceOp::sum);
-      if (comm->rank() == 2) _exit(0);
-      EXPECT_TRUE(interrupted(*comm));
-      const auto start = Clock::now();
-      auto shrunk = comm->shrink();
-      const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-      fprintf(stderr, "rank %d: shrink took %.3f s\n", comm->rank(), seconds);
-      EXPECT_LT(seconds, 2.0);
-      EXPECT_EQ(shrunk.members, (std::vector<int>{0, 1, 3}));
-      EXPECT_EQ(shrunk.comm->size(), 3);
-      EXPECT_EQ(shrunk.comm->rank(), comm->rank() == 3 ? 2 : comm->rank());
-      std::vector<float> v(1000, float(comm->rank() + 1));
-      shrunk.comm->allreduce(v.data(), v.size(), DataType::f32, ReduceOp::sum);
-      EXPECT_EQ(v[0], 1.0f + 2.0f + 4.0f);
-      EXPECT_EQ(v[999], 7.0f);
-      return 0;
-    });
-    group.expect_success(60s);
-  }
+  on_both_paths(4, [](std::unique_ptr<Communicator>& comm) {
+    if (comm->rank() == 2) _exit(0);
+    EXPECT_TRUE(interrupted(*comm));
+    const auto start = Clock::now();
+    auto shrunk = comm->shrink();
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    fprintf(stderr, "rank %d: shrink took %.3f s\n", comm->rank(), seconds);
+    EXPECT_LT(seconds, 2.0);
+    EXPECT_EQ(shrunk.members, (std::vector<int>{0, 1, 3}));
+    EXPECT_EQ(shrunk.comm->size(), 3);
+    EXPECT_EQ(shrunk.comm->rank(), comm->rank() == 3 ? 2 : comm->rank());
+    std::vector<float> v(1000, float(comm->rank() + 1));
+    shrunk.comm->allreduce(v.data(), v.size(), DataType::f32, ReduceOp::sum);
+    EXPECT_EQ(v[0], 1.0f + 2.0f + 4.0f);
+    EXPECT_EQ(v[999], 7.0f);
+    return 0;
+  });
 }
 
 // Three ranks with a short heartbeat; rank 0 stops rank 2 (SIGSTOP). Ranks 0
