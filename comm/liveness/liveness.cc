@@ -12,10 +12,14 @@
 namespace tandem {
 namespace {
 
-// The rank the store saw die first (kFailedRanksKey lists them in order).
-std::optional<int> first_failed_rank(const std::optional<std::string>& failed_ranks) {
-  if (!failed_ranks || failed_ranks->empty()) return std::nullopt;
-  return std::atoi(failed_ranks->c_str());
+// The rank the store saw die first (kFailedRanksKey lists them in order); the
+// job's store may also list processes beyond this communicator (joiners).
+std::optional<int> first_failed_rank(const std::optional<std::string>& failed_ranks, int size) {
+  if (!failed_ranks) return std::nullopt;
+  for (int r : parse_rank_list(*failed_ranks)) {
+    if (r >= 0 && r < size) return r;
+  }
+  return std::nullopt;
 }
 
 // Nanoseconds on the coarse monotonic clock: the pause check runs on every
@@ -55,7 +59,7 @@ void Liveness::blame_first_failure(const PeerFailure& seen, const Task& task, ui
     } catch (const Error&) {
       break;
     }
-    if (auto r = first_failed_rank(failed)) {
+    if (auto r = first_failed_rank(failed, ctx_.size())) {
       throw rank_died(*r, during + "; rank " + std::to_string(rank) + " saw: " + seen.what());
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -92,7 +96,7 @@ void Liveness::check(const Task& task, uint32_t seq, int waiting_on, int failed_
     } catch (const PeerFailure& e) {
       ctx_.throw_store_lost(e);
     }
-    if (auto r = first_failed_rank(failed_ranks)) {
+    if (auto r = first_failed_rank(failed_ranks, ctx_.size())) {
       calls_.throw_published_mismatch(what, seq, waiting_on);
       throw rank_died(*r, "; during " + describe_wait(what, seq, rank, waiting_on));
     }

@@ -224,4 +224,17 @@ void StoreServer::mark_failed(int rank, const std::string& reason) {
   done.get_future().wait();
 }
 
+std::vector<int> parse_rank_list(const std::string& csv) {
+  std::vector<int> out;
+  for (size_t at = 0; at < csv.size();) {
+    const size_t comma = std::min(csv.find(',', at), csv.size());
+    const std::string item = csv.substr(at, comma - at);
+    char* end = nullptr;
+    const long rank = std::strtol(item.c_str(), &end, 10);
+    if (!item.empty() && end && *end == '\0') out.push_back(int(rank));
+    at = comma + 1;
+  }
+  return out;
+}
+
 }  // namespace tandem

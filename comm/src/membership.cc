@@ -17,15 +17,9 @@ namespace tandem {
 namespace {
 
 std::set<int> parse_ranks(const std::optional<std::string>& csv) {
-  std::set<int> out;
-  if (!csv) return out;
-  size_t at = 0;
-  while (at < csv->size()) {
-    const size_t comma = std::min(csv->find(',', at), csv->size());
-    if (comma > at) out.insert(std::stoi(csv->substr(at, comma - at)));
-    at = comma + 1;
-  }
-  return out;
+  if (!csv) return {};
+  const std::vector<int> ranks = parse_rank_list(*csv);
+  return {ranks.begin(), ranks.end()};
 }
 
 template <typename Ranks>

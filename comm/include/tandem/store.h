@@ -39,6 +39,8 @@ inline constexpr uint32_t kMaxKeyBytes = 4096;
 inline constexpr uint32_t kMaxValueBytes = 64u << 20;
 // Comma-separated ranks whose registered connection dropped without goodbye, in order of detection.
 inline constexpr const char* kFailedRanksKey = "tandem/failed_ranks";
+// The ranks of such a list, in order; items that are not numbers are skipped.
+std::vector<int> parse_rank_list(const std::string& csv);
 // A rank whose heartbeats stop for this many intervals is recorded as failed.
 inline constexpr int kSilentHeartbeats = 2;
 // Where the store keeps why a rank was recorded as failed (text).
