@@ -57,6 +57,11 @@ SettingTable<O> make_comm() {
   t.push_back(bool_field(setting_row("comm", "TANDEM_STORE_LISTEN_ALL", "store_listen_all", K::boolean, "0",
                                      "Let rank 0 host the store on every address (0.0.0.0 or ::)."),
                          &O::store_listen_all));
+  t.push_back(bool_field(setting_row("comm", "TANDEM_JOIN", "join", K::boolean, "0",
+                                     "Join a running job: create() waits for the members' next grow() (tandem "
+                                     "launch --elastic sets it on replacements).",
+                                     "set it to 1 (join a running job) or 0"),
+                         &O::join));
   t.push_back(bool_field(setting_row("comm", "TANDEM_ALLOW_NO_SECRET", "allow_no_secret", K::boolean, "0",
                                      "Let a store reachable from other hosts run without the job secret."),
                          &O::allow_no_secret));

@@ -74,6 +74,7 @@ Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
 std::unique_ptr<Communicator> Communicator::create(const CommOptions& options, std::shared_ptr<Algorithms> algorithms) {
   configure_logging();  // once per process, before the first line any subsystem logs
   if (!algorithms) throw InvalidArgument("Communicator::create needs algorithms (e.g. tandem::ring::algorithms())");
+  if (options.join) return join(options, std::move(algorithms));
   if (options.size < 1 || options.size > kMaxRanks) {
     throw InvalidArgument("world size " + std::to_string(options.size) + " is out of range 1.." +
                           std::to_string(kMaxRanks));

@@ -36,6 +36,8 @@ struct Communicator::Impl {
   Engine engine{ctx, endpoints, liveness, calls};
   uint64_t splits = 0;   // split() calls so far, for the new communicators' keys
   uint64_t shrinks = 0;  // shrink() calls so far, likewise
+  uint64_t grows = 0;    // grow() calls so far, likewise
+  bool joined = false;   // made by join()
 
  private:
   bool finalize_barrier(Deadline deadline);

@@ -19,12 +19,19 @@ PrefixStore::PrefixStore(std::unique_ptr<KeyValueStore> root, std::string prefix
 std::unique_ptr<PrefixStore> PrefixStore::within(KeyValueStore& store, const std::string& prefix,
                                                  const std::vector<int>& ranks, const std::vector<int>& extra,
                                                  Deadline deadline) {
-  auto* outer = dynamic_cast<PrefixStore*>(&store);
   std::vector<int> root_ranks;
   for (int r : ranks) root_ranks.push_back(root_rank_of(store, r));
   root_ranks.insert(root_ranks.end(), extra.begin(), extra.end());
-  std::unique_ptr<KeyValueStore> root = outer ? outer->root_->connect_again(deadline) : store.connect_again(deadline);
-  return std::make_unique<PrefixStore>(std::move(root), raw_prefix_of(store) + prefix, std::move(root_ranks));
+  return std::make_unique<PrefixStore>(root_of(store, deadline), raw_prefix_of(store) + prefix, std::move(root_ranks));
+}
+
+std::unique_ptr<KeyValueStore> PrefixStore::root_of(KeyValueStore& store, Deadline deadline) {
+  auto* view = dynamic_cast<PrefixStore*>(&store);
+  return view ? view->root_->connect_again(deadline) : store.connect_again(deadline);
+}
+
+bool PrefixStore::tracks_liveness() const {
+  return root_->tracks_liveness() && std::find(root_ranks_.begin(), root_ranks_.end(), -1) == root_ranks_.end();
 }
 
 int PrefixStore::root_rank_of(KeyValueStore& store, int rank) {

@@ -29,6 +29,8 @@ class PrefixStore final : public KeyValueStore {
   static std::unique_ptr<PrefixStore> within(KeyValueStore& store, const std::string& prefix,
                                              const std::vector<int>& ranks, const std::vector<int>& extra,
                                              Deadline deadline);
+  // Another connection to the root store under `store`.
+  static std::unique_ptr<KeyValueStore> root_of(KeyValueStore& store, Deadline deadline);
   // The root rank of `store`'s rank r (r itself for the root store, -1 if none).
   static int root_rank_of(KeyValueStore& store, int rank);
   // Where `store`'s keys lie in the root store ("" for the root itself).
@@ -42,7 +44,8 @@ class PrefixStore final : public KeyValueStore {
   bool check(const std::vector<std::string>& keys, Deadline d) override;
   void erase(const std::string& key, Deadline d) override;
   std::unique_ptr<KeyValueStore> connect_again(Deadline d) override;
-  bool tracks_liveness() const override { return root_->tracks_liveness(); }
+  // A rank without a root rank cannot register: then the ranks watch each other (peer_watch.h).
+  bool tracks_liveness() const override;
   void hello(int rank, Deadline d) override;
   void goodbye(Deadline d) override { root_->goodbye(d); }
   void heartbeat(int rank, std::chrono::milliseconds interval, Deadline d) override;

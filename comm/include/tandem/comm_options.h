@@ -79,6 +79,12 @@ struct CommOptions {
   // store reachable from other hosts may run without a secret (TANDEM_ALLOW_NO_SECRET).
   bool store_listen_all = false;
   bool allow_no_secret = false;
+  // This process joins a running job (TANDEM_JOIN; `tandem launch --elastic`
+  // sets it on the workers it starts to replace lost ones): create() waits,
+  // up to connect_timeout, for the members' next Communicator::grow() and
+  // returns the communicator that includes it, at the rank the grow gives.
+  // `rank` is then the process's number in the job (-1: none), not its rank.
+  bool join = false;
 };
 
 // More ranks on this host than cores: waiting ranks must yield soon, and

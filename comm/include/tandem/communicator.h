@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -274,6 +275,24 @@ class Communicator {
   };
   Shrunk shrink(const std::vector<int>& exclude = {}, const CollectiveOptions& opts = {});
 
+  // ncclCommGrow / MPI_Comm_connect-accept for a data-parallel job: every
+  // member calls it at a point they choose (a step boundary), with the same
+  // max_new; it admits the processes waiting to join (created with
+  // CommOptions::join, e.g. replacements `tandem launch --elastic` starts),
+  // up to max_new, through the store. With none waiting, comm is null and
+  // nothing changes. Else the new communicator keeps the members' ranks and
+  // gives the joiners the next ones, in the order they asked; this one stays
+  // valid (grow does not revoke it). Costs a few store round trips with
+  // nobody waiting. A joiner that dies before it is wired up fails the
+  // members' grow at connect_timeout, this communicator still usable.
+  struct Grown {
+    std::unique_ptr<Communicator> comm;  // null: nobody was waiting
+    int joined = 0;                      // ranks size()..size()+joined-1 of comm
+  };
+  Grown grow(int max_new = std::numeric_limits<int>::max(), const CollectiveOptions& opts = {});
+  // True when this communicator was made by a join (CommOptions::join).
+  bool joined() const;
+
   // Host memory the other ranks on this host can map. When every rank's
   // buffers lie in it, all-reduces read and write each other's buffers
   // directly instead of copying through the shared segments (as NCCL's
@@ -319,6 +338,8 @@ class Communicator {
   // A communicator over `members` (ranks here, in the new order), wired up
   // through this one's store under `prefix` (split.cc).
   std::unique_ptr<Communicator> over_members(const std::vector<int>& members, const std::string& prefix);
+  // create() of a joining process: waits for a grow() and wires up with the members (grow.cc).
+  static std::unique_ptr<Communicator> join(CommOptions options, std::shared_ptr<Algorithms> algorithms);
   // Each operation's Call, built once for its blocking and async forms.
   // allreduce and reduce_scatter: `count` elements reduced by `op`.
   static Call reducing_call(Op kind, const void* input, void* output, size_t count, DataType dtype, ReduceOp op,
