@@ -134,6 +134,26 @@ TEST(Grow, AReplacementRestoresTheSizeAfterAShrink) {
   EXPECT_EQ(codes, (std::vector<int>{0, 0, 128 + SIGKILL, 0, 128 + SIGKILL}));
 }
 
+// A job of one rank (no store of its own until then) grows to two.
+TEST(Grow, AOneRankJobGrowsToTwo) {
+  RankGroup group(2, [](CommOptions o) {
+    std::unique_ptr<Communicator> comm;
+    if (o.rank == 1) {
+      o.join = true;
+      comm = ring::connect(o, {});
+    } else {
+      o.size = 1;
+      auto alone = ring::connect(o, {});
+      comm = grow_until_joined(*alone, 1).comm;
+    }
+    float x = float(comm->rank() + 1);
+    comm->allreduce(&x, 1, DataType::f32, ReduceOp::sum);
+    EXPECT_EQ(x, 3.0f);
+    return 0;
+  });
+  group.expect_success(60s);
+}
+
 // With nobody waiting, grow() returns no communicator, on every member, every time.
 TEST(Grow, WithNobodyWaitingNothingChanges) {
   RankGroup group(3, [](const CommOptions& o) {

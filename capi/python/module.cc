@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <tuple>
@@ -217,6 +218,15 @@ void bind_communicator(py::module_& m) {
           },
           py::arg("exclude") = std::vector<int>{}, py::arg("timeout") = py::none(), nogil,
           "Revokes; the survivors agree on the members; (their communicator, this one's ranks in its order)")
+      .def(
+          "grow",
+          [](Communicator& c, std::optional<int> max_new, std::optional<double> timeout) {
+            Communicator::Grown grown = c.grow(max_new.value_or(std::numeric_limits<int>::max()), collective(timeout));
+            return std::make_pair(std::shared_ptr<Communicator>(std::move(grown.comm)), grown.joined);
+          },
+          py::arg("max_new") = py::none(), py::arg("timeout") = py::none(), nogil,
+          "Admits the processes waiting to join (TANDEM_JOIN=1); (their communicator or None, how many joined)")
+      .def_property_readonly("joined", &Communicator::joined)
       .def("_allocate_shared", [](Communicator& c, size_t bytes) { return uintptr_t(c.allocate_shared(bytes)); })
       .def("_free_shared", [](Communicator& c, uintptr_t p) { c.free_shared(ptr(p)); })
       .def("abort", &Communicator::abort, py::arg("reason") = "abort() called",

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -209,6 +210,26 @@ tandem_status_t tandem_comm_shrink(tandem_comm_t* comm, const int* exclude, int 
     if (members) std::copy(shrunk.members.begin(), shrunk.members.end(), members);
     if (n_members) *n_members = int(shrunk.members.size());
     *newcomm = handle_of(std::move(shrunk.comm));
+  });
+}
+
+tandem_status_t tandem_comm_grow(tandem_comm_t* comm, int max_new, int64_t timeout_ms, tandem_comm_t** newcomm,
+                                 int* joined) {
+  static const char* fn = "tandem_comm_grow";
+  return on_comm(fn, comm, [&](Communicator& c) {
+    require_handle(newcomm, fn, "newcomm");
+    Communicator::Grown grown = c.grow(max_new < 0 ? std::numeric_limits<int>::max() : max_new, collective(timeout_ms));
+    if (joined) *joined = grown.joined;
+    *newcomm = grown.comm ? handle_of(std::move(grown.comm)) : nullptr;
+  });
+}
+
+tandem_status_t tandem_comm_joined(const tandem_comm_t* comm, int* joined) {
+  static const char* fn = "tandem_comm_joined";
+  return guard(fn, [&] {
+    require_handle(comm, fn, "comm");
+    require_handle(joined, fn, "joined");
+    *joined = comm->comm->joined() ? 1 : 0;
   });
 }
 

@@ -86,8 +86,8 @@ std::vector<Joiner> admit(KeyValueStore& root, const CommContext& ctx, Place pla
     const bool taken = std::find(place.numbers.begin(), place.numbers.end(), j.number) != place.numbers.end();
     if (taken || (j.number >= 0 && root.try_get(failure_reason_key(j.number), deadline))) {
       subsystem_log(Subsystem::comm)
-          .warn("tandem: a joiner says it is process {} of the job, which {}; it joins without a number",
-                j.number, taken ? "is a member" : "failed before");
+          .warn("tandem: a joiner says it is process {} of the job, which {}; it joins without a number", j.number,
+                taken ? "is a member" : "failed before");
       j.number = -1;
     }
     place.numbers.push_back(j.number);
@@ -113,17 +113,24 @@ void set_local(CommOptions& o, const std::vector<std::string>& hosts) {
 Communicator::Grown Communicator::grow(int max_new, const CollectiveOptions& opts) {
   if (max_new < 0) throw InvalidArgument("grow: max_new is " + std::to_string(max_new) + "; it must be 0 or more");
   CommContext& ctx = impl_->ctx;
-  if (!ctx.store) throw InvalidArgument("grow: a communicator of one rank without a store has no one to admit");
   const Deadline deadline = Clock::now() + opts.timeout.value_or(ctx.opts.timeout);
+  // A job of one rank has a store only if a launcher gave it one; without one nobody can be waiting.
+  std::unique_ptr<KeyValueStore> own_store;
+  if (!ctx.store) {
+    if (ctx.opts.store_address.empty()) return {};
+    auto [host, port] = parse_host_port(ctx.opts.store_address);
+    own_store = std::make_unique<StoreClient>(host, port, deadline, ctx.opts.secret);
+  }
+  KeyValueStore& store = ctx.store ? *ctx.store : *own_store;
   const uint64_t number = ++impl_->grows;  // the same on every member: grows are collective
   const std::string base = ctx.key("grow/" + std::to_string(number));
-  KeyValueStore& store = *ctx.store;
 
   // Every member's number in the job and host: the joiners learn them from their place.
   Place place{PrefixStore::raw_prefix_of(store) + base, ctx.opts.prefix, 0, 0, {}, {}};
   for (int r = 0; r < size(); ++r) {
     place.numbers.push_back(PrefixStore::root_rank_of(store, r));
-    place.hosts.push_back(store.get(ctx.key("topology/" + std::to_string(r)), deadline));
+    place.hosts.push_back(own_store ? own_host(ctx.opts)
+                                    : store.get(ctx.key("topology/" + std::to_string(r)), deadline));
   }
   if (store.add(base + "/arrived", 1, deadline) == 1) {
     std::unique_ptr<KeyValueStore> root = PrefixStore::root_of(store, deadline);
@@ -132,7 +139,8 @@ Communicator::Grown Communicator::grow(int max_new, const CollectiveOptions& opt
     store.set(base + "/decision", decision.empty() ? "none" : decision, deadline);
     // Every member that reached the last grow has read the one before.
     if (number > 2 && store.add(ctx.key("grow/" + std::to_string(number - 1) + "/arrived"), 0, deadline) == size()) {
-      for (const char* k : {"/arrived", "/decision"}) store.erase(ctx.key("grow/" + std::to_string(number - 2)) + k, deadline);
+      for (const char* k : {"/arrived", "/decision"})
+        store.erase(ctx.key("grow/" + std::to_string(number - 2)) + k, deadline);
     }
   }
   const std::string decision = store.get(base + "/decision", deadline);

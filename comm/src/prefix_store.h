@@ -52,7 +52,9 @@ class PrefixStore final : public KeyValueStore {
 
  private:
   std::optional<std::string> failed_ranks(Deadline d);
-  int root_rank(int rank) const { return rank >= 0 && size_t(rank) < root_ranks_.size() ? root_ranks_[size_t(rank)] : -1; }
+  int root_rank(int rank) const {
+    return rank >= 0 && size_t(rank) < root_ranks_.size() ? root_ranks_[size_t(rank)] : -1;
+  }
   std::string k(const std::string& key) const { return prefix_ + key; }
 
   std::unique_ptr<KeyValueStore> root_;

@@ -465,6 +465,13 @@ static void check_shrink(tandem_comm_t* revoked, int rank, int n) {
   CHECK(r == rank);
   CHECK_OK(tandem_broadcast(all, &v, &v, 1, TANDEM_I64, n - 1, -1));
   CHECK(v == n - 1);
+  /* Nobody waits to join: no new communicator. */
+  two = (tandem_comm_t*)&r;
+  CHECK_OK(tandem_comm_grow(all, -1, -1, &two, &count));
+  CHECK(two == NULL && count == 0);
+  CHECK_OK(tandem_comm_joined(all, &count));
+  CHECK(count == 0);
+  CHECK_ERROR(tandem_comm_grow(all, -1, -1, NULL, NULL), TANDEM_INVALID_ARGUMENT, "tandem_comm_grow: newcomm is NULL");
   CHECK_ERROR(tandem_comm_shrink(all, NULL, 1, -1, &two, NULL, NULL), TANDEM_INVALID_ARGUMENT,
               "tandem_comm_shrink: exclude is NULL or n_exclude is negative");
   if (n == 3) {

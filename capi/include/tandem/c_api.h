@@ -156,6 +156,17 @@ tandem_status_t tandem_comm_duplicate(tandem_comm_t* comm, int64_t timeout_ms, t
 tandem_status_t tandem_comm_shrink(tandem_comm_t* comm, const int* exclude, int n_exclude, int64_t timeout_ms,
                                    tandem_comm_t** newcomm, int* members, int* n_members);
 
+/* Admits the processes waiting to join (ncclCommGrow): every member calls it
+ * at a point they choose, with the same max_new (< 0: all waiting). Joiners
+ * are processes created with TANDEM_JOIN=1 (tandem_comm_create_from_env waits
+ * in them for this call). *newcomm is NULL and *joined 0 when nobody waits;
+ * else *newcomm keeps the members' ranks and gives the *joined joiners the
+ * next ones; comm stays valid. timeout_ms < 0: comm's timeout. */
+tandem_status_t tandem_comm_grow(tandem_comm_t* comm, int max_new, int64_t timeout_ms, tandem_comm_t** newcomm,
+                                 int* joined);
+/* 1 in a communicator made by joining (TANDEM_JOIN), else 0. */
+tandem_status_t tandem_comm_joined(const tandem_comm_t* comm, int* joined);
+
 /* Host memory the other ranks on this host can map: collectives whose
  * buffers lie in it on every rank read peers' buffers in place. Page-aligned,
  * zero-filled; ordinary memory when ranks cannot share. Valid until

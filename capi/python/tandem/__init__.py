@@ -214,6 +214,14 @@ class Communicator:
         core, members = self._core.shrink(list(exclude), timeout)
         return Communicator(core), members
 
+    def grow(self, max_new=None, timeout=None):
+        """Every member: admits the processes waiting to join (started with TANDEM_JOIN=1), up to max_new.
+        Returns (their communicator, how many joined), or (None, 0) when nobody waits; this one stays valid."""
+        core, joined = self._core.grow(max_new, timeout)
+        return (Communicator(core) if core is not None else None), joined
+
+    joined = property(lambda self: self._core.joined, doc="True in a communicator made by joining (TANDEM_JOIN=1)")
+
 
 def _signature(params):
     """The Python signature of a table row's parameters ("tensor op='sum' out=None"), then timeout and async_op."""
