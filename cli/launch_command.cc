@@ -46,6 +46,10 @@ void add_launch(CLI::App& app, LaunchFlags& flags) {
   l->add_option("--elastic", flags.elastic,
                 "MIN:MAX workers (torchrun's --nnodes MIN:MAX): a failed worker is recorded and the job goes on "
                 "while MIN run, for programs that shrink past it (Communicator::shrink); -n defaults to MAX");
+  l->add_option("--max-restarts", o.max_restarts,
+                "With --elastic: replace a lost worker, up to this many times, by a new process on its slot that "
+                "joins the running job (TANDEM_JOIN=1; the others admit it with Communicator::grow)")
+      ->capture_default_str();
   l->add_option("--servers", o.servers,
                 "Also start this many parameter-server ranks (`tandem ps serve`) after the N workers; every rank "
                 "gets TANDEM_SERVERS")

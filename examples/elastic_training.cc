@@ -5,13 +5,15 @@
 // already shrank), the survivors shrink to a communicator over themselves and
 // redo the step: its partial gradients are dropped, the batch is split anew,
 // so every record is trained exactly once and the global batch stays kBatch.
-// At the end every survivor compares its weights with the same steps run in
-// one process.
+// Below the starting size, the members admit a replacement at the next step
+// (grow) and hand it the weights and the step by broadcast. At the end every
+// survivor compares its weights with the same steps run in one process.
 //
-//   tandem launch -n 4 --elastic 2:4 -- build/examples/elastic_training --kill 2:40
+//   tandem launch -n 4 --elastic 2:4 --max-restarts 2 -- build/examples/elastic_training --kill 2:40
 //
-// --kill RANK:STEP (repeatable): that rank kills itself (SIGKILL) at that step;
-// --stop RANK:STEP: it stops itself (SIGSTOP), as a hung process would, and is
+// --kill N:STEP (repeatable): process N of the job (its first rank, or a
+// replacement's number, TANDEM_RANK) kills itself (SIGKILL) at that step;
+// --stop N:STEP: it stops itself (SIGSTOP), as a hung process would, and is
 // left out once the heartbeat names it.
 #include <signal.h>
 #include <tandem/tandem.h>
@@ -66,11 +68,32 @@ int main(int argc, char** argv) try {
     }
     fault_at[rank] = {step, kill ? SIGKILL : SIGSTOP};
   }
-  auto comm = tandem::ring::connect_from_env();
-  const int original = comm->rank();
+  auto comm = tandem::ring::connect_from_env();  // a replacement (TANDEM_JOIN=1) returns once admitted
+  const char* number_text = std::getenv("TANDEM_RANK");
+  const int original = comm->joined() && number_text ? std::atoi(number_text) : comm->rank();
+  const int wanted = comm->size();                        // the size to grow back to
   std::vector<double> w(kFeatures + 1, 0.0), before = w;  // the weights, and before the last step
-  int shrinks = 0;
-  for (int step = 0; step < kSteps;) {
+  int shrinks = 0, grows = 0, step = 0;
+  // The members hand a joiner the step and the weights.
+  const auto share_state = [&] {
+    std::vector<double> state{double(step)};
+    state.insert(state.end(), w.begin(), w.end());
+    state.insert(state.end(), before.begin(), before.end());
+    comm->broadcast(state.data(), state.size(), DataType::f64, 0);
+    step = int(state[0]);
+    w.assign(state.begin() + 1, state.begin() + 2 + kFeatures);
+    before.assign(state.begin() + 2 + kFeatures, state.end());
+  };
+  if (comm->joined()) share_state();
+  while (step < kSteps) {
+    if (comm->size() < wanted) {
+      if (auto grown = comm->grow(wanted - comm->size()); grown.comm) {
+        comm = std::move(grown.comm);
+        ++grows;
+        share_state();
+        if (comm->rank() == 0) std::printf("step %d: %d joined, %d ranks\n", step, grown.joined, comm->size());
+      }
+    }
     if (fault_at.count(original) && fault_at[original].first == step) raise(fault_at[original].second);
     // This rank's share of the step's records; the last element counts them.
     const int first = step * kBatch + kBatch * comm->rank() / comm->size();
@@ -117,8 +140,10 @@ int main(int argc, char** argv) try {
   std::vector<double> first_ranks = w;
   comm->broadcast(first_ranks.data(), first_ranks.size(), DataType::f64, 0);
   const bool same = std::memcmp(first_ranks.data(), w.data(), w.size() * sizeof(double)) == 0;
-  std::printf("rank %d (now %d of %d): %d steps, %d shrinks, weights %s rank 0's, reference max abs difference: %g\n",
-              original, comm->rank(), comm->size(), kSteps, shrinks, same ? "equal to" : "DIFFER from", diff);
+  std::printf(
+      "rank %d (now %d of %d): %d steps, %d shrinks, %d grows, weights %s rank 0's, reference max abs difference: "
+      "%g\n",
+      original, comm->rank(), comm->size(), kSteps, shrinks, grows, same ? "equal to" : "DIFFER from", diff);
   return same && diff < 1e-9 ? 0 : 1;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "elastic_training: %s\n", e.what());

@@ -158,6 +158,10 @@ void parse_elastic(const std::string& text, LaunchOptions& o) {
 }
 
 std::string validate(const LaunchOptions& o) {
+  if (o.max_restarts < 0) return "--max-restarts must be 0 or more (got " + std::to_string(o.max_restarts) + ")";
+  if (o.max_restarts > 0 && o.elastic_min == 0) {
+    return "--max-restarts replaces lost workers of an elastic job: give --elastic MIN:MAX too";
+  }
   int slots = 0;
   for (const HostSlots& h : o.hosts) slots += h.slots;
   if (!o.hosts.empty()) {

@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -330,6 +331,26 @@ int run_and_wait(const std::vector<std::string>& argv, const std::function<void(
   }
   if (exec_errno != 0) error = std::string("cannot run ") + argv[0] + ": " + std::strerror(exec_errno);
   return exit_code_of(status);
+}
+
+rlimit raise_file_limit() {
+  rlimit files{};
+  ::getrlimit(RLIMIT_NOFILE, &files);
+  const rlimit as_was = files;
+  if (files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &files);
+  }
+  return as_was;
+}
+
+void reap_orphans() {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+  while (std::chrono::steady_clock::now() < until) {
+    const pid_t pid = ::waitpid(-1, nullptr, WNOHANG);
+    if (pid < 0) return;  // ECHILD: nothing left
+    if (pid == 0) ::usleep(10000);
+  }
 }
 
 }  // namespace tandem::launch

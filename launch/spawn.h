@@ -32,7 +32,7 @@ struct Rank {
 // What the launcher sets per rank: never inherited from its own environment.
 inline constexpr const char* kOwnedVariables[] = {
     "TANDEM_RANK=",   "TANDEM_WORLD_SIZE=",  "TANDEM_LOCAL_RANK=", "TANDEM_LOCAL_WORLD_SIZE=", "TANDEM_STORE_ADDR=",
-    "TANDEM_SECRET=", "TANDEM_SECRET_FILE=", "TANDEM_JOB_ID=",     "TANDEM_SERVERS="};
+    "TANDEM_SECRET=", "TANDEM_SECRET_FILE=", "TANDEM_JOB_ID=",     "TANDEM_SERVERS=",          "TANDEM_JOIN="};
 
 // Whether `kv` (NAME=value) names a variable that one of `settings` (NAME=value each) sets.
 bool set_by(std::string_view kv, const std::vector<std::string>& settings);
@@ -88,5 +88,29 @@ std::vector<std::string> rank_environment(const std::vector<std::string>& job, c
 int spawn_rank(Rank& r, const std::string& path, const std::vector<std::string>& command,
                const std::vector<std::string>& env, const std::string& remote_secret, const rlimit& child_files,
                const cpu_set_t* cpus, std::string& error, GroupGuard& guard);
+
+// Where the ranks' programs are: the command (local ranks) and the remote shell.
+struct Programs {
+  std::optional<std::string> command, rsh;
+};
+
+// What starting a rank needs, kept by the launcher for replacements.
+struct SpawnContext {
+  const std::vector<Placement>* placement = nullptr;
+  const Programs* programs = nullptr;
+  const TorchJob* torch = nullptr;
+  rlimit child_files{};
+  GroupGuard* guard = nullptr;
+  std::vector<int> launcher_cpus;
+};
+
+// Each rank costs the launcher two pipes and a store connection; the default
+// soft limit of 1024 descriptors would not last to -n 1024. Raises it to the
+// hard limit; returns the limit the ranks inherit (as it was).
+rlimit raise_file_limit();
+
+// As child subreaper the launcher inherits what the ranks left behind; reaps
+// those (already killed with their process group) so none stays a zombie.
+void reap_orphans();
 
 }  // namespace tandem::launch

@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "elastic.h"
 #include "placement.h"
 #include "remote_shell.h"
 #include "signals.h"
@@ -101,10 +102,12 @@ class Launcher {
     ::prctl(PR_SET_CHILD_SUBREAPER, 1);
     start_ = Clock::now();
     GroupGuard guard;
-    if (!guard.start(size_t(opts_.nprocs + opts_.servers)))
+    if (!guard.start(size_t(opts_.nprocs + opts_.servers + opts_.max_restarts)))
       say(std::string("cannot start the group guard (") + std::strerror(errno) +
           "); if the launcher is killed, what the ranks started may outlive it");
-    spawn_all(placement, programs, torch, child_files, guard);
+    spawn_ = {&placement, &programs, &torch, child_files, &guard, allowed_cpus()};
+    ranks_.reserve(size_t(opts_.nprocs + opts_.servers + opts_.max_restarts));  // Rank pointers stay valid
+    spawn_all();
     loop(signals.fd());
     guard.stop();
     reap_orphans();
@@ -115,25 +118,6 @@ class Launcher {
   int interrupt_signal() const { return interrupt_signal_; }
 
  private:
-  // Where the ranks' programs are: the command (local ranks) and the remote shell.
-  struct Programs {
-    std::optional<std::string> command, rsh;
-  };
-
-  // Each rank costs the launcher two pipes and a store connection; the
-  // default soft limit of 1024 descriptors would not last to -n 1024.
-  // Returns the limit the ranks inherit (as it was).
-  static rlimit raise_file_limit() {
-    rlimit files{};
-    ::getrlimit(RLIMIT_NOFILE, &files);
-    const rlimit as_was = files;
-    if (files.rlim_cur < files.rlim_max) {
-      files.rlim_cur = files.rlim_max;
-      ::setrlimit(RLIMIT_NOFILE, &files);
-    }
-    return as_was;
-  }
-
   // The bootstrap store, admitting only holders of the job secret; on
   // 127.0.0.1 when every rank runs on this host. Null (said why) on failure.
   std::unique_ptr<StoreServer> start_store(bool any_remote) {
@@ -169,36 +153,40 @@ class Launcher {
 
   // Starts every rank (parameter-server ranks run server_command, already a
   // path: `tandem ps serve`); after a failed start, kills those running.
-  void spawn_all(const std::vector<Placement>& placement, const Programs& programs, const TorchJob& torch,
-                 const rlimit& child_files, GroupGuard& guard) {
+  void spawn_all() {
     const int world = opts_.nprocs + opts_.servers;
-    const std::vector<std::string>& serve = opts_.server_command;
     ranks_.resize(static_cast<size_t>(world));
-    const std::vector<int> launcher_cpus = allowed_cpus();
-    std::string error;
     for (int i = 0; i < world; ++i) {
-      ranks_[i].rank = i;
-      const bool server = i >= opts_.nprocs;
-      const Placement& at = placement[size_t(i)];
-      const std::vector<std::string> job = job_variables(i, world, at, store_address_, opts_.servers, torch);
-      const std::optional<cpu_set_t> cpus =
-          opts_.bind == "auto" && !at.remote() ? cpu_share(launcher_cpus, at.local_rank, at.local_size) : std::nullopt;
-      int rc =
-          at.remote()
-              ? spawn_rank(ranks_[i], *programs.rsh,
-                           remote_command(opts_.rsh, at.host, job, opts_.command, opts_.environment),
-                           rank_environment({}, "", opts_.environment), secret_, child_files, nullptr, error, guard)
-              : spawn_rank(ranks_[i], server ? serve[0] : *programs.command, server ? serve : opts_.command,
-                           rank_environment(job, secret_, opts_.environment), "", child_files, cpus ? &*cpus : nullptr,
-                           error, guard);
-      if (rc != 0) {
-        say("rank " + std::to_string(i) + ": " + error);
-        spawn_failure_ = rc;
-        // The ranks already running would wait for the missing one forever.
-        enter(Phase::killing, SIGKILL, kKillWait);
-        break;
-      }
+      if (!spawn_one(ranks_[size_t(i)], i, world, (*spawn_.placement)[size_t(i)], {})) break;
     }
+  }
+
+  // Starts rank r as process `number` of a job of `world` at `at`, with
+  // `extra` job variables; false (and every rank killed) if it cannot start.
+  bool spawn_one(Rank& r, int number, int world, const Placement& at, const std::vector<std::string>& extra) {
+    const bool server = number >= opts_.nprocs && number < opts_.nprocs + opts_.servers;
+    const std::vector<std::string>& serve = opts_.server_command;
+    r.rank = number;
+    std::vector<std::string> job = job_variables(number, world, at, store_address_, opts_.servers, *spawn_.torch);
+    job.insert(job.end(), extra.begin(), extra.end());
+    const std::optional<cpu_set_t> cpus = opts_.bind == "auto" && !at.remote()
+                                              ? cpu_share(spawn_.launcher_cpus, at.local_rank, at.local_size)
+                                              : std::nullopt;
+    std::string error;
+    const int rc = at.remote()
+                       ? spawn_rank(r, *spawn_.programs->rsh,
+                                    remote_command(opts_.rsh, at.host, job, opts_.command, opts_.environment),
+                                    rank_environment({}, "", opts_.environment), secret_, spawn_.child_files, nullptr,
+                                    error, *spawn_.guard)
+                       : spawn_rank(r, server ? serve[0] : *spawn_.programs->command, server ? serve : opts_.command,
+                                    rank_environment(job, secret_, opts_.environment), "", spawn_.child_files,
+                                    cpus ? &*cpus : nullptr, error, *spawn_.guard);
+    if (rc == 0) return true;
+    say("rank " + std::to_string(number) + ": " + error);
+    spawn_failure_ = rc;
+    // The ranks already running would wait for the missing one forever.
+    enter(Phase::killing, SIGKILL, kKillWait);
+    return false;
   }
 
   void loop(int signal_fd) {
@@ -247,17 +235,6 @@ class Launcher {
       stop_left_out();
       check_deadlines();
       if (opts_.on_tick) opts_.on_tick();
-    }
-  }
-
-  // As child subreaper the launcher inherits what the ranks left behind; reap
-  // those (already killed with their process group) so none stays a zombie.
-  static void reap_orphans() {
-    auto until = Clock::now() + 500ms;
-    while (Clock::now() < until) {
-      pid_t pid = ::waitpid(-1, nullptr, WNOHANG);
-      if (pid < 0) return;  // ECHILD: nothing left
-      if (pid == 0) ::usleep(10000);
     }
   }
 
@@ -324,18 +301,15 @@ class Launcher {
   }
 
   // --elastic: a worker lost while enough others run is recorded (the others
-  // shrink past it) and the job goes on. One that exits after the others
-  // finished, which the store recorded as failed before (a stopped worker
-  // left out that woke), was lost then: the job's outcome stands.
+  // shrink past it), replaced while --max-restarts are left, and the job goes
+  // on. One that exits after the others finished, which the store recorded as
+  // failed before (a stopped worker left out that woke), was lost then: the
+  // job's outcome stands.
   bool goes_on_without(const Rank& lost) {
-    if (opts_.elastic_min == 0 || first_failure_ || stopping() || spawn_failure_ != 0 || lost.rank >= opts_.nprocs)
+    if (!elastic_.on() || first_failure_ || stopping() || spawn_failure_ != 0 || !elastic_.is_worker(lost))
       return false;
-    const auto workers =
-        std::count_if(ranks_.begin(), ranks_.begin() + opts_.nprocs, [](const Rank& r) { return r.running; });
-    const bool others_finished = std::all_of(ranks_.begin(), ranks_.begin() + opts_.nprocs, [&](const Rank& r) {
-      return &r == &lost || (!r.running && r.status == 0) || recorded_failed(r.rank);
-    });
-    if (workers == 0 && others_finished && recorded_failed(lost.rank)) {
+    const long workers = elastic_.workers_running(ranks_);
+    if (workers == 0 && elastic_.others_finished(ranks_, &lost, false, failed_fn()) && recorded_failed(lost.rank)) {
       ++lost_workers_;
       say("rank " + std::to_string(lost.rank) + " was recorded as failed before; the job went on without it");
       return true;
@@ -345,25 +319,44 @@ class Launcher {
     record_failure_in_store(lost.rank, describe(lost.status));
     say("the job goes on with " + std::to_string(workers) + " worker(s) (--elastic " +
         std::to_string(opts_.elastic_min) + ":" + std::to_string(opts_.elastic_max) + ")");
+    if (const auto next = elastic_.replace(lost)) {
+      say("starting rank " + std::to_string(next->number) + " on rank " + std::to_string(next->slot) +
+          "'s slot to join the job (restart " + std::to_string(elastic_.restarts()) + " of " +
+          std::to_string(opts_.max_restarts) + ", --max-restarts)");
+      ranks_.emplace_back();  // within the capacity reserved: Rank pointers stay valid
+      spawn_one(ranks_.back(), next->number, next->number + 1, (*spawn_.placement)[size_t(next->slot)],
+                {"TANDEM_JOIN=1"});
+    }
     return true;
   }
 
   // --elastic: once every other worker has finished, a worker the store
   // records as failed (left out while stopped or silent) is stopped too; it
-  // could never finish, nor rejoin.
+  // could never finish, nor rejoin. So is a replacement never admitted.
   void stop_left_out() {
-    if (opts_.elastic_min == 0 || first_failure_ || stopping() || !store_) return;
-    const auto workers = std::span(ranks_).first(size_t(opts_.nprocs));
-    const auto left_out = [&](const Rank& r) { return r.running && !r.signalled_by_us && recorded_failed(r.rank); };
-    if (!std::any_of(workers.begin(), workers.end(), left_out)) return;
-    if (!std::all_of(workers.begin(), workers.end(), [&](const Rank& r) { return left_out(r) || !r.running; })) return;
-    for (Rank& r : workers) {
-      if (!left_out(r)) continue;
+    if (!elastic_.on() || first_failure_ || stopping() || !store_) return;
+    const auto left_out = [&](const Rank& r) {
+      return elastic_.is_worker(r) && r.running && !r.signalled_by_us && recorded_failed(r.rank);
+    };
+    const bool only_left_out = std::all_of(ranks_.begin(), ranks_.end(), [&](const Rank& r) {
+      return !elastic_.is_worker(r) || left_out(r) || !r.running;
+    });
+    for (Rank& r : ranks_) {
+      if (!only_left_out || !left_out(r)) continue;
       say("rank " + std::to_string(r.rank) + " was left out of the job (the store records it as failed) and is still " +
           "running after the others finished; stopping it");
       signal_rank(r, SIGKILL);
       ++lost_workers_;
     }
+    for (Rank* r : elastic_.waiting_in_vain(ranks_, failed_fn(), Clock::now())) {
+      say("rank " + std::to_string(r->rank) +
+          ", a replacement, was not admitted before the others finished; stopping it");
+      signal_rank(*r, SIGTERM);
+    }
+  }
+
+  Elastic::RecordedFailed failed_fn() const {
+    return [this](int rank) { return recorded_failed(rank); };
   }
 
   bool recorded_failed(int rank) const {
@@ -472,6 +465,8 @@ class Launcher {
   int interrupt_signal_ = 0;
   int failed_ = 0;
   int lost_workers_ = 0;  // --elastic: failed workers the job went on without
+  Elastic elastic_{opts_};
+  SpawnContext spawn_;
   int stopped_by_us_ = 0;
 };
 

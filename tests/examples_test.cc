@@ -95,7 +95,7 @@ TEST(Examples, ElasticTrainingLosesTwoWorkers) {
   const Output o = launch(4, example + " --kill 2:40 --kill 0:90", "--elastic 2:4");
   ASSERT_EQ(o.status, 0) << o.text;
   EXPECT_EQ(count(o.text, "the job goes on with"), 2) << o.text;
-  EXPECT_EQ(count(o.text, "2 shrinks, weights equal to rank 0's"), 2) << o.text;
+  EXPECT_EQ(count(o.text, "2 shrinks, 0 grows, weights equal to rank 0's"), 2) << o.text;
   const std::vector<double> diffs = differences(o.text, "reference");
   ASSERT_EQ(diffs.size(), 2u) << o.text;
   for (double d : diffs) EXPECT_LE(d, 1e-9) << o.text;
@@ -110,8 +110,47 @@ TEST(Examples, ElasticTrainingLeavesAStoppedWorkerOut) {
     GTEST_SKIP() << "TANDEM_BIN or TANDEM_EXAMPLE_ELASTIC is not set (run under ctest)";
   const Output o = launch(3, example + " --stop 1:30", "--elastic 2:3");
   ASSERT_EQ(o.status, 0) << o.text;
-  EXPECT_EQ(count(o.text, "1 shrinks, weights equal to rank 0's"), 2) << o.text;
+  EXPECT_EQ(count(o.text, "1 shrinks, 0 grows, weights equal to rank 0's"), 2) << o.text;
   EXPECT_EQ(count(o.text, "rank 1 was left out of the job"), 1) << o.text;
+}
+
+// Four workers under --elastic 2:4 --max-restarts 2: rank 2 dies at step 40,
+// the launcher starts process 4 on its slot, the survivors shrink and admit
+// it (grow) with the weights; then process 4 dies at step 70 and process 5
+// replaces it. Every worker ends at four ranks with rank 0's weights, equal
+// to one process's.
+TEST(Examples, ElasticTrainingReplacesLostWorkers) {
+  const std::string bin = env("TANDEM_BIN"), example = env("TANDEM_EXAMPLE_ELASTIC");
+  if (bin.empty() || example.empty())
+    GTEST_SKIP() << "TANDEM_BIN or TANDEM_EXAMPLE_ELASTIC is not set (run under ctest)";
+  const Output o = launch(4, example + " --kill 2:40 --kill 4:70", "--elastic 2:4 --max-restarts 2");
+  ASSERT_EQ(o.status, 0) << o.text;
+  EXPECT_EQ(count(o.text, "to join the job (restart"), 2) << o.text;
+  EXPECT_EQ(count(o.text, "2 shrinks, 2 grows, weights equal to rank 0's"), 3) << o.text;
+  EXPECT_EQ(count(o.text, "rank 5 (now 3 of 4): 128 steps, 0 shrinks, 0 grows, weights equal to rank 0's"), 1)
+      << o.text;
+  const std::vector<double> diffs = differences(o.text, "reference");
+  ASSERT_EQ(diffs.size(), 4u) << o.text;
+  for (double d : diffs) EXPECT_LE(d, 1e-9) << o.text;
+}
+
+// A replacement that nobody admits (the program never grows) is stopped once
+// the other workers finished, and the job succeeds; --max-restarts needs --elastic.
+TEST(Examples, ElasticLauncherStopsAReplacementNeverAdmitted) {
+  const std::string bin = env("TANDEM_BIN");
+  if (bin.empty()) GTEST_SKIP() << "TANDEM_BIN is not set (run under ctest)";
+  const std::string program =
+      "sh -c 'if [ \"$TANDEM_JOIN\" = 1 ]; then exec sleep 60; fi; if [ $TANDEM_RANK = 1 ]; then kill -9 $$; fi; "
+      "sleep 1'";
+  const Output o = run(bin + " launch -n 2 --elastic 1:2 --max-restarts 1 -- " + program, 30);
+  EXPECT_EQ(o.status, 0) << o.text;
+  EXPECT_NE(o.text.find("starting rank 2 on rank 1's slot"), std::string::npos) << o.text;
+  EXPECT_NE(o.text.find("rank 2, a replacement, was not admitted before the others finished; stopping it"),
+            std::string::npos)
+      << o.text;
+  const Output bad = run(bin + " launch -n 2 --max-restarts 1 -- true", kLimitSeconds);
+  EXPECT_EQ(bad.status, 2) << bad.text;
+  EXPECT_NE(bad.text.find("--max-restarts replaces lost workers of an elastic job"), std::string::npos) << bad.text;
 }
 
 TEST(Examples, ElasticRefusesAStartOutsideItsBounds) {

@@ -41,6 +41,13 @@ struct LaunchOptions {
   // stops the job. elastic_max bounds -n (its default); workers are not added
   // beyond the ones started.
   int elastic_min = 0, elastic_max = 0;
+  // --max-restarts (torchrun's name): with --elastic, a lost worker is
+  // replaced, up to this many times in the job, by a new process on its slot
+  // that joins the running job (TANDEM_JOIN=1; the others admit it with
+  // Communicator::grow()), numbered after every earlier process
+  // (TANDEM_RANK). A replacement still waiting to join when every other
+  // worker has finished is stopped after kill_after_seconds.
+  int max_restarts = 0;
   std::vector<std::string> command;  // argv of every rank; command[0] is looked up in PATH
   // Parameter-server ranks started after the nprocs workers (ranks nprocs..nprocs+servers-1),
   // each running `server_command` (`tandem ps serve`); every rank gets TANDEM_SERVERS.
