@@ -29,7 +29,9 @@ struct Communicator::Impl {
 
   CommContext ctx;
   std::shared_ptr<Algorithms> algorithms;
-  std::unique_ptr<StoreServer> server;  // when this rank hosts the store
+  // When this rank hosts the store: shared with the communicators made from
+  // this one (split, shrink, grow), which go on using it after this one ends.
+  std::shared_ptr<StoreServer> server;
   Endpoints endpoints{ctx};
   CallCheck calls{ctx};
   Liveness liveness{ctx, calls};

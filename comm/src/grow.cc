@@ -162,6 +162,7 @@ Communicator::Grown Communicator::grow(int max_new, const CollectiveOptions& opt
   for (int r = 0; r < size(); ++r) members.push_back(r);
   o.store = PrefixStore::within(store, base, members, extra, Clock::now() + ctx.opts.connect_timeout);
   grown.comm = Communicator::create(o, impl_->algorithms);
+  grown.comm->impl_->server = impl_->server;
   return grown;
 }
 

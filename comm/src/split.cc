@@ -56,7 +56,9 @@ std::unique_ptr<Communicator> Communicator::over_members(const std::vector<int>&
     const Deadline deadline = Clock::now() + impl_->ctx.opts.connect_timeout;
     o.store = PrefixStore::within(*impl_->ctx.store, prefix, members, {}, deadline);
   }
-  return Communicator::create(o, impl_->algorithms);
+  std::unique_ptr<Communicator> comm = Communicator::create(o, impl_->algorithms);
+  comm->impl_->server = impl_->server;
+  return comm;
 }
 
 std::unique_ptr<Communicator> Communicator::duplicate(const CollectiveOptions& opts) { return split(0, rank(), opts); }

@@ -21,7 +21,7 @@ void Communicator::Impl::connect() {
       so.host = host;
       so.port = port;
       so.secret = opts.secret;
-      server = std::make_unique<StoreServer>(so);
+      server = std::make_shared<StoreServer>(so);
     }
     ctx.store = std::make_shared<StoreClient>(host, port, deadline, opts.secret);
   }
