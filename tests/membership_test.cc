@@ -240,6 +240,51 @@ TEST(Shrink, AWokenRanksCallsThatOnlySendFail) {
   }
 }
 
+// The deciding rank is stopped before it decides. Rank 1 calls shrink()
+// first (so it decides) and waits for rank 3, which comes 2 s later; rank 2
+// stops rank 1 at 0.5 s. When the heartbeat records rank 1 as failed, ranks 0
+// and 2 choose a new decider, which waits for rank 3 and decides 0, 2, 3.
+// Woken afterwards, rank 1 finds its writes refused and gets Excluded.
+TEST(Shrink, AStoppedDeciderIsReplaced) {
+  CommOptions base;
+  base.heartbeat = 400ms;
+  RankGroup group(
+      4,
+      [](const CommOptions& o) {
+        auto comm = ring::connect(o, {});
+        std::vector<int64_t> pids(4);
+        const int64_t pid = getpid();
+        comm->allgather(&pid, pids.data(), 1, DataType::i64);
+        const auto met = Clock::now();
+        const int r = comm->rank();
+        if (r == 1) {
+          try {
+            comm->shrink();
+            ADD_FAILURE() << "the stopped decider's shrink() returned";
+          } catch (const Excluded& e) {
+            EXPECT_NE(std::string(e.what()).find("rank 1 was left out of shrink #1 (members 0,2,3 of 4)"),
+                      std::string::npos)
+                << e.what();
+          }
+          return 0;
+        }
+        if (r == 2) {
+          std::this_thread::sleep_until(met + 500ms);
+          kill(pid_t(pids[1]), SIGSTOP);
+        }
+        std::this_thread::sleep_until(met + (r == 3 ? 2000ms : 600ms));
+        auto shrunk = comm->shrink();
+        EXPECT_EQ(shrunk.members, (std::vector<int>{0, 2, 3}));
+        float x = float(r + 1);
+        shrunk.comm->allreduce(&x, 1, DataType::f32, ReduceOp::sum);
+        EXPECT_EQ(x, 1.0f + 3.0f + 4.0f);
+        if (r == 0) kill(pid_t(pids[1]), SIGCONT);
+        return 0;
+      },
+      base);
+  group.expect_success(60s);
+}
+
 // A rank that is alive (it beats) but never calls shrink() is not recorded
 // failed: the others' shrink() goes on without it within their timeout,
 // instead of failing with Timeout, and the late rank is left out.

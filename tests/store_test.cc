@@ -450,6 +450,34 @@ TEST_F(StoreTest, MarkFailedDedupesAndPublishes) {
   EXPECT_EQ(server.failed_ranks(), (std::vector<int>{5, 2}));  // still deduped
 }
 
+// A process recorded as failed may read but not write, on every connection it
+// made (connect_again carries its rank); closing one of those records nothing.
+TEST_F(StoreTest, ARankRecordedFailedIsRefusedWrites) {
+  StoreServer server(opts());
+  auto r4 = client(server);
+  r4->hello(4, soon());
+  r4->set("before", "1", soon());
+  std::unique_ptr<KeyValueStore> again = r4->connect_again(soon());
+  server.mark_failed(4);
+  for (KeyValueStore* c : {static_cast<KeyValueStore*>(r4.get()), again.get()}) {
+    EXPECT_THROW(c->set("after", "1", soon()), Excluded);
+    EXPECT_THROW(c->add("n", 1, soon()), Excluded);
+    EXPECT_THROW(c->erase("before", soon()), Excluded);
+    EXPECT_EQ(c->get("before", soon()), "1");
+  }
+  try {
+    again->set("after", "1", soon());
+  } catch (const Excluded& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 4 is recorded as failed; its writes are refused"), std::string::npos)
+        << e.what();
+  }
+  auto other = client(server);
+  other->set("after", "2", soon());  // an unregistered connection, or another rank's, still writes
+  again.reset();
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(server.failed_ranks(), std::vector<int>{4});
+}
+
 // ---- Authenticated store (job secret) ----------------------------------------
 
 constexpr uint16_t kOpHello = 8;

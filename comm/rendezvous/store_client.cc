@@ -121,6 +121,7 @@ struct StoreClient::Impl {
   uint16_t port;
   std::string address;  // "host:port" for messages
   std::string secret;   // for connect_again()
+  int rank = -1;        // the rank this connection said it is (hello, heartbeat); -1: none
   int fd = -1;
   std::string broken;  // why the connection is unusable; empty while healthy
   std::string wbuf;
@@ -273,6 +274,9 @@ struct StoreClient::Impl {
     if (io == Io::timeout) throw timed_out();
     if (io == Io::closed) fail_broken(what, "the server closed the connection");
     Reply r{static_cast<sp::Op>(h.opcode), body.substr(0, h.key_bytes), body.substr(h.key_bytes)};
+    if (r.op == sp::Op::error && r.value.rfind(sp::kFencedPrefix, 0) == 0)
+      throw Excluded("tandem store: " + what + " refused: " + r.value.substr(std::strlen(sp::kFencedPrefix)) +
+                     " (a process the others went on without must not rejoin but as a new one)");
     if (r.op == sp::Op::error)
       throw InvalidArgument("tandem store: store at " + address + " rejected " + what + ": " + r.value);
     return r;
@@ -323,8 +327,16 @@ StoreClient::StoreClient(const std::string& host, uint16_t port, Deadline deadli
 
 StoreClient::~StoreClient() = default;
 
+// The new connection is known as this one's rank (hello) but not watched
+// (goodbye at once: it may close without recording a failure). A process
+// recorded as failed is refused writes on every connection it has.
 std::unique_ptr<KeyValueStore> StoreClient::connect_again(Deadline deadline) {
-  return std::make_unique<StoreClient>(impl_->host, impl_->port, deadline, impl_->secret);
+  auto again = std::make_unique<StoreClient>(impl_->host, impl_->port, deadline, impl_->secret);
+  if (impl_->rank >= 0) {
+    again->hello(impl_->rank, deadline);
+    again->goodbye(deadline);
+  }
+  return again;
 }
 
 void StoreClient::set(const std::string& key, const std::string& value, Deadline deadline) {
@@ -395,6 +407,7 @@ void StoreClient::erase(const std::string& key, Deadline deadline) {
 void StoreClient::hello(int rank, Deadline deadline) {
   if (rank < 0) throw InvalidArgument("tandem store: hello needs a rank >= 0, got " + std::to_string(rank));
   impl_->simple(sp::Op::hello, {}, std::to_string(rank), deadline, "hello of rank " + std::to_string(rank));
+  impl_->rank = rank;
 }
 
 void StoreClient::goodbye(Deadline deadline) { impl_->simple(sp::Op::goodbye, {}, {}, deadline, "goodbye"); }
@@ -405,6 +418,7 @@ void StoreClient::heartbeat(int rank, std::chrono::milliseconds interval, Deadli
   }
   impl_->simple(sp::Op::heartbeat, {}, std::to_string(rank) + ":" + std::to_string(interval.count()), deadline,
                 "heartbeat of rank " + std::to_string(rank));
+  impl_->rank = rank;
 }
 
 std::pair<std::string, uint16_t> parse_host_port(const std::string& address) {

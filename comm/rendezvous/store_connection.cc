@@ -192,6 +192,11 @@ bool StoreServer::Impl::Connection::admit(sp::Op op, std::string_view value) {
 
 void StoreServer::Impl::Connection::handle(sp::Op op, const std::string& key, std::string_view value) {
   if (!admit(op, value)) return;
+  // A process recorded as failed may be one that was stopped and woke after
+  // the others went on without it: it may read, but not write.
+  if ((op == sp::Op::set || op == sp::Op::add || op == sp::Op::erase) && rank >= 0 && server.is_failed(rank)) {
+    return error_reply(fmt::format("{}rank {} is recorded as failed; its writes are refused", sp::kFencedPrefix, rank));
+  }
   switch (op) {
     case sp::Op::set:
       if (!server.put(key, std::string(value))) return error_reply(full(key, value.size()));

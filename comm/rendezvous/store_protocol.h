@@ -54,6 +54,9 @@ enum class Op : uint16_t {
 };
 
 inline constexpr size_t kHeaderBytes = 16;
+// An error reply whose text starts so: the connection's rank is recorded as
+// failed and may not write (the client throws Excluded).
+inline constexpr const char* kFencedPrefix = "fenced: ";
 
 struct Header {
   uint32_t magic = 0;

@@ -10,6 +10,7 @@
 // hundred bytes.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <boost/asio.hpp>
 #include <memory>
@@ -55,6 +56,10 @@ struct StoreServer::Impl {
 
   mutable std::mutex failed_mu;
   std::vector<int> failed;  // guarded by failed_mu; written on the io thread only
+  bool is_failed(int rank) {
+    std::lock_guard lock(failed_mu);
+    return std::find(failed.begin(), failed.end(), rank) != failed.end();
+  }
 
   explicit Impl(StoreServerOptions opts);
   ~Impl();

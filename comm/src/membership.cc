@@ -3,7 +3,8 @@
 // (with the ranks it excludes); the first to arrive, by an atomic add, waits
 // until every rank has arrived or is recorded as failed and writes the one
 // decision; every rank reads it. The store orders the writes, so there is one
-// decision however the ranks interleave. A rank the decision leaves out —
+// decision however the ranks interleave; a decider that fails before it
+// decides is replaced (agree()). A rank the decision leaves out —
 // recorded failed (a stopped rank that woke), excluded, or late — is fenced:
 // it holds no keys of the new communicator and its calls on the old one fail.
 #include <algorithm>
@@ -64,6 +65,46 @@ std::string decide(KeyValueStore& store, const std::string& base, int size, Cloc
   return "members:" + to_csv(members);
 }
 
+// Rounds of deciding: the first rank to a round (an atomic add) is its
+// decider and says so; the others wait for the decision, and go to the next
+// round when this round's decider is recorded as failed. The store refuses a
+// failed process's writes, so a decider that was stopped and wakes cannot
+// write a second decision; the next round's decider writes only if none was
+// written before that decider's failure was recorded.
+std::string agree(KeyValueStore& store, const std::string& base, int size, int me, Clock::time_point give_up,
+                  Deadline deadline, const std::string& name) {
+  for (int round = 1;; ++round) {
+    const std::string here = base + "/round/" + std::to_string(round);
+    if (store.add(here + "/deciders", 1, deadline) == 1) {
+      store.set(here + "/decider", std::to_string(me), deadline);
+      const std::string decision = decide(store, base, size, give_up, deadline);
+      if (!store.try_get(base + "/decision", deadline)) store.set(base + "/decision", decision, deadline);
+      return store.get(base + "/decision", deadline);
+    }
+    for (;;) {
+      if (auto decision = store.try_get(base + "/decision", deadline)) return *decision;
+      const std::optional<std::string> decider = store.try_get(here + "/decider", deadline);
+      if (decider && parse_ranks(store.try_get(kFailedRanksKey, deadline)).count(std::atoi(decider->c_str()))) {
+        if (auto decision = store.try_get(base + "/decision", deadline)) return *decision;
+        break;  // a decider that failed before it decided: the next round
+      }
+      if (Clock::now() >= deadline) {
+        throw Timeout(name + ": no decision within the timeout (rank " + (decider ? *decider : "?") +
+                      " was deciding and is not recorded as failed)");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
+}
+
+// Why this rank is out of the decision (a woken stopped rank finds its writes refused).
+[[noreturn]] void left_out(int me, int n, const std::string& name, const std::set<int>& kept) {
+  throw Excluded("rank " + std::to_string(me) + " was left out of " + name + " (members " + to_csv(kept) + " of " +
+                 std::to_string(n) +
+                 "): it was recorded as failed or excluded by a survivor, or came after the decision; its calls "
+                 "on this communicator fail, and it must not rejoin but as a new process");
+}
+
 }  // namespace
 
 Communicator::Shrunk Communicator::shrink(const std::vector<int>& exclude, const CollectiveOptions& opts) {
@@ -85,22 +126,20 @@ Communicator::Shrunk Communicator::shrink(const std::vector<int>& exclude, const
   std::string decision = "members:0";
   if (n > 1) {
     std::unique_ptr<KeyValueStore> store = ctx.store->connect_again(deadline);
-    store->set(base + "/arrived/" + std::to_string(me), to_csv(exclude), deadline);
-    if (store->add(base + "/deciders", 1, deadline) == 1) {
-      // Past three quarters of the timeout it goes on without a silent rank
-      // that is not recorded failed, so that the decision reaches the others within theirs.
-      store->set(base + "/decision", decide(*store, base, n, deadline - timeout / 4, deadline), deadline);
+    try {
+      store->set(base + "/arrived/" + std::to_string(me), to_csv(exclude), deadline);
+      // Past three quarters of the timeout a decider goes on without a silent
+      // rank that is not recorded failed, so that the decision reaches the others within theirs.
+      decision = agree(*store, base, n, me, deadline - timeout / 4, deadline, name);
+    } catch (const Excluded&) {  // recorded as failed: the store refuses this process's writes
+      const std::optional<std::string> made = store->try_get(base + "/decision", deadline);
+      if (made && made->rfind("members:", 0) == 0) left_out(me, n, name, parse_ranks(made->substr(8)));
+      throw;
     }
-    decision = store->get(base + "/decision", deadline);
   }
   if (decision.rfind("none:", 0) == 0) throw Excluded(name + " found " + decision.substr(5));
   const std::set<int> kept = parse_ranks(decision.substr(decision.find(':') + 1));
-  if (!kept.count(me)) {
-    throw Excluded("rank " + std::to_string(me) + " was left out of " + name + " (members " + to_csv(kept) + " of " +
-                   std::to_string(n) +
-                   "): it was recorded as failed or excluded by a survivor, or came after the decision; its calls "
-                   "on this communicator fail, and it must not rejoin but as a new process");
-  }
+  if (!kept.count(me)) left_out(me, n, name, kept);
   Shrunk result;
   result.members.assign(kept.begin(), kept.end());
   result.comm = over_members(result.members, base);
