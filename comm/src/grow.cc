@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "communicator_impl.h"
+#include "decision.h"
 #include "prefix_store.h"
 #include "subsystem_log.h"
 #include "transport/shared_segments.h"
@@ -133,17 +134,26 @@ Communicator::Grown Communicator::grow(int max_new, const CollectiveOptions& opt
                                     : store.get(ctx.key("topology/" + std::to_string(r)), deadline));
   }
   if (store.add(base + "/arrived", 1, deadline) == 1) {
+    store.set(base + "/decider", std::to_string(rank()), deadline);
     std::unique_ptr<KeyValueStore> root = PrefixStore::root_of(store, deadline);
     std::string decision;
     for (const Joiner& j : admit(*root, ctx, place, max_new, deadline)) decision += describe_joiner(j) + "\n";
     store.set(base + "/decision", decision.empty() ? "none" : decision, deadline);
     // Every member that reached the last grow has read the one before.
     if (number > 2 && store.add(ctx.key("grow/" + std::to_string(number - 1) + "/arrived"), 0, deadline) == size()) {
-      for (const char* k : {"/arrived", "/decision"})
+      for (const char* k : {"/arrived", "/decider", "/decision"})
         store.erase(ctx.key("grow/" + std::to_string(number - 2)) + k, deadline);
     }
   }
-  const std::string decision = store.get(base + "/decision", deadline);
+  const std::optional<std::string> made =
+      await_decision(store, base + "/decision", base + "/decider", deadline, "grow #" + std::to_string(number));
+  if (!made) {
+    const int decider = std::atoi(store.get(base + "/decider", deadline).c_str());
+    throw PeerFailure(decider, "grow #" + std::to_string(number) + ": rank " + std::to_string(decider) +
+                                   " failed while deciding who joins; this communicator is as before (shrink past "
+                                   "it, then grow again)");
+  }
+  const std::string& decision = *made;
   if (decision == "none") return {};
 
   Grown grown;

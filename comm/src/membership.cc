@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "communicator_impl.h"
+#include "decision.h"
 
 namespace tandem {
 namespace {
@@ -81,19 +82,8 @@ std::string agree(KeyValueStore& store, const std::string& base, int size, int m
       if (!store.try_get(base + "/decision", deadline)) store.set(base + "/decision", decision, deadline);
       return store.get(base + "/decision", deadline);
     }
-    for (;;) {
-      if (auto decision = store.try_get(base + "/decision", deadline)) return *decision;
-      const std::optional<std::string> decider = store.try_get(here + "/decider", deadline);
-      if (decider && parse_ranks(store.try_get(kFailedRanksKey, deadline)).count(std::atoi(decider->c_str()))) {
-        if (auto decision = store.try_get(base + "/decision", deadline)) return *decision;
-        break;  // a decider that failed before it decided: the next round
-      }
-      if (Clock::now() >= deadline) {
-        throw Timeout(name + ": no decision within the timeout (rank " + (decider ? *decider : "?") +
-                      " was deciding and is not recorded as failed)");
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
+    // Nothing: a decider that failed before it decided; the next round.
+    if (auto decision = await_decision(store, base + "/decision", here + "/decider", deadline, name)) return *decision;
   }
 }
 
@@ -144,6 +134,26 @@ Communicator::Shrunk Communicator::shrink(const std::vector<int>& exclude, const
   result.members.assign(kept.begin(), kept.end());
   result.comm = over_members(result.members, base);
   return result;
+}
+
+}  // namespace tandem
+
+namespace tandem {
+
+std::optional<std::string> await_decision(KeyValueStore& store, const std::string& decision_key,
+                                          const std::string& decider_key, Deadline deadline, const std::string& what) {
+  for (;;) {
+    if (auto decision = store.try_get(decision_key, deadline)) return decision;
+    const std::optional<std::string> decider = store.try_get(decider_key, deadline);
+    if (decider && parse_ranks(store.try_get(kFailedRanksKey, deadline)).count(std::atoi(decider->c_str()))) {
+      return store.try_get(decision_key, deadline);  // written before the failure was recorded, or never
+    }
+    if (Clock::now() >= deadline) {
+      throw Timeout(what + ": no decision within the timeout (rank " + (decider ? *decider : "?") +
+                    " was deciding and is not recorded as failed)");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
 }
 
 }  // namespace tandem
