@@ -3,7 +3,7 @@
 // replacement restores the size after a shrink, and its own death later is
 // named at once (its connection to the job's store drops) and shrunk past; a
 // grow with nobody waiting changes nothing; a joiner nobody admits times out
-// saying why.
+// saying why, and is not admitted later.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -145,6 +145,37 @@ TEST(Grow, AOneRankJobGrowsToTwo) {
       o.size = 1;
       auto alone = ring::connect(o, {});
       comm = grow_until_joined(*alone, 1).comm;
+    }
+    float x = float(comm->rank() + 1);
+    comm->allreduce(&x, 1, DataType::f32, ReduceOp::sum);
+    EXPECT_EQ(x, 3.0f);
+    return 0;
+  });
+  group.expect_success(60s);
+}
+
+// A joiner that gave up (its connect timeout) withdrew its ticket: a later
+// grow admits only the joiner still waiting.
+TEST(Grow, AJoinerThatGaveUpIsNotAdmitted) {
+  RankGroup group(3, [](CommOptions o) {
+    if (o.rank == 1) {
+      o.join = true;
+      o.connect_timeout = 300ms;
+      EXPECT_THROW(ring::connect(o, {}), Timeout);
+      return 0;
+    }
+    std::unique_ptr<Communicator> comm;
+    if (o.rank == 2) {
+      std::this_thread::sleep_for(600ms);
+      o.join = true;
+      comm = ring::connect(o, {});
+    } else {
+      o.size = 1;
+      auto alone = ring::connect(o, {});
+      std::this_thread::sleep_for(1s);
+      Communicator::Grown g = grow_until_joined(*alone, 4);
+      EXPECT_EQ(g.joined, 1);
+      comm = std::move(g.comm);
     }
     float x = float(comm->rank() + 1);
     comm->allreduce(&x, 1, DataType::f32, ReduceOp::sum);

@@ -23,6 +23,12 @@ namespace {
 
 std::string join_key(const CommOptions& o, const std::string& k) { return o.prefix + "/join/" + k; }
 
+// How long a grow waits for a claimed joiner to say who it is (it does so
+// right after taking its ticket), and a joiner whose ticket was claimed as it
+// gave up waits for its place.
+constexpr auto kWhoPatience = std::chrono::seconds(2);
+constexpr auto kPlacePatience = std::chrono::seconds(10);
+
 std::string own_host(const CommOptions& o) { return o.host_id.empty() ? host_identity() : o.host_id; }
 
 struct Joiner {
@@ -81,8 +87,17 @@ std::vector<Joiner> admit(KeyValueStore& root, const CommContext& ctx, Place pla
   const int64_t last = root.add(join_key(o, "claimed"), take, deadline);
   std::vector<Joiner> joiners;
   for (int64_t t = last - take + 1; t <= last; ++t) {
-    // A joiner writes who it is right after it takes its ticket.
-    joiners.push_back(parse_joiner(t, root.get(join_key(o, std::to_string(t) + "/who"), deadline)));
+    // The ticket is this grow's unless its joiner withdrew first (it gave up waiting): one add decides.
+    if (root.add(join_key(o, std::to_string(t) + "/state"), 1, deadline) != 1) continue;
+    // A joiner writes who it is right after it takes its ticket; one that died in between is skipped.
+    std::optional<std::string> who;
+    try {
+      who = root.get(join_key(o, std::to_string(t) + "/who"), std::min(deadline, Clock::now() + kWhoPatience));
+    } catch (const Timeout&) {
+      subsystem_log(Subsystem::comm).warn("tandem: joiner #{} never said who it is; it is not admitted", t);
+      continue;
+    }
+    joiners.push_back(parse_joiner(t, *who));
     Joiner& j = joiners.back();
     const bool taken = std::find(place.numbers.begin(), place.numbers.end(), j.number) != place.numbers.end();
     if (taken || (j.number >= 0 && root.try_get(failure_reason_key(j.number), deadline))) {
@@ -190,12 +205,18 @@ std::unique_ptr<Communicator> Communicator::join(CommOptions o, std::shared_ptr<
   }
   const int64_t ticket = root->add(join_key(o, "tickets"), 1, deadline);
   root->set(join_key(o, std::to_string(ticket) + "/who"), describe_joiner({ticket, o.rank, own_host(o)}), deadline);
+  const std::string place_key = join_key(o, std::to_string(ticket) + "/place");
   std::optional<std::string> text;
   try {
-    text = root->get(join_key(o, std::to_string(ticket) + "/place"), deadline);
+    text = root->get(place_key, deadline);
   } catch (const Timeout&) {
-    throw Timeout("join: no member called grow() within " + std::to_string(o.connect_timeout.count()) +
-                  " ms (TANDEM_CONNECT_TIMEOUT_MS); the members admit joiners at the points they call grow()");
+    // Withdraw, unless a grow claimed the ticket first (one add decides): then its place is on the way.
+    const Deadline patience = Clock::now() + kPlacePatience;
+    if (root->add(join_key(o, std::to_string(ticket) + "/state"), 1, patience) == 1) {
+      throw Timeout("join: no member called grow() within " + std::to_string(o.connect_timeout.count()) +
+                    " ms (TANDEM_CONNECT_TIMEOUT_MS); the members admit joiners at the points they call grow()");
+    }
+    text = root->get(place_key, patience);
   }
   const Place place = Place::parse(*text);
   o.join = false;
@@ -204,7 +225,8 @@ std::unique_ptr<Communicator> Communicator::join(CommOptions o, std::shared_ptr<
   o.size = place.size;
   o.rank = place.rank;
   set_local(o, place.hosts);
-  o.store = std::make_shared<PrefixStore>(root->connect_again(deadline), place.raw_prefix, place.numbers);
+  o.store = std::make_shared<PrefixStore>(root->connect_again(Clock::now() + o.connect_timeout), place.raw_prefix,
+                                          place.numbers);
   std::unique_ptr<Communicator> comm = create(o, std::move(algorithms));
   comm->impl_->joined = true;
   return comm;
