@@ -6,7 +6,9 @@
 // agree on the step with a min all-reduce, redo it on the new communicator and
 // check its result against a closed form; with no majority left every
 // survivor must get Excluded, and a stopped rank that wakes must get Excluded
-// within two calls. Every call returning normally is checked against the
+// within two calls. In some jobs with three ranks or more a spare process
+// waits from the start and is admitted (grow) after a drawn shrink; later
+// faults may strike it. Every call returning normally is checked against the
 // closed form once it is committed (no failure sends the survivors back to
 // its step); one that differs in a step the survivors redo is counted, as
 // docs/api.md allows. A job's plan (collectives, faults) comes from its seed, so a run
@@ -66,6 +68,11 @@ struct JobPlan {
   bool shared_memory;
   std::vector<StepPlan> steps;
   std::vector<Fault> faults;
+  // The fault after whose shrink a spare process (number `ranks`, waiting to
+  // join from the start) is admitted with grow(); -1: no spare. Later faults
+  // may strike it.
+  int spare_after = -1;
+  int processes() const { return ranks + (spare_after >= 0 ? 1 : 0); }
 };
 
 // A job of `ranks` with its collectives and its faults, all drawn from `seed`.
@@ -86,6 +93,10 @@ JobPlan plan_job(uint64_t seed, int ranks, bool shared_memory) {
     alive.erase(std::find(alive.begin(), alive.end(), fault.victim));
     fault.stopper = alive.front();
     plan.faults.push_back(fault);
+    if (plan.spare_after < 0 && !fault.minority && rng() % 2 == 0) {
+      plan.spare_after = f;
+      alive.push_back(ranks);
+    }
     step += 3 + int(rng() % 4);
   }
   const int steps = step + 2;  // a stopped victim's two calls after the fault
@@ -345,6 +356,48 @@ int agree_and_report(RankState& st, const Fault& f, int step, const int64_t time
   return int(agreed);
 }
 
+// After a grow, on the new communicator: every rank's number and pid, and
+// where the members stand (the step, the next fault) for the joiner.
+void meet_joiner(RankState& st, int& step) {
+  const int n = st.comm->size();
+  const int64_t mine[2] = {st.me, getpid()};
+  std::vector<int64_t> all(size_t(2 * n));
+  st.comm->allgather(mine, all.data(), 2, DataType::i64);
+  st.members.clear();
+  for (int r = 0; r < n; ++r) {
+    st.members.push_back(int(all[size_t(2 * r)]));
+    st.pids[size_t(all[size_t(2 * r)])] = all[size_t(2 * r + 1)];
+  }
+  int64_t where[2] = {step, int64_t(st.next_fault)};
+  st.comm->broadcast(where, 2, DataType::i64, 0);
+  step = int(where[0]);
+  st.next_fault = size_t(where[1]);
+}
+
+// The survivors admit the spare (waiting since the job started) and go on with it.
+void admit_spare(RankState& st, int& step) {
+  const auto start = Clock::now();
+  for (;;) {
+    Communicator::Grown g = st.comm->grow(1);
+    if (g.comm) {
+      st.comm = std::move(g.comm);
+      break;
+    }
+    if (Clock::now() - start > 15s) {
+      ADD_FAILURE() << "rank " << st.me << ": the spare did not join within 15 s";
+      return;
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  meet_joiner(st, step);
+  if (st.comm->rank() == 0) {
+    fprintf(stderr, "join: spare %d joined at step %d, %d ranks (%.3f s)\n", st.plan.ranks, step, st.comm->size(),
+            seconds);
+    record(st.log, "join|" + std::to_string(seconds));
+  }
+}
+
 // The call at `step` failed: shrink past the fault that struck. False when
 // this rank is done (no majority).
 bool recover(RankState& st, const Error& e, int& step) {
@@ -398,6 +451,7 @@ bool recover(RankState& st, const Error& e, int& step) {
   st.comm = std::move(shrunk.comm);
   st.members = members;
   step = agree_and_report(st, f, step, times);
+  if (int(st.next_fault) - 1 == st.plan.spare_after) admit_spare(st, step);
   return true;
 }
 
@@ -422,15 +476,25 @@ int run_rank(const JobPlan& plan, const std::string& log, const CommOptions& o) 
   ring::RingOptions ring_options;
   ring_options.shared_memory = plan.shared_memory;
   RankState st(plan, log);
-  st.comm = ring::connect(o, ring_options);
   st.me = o.rank;
-  st.pids.resize(size_t(o.size));
-  for (int r = 0; r < o.size; ++r) st.members.push_back(r);
-  const int64_t pid = getpid();
-  st.comm->allgather(&pid, st.pids.data(), 1, DataType::i64);
+  st.pids.resize(size_t(plan.processes()));
+  int step = 0;
+  CommOptions mine = o;
+  if (o.rank == plan.ranks) {  // the spare: waits to be admitted, then learns where the members stand
+    mine.join = true;
+    st.comm = ring::connect(mine, ring_options);
+    meet_joiner(st, step);
+  } else {
+    mine.size = mine.local_size = plan.ranks;
+    st.comm = ring::connect(mine, ring_options);
+    for (int r = 0; r < plan.ranks; ++r) st.members.push_back(r);
+    const int64_t pid = getpid();
+    st.comm->allgather(&pid, st.pids.data(), 1, DataType::i64);
+  }
   std::vector<bool> struck(plan.faults.size());
+  for (size_t i = 0; i < st.next_fault; ++i) struck[i] = true;
   std::vector<std::pair<int, std::string>> results;  // (step, what differs) since the last check
-  for (int step = 0; step < int(plan.steps.size());) {
+  while (step < int(plan.steps.size())) {
     // Only the next fault strikes: a rank that ran ahead of the last one's
     // detection (the steps that do not wait on every rank) would otherwise
     // add a second victim to that shrink. It strikes when it comes back.
@@ -464,9 +528,9 @@ void run_job(const JobPlan& plan, const std::string& log) {
   const bool stops = std::any_of(plan.faults.begin(), plan.faults.end(), [](const Fault& f) { return f.stop; });
   if (stops) base.heartbeat = 400ms;
   RankGroup group(
-      plan.ranks, [&](const CommOptions& o) { return run_rank(plan, log, o); }, base);
+      plan.processes(), [&](const CommOptions& o) { return run_rank(plan, log, o); }, base);
   const std::vector<int> codes = group.wait(120s);
-  for (int r = 0; r < plan.ranks; ++r) {
+  for (int r = 0; r < plan.processes(); ++r) {
     const auto f = std::find_if(plan.faults.begin(), plan.faults.end(), [r](const Fault& x) { return x.victim == r; });
     const bool killed = f != plan.faults.end() && !f->stop;
     EXPECT_EQ(codes[size_t(r)], killed ? 128 + SIGKILL : 0) << "rank " << r << " of job seed " << plan.seed;
@@ -514,12 +578,14 @@ void chaos(int faults) {
   std::map<std::string, int> by_kind, by_collective;
   std::vector<double> shrink_s, unblock_s;
   int recorded = 0, by_revoked = 0, redone_differed = 0;
+  std::vector<double> joins;  // seconds from the survivors' first grow() to the spare admitted
   std::ifstream in(log);
   for (std::string line; std::getline(in, line);) {
     std::vector<std::string> fields;
     std::istringstream split(line);
     for (std::string field; std::getline(split, field, '|');) fields.push_back(field);
     if (fields.size() == 2 && fields[0] == "redone") ++redone_differed;
+    if (fields.size() == 2 && fields[0] == "join") joins.push_back(std::stod(fields[1]));
     if (fields.size() != 5) continue;
     ++recorded;
     std::istringstream words(fields[1]);
@@ -539,11 +605,11 @@ void chaos(int faults) {
   fprintf(stderr,
           "chaos summary: %d jobs, %d faults (%s;%s) in %.1f s; detection to shrink complete p50 %.3f s p95 %.3f s "
           "(%zu survivors); revoke to unblock p50 %.3f s p95 %.3f s (%zu calls, %d stopped by Revoked); %d results "
-          "of a call a failure struck differed and were redone\n",
+          "of a call a failure struck differed and were redone; %zu spares joined (grow p50 %.3f s)\n",
           jobs, recorded, kinds.c_str(), collectives.c_str(),
           std::chrono::duration<double>(Clock::now() - start).count(), percentile(shrink_s, 0.5),
           percentile(shrink_s, 0.95), shrink_s.size(), percentile(unblock_s, 0.5), percentile(unblock_s, 0.95),
-          unblock_s.size(), by_revoked, redone_differed);
+          unblock_s.size(), by_revoked, redone_differed, joins.size(), percentile(joins, 0.5));
 }
 
 // About 25 faults (quick tier, CI).
