@@ -11,8 +11,8 @@ long Elastic::workers_running(const std::vector<Rank>& ranks) const {
 bool Elastic::others_finished(const std::vector<Rank>& ranks, const Rank* except, bool but_replacements,
                               const RecordedFailed& failed) const {
   return std::all_of(ranks.begin(), ranks.end(), [&](const Rank& r) {
-    return !is_worker(r) || &r == except || (but_replacements && is_replacement(r)) ||
-           (!r.running && r.status == 0) || failed(r.rank);
+    return !is_worker(r) || &r == except || (but_replacements && is_replacement(r)) || (!r.running && r.status == 0) ||
+           failed(r.rank);
   });
 }
 
