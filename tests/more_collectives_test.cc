@@ -519,6 +519,29 @@ TEST(Overlap, ScattervAndReduceScattervOutputAtAnotherBlock) {
 
 // An alltoallv whose sender and receiver disagree on a block's size fails on
 // every rank at once, naming both sizes (the count directory shows them all).
+// Fewer elements in all than ranks: rank 0 sends one to the last rank, no
+// one else sends anything; through shared memory and over UCX. (The shared
+// path once returned at once when the total was below one element a rank.)
+TEST(Alltoall, VariableBlocksFewerElementsThanRanks) {
+  for (bool shm : {true, false}) {
+    SCOPED_TRACE(shm ? "shared memory on" : "UCX only");
+    ring::RingOptions ro;
+    ro.shared_memory = shm;
+    RankGroup group(3, [&](const CommOptions& o) {
+      auto comm = ring::connect(o, ro);
+      const int n = comm->size(), r = comm->rank();
+      std::vector<size_t> send_counts(size_t(n), 0), recv_counts(size_t(n), 0);
+      if (r == 0) send_counts[size_t(n - 1)] = 1;
+      if (r == n - 1) recv_counts[0] = 1;
+      float in = 42.0f, out = -1.0f;
+      comm->alltoallv(&in, packed(send_counts), &out, packed(recv_counts), DataType::f32);
+      EXPECT_EQ(out, r == n - 1 ? 42.0f : -1.0f) << "rank " << r;
+      return 0;
+    });
+    group.expect_success(60s);
+  }
+}
+
 TEST(Alltoall, BlockSizeMismatchIsNamedOnEveryRank) {
   RankGroup group(3, [](const CommOptions& o) {
     auto comm = ring::connect(o, {});

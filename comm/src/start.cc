@@ -155,7 +155,7 @@ Bound variable(Communicator::Impl& impl, const Call& c) {
   const bool everyone = c.op == Op::allgatherv;
   const bool scatter = c.op == Op::scatter || c.op == Op::scatterv;
   const bool equal = c.op == Op::gather || c.op == Op::scatter;
-  VariableArgs args{c.input, c.output, c.count, {}, c.dtype, everyone ? 0 : c.root, c.options.memory};
+  VariableArgs args{c.input, c.output, c.count, {}, c.dtype, everyone ? 0 : c.root, c.options.memory, equal};
   if (!everyone) check_root(what, c.root, n);
   if (everyone || rank == c.root) {
     if (equal) {

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "collectives.h"
+#include "shm_segments.h"
 #include "tandem/bootstrap.h"
 #include "tandem/errors.h"
 #include "tandem/reduce.h"
@@ -94,7 +95,11 @@ class RingAlgorithms final : public Algorithms {
   }
   void barrier(Channel& ch) override { ring::barrier(ch); }
   void alltoallv(Channel& ch, const AlltoallvArgs& args) override {
-    if (shared(ch, args.memory) && shm_alltoall_fits(ch, options_)) return shm_alltoallv(ch, args, options_);
+    if (shared(ch, args.memory) && shm_alltoall_fits(ch, options_)) {
+      const Call called = args.equal ? call_of(Kind::alltoall, args.send.counts[0], args.dtype)
+                                     : call_of(Kind::alltoallv, 0, args.dtype);
+      return shm_alltoallv(ch, args, options_, called);
+    }
     pairwise_alltoallv(ch, args);
   }
   // The rooted and variable collectives: overlaps as their equal-block counterparts'.
@@ -105,12 +110,19 @@ class RingAlgorithms final : public Algorithms {
     if (shared(ch, a.memory)) return shm_reduce(ch, a, options_);
     reduce_to_root(ch, a);
   }
+  // On one host, a gather (scatter) is an all-to-all in which only the root
+  // receives (sends): one arrival, then the root reads every block (each rank
+  // reads its own), staged or straight from the inputs as the path table says.
   void gatherv(Channel& ch, const VariableArgs& args) override {
+    if (shared(ch, args.memory) && shm_alltoall_fits(ch, options_))
+      return shm_alltoallv(ch, rooted_as_alltoallv(ch, args, true), options_, rooted_call(args, true));
     VariableArgs a = args;
     if (ch.rank() == a.root) input_into_own_block(ch, a);
     ring::gatherv(ch, a);
   }
   void scatterv(Channel& ch, const VariableArgs& args) override {
+    if (shared(ch, args.memory) && shm_alltoall_fits(ch, options_))
+      return shm_alltoallv(ch, rooted_as_alltoallv(ch, args, false), options_, rooted_call(args, false));
     if (ch.rank() != args.root) return ring::scatterv(ch, args);
     const size_t es = dtype_size(args.dtype);
     const auto* own = static_cast<const std::byte*>(args.input) + args.blocks.displs[size_t(ch.rank())] * es;
@@ -144,6 +156,27 @@ class RingAlgorithms final : public Algorithms {
   // Scratch for a buffer that aliases the call's other one. Held while the
   // reduce-scatters and scatterv run, which take slots 0, 2, 3 and 4.
   static constexpr int kAliasedSlot = 5;
+
+  // The all-to-all that moves a gatherv's blocks to the root (gather) or a scatterv's from it.
+  static AlltoallvArgs rooted_as_alltoallv(const Channel& ch, const VariableArgs& a, bool gather) {
+    const size_t n = size_t(ch.size()), root = size_t(a.root);
+    AlltoallvArgs x;
+    x.input = a.input;
+    x.output = a.output;
+    x.dtype = a.dtype;
+    x.memory = a.memory;
+    x.send = x.recv = Blocks{std::vector<size_t>(n, 0), std::vector<size_t>(n, 0)};
+    Blocks& one = gather ? x.send : x.recv;  // this rank's block, to or from the root
+    Blocks& all = gather ? x.recv : x.send;  // the root's blocks, from or to every rank
+    one.counts[root] = a.count;
+    if (ch.rank() == a.root) all = a.blocks;
+    return x;
+  }
+
+  static Call rooted_call(const VariableArgs& a, bool gather) {
+    const Kind kind = gather ? (a.equal ? Kind::gather : Kind::gatherv) : (a.equal ? Kind::scatter : Kind::scatterv);
+    return call_of(kind, a.equal ? a.count : 0, a.dtype, ReduceOp::sum, a.root);
+  }
 
   // Moves `input` to `place` when it overlaps `region` elsewhere: the call then runs in place there.
   static void move_into_place(Channel& ch, MemoryType memory, const void*& input, size_t bytes, void* place,

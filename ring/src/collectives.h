@@ -13,6 +13,8 @@
 
 namespace tandem::ring {
 
+struct Call;  // shm_wire.h: what ranks compare at their first shared-memory exchange
+
 // A run of elements.
 struct Range {
   size_t begin = 0;  // in elements
@@ -96,7 +98,8 @@ void shm_reduce_scatter(Channel& ch, const ReduceScatterArgs& args, const RingOp
 void shm_allgather(Channel& ch, const AllgatherArgs& args, const RingOptions& options);
 void shm_broadcast(Channel& ch, const BroadcastArgs& args, const RingOptions& options);
 // shm_alltoall.cc. Fits: every rank's directory (3 words per rank) fits a chunk.
-void shm_alltoallv(Channel& ch, const AlltoallvArgs& args, const RingOptions& options);
+// `called`: what the ranks compare at their first exchange (alltoall(v), or the gather or scatter it carries out).
+void shm_alltoallv(Channel& ch, const AlltoallvArgs& args, const RingOptions& options, const ring::Call& called);
 bool shm_alltoall_fits(const Channel& ch, const RingOptions& options);
 // The segment bytes the shm_* functions need per rank.
 size_t shm_segment_bytes(size_t chunk_bytes);

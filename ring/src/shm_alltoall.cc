@@ -178,16 +178,15 @@ bool shm_alltoall_fits(const Channel& ch, const RingOptions& o) {
   return kDirectoryFields * sizeof(uint64_t) * size_t(ch.size()) <= o.shm_chunk_bytes;
 }
 
-void shm_alltoallv(Channel& ch, const AlltoallvArgs& a, const RingOptions& o) {
+void shm_alltoallv(Channel& ch, const AlltoallvArgs& a, const RingOptions& o, const Call& called) {
   const int n = ch.size();
   const size_t es = dtype_size(a.dtype), count = a.send.counts[0];
   if (a.equal && count == 0) return;
-  Segments s(ch, o.shm_chunk_bytes,
-             a.equal ? call_of(Kind::alltoall, count, a.dtype) : call_of(Kind::alltoallv, 0, a.dtype));
+  Segments s(ch, o.shm_chunk_bytes, called);
   const Matrix m = a.equal ? Matrix{n, count, {}, {}, {}} : exchange_directory(s, a);
   if (!a.equal) check_matrix(m);
-  const size_t per_rank = m.total() / size_t(n) * es;  // the same on every rank
-  if (per_rank == 0) return;
+  if (m.total() == 0) return;
+  const size_t per_rank = m.total() * es / size_t(n);  // the same on every rank
   const size_t in_bytes = extent(a.send, es), out_bytes = extent(a.recv, es);
   auto* out = bytes_of(a.output);
   const bool overlap = ring::overlap(a.input, in_bytes, out, out_bytes);

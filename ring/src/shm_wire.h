@@ -33,15 +33,17 @@ struct Call {
 
   bool operator==(const Call&) const = default;
   std::string str() const {
-    if (kind == Kind::alltoallv)
-      return "alltoallv(" + std::string(to_string(DataType(dtype))) + ")";  // counts per rank
+    const bool rooted = kind == Kind::broadcast || kind == Kind::reduce || kind == Kind::gather ||
+                        kind == Kind::gatherv || kind == Kind::scatter || kind == Kind::scatterv;
+    const std::string at_root = rooted ? ", root " + std::to_string(root) : "";
+    if (kind == Kind::alltoallv || kind == Kind::gatherv || kind == Kind::scatterv)  // counts per rank
+      return std::string(to_string(kind)) + "(" + std::string(to_string(DataType(dtype))) + at_root + ")";
     std::string s =
         std::string(to_string(kind)) + "(" + std::to_string(count) + " x " + std::string(to_string(DataType(dtype)));
     if (kind == Kind::allreduce || kind == Kind::reduce_scatter || kind == Kind::reduce) {
       s += ", " + std::string(to_string(ReduceOp(op)));
     }
-    if (kind == Kind::broadcast || kind == Kind::reduce) s += ", root " + std::to_string(root);
-    return s + ")";
+    return s + at_root + ")";
   }
 };
 

@@ -87,6 +87,7 @@ struct VariableArgs {
   DataType dtype = DataType::f32;
   int root = 0;
   MemoryType memory = MemoryType::host;
+  bool equal = false;  // called as gather or scatter (every count equal), so a call check names it so
 };
 
 // reduce_scatterv: input holds every rank's block (blocks.counts[r] elements
