@@ -155,7 +155,9 @@ TrialSummary read_metrics(const std::string& path) {
     } else if (kind == "membership") {
       s.membership.push_back({j.value("batch", int64_t{0}), j.value("time", 0.0), j.value("lost", std::vector<int>{}),
                               j.value("reason", std::string()), j.value("recovery_seconds", 0.0),
-                              j.value("batches_redone", int64_t{0}), j.value("slots", 0)});
+                              j.value("batches_redone", int64_t{0}), j.value("slots", 0),
+                              j.value("joined", std::vector<int>{}), j.value("state_bytes", int64_t{0}),
+                              j.value("state_seconds", 0.0)});
     } else if (kind == "epoch") {
       const EpochRecords e{j.value("epoch", int64_t{0}), j.value("records", int64_t{0}),
                            j.value("expected", int64_t{0})};

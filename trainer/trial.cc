@@ -50,15 +50,17 @@ std::optional<std::chrono::system_clock::time_point> clock_origin(const std::str
 
 }  // namespace
 
-Trial::Trial(const WorkerOptions& options, ExperimentConfig config, std::unique_ptr<Communicator> comm)
+Trial::Trial(const WorkerOptions& options, ExperimentConfig config, std::unique_ptr<Communicator> comm, int number)
     : wo_(options), cfg_(std::move(config)), comm_(std::move(comm)) {
   rank_ = comm_->rank(), world_ = comm_->size();
-  if (world_ != cfg_.slots_per_trial)
+  joiner_ = comm_->joined();
+  if (world_ != cfg_.slots_per_trial && !joiner_)
     throw std::runtime_error("started with " + std::to_string(world_) + " ranks for " +
                              std::to_string(cfg_.slots_per_trial) + " slots");
   chief_ = rank_ == 0;
   originals_.resize(size_t(world_));
   std::iota(originals_.begin(), originals_.end(), 0);
+  if (joiner_) originals_[size_t(rank_)] = number;  // the others' from them, in run()
   // Elastic: a failed step must find the parameters as they were before it,
   // not updated in part by the next forward.
   if (cfg_.elastic()) wo_.deferred_updates = false;
@@ -71,7 +73,7 @@ Trial::Trial(const WorkerOptions& options, ExperimentConfig config, std::unique_
   model_ = cfg_.entrypoint.empty() ? make_model(cfg_.model, cfg_.mlp_hidden, cfg_.dropout, layer_slices_)
                                    : load_torchscript(cfg_.entrypoint, cfg_.user_hyperparameters);
   for (const auto& [name, p] : model_.parameters) params_.push_back(p), names_.push_back(name);
-  {
+  if (!joiner_) {  // a joiner's come with the members' state
     torch::NoGradGuard no_grad;
     for (auto& p : params_) comm_->broadcast(p.data_ptr<float>(), static_cast<size_t>(p.numel()), DataType::f32, 0);
   }
@@ -133,7 +135,7 @@ void Trial::load_data() {
 }
 
 void Trial::resume() {
-  if (!wo_.resume || wo_.checkpoint_dir.empty()) return;
+  if (!wo_.resume || wo_.checkpoint_dir.empty() || joiner_) return;
   std::vector<std::string> warnings;
   auto found = latest_checkpoint(wo_.checkpoint_dir, &warnings);
   if (chief_)
@@ -371,8 +373,9 @@ void Trial::run() {
   committed_ = start_;
   // Epochs begun before a resumed checkpoint are not counted whole here.
   first_epoch_counted_ = next_epoch_checked_ = (start_ + plan_->batches_per_epoch() - 1) / plan_->batches_per_epoch();
+  if (joiner_) take_members_state();
   bool step_done = false;  // after a failure in validation: only the after-work is redone
-  for (int64_t batch = start_ + 1; batch <= total_;) {
+  for (int64_t batch = committed_ + 1; batch <= total_;) {
     if (batch == wo_.fail_at_batch && originals_[size_t(rank_)] == wo_.fail_rank && wo_.attempt == 0) {
       const double unix_time =
           std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -382,6 +385,8 @@ void Trial::run() {
       ::raise(SIGKILL);
     }
     try {
+      // An optimizer step's first batch: no gradients held yet.
+      if (cfg_.elastic() && !step_done && world_ < cfg_.slots_per_trial && (batch - 1) % k_ == 0) admit_joiners(batch);
       if (!step_done) train_batch(batch);
       after_batch(batch);
       ++batch;
@@ -395,6 +400,7 @@ void Trial::run() {
     }
   }
   log_membership_changes();  // a failure in the last validation: no step follows its redo
+  if (cfg_.elastic()) check_same_parameters();
   if (chief_ && !wo_.dump_params.empty()) {
     std::ofstream out(wo_.dump_params, std::ios::binary);
     for (const auto& p : params_) {

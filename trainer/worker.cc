@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "config.h"
+#include "tandem/bootstrap.h"
 #include "tandem/errors.h"
 #include "tandem/ring/ring.h"
 #include "trial.h"
@@ -19,10 +20,12 @@ int run_worker(const WorkerOptions& wo) {
   // which follows them) would fight the other slots and the engine for the cores.
   torch::set_num_threads(1);
   at::set_num_interop_threads(1);
-  auto comm = ring::connect_from_env();
+  // A replacement (TANDEM_JOIN=1) returns once the members admitted it.
+  const CommOptions options = comm_options_from_env();
+  auto comm = ring::connect(options, ring::ring_options_from_env());
   std::optional<Trial> trial;
   try {
-    trial.emplace(wo, std::move(cfg), std::move(comm));
+    trial.emplace(wo, std::move(cfg), std::move(comm), options.rank);
     trial->resume();
   } catch (const tandem::Error&) {
     throw;  // the communicator's (a peer, a deadline): a restart may succeed
