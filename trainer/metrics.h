@@ -11,7 +11,7 @@
 //  - stall: a batch slower than k times the median of the recent ones.
 //
 // Line kinds ("kind"): train, validation, stall, checkpoint, restart, end;
-// an elastic trial's also epoch (records trained) and membership (a lost slot).
+// an elastic trial's also epoch (records trained) and membership (slots lost or joined).
 #pragma once
 
 #include <cstdint>
