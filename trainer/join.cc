@@ -57,6 +57,7 @@ void Trial::admit_joiners(int64_t batch) {
                    static_cast<long long>(batch), e.what(), world_);
     return;
   }
+  ++grow_calls_, grow_seconds_ += seconds_since(asked);
   if (!grown.comm) return;
   const std::unique_ptr<Communicator> old = std::move(comm_);  // outlives the old sync, in rebind()
   comm_ = std::move(grown.comm);

@@ -422,7 +422,9 @@ void Trial::run() {
                               {"wire_bytes", exchange_->totals().wire_bytes},
                               {"compression_fallbacks", exchange_->totals().fallbacks},
                               {"validation_seconds", validation_seconds_},
-                              {"checkpoint_seconds", checkpoint_seconds_}}
+                              {"checkpoint_seconds", checkpoint_seconds_},
+                              {"grow_calls", grow_calls_},
+                              {"grow_seconds", grow_seconds_}}
                    .dump());
   comm_->barrier();
 }

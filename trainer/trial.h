@@ -163,6 +163,8 @@ class Trial {
   double previous_arrival_ = 0;   // this rank's previous batch time before its wait
   SteadyClock::time_point last_end_;
   double validation_seconds_ = 0, checkpoint_seconds_ = 0;  // this attempt
+  int64_t grow_calls_ = 0;                                  // elastic: grow() calls, with the seconds they took
+  double grow_seconds_ = 0;
 };
 
 }  // namespace tandem::trainer
