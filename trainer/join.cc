@@ -28,9 +28,8 @@ double process_age_seconds() {
   const auto end_of_name = text.rfind(')');
   if (end_of_name == std::string::npos || up <= 0) return 0;
   std::istringstream fields(text.substr(end_of_name + 2));
-  std::string field;
-  for (int i = 3; i < 22 && fields >> field; ++i) {
-  }
+  std::string skipped;
+  for (int field = 3; field < 22; ++field) fields >> skipped;  // the name ends field 2; the start is field 22
   unsigned long long ticks = 0;
   if (!(fields >> ticks)) return 0;
   return std::max(0.0, up - double(ticks) / double(::sysconf(_SC_CLK_TCK)));

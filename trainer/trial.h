@@ -22,7 +22,9 @@
 //    rank took. Elastic (elastic.cc): a failed exchange or validation makes
 //    the survivors shrink, agree on the smallest committed batch (a rank one
 //    step ahead puts back its copy from before that step) and go on after it,
-//    each global batch split over the slots there are.
+//    each global batch split over the slots there are. A process started in
+//    a lost slot's place joins at a step boundary and takes the members'
+//    state (join.cc).
 #pragma once
 
 #include <torch/torch.h>
