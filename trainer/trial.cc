@@ -50,8 +50,16 @@ std::optional<std::chrono::system_clock::time_point> clock_origin(const std::str
 
 }  // namespace
 
-Trial::Trial(const WorkerOptions& options, ExperimentConfig config, std::unique_ptr<Communicator> comm, int number)
-    : wo_(options), cfg_(std::move(config)), comm_(std::move(comm)) {
+Trial::Trial(const WorkerOptions& options, ExperimentConfig config, const Connect& connect, bool joining, int number)
+    : wo_(options), cfg_(std::move(config)) {
+  // Elastic: a failed step must find the parameters as they were before it,
+  // not updated in part by the next forward.
+  if (cfg_.elastic()) wo_.deferred_updates = false;
+  k_ = cfg_.optimizations.aggregation_frequency;
+  // A joiner loads its data before it is admitted: the members wait for none of it.
+  std::vector<std::string> warnings;
+  if (joining) warnings = load_data();
+  comm_ = connect();
   rank_ = comm_->rank(), world_ = comm_->size();
   joiner_ = comm_->joined();
   if (world_ != cfg_.slots_per_trial && !joiner_)
@@ -61,11 +69,9 @@ Trial::Trial(const WorkerOptions& options, ExperimentConfig config, std::unique_
   originals_.resize(size_t(world_));
   std::iota(originals_.begin(), originals_.end(), 0);
   if (joiner_) originals_[size_t(rank_)] = number;  // the others' from them, in run()
-  // Elastic: a failed step must find the parameters as they were before it,
-  // not updated in part by the next forward.
-  if (cfg_.elastic()) wo_.deferred_updates = false;
-  k_ = cfg_.optimizations.aggregation_frequency;
-  load_data();
+  if (!joining) warnings = load_data();
+  if (chief_)
+    for (const auto& w : warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
 
   // The same initial parameters everywhere (seeded, then the chief's broadcast).
   torch::manual_seed(cfg_.seed);
@@ -110,7 +116,7 @@ void Trial::adopt_entrypoint_optimizer() {
                  cfg_.optimizer.c_str());
 }
 
-void Trial::load_data() {
+std::vector<std::string> Trial::load_data() {
   if (cfg_.data == "synthetic") {
     train_ = synthetic_dataset(cfg_.records_per_epoch > 0 ? cfg_.records_per_epoch : 60000, cfg_.seed, true);
     test_ = synthetic_dataset(10000, cfg_.seed, false);
@@ -120,8 +126,6 @@ void Trial::load_data() {
   }
   std::vector<std::string> warnings;
   const int64_t records_per_epoch = epoch_records(cfg_, train_.size, warnings);
-  if (chief_)
-    for (const auto& w : warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
   per_slot_ = cfg_.per_slot_batch();
   plan_.emplace(records_per_epoch, cfg_.effective_global_batch(), cfg_.seed);
   total_ = wo_.max_batches > 0 ? wo_.max_batches : cfg_.to_batches(cfg_.max_length, records_per_epoch);
@@ -132,6 +136,7 @@ void Trial::load_data() {
   checkpoint_every_ = cfg_.min_checkpoint_period.set()
                           ? round_up(cfg_.to_batches(cfg_.min_checkpoint_period, records_per_epoch))
                           : validate_every_;
+  return warnings;
 }
 
 void Trial::resume() {

@@ -30,6 +30,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -50,9 +51,12 @@ namespace tandem::trainer {
 
 class Trial {
  public:
+  using Connect = std::function<std::unique_ptr<Communicator>()>;
+  // `connect` makes the communicator. `joining` (TANDEM_JOIN=1): it returns
+  // once the members admitted this process, which loads its data first.
   // `number`: this process's number in the job (TANDEM_RANK); a joiner's
-  // (comm->joined()) names its slot, the others' is their starting rank.
-  Trial(const WorkerOptions& options, ExperimentConfig config, std::unique_ptr<Communicator> comm, int number);
+  // names its slot, the others' is their starting rank.
+  Trial(const WorkerOptions& options, ExperimentConfig config, const Connect& connect, bool joining, int number);
   ~Trial();
 
   // Continues from the newest complete checkpoint, if asked and one exists;
@@ -69,7 +73,7 @@ class Trial {
     double data = 0, own_loss = 0, own_accuracy = 0;
   };
 
-  void load_data();
+  std::vector<std::string> load_data();  // returns the warnings, which the chief prints
   // hyperparameters.optimizer not given: the entrypoint module's own, when it names one.
   void adopt_entrypoint_optimizer();
   // An entrypoint's hyperparameters that set no attribute of its module, each with one warning.
