@@ -2,8 +2,8 @@
 // processes): synchronous data parallelism is the same SGD at any slot count,
 // gradient aggregation equals a larger batch, a killed worker's trial restarts
 // from its checkpoint and ends where an uninterrupted one does, an elastic
-// trial goes on without one and trains every record once, --resume
-// continues a stopped run, and a torn checkpoint is never loaded.
+// trial goes on without one, admits a replacement and trains every record
+// once, --resume continues a stopped run, and a torn checkpoint is never loaded.
 // Small MLP on synthetic data, no dropout: seconds per trial. Every command
 // runs under `timeout` so a hang fails the test instead of stalling CI.
 #include <gtest/gtest.h>
@@ -303,6 +303,46 @@ TEST(Trainer, ElasticTrialGoesOnWithoutAKilledSlot) {
   EXPECT_GT(s.validation.back().accuracy, 0.5);
   const Trial uninterrupted = train("3slot-b63", yaml(""), "--slots 3");
   expect_same_params(uninterrupted, r, 1e-4);
+}
+
+// elastic with a replacement: slot 1 of 3 is killed at batch 8; the launcher
+// starts process 3 in its place, the two survivors go on and admit it at a
+// step boundary, hand it their state from memory, and the three finish
+// without a restart or a checkpoint read. Every record of every epoch is
+// trained once, and the trial's end check finds every slot, the joiner
+// included, with the same parameters bit for bit.
+TEST(Trainer, ElasticTrialAdmitsAReplacementForAKilledSlot) {
+  std::string y = config(3, 63, 1, "elastic: {min_slots: 2, max_slots: 3}\nmax_restarts: 1\n");
+  y.replace(y.find("records_per_epoch: 2048"), 23, "records_per_epoch: 630");  // 10 batches an epoch
+  y.replace(y.find("{batches: 20}"), 13, "{batches: 1500}");                   // time for the replacement to start
+  Trial r = train("3slot-elastic-join", y, "--slots 3 --fail-at-batch 8 --fail-rank 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("starting rank 3 on rank 1's slot to join the job"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("a worker failed"), std::string::npos) << r.output;  // no restart
+  EXPECT_EQ(r.output.find("resuming from"), std::string::npos) << r.output;    // no checkpoint read
+  auto s = read_metrics((r.dir / "out/metrics.jsonl").string());
+  EXPECT_EQ(s.restarts, 0);
+  ASSERT_EQ(s.train.size(), 1500u);
+  ASSERT_EQ(s.membership.size(), 2u) << r.output;
+  EXPECT_EQ(s.membership[0].lost, std::vector<int>{1});
+  EXPECT_EQ(s.membership[0].slots, 2);
+  const MembershipRecord& join = s.membership[1];
+  EXPECT_EQ(join.joined, std::vector<int>{3});
+  EXPECT_EQ(join.slots, 3);
+  EXPECT_GT(join.batch, 8);
+  EXPECT_GT(join.state_bytes, 4 * int64_t(r.params.size()));  // the parameters and the momentum
+  EXPECT_GT(join.recovery_seconds, 0.0);
+  EXPECT_LT(join.recovery_seconds, 30.0);
+  const std::string table = summary_table(s, 0.5);
+  EXPECT_NE(table.find("slot 3 joined at batch " + std::to_string(join.batch)), std::string::npos) << table;
+  EXPECT_NE(table.find("3, 3 at the end (2 at the fewest)"), std::string::npos) << table;
+  ASSERT_EQ(s.epochs.size(), 150u);
+  for (const auto& e : s.epochs) EXPECT_EQ(e.records, 630) << "epoch " << e.epoch;
+  ASSERT_FALSE(s.validation.empty());
+  EXPECT_GT(s.validation.back().accuracy, 0.9);
+  // The same steps as the uninterrupted trial, up to the sums' order.
+  y.replace(y.find("elastic: {min_slots: 2, max_slots: 3}"), 38, "");
+  expect_same_params(train("3slot-b63-1500", y, "--slots 3"), r, 1e-4);
 }
 
 // With aggregation_frequency 2 a slot killed at batch 7 (a local batch) is

@@ -327,7 +327,8 @@ std::vector<ExperimentKey> storage_keys() {
       integer_key(
           "max_restarts", [](auto& c) -> auto& { return c.max_restarts; }, 0, 1000,
           "use 0 (never restart) to 1000; Determined's default is 5", "5",
-          "Restarts of a failed trial from its newest checkpoint."),
+          "Restarts of a failed trial from its newest checkpoint; in an elastic trial also the lost slots each "
+          "attempt replaces by a process that joins it."),
       section_key("reproducibility", "{}", "Seeds."),
       integer_key(
           "reproducibility.experiment_seed", [](auto& c) -> auto& { return c.seed; }, 0, (int64_t{1} << 31) - 1,

@@ -107,7 +107,12 @@ class Driver {
     lo.bind = launch::default_bind();
     lo.command = std::move(worker);
     if (!network_interface().empty()) lo.environment.push_back("TANDEM_NETWORK_INTERFACE=" + network_interface());
-    if (cfg.elastic()) lo.elastic_min = cfg.elastic_min_slots, lo.elastic_max = cfg.elastic_max();
+    if (cfg.elastic()) {
+      lo.elastic_min = cfg.elastic_min_slots, lo.elastic_max = cfg.elastic_max();
+      // A lost slot is replaced by a process that joins the running attempt;
+      // each attempt may replace max_restarts slots (a budget apart from the trial's restarts).
+      lo.max_restarts = cfg.max_restarts;
+    }
     if (cfg.hosts.empty()) {
       lo.nprocs = slots;
     } else {

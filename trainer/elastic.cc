@@ -69,7 +69,7 @@ Trial::Resume Trial::shrink_and_agree(int64_t failed_batch, const std::string& r
   const bool after_work = most == agreed && agreed > start_ && (validate_now || checkpoint_now);
   const Resume r = after_work ? Resume{agreed, true} : Resume{agreed + 1, false};
   const int64_t redone = failed_batch - (r.step_done ? r.batch : r.batch - 1);
-  changes_.push_back({{failed_batch, now() - seconds_since(seen), lost, reason, 0, redone, world_}, seen});
+  changes_.push_back({{failed_batch, now() - seconds_since(seen), lost, reason, 0, redone, world_, {}, 0, 0}, seen});
   if (chief_) {
     std::string who;
     for (int l : lost) who += (who.empty() ? "" : ",") + std::to_string(l);
@@ -119,6 +119,9 @@ void Trial::log_membership_changes() {
           {"batch", m.batch},
           {"time", m.time},
           {"lost", m.lost},
+          {"joined", m.joined},
+          {"state_bytes", m.state_bytes},
+          {"state_seconds", m.state_seconds},
           {"reason", m.reason},
           {"recovery_seconds", m.recovery_seconds},
           {"batches_redone", m.batches_redone},
@@ -126,6 +129,20 @@ void Trial::log_membership_changes() {
            m.slots}}.dump());
   }
   changes_.clear();
+}
+
+void Trial::check_same_parameters() {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over every parameter's bytes
+  for (const auto& p : params_) {
+    const auto c = p.detach().contiguous();
+    const auto* b = static_cast<const unsigned char*>(c.data_ptr());
+    for (size_t i = 0, n = size_t(c.numel()) * c.element_size(); i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  }
+  const auto own = int64_t(h >> 1);
+  int64_t range[2] = {own, -own};  // min, and -max
+  comm_->allreduce(range, 2, DataType::i64, ReduceOp::min);
+  if (range[0] != -range[1])
+    throw std::logic_error("the slots end with different parameters: a shrink or a join did not leave them equal");
 }
 
 void Trial::save_step_copy() {

@@ -155,7 +155,9 @@ TrialSummary read_metrics(const std::string& path) {
     } else if (kind == "membership") {
       s.membership.push_back({j.value("batch", int64_t{0}), j.value("time", 0.0), j.value("lost", std::vector<int>{}),
                               j.value("reason", std::string()), j.value("recovery_seconds", 0.0),
-                              j.value("batches_redone", int64_t{0}), j.value("slots", 0)});
+                              j.value("batches_redone", int64_t{0}), j.value("slots", 0),
+                              j.value("joined", std::vector<int>{}), j.value("state_bytes", int64_t{0}),
+                              j.value("state_seconds", 0.0)});
     } else if (kind == "epoch") {
       const EpochRecords e{j.value("epoch", int64_t{0}), j.value("records", int64_t{0}),
                            j.value("expected", int64_t{0})};
@@ -226,11 +228,21 @@ void elastic_rows(const TrialSummary& s, const std::function<void(const char*, c
             : "NO: epoch " + std::to_string(short_of->epoch) + " trained " + std::to_string(short_of->records) +
                   " of " + std::to_string(short_of->expected));
   }
+  auto listed = [](const std::vector<int>& numbers) {
+    std::string out;
+    for (int n : numbers) out += (out.empty() ? "" : ",") + std::to_string(n);
+    return out;
+  };
   for (const auto& m : s.membership) {
-    std::string lost;
-    for (int l : m.lost) lost += (lost.empty() ? "" : ",") + std::to_string(l);
+    if (m.is_join()) {
+      row("membership change", "slot " + listed(m.joined) + " joined at batch " + std::to_string(m.batch) + " (" +
+                                   num("%.1f s", m.time) + "), " + std::to_string(m.slots) +
+                                   " slots on, contributing " + num("%.2f s", m.recovery_seconds) +
+                                   " after it started (state " + num("%.0f KiB", double(m.state_bytes) / 1024) + ")");
+      continue;
+    }
     row("membership change",
-        "slot " + lost + " lost at batch " + std::to_string(m.batch) + " (" + num("%.1f s", m.time) + "), " +
+        "slot " + listed(m.lost) + " lost at batch " + std::to_string(m.batch) + " (" + num("%.1f s", m.time) + "), " +
             std::to_string(m.slots) + " slots on, " + num("%.2f s", m.recovery_seconds) + " to the next step, " +
             std::to_string(m.batches_redone) + " batch" + (m.batches_redone == 1 ? "" : "es") + " redone");
   }
@@ -262,8 +274,15 @@ std::string summary_table(const TrialSummary& s, double target) {
     restarts();
     return o.str();
   }
-  row("slots", std::to_string(s.slots) +
-                   (s.membership.empty() ? "" : ", " + std::to_string(s.membership.back().slots) + " at the end"));
+  std::string slots = std::to_string(s.slots);
+  if (!s.membership.empty()) {
+    const int fewest = std::min_element(s.membership.begin(), s.membership.end(), [](auto& a, auto& b) {
+                         return a.slots < b.slots;
+                       })->slots;
+    slots += ", " + std::to_string(s.membership.back().slots) + " at the end";
+    if (fewest < s.membership.back().slots) slots += " (" + std::to_string(fewest) + " at the fewest)";
+  }
+  row("slots", slots);
   row("global batch", std::to_string(s.global_batch));
   row("batches trained", std::to_string(s.train.back().batch));
   const double wall = s.wall_time > 0 ? s.wall_time : s.train.back().time;

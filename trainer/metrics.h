@@ -11,7 +11,7 @@
 //  - stall: a batch slower than k times the median of the recent ones.
 //
 // Line kinds ("kind"): train, validation, stall, checkpoint, restart, end;
-// an elastic trial's also epoch (records trained) and membership (a lost slot).
+// an elastic trial's also epoch (records trained) and membership (slots lost or joined).
 #pragma once
 
 #include <cstdint>
@@ -47,15 +47,20 @@ struct EpochRecords {
   int64_t records = 0, expected = 0;  // expected: the epoch's global batches' records
 };
 
-// Elastic: a slot lost and the survivors going on.
+// Elastic: a slot lost and the survivors going on, or processes joining them.
 struct MembershipRecord {
-  int64_t batch = 0;            // in flight when the failure was seen
-  double time = 0;              // the trial clock then
-  std::vector<int> lost;        // the slots lost (their ranks at the start)
-  std::string reason;           // the error the survivors saw
-  double recovery_seconds = 0;  // from the failure seen to the next committed step (or the trial's end)
+  int64_t batch = 0;      // in flight when the failure was seen; a join: the batch the joiners train first
+  double time = 0;        // the trial clock then
+  std::vector<int> lost;  // the slots lost (their numbers in the job: ranks at the start, or a joiner's)
+  std::string reason;     // the error the survivors saw; a join: "admitted"
+  // To the next committed step (or the trial's end) from the failure seen; a join: from the joiner's process start.
+  double recovery_seconds = 0;
   int64_t batches_redone = 0;
-  int slots = 0;  // after
+  int slots = 0;                                    // after
+  std::vector<int> joined;                          // the joiners' numbers in the job (TANDEM_RANK)
+  int64_t state_bytes = 0;                          // a join: the state broadcast to the joiners
+  double state_seconds = 0;                         // and its time
+  bool is_join() const { return !joined.empty(); }  // else slots were lost
 };
 
 class MetricsWriter {

@@ -50,20 +50,28 @@ std::optional<std::chrono::system_clock::time_point> clock_origin(const std::str
 
 }  // namespace
 
-Trial::Trial(const WorkerOptions& options, ExperimentConfig config, std::unique_ptr<Communicator> comm)
-    : wo_(options), cfg_(std::move(config)), comm_(std::move(comm)) {
+Trial::Trial(const WorkerOptions& options, ExperimentConfig config, const Connect& connect, bool joining, int number)
+    : wo_(options), cfg_(std::move(config)) {
+  // Elastic: a failed step must find the parameters as they were before it,
+  // not updated in part by the next forward.
+  if (cfg_.elastic()) wo_.deferred_updates = false;
+  k_ = cfg_.optimizations.aggregation_frequency;
+  // A joiner loads its data before it is admitted: the members wait for none of it.
+  std::vector<std::string> warnings;
+  if (joining) warnings = load_data();
+  comm_ = connect();
   rank_ = comm_->rank(), world_ = comm_->size();
-  if (world_ != cfg_.slots_per_trial)
+  joiner_ = comm_->joined();
+  if (world_ != cfg_.slots_per_trial && !joiner_)
     throw std::runtime_error("started with " + std::to_string(world_) + " ranks for " +
                              std::to_string(cfg_.slots_per_trial) + " slots");
   chief_ = rank_ == 0;
   originals_.resize(size_t(world_));
   std::iota(originals_.begin(), originals_.end(), 0);
-  // Elastic: a failed step must find the parameters as they were before it,
-  // not updated in part by the next forward.
-  if (cfg_.elastic()) wo_.deferred_updates = false;
-  k_ = cfg_.optimizations.aggregation_frequency;
-  load_data();
+  if (joiner_) originals_[size_t(rank_)] = number;  // the others' from them, in run()
+  if (!joining) warnings = load_data();
+  if (chief_)
+    for (const auto& w : warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
 
   // The same initial parameters everywhere (seeded, then the chief's broadcast).
   torch::manual_seed(cfg_.seed);
@@ -71,7 +79,7 @@ Trial::Trial(const WorkerOptions& options, ExperimentConfig config, std::unique_
   model_ = cfg_.entrypoint.empty() ? make_model(cfg_.model, cfg_.mlp_hidden, cfg_.dropout, layer_slices_)
                                    : load_torchscript(cfg_.entrypoint, cfg_.user_hyperparameters);
   for (const auto& [name, p] : model_.parameters) params_.push_back(p), names_.push_back(name);
-  {
+  if (!joiner_) {  // a joiner's come with the members' state
     torch::NoGradGuard no_grad;
     for (auto& p : params_) comm_->broadcast(p.data_ptr<float>(), static_cast<size_t>(p.numel()), DataType::f32, 0);
   }
@@ -108,7 +116,7 @@ void Trial::adopt_entrypoint_optimizer() {
                  cfg_.optimizer.c_str());
 }
 
-void Trial::load_data() {
+std::vector<std::string> Trial::load_data() {
   if (cfg_.data == "synthetic") {
     train_ = synthetic_dataset(cfg_.records_per_epoch > 0 ? cfg_.records_per_epoch : 60000, cfg_.seed, true);
     test_ = synthetic_dataset(10000, cfg_.seed, false);
@@ -118,8 +126,6 @@ void Trial::load_data() {
   }
   std::vector<std::string> warnings;
   const int64_t records_per_epoch = epoch_records(cfg_, train_.size, warnings);
-  if (chief_)
-    for (const auto& w : warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
   per_slot_ = cfg_.per_slot_batch();
   plan_.emplace(records_per_epoch, cfg_.effective_global_batch(), cfg_.seed);
   total_ = wo_.max_batches > 0 ? wo_.max_batches : cfg_.to_batches(cfg_.max_length, records_per_epoch);
@@ -130,10 +136,11 @@ void Trial::load_data() {
   checkpoint_every_ = cfg_.min_checkpoint_period.set()
                           ? round_up(cfg_.to_batches(cfg_.min_checkpoint_period, records_per_epoch))
                           : validate_every_;
+  return warnings;
 }
 
 void Trial::resume() {
-  if (!wo_.resume || wo_.checkpoint_dir.empty()) return;
+  if (!wo_.resume || wo_.checkpoint_dir.empty() || joiner_) return;
   std::vector<std::string> warnings;
   auto found = latest_checkpoint(wo_.checkpoint_dir, &warnings);
   if (chief_)
@@ -371,8 +378,9 @@ void Trial::run() {
   committed_ = start_;
   // Epochs begun before a resumed checkpoint are not counted whole here.
   first_epoch_counted_ = next_epoch_checked_ = (start_ + plan_->batches_per_epoch() - 1) / plan_->batches_per_epoch();
+  if (joiner_) take_members_state();
   bool step_done = false;  // after a failure in validation: only the after-work is redone
-  for (int64_t batch = start_ + 1; batch <= total_;) {
+  for (int64_t batch = committed_ + 1; batch <= total_;) {
     if (batch == wo_.fail_at_batch && originals_[size_t(rank_)] == wo_.fail_rank && wo_.attempt == 0) {
       const double unix_time =
           std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -382,6 +390,8 @@ void Trial::run() {
       ::raise(SIGKILL);
     }
     try {
+      // An optimizer step's first batch: no gradients held yet.
+      if (cfg_.elastic() && !step_done && world_ < cfg_.slots_per_trial && (batch - 1) % k_ == 0) admit_joiners(batch);
       if (!step_done) train_batch(batch);
       after_batch(batch);
       ++batch;
@@ -395,6 +405,7 @@ void Trial::run() {
     }
   }
   log_membership_changes();  // a failure in the last validation: no step follows its redo
+  if (cfg_.elastic()) check_same_parameters();
   if (chief_ && !wo_.dump_params.empty()) {
     std::ofstream out(wo_.dump_params, std::ios::binary);
     for (const auto& p : params_) {
@@ -416,7 +427,9 @@ void Trial::run() {
                               {"wire_bytes", exchange_->totals().wire_bytes},
                               {"compression_fallbacks", exchange_->totals().fallbacks},
                               {"validation_seconds", validation_seconds_},
-                              {"checkpoint_seconds", checkpoint_seconds_}}
+                              {"checkpoint_seconds", checkpoint_seconds_},
+                              {"grow_calls", grow_calls_},
+                              {"grow_seconds", grow_seconds_}}
                    .dump());
   comm_->barrier();
 }

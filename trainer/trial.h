@@ -22,12 +22,15 @@
 //    rank took. Elastic (elastic.cc): a failed exchange or validation makes
 //    the survivors shrink, agree on the smallest committed batch (a rank one
 //    step ahead puts back its copy from before that step) and go on after it,
-//    each global batch split over the slots there are.
+//    each global batch split over the slots there are. A process started in
+//    a lost slot's place joins at a step boundary and takes the members'
+//    state (join.cc).
 #pragma once
 
 #include <torch/torch.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -48,10 +51,16 @@ namespace tandem::trainer {
 
 class Trial {
  public:
-  Trial(const WorkerOptions& options, ExperimentConfig config, std::unique_ptr<Communicator> comm);
+  using Connect = std::function<std::unique_ptr<Communicator>()>;
+  // `connect` makes the communicator. `joining` (TANDEM_JOIN=1): it returns
+  // once the members admitted this process, which loads its data first.
+  // `number`: this process's number in the job (TANDEM_RANK); a joiner's
+  // names its slot, the others' is their starting rank.
+  Trial(const WorkerOptions& options, ExperimentConfig config, const Connect& connect, bool joining, int number);
   ~Trial();
 
-  // Continues from the newest complete checkpoint, if asked and one exists.
+  // Continues from the newest complete checkpoint, if asked and one exists;
+  // a joiner takes the members' state instead, in run().
   void resume();
   // Trains to the end, validating and checkpointing on the config's periods.
   void run();
@@ -64,7 +73,7 @@ class Trial {
     double data = 0, own_loss = 0, own_accuracy = 0;
   };
 
-  void load_data();
+  std::vector<std::string> load_data();  // returns the warnings, which the chief prints
   // hyperparameters.optimizer not given: the entrypoint module's own, when it names one.
   void adopt_entrypoint_optimizer();
   // An entrypoint's hyperparameters that set no attribute of its module, each with one warning.
@@ -94,7 +103,19 @@ class Trial {
   // epochs (sign -1: the step was put back); a complete epoch is checked.
   void count_step_records(int64_t batch, int64_t slot_records_sum, int sign);
   void check_complete_epochs();
+  // Elastic (join.cc): below the starting size, the members admit the
+  // processes waiting to join at this step boundary and hand them the state.
+  void admit_joiners(int64_t batch);
+  // Every rank of a grown communicator, from rank 0: the parameters, the
+  // optimizer state and the cursors, which a joiner takes; returns the bytes.
+  size_t share_state(bool take);
+  // A joiner, before its first step: the members' numbers and state.
+  void take_members_state();
+  // Every rank's number in the job (originals_), and the oldest joiner's seconds since its process started.
+  double share_numbers(int own_number, double own_age);
   void log_membership_changes();
+  // Elastic, at the end: every slot holds the same parameters, bit for bit (a hash's min and max).
+  void check_same_parameters();
   void save_step_copy();           // before the optimizer steps
   void restore_step_copy();        // back to before the committed step
   double now() const;              // the trial clock
@@ -104,8 +125,11 @@ class Trial {
   ExperimentConfig cfg_;
   std::unique_ptr<Communicator> comm_;
   int rank_ = 0, world_ = 1, k_ = 1;
-  std::vector<int> originals_;  // each rank's rank at the start (they differ after a shrink)
-  int layer_slices_ = 1;        // hyperparameters.layer_slices as resolved for these hosts
+  // Each rank's number in the job: its rank at the start (they differ after
+  // a shrink), a joiner's TANDEM_RANK.
+  std::vector<int> originals_;
+  bool joiner_ = false;   // started as a replacement: its state comes from the members
+  int layer_slices_ = 1;  // hyperparameters.layer_slices as resolved for these hosts
   bool chief_ = false;
 
   Dataset train_, test_;
@@ -145,6 +169,8 @@ class Trial {
   double previous_arrival_ = 0;   // this rank's previous batch time before its wait
   SteadyClock::time_point last_end_;
   double validation_seconds_ = 0, checkpoint_seconds_ = 0;  // this attempt
+  int64_t grow_calls_ = 0;                                  // elastic: grow() calls, with the seconds they took
+  double grow_seconds_ = 0;
 };
 
 }  // namespace tandem::trainer

@@ -3,13 +3,23 @@
 #include <torch/torch.h>
 
 #include <optional>
+#include <stdexcept>
 
 #include "config.h"
+#include "tandem/bootstrap.h"
 #include "tandem/errors.h"
 #include "tandem/ring/ring.h"
 #include "trial.h"
 
 namespace tandem::trainer {
+namespace {
+
+// Connecting failed: not the trial's setup, which fails the same on every attempt.
+struct NotSetup : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace
 
 int run_worker(const WorkerOptions& wo) {
   ExperimentConfig cfg = load_config(wo.config_path, wo.max_batches == 0);
@@ -19,13 +29,24 @@ int run_worker(const WorkerOptions& wo) {
   // which follows them) would fight the other slots and the engine for the cores.
   torch::set_num_threads(1);
   at::set_num_interop_threads(1);
-  auto comm = ring::connect_from_env();
+  const CommOptions options = comm_options_from_env();
+  const auto connect = [&] {
+    try {
+      return ring::connect(options, ring::ring_options_from_env());
+    } catch (const tandem::Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw NotSetup(e.what());
+    }
+  };
   std::optional<Trial> trial;
   try {
-    trial.emplace(wo, std::move(cfg), std::move(comm));
+    trial.emplace(wo, std::move(cfg), connect, options.join, options.rank);
     trial->resume();
   } catch (const tandem::Error&) {
     throw;  // the communicator's (a peer, a deadline): a restart may succeed
+  } catch (const NotSetup&) {
+    throw;
   } catch (const std::exception& e) {
     throw SetupError(e.what());  // the data, the model, a checkpoint: the same on every attempt
   }
