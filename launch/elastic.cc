@@ -16,6 +16,11 @@ bool Elastic::others_finished(const std::vector<Rank>& ranks, const Rank* except
   });
 }
 
+bool Elastic::only_replacements_running(const std::vector<Rank>& ranks) const {
+  return std::any_of(ranks.begin(), ranks.end(), [](const Rank& r) { return r.running; }) &&
+         std::none_of(ranks.begin(), ranks.end(), [&](const Rank& r) { return r.running && !is_replacement(r); });
+}
+
 std::optional<Elastic::Replacement> Elastic::replace(const Rank& lost) {
   if (restarts_ >= opts_.max_restarts) return std::nullopt;
   const int number = opts_.nprocs + opts_.servers + restarts_++;

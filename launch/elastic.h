@@ -29,6 +29,9 @@ class Elastic {
   bool others_finished(const std::vector<Rank>& ranks, const Rank* except, bool but_replacements,
                        const RecordedFailed& failed) const;
 
+  // Some rank runs, and every one running is a replacement.
+  bool only_replacements_running(const std::vector<Rank>& ranks) const;
+
   struct Replacement {
     int number;  // in the job: after every process so far, never reused
     int slot;    // the first-generation rank whose placement it takes

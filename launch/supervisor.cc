@@ -233,6 +233,7 @@ class Launcher {
       }
       reap();
       stop_left_out();
+      end_grace_for_replacements();
       check_deadlines();
       if (opts_.on_tick) opts_.on_tick();
     }
@@ -353,6 +354,13 @@ class Launcher {
           ", a replacement, was not admitted before the others finished; stopping it");
       signal_rank(*r, SIGTERM);
     }
+  }
+
+  // A failing job whose other workers all exited: replacements still running wait to join a job that is over.
+  void end_grace_for_replacements() {
+    if (phase_ != Phase::grace || !elastic_.only_replacements_running(ranks_)) return;
+    say("only replacements are left in the failed job; stopping them");
+    enter(Phase::terminating, SIGTERM, seconds(opts_.kill_after_seconds));
   }
 
   Elastic::RecordedFailed failed_fn() const {
