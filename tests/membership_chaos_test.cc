@@ -526,7 +526,10 @@ void run_job(const JobPlan& plan, const std::string& log) {
   CommOptions base;
   base.timeout = 20s;  // a hang fails the call, and the test
   const bool stops = std::any_of(plan.faults.begin(), plan.faults.end(), [](const Fault& f) { return f.stop; });
-  if (stops) base.heartbeat = 400ms;
+  // Short enough to find a stopped rank fast; long enough that six
+  // processes on two loaded cores keep beating (a starved heartbeat thread
+  // is a false positive the whole job then suffers).
+  if (stops) base.heartbeat = 700ms;
   RankGroup group(
       plan.processes(), [&](const CommOptions& o) { return run_rank(plan, log, o); }, base);
   const std::vector<int> codes = group.wait(120s);

@@ -165,8 +165,12 @@ void StoreServer::Impl::watch_heartbeats(std::chrono::milliseconds interval) {
 void StoreServer::Impl::check_heartbeats() {
   if (stopping) return;
   const auto now = Clock::now();
+  // Woken a heartbeat interval or more late, this thread was not running:
+  // beats may wait unread in the sockets. Judge once they have been read.
+  const bool stalled = last_heartbeat_check != Clock::time_point{} && now - last_heartbeat_check > 10 * heartbeat_tick;
+  last_heartbeat_check = now;
   for (const auto& c : connections) {
-    if (c->closed || c->said_goodbye || c->heartbeat_interval.count() == 0) continue;
+    if (stalled || c->closed || c->said_goodbye || c->heartbeat_interval.count() == 0) continue;
     const auto silent = now - c->last_beat;
     if (silent <= kSilentHeartbeats * c->heartbeat_interval) continue;
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(silent).count();

@@ -41,6 +41,7 @@ struct StoreServer::Impl {
   asio::steady_timer accept_retry{io};
   asio::steady_timer heartbeat_timer{io};
   std::chrono::milliseconds heartbeat_tick{0};  // 0 until a rank beats
+  Clock::time_point last_heartbeat_check{};     // when check_heartbeats() last ran
   uint16_t port = 0;
   std::thread thread;
 
