@@ -175,6 +175,38 @@ void run_fault_case(const FaultCase& c, std::chrono::milliseconds heartbeat = kT
 
 // The quick subset: {2, 3 ranks} x {4 B, 16 MiB} x {SIGKILL, SIGSTOP}; the
 // path and the delay alternate so that each signal meets both paths.
+// A rank that registers with the store and dies before the wire-up is done:
+// the others' create() fails within a wait slice, naming it, instead of at
+// the connect timeout.
+TEST(PeerFailure, ARankDeadDuringTheWireUpIsNamed) {
+  CommOptions base;
+  base.connect_timeout = std::chrono::seconds(30);
+  RankGroup group(
+      3,
+      [](const CommOptions& o) {
+        if (o.rank == 2) {
+          const auto colon = o.store_address.rfind(':');
+          StoreClient store(o.store_address.substr(0, colon), uint16_t(std::stoi(o.store_address.substr(colon + 1))),
+                            Clock::now() + std::chrono::seconds(5), o.secret);
+          store.hello(2, Clock::now() + std::chrono::seconds(5));
+          _exit(0);  // no goodbye: the store records rank 2 as failed
+        }
+        const auto start = Clock::now();
+        try {
+          ring::connect(o, {});
+          ADD_FAILURE() << "create() returned without rank 2";
+        } catch (const PeerFailure& e) {
+          EXPECT_EQ(e.rank(), 2) << e.what();
+          EXPECT_NE(std::string(e.what()).find("failed while the communicator was being set up"), std::string::npos)
+              << e.what();
+          EXPECT_LT(Clock::now() - start, std::chrono::seconds(5)) << e.what();
+        }
+        return 0;
+      },
+      base);
+  group.expect_success(std::chrono::seconds(60));
+}
+
 TEST(FaultMatrix, QuickSubset) {
   int i = 0;
   for (int ranks : {2, 3}) {

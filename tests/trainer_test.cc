@@ -329,7 +329,7 @@ TEST(Trainer, ElasticTrialAdmitsAReplacementForAKilledSlot) {
   const MembershipRecord& join = s.membership[1];
   EXPECT_EQ(join.joined, std::vector<int>{3});
   EXPECT_EQ(join.slots, 3);
-  EXPECT_GT(join.batch, 8);
+  EXPECT_GE(join.batch, 8);  // at the redone batch itself when the replacement is ready by then
   EXPECT_GT(join.state_bytes, 4 * int64_t(r.params.size()));  // the parameters and the momentum
   EXPECT_GT(join.recovery_seconds, 0.0);
   EXPECT_LT(join.recovery_seconds, 30.0);

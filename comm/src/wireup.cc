@@ -8,6 +8,71 @@
 #include "communicator_impl.h"
 
 namespace tandem {
+namespace {
+
+// The store while a communicator wires up: its waits for the other ranks'
+// keys go in slices, and between slices look at the store's record of failed
+// ranks, so that a rank that dies during the wire-up (a joiner killed after
+// it was admitted, a rank that crashes at start) fails the others within a
+// slice, naming it, instead of at connect_timeout.
+class WireupStore final : public KeyValueStore {
+ public:
+  WireupStore(std::shared_ptr<KeyValueStore> store, int rank, int size)
+      : store_(std::move(store)), rank_(rank), size_(size) {}
+
+  std::string get(const std::string& key, Deadline d) override {
+    for (;;) {
+      try {
+        return store_->get(key, slice(d));
+      } catch (const Timeout&) {
+        if (Clock::now() >= d) throw;
+        throw_if_one_failed();
+      }
+    }
+  }
+  void wait(const std::vector<std::string>& keys, Deadline d) override {
+    for (;;) {
+      try {
+        return store_->wait(keys, slice(d));
+      } catch (const Timeout&) {
+        if (Clock::now() >= d) throw;
+        throw_if_one_failed();
+      }
+    }
+  }
+  void set(const std::string& key, const std::string& value, Deadline d) override { store_->set(key, value, d); }
+  std::optional<std::string> try_get(const std::string& key, Deadline d) override { return store_->try_get(key, d); }
+  int64_t add(const std::string& key, int64_t delta, Deadline d) override { return store_->add(key, delta, d); }
+  bool check(const std::vector<std::string>& keys, Deadline d) override { return store_->check(keys, d); }
+  void erase(const std::string& key, Deadline d) override { store_->erase(key, d); }
+  std::unique_ptr<KeyValueStore> connect_again(Deadline d) override { return store_->connect_again(d); }
+  bool tracks_liveness() const override { return store_->tracks_liveness(); }
+  void hello(int rank, Deadline d) override { store_->hello(rank, d); }
+  void goodbye(Deadline d) override { store_->goodbye(d); }
+  void heartbeat(int rank, std::chrono::milliseconds interval, Deadline d) override {
+    store_->heartbeat(rank, interval, d);
+  }
+
+ private:
+  static constexpr auto kSlice = std::chrono::milliseconds(200);
+  static Deadline slice(Deadline d) { return std::min(d, Clock::now() + kSlice); }
+
+  void throw_if_one_failed() {
+    const Deadline d = Clock::now() + std::chrono::seconds(2);
+    const std::optional<std::string> failed = store_->try_get(kFailedRanksKey, d);
+    for (int r : failed ? parse_rank_list(*failed) : std::vector<int>{}) {
+      if (r < 0 || r >= size_ || r == rank_) continue;
+      const std::optional<std::string> why = store_->try_get(failure_reason_key(r), d);
+      throw PeerFailure(r, "rank " + std::to_string(r) + " failed while the communicator was being set up" +
+                               (why ? " (" + *why + ")" : std::string()));
+    }
+  }
+
+  std::shared_ptr<KeyValueStore> store_;
+  int rank_, size_;
+};
+
+}  // namespace
 
 void Communicator::Impl::connect() {
   CommOptions& opts = ctx.opts;
@@ -25,6 +90,14 @@ void Communicator::Impl::connect() {
     }
     ctx.store = std::make_shared<StoreClient>(host, port, deadline, opts.secret);
   }
+  // The wire-up's waits watch for failed ranks; the calls afterwards have the failure polls.
+  const std::shared_ptr<KeyValueStore> plain = ctx.store;
+  ctx.store = std::make_shared<WireupStore>(plain, opts.rank, opts.size);
+  struct Restore {
+    CommContext& ctx;
+    std::shared_ptr<KeyValueStore> plain;
+    ~Restore() { ctx.store = plain; }
+  } restore{ctx, plain};
   KeyValueStore& store = *ctx.store;
   store.hello(opts.rank, deadline);
   char hostname[256] = "?";
