@@ -194,7 +194,7 @@ void StoreServer::Impl::record_failure(int rank, const std::string& reason) {
     std::lock_guard lock(failed_mu);
     if (std::find(failed.begin(), failed.end(), rank) != failed.end()) return;
     failed.push_back(rank);
-    for (size_t i = 0; i < failed.size(); ++i) csv += (i ? "," : "") + std::to_string(failed[i]);
+    csv = format_rank_list(failed);
   }
   put(failure_reason_key(rank), reason, /*over_cap_ok=*/true);  // small, and must never be lost
   put(kFailedRanksKey, csv, /*over_cap_ok=*/true);
@@ -226,6 +226,15 @@ void StoreServer::mark_failed(int rank, const std::string& reason) {
     done.set_value();
   });
   done.get_future().wait();
+}
+
+std::string format_rank_list(const std::vector<int>& ranks) {
+  std::string out;
+  for (int r : ranks) {
+    if (!out.empty()) out += ',';
+    out += std::to_string(r);
+  }
+  return out;
 }
 
 std::vector<int> parse_rank_list(const std::string& csv) {

@@ -61,10 +61,8 @@ struct Place {
   std::vector<std::string> hosts;
 
   std::string str() const {
-    std::string numbers_csv;
-    for (int n : numbers) numbers_csv += (numbers_csv.empty() ? "" : ",") + std::to_string(n);
     std::string out = raw_prefix + "\n" + prefix + "\n" + std::to_string(size) + "\n" + std::to_string(rank) + "\n" +
-                      numbers_csv + "\n";
+                      format_rank_list(numbers) + "\n";
     for (const auto& h : hosts) out += h + "\n";
     return out;
   }

@@ -26,12 +26,7 @@ std::set<int> parse_ranks(const std::optional<std::string>& csv) {
 
 template <typename Ranks>
 std::string to_csv(const Ranks& ranks) {
-  std::string out;
-  for (int r : ranks) {
-    if (!out.empty()) out += ',';
-    out += std::to_string(r);
-  }
-  return out;
+  return format_rank_list(std::vector<int>(ranks.begin(), ranks.end()));
 }
 
 // The decision: "members:0,2,3" or "none:<why>". Waits until every rank has

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <type_traits>
 
 #include "communicator_impl.h"
 
@@ -21,24 +22,10 @@ class WireupStore final : public KeyValueStore {
       : store_(std::move(store)), rank_(rank), size_(size) {}
 
   std::string get(const std::string& key, Deadline d) override {
-    for (;;) {
-      try {
-        return store_->get(key, slice(d));
-      } catch (const Timeout&) {
-        if (Clock::now() >= d) throw;
-        throw_if_one_failed();
-      }
-    }
+    return sliced(d, [&](Deadline slice) { return store_->get(key, slice); });
   }
   void wait(const std::vector<std::string>& keys, Deadline d) override {
-    for (;;) {
-      try {
-        return store_->wait(keys, slice(d));
-      } catch (const Timeout&) {
-        if (Clock::now() >= d) throw;
-        throw_if_one_failed();
-      }
-    }
+    sliced(d, [&](Deadline slice) { store_->wait(keys, slice); });
   }
   void set(const std::string& key, const std::string& value, Deadline d) override { store_->set(key, value, d); }
   std::optional<std::string> try_get(const std::string& key, Deadline d) override { return store_->try_get(key, d); }
@@ -55,7 +42,19 @@ class WireupStore final : public KeyValueStore {
 
  private:
   static constexpr auto kSlice = std::chrono::milliseconds(200);
-  static Deadline slice(Deadline d) { return std::min(d, Clock::now() + kSlice); }
+
+  // `wait` (a get or wait until the slice's deadline) again and again until d, looking for failed ranks between.
+  template <typename Wait>
+  std::invoke_result_t<Wait, Deadline> sliced(Deadline d, Wait&& wait) {
+    for (;;) {
+      try {
+        return wait(std::min(d, Clock::now() + kSlice));
+      } catch (const Timeout&) {
+        if (Clock::now() >= d) throw;
+        throw_if_one_failed();
+      }
+    }
+  }
 
   void throw_if_one_failed() {
     const Deadline d = Clock::now() + std::chrono::seconds(2);

@@ -41,6 +41,8 @@ inline constexpr uint32_t kMaxValueBytes = 64u << 20;
 inline constexpr const char* kFailedRanksKey = "tandem/failed_ranks";
 // The ranks of such a list, in order; items that are not numbers are skipped.
 std::vector<int> parse_rank_list(const std::string& csv);
+// Ranks as such a list ("0,2,3"); "" for none.
+std::string format_rank_list(const std::vector<int>& ranks);
 // A rank whose heartbeats stop for this many intervals is recorded as failed.
 inline constexpr int kSilentHeartbeats = 2;
 // Where the store keeps why a rank was recorded as failed (text).
