@@ -4,8 +4,9 @@
 //
 // Blocking GET/WAIT send the caller's remaining time minus a small margin; the
 // server answers NOT_FOUND when that expires, so a plain "key never arrived"
-// timeout leaves the connection usable. Only when a reply does not arrive by
-// the deadline (server stalled, or the connection died half-way) is the
+// timeout leaves the connection usable (the client waits up to 2 s past its
+// deadline for that promised reply, which a loaded host delays). Only when a
+// reply does not arrive by then (server stalled, or the connection died half-way) is the
 // connection in an unknown state: it is then closed and marked broken, and
 // every later call throws PeerFailure(-1) saying why. Callers that want to
 // continue create a new StoreClient (a registered rank would, by then, already
@@ -294,6 +295,11 @@ struct StoreClient::Impl {
                             std::to_string(kMaxKeyBytes) + ")");
   }
 
+  // How long past the caller's deadline a blocking get/wait waits for the
+  // "expired" reply the server promised: on a loaded host it comes late, and
+  // giving up on it would leave the connection out of step (broken).
+  static constexpr auto kPromisedReplyGrace = std::chrono::seconds(2);
+
   // Server-side wait: the remaining time minus a margin, so the server's "expired"
   // reply reaches us before our own deadline and the connection stays in step.
   static uint64_t server_wait_ms(Clock::time_point now, Deadline deadline) {
@@ -353,7 +359,7 @@ std::string StoreClient::get(const std::string& key, Deadline deadline) {
   Impl::check_key(key);
   std::string wait;
   sp::append_u64(wait, Impl::server_wait_ms(now, deadline));
-  auto r = impl_->call(sp::Op::get, key, wait, deadline, what, now);
+  auto r = impl_->call(sp::Op::get, key, wait, deadline + Impl::kPromisedReplyGrace, what, now);
   if (r.op == sp::Op::not_found)
     throw Timeout("tandem store: " + what + " at " + impl_->address + " timed out after " +
                   std::to_string(ms_between(now, deadline)) + " ms (the key was never set)");
@@ -385,7 +391,7 @@ void StoreClient::wait(const std::vector<std::string>& keys, Deadline deadline) 
   sp::append_u64(value, Impl::server_wait_ms(now, deadline));
   value += sp::encode_key_list(keys);
   if (value.size() > kMaxValueBytes) throw InvalidArgument("tandem store: " + what + ": key list too large");
-  auto r = impl_->call(sp::Op::wait, {}, value, deadline, what, now);
+  auto r = impl_->call(sp::Op::wait, {}, value, deadline + Impl::kPromisedReplyGrace, what, now);
   if (r.op == sp::Op::not_found)
     throw Timeout("tandem store: " + what + " at " + impl_->address + " timed out after " +
                   std::to_string(ms_between(now, deadline)) + " ms (still missing: " + r.value + ")");
