@@ -83,6 +83,38 @@ TEST(Grow, AJoinerTakesTheNextRankAndGetsTheMembersState) {
   }
 }
 
+// joiners_waiting() sees a waiting joiner on the rank that asks, without a
+// collective; the members share the answer and grow once, after which
+// nobody waits.
+TEST(Grow, JoinersWaitingCountsTheTicketsNoGrowClaimed) {
+  RankGroup group(3, [&](CommOptions o) {
+    std::unique_ptr<Communicator> comm;
+    if (o.rank == 2) {
+      o.join = true;
+      comm = ring::connect(o, {});
+    } else {
+      o.size = 2;
+      auto members = ring::connect(o, {});
+      int waiting = 0;
+      for (int polls = 0; members->rank() == 0 && waiting == 0 && polls < 2000; ++polls) {
+        waiting = members->joiners_waiting();
+        if (waiting == 0) std::this_thread::sleep_for(5ms);
+      }
+      members->broadcast(&waiting, 1, DataType::i32, 0);
+      EXPECT_EQ(waiting, 1) << "rank " << members->rank();
+      Communicator::Grown g = members->grow(4);
+      EXPECT_EQ(g.joined, 1);
+      EXPECT_EQ(members->joiners_waiting(), 0);
+      comm = std::move(g.comm);
+    }
+    if (!comm) return 1;
+    EXPECT_EQ(comm->size(), 3);
+    expect_every_rank_summed(*comm);
+    return 0;
+  });
+  group.expect_success(60s);
+}
+
 // Four members and a replacement waiting (process 4). Rank 2 dies; the
 // survivors shrink to three and grow back to four with the replacement
 // (rank 3, numbered 4 in the job). Then the replacement dies: the store names

@@ -226,6 +226,11 @@ void bind_communicator(py::module_& m) {
           },
           py::arg("max_new") = py::none(), py::arg("timeout") = py::none(), nogil,
           "Admits the processes waiting to join (TANDEM_JOIN=1); (their communicator or None, how many joined)")
+      .def(
+          "joiners_waiting",
+          [](Communicator& c, std::optional<double> timeout) { return c.joiners_waiting(collective(timeout)); },
+          py::arg("timeout") = py::none(), nogil,
+          "How many processes wait to join (this rank alone asks the store; share it before grow())")
       .def_property_readonly("joined", &Communicator::joined)
       .def("_allocate_shared", [](Communicator& c, size_t bytes) { return uintptr_t(c.allocate_shared(bytes)); })
       .def("_free_shared", [](Communicator& c, uintptr_t p) { c.free_shared(ptr(p)); })

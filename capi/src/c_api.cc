@@ -224,6 +224,14 @@ tandem_status_t tandem_comm_grow(tandem_comm_t* comm, int max_new, int64_t timeo
   });
 }
 
+tandem_status_t tandem_comm_joiners_waiting(tandem_comm_t* comm, int64_t timeout_ms, int* waiting) {
+  static const char* fn = "tandem_comm_joiners_waiting";
+  return on_comm(fn, comm, [&](Communicator& c) {
+    require_handle(waiting, fn, "waiting");
+    *waiting = c.joiners_waiting(collective(timeout_ms));
+  });
+}
+
 tandem_status_t tandem_comm_joined(const tandem_comm_t* comm, int* joined) {
   static const char* fn = "tandem_comm_joined";
   return guard(fn, [&] {

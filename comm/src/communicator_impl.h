@@ -40,6 +40,8 @@ struct Communicator::Impl {
   uint64_t shrinks = 0;  // shrink() calls so far, likewise
   uint64_t grows = 0;    // grow() calls so far, likewise
   bool joined = false;   // made by join()
+  // joiners_waiting()'s own connection to the job's store, kept between calls.
+  std::unique_ptr<KeyValueStore> join_probe;
 
  private:
   bool finalize_barrier(Deadline deadline);

@@ -8,6 +8,7 @@
 // joiners then wire up the new communicator through the store under the
 // grow's keys, as split() does. Joiners take the ranks after the members',
 // in ticket order.
+#include <cstdlib>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -53,34 +54,47 @@ std::vector<std::string> lines(const std::string& text) {
 
 // Where a joiner's place lies, and what it says: the new communicator's keys
 // in the root store, its opts.prefix, size, the joiner's rank, each rank's
-// number in the job (comma-separated) and each rank's host, one a line.
+// number in the job (comma-separated), the members' shared-memory segment
+// bytes, and each rank's host, one a line.
 struct Place {
   std::string raw_prefix, prefix;
   int size = 0, rank = 0;
   std::vector<int> numbers;
+  size_t shared_bytes = 0;
   std::vector<std::string> hosts;
 
   std::string str() const {
     std::string out = raw_prefix + "\n" + prefix + "\n" + std::to_string(size) + "\n" + std::to_string(rank) + "\n" +
-                      format_rank_list(numbers) + "\n";
+                      format_rank_list(numbers) + "\n" + std::to_string(shared_bytes) + "\n";
     for (const auto& h : hosts) out += h + "\n";
     return out;
   }
   static Place parse(const std::string& text) {
     const std::vector<std::string> l = lines(text);
-    if (l.size() < 5) throw Error("join: malformed place from the members: '" + text + "'");
-    Place p{l[0], l[1], std::atoi(l[2].c_str()), std::atoi(l[3].c_str()), parse_rank_list(l[4]), {}};
-    p.hosts.assign(l.begin() + 5, l.end());
+    if (l.size() < 6) throw Error("join: malformed place from the members: '" + text + "'");
+    Place p{l[0],
+            l[1],
+            std::atoi(l[2].c_str()),
+            std::atoi(l[3].c_str()),
+            parse_rank_list(l[4]),
+            size_t(std::strtoull(l[5].c_str(), nullptr, 10)),
+            {}};
+    p.hosts.assign(l.begin() + 6, l.end());
     return p;
   }
 };
+
+// Tickets taken and not yet claimed (a withdrawn one counts until a grow claims it).
+int64_t joiners_waiting_in(KeyValueStore& root, const CommOptions& o, Deadline deadline) {
+  const int64_t claimed = root.add(join_key(o, "claimed"), 0, deadline);
+  return std::max<int64_t>(0, root.add(join_key(o, "tickets"), 0, deadline) - claimed);
+}
 
 // The first member at a grow(): claims the waiting joiners (up to max_new)
 // and writes each its place. Returns the joiners, in rank order.
 std::vector<Joiner> admit(KeyValueStore& root, const CommContext& ctx, Place place, int max_new, Deadline deadline) {
   const CommOptions& o = ctx.opts;
-  const int64_t waiting = root.add(join_key(o, "tickets"), 0, deadline) - root.add(join_key(o, "claimed"), 0, deadline);
-  const int64_t take = std::min<int64_t>(waiting, max_new);
+  const int64_t take = std::min<int64_t>(joiners_waiting_in(root, o, deadline), max_new);
   if (take <= 0) return {};
   const int64_t last = root.add(join_key(o, "claimed"), take, deadline);
   std::vector<Joiner> joiners;
@@ -122,35 +136,62 @@ void set_local(CommOptions& o, const std::vector<std::string>& hosts) {
   o.local_size = t.local_size();
 }
 
+// The job's store as this communicator sees it; a job of one rank has one
+// only if a launcher gave it one (`own` then holds the connection), else null.
+KeyValueStore* job_store(const CommContext& ctx, std::unique_ptr<KeyValueStore>& own, Deadline deadline) {
+  if (ctx.store) return ctx.store.get();
+  if (ctx.opts.store_address.empty()) return nullptr;
+  auto [host, port] = parse_host_port(ctx.opts.store_address);
+  own = std::make_unique<StoreClient>(host, port, deadline, ctx.opts.secret);
+  return own.get();
+}
+
 }  // namespace
+
+int Communicator::joiners_waiting(const CollectiveOptions& opts) {
+  const CommContext& ctx = impl_->ctx;
+  const Deadline deadline = Clock::now() + opts.timeout.value_or(ctx.opts.timeout);
+  std::unique_ptr<KeyValueStore>& probe = impl_->join_probe;
+  if (!probe) {
+    std::unique_ptr<KeyValueStore> own;
+    KeyValueStore* store = job_store(ctx, own, deadline);
+    if (!store) return 0;  // nobody can reach this job to join it
+    probe = own ? std::move(own) : PrefixStore::root_of(*store, deadline);
+  }
+  return int(joiners_waiting_in(*probe, ctx.opts, deadline));
+}
 
 Communicator::Grown Communicator::grow(int max_new, const CollectiveOptions& opts) {
   if (max_new < 0) throw InvalidArgument("grow: max_new is " + std::to_string(max_new) + "; it must be 0 or more");
   CommContext& ctx = impl_->ctx;
   const Deadline deadline = Clock::now() + opts.timeout.value_or(ctx.opts.timeout);
-  // A job of one rank has a store only if a launcher gave it one; without one nobody can be waiting.
   std::unique_ptr<KeyValueStore> own_store;
-  if (!ctx.store) {
-    if (ctx.opts.store_address.empty()) return {};
-    auto [host, port] = parse_host_port(ctx.opts.store_address);
-    own_store = std::make_unique<StoreClient>(host, port, deadline, ctx.opts.secret);
-  }
-  KeyValueStore& store = ctx.store ? *ctx.store : *own_store;
+  KeyValueStore* found = job_store(ctx, own_store, deadline);
+  if (!found) return {};  // nobody can be waiting
+  KeyValueStore& store = *found;
   const uint64_t number = ++impl_->grows;  // the same on every member: grows are collective
   const std::string base = ctx.key("grow/" + std::to_string(number));
 
-  // Every member's number in the job and host: the joiners learn them from their place.
-  Place place{PrefixStore::raw_prefix_of(store) + base, ctx.opts.prefix, 0, 0, {}, {}};
-  for (int r = 0; r < size(); ++r) {
-    place.numbers.push_back(PrefixStore::root_rank_of(store, r));
-    place.hosts.push_back(own_store ? own_host(ctx.opts)
-                                    : store.get(ctx.key("topology/" + std::to_string(r)), deadline));
-  }
+  // Every member's number in the job and host: the joiners learn them from
+  // their place. Read only when needed (a store read per member), so a grow
+  // with nobody waiting costs a member two store round trips.
+  Place place{
+      PrefixStore::raw_prefix_of(store) + base, ctx.opts.prefix, 0, 0, {}, impl_->algorithms->shared_bytes(), {}};
+  const auto fill_place = [&] {
+    for (int r = 0; r < size(); ++r) {
+      place.numbers.push_back(PrefixStore::root_rank_of(store, r));
+      place.hosts.push_back(own_store ? own_host(ctx.opts)
+                                      : store.get(ctx.key("topology/" + std::to_string(r)), deadline));
+    }
+  };
   if (store.add(base + "/arrived", 1, deadline) == 1) {
     store.set(base + "/decider", std::to_string(rank()), deadline);
     std::unique_ptr<KeyValueStore> root = PrefixStore::root_of(store, deadline);
     std::string decision;
-    for (const Joiner& j : admit(*root, ctx, place, max_new, deadline)) decision += describe_joiner(j) + "\n";
+    if (joiners_waiting_in(*root, ctx.opts, deadline) > 0) {
+      fill_place();
+      for (const Joiner& j : admit(*root, ctx, place, max_new, deadline)) decision += describe_joiner(j) + "\n";
+    }
     store.set(base + "/decision", decision.empty() ? "none" : decision, deadline);
     // Every member that reached the last grow has read the one before.
     if (number > 2 && store.add(ctx.key("grow/" + std::to_string(number - 1) + "/arrived"), 0, deadline) == size()) {
@@ -168,6 +209,7 @@ Communicator::Grown Communicator::grow(int max_new, const CollectiveOptions& opt
   }
   const std::string& decision = *made;
   if (decision == "none") return {};
+  if (place.numbers.empty()) fill_place();
 
   Grown grown;
   std::vector<int> extra;
@@ -225,6 +267,11 @@ std::unique_ptr<Communicator> Communicator::join(CommOptions o, std::shared_ptr<
   set_local(o, place.hosts);
   o.store = std::make_shared<PrefixStore>(root->connect_again(Clock::now() + o.connect_timeout), place.raw_prefix,
                                           place.numbers);
+  // The members sized their shared segments for their host when they started; a differing size would send this
+  // host's ranks through UCX.
+  if (algorithms && algorithms->shared_bytes() != place.shared_bytes) {
+    if (auto same = algorithms->with_shared_bytes(place.shared_bytes)) algorithms = std::move(same);
+  }
   std::unique_ptr<Communicator> comm = create(o, std::move(algorithms));
   comm->impl_->joined = true;
   return comm;

@@ -151,6 +151,13 @@ class RingAlgorithms final : public Algorithms {
   size_t shared_bytes() const override {
     return options_.shared_memory ? shm_segment_bytes(options_.shm_chunk_bytes) : 0;
   }
+  std::shared_ptr<Algorithms> with_shared_bytes(size_t bytes) const override {
+    const size_t chunk = shm_chunk_for_segment(bytes);
+    if (!options_.shared_memory || chunk == 0) return nullptr;
+    RingOptions o = options_;
+    o.shm_chunk_bytes = chunk;
+    return std::make_shared<RingAlgorithms>(o);
+  }
 
  private:
   // Scratch for a buffer that aliases the call's other one. Held while the

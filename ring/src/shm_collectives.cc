@@ -87,6 +87,12 @@ std::string shared_memory_plan(const RingOptions& o, int local_ranks, const std:
 
 size_t shm_segment_bytes(size_t chunk_bytes) { return kControlBytes + kSlots * (kHeaderBytes + chunk_bytes); }
 
+size_t shm_chunk_for_segment(size_t segment_bytes) {
+  if (segment_bytes <= kControlBytes || (segment_bytes - kControlBytes) % kSlots != 0) return 0;
+  const size_t per_slot = (segment_bytes - kControlBytes) / kSlots;
+  return per_slot > kHeaderBytes ? per_slot - kHeaderBytes : 0;
+}
+
 namespace {
 
 // `keeps`: this rank writes the result to its output (a reduce: the root

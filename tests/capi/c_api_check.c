@@ -471,6 +471,10 @@ static void check_shrink(tandem_comm_t* revoked, int rank, int n) {
   CHECK(two == NULL && count == 0);
   CHECK_OK(tandem_comm_joined(all, &count));
   CHECK(count == 0);
+  CHECK_OK(tandem_comm_joiners_waiting(all, -1, &count));
+  CHECK(count == 0);
+  CHECK_ERROR(tandem_comm_joiners_waiting(all, -1, NULL), TANDEM_INVALID_ARGUMENT,
+              "tandem_comm_joiners_waiting: waiting is NULL");
   CHECK_ERROR(tandem_comm_grow(all, -1, -1, NULL, NULL), TANDEM_INVALID_ARGUMENT, "tandem_comm_grow: newcomm is NULL");
   CHECK_ERROR(tandem_comm_shrink(all, NULL, 1, -1, &two, NULL, NULL), TANDEM_INVALID_ARGUMENT,
               "tandem_comm_shrink: exclude is NULL or n_exclude is negative");

@@ -150,6 +150,7 @@ check(issubclass(tandem.Excluded, tandem.Revoked), "Excluded is a Revoked")
 # Grow with nobody waiting to join: nothing changes.
 grown, joined = survivors.grow()
 check(grown is None and joined == 0 and not survivors.joined, "grow with nobody waiting")
+check(survivors.joiners_waiting() == 0, "nobody waiting to join")
 comm.abort("checks done")
 raises(tandem.Aborted, "checks done", lambda: comm.allreduce(np.zeros(3)))
 checks.passed()

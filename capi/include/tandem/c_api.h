@@ -164,6 +164,9 @@ tandem_status_t tandem_comm_shrink(tandem_comm_t* comm, const int* exclude, int 
  * next ones; comm stays valid. timeout_ms < 0: comm's timeout. */
 tandem_status_t tandem_comm_grow(tandem_comm_t* comm, int max_new, int64_t timeout_ms, tandem_comm_t** newcomm,
                                  int* joined);
+/* How many processes wait to join (one store read on this rank, not
+ * collective): share the answer so that every member calls grow together. */
+tandem_status_t tandem_comm_joiners_waiting(tandem_comm_t* comm, int64_t timeout_ms, int* waiting);
 /* 1 in a communicator made by joining (TANDEM_JOIN), else 0. */
 tandem_status_t tandem_comm_joined(const tandem_comm_t* comm, int* joined);
 

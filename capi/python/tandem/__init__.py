@@ -220,6 +220,11 @@ class Communicator:
         core, joined = self._core.grow(max_new, timeout)
         return (Communicator(core) if core is not None else None), joined
 
+    def joiners_waiting(self, timeout=None):
+        """How many processes wait to join: one store read on this rank alone (not collective).
+        Share the answer (e.g. with the gradients) so that every member calls grow() at the same step."""
+        return self._core.joiners_waiting(timeout)
+
     joined = property(lambda self: self._core.joined, doc="True in a communicator made by joining (TANDEM_JOIN=1)")
 
 

@@ -120,6 +120,10 @@ class Algorithms {
   // Bytes of node-local shared memory each rank should map for these
   // algorithms (SharedMemory::segments); 0 = none.
   virtual size_t shared_bytes() const { return 0; }
+  // The same algorithms mapping `bytes` of shared memory, as peers chose
+  // (a joiner adopts the members' size, which their host fixed when they
+  // started); null when they cannot.
+  virtual std::shared_ptr<Algorithms> with_shared_bytes(size_t /*bytes*/) const { return nullptr; }
 };
 
 }  // namespace tandem

@@ -282,14 +282,20 @@ class Communicator {
   // up to max_new, through the store. With none waiting, comm is null and
   // nothing changes. Else the new communicator keeps the members' ranks and
   // gives the joiners the next ones, in the order they asked; this one stays
-  // valid (grow does not revoke it). Costs a few store round trips with
-  // nobody waiting. A joiner that dies before it is wired up fails the
+  // valid (grow does not revoke it). With nobody waiting it costs each
+  // member two store round trips (and the first one two more). A joiner that dies before it is wired up fails the
   // members' grow at connect_timeout, this communicator still usable.
   struct Grown {
     std::unique_ptr<Communicator> comm;  // null: nobody was waiting
     int joined = 0;                      // ranks size()..size()+joined-1 of comm
   };
   Grown grow(int max_new = std::numeric_limits<int>::max(), const CollectiveOptions& opts = {});
+  // How many processes wait to join (tickets no grow has claimed yet): one
+  // store read on this rank alone, not collective. A training loop checks it
+  // on one rank and shares the answer with its step (e.g. beside its
+  // metrics), so that members call grow() only when someone waits. May count
+  // a joiner that gave up until the next grow. From one thread at a time.
+  int joiners_waiting(const CollectiveOptions& opts = {});
   // True when this communicator was made by a join (CommOptions::join).
   bool joined() const;
 
