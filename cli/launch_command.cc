@@ -50,6 +50,10 @@ void add_launch(CLI::App& app, LaunchFlags& flags) {
                 "With --elastic: replace a lost worker, up to this many times, by a new process on its slot that "
                 "joins the running job (TANDEM_JOIN=1; the others admit it with Communicator::grow)")
       ->capture_default_str();
+  l->add_option("--host-discovery-script", o.host_discovery_script,
+                "With --elastic (horovodrun's flag): a command printing the hosts and slots on offer (host:slots "
+                "lines), run every second; workers start on offered slots beyond those running, up to MAX, and "
+                "join the job. Without -H its first answer is the starting hosts");
   l->add_option("--servers", o.servers,
                 "Also start this many parameter-server ranks (`tandem ps serve`) after the N workers; every rank "
                 "gets TANDEM_SERVERS")
@@ -78,9 +82,23 @@ std::optional<std::vector<std::string>> set_aside_after_separator(std::vector<st
 
 void accept_mpirun_spellings(std::vector<std::string>& args) {
   // The launcher's flags whose value is the next word (which is then no flag).
-  static const std::set<std::string> kTakesValue = {
-      "-n",    "--nprocs", "-H",           "--hosts",   "--hostfile", "--machinefile", "-x",
-      "--env", "--rsh",    "--store-addr", "--timeout", "--grace",    "--servers",     "--bind"};
+  static const std::set<std::string> kTakesValue = {"-n",
+                                                    "--nprocs",
+                                                    "-H",
+                                                    "--hosts",
+                                                    "--hostfile",
+                                                    "--machinefile",
+                                                    "-x",
+                                                    "--env",
+                                                    "--rsh",
+                                                    "--store-addr",
+                                                    "--timeout",
+                                                    "--grace",
+                                                    "--servers",
+                                                    "--bind",
+                                                    "--elastic",
+                                                    "--max-restarts",
+                                                    "--host-discovery-script"};
   static const std::map<std::string, std::string> kMpirun = {
       {"-np", "-n"}, {"-hostfile", "--hostfile"}, {"-machinefile", "--machinefile"}};
   for (size_t i = 1; i < args.size(); ++i) {
@@ -120,8 +138,10 @@ int run_launch(LaunchFlags flags, std::vector<std::string> command) {
       throw std::invalid_argument("-H and --hostfile both name hosts; give one of them");
     if (!flags.hosts.empty()) o.hosts = launch::parse_hosts(flags.hosts);
     if (!flags.hostfile.empty()) o.hosts = launch::read_hostfile(flags.hostfile);
+    if (o.hosts.empty() && o.nprocs == -1 && !o.host_discovery_script.empty())
+      o.hosts = launch::discover_hosts(o.host_discovery_script);  // the starting hosts, as horovodrun takes them
     if (!flags.elastic.empty()) launch::parse_elastic(flags.elastic, o);
-  } catch (const std::exception& e) {  // a bad -H, host file or --elastic, or a bad TANDEM_BIND (InvalidArgument)
+  } catch (const std::exception& e) {  // a bad -H, host file, --elastic or discovery answer, or a bad TANDEM_BIND
     std::fprintf(stderr, "tandem launch: %s\n", e.what());
     return 2;
   }

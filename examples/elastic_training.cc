@@ -5,24 +5,32 @@
 // already shrank), the survivors shrink to a communicator over themselves and
 // redo the step: its partial gradients are dropped, the batch is split anew,
 // so every record is trained exactly once and the global batch stays kBatch.
-// Below the starting size, the members admit a replacement at the next step
-// (grow) and hand it the weights and the step by broadcast. At the end every
-// survivor compares its weights with the same steps run in one process.
+// Rank 0 asks the store whether processes wait to join (a replacement, or a
+// worker started on a newly offered slot) and sends the answer with the
+// gradients; the step after, the members admit them (grow) and hand them the
+// weights and the step by broadcast. At the end every survivor compares its
+// weights with the same steps run in one process.
 //
 //   tandem launch -n 4 --elastic 2:4 --max-restarts 2 -- build/examples/elastic_training --kill 2:40
+//   tandem launch -n 2 --elastic 2:4 --host-discovery-script 'echo localhost:4'
+//       -- build/examples/elastic_training --grow-to 4 --step-ms 20
 //
 // --kill N:STEP (repeatable): process N of the job (its first rank, or a
 // replacement's number, TANDEM_RANK) kills itself (SIGKILL) at that step;
 // --stop N:STEP: it stops itself (SIGSTOP), as a hung process would, and is
-// left out once the heartbeat names it.
+// left out once the heartbeat names it. --grow-to N: admit joiners up to N
+// ranks (default: the starting size); --step-ms M: each step takes at least
+// M ms (time for workers to be offered and join).
 #include <signal.h>
 #include <tandem/tandem.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <thread>
 #include <vector>
 
 using tandem::DataType;
@@ -59,21 +67,26 @@ void sgd_step(std::vector<double>& w, const std::vector<double>& g) {
 
 int main(int argc, char** argv) try {
   std::map<int, std::pair<int, int>> fault_at;  // original rank -> (step, signal)
+  int grow_to = 0, step_ms = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     int rank = -1, step = -1;
     const bool kill = std::strcmp(argv[i], "--kill") == 0, stop = std::strcmp(argv[i], "--stop") == 0;
-    if (!(kill || stop) || std::sscanf(argv[i + 1], "%d:%d", &rank, &step) != 2) {
-      std::fprintf(stderr, "usage: elastic_training [--kill RANK:STEP | --stop RANK:STEP]...\n");
+    if (std::strcmp(argv[i], "--grow-to") == 0 || std::strcmp(argv[i], "--step-ms") == 0) {
+      (argv[i][2] == 'g' ? grow_to : step_ms) = std::atoi(argv[i + 1]);
+    } else if (!(kill || stop) || std::sscanf(argv[i + 1], "%d:%d", &rank, &step) != 2) {
+      std::fprintf(stderr,
+                   "usage: elastic_training [--kill RANK:STEP | --stop RANK:STEP]... [--grow-to N] [--step-ms M]\n");
       return 2;
+    } else {
+      fault_at[rank] = {step, kill ? SIGKILL : SIGSTOP};
     }
-    fault_at[rank] = {step, kill ? SIGKILL : SIGSTOP};
   }
   auto comm = tandem::ring::connect_from_env();  // a replacement (TANDEM_JOIN=1) returns once admitted
   const char* number_text = std::getenv("TANDEM_RANK");
   const int original = comm->joined() && number_text ? std::atoi(number_text) : comm->rank();
-  const int wanted = comm->size();                        // the size to grow back to
-  std::vector<double> w(kFeatures + 1, 0.0), before = w;  // the weights, and before the last step
-  int shrinks = 0, grows = 0, step = 0;
+  const int wanted = grow_to > 0 ? grow_to : comm->size();  // the size to grow to
+  std::vector<double> w(kFeatures + 1, 0.0), before = w;    // the weights, and before the last step
+  int shrinks = 0, grows = 0, step = 0, joiners_waiting = 0;
   // The members hand a joiner the step and the weights.
   const auto share_state = [&] {
     std::vector<double> state{double(step)};
@@ -86,7 +99,8 @@ int main(int argc, char** argv) try {
   };
   if (comm->joined()) share_state();
   while (step < kSteps) {
-    if (comm->size() < wanted) {
+    if (joiners_waiting > 0) {  // every member read it from the same all-reduce
+      joiners_waiting = 0;
       if (auto grown = comm->grow(wanted - comm->size()); grown.comm) {
         comm = std::move(grown.comm);
         ++grows;
@@ -95,12 +109,14 @@ int main(int argc, char** argv) try {
       }
     }
     if (fault_at.count(original) && fault_at[original].first == step) raise(fault_at[original].second);
-    // This rank's share of the step's records; the last element counts them.
+    if (step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
+    // This rank's share of the step's records; then their count, and the joiners waiting.
     const int first = step * kBatch + kBatch * comm->rank() / comm->size();
     const int last = step * kBatch + kBatch * (comm->rank() + 1) / comm->size();
-    std::vector<double> g(kFeatures + 2, 0.0);
+    std::vector<double> g(kFeatures + 3, 0.0);
     add_gradient(w, first, last, g);
     g[kFeatures + 1] = last - first;
+    if (comm->rank() == 0 && comm->size() < wanted) g[kFeatures + 2] = comm->joiners_waiting();
     try {
       comm->allreduce(g.data(), g.size(), DataType::f64, ReduceOp::sum);
     } catch (const tandem::Excluded&) {
@@ -108,6 +124,7 @@ int main(int argc, char** argv) try {
     } catch (const tandem::Error& e) {
       comm = comm->shrink().comm;
       ++shrinks;
+      joiners_waiting = 0;  // a survivor whose all-reduce finished read it; the others did not
       // The failed all-reduce may have finished on some survivors (a ring's
       // last message reached them): they took the step, the others did not.
       // The survivors agree on the step to redo; one ahead steps back.
@@ -122,7 +139,8 @@ int main(int argc, char** argv) try {
       std::fprintf(stderr, "rank %d: step %d trained %g records, not %d\n", original, step, g[kFeatures + 1], kBatch);
       return 1;
     }
-    g.pop_back();
+    joiners_waiting = int(g[kFeatures + 2]);
+    g.resize(kFeatures + 1);
     before = w;
     sgd_step(w, g);
     ++step;

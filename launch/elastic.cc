@@ -1,6 +1,7 @@
 #include "elastic.h"
 
 #include <algorithm>
+#include <map>
 
 namespace tandem::launch {
 
@@ -21,13 +22,52 @@ bool Elastic::only_replacements_running(const std::vector<Rank>& ranks) const {
          std::none_of(ranks.begin(), ranks.end(), [&](const Rank& r) { return r.running && !is_replacement(r); });
 }
 
-std::optional<Elastic::Replacement> Elastic::replace(const Rank& lost) {
+const Placement& Elastic::placement_of(int number, const std::vector<Placement>& first) const {
+  return size_t(number) < first.size() ? first[size_t(number)] : later_[size_t(number) - first.size()].at;
+}
+
+Elastic::Started& Elastic::start_next(int slot, Placement at) {
+  const int number = opts_.nprocs + opts_.servers + int(later_.size());
+  later_.push_back({number, slot < 0 ? number : slot, std::move(at)});
+  return later_.back();
+}
+
+std::optional<Elastic::Started> Elastic::replace(const Rank& lost, const std::vector<Placement>& first) {
   if (restarts_ >= opts_.max_restarts) return std::nullopt;
-  const int number = opts_.nprocs + opts_.servers + restarts_++;
-  const int slot = lost.rank < opts_.nprocs ? lost.rank : slot_of_[size_t(lost.rank)];
-  slot_of_.resize(size_t(number + 1), 0);
-  slot_of_[size_t(number)] = slot;
-  return Replacement{number, slot};
+  ++restarts_;
+  const int slot = lost.rank < opts_.nprocs ? lost.rank : later_[size_t(lost.rank) - first.size()].slot;
+  return start_next(slot, placement_of(lost.rank, first));
+}
+
+int Elastic::node_of(const std::string& host) {
+  for (size_t i = 0; i < opts_.hosts.size(); ++i)
+    if ((is_this_host(opts_.hosts[i].host) ? "" : opts_.hosts[i].host) == host) return int(i);
+  auto it = std::find(other_hosts_.begin(), other_hosts_.end(), host);
+  if (it == other_hosts_.end()) it = other_hosts_.insert(it, host);
+  return int(opts_.hosts.size() + size_t(it - other_hosts_.begin()));
+}
+
+std::vector<Elastic::Started> Elastic::add_offered(const std::vector<HostSlots>& offered,
+                                                   const std::vector<Rank>& ranks, const std::vector<Placement>& first,
+                                                   bool remote_ok, std::vector<std::string>& refused) {
+  int room = std::min<int>(opts_.elastic_max - int(workers_running(ranks)), most_added() - added_);
+  std::map<std::string, int> running_on;  // by host ("": this one)
+  for (const Rank& r : ranks)
+    if (is_worker(r) && r.running) ++running_on[placement_of(r.rank, first).host];
+  std::vector<Started> out;
+  for (const HostSlots& h : offered) {
+    const std::string host = is_this_host(h.host) ? "" : h.host;
+    int& here = running_on[host];
+    if (room <= 0 || here >= h.slots) continue;
+    if (!host.empty() && !remote_ok) {
+      refused.push_back(h.host);
+      continue;
+    }
+    for (; here < h.slots && room > 0; --room, ++added_) {
+      out.push_back(start_next(-1, Placement{host, node_of(host), here++, h.slots}));
+    }
+  }
+  return out;
 }
 
 std::vector<Rank*> Elastic::waiting_in_vain(std::vector<Rank>& ranks, const RecordedFailed& failed,

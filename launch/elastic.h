@@ -1,13 +1,16 @@
-// --elastic and --max-restarts (tandem/launch/launch.h): which ranks are
-// workers, when every other worker is done, and where a lost worker's
-// replacement runs and under what number. The supervisor acts on the answers.
+// --elastic, --max-restarts and --host-discovery-script
+// (tandem/launch/launch.h): which ranks are workers, when every other worker
+// is done, and where a lost worker's replacement or a worker added on an
+// offered slot runs and under what number. The supervisor acts on the answers.
 #pragma once
 
 #include <chrono>
 #include <functional>
 #include <optional>
+#include <string>
 #include <vector>
 
+#include "placement.h"
 #include "spawn.h"
 #include "tandem/launch/launch.h"
 
@@ -32,22 +35,39 @@ class Elastic {
   // Some rank runs, and every one running is a replacement.
   bool only_replacements_running(const std::vector<Rank>& ranks) const;
 
-  struct Replacement {
+  // A process started after the first ones: a replacement or an added worker.
+  struct Started {
     int number;  // in the job: after every process so far, never reused
-    int slot;    // the first-generation rank whose placement it takes
+    int slot;    // the first-generation rank whose placement a replacement takes; an added worker's own number
+    Placement at;
   };
   // The replacement for `lost`, or nothing once --max-restarts are used up.
-  std::optional<Replacement> replace(const Rank& lost);
+  std::optional<Started> replace(const Rank& lost, const std::vector<Placement>& first);
   int restarts() const { return restarts_; }
+  // Workers to start on the slots `offered` (--host-discovery-script) beyond
+  // the workers running on each host, up to elastic_max running and
+  // elastic_max - nprocs added in the job. Hosts other than this one only
+  // when `remote_ok`; else they are named in `refused`.
+  std::vector<Started> add_offered(const std::vector<HostSlots>& offered, const std::vector<Rank>& ranks,
+                                   const std::vector<Placement>& first, bool remote_ok,
+                                   std::vector<std::string>& refused);
+  // The most processes the job may start in all.
+  int most_processes() const { return opts_.nprocs + opts_.servers + opts_.max_restarts + most_added(); }
 
   // Replacements still running (never admitted) kill_after_seconds after every
   // other worker finished: nobody will admit them. Empty until then.
   std::vector<Rank*> waiting_in_vain(std::vector<Rank>& ranks, const RecordedFailed& failed, Clock::time_point now);
 
  private:
+  int most_added() const { return opts_.host_discovery_script.empty() ? 0 : opts_.elastic_max - opts_.nprocs; }
+  const Placement& placement_of(int number, const std::vector<Placement>& first) const;
+  int node_of(const std::string& host);
+  Started& start_next(int slot, Placement at);
+
   const LaunchOptions& opts_;
-  int restarts_ = 0;
-  std::vector<int> slot_of_;  // by number: the slot a replacement runs on
+  int restarts_ = 0, added_ = 0;
+  std::vector<Started> later_;            // by number - (nprocs + servers)
+  std::vector<std::string> other_hosts_;  // hosts first offered by discovery, after opts_.hosts
   std::optional<Clock::time_point> others_done_at_;
 };
 

@@ -162,6 +162,8 @@ std::string validate(const LaunchOptions& o) {
   if (o.max_restarts > 0 && o.elastic_min == 0) {
     return "--max-restarts replaces lost workers of an elastic job: give --elastic MIN:MAX too";
   }
+  if (!o.host_discovery_script.empty() && o.elastic_min == 0)
+    return "--host-discovery-script adds workers to an elastic job: give --elastic MIN:MAX too";
   int slots = 0;
   for (const HostSlots& h : o.hosts) slots += h.slots;
   if (!o.hosts.empty()) {
@@ -178,6 +180,9 @@ std::string validate(const LaunchOptions& o) {
              "raise max_slots or add hosts";
     if (o.servers > 0)
       return "--servers cannot be combined with -H or --hostfile yet: start parameter servers with mpirun or by hand";
+  } else if (o.nprocs == -1 && !o.host_discovery_script.empty()) {
+    return "the host discovery script offered no slots to start on; it prints host:slots lines (e.g. "
+           "localhost:4), or give -n";
   } else if (o.nprocs == -1) {
     return "say how many ranks: -n/--nprocs N (on this host), or -H host:slots,... or --hostfile FILE (across "
            "hosts)";

@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <sstream>
 #include <string_view>
 #include <thread>
 
@@ -145,6 +146,24 @@ std::optional<std::string> resolve_command(const std::string& name, const EnvLoo
   exit_code = seen_non_executable ? 126 : 127;
   error = name + (seen_non_executable ? ": permission denied" : ": command not found (searched PATH)");
   return std::nullopt;
+}
+
+int resolve_programs(const LaunchOptions& o, bool need_command, bool need_rsh, bool want_rsh, Programs& programs) {
+  int code = 0;
+  std::string error;
+  const EnvLookup env = environment_with(o.environment);
+  if (need_command && !(programs.command = resolve_command(o.command[0], env, code, error))) {
+    say(error);
+    return code;
+  }
+  std::istringstream rsh_words(o.rsh);
+  std::string rsh_program;
+  rsh_words >> rsh_program;
+  if ((need_rsh || want_rsh) && !(programs.rsh = resolve_command(rsh_program, env, code, error)) && need_rsh) {
+    say("the remote shell (--rsh): " + error);
+    return code;
+  }
+  return 0;
 }
 
 namespace {

@@ -94,6 +94,10 @@ struct Programs {
   std::optional<std::string> command, rsh;
 };
 
+// The command (`need_command`) and the remote shell (`need_rsh`; with
+// `want_rsh`, looked up without failing); 0, or the exit status after saying why.
+int resolve_programs(const LaunchOptions& o, bool need_command, bool need_rsh, bool want_rsh, Programs& programs);
+
 // What starting a rank needs, kept by the launcher for replacements.
 struct SpawnContext {
   const std::vector<Placement>* placement = nullptr;

@@ -28,12 +28,15 @@
 #include <exception>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "discovery.h"
 #include "elastic.h"
+#include "job_store.h"
 #include "placement.h"
 #include "remote_shell.h"
 #include "signals.h"
@@ -59,8 +62,6 @@ class Launcher {
   explicit Launcher(const LaunchOptions& o) : opts_(o) {}
 
   int run() {
-    int code = 0;
-    std::string error;
     const std::vector<Placement> placement = place_ranks(opts_);
     const bool any_remote =
         std::any_of(placement.begin(), placement.end(), [](const Placement& p) { return p.remote(); });
@@ -68,31 +69,25 @@ class Launcher {
         !any_remote || std::any_of(placement.begin(), placement.end(), [](const Placement& p) { return !p.remote(); });
     // Looked up here, so a missing command or remote shell fails before any rank starts.
     Programs programs;
-    const EnvLookup env = environment_with(opts_.environment);
-    if (any_local && !(programs.command = resolve_command(opts_.command[0], env, code, error))) {
-      say(error);
-      return code;
-    }
-    std::istringstream rsh_words(opts_.rsh);
-    std::string rsh_program;
-    rsh_words >> rsh_program;
-    if (any_remote && !(programs.rsh = resolve_command(rsh_program, env, code, error))) {
-      say("the remote shell (--rsh): " + error);
-      return code;
-    }
+    if (!opts_.host_discovery_script.empty()) discovery_.emplace(opts_.host_discovery_script);
+    if (const int failed =
+            resolve_programs(opts_, any_local || discovery_, any_remote, discovery_.has_value(), programs))
+      return failed;
+    const bool reach_other_hosts = any_remote || (discovery_ && !opts_.store_address.empty());
     const rlimit child_files = raise_file_limit();
     SignalGuard signals;  // before the store, whose thread must inherit the mask
     if (signals.fd() < 0) {
       say(std::string("signalfd: ") + std::strerror(errno));
       return 1;
     }
-    std::unique_ptr<StoreServer> store = start_store(any_remote);
+    std::unique_ptr<StoreServer> store = start_store(reach_other_hosts);
     if (!store) return 1;
     store_ = store.get();
     // torchrun's variables for the workers: rank 0 hosts torch's store on its host.
     TorchJob torch;
     const std::string rank0_host = placement[0].remote() ? placement[0].host : store_host_;
-    if (std::string why = plan_torch_job(placement, opts_.nprocs, rank0_host, store->port(), env, torch);
+    if (std::string why = plan_torch_job(placement, opts_.nprocs, rank0_host, store->port(),
+                                         environment_with(opts_.environment), torch);
         !why.empty()) {
       say(why);
       return 2;
@@ -102,11 +97,12 @@ class Launcher {
     ::prctl(PR_SET_CHILD_SUBREAPER, 1);
     start_ = Clock::now();
     GroupGuard guard;
-    if (!guard.start(size_t(opts_.nprocs + opts_.servers + opts_.max_restarts)))
+    if (!guard.start(size_t(elastic_.most_processes())))
       say(std::string("cannot start the group guard (") + std::strerror(errno) +
           "); if the launcher is killed, what the ranks started may outlive it");
     spawn_ = {&placement, &programs, &torch, child_files, &guard, allowed_cpus()};
-    ranks_.reserve(size_t(opts_.nprocs + opts_.servers + opts_.max_restarts));  // Rank pointers stay valid
+    ranks_.reserve(size_t(elastic_.most_processes()));  // Rank pointers stay valid
+    remote_ok_ = reach_other_hosts && programs.rsh;
     spawn_all();
     loop(signals.fd());
     guard.stop();
@@ -118,37 +114,16 @@ class Launcher {
   int interrupt_signal() const { return interrupt_signal_; }
 
  private:
-  // The bootstrap store, admitting only holders of the job secret; on
-  // 127.0.0.1 when every rank runs on this host. Null (said why) on failure.
-  std::unique_ptr<StoreServer> start_store(bool any_remote) {
-    std::unique_ptr<StoreServer> store;
+  // The bootstrap store (job_store.h). Null (said why) on failure.
+  std::unique_ptr<StoreServer> start_store(bool reach_other_hosts) {
     try {
-      secret_ = new_job_secret();
-      StoreServerOptions so;
-      so.secret = secret_;
-      if (any_remote) {
-        so.host = "0.0.0.0";
-        if (!opts_.store_address.empty() && opts_.store_address.find(':') != std::string::npos)
-          so.port = parse_host_port(opts_.store_address).second;
-      }
-      store = std::make_unique<StoreServer>(so);
+      JobStore js = start_job_store(opts_, reach_other_hosts);
+      secret_ = js.secret, store_address_ = js.address, store_host_ = js.host;
+      return std::move(js.server);
     } catch (const std::exception& e) {
       say(std::string("cannot start the bootstrap store: ") + e.what());
       return nullptr;
     }
-    store_address_ = "127.0.0.1:" + std::to_string(store->port());
-    if (any_remote) {
-      char name[256] = {};
-      ::gethostname(name, sizeof name - 1);
-      store_host_ = opts_.store_address.empty() ? name : opts_.store_address;
-      if (store_host_.find(':') != std::string::npos) store_host_ = parse_host_port(store_host_).first;
-      store_address_ = store_host_ + ":" + std::to_string(store->port());
-      std::string where;
-      for (const HostSlots& h : opts_.hosts)
-        where += (where.empty() ? "" : ", ") + h.host + ":" + std::to_string(h.slots);
-      say(std::to_string(opts_.nprocs) + " ranks on " + where + " (host-major); store at " + store_address_);
-    }
-    return store;
   }
 
   // Starts every rank (parameter-server ranks run server_command, already a
@@ -225,14 +200,17 @@ class Launcher {
           streams.push_back(s);
         }
       }
+      if (discovery_ && discovery_->fd() >= 0) fds.push_back({discovery_->fd(), POLLIN, 0});
       ::poll(fds.data(), fds.size(), poll_timeout_ms(linger_until));
 
       if (fds[0].revents & POLLIN) handle_signals(signal_fd);
-      for (size_t i = 1; i < fds.size(); ++i) {
+      if (discovery_) discovery_->pump();
+      for (size_t i = 1; i <= streams.size(); ++i) {
         if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) streams[i - 1]->pump();
       }
       reap();
       stop_left_out();
+      add_offered_workers();
       end_grace_for_replacements();
       check_deadlines();
       if (opts_.on_tick) opts_.on_tick();
@@ -277,6 +255,7 @@ class Launcher {
     int status = 0;
     pid_t pid;
     while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+      if (discovery_ && discovery_->reaped(pid, status)) continue;
       auto it = std::find_if(ranks_.begin(), ranks_.end(), [&](const Rank& r) { return r.pid == pid; });
       if (it == ranks_.end()) continue;
       it->running = false;
@@ -320,13 +299,12 @@ class Launcher {
     record_failure_in_store(lost.rank, describe(lost.status));
     say("the job goes on with " + std::to_string(workers) + " worker(s) (--elastic " +
         std::to_string(opts_.elastic_min) + ":" + std::to_string(opts_.elastic_max) + ")");
-    if (const auto next = elastic_.replace(lost)) {
+    if (const auto next = elastic_.replace(lost, *spawn_.placement)) {
       say("starting rank " + std::to_string(next->number) + " on rank " + std::to_string(next->slot) +
           "'s slot to join the job (restart " + std::to_string(elastic_.restarts()) + " of " +
           std::to_string(opts_.max_restarts) + ", --max-restarts)");
       ranks_.emplace_back();  // within the capacity reserved: Rank pointers stay valid
-      spawn_one(ranks_.back(), next->number, next->number + 1, (*spawn_.placement)[size_t(next->slot)],
-                {"TANDEM_JOIN=1"});
+      spawn_one(ranks_.back(), next->number, next->number + 1, next->at, {"TANDEM_JOIN=1"});
     }
     return true;
   }
@@ -356,6 +334,26 @@ class Launcher {
     }
   }
 
+  // --host-discovery-script: a worker that joins the job on each slot offered beyond those running.
+  void add_offered_workers() {
+    if (!discovery_ || first_failure_ || stopping() || spawn_failure_ != 0) return;
+    if (const std::string failed = discovery_->poll(Clock::now()); !failed.empty()) say(failed);
+    const auto offered = discovery_->take_answer();
+    if (!offered) return;
+    std::vector<std::string> refused;
+    for (const Elastic::Started& add : elastic_.add_offered(*offered, ranks_, *spawn_.placement, remote_ok_, refused)) {
+      say("starting rank " + std::to_string(add.number) + " on a slot of " +
+          (add.at.remote() ? add.at.host : "this host") + " offered by --host-discovery-script, to join the job");
+      ranks_.emplace_back();  // within the capacity reserved: Rank pointers stay valid
+      const int world = std::max(add.number + 1, add.at.local_size);  // a joiner's own comes from the members
+      if (!spawn_one(ranks_.back(), add.number, world, add.at, {"TANDEM_JOIN=1"})) return;
+    }
+    for (const std::string& host : refused)
+      if (said_refused_.insert(host).second)
+        say("--host-discovery-script offers " + host + ", but the job's store listens on this host only (every " +
+            "starting rank is here): give --store-addr with an address " + host + " reaches to let it join");
+  }
+
   // A failing job whose other workers all exited: replacements still running wait to join a job that is over.
   void end_grace_for_replacements() {
     if (phase_ != Phase::grace || !elastic_.only_replacements_running(ranks_)) return;
@@ -367,21 +365,11 @@ class Launcher {
     return [this](int rank) { return recorded_failed(rank); };
   }
 
-  bool recorded_failed(int rank) const {
-    if (!store_) return false;
-    const auto failed = store_->failed_ranks();
-    return std::find(failed.begin(), failed.end(), rank) != failed.end();
-  }
-
+  bool recorded_failed(int rank) const { return store_ && store_records_failed(*store_, rank); }
   // Lets ranks blocked in a collective fail fast with PeerFailure naming the
   // rank, instead of waiting for their timeout.
   void record_failure_in_store(int rank, const std::string& how) {
-    if (!store_) return;
-    try {
-      if (!recorded_failed(rank)) store_->mark_failed(rank, how);
-    } catch (const std::exception& e) {
-      say(std::string("could not record the failure in the store: ") + e.what());
-    }
+    if (store_) record_failure(*store_, rank, how);
   }
 
   void check_deadlines() {
@@ -474,6 +462,9 @@ class Launcher {
   int failed_ = 0;
   int lost_workers_ = 0;  // --elastic: failed workers the job went on without
   Elastic elastic_{opts_};
+  std::optional<HostDiscovery> discovery_;  // --host-discovery-script
+  bool remote_ok_ = false;                  // other hosts can run ranks that reach the store
+  std::set<std::string> said_refused_;      // offered hosts refused, said once each
   SpawnContext spawn_;
   int stopped_by_us_ = 0;
 };
@@ -485,6 +476,7 @@ LaunchResult launch(const LaunchOptions& options) {
   if (o.nprocs == -1 && !o.hosts.empty()) {
     o.nprocs = 0;
     for (const HostSlots& h : o.hosts) o.nprocs += h.slots;
+    if (o.elastic_max > 0) o.nprocs = std::min(o.nprocs, o.elastic_max);  // more slots: room to replace or grow
   }
   if (std::string error = validate(o); !error.empty()) {
     say(error);

@@ -134,6 +134,42 @@ TEST(Examples, ElasticTrainingReplacesLostWorkers) {
   for (double d : diffs) EXPECT_LE(d, 1e-9) << o.text;
 }
 
+// Two workers under --elastic 2:4 and a discovery script that offers four
+// slots here: the launcher starts processes 2 and 3 with TANDEM_JOIN=1, rank
+// 0 sees them waiting (joiners_waiting, sent with the gradients), and the
+// members admit both at the next step. All four end with equal weights.
+// Without --elastic the script is refused; a script that fails is named and
+// the job goes on with the workers it has.
+TEST(Examples, ElasticTrainingGrowsOntoOfferedSlots) {
+  const std::string bin = env("TANDEM_BIN"), example = env("TANDEM_EXAMPLE_ELASTIC");
+  if (bin.empty() || example.empty())
+    GTEST_SKIP() << "TANDEM_BIN or TANDEM_EXAMPLE_ELASTIC is not set (run under ctest)";
+  const Output o = launch(2, example + " --grow-to 4 --step-ms 20",
+                          "--elastic 2:4 --host-discovery-script 'echo localhost:4'");
+  ASSERT_EQ(o.status, 0) << o.text;
+  EXPECT_EQ(count(o.text, "offered by --host-discovery-script, to join the job"), 2) << o.text;
+  EXPECT_EQ(count(o.text, "of 4): 128 steps, 0 shrinks, "), 4) << o.text;
+  EXPECT_EQ(count(o.text, "weights equal to rank 0's"), 4) << o.text;
+  EXPECT_EQ(o.text.find("sizes its shared segment differently"), std::string::npos) << o.text;
+  const std::vector<double> diffs = differences(o.text, "reference");
+  ASSERT_EQ(diffs.size(), 4u) << o.text;
+  for (double d : diffs) EXPECT_LE(d, 1e-9) << o.text;
+
+  const Output failing = launch(2, example + " --step-ms 5", "--elastic 2:4 --host-discovery-script 'exit 3'");
+  EXPECT_EQ(failing.status, 0) << failing.text;
+  EXPECT_EQ(count(failing.text, "host discovery: 'exit 3' exited with 3; the hosts it offered before stand"), 1)
+      << failing.text;
+  const Output bad = run(bin + " launch -n 2 --host-discovery-script 'echo localhost:2' -- true", kLimitSeconds);
+  EXPECT_EQ(bad.status, 2) << bad.text;
+  EXPECT_NE(bad.text.find("--host-discovery-script adds workers to an elastic job"), std::string::npos) << bad.text;
+  // Without -n or -H the script's first answer is the starting hosts.
+  const Output started = run(bin + " launch --elastic 1:3 --host-discovery-script 'echo localhost:2' -- sh -c "
+                                   "'echo up $TANDEM_RANK of $TANDEM_WORLD_SIZE'",
+                             kLimitSeconds);
+  EXPECT_EQ(started.status, 0) << started.text;
+  EXPECT_EQ(count(started.text, " of 2"), 2) << started.text;
+}
+
 // A replacement that nobody admits (the program never grows) is stopped once
 // the other workers finished, and the job succeeds; --max-restarts needs --elastic.
 TEST(Examples, ElasticLauncherStopsAReplacementNeverAdmitted) {

@@ -38,8 +38,8 @@ struct LaunchOptions {
   // --elastic MIN:MAX (torchrun's --nnodes MIN:MAX, in workers): a worker
   // that fails is recorded in the store (the others shrink past it) and the
   // job goes on while at least elastic_min workers run; 0: the first failure
-  // stops the job. elastic_max bounds -n (its default); workers are not added
-  // beyond the ones started.
+  // stops the job. elastic_max bounds -n (its default); workers are added
+  // beyond the ones started only on slots a host_discovery_script offers.
   int elastic_min = 0, elastic_max = 0;
   // --max-restarts (torchrun's name): with --elastic, a lost worker is
   // replaced, up to this many times in the job, by a new process on its slot
@@ -48,6 +48,15 @@ struct LaunchOptions {
   // (TANDEM_RANK). A replacement still waiting to join when every other
   // worker has finished is stopped after kill_after_seconds.
   int max_restarts = 0;
+  // --host-discovery-script (horovodrun's): with --elastic, a shell command
+  // printing the hosts and slots on offer ("host:slots" lines, or a host
+  // file's), run about every second. Without -H it gives the starting hosts
+  // (its first answer; -n then defaults to its slots, at most MAX). Where it
+  // offers more slots than workers run, new workers start there with
+  // TANDEM_JOIN=1 and join the job, up to MAX running, at most MAX - nprocs
+  // such additions in the job. Slots it stops offering take no new workers;
+  // workers already there run on.
+  std::string host_discovery_script;
   std::vector<std::string> command;  // argv of every rank; command[0] is looked up in PATH
   // Parameter-server ranks started after the nprocs workers (ranks nprocs..nprocs+servers-1),
   // each running `server_command` (`tandem ps serve`); every rank gets TANDEM_SERVERS.
@@ -94,6 +103,9 @@ std::vector<HostSlots> parse_hosts(const std::string& text);
 std::vector<HostSlots> parse_hostfile(const std::string& text, const std::string& name);
 // parse_hostfile on the file at `path`.
 std::vector<HostSlots> read_hostfile(const std::string& path);
+// Runs a host discovery script once (at most 10 s) and parses what it
+// printed as a host file; throws std::runtime_error saying what went wrong.
+std::vector<HostSlots> discover_hosts(const std::string& script);
 
 inline constexpr int kMaxLocalRanks = 1024;
 
