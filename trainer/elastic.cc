@@ -46,6 +46,7 @@ Trial::Resume Trial::shrink_and_agree(int64_t failed_batch, const std::string& r
   originals_ = kept;
   rank_ = comm_->rank(), world_ = comm_->size();
   exchange_->rebind(*comm_);
+  joiners_waiting_ = 0;  // a survivor may have taken it from the failed step: the next probe asks again
   stalls_ = std::make_unique<StallReporter>(wo_.stall_factor, world_, log_.get());
   previous_arrival_ = 0;
 

@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -89,7 +90,7 @@ void GradientExchange::build_sync() {
   for (size_t i = 0; i < params_.size(); ++i)
     params_[i].mutable_grad() =
         torch::from_blob(sync_->data_as<float>(ids_[i][0]), params_[i].sizes(), params_[i].strides(), torch::kFloat32);
-  unsent_.assign(size_t(2 + comm_->size()), fusion::Metric{});
+  unsent_.assign(size_t(kArrivalsAt + comm_->size()), fusion::Metric{});
 }
 
 fusion::GradientSyncOptions GradientExchange::sync_options() const {
@@ -102,7 +103,7 @@ fusion::GradientSyncOptions GradientExchange::sync_options() const {
   so.average_aggregated_gradients = opt.average_aggregated_gradients;
   so.cycle_time = std::chrono::milliseconds(opt.tensor_fusion_cycle_time_ms);
   if (defer_) so.input_layers_ahead_bytes = options.input_layers_ahead_bytes;
-  so.metric_slots = 2 + comm_->size();  // loss, correct, then each rank's arrival
+  so.metric_slots = kArrivalsAt + comm_->size();
   so.compression = compressor_.get();
   so.autotune.enabled = opt.auto_tune_tensor_fusion;
   if (comm_->rank() == 0 && opt.auto_tune_tensor_fusion) so.autotune.log_path = options.output_dir + "/autotune.jsonl";
@@ -140,14 +141,16 @@ void GradientExchange::add_batch_metrics(fusion::Metric loss, fusion::Metric cor
 }
 
 void GradientExchange::send_metrics(double arrival) {
-  unsent_[static_cast<size_t>(2 + comm_->rank())] = {arrival, 1.0 / comm_->size()};
+  unsent_[static_cast<size_t>(kArrivalsAt + comm_->rank())] = {arrival, 1.0 / comm_->size()};
   sync_->report_metrics(unsent_);
   std::fill(unsent_.begin(), unsent_.end(), fusion::Metric{});
 }
 
+void GradientExchange::offer_joiners(int waiting) { unsent_[kJoinersAt].sum = waiting; }
+
 ReducedMetrics GradientExchange::reduced_metrics() const {
   const auto m = sync_->metrics();
-  return {m[0], m[1], m.subspan(2)};
+  return {m[0], m[1], m.subspan(kArrivalsAt), int(std::lround(m[kJoinersAt].sum))};
 }
 
 void GradientExchange::defer_updates() {

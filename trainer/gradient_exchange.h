@@ -55,6 +55,7 @@ struct ExchangeTotals {
 struct ReducedMetrics {
   fusion::Metric loss, correct;
   std::span<const fusion::Metric> arrivals;  // one per rank
+  int joiners_waiting = 0;                   // as one rank saw them (offer_joiners)
 };
 
 class GradientExchange {
@@ -87,6 +88,10 @@ class GradientExchange {
   // previous batch time before its wait.
   void add_batch_metrics(fusion::Metric loss, fusion::Metric correct);
   void send_metrics(double arrival);
+  // Before send_metrics, on one rank: processes waiting to join, which every
+  // rank then reads in reduced_metrics() (elastic growth without a
+  // collective of its own).
+  void offer_joiners(int waiting);
   ReducedMetrics reduced_metrics() const;
 
   // This step's parts are updated as the next forward first uses them; finish() updates the rest.
@@ -122,7 +127,9 @@ class GradientExchange {
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive: they hold the hooks
   std::unordered_map<const void*, size_t> param_of_;
   std::vector<std::vector<char>> updated_;  // per parameter, per part
-  std::vector<fusion::Metric> unsent_;      // the metric slots of the local batches since the last send
+  // The metric slots: loss, correct, joiners waiting, then each rank's arrival.
+  static constexpr size_t kJoinersAt = 2, kArrivalsAt = 3;
+  std::vector<fusion::Metric> unsent_;  // the metric slots of the local batches since the last send
   ExchangeTotals totals_;
 };
 

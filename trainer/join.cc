@@ -43,11 +43,23 @@ std::string listed(const std::vector<int>& numbers) {
 
 }  // namespace
 
+void Trial::offer_joiners() {
+  // A store read every step would cost the chief more than a grow per second saves.
+  constexpr auto kJoinersProbe = std::chrono::milliseconds(250);
+  if (!cfg_.elastic() || !chief_ || world_ >= cfg_.elastic_max() || SteadyClock::now() < next_joiners_probe_) return;
+  next_joiners_probe_ = SteadyClock::now() + kJoinersProbe;
+  try {
+    exchange_->offer_joiners(comm_->joiners_waiting());
+  } catch (const tandem::Error&) {  // the store unreachable: the step's own calls will say so
+  }
+}
+
 void Trial::admit_joiners(int64_t batch) {
   const auto asked = SteadyClock::now();
+  joiners_waiting_ = 0;  // the grow claims them
   Communicator::Grown grown;
   try {
-    grown = comm_->grow(cfg_.slots_per_trial - world_);
+    grown = comm_->grow(cfg_.elastic_max() - world_);
   } catch (const tandem::Excluded&) {
     throw;
   } catch (const tandem::Error& e) {  // a joiner lost before it was wired up: this communicator is whole

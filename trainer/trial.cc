@@ -212,6 +212,7 @@ void Trial::complete(const Open& b, bool was_deferred) {
     committed_ = b.batch;
     if (cfg_.elastic()) {
       count_step_records(b.batch, std::llround(exchange_->reduced_metrics().loss.count), 1);
+      joiners_waiting_ = world_ < cfg_.elastic_max() ? exchange_->reduced_metrics().joiners_waiting : 0;
       check_complete_epochs();
       log_membership_changes();
     }
@@ -273,7 +274,10 @@ void Trial::train_batch(int64_t batch) {
     b.own_loss = batch_loss.mean(), b.own_accuracy = batch_correct.mean();
     // Sent once per communicating batch, summed over aggregation's local batches.
     exchange_->add_batch_metrics(batch_loss, batch_correct);
-    if (batch % k_ == 0) exchange_->send_metrics(previous_arrival_);
+    if (batch % k_ == 0) {
+      offer_joiners();
+      exchange_->send_metrics(previous_arrival_);
+    }
   }
   loss.backward();
   previous_arrival_ = seconds_since(b.start);
@@ -391,7 +395,7 @@ void Trial::run() {
     }
     try {
       // An optimizer step's first batch: no gradients held yet.
-      if (cfg_.elastic() && !step_done && world_ < cfg_.slots_per_trial && (batch - 1) % k_ == 0) admit_joiners(batch);
+      if (joiners_waiting_ > 0 && !step_done && (batch - 1) % k_ == 0) admit_joiners(batch);
       if (!step_done) train_batch(batch);
       after_batch(batch);
       ++batch;

@@ -103,8 +103,11 @@ class Trial {
   // epochs (sign -1: the step was put back); a complete epoch is checked.
   void count_step_records(int64_t batch, int64_t slot_records_sum, int sign);
   void check_complete_epochs();
-  // Elastic (join.cc): below the starting size, the members admit the
-  // processes waiting to join at this step boundary and hand them the state.
+  // Elastic (join.cc): the chief, at most every kJoinersProbe, asks the
+  // store who waits to join and sends the count with the step's metrics.
+  void offer_joiners();
+  // Elastic (join.cc): below max_slots, once a step's metrics said someone
+  // waits, the members admit them at the next step boundary and hand them the state.
   void admit_joiners(int64_t batch);
   // Every rank of a grown communicator, from rank 0: the parameters, the
   // optimizer state and the cursors, which a joiner takes; returns the bytes.
@@ -171,6 +174,8 @@ class Trial {
   double validation_seconds_ = 0, checkpoint_seconds_ = 0;  // this attempt
   int64_t grow_calls_ = 0;                                  // elastic: grow() calls, with the seconds they took
   double grow_seconds_ = 0;
+  int joiners_waiting_ = 0;                       // elastic: as the last committed step's metrics said
+  SteadyClock::time_point next_joiners_probe_{};  // the chief's next joiners_waiting()
 };
 
 }  // namespace tandem::trainer
