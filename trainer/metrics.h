@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <deque>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,7 +68,9 @@ struct MembershipRecord {
 class MetricsWriter {
  public:
   MetricsWriter() = default;
-  // Appends; keeps the lines of batches <= keep_upto_batch (a resumed run), or truncates when < 0.
+  // Appends; keeps the lines of batches <= keep_upto_batch (a resumed run, or a
+  // chief taking over after a shrink) and every start line, or truncates when < 0.
+  // A line that does not parse (torn by a crash) is dropped.
   MetricsWriter(const std::string& path, int64_t keep_upto_batch);
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;
@@ -75,9 +79,12 @@ class MetricsWriter {
   void validation(const ValidationRecord& r);
   void stall(const TrainRecord& r, double median, int last_rank, double last_rank_compute);
   void line(const std::string& json);  // any other kind, already JSON
+  // Of the lines kept when opened: the integer `field` of the last line of `kind`, if any.
+  std::optional<int64_t> last_kept(const std::string& kind, const std::string& field) const;
 
  private:
   FILE* f_ = nullptr;
+  std::map<std::string, std::string> last_kept_;  // by kind
 };
 
 class StallDetector {

@@ -165,8 +165,10 @@ std::string Trial::model_name() const { return cfg_.entrypoint.empty() ? cfg_.mo
 
 double Trial::now() const { return std::chrono::duration<double>(std::chrono::system_clock::now() - *origin_).count(); }
 
+std::string Trial::metrics_path() const { return wo_.output_dir + "/metrics.jsonl"; }
+
 void Trial::open_metrics() {
-  const std::string path = wo_.output_dir + "/metrics.jsonl";
+  const std::string path = metrics_path();
   // A restart or resume continues the trial clock and keeps the lines up to its checkpoint.
   const bool continuing = wo_.attempt > 0 || start_ > 0;
   if (continuing) origin_ = clock_origin(path);
