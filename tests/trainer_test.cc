@@ -3,7 +3,8 @@
 // gradient aggregation equals a larger batch, a killed worker's trial restarts
 // from its checkpoint and ends where an uninterrupted one does, an elastic
 // trial goes on without one (its chief included), admits a replacement and
-// trains every record once, --resume continues a stopped run, and a torn checkpoint is never loaded.
+// trains every record once, --resume continues a stopped run, and a torn
+// checkpoint is never loaded.
 // Small MLP on synthetic data, no dropout: seconds per trial. Every command
 // runs under `timeout` so a hang fails the test instead of stalling CI.
 #include <gtest/gtest.h>
