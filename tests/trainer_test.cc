@@ -416,6 +416,7 @@ TEST(Trainer, ElasticTrialGoesOnWithoutItsChief) {
   EXPECT_EQ(s.restarts, 0);
   ASSERT_EQ(s.train.size(), 20u);  // batch 8 logged once, by the new chief
   for (size_t i = 0; i < s.train.size(); ++i) EXPECT_EQ(s.train[i].batch, int64_t(i) + 1);
+  for (size_t i = 1; i < s.train.size(); ++i) EXPECT_GE(s.train[i].time, s.train[i - 1].time);  // one trial clock
   ASSERT_EQ(s.membership.size(), 1u);
   EXPECT_EQ(s.membership[0].batch, 8);
   EXPECT_EQ(s.membership[0].lost, std::vector<int>{0});

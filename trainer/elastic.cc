@@ -81,6 +81,12 @@ Trial::Resume Trial::shrink_and_agree(int64_t failed_batch, const std::string& r
 
 void Trial::take_chief_duties(int64_t agreed) {
   chief_ = true;
+  // Every slot started its own clock; the trial's is the lost chief's, in the first start line.
+  if (const auto origin = clock_origin(metrics_path())) {
+    const double shift = std::chrono::duration<double>(*origin_ - *origin).count();
+    for (auto& change : changes_) change.first.time += shift;  // stamped on this slot's clock
+    origin_ = origin;
+  }
   log_ = std::make_unique<MetricsWriter>(metrics_path(), agreed);
   // A validation or epoch line of the agreed steps that the lost chief did not write is written again.
   last_validation_logged_ = std::min(last_validation_logged_, log_->last_kept("validation", "batch").value_or(0));

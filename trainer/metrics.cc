@@ -42,6 +42,18 @@ MetricsWriter::MetricsWriter(const std::string& path, int64_t keep_upto_batch) {
     throw std::runtime_error("cannot rename metrics file '" + fresh + "' to '" + path + "'");
 }
 
+std::optional<std::chrono::system_clock::time_point> clock_origin(const std::string& metrics_path) {
+  std::ifstream in(metrics_path);
+  std::string first;
+  if (!std::getline(in, first)) return std::nullopt;
+  const auto j = json::parse(first, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || j.value("kind", "") != "start" || !j.contains("origin"))
+    return std::nullopt;
+  const auto since_epoch = std::chrono::duration<double>(j.at("origin").get<double>());
+  return std::chrono::system_clock::time_point(
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(since_epoch));
+}
+
 std::optional<int64_t> MetricsWriter::last_kept(const std::string& kind, const std::string& field) const {
   const auto it = last_kept_.find(kind);
   if (it == last_kept_.end()) return std::nullopt;

@@ -14,6 +14,7 @@
 // an elastic trial's also epoch (records trained) and membership (slots lost or joined).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <deque>
@@ -127,6 +128,8 @@ struct TrialSummary {
 };
 
 TrialSummary read_metrics(const std::string& path);
+// The trial clock's origin, from the file's first start line (the first attempt's chief wrote it).
+std::optional<std::chrono::system_clock::time_point> clock_origin(const std::string& metrics_path);
 std::string progress_line(const TrialSummary& s, int64_t total_batches);
 std::string summary_table(const TrialSummary& s, double target_accuracy);
 // loss/accuracy against time and against batches, as PNGs `prefix`-time.png and `prefix`-batches.png;
