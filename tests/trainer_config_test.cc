@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -1006,6 +1008,33 @@ TEST_F(TrainerMetrics, FileSummaryAndResumeTruncation) {
   s = read_metrics(path);
   EXPECT_EQ(s.train.size(), 6u);
   EXPECT_EQ(s.validation.size(), 1u);
+}
+
+// A chief taking over after a shrink: the lost chief's lines of the agreed
+// steps stay, its torn last line and lines past the agreed batch go, and a
+// writer still holding the old file writes where nobody reads.
+TEST_F(TrainerMetrics, ATakeOverKeepsTheAgreedLinesAndDropsATornOne) {
+  const std::string path = (dir_ / "metrics.jsonl").string();
+  auto lost = std::make_unique<MetricsWriter>(path, -1);
+  lost->line(R"({"kind":"start","batch":0,"slots":3,"attempt":0})");
+  for (int b = 1; b <= 9; ++b) lost->train(TrainRecord{b});
+  lost->validation({5, 5.0, 0.5, 0.80, 100});
+  lost->line(R"({"kind":"epoch","batch":8,"epoch":0,"records":64,"expected":64})");
+  lost->line(R"({"kind":"validation","batch":9,"time":9.0,"loss":0.4)");  // torn: cut before its end
+  MetricsWriter chief(path, 8);
+  EXPECT_EQ(chief.last_kept("validation", "batch"), std::optional<int64_t>(5));
+  EXPECT_EQ(chief.last_kept("epoch", "epoch"), std::optional<int64_t>(0));
+  EXPECT_EQ(chief.last_kept("stall", "batch"), std::nullopt);
+  lost->train(TrainRecord{10});  // into the replaced file
+  chief.train(TrainRecord{9});
+  auto s = read_metrics(path);
+  ASSERT_EQ(s.train.size(), 9u);
+  for (size_t i = 0; i < s.train.size(); ++i) EXPECT_EQ(s.train[i].batch, int64_t(i) + 1);
+  EXPECT_EQ(s.validation.size(), 1u);
+  EXPECT_EQ(s.epochs.size(), 1u);
+  EXPECT_EQ(s.slots, 3);
+  EXPECT_EQ(s.restarts, 0);
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
 }
 
 // The plots run gnuplot without a shell: a quote in the run's directory works.

@@ -2,8 +2,9 @@
 // processes): synchronous data parallelism is the same SGD at any slot count,
 // gradient aggregation equals a larger batch, a killed worker's trial restarts
 // from its checkpoint and ends where an uninterrupted one does, an elastic
-// trial goes on without one, admits a replacement and trains every record
-// once, --resume continues a stopped run, and a torn checkpoint is never loaded.
+// trial goes on without one (its chief included), admits a replacement and
+// trains every record once, --resume continues a stopped run, and a torn
+// checkpoint is never loaded.
 // Small MLP on synthetic data, no dropout: seconds per trial. Every command
 // runs under `timeout` so a hang fails the test instead of stalling CI.
 #include <gtest/gtest.h>
@@ -60,6 +61,14 @@ std::string config(int slots, int global_batch, int aggregation, const std::stri
   return o.str();
 }
 
+// 3 slots, global batch 63, epochs of 10 batches; `batches` long.
+std::string config_3x63(const std::string& extra, int batches = 20) {
+  std::string y = config(3, 63, 1, extra);
+  y.replace(y.find("records_per_epoch: 2048"), 23, "records_per_epoch: 630");
+  y.replace(y.find("{batches: 20}"), 13, "{batches: " + std::to_string(batches) + "}");
+  return y;
+}
+
 struct Trial {
   int exit_code = -1;
   std::string output;
@@ -101,6 +110,10 @@ const Trial& reference(const std::string& name) {
     r = train(name, config(1, 32, 1));
   else if (name == "2slot-b32")
     r = train(name, config(2, 32, 1));
+  else if (name == "3slot-b63")
+    r = train(name, config_3x63(""), "--slots 3");
+  else if (name == "3slot-b63-1500")
+    r = train(name, config_3x63("", 1500), "--slots 3");
   return runs.emplace(name, std::move(r)).first->second;
 }
 
@@ -301,8 +314,7 @@ TEST(Trainer, ElasticTrialGoesOnWithoutAKilledSlot) {
       << summary_table(s, 0.5);
   ASSERT_FALSE(s.validation.empty());
   EXPECT_GT(s.validation.back().accuracy, 0.5);
-  const Trial uninterrupted = train("3slot-b63", yaml(""), "--slots 3");
-  expect_same_params(uninterrupted, r, 1e-4);
+  expect_same_params(reference("3slot-b63"), r, 1e-4);
 }
 
 // elastic with a replacement: slot 1 of 3 is killed at batch 8; the launcher
@@ -312,9 +324,8 @@ TEST(Trainer, ElasticTrialGoesOnWithoutAKilledSlot) {
 // trained once, and the trial's end check finds every slot, the joiner
 // included, with the same parameters bit for bit.
 TEST(Trainer, ElasticTrialAdmitsAReplacementForAKilledSlot) {
-  std::string y = config(3, 63, 1, "elastic: {min_slots: 2, max_slots: 3}\nmax_restarts: 1\n");
-  y.replace(y.find("records_per_epoch: 2048"), 23, "records_per_epoch: 630");  // 10 batches an epoch
-  y.replace(y.find("{batches: 20}"), 13, "{batches: 1500}");                   // time for the replacement to start
+  // 1500 batches: time for the replacement to start.
+  const std::string y = config_3x63("elastic: {min_slots: 2, max_slots: 3}\nmax_restarts: 1\n", 1500);
   Trial r = train("3slot-elastic-join", y, "--slots 3 --fail-at-batch 8 --fail-rank 1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("starting rank 3 on rank 1's slot to join the job"), std::string::npos) << r.output;
@@ -341,8 +352,29 @@ TEST(Trainer, ElasticTrialAdmitsAReplacementForAKilledSlot) {
   ASSERT_FALSE(s.validation.empty());
   EXPECT_GT(s.validation.back().accuracy, 0.9);
   // The same steps as the uninterrupted trial, up to the sums' order.
-  y.replace(y.find("elastic: {min_slots: 2, max_slots: 3}"), 38, "");
-  expect_same_params(train("3slot-b63-1500", y, "--slots 3"), r, 1e-4);
+  expect_same_params(reference("3slot-b63-1500"), r, 1e-4);
+}
+
+// The chief (slot 0) killed at batch 8 with a replacement: slot 1 takes the
+// chief's duties, process 3 starts on slot 0's placement and joins, taking
+// the state from the new chief, and the three finish with the same parameters.
+TEST(Trainer, ElasticTrialAdmitsAReplacementForItsChief) {
+  const std::string y = config_3x63("elastic: {min_slots: 2, max_slots: 3}\nmax_restarts: 1\n", 1500);
+  Trial r = train("3slot-elastic-chief-join", y, "--slots 3 --fail-at-batch 8 --fail-rank 0");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("starting rank 3 on rank 0's slot to join the job"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("slot 1 takes over as the chief"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("a worker failed"), std::string::npos) << r.output;  // no restart
+  auto s = read_metrics((r.dir / "out/metrics.jsonl").string());
+  EXPECT_EQ(s.restarts, 0);
+  ASSERT_EQ(s.train.size(), 1500u);
+  ASSERT_EQ(s.membership.size(), 2u) << r.output;
+  EXPECT_EQ(s.membership[0].lost, std::vector<int>{0});
+  EXPECT_EQ(s.membership[1].joined, std::vector<int>{3});
+  EXPECT_EQ(s.membership[1].slots, 3);
+  ASSERT_EQ(s.epochs.size(), 150u);
+  for (const auto& e : s.epochs) EXPECT_EQ(e.records, 630) << "epoch " << e.epoch;
+  expect_same_params(reference("3slot-b63-1500"), r, 1e-4);
 }
 
 // With aggregation_frequency 2 a slot killed at batch 7 (a local batch) is
@@ -365,15 +397,54 @@ TEST(Trainer, ElasticTrialRedoesAWholeAggregatedStep) {
   expect_same_params(train("3slot-b63-k2", yaml(""), "--slots 3"), r, 1e-4);
 }
 
-// elastic, but the chief (slot 0) is lost: its metrics and checkpoints do not
-// move, so the survivors stop and the trial restarts from its checkpoint,
-// ending with the uninterrupted trial's parameters.
-TEST(Trainer, ElasticTrialRestartsWhenTheChiefIsLost) {
-  Trial r = train("3slot-elastic-chief",
-                  config(3, 48, 1, "elastic: {min_slots: 2}\nmin_checkpoint_period: {batches: 5}\nmax_restarts: 1\n"),
-                  "--slots 3 --fail-at-batch 8 --fail-rank 0");
+// elastic: the chief (slot 0 of 3) is killed at batch 8. Slot 1, rank 0 of
+// the survivors, takes its duties: it keeps the metrics file's lines up to
+// the agreed batch and writes on, writes the checkpoints due after it and
+// dumps the parameters, and the trial ends without a restart.
+TEST(Trainer, ElasticTrialGoesOnWithoutItsChief) {
+  const std::string y = config_3x63("elastic: {min_slots: 2}\nmin_checkpoint_period: {batches: 5}\nmax_restarts: 0\n");
+  Trial r = train("3slot-elastic-chief", y, "--slots 3 --fail-at-batch 8 --fail-rank 0");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("the chief (slot 0) was lost"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("fault injection: rank 0 killed at batch 8"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("slot 1 takes over as the chief after batch 7"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("a worker failed"), std::string::npos) << r.output;  // no restart
+  std::ifstream lines(r.dir / "out/metrics.jsonl");
+  int starts = 0;
+  for (std::string l; std::getline(lines, l);) starts += l.find("\"kind\":\"start\"") != std::string::npos;
+  EXPECT_EQ(starts, 1);
+  auto s = read_metrics((r.dir / "out/metrics.jsonl").string());
+  EXPECT_EQ(s.restarts, 0);
+  ASSERT_EQ(s.train.size(), 20u);  // batch 8 logged once, by the new chief
+  for (size_t i = 0; i < s.train.size(); ++i) EXPECT_EQ(s.train[i].batch, int64_t(i) + 1);
+  for (size_t i = 1; i < s.train.size(); ++i) EXPECT_GE(s.train[i].time, s.train[i - 1].time);  // one trial clock
+  ASSERT_EQ(s.membership.size(), 1u);
+  EXPECT_EQ(s.membership[0].batch, 8);
+  EXPECT_EQ(s.membership[0].lost, std::vector<int>{0});
+  EXPECT_EQ(s.membership[0].slots, 2);
+  EXPECT_EQ(s.membership[0].batches_redone, 1);
+  const std::string table = summary_table(s, 0.5);
+  EXPECT_NE(table.find("slot 0 lost at batch 8"), std::string::npos) << table;
+  EXPECT_NE(table.find("every record of 2 epochs (630 each)"), std::string::npos) << table;
+  ASSERT_EQ(s.epochs.size(), 2u);
+  for (const auto& e : s.epochs) EXPECT_EQ(e.records, 630) << "epoch " << e.epoch;
+  ASSERT_FALSE(s.validation.empty());
+  EXPECT_EQ(s.validation.back().batch, 20);
+  const auto last = latest_checkpoint((r.dir / "out/checkpoints").string());
+  ASSERT_TRUE(last.has_value());
+  EXPECT_EQ(last->batch, 20);
+  EXPECT_EQ(last->meta.at("slots").get<int>(), 2);
+  expect_same_params(reference("3slot-b63"), r, 1e-4);
+}
+
+// elastic, but fewer than min_slots are left: the survivors stop and the
+// trial restarts from its checkpoint, ending with the uninterrupted trial's
+// parameters.
+TEST(Trainer, ElasticTrialRestartsBelowMinSlots) {
+  Trial r = train("3slot-elastic-min",
+                  config(3, 48, 1, "elastic: {min_slots: 3}\nmin_checkpoint_period: {batches: 5}\nmax_restarts: 1\n"),
+                  "--slots 3 --fail-at-batch 8 --fail-rank 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("below elastic.min_slots 3"), std::string::npos) << r.output;
   // From batch 5's checkpoint, or the start while its write is still in flight.
   EXPECT_NE(r.output.find("restart 1 of 1 from"), std::string::npos) << r.output;
   auto s = read_metrics((r.dir / "out/metrics.jsonl").string());

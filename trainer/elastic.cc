@@ -1,6 +1,7 @@
 // An elastic trial's recovery (trial.h): the survivors of a lost slot shrink
 // the communicator, agree on the last step every one of them took, and go on
-// from memory with the global batch split over the slots there are.
+// from memory with the global batch split over the slots there are. When the
+// chief is lost, the survivor at rank 0 takes its duties.
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -35,9 +36,6 @@ Trial::Resume Trial::shrink_and_agree(int64_t failed_batch, const std::string& r
   for (int member : shrunk.members) kept.push_back(originals_[size_t(member)]);
   for (int original : originals_)
     if (std::find(kept.begin(), kept.end(), original) == kept.end()) lost.push_back(original);
-  if (kept.front() != 0)
-    throw std::runtime_error("the chief (slot 0) was lost (" + reason +
-                             "); its metrics and checkpoints do not move to another slot, so the trial restarts");
   if (int(kept.size()) < cfg_.elastic_min_slots)
     throw std::runtime_error(std::to_string(kept.size()) + " slots are left, below elastic.min_slots " +
                              std::to_string(cfg_.elastic_min_slots) + " (" + reason + "); the trial restarts");
@@ -47,7 +45,6 @@ Trial::Resume Trial::shrink_and_agree(int64_t failed_batch, const std::string& r
   rank_ = comm_->rank(), world_ = comm_->size();
   exchange_->rebind(*comm_);
   joiners_waiting_ = 0;  // a survivor may have taken it from the failed step: the next probe asks again
-  stalls_ = std::make_unique<StallReporter>(wo_.stall_factor, world_, log_.get());
   previous_arrival_ = 0;
 
   // The failed call may have finished on some survivors: those took its step.
@@ -65,6 +62,8 @@ Trial::Resume Trial::shrink_and_agree(int64_t failed_batch, const std::string& r
     while (next_epoch_checked_ > first_epoch_counted_ && next_epoch_checked_ * plan_->batches_per_epoch() > committed_)
       --next_epoch_checked_;  // the put-back step may have completed an epoch: it is checked again
   }
+  if (rank_ == 0 && !chief_) take_chief_duties(agreed);
+  stalls_ = std::make_unique<StallReporter>(wo_.stall_factor, world_, log_.get());
   // Every survivor took the step: the failure struck after it, in its validation, which is redone.
   const auto [validate_now, checkpoint_now] = due_after(agreed);
   const bool after_work = most == agreed && agreed > start_ && (validate_now || checkpoint_now);
@@ -79,6 +78,26 @@ Trial::Resume Trial::shrink_and_agree(int64_t failed_batch, const std::string& r
                  r.step_done ? "validating" : "from", static_cast<long long>(r.batch), seconds_since(seen));
   }
   return r;
+}
+
+void Trial::take_chief_duties(int64_t agreed) {
+  chief_ = true;
+  // Every slot started its own clock; the trial's is the lost chief's, in the first start line.
+  if (const auto origin = clock_origin(metrics_path())) {
+    const double shift = std::chrono::duration<double>(*origin_ - *origin).count();
+    for (auto& change : changes_) change.first.time += shift;  // stamped on this slot's clock
+    origin_ = origin;
+  }
+  log_ = std::make_unique<MetricsWriter>(metrics_path(), agreed);
+  // A validation or epoch line of the agreed steps that the lost chief did not write is written again.
+  last_validation_logged_ = std::min(last_validation_logged_, log_->last_kept("validation", "batch").value_or(0));
+  const auto epoch = log_->last_kept("epoch", "epoch");
+  next_epoch_checked_ = std::max(first_epoch_counted_, std::min(next_epoch_checked_, epoch ? *epoch + 1 : 0));
+  // The next checkpoint due is this slot's; one the lost chief left unfinished is skipped and pruned.
+  if (!wo_.checkpoint_dir.empty())
+    checkpoints_ = std::make_unique<CheckpointWriter>(wo_.checkpoint_dir, keep_policy(cfg_));
+  std::fprintf(stderr, "elastic: slot %d takes over as the chief after batch %lld (metrics, checkpoints)\n",
+               originals_[0], static_cast<long long>(agreed));
 }
 
 void Trial::count_step_records(int64_t batch, int64_t slot_records_sum, int sign) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -21,15 +22,44 @@ MetricsWriter::MetricsWriter(const std::string& path, int64_t keep_upto_batch) {
     std::ifstream in(path);
     for (std::string l; std::getline(in, l);) {
       auto j = json::parse(l, nullptr, false);
-      if (j.is_discarded()) continue;  // a line cut by the crash
+      if (j.is_discarded() || !j.is_object()) continue;  // a line cut by the crash
       // Every attempt's start line stays: the summary counts restarts and the time they lost.
-      if (j.value("batch", int64_t{0}) <= keep_upto_batch || j.value("kind", "") == "start") kept.push_back(l);
+      const std::string kind = j.value("kind", "");
+      if (j.value("batch", int64_t{0}) <= keep_upto_batch || kind == "start") {
+        kept.push_back(l);
+        last_kept_[kind] = l;
+      }
     }
   }
-  f_ = std::fopen(path.c_str(), "w");
-  if (!f_) throw std::runtime_error("cannot write metrics file '" + path + "'");
+  // The kept lines go to a new file renamed over the old one: a writer that
+  // still holds the old file (a chief left out while alive) writes past it.
+  const std::string fresh = keep_upto_batch >= 0 ? path + ".tmp" : path;
+  f_ = std::fopen(fresh.c_str(), "w");
+  if (!f_) throw std::runtime_error("cannot write metrics file '" + fresh + "'");
   for (const auto& l : kept) std::fprintf(f_, "%s\n", l.c_str());
   std::fflush(f_);
+  if (fresh != path && std::rename(fresh.c_str(), path.c_str()) != 0)
+    throw std::runtime_error("cannot rename metrics file '" + fresh + "' to '" + path + "'");
+}
+
+std::optional<std::chrono::system_clock::time_point> clock_origin(const std::string& metrics_path) {
+  std::ifstream in(metrics_path);
+  std::string first;
+  if (!std::getline(in, first)) return std::nullopt;
+  const auto j = json::parse(first, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || j.value("kind", "") != "start" || !j.contains("origin"))
+    return std::nullopt;
+  const auto since_epoch = std::chrono::duration<double>(j.at("origin").get<double>());
+  return std::chrono::system_clock::time_point(
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(since_epoch));
+}
+
+std::optional<int64_t> MetricsWriter::last_kept(const std::string& kind, const std::string& field) const {
+  const auto it = last_kept_.find(kind);
+  if (it == last_kept_.end()) return std::nullopt;
+  const auto j = json::parse(it->second, nullptr, false);
+  if (j.is_discarded() || !j.contains(field) || !j.at(field).is_number_integer()) return std::nullopt;
+  return j.at(field).get<int64_t>();
 }
 
 MetricsWriter::~MetricsWriter() {

@@ -14,9 +14,12 @@
 // an elastic trial's also epoch (records trained) and membership (slots lost or joined).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <deque>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,7 +69,9 @@ struct MembershipRecord {
 class MetricsWriter {
  public:
   MetricsWriter() = default;
-  // Appends; keeps the lines of batches <= keep_upto_batch (a resumed run), or truncates when < 0.
+  // Appends; keeps the lines of batches <= keep_upto_batch (a resumed run, or a
+  // chief taking over after a shrink) and every start line, or truncates when < 0.
+  // A line that does not parse (torn by a crash) is dropped.
   MetricsWriter(const std::string& path, int64_t keep_upto_batch);
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;
@@ -75,9 +80,12 @@ class MetricsWriter {
   void validation(const ValidationRecord& r);
   void stall(const TrainRecord& r, double median, int last_rank, double last_rank_compute);
   void line(const std::string& json);  // any other kind, already JSON
+  // Of the lines kept when opened: the integer `field` of the last line of `kind`, if any.
+  std::optional<int64_t> last_kept(const std::string& kind, const std::string& field) const;
 
  private:
   FILE* f_ = nullptr;
+  std::map<std::string, std::string> last_kept_;  // by kind
 };
 
 class StallDetector {
@@ -120,6 +128,8 @@ struct TrialSummary {
 };
 
 TrialSummary read_metrics(const std::string& path);
+// The trial clock's origin, from the file's first start line (the first attempt's chief wrote it).
+std::optional<std::chrono::system_clock::time_point> clock_origin(const std::string& metrics_path);
 std::string progress_line(const TrialSummary& s, int64_t total_batches);
 std::string summary_table(const TrialSummary& s, double target_accuracy);
 // loss/accuracy against time and against batches, as PNGs `prefix`-time.png and `prefix`-batches.png;

@@ -36,18 +36,6 @@ std::pair<torch::Tensor, torch::Tensor> make_batch(const Dataset& d, const int64
   return {x, y};
 }
 
-// The trial clock's origin from the first start line of a resumed trial's metrics.
-std::optional<std::chrono::system_clock::time_point> clock_origin(const std::string& metrics_path) {
-  std::ifstream in(metrics_path);
-  std::string first;
-  if (!std::getline(in, first)) return std::nullopt;
-  const auto j = nlohmann::json::parse(first, nullptr, false);
-  if (j.is_discarded() || j.value("kind", "") != "start" || !j.contains("origin")) return std::nullopt;
-  const auto since_epoch = std::chrono::duration<double>(j.at("origin").get<double>());
-  return std::chrono::system_clock::time_point(
-      std::chrono::duration_cast<std::chrono::system_clock::duration>(since_epoch));
-}
-
 }  // namespace
 
 Trial::Trial(const WorkerOptions& options, ExperimentConfig config, const Connect& connect, bool joining, int number)
@@ -165,8 +153,10 @@ std::string Trial::model_name() const { return cfg_.entrypoint.empty() ? cfg_.mo
 
 double Trial::now() const { return std::chrono::duration<double>(std::chrono::system_clock::now() - *origin_).count(); }
 
+std::string Trial::metrics_path() const { return wo_.output_dir + "/metrics.jsonl"; }
+
 void Trial::open_metrics() {
-  const std::string path = wo_.output_dir + "/metrics.jsonl";
+  const std::string path = metrics_path();
   // A restart or resume continues the trial clock and keeps the lines up to its checkpoint.
   const bool continuing = wo_.attempt > 0 || start_ > 0;
   if (continuing) origin_ = clock_origin(path);

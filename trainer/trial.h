@@ -22,7 +22,8 @@
 //    rank took. Elastic (elastic.cc): a failed exchange or validation makes
 //    the survivors shrink, agree on the smallest committed batch (a rank one
 //    step ahead puts back its copy from before that step) and go on after it,
-//    each global batch split over the slots there are. A process started in
+//    each global batch split over the slots there are; the survivor at rank 0
+//    is the chief, the lost chief's duties passing to it. A process started in
 //    a lost slot's place joins at a step boundary and takes the members'
 //    state (join.cc).
 #pragma once
@@ -78,6 +79,7 @@ class Trial {
   void adopt_entrypoint_optimizer();
   // An entrypoint's hyperparameters that set no attribute of its module, each with one warning.
   void warn_unused_hyperparameters() const;
+  std::string metrics_path() const;
   void open_metrics();
   void train_batch(int64_t batch);
   // Whether a validation and a checkpoint are due after batch b.
@@ -98,6 +100,9 @@ class Trial {
   // One shrink; `lost` gathers the slots left out over the attempts.
   Resume shrink_and_agree(int64_t failed_batch, const std::string& reason, SteadyClock::time_point seen,
                           std::vector<int>& lost);
+  // The survivor at rank 0 after the chief's loss: the metrics file (its lines
+  // of the agreed steps kept), the checkpoints, the messages and the dump.
+  void take_chief_duties(int64_t agreed);
   // Elastic: the step ending at `batch` trained its global batches once (the
   // slots' record counts, summed with the gradients), counted toward their
   // epochs (sign -1: the step was put back); a complete epoch is checked.

@@ -1,17 +1,23 @@
 #!/usr/bin/env python3
 """Kills one slot of an elastic trial at a random batch, RUNS times, and
 prints the seconds from each kill to the survivors' next committed step
-(docs/training.md, "Elastic trials"). With --rejoin (a config with
-max_restarts >= 1) the lost slot's replacement must join, and it also prints
-the seconds from the replacement's start to its first committed step.
+(docs/training.md, "Elastic trials"). --kill picks the slot: one other than
+the chief (the default), the chief (slot 0, whose duties pass to a
+survivor), the two alternately (figures for each), or any. With --rejoin (a
+config with max_restarts >= 1) the lost slot's replacement must join, and it
+also prints the seconds from the replacement's start to its first committed
+step.
 
   python3 trainer/examples/elastic_kills.py build/bin/tandem-train trainer/examples/fashion_mnist_elastic.yaml \\
       --runs 10 --slots 4
   python3 trainer/examples/elastic_kills.py build/bin/tandem-train trainer/examples/fashion_mnist_rejoin.yaml \\
       --runs 20 --slots 4 --rejoin
+  python3 trainer/examples/elastic_kills.py build/bin/tandem-train trainer/examples/fashion_mnist_elastic.yaml \
+      --runs 20 --slots 4 --kill alternate
 """
 import argparse
 import json
+import os
 import random
 import re
 import statistics
@@ -19,11 +25,20 @@ import subprocess
 import tempfile
 
 
+class NotStarted(Exception):
+    """The trial failed before any slot was killed: nothing was measured."""
+
+
 def one_run(trainer, config, slots, batch, rank, out, rejoin):
     log = subprocess.run([trainer, config, "--slots", str(slots), "--output", out, "--quiet",
                           "--fail-at-batch", str(batch), "--fail-rank", str(rank)],
                          capture_output=True, text=True, timeout=600)
     killed = re.search(r"fault injection: rank \d+ killed at batch \d+ \(unix time ([0-9.]+)\)", log.stderr)
+    if not killed:
+        errors = [l for l in log.stderr.splitlines() if "error:" in l]
+        raise NotStarted(f"exit {log.returncode}: " + (errors[0] if errors else log.stderr[-500:]))
+    if not os.path.exists(out + "/metrics.jsonl"):
+        raise SystemExit(f"run (kill rank {rank} at batch {batch}) wrote no metrics:\n{log.stderr[-3000:]}")
     lines = [json.loads(l) for l in open(out + "/metrics.jsonl")]
     origin = next(l["origin"] for l in lines if l["kind"] == "start")
     changes = [l for l in lines if l["kind"] == "membership"]
@@ -33,12 +48,24 @@ def one_run(trainer, config, slots, batch, rank, out, rejoin):
     epochs = {l["epoch"]: l for l in lines if l["kind"] == "epoch"}  # the slots stop on a short one
     short = [e for e in epochs.values() if e["records"] != e["expected"]]
     resumed = "resuming from" in log.stderr  # a checkpoint read
+    took_over = rank != 0 or re.search(r"slot \d+ takes over as the chief", log.stderr)
     if (log.returncode != 0 or not killed or len(changes) != 1 or len(joins) != int(rejoin) or restarted or resumed
-            or not epochs or short):
+            or not epochs or short or not took_over or changes[0]["lost"] != [rank]):
         raise SystemExit(f"run (kill rank {rank} at batch {batch}) did not go on as expected:\n{log.stderr[-3000:]}")
     m = changes[0]
     committed = origin + m["time"] + m["recovery_seconds"]
     return committed - float(killed.group(1)), m["recovery_seconds"], m["batches_redone"], joins[0] if joins else None
+
+
+def spread(values):
+    q = statistics.quantiles(values, n=20, method="inclusive") if len(values) > 1 else values * 19
+    return f"median {statistics.median(values):.3f} s, 95th percentile {q[18]:.3f} s, max {max(values):.3f} s"
+
+
+def pick_rank(rng, kill, run, slots):
+    if kill == "chief" or (kill == "alternate" and run % 2 == 0):
+        return 0
+    return rng.randint(0 if kill == "any" else 1, slots - 1)
 
 
 def main():
@@ -51,14 +78,27 @@ def main():
     p.add_argument("--last", type=int, default=50, help="latest batch to kill at")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--rejoin", action="store_true", help="the lost slot's replacement must join")
+    p.add_argument("--kill", choices=["others", "chief", "alternate", "any"], default="others",
+                   help="the slot killed: one other than the chief (slot 0), the chief, the chief every other run "
+                   "(first), or any slot")
     a = p.parse_args()
     rng = random.Random(a.seed)
-    kill, seen, contributing = [], [], []
+    kill, seen, contributing = {"chief": [], "other": []}, {"chief": [], "other": []}, []
+    not_started = 0
     for i in range(a.runs):
-        batch, rank = rng.randint(a.first, a.last), rng.randint(1, a.slots - 1)
-        with tempfile.TemporaryDirectory() as out:
-            k, s, redone, join = one_run(a.trainer, a.config, a.slots, batch, rank, out, a.rejoin)
-        kill.append(k), seen.append(s)
+        batch, rank = rng.randint(a.first, a.last), pick_rank(rng, a.kill, i, a.slots)
+        for tries in range(1, 4):
+            try:
+                with tempfile.TemporaryDirectory() as out:
+                    k, s, redone, join = one_run(a.trainer, a.config, a.slots, batch, rank, out, a.rejoin)
+                break
+            except NotStarted as e:  # counted and said, then launched again
+                not_started += 1
+                print(f"run {i + 1}: the trial failed before the kill, launched again: {e}", flush=True)
+        else:
+            raise SystemExit(f"run {i + 1}: the trial failed before the kill {tries} times")
+        who = "chief" if rank == 0 else "other"
+        kill[who].append(k), seen[who].append(s)
         joined = ""
         if join:
             contributing.append(join["recovery_seconds"])
@@ -67,14 +107,14 @@ def main():
                       f"{join['state_seconds']:.3f} s)")
         print(f"run {i + 1}: rank {rank} killed at batch {batch}: {k:.3f} s from the kill to the next committed "
               f"step ({s:.3f} s from the failure seen), {redone} batch(es) redone{joined}", flush=True)
-    q = statistics.quantiles(kill, n=20, method="inclusive") if len(kill) > 1 else kill * 19
-    print(f"kill to next committed step over {len(kill)} runs: median {statistics.median(kill):.3f} s, "
-          f"95th percentile {q[18]:.3f} s, max {max(kill):.3f} s; failure seen to committed: median "
-          f"{statistics.median(seen):.3f} s")
+    for who, label in (("chief", "the chief (slot 0)"), ("other", "another slot")):
+        if kill[who]:
+            print(f"{label} killed, to the next committed step over {len(kill[who])} runs: {spread(kill[who])}; "
+                  f"failure seen to committed: median {statistics.median(seen[who]):.3f} s")
+    if not_started:
+        print(f"{not_started} launch(es) failed before the kill and were made again")
     if contributing:
-        q = statistics.quantiles(contributing, n=20, method="inclusive") if len(contributing) > 1 else contributing * 19
-        print(f"replacement start to its first committed step: median {statistics.median(contributing):.3f} s, "
-              f"95th percentile {q[18]:.3f} s, max {max(contributing):.3f} s")
+        print(f"replacement start to its first committed step: {spread(contributing)}")
 
 
 if __name__ == "__main__":
