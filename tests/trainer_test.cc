@@ -2,8 +2,8 @@
 // processes): synchronous data parallelism is the same SGD at any slot count,
 // gradient aggregation equals a larger batch, a killed worker's trial restarts
 // from its checkpoint and ends where an uninterrupted one does, an elastic
-// trial goes on without one, admits a replacement and trains every record
-// once, --resume continues a stopped run, and a torn checkpoint is never loaded.
+// trial goes on without one, admits a replacement (on one host or across two
+// namespaces) and trains every record once, --resume continues a stopped run, and a torn checkpoint is never loaded.
 // Small MLP on synthetic data, no dropout: seconds per trial. Every command
 // runs under `timeout` so a hang fails the test instead of stalling CI.
 #include <gtest/gtest.h>
