@@ -186,7 +186,7 @@ TEST(Trainer, ElasticTrialAcrossHostsReplacesASlotOnItsHost) {
   auto yaml = [&](const std::string& extra) {
     std::string y = config(4, 64, 1, extra);
     y.replace(y.find("records_per_epoch: 2048"), 23, "records_per_epoch: 640");  // 10 batches an epoch
-    y.replace(y.find("{batches: 20}"), 13, "{batches: 600}");                    // time for the replacement
+    y.replace(y.find("{batches: 20}"), 13, "{batches: 1000}");                   // time for the replacement
     const std::string one_host = "resources: {slots_per_trial: 4}";
     y.replace(y.find(one_host), one_host.size(),
               "resources: {slots_per_trial: 4, slots_per_host: 2, hosts: [" + lab.ns(0) + ", " + lab.ns(1) + "]}");
@@ -213,14 +213,14 @@ TEST(Trainer, ElasticTrialAcrossHostsReplacesASlotOnItsHost) {
   std::getline(metrics, start_line);
   // The two hosts' slicing, on every slot through the shrink and the join.
   EXPECT_NE(start_line.find("\"layer_slices\":16"), std::string::npos) << start_line;
-  ASSERT_EQ(s.train.size(), 600u);
+  ASSERT_EQ(s.train.size(), 1000u);
   ASSERT_EQ(s.membership.size(), 2u) << r.output;
   EXPECT_EQ(s.membership[0].batch, 8);
   EXPECT_EQ(s.membership[0].lost, std::vector<int>{3});
   EXPECT_EQ(s.membership[0].slots, 3);
   EXPECT_EQ(s.membership[1].joined, std::vector<int>{4});
   EXPECT_EQ(s.membership[1].slots, 4);
-  ASSERT_EQ(s.epochs.size(), 60u);
+  ASSERT_EQ(s.epochs.size(), 100u);
   for (const auto& e : s.epochs) EXPECT_EQ(e.records, 640) << "epoch " << e.epoch;
   fs::remove(started);
   expect_same_params(train("hosts-b64", yaml(""), flags, in_host0), r, 1e-4);
