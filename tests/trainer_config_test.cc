@@ -387,8 +387,8 @@ TEST(TrainerConfig, EveryKnownKeyIsHonouredOrRefusedByName) {
   }
 }
 
-// elastic against the slots it starts with, --slots included, and where it cannot apply.
-TEST(TrainerConfig, ElasticNeedsSlotsBetweenItsBoundsOnOneHost) {
+// elastic against the slots it starts with, --slots included, on one host or across resources.hosts.
+TEST(TrainerConfig, ElasticNeedsSlotsBetweenItsBounds) {
   const std::string three = kMinimal + "resources: {slots_per_trial: 3}\n";
   EXPECT_FALSE(parse_config(kMinimal).elastic());
   auto c = parse_config(three + "elastic: {min_slots: 2}\n");
@@ -402,8 +402,23 @@ TEST(TrainerConfig, ElasticNeedsSlotsBetweenItsBoundsOnOneHost) {
   const auto example = load_config(std::string(TANDEM_SOURCE_DIR) + "/trainer/examples/fashion_mnist_elastic.yaml");
   EXPECT_EQ(example.elastic_min_slots, 3);
   EXPECT_EQ(example.elastic_max(), 4);
-  expect_error(kMinimal + "resources: {slots_per_trial: 4, hosts: [a, b]}\nelastic: {min_slots: 3}\n",
-               {"elastic:", "one host only", "remove resources.hosts"});
+  const auto across =
+      parse_config(kMinimal + "resources: {slots_per_trial: 4, hosts: [a, b]}\nelastic: {min_slots: 3}\n");
+  EXPECT_EQ(across.elastic_min_slots, 3);
+  EXPECT_EQ(placed_hosts(across), 2);
+}
+
+// The hosts the launcher fills, which an elastic trial's layer slicing follows
+// (a joiner's grown communicator may span fewer).
+TEST(TrainerConfig, PlacedHostsFollowTheLaunchersLayout) {
+  EXPECT_EQ(placed_hosts(parse_config(kMinimal + "resources: {slots_per_trial: 4}\n")), 1);
+  const auto even = parse_config(kMinimal + "resources: {slots_per_trial: 4, hosts: [a, b]}\n");
+  EXPECT_EQ(slots_per_placed_host(even), 2);
+  EXPECT_EQ(placed_hosts(even), 2);
+  auto whole = parse_config(kMinimal + "resources: {slots_per_trial: 4, slots_per_host: 2, hosts: [a, b, c]}\n");
+  EXPECT_EQ(placed_hosts(whole), 2);  // slots fill whole hosts in list order
+  set_slots(whole, 6);
+  EXPECT_EQ(placed_hosts(whole), 3);
 }
 
 // Each row says what it is, its sections exist, and the keys it depends on are rows of their own.

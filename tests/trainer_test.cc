@@ -2,9 +2,9 @@
 // processes): synchronous data parallelism is the same SGD at any slot count,
 // gradient aggregation equals a larger batch, a killed worker's trial restarts
 // from its checkpoint and ends where an uninterrupted one does, an elastic
-// trial goes on without one (its chief included), admits a replacement and
-// trains every record once, --resume continues a stopped run, and a torn
-// checkpoint is never loaded.
+// trial goes on without one (its chief included), admits a replacement (on
+// one host or across two namespaces) and trains every record once, --resume
+// continues a stopped run, and a torn checkpoint is never loaded.
 // Small MLP on synthetic data, no dropout: seconds per trial. Every command
 // runs under `timeout` so a hang fails the test instead of stalling CI.
 #include <gtest/gtest.h>
@@ -174,6 +174,69 @@ TEST(Trainer, TwoHostsTrainTheSameParametersAsOneHost) {
   EXPECT_NE(two_hosts.output.find("chosen: eth0 on rank 0, eth0 on rank 1"), std::string::npos)
       << "the interface the ranks chose is printed\n"
       << two_hosts.output;
+}
+
+// elastic across resources.hosts: two namespaces of two slots each, joined at
+// 1 Gbit/s, gradients over TCP. Slot 3, in the second namespace, is killed at
+// batch 8; the three survivors (two hosts still) shrink and redo the step, and
+// the launcher starts process 4 through --rsh on the lost slot's namespace,
+// reaching the store at the launcher's address, where it joins and takes the
+// state. No restart, every record once, the slots end equal to each other and
+// to the failure-free trial over the same hosts.
+TEST(Trainer, ElasticTrialAcrossHostsReplacesASlotOnItsHost) {
+  const std::string why = tandem::testing::netns_unavailable();
+  if (!why.empty()) GTEST_SKIP() << why;
+  tandem::testing::NetnsLab lab({"node-0", "node-1"});
+  lab.add_lan("e", "10.74.2", {"eth0", "eth0"}, "1gbit");
+  lab.wait_up("eth0");
+  // The remote shell writes down each host it starts a process on.
+  const fs::path dir = work_dir() / "hosts-elastic";
+  fs::create_directories(dir);
+  const fs::path rsh = dir / "rsh.sh", started = dir / "started-on.txt";
+  std::ofstream(rsh) << "#!/bin/sh\necho \"$1\" >> " << started.string()
+                     << "\nexec ip netns exec \"$1\" sh -c \"$2\"\n";
+  fs::permissions(rsh, fs::perms::owner_all);
+  auto yaml = [&](const std::string& extra) {
+    std::string y = config(4, 64, 1, extra);
+    y.replace(y.find("records_per_epoch: 2048"), 23, "records_per_epoch: 640");  // 10 batches an epoch
+    y.replace(y.find("{batches: 20}"), 13, "{batches: 1000}");                   // time for the replacement
+    const std::string one_host = "resources: {slots_per_trial: 4}";
+    y.replace(y.find(one_host), one_host.size(),
+              "resources: {slots_per_trial: 4, slots_per_host: 2, hosts: [" + lab.ns(0) + ", " + lab.ns(1) + "]}");
+    return y;
+  };
+  const std::string flags = "--slots 4 --rsh '" + rsh.string() + " {host}' --store-addr 10.74.2.1";
+  const std::string in_host0 = "ip netns exec " + lab.ns(0) + " env UCX_TLS=tcp,self ";
+  fs::remove(started);
+  Trial r = train("hosts-elastic", yaml("elastic: {min_slots: 3}\nmax_restarts: 1\n"),
+                  flags + " --fail-at-batch 8 --fail-rank 3", in_host0);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("fault injection: rank 3 killed at batch 8"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("starting rank 4 on rank 3's slot to join the job"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("a worker failed"), std::string::npos) << r.output;  // no restart
+  std::ifstream hosts_file(started);
+  std::map<std::string, int> per_host;
+  for (std::string h; std::getline(hosts_file, h);) ++per_host[h];
+  EXPECT_EQ(per_host[lab.ns(0)], 2);
+  EXPECT_EQ(per_host[lab.ns(1)], 3) << "the replacement starts on the lost slot's host";
+  auto s = read_metrics((r.dir / "out/metrics.jsonl").string());
+  EXPECT_EQ(s.restarts, 0);
+  std::ifstream metrics(r.dir / "out/metrics.jsonl");
+  std::string start_line;
+  std::getline(metrics, start_line);
+  // The two hosts' slicing, on every slot through the shrink and the join.
+  EXPECT_NE(start_line.find("\"layer_slices\":16"), std::string::npos) << start_line;
+  ASSERT_EQ(s.train.size(), 1000u);
+  ASSERT_EQ(s.membership.size(), 2u) << r.output;
+  EXPECT_EQ(s.membership[0].batch, 8);
+  EXPECT_EQ(s.membership[0].lost, std::vector<int>{3});
+  EXPECT_EQ(s.membership[0].slots, 3);
+  EXPECT_EQ(s.membership[1].joined, std::vector<int>{4});
+  EXPECT_EQ(s.membership[1].slots, 4);
+  ASSERT_EQ(s.epochs.size(), 100u);
+  for (const auto& e : s.epochs) EXPECT_EQ(e.records, 640) << "epoch " << e.epoch;
+  fs::remove(started);
+  expect_same_params(train("hosts-b64", yaml(""), flags, in_host0), r, 1e-4);
 }
 
 // hyperparameters.layer_slices: the hidden layers computed in row blocks are

@@ -277,10 +277,6 @@ void check_elastic(KeyWalk& w) {
     w.reader.error("elastic.min_slots", "missing; give the fewest slots the trial may go on with, e.g. {min_slots: 2}");
     return;
   }
-  if (!c.hosts.empty() || c.slots_per_host > 0)
-    w.reader.error("elastic",
-                   "runs on one host only: a lost slot's host would change the layout the layers are "
-                   "sliced for; remove resources.hosts and resources.slots_per_host, or remove elastic");
 }
 
 // elastic against the slot count (also after --slots changed it).
@@ -417,6 +413,16 @@ int layer_slices_for(const ExperimentConfig& c, int hosts) {
       16;  // the link runs measured best with 16 (bench/log/measurements.md, "Time to accuracy with whole layers")
   const int64_t most = c.model == "mlp" ? most_row_blocks(c.mlp_hidden, c.mlp_hidden) : kAcrossHosts;
   return int(std::max<int64_t>(1, std::min(kAcrossHosts, most)));
+}
+
+int slots_per_placed_host(const ExperimentConfig& c) {
+  if (c.hosts.empty()) return c.slots_per_trial;
+  return c.slots_per_host > 0 ? c.slots_per_host : std::max(1, c.slots_per_trial / int(c.hosts.size()));
+}
+
+int placed_hosts(const ExperimentConfig& c) {
+  const int per_host = slots_per_placed_host(c);
+  return std::max(1, (c.slots_per_trial + per_host - 1) / per_host);
 }
 
 void set_slots(ExperimentConfig& c, int slots, int64_t per_slot_batch) {

@@ -142,6 +142,11 @@ struct ExperimentConfig {
 // width allows fewer).
 int layer_slices_for(const ExperimentConfig& config, int hosts);
 
+// resources.hosts as the launcher fills them: slots_per_host each (default:
+// the slots spread evenly) in list order; 1 without hosts.
+int slots_per_placed_host(const ExperimentConfig& config);
+int placed_hosts(const ExperimentConfig& config);
+
 // Parses and validates; throws ConfigError listing every problem. A relative
 // entrypoint is resolved against `base_dir` (the YAML's directory; "" = the
 // working directory). `length_required`: no --max-batches gives the training

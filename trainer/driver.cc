@@ -116,9 +116,9 @@ class Driver {
     if (cfg.hosts.empty()) {
       lo.nprocs = slots;
     } else {
-      const int per_host = cfg.slots_per_host > 0 ? cfg.slots_per_host : std::max(1, slots / int(cfg.hosts.size()));
+      const int per_host = slots_per_placed_host(cfg);
       std::string list;
-      for (int h = 0; h * per_host < slots; ++h) {
+      for (int h = 0; h < placed_hosts(cfg); ++h) {
         list += (h ? "," : "") + cfg.hosts[size_t(h)] + ":" + std::to_string(std::min(per_host, slots - h * per_host));
       }
       try {

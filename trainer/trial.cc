@@ -63,7 +63,9 @@ Trial::Trial(const WorkerOptions& options, ExperimentConfig config, const Connec
 
   // The same initial parameters everywhere (seeded, then the chief's broadcast).
   torch::manual_seed(cfg_.seed);
-  layer_slices_ = layer_slices_for(cfg_, comm_->topology().hosts());
+  // An elastic trial's slicing follows the configured hosts, which a joiner reads as the members did at the
+  // start: its grown communicator may span fewer hosts than they did, and the slicing shapes the exchange.
+  layer_slices_ = layer_slices_for(cfg_, cfg_.elastic() ? placed_hosts(cfg_) : comm_->topology().hosts());
   model_ = cfg_.entrypoint.empty() ? make_model(cfg_.model, cfg_.mlp_hidden, cfg_.dropout, layer_slices_)
                                    : load_torchscript(cfg_.entrypoint, cfg_.user_hyperparameters);
   for (const auto& [name, p] : model_.parameters) params_.push_back(p), names_.push_back(name);

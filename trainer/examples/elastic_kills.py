@@ -12,8 +12,18 @@ step.
       --runs 10 --slots 4
   python3 trainer/examples/elastic_kills.py build/bin/tandem-train trainer/examples/fashion_mnist_rejoin.yaml \\
       --runs 20 --slots 4 --rejoin
-  python3 trainer/examples/elastic_kills.py build/bin/tandem-train trainer/examples/fashion_mnist_elastic.yaml \
+  python3 trainer/examples/elastic_kills.py build/bin/tandem-train trainer/examples/fashion_mnist_elastic.yaml \\
       --runs 20 --slots 4 --kill alternate
+
+With --hosts the slots span two "hosts": network namespaces joined by a veth
+pair limited to RATE (tc tbf) in both directions, half the slots in each,
+gradients over TCP (UCX_TLS=tcp,self), the trial placed by resources.hosts
+through `ip netns exec` (--rsh) from the first namespace; the killed slot is
+one in the second namespace, where its replacement starts. Needs root; the
+namespaces are deleted when the runs end.
+
+  sudo python3 trainer/examples/elastic_kills.py build/bin/tandem-train trainer/examples/fashion_mnist_rejoin.yaml \\
+      --runs 10 --slots 4 --rejoin --hosts --rate 1gbit
 """
 import argparse
 import json
@@ -29,9 +39,58 @@ class NotStarted(Exception):
     """The trial failed before any slot was killed: nothing was measured."""
 
 
-def one_run(trainer, config, slots, batch, rank, out, rejoin):
-    log = subprocess.run([trainer, config, "--slots", str(slots), "--output", out, "--quiet",
-                          "--fail-at-batch", str(batch), "--fail-rank", str(rank)],
+class TwoHosts:
+    """Two network namespaces joined by one veth pair, 10.78.0.1 and .2/24."""
+
+    def __init__(self, rate):
+        self.names = [f"tek{os.getpid()}h{h}" for h in (0, 1)]
+        self.address = "10.78.0.1"
+        try:
+            for ns in self.names:
+                self.ip("netns", "add", ns)
+                self.ip("-n", ns, "link", "set", "lo", "up")
+            self.ip("-n", self.names[0], "link", "add", "veth0", "type", "veth", "peer", "name", "veth1", "netns",
+                    self.names[1])
+            for h, ns in enumerate(self.names):
+                self.ip("-n", ns, "addr", "add", f"10.78.0.{h + 1}/24", "dev", f"veth{h}")
+                self.ip("-n", ns, "link", "set", f"veth{h}", "up")
+                # burst >= one GSO packet (64 KiB), else tbf drops them; a short queue keeps the rate honest.
+                subprocess.run(["tc", "-n", ns, "qdisc", "add", "dev", f"veth{h}", "root", "tbf", "rate", rate,
+                                "burst", "128kb", "latency", "20ms"], check=True)
+        except BaseException:
+            self.close()
+            raise
+
+    @staticmethod
+    def ip(*args):
+        subprocess.run(["ip", *args], check=True)
+
+    def close(self):
+        for ns in self.names:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+    def config(self, config, slots, directory):
+        """The experiment with half the slots on each namespace."""
+        text = open(config).read()
+        if "\nresources:\n" not in text:
+            raise SystemExit(f"{config}: --hosts needs a block `resources:` to add the hosts to")
+        text = text.replace("\nresources:\n", f"\nresources:\n  hosts: [{', '.join(self.names)}]\n"
+                                              f"  slots_per_host: {slots // 2}\n", 1)
+        path = os.path.join(directory, "experiment.yaml")
+        open(path, "w").write(text)
+        return path
+
+    def command(self, trainer, config):
+        return ["ip", "netns", "exec", self.names[0], "env", "UCX_TLS=tcp,self", trainer, config, "--rsh",
+                "ip netns exec {host} sh -c", "--store-addr", self.address]
+
+
+def one_run(trainer, config, slots, batch, rank, out, rejoin, hosts):
+    command = [trainer, config]
+    if hosts:
+        command = hosts.command(trainer, hosts.config(config, slots, out))
+    log = subprocess.run(command + ["--slots", str(slots), "--output", out, "--quiet",
+                                    "--fail-at-batch", str(batch), "--fail-rank", str(rank)],
                          capture_output=True, text=True, timeout=600)
     killed = re.search(r"fault injection: rank \d+ killed at batch \d+ \(unix time ([0-9.]+)\)", log.stderr)
     if not killed:
@@ -62,9 +121,11 @@ def spread(values):
     return f"median {statistics.median(values):.3f} s, 95th percentile {q[18]:.3f} s, max {max(values):.3f} s"
 
 
-def pick_rank(rng, kill, run, slots):
+def pick_rank(rng, kill, run, slots, hosts):
     if kill == "chief" or (kill == "alternate" and run % 2 == 0):
         return 0
+    if hosts:  # a slot of the second namespace
+        return rng.randint(slots // 2, slots - 1)
     return rng.randint(0 if kill == "any" else 1, slots - 1)
 
 
@@ -81,16 +142,30 @@ def main():
     p.add_argument("--kill", choices=["others", "chief", "alternate", "any"], default="others",
                    help="the slot killed: one other than the chief (slot 0), the chief, the chief every other run "
                    "(first), or any slot")
+    p.add_argument("--hosts", action="store_true", help="two network namespaces, the killed slot in the second")
+    p.add_argument("--rate", default="1gbit", help="with --hosts: the link's rate (tc syntax)")
     a = p.parse_args()
+    if a.hosts and (a.slots < 4 or a.slots % 2):
+        raise SystemExit(f"--hosts splits the slots over two namespaces: give an even --slots of at least 4, "
+                         f"not {a.slots}")
+    hosts = TwoHosts(a.rate) if a.hosts else None
+    try:
+        measure(a, hosts)
+    finally:
+        if hosts:
+            hosts.close()
+
+
+def measure(a, hosts):
     rng = random.Random(a.seed)
     kill, seen, contributing = {"chief": [], "other": []}, {"chief": [], "other": []}, []
     not_started = 0
     for i in range(a.runs):
-        batch, rank = rng.randint(a.first, a.last), pick_rank(rng, a.kill, i, a.slots)
+        batch, rank = rng.randint(a.first, a.last), pick_rank(rng, a.kill, i, a.slots, hosts)
         for tries in range(1, 4):
             try:
                 with tempfile.TemporaryDirectory() as out:
-                    k, s, redone, join = one_run(a.trainer, a.config, a.slots, batch, rank, out, a.rejoin)
+                    k, s, redone, join = one_run(a.trainer, a.config, a.slots, batch, rank, out, a.rejoin, hosts)
                 break
             except NotStarted as e:  # counted and said, then launched again
                 not_started += 1
