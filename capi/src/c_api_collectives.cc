@@ -1,6 +1,7 @@
-// The C API of the all-to-all, rooted and variable-size collectives: each
-// entry point checks its C arguments and calls the C++ one of the same name
-// (the _async forms its _async twin).
+// The C API of the blocking collectives (all-reduce to barrier), and the
+// all-to-all, rooted and variable-size ones: each entry point checks its C
+// arguments and calls the C++ one of the same name (the _async forms its
+// _async twin).
 #include "c_api_internal.h"
 
 namespace {
@@ -28,6 +29,53 @@ Blocks on_root(const Communicator& c, int root, const size_t* counts, const size
 }
 
 }  // namespace
+
+// ---- collectives ----
+
+tandem_status_t tandem_allreduce(tandem_comm_t* comm, const void* input, void* output, size_t count,
+                                 tandem_dtype_t dtype, tandem_reduce_op_t op, int64_t timeout_ms) {
+  static const char* fn = "tandem_allreduce";
+  return guard(fn, [&] {
+    require_handle(comm, fn, "comm");
+    comm->comm->allreduce(input, output, count, dtype_of(dtype, fn), op_of(op, fn), collective(timeout_ms));
+  });
+}
+
+tandem_status_t tandem_reduce_scatter(tandem_comm_t* comm, const void* input, void* output, size_t count,
+                                      tandem_dtype_t dtype, tandem_reduce_op_t op, int64_t timeout_ms) {
+  static const char* fn = "tandem_reduce_scatter";
+  return guard(fn, [&] {
+    require_handle(comm, fn, "comm");
+    comm->comm->reduce_scatter(input, output, count, dtype_of(dtype, fn), op_of(op, fn), collective(timeout_ms));
+  });
+}
+
+tandem_status_t tandem_allgather(tandem_comm_t* comm, const void* input, void* output, size_t count,
+                                 tandem_dtype_t dtype, int64_t timeout_ms) {
+  static const char* fn = "tandem_allgather";
+  return guard(fn, [&] {
+    require_handle(comm, fn, "comm");
+    comm->comm->allgather(input, output, count, dtype_of(dtype, fn), collective(timeout_ms));
+  });
+}
+
+tandem_status_t tandem_broadcast(tandem_comm_t* comm, const void* input, void* output, size_t count,
+                                 tandem_dtype_t dtype, int root, int64_t timeout_ms) {
+  static const char* fn = "tandem_broadcast";
+  return guard(fn, [&] {
+    require_handle(comm, fn, "comm");
+    // input is read on the root only; NULL is allowed elsewhere.
+    comm->comm->broadcast(input ? input : output, output, count, dtype_of(dtype, fn), root, collective(timeout_ms));
+  });
+}
+
+tandem_status_t tandem_barrier(tandem_comm_t* comm, int64_t timeout_ms) {
+  static const char* fn = "tandem_barrier";
+  return guard(fn, [&] {
+    require_handle(comm, fn, "comm");
+    comm->comm->barrier(collective(timeout_ms));
+  });
+}
 
 extern "C" {
 
