@@ -32,7 +32,7 @@ void HostDiscovery::start() {
   }
   const char* argv[] = {"sh", "-c", script_.c_str(), nullptr};
   pid_ = ::fork();
-  if (pid_ == 0) {  // only async-signal-safe calls from here: the launcher has threads
+  if (pid_ == 0) {    // only async-signal-safe calls from here: the launcher has threads
     ::setpgid(0, 0);  // killed as a group when it takes too long
     sigset_t none;
     sigemptyset(&none);

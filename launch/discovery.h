@@ -18,7 +18,7 @@ namespace tandem::launch {
 class HostDiscovery {
  public:
   using Clock = std::chrono::steady_clock;
-  static constexpr auto kInterval = std::chrono::seconds(1);  // from one answer to the next run
+  static constexpr auto kInterval = std::chrono::seconds(1);   // from one answer to the next run
   static constexpr auto kPatience = std::chrono::seconds(10);  // a run past this is killed
 
   explicit HostDiscovery(std::string script) : script_(std::move(script)) {}

@@ -144,8 +144,8 @@ TEST(Examples, ElasticTrainingGrowsOntoOfferedSlots) {
   const std::string bin = env("TANDEM_BIN"), example = env("TANDEM_EXAMPLE_ELASTIC");
   if (bin.empty() || example.empty())
     GTEST_SKIP() << "TANDEM_BIN or TANDEM_EXAMPLE_ELASTIC is not set (run under ctest)";
-  const Output o = launch(2, example + " --grow-to 4 --step-ms 20",
-                          "--elastic 2:4 --host-discovery-script 'echo localhost:4'");
+  const Output o =
+      launch(2, example + " --grow-to 4 --step-ms 20", "--elastic 2:4 --host-discovery-script 'echo localhost:4'");
   ASSERT_EQ(o.status, 0) << o.text;
   EXPECT_EQ(count(o.text, "offered by --host-discovery-script, to join the job"), 2) << o.text;
   EXPECT_EQ(count(o.text, "of 4): 128 steps, 0 shrinks, "), 4) << o.text;
@@ -163,8 +163,9 @@ TEST(Examples, ElasticTrainingGrowsOntoOfferedSlots) {
   EXPECT_EQ(bad.status, 2) << bad.text;
   EXPECT_NE(bad.text.find("--host-discovery-script adds workers to an elastic job"), std::string::npos) << bad.text;
   // Without -n or -H the script's first answer is the starting hosts.
-  const Output started = run(bin + " launch --elastic 1:3 --host-discovery-script 'echo localhost:2' -- sh -c "
-                                   "'echo up $TANDEM_RANK of $TANDEM_WORLD_SIZE'",
+  const Output started = run(bin +
+                                 " launch --elastic 1:3 --host-discovery-script 'echo localhost:2' -- sh -c "
+                                 "'echo up $TANDEM_RANK of $TANDEM_WORLD_SIZE'",
                              kLimitSeconds);
   EXPECT_EQ(started.status, 0) << started.text;
   EXPECT_EQ(count(started.text, " of 2"), 2) << started.text;
