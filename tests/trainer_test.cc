@@ -418,6 +418,34 @@ TEST(Trainer, ElasticTrialAdmitsAReplacementForAKilledSlot) {
   expect_same_params(reference("3slot-b63-1500"), r, 1e-4);
 }
 
+// elastic growing onto an offered slot: the trial starts with 3 of
+// max_slots 4 and a discovery script offers 4 slots here; the launcher starts
+// process 3 (TANDEM_JOIN=1), the chief sees it waiting and sends the count
+// with a step's metrics, and the members admit it at the next step boundary.
+// The global batch stays 63 (split 16, 16, 16, 15), so the trial ends where
+// one of 3 slots throughout does. Without elastic the script is refused.
+TEST(Trainer, ElasticTrialGrowsOntoAnOfferedSlot) {
+  const std::string y = config_3x63("elastic: {min_slots: 2, max_slots: 4}\n", 1500);
+  Trial r = train("3to4slot-elastic-grow", y, "--slots 3 --host-discovery-script 'echo localhost:4'");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("starting rank 3 on a slot of this host offered by --host-discovery-script"),
+            std::string::npos)
+      << r.output;
+  auto s = read_metrics((r.dir / "out/metrics.jsonl").string());
+  EXPECT_EQ(s.restarts, 0);
+  ASSERT_EQ(s.membership.size(), 1u) << r.output;
+  EXPECT_EQ(s.membership[0].joined, std::vector<int>{3});
+  EXPECT_EQ(s.membership[0].slots, 4);
+  ASSERT_EQ(s.epochs.size(), 150u);
+  for (const auto& e : s.epochs) EXPECT_EQ(e.records, 630) << "epoch " << e.epoch;
+  expect_same_params(reference("3slot-b63-1500"), r, 1e-4);
+
+  const Trial refused = train("3slot-grow-refused", config_3x63(""), "--slots 3 --host-discovery-script 'echo x:3'");
+  EXPECT_NE(refused.exit_code, 0) << refused.output;
+  EXPECT_NE(refused.output.find("--host-discovery-script adds slots to an elastic trial"), std::string::npos)
+      << refused.output;
+}
+
 // The chief (slot 0) killed at batch 8 with a replacement: slot 1 takes the
 // chief's duties, process 3 starts on slot 0's placement and joins, taking
 // the state from the new chief, and the three finish with the same parameters.

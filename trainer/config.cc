@@ -271,7 +271,6 @@ void check_storage(KeyWalk& w) {
 }
 
 void check_elastic(KeyWalk& w) {
-  ExperimentConfig& c = w.config;
   if (!w.given("elastic")) return;
   if (!w.given("elastic.min_slots")) {
     w.reader.error("elastic.min_slots", "missing; give the fewest slots the trial may go on with, e.g. {min_slots: 2}");

@@ -169,7 +169,7 @@ std::vector<ExperimentKey> resource_keys() {
       with_fallback(integer_key(
                         "elastic.max_slots", [](auto& c) -> auto& { return c.elastic_max_slots; }, 1, 1024,
                         "use at least slots_per_trial", kOwn,
-                        "The launcher's bound (`tandem launch --elastic MIN:MAX`); no slots are added."),
+                        "The most slots: slots a `--host-discovery-script` offers join the trial up to it."),
                     "slots_per_trial"),
   };
 }

@@ -112,6 +112,7 @@ class Driver {
       // A lost slot is replaced by a process that joins the running attempt;
       // each attempt may replace max_restarts slots (a budget apart from the trial's restarts).
       lo.max_restarts = cfg.max_restarts;
+      lo.host_discovery_script = o_.host_discovery_script;
     }
     if (cfg.hosts.empty()) {
       lo.nprocs = slots;
@@ -327,6 +328,8 @@ int run_driver(DriverOptions o) {
     report_comparison(trials, o.output_dir, o.target_accuracy);
     return 0;
   }
+  if (!o.host_discovery_script.empty() && !cfg.elastic())
+    throw ConfigError("--host-discovery-script adds slots to an elastic trial: give elastic: {min_slots, max_slots}");
   // Every slot count is checked before anything starts.
   std::vector<int> counts =
       o.scaling.empty() ? std::vector<int>{o.worker.slots > 0 ? o.worker.slots : fitted_slots(cfg)} : o.scaling;

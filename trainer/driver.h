@@ -22,6 +22,9 @@ struct DriverOptions {
   bool quiet = false;  // no progress line, no summary
   // With resources.hosts: the launcher's rsh and store address (empty: its defaults).
   std::string rsh, store_address;
+  // With elastic: the launcher's --host-discovery-script; slots it offers beyond those running join the trial,
+  // up to elastic.max_slots.
+  std::string host_discovery_script;
   std::string self;  // this executable
   // Also train each slot count with the PyTorch DDP (gloo) anchor script and compare.
   bool anchor = false;

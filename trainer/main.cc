@@ -82,6 +82,9 @@ void add_flags(CLI::App& app, CommandLine& cl) {
   app.add_option("--rsh", o.rsh, "With resources.hosts: how `tandem launch` reaches a host (default ssh)");
   app.add_option("--store-addr", o.store_address,
                  "With resources.hosts: HOST[:PORT] where the other hosts reach the launcher's store");
+  app.add_option("--host-discovery-script", o.host_discovery_script,
+                 "With elastic: a command printing the hosts and slots on offer (host:slots lines, as "
+                 "horovodrun's); slots beyond those running join the trial, up to elastic.max_slots");
   app.add_option("--max-batches", w.max_batches, "Stop after this many batches (overrides searcher.max_length)");
   app.add_option("--per-slot-batch", w.per_slot_batch,
                  "Samples per slot per batch at every slot count: the global batch grows with the slots "
