@@ -127,6 +127,7 @@ void add_flags(CLI::App& app, CommandLine& cl) {
   app.add_option("--attempt", w.attempt, "")->group("");
   app.add_option("--fail-at-batch", w.fail_at_batch, "")->group("");
   app.add_option("--fail-rank", w.fail_rank, "")->group("");
+  app.add_flag("--fail-stop", w.fail_stop, "")->group("");
   app.add_option("--fail-checkpoint-batch", w.fail_checkpoint_batch, "")->group("");
 }
 

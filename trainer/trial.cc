@@ -380,10 +380,10 @@ void Trial::run() {
     if (batch == wo_.fail_at_batch && originals_[size_t(rank_)] == wo_.fail_rank && wo_.attempt == 0) {
       const double unix_time =
           std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-      std::fprintf(stderr, "fault injection: rank %d killed at batch %lld (unix time %.3f)\n", rank_,
-                   static_cast<long long>(batch), unix_time);
+      std::fprintf(stderr, "fault injection: rank %d %s at batch %lld (unix time %.3f, pid %d)\n", rank_,
+                   wo_.fail_stop ? "stopped" : "killed", static_cast<long long>(batch), unix_time, int(::getpid()));
       std::fflush(stderr);
-      ::raise(SIGKILL);
+      ::raise(wo_.fail_stop ? SIGSTOP : SIGKILL);
     }
     try {
       // An optimizer step's first batch: no gradients held yet.

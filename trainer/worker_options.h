@@ -27,9 +27,11 @@ struct WorkerOptions {
   int64_t max_batches = 0;  // overrides searcher.max_length when > 0
   double stall_factor = 3.0;
   int64_t validation_batch = 0;  // images a validation forward takes at once; 0 = the per-slot batch, at least 64
-  // Fault injection for tests: SIGKILL this rank at the start of that batch, on attempt 0 only.
+  // Fault injection for tests: SIGKILL this rank at the start of that batch, on attempt 0 only
+  // (SIGSTOP with fail_stop: it goes silent, as a hung process would, until a SIGCONT).
   int64_t fail_at_batch = -1;
   int fail_rank = 1;
+  bool fail_stop = false;
   // Fault injection for tests: the chief dies (SIGKILL) while writing the checkpoint of that batch, on attempt 0.
   int64_t fail_checkpoint_batch = -1;
   std::string dump_params;  // the chief writes every parameter, float32, model order, here at the end
@@ -38,7 +40,7 @@ struct WorkerOptions {
 // Every field, by its name: a new option is one more name here.
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(WorkerOptions, config_path, output_dir, checkpoint_dir, slots, per_slot_batch,
                                    resume, overlap, compute_nice, deferred_updates, input_layers_ahead_bytes, attempt,
-                                   max_batches, stall_factor, validation_batch, fail_at_batch, fail_rank,
+                                   max_batches, stall_factor, validation_batch, fail_at_batch, fail_rank, fail_stop,
                                    fail_checkpoint_batch, dump_params, timeline)
 
 // Writes `options` as JSON to `path`, replacing it; throws std::runtime_error naming the path.

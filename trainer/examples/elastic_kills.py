@@ -6,7 +6,8 @@ the chief (the default), the chief (slot 0, whose duties pass to a
 survivor), the two alternately (figures for each), or any. With --rejoin (a
 config with max_restarts >= 1) the lost slot's replacement must join, and it
 also prints the seconds from the replacement's start to its first committed
-step.
+step. --stop stops the slot instead (SIGSTOP) and wakes it once the
+others went on: it must find itself left out.
 
   python3 trainer/examples/elastic_kills.py build/bin/tandem-train trainer/examples/fashion_mnist_elastic.yaml \\
       --runs 10 --slots 4
@@ -32,7 +33,10 @@ import random
 import re
 import statistics
 import subprocess
+import signal
 import tempfile
+import threading
+import time
 
 
 class NotStarted(Exception):
@@ -85,14 +89,41 @@ class TwoHosts:
                 "ip netns exec {host} sh -c", "--store-addr", self.address]
 
 
-def one_run(trainer, config, slots, batch, rank, out, rejoin, hosts):
+def wake_when_left_out(err_path, metrics_path, proc, woke):
+    """--stop: once the survivors' membership line shows, SIGCONT the stopped slot (it must find itself left out)."""
+    pid = None
+    while proc.poll() is None:
+        time.sleep(0.05)
+        if pid is None:
+            found = re.search(r"stopped at batch \d+ \(unix time [0-9.]+, pid (\d+)\)", open(err_path).read())
+            pid = int(found.group(1)) if found else None
+        elif os.path.exists(metrics_path) and '"kind":"membership"' in open(metrics_path).read():
+            time.sleep(0.2)
+            os.kill(pid, signal.SIGCONT)
+            woke.append(time.time())
+            return
+
+
+def one_run(trainer, config, slots, batch, rank, out, rejoin, hosts, stop):
     command = [trainer, config]
     if hosts:
         command = hosts.command(trainer, hosts.config(config, slots, out))
-    log = subprocess.run(command + ["--slots", str(slots), "--output", out, "--quiet",
-                                    "--fail-at-batch", str(batch), "--fail-rank", str(rank)],
-                         capture_output=True, text=True, timeout=600)
-    killed = re.search(r"fault injection: rank \d+ killed at batch \d+ \(unix time ([0-9.]+)\)", log.stderr)
+    command += ["--slots", str(slots), "--output", out, "--quiet", "--fail-at-batch", str(batch), "--fail-rank",
+                str(rank)] + (["--fail-stop"] if stop else [])
+    err_path, woke = out + "/../stderr-" + os.path.basename(out), []
+    with open(err_path, "w") as err:
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err, text=True)
+        waker = threading.Thread(target=wake_when_left_out, args=(err_path, out + "/metrics.jsonl", proc, woke))
+        if stop:
+            waker.start()
+        proc.wait(timeout=600)
+        if stop:
+            waker.join()
+    log = subprocess.CompletedProcess(command, proc.returncode, "", open(err_path).read())
+    os.remove(err_path)
+    killed = re.search(r"fault injection: rank \d+ (?:killed|stopped) at batch \d+ \(unix time ([0-9.]+)", log.stderr)
+    # A stopped slot woken after it was left out must be refused (Excluded), not rejoin.
+    fenced = bool(woke) and f"[{rank}]" in log.stderr and "left out" in log.stderr
     if not killed:
         errors = [l for l in log.stderr.splitlines() if "error:" in l]
         raise NotStarted(f"exit {log.returncode}: " + (errors[0] if errors else log.stderr[-500:]))
@@ -109,11 +140,12 @@ def one_run(trainer, config, slots, batch, rank, out, rejoin, hosts):
     resumed = "resuming from" in log.stderr  # a checkpoint read
     took_over = rank != 0 or re.search(r"slot \d+ takes over as the chief", log.stderr)
     if (log.returncode != 0 or not killed or len(changes) != 1 or len(joins) != int(rejoin) or restarted or resumed
-            or not epochs or short or not took_over or changes[0]["lost"] != [rank]):
+            or not epochs or short or not took_over or changes[0]["lost"] != [rank] or (woke and not fenced)):
         raise SystemExit(f"run (kill rank {rank} at batch {batch}) did not go on as expected:\n{log.stderr[-3000:]}")
     m = changes[0]
     committed = origin + m["time"] + m["recovery_seconds"]
-    return committed - float(killed.group(1)), m["recovery_seconds"], m["batches_redone"], joins[0] if joins else None
+    return (committed - float(killed.group(1)), m["recovery_seconds"], m["batches_redone"], joins[0] if joins else None,
+            fenced)
 
 
 def spread(values):
@@ -139,6 +171,9 @@ def main():
     p.add_argument("--last", type=int, default=50, help="latest batch to kill at")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--rejoin", action="store_true", help="the lost slot's replacement must join")
+    p.add_argument("--stop", action="store_true",
+                   help="SIGSTOP the slot instead (it falls silent; the heartbeat names it), then SIGCONT it once "
+                   "the others went on: it must find itself left out")
     p.add_argument("--kill", choices=["others", "chief", "alternate", "any"], default="others",
                    help="the slot killed: one other than the chief (slot 0), the chief, the chief every other run "
                    "(first), or any slot")
@@ -159,13 +194,15 @@ def main():
 def measure(a, hosts):
     rng = random.Random(a.seed)
     kill, seen, contributing = {"chief": [], "other": []}, {"chief": [], "other": []}, []
-    not_started = 0
+    not_started, fenced = 0, 0
+    verb = "stopped" if a.stop else "killed"
     for i in range(a.runs):
         batch, rank = rng.randint(a.first, a.last), pick_rank(rng, a.kill, i, a.slots, hosts)
         for tries in range(1, 4):
             try:
                 with tempfile.TemporaryDirectory() as out:
-                    k, s, redone, join = one_run(a.trainer, a.config, a.slots, batch, rank, out, a.rejoin, hosts)
+                    k, s, redone, join, refused = one_run(a.trainer, a.config, a.slots, batch, rank, out, a.rejoin,
+                                                          hosts, a.stop)
                 break
             except NotStarted as e:  # counted and said, then launched again
                 not_started += 1
@@ -174,22 +211,26 @@ def measure(a, hosts):
             raise SystemExit(f"run {i + 1}: the trial failed before the kill {tries} times")
         who = "chief" if rank == 0 else "other"
         kill[who].append(k), seen[who].append(s)
+        fenced += refused
         joined = ""
         if join:
             contributing.append(join["recovery_seconds"])
             joined = (f"; slot {join['joined'][0]} joined at batch {join['batch']}, contributing "
                       f"{join['recovery_seconds']:.3f} s after it started (state {join['state_bytes']} bytes in "
                       f"{join['state_seconds']:.3f} s)")
-        print(f"run {i + 1}: rank {rank} killed at batch {batch}: {k:.3f} s from the kill to the next committed "
-              f"step ({s:.3f} s from the failure seen), {redone} batch(es) redone{joined}", flush=True)
+        woke = "; woken after, it found itself left out" if refused else ""
+        print(f"run {i + 1}: rank {rank} {verb} at batch {batch}: {k:.3f} s from then to the next committed "
+              f"step ({s:.3f} s from the failure seen), {redone} batch(es) redone{joined}{woke}", flush=True)
     for who, label in (("chief", "the chief (slot 0)"), ("other", "another slot")):
         if kill[who]:
-            print(f"{label} killed, to the next committed step over {len(kill[who])} runs: {spread(kill[who])}; "
+            print(f"{label} {verb}, to the next committed step over {len(kill[who])} runs: {spread(kill[who])}; "
                   f"failure seen to committed: median {statistics.median(seen[who]):.3f} s")
     if not_started:
         print(f"{not_started} launch(es) failed before the kill and were made again")
     if contributing:
         print(f"replacement start to its first committed step: {spread(contributing)}")
+    if a.stop:
+        print(f"{fenced} of {a.runs} stopped slots were woken while the others ran and refused (left out)")
 
 
 if __name__ == "__main__":
