@@ -23,7 +23,8 @@ struct Rank {
   pid_t pid = -1;  // also the process-group id
   bool running = false;
   bool signalled_by_us = false;
-  int status = 0;  // wait status once reaped
+  bool replaced = false;  // --elastic: its replacement was asked for (started, or none left)
+  int status = 0;         // wait status once reaped
   Stream out, err;
 
   bool streams_open() const { return out.fd >= 0 || err.fd >= 0; }

@@ -32,10 +32,12 @@
 #include <span>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "discovery.h"
 #include "elastic.h"
+#include "job_end.h"
 #include "job_store.h"
 #include "placement.h"
 #include "remote_shell.h"
@@ -210,6 +212,7 @@ class Launcher {
       }
       reap();
       stop_left_out();
+      replace_silent();
       add_offered_workers();
       end_grace_for_replacements();
       check_deadlines();
@@ -285,7 +288,7 @@ class Launcher {
   // on. One that exits after the others finished, which the store recorded as
   // failed before (a stopped worker left out that woke), was lost then: the
   // job's outcome stands.
-  bool goes_on_without(const Rank& lost) {
+  bool goes_on_without(Rank& lost) {
     if (!elastic_.on() || first_failure_ || stopping() || spawn_failure_ != 0 || !elastic_.is_worker(lost))
       return false;
     const long workers = elastic_.workers_running(ranks_);
@@ -299,14 +302,35 @@ class Launcher {
     record_failure_in_store(lost.rank, describe(lost.status));
     say("the job goes on with " + std::to_string(workers) + " worker(s) (--elastic " +
         std::to_string(opts_.elastic_min) + ":" + std::to_string(opts_.elastic_max) + ")");
-    if (const auto next = elastic_.replace(lost, *spawn_.placement)) {
-      say("starting rank " + std::to_string(next->number) + " on rank " + std::to_string(next->slot) +
-          "'s slot to join the job (restart " + std::to_string(elastic_.restarts()) + " of " +
-          std::to_string(opts_.max_restarts) + ", --max-restarts)");
-      ranks_.emplace_back();  // within the capacity reserved: Rank pointers stay valid
-      spawn_one(ranks_.back(), next->number, next->number + 1, next->at, {"TANDEM_JOIN=1"});
-    }
+    replace(lost);
     return true;
+  }
+
+  // Starts the replacement of `lost`, once, while --max-restarts are left.
+  void replace(Rank& lost) {
+    if (std::exchange(lost.replaced, true)) return;
+    const auto next = elastic_.replace(lost, *spawn_.placement);
+    if (!next) return;
+    say("starting rank " + std::to_string(next->number) + " on rank " + std::to_string(next->slot) +
+        "'s slot to join the job (restart " + std::to_string(elastic_.restarts()) + " of " +
+        std::to_string(opts_.max_restarts) + ", --max-restarts)");
+    ranks_.emplace_back();  // within the capacity reserved: Rank pointers stay valid
+    spawn_one(ranks_.back(), next->number, next->number + 1, next->at, {"TANDEM_JOIN=1"});
+  }
+
+  // --elastic: a worker the store records as failed while it still runs
+  // (silent: stopped or hung; the others went on without it) is replaced at
+  // once, not when it exits. It is fenced (its writes are refused) and is
+  // stopped once the others finish.
+  void replace_silent() {
+    if (!elastic_.on() || first_failure_ || stopping() || !store_ || opts_.max_restarts == 0) return;
+    for (size_t i = 0; i < ranks_.size(); ++i) {  // replace() appends
+      Rank& r = ranks_[i];
+      if (!elastic_.is_worker(r) || !r.running || r.replaced || !recorded_failed(r.rank)) continue;
+      say("rank " + std::to_string(r.rank) + " is recorded as failed but still runs (silent); the job went on " +
+          "without it");
+      replace(r);
+    }
   }
 
   // --elastic: once every other worker has finished, a worker the store
@@ -425,25 +449,8 @@ class Launcher {
   }
 
   int finish() const {
-    std::string abnormal = std::to_string(failed_) + " of " + std::to_string(opts_.nprocs + opts_.servers) +
-                           " rank(s) failed on their own, " + std::to_string(stopped_by_us_) +
-                           " stopped by the launcher";
-    if (spawn_failure_ != 0) return spawn_failure_;
-    if (first_failure_) {
-      const Rank& r = *first_failure_;
-      say("job failed: rank " + std::to_string(r.rank) + " failed first (" + describe(r.status) + "); " + abnormal);
-      return exit_code_of(r.status);
-    }
-    if (timed_out_) {
-      say("job timed out after " + seconds_text(opts_.timeout_seconds) + " (--timeout); " + abnormal);
-      return 124;
-    }
-    if (interrupt_signal_ != 0) {
-      say("job interrupted by " + signal_name(interrupt_signal_) + "; " + abnormal);
-      return 128 + interrupt_signal_;
-    }
-    if (lost_workers_ > 0) say("job done without " + std::to_string(lost_workers_) + " lost worker(s) (--elastic)");
-    return 0;
+    return report_job_end(
+        {failed_, stopped_by_us_, spawn_failure_, first_failure_, timed_out_, interrupt_signal_, lost_workers_}, opts_);
   }
 
   const LaunchOptions& opts_;

@@ -103,7 +103,8 @@ TEST(Examples, ElasticTrainingLosesTwoWorkers) {
 
 // Three workers; rank 1 stops itself (SIGSTOP) and is left out when the
 // heartbeat names it. Ranks 0 and 2 finish; the launcher then stops rank 1,
-// which could never finish, and the job succeeds.
+// which could never finish, and the job succeeds. With a replacement allowed,
+// it starts once the store records rank 1 failed.
 TEST(Examples, ElasticTrainingLeavesAStoppedWorkerOut) {
   const std::string bin = env("TANDEM_BIN"), example = env("TANDEM_EXAMPLE_ELASTIC");
   if (bin.empty() || example.empty())
@@ -112,6 +113,17 @@ TEST(Examples, ElasticTrainingLeavesAStoppedWorkerOut) {
   ASSERT_EQ(o.status, 0) << o.text;
   EXPECT_EQ(count(o.text, "1 shrinks, 0 grows, weights equal to rank 0's"), 2) << o.text;
   EXPECT_EQ(count(o.text, "rank 1 was left out of the job"), 1) << o.text;
+
+  // With --max-restarts, the silent worker's replacement starts as soon as
+  // the store records it failed (not when it exits); it joins, and the three
+  // end equal. The stopped one is still stopped at the end, as above.
+  const Output r = launch(3, example + " --stop 1:30 --step-ms 20", "--elastic 2:3 --max-restarts 1");
+  ASSERT_EQ(r.status, 0) << r.text;
+  EXPECT_EQ(count(r.text, "rank 1 is recorded as failed but still runs (silent)"), 1) << r.text;
+  EXPECT_EQ(count(r.text, "starting rank 3 on rank 1's slot to join the job"), 1) << r.text;
+  EXPECT_EQ(count(r.text, "1 shrinks, 1 grows, weights equal to rank 0's"), 2) << r.text;
+  EXPECT_EQ(count(r.text, "rank 3 (now 2 of 3): 128 steps, 0 shrinks, 0 grows, weights equal to rank 0's"), 1)
+      << r.text;
 }
 
 // Four workers under --elastic 2:4 --max-restarts 2: rank 2 dies at step 40,
