@@ -222,6 +222,7 @@ Communicator::Grown Communicator::grow(int max_new, const CollectiveOptions& opt
   CommOptions o = ctx.opts;
   o.size = size() + grown.joined;
   o.host_store = false;
+  o.interface_chosen = false;  // the joiners take part in a new selection
   set_local(o, place.hosts);
   std::vector<int> members;
   for (int r = 0; r < size(); ++r) members.push_back(r);

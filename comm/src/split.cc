@@ -51,6 +51,7 @@ std::unique_ptr<Communicator> Communicator::over_members(const std::vector<int>&
     ++o.local_size;
   }
   o.host_store = false;
+  o.interface_chosen = true;
   o.store.reset();
   if (o.size > 1) {
     const Deadline deadline = Clock::now() + impl_->ctx.opts.connect_timeout;

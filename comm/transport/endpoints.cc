@@ -30,7 +30,7 @@ void Endpoints::connect(const Algorithms& algorithms, Deadline deadline) {
   CommOptions& opts = ctx_.opts;
   KeyValueStore& store = *ctx_.store;
   // Interface selection (netif.h): every rank takes part; it logs the decision.
-  network = select_interface(store, opts, deadline);
+  if (!opts.interface_chosen) network = select_interface(store, opts, deadline);
   if (!opts.ucx_net_devices_pinned && !network.chosen.empty()) opts.ucx_net_devices = network.chosen;
 
   ucx = std::make_unique<UcxTransport>(opts.rank, opts.size, opts.ucx_peer_error_handling, opts.ucx_net_devices,

@@ -70,6 +70,11 @@ struct CommOptions {
   std::string network_interface;
   // The user set UCX_NET_DEVICES: interface selection still runs and reports, but leaves UCX alone.
   bool ucx_net_devices_pinned = false;
+  // Set by split() and shrink() on their communicators: the members reached
+  // each other through the interface their communicator chose
+  // (ucx_net_devices), so no selection runs again (its probes cost a few
+  // hundred ms across hosts, on a shrink's recovery path).
+  bool interface_chosen = false;
   // The user set UCX_KEEPALIVE_INTERVAL: the heartbeat does not override it.
   bool ucx_keepalive_pinned = false;
   // Highest instruction set of the reduction kernels (TANDEM_REDUCE_ISA: scalar,
