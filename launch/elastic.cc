@@ -50,6 +50,10 @@ int Elastic::node_of(const std::string& host) {
 std::vector<Elastic::Started> Elastic::add_offered(const std::vector<HostSlots>& offered,
                                                    const std::vector<Rank>& ranks, const std::vector<Placement>& first,
                                                    bool remote_ok, std::vector<std::string>& refused) {
+  // A worker that finished means the job is ending: nobody would admit a new one.
+  if (std::any_of(ranks.begin(), ranks.end(),
+                  [&](const Rank& r) { return is_worker(r) && !r.running && r.pid > 0 && r.status == 0; }))
+    return {};
   int room = std::min<int>(opts_.elastic_max - int(workers_running(ranks)), most_added() - added_);
   std::map<std::string, int> running_on;  // by host ("": this one)
   for (const Rank& r : ranks)

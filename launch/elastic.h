@@ -46,7 +46,8 @@ class Elastic {
   int restarts() const { return restarts_; }
   // Workers to start on the slots `offered` (--host-discovery-script) beyond
   // the workers running on each host, up to elastic_max running and
-  // elastic_max - nprocs added in the job. Hosts other than this one only
+  // elastic_max - nprocs added in the job; none once a worker has finished
+  // (the job is ending). Hosts other than this one only
   // when `remote_ok`; else they are named in `refused`.
   std::vector<Started> add_offered(const std::vector<HostSlots>& offered, const std::vector<Rank>& ranks,
                                    const std::vector<Placement>& first, bool remote_ok,
