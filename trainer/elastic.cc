@@ -44,7 +44,11 @@ Trial::Resume Trial::shrink_and_agree(int64_t failed_batch, const std::string& r
   originals_ = kept;
   rank_ = comm_->rank(), world_ = comm_->size();
   exchange_->rebind(*comm_);
-  joiners_waiting_ = 0;  // a survivor may have taken it from the failed step: the next probe asks again
+  // The count a survivor may have read from the failed step is dropped. A
+  // replacement (started at the loss) may be waiting already: every survivor
+  // asks once at the redone batch, so it can take the lost slot's share of
+  // that batch and the trial goes on as the failure-free one would.
+  joiners_waiting_ = cfg_.max_restarts > 0 && world_ < cfg_.elastic_max() ? 1 : 0;
   previous_arrival_ = 0;
 
   // The failed call may have finished on some survivors: those took its step.
