@@ -61,9 +61,20 @@ class TwoHosts:
                 # burst >= one GSO packet (64 KiB), else tbf drops them; a short queue keeps the rate honest.
                 subprocess.run(["tc", "-n", ns, "qdisc", "add", "dev", f"veth{h}", "root", "tbf", "rate", rate,
                                 "burst", "128kb", "latency", "20ms"], check=True)
+            self.wait_for_link()
         except BaseException:
             self.close()
             raise
+
+    def wait_for_link(self):
+        """A new veth pair carries traffic only once both ends are up: the first launch failed without this."""
+        for _ in range(50):
+            states = [subprocess.run(["ip", "-n", ns, "-o", "link", "show", f"veth{h}"], capture_output=True,
+                                     text=True).stdout for h, ns in enumerate(self.names)]
+            if all("state UP" in s for s in states):
+                return
+            time.sleep(0.1)
+        raise SystemExit("the namespaces' veth pair did not come up within 5 s")
 
     @staticmethod
     def ip(*args):
