@@ -90,12 +90,10 @@ int64_t joiners_waiting_in(KeyValueStore& root, const CommOptions& o, Deadline d
   return std::max<int64_t>(0, root.add(join_key(o, "tickets"), 0, deadline) - claimed);
 }
 
-// The first member at a grow(): claims the waiting joiners (up to max_new)
+// The first member at a grow(): claims `take` waiting joiners (at least one)
 // and writes each its place. Returns the joiners, in rank order.
-std::vector<Joiner> admit(KeyValueStore& root, const CommContext& ctx, Place place, int max_new, Deadline deadline) {
+std::vector<Joiner> admit(KeyValueStore& root, const CommContext& ctx, Place place, int64_t take, Deadline deadline) {
   const CommOptions& o = ctx.opts;
-  const int64_t take = std::min<int64_t>(joiners_waiting_in(root, o, deadline), max_new);
-  if (take <= 0) return {};
   const int64_t last = root.add(join_key(o, "claimed"), take, deadline);
   std::vector<Joiner> joiners;
   for (int64_t t = last - take + 1; t <= last; ++t) {
@@ -188,9 +186,9 @@ Communicator::Grown Communicator::grow(int max_new, const CollectiveOptions& opt
     store.set(base + "/decider", std::to_string(rank()), deadline);
     std::unique_ptr<KeyValueStore> root = PrefixStore::root_of(store, deadline);
     std::string decision;
-    if (joiners_waiting_in(*root, ctx.opts, deadline) > 0) {
+    if (const int64_t take = std::min<int64_t>(joiners_waiting_in(*root, ctx.opts, deadline), max_new); take > 0) {
       fill_place();
-      for (const Joiner& j : admit(*root, ctx, place, max_new, deadline)) decision += describe_joiner(j) + "\n";
+      for (const Joiner& j : admit(*root, ctx, place, take, deadline)) decision += describe_joiner(j) + "\n";
     }
     store.set(base + "/decision", decision.empty() ? "none" : decision, deadline);
     // Every member that reached the last grow has read the one before.
