@@ -96,11 +96,14 @@ void HostDiscovery::finish(int status) {
   }
 }
 
+void HostDiscovery::kill_if_overdue(Clock::time_point now) {
+  if (pid_ <= 0 || killed_ || now - started_ <= kPatience) return;
+  ::kill(-pid_, SIGKILL);
+  killed_ = true;
+}
+
 std::string HostDiscovery::poll(Clock::time_point now) {
-  if (pid_ > 0 && !killed_ && now - started_ > kPatience) {
-    ::kill(-pid_, SIGKILL);
-    killed_ = true;
-  }
+  kill_if_overdue(now);
   if (pid_ <= 0 && now >= next_run_) start();
   if (failure_.empty()) {
     failing_ = false;
@@ -123,7 +126,7 @@ std::vector<HostSlots> HostDiscovery::ask_now() {
     pollfd p{out_fd_, POLLIN, 0};
     if (out_fd_ >= 0) ::poll(&p, 1, 100);
     pump();
-    if (Clock::now() - started_ > kPatience && !killed_) ::kill(-pid_, SIGKILL), killed_ = true;
+    kill_if_overdue(Clock::now());
     int status = 0;
     const pid_t done = ::waitpid(pid_, &status, out_fd_ >= 0 ? WNOHANG : 0);
     if (done == pid_) {

@@ -44,6 +44,7 @@ class HostDiscovery {
  private:
   void start();
   void finish(int status);
+  void kill_if_overdue(Clock::time_point now);  // a run past kPatience, with what it started
 
   std::string script_;
   pid_t pid_ = -1;

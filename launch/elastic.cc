@@ -41,7 +41,7 @@ std::optional<Elastic::Started> Elastic::replace(const Rank& lost, const std::ve
 
 int Elastic::node_of(const std::string& host) {
   for (size_t i = 0; i < opts_.hosts.size(); ++i)
-    if ((is_this_host(opts_.hosts[i].host) ? "" : opts_.hosts[i].host) == host) return int(i);
+    if (placement_host(opts_.hosts[i].host) == host) return int(i);
   auto it = std::find(other_hosts_.begin(), other_hosts_.end(), host);
   if (it == other_hosts_.end()) it = other_hosts_.insert(it, host);
   return int(opts_.hosts.size() + size_t(it - other_hosts_.begin()));
@@ -60,7 +60,7 @@ std::vector<Elastic::Started> Elastic::add_offered(const std::vector<HostSlots>&
     if (is_worker(r) && r.running) ++running_on[placement_of(r.rank, first).host];
   std::vector<Started> out;
   for (const HostSlots& h : offered) {
-    const std::string host = is_this_host(h.host) ? "" : h.host;
+    const std::string host = placement_host(h.host);
     int& here = running_on[host];
     if (room <= 0 || here >= h.slots) continue;
     if (!host.empty() && !remote_ok) {

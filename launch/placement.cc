@@ -22,6 +22,8 @@ bool is_this_host(const std::string& host) {
   return host == "localhost" || host == "127.0.0.1" || host == "::1" || host == name;
 }
 
+std::string placement_host(const std::string& host) { return is_this_host(host) ? "" : host; }
+
 std::vector<int> ranks_per_host(const std::vector<HostSlots>& hosts, int world) {
   std::vector<int> counts;
   int left = world;
@@ -50,8 +52,7 @@ std::vector<Placement> place_ranks(const LaunchOptions& o) {
   const std::vector<int> counts = ranks_per_host(o.hosts, world);
   for (size_t node = 0; node < o.hosts.size(); ++node) {
     const HostSlots& h = o.hosts[node];
-    for (int l = 0; l < counts[node]; ++l)
-      out.push_back({is_this_host(h.host) ? "" : h.host, int(node), l, counts[node]});
+    for (int l = 0; l < counts[node]; ++l) out.push_back({placement_host(h.host), int(node), l, counts[node]});
   }
   return out;
 }

@@ -24,6 +24,8 @@ struct Placement {
 };
 
 bool is_this_host(const std::string& host);
+// `host` as a Placement names it: empty for this one.
+std::string placement_host(const std::string& host);
 
 // A count of slots: 1..4 digits, else 0 (which every caller refuses).
 int parse_slot_count(const std::string& text);
