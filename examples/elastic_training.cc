@@ -71,8 +71,10 @@ int main(int argc, char** argv) try {
   for (int i = 1; i + 1 < argc; i += 2) {
     int rank = -1, step = -1;
     const bool kill = std::strcmp(argv[i], "--kill") == 0, stop = std::strcmp(argv[i], "--stop") == 0;
-    if (std::strcmp(argv[i], "--grow-to") == 0 || std::strcmp(argv[i], "--step-ms") == 0) {
-      (argv[i][2] == 'g' ? grow_to : step_ms) = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--grow-to") == 0) {
+      grow_to = std::atoi(argv[i + 1]);
+    } else if (std::strcmp(argv[i], "--step-ms") == 0) {
+      step_ms = std::atoi(argv[i + 1]);
     } else if (!(kill || stop) || std::sscanf(argv[i + 1], "%d:%d", &rank, &step) != 2) {
       std::fprintf(stderr,
                    "usage: elastic_training [--kill RANK:STEP | --stop RANK:STEP]... [--grow-to N] [--step-ms M]\n");

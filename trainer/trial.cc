@@ -203,8 +203,9 @@ void Trial::complete(const Open& b, bool was_deferred) {
     exchange_->zero();
     committed_ = b.batch;
     if (cfg_.elastic()) {
-      count_step_records(b.batch, std::llround(exchange_->reduced_metrics().loss.count), 1);
-      joiners_waiting_ = world_ < cfg_.elastic_max() ? exchange_->reduced_metrics().joiners_waiting : 0;
+      const ReducedMetrics reduced = exchange_->reduced_metrics();
+      count_step_records(b.batch, std::llround(reduced.loss.count), 1);
+      joiners_waiting_ = world_ < cfg_.elastic_max() ? reduced.joiners_waiting : 0;
       check_complete_epochs();
       log_membership_changes();
     }
