@@ -124,11 +124,11 @@ std::vector<HostSlots> HostDiscovery::ask_now() {
   start();
   while (pid_ > 0) {
     pollfd p{out_fd_, POLLIN, 0};
-    if (out_fd_ >= 0) ::poll(&p, 1, 100);
+    ::poll(&p, out_fd_ >= 0 ? 1 : 0, 100);  // without its output open, a 100 ms sleep: it may still run
     pump();
     kill_if_overdue(Clock::now());
     int status = 0;
-    const pid_t done = ::waitpid(pid_, &status, out_fd_ >= 0 ? WNOHANG : 0);
+    const pid_t done = ::waitpid(pid_, &status, WNOHANG);
     if (done == pid_) {
       finish(status);
     } else if (done < 0 && errno != EINTR) {
