@@ -304,7 +304,7 @@ int alltoall_paths(const CommOptions& o, bool shared_memory, bool cross_memory) 
 }
 
 // The default path choice for heap buffers (shm_timed_path.cc): each size
-// class reads by cross-memory attach for its first 64 calls, then opens with
+// class stages its first 64 calls, then opens with
 // a warm call of each path, then pairs of trials (two calls of one path,
 // the second timed), then rank 0's
 // verdict; in-place calls count too and stage. Every call's output is
@@ -335,30 +335,21 @@ TEST(Alltoall, TimedPathOpeningThenVerdict) {
   }
 }
 
-// Rank 0's verdict on a round's trials: more pairs won, on a tie the lower
-// total; against a cold path the other must also be under 0.9 of its total.
+// Rank 0's verdict on a round's trials: staged unless cross-memory attach
+// won more pairs (on a tie: the lower total) and is under 0.9 of staging's total.
 TEST(Alltoall, TimedPathVerdict) {
-  using ring::Offer;
   auto trials = [](uint64_t staged_ns, uint64_t cma_ns, uint64_t staged_wins, uint64_t cma_wins) {
     ring::PathTrials t{};
     t.staged_ns = staged_ns, t.cross_memory_ns = cma_ns, t.staged_wins = staged_wins, t.cross_memory_wins = cma_wins;
     return t;
   };
-  EXPECT_TRUE(ring::staged_won(trials(100, 90, 2, 1), std::nullopt));  // pairs decide, not totals
-  EXPECT_FALSE(ring::staged_won(trials(90, 100, 1, 2), std::nullopt));
-  EXPECT_TRUE(ring::staged_won(trials(90, 100, 1, 1), std::nullopt));  // a tie: the lower total
-  EXPECT_FALSE(ring::staged_won(trials(100, 90, 1, 1), std::nullopt));
-  EXPECT_TRUE(ring::staged_won(trials(0, 0, 0, 0), std::nullopt));  // neither timed: staged
-  // Against cross-memory attach as the cold path, staging must win the pairs and be clearly faster.
-  EXPECT_FALSE(ring::staged_won(trials(96, 100, 2, 1), Offer::cross_memory));  // 4 % faster: not enough
-  EXPECT_FALSE(ring::staged_won(trials(90, 100, 2, 1), Offer::cross_memory));  // 0.9 exactly: not under it
-  EXPECT_TRUE(ring::staged_won(trials(89, 100, 2, 1), Offer::cross_memory));
-  EXPECT_FALSE(ring::staged_won(trials(50, 100, 1, 2), Offer::cross_memory));  // fewer pairs won
-  EXPECT_FALSE(ring::staged_won(trials(0, 0, 0, 0), Offer::cross_memory));     // neither timed: the cold path
-  EXPECT_FALSE(ring::staged_won(trials(100, 50, 1, 2), Offer::cross_memory));  // the cold path won outright
-  // And the other way round, staging as the cold path.
-  EXPECT_TRUE(ring::staged_won(trials(100, 95, 1, 2), Offer::staged));
-  EXPECT_FALSE(ring::staged_won(trials(100, 80, 1, 2), Offer::staged));
+  EXPECT_FALSE(ring::staged_won(trials(100, 80, 1, 2)));
+  EXPECT_FALSE(ring::staged_won(trials(100, 89, 1, 1)));  // a tie in pairs: the lower total, clearly lower
+  EXPECT_TRUE(ring::staged_won(trials(100, 95, 1, 2)));   // 5 % faster: not enough
+  EXPECT_TRUE(ring::staged_won(trials(100, 90, 1, 2)));   // 0.9 exactly: not under it
+  EXPECT_TRUE(ring::staged_won(trials(100, 50, 2, 1)));   // fewer pairs won
+  EXPECT_TRUE(ring::staged_won(trials(90, 100, 1, 2)));   // more pairs, a higher total
+  EXPECT_TRUE(ring::staged_won(trials(0, 0, 0, 0)));      // neither timed
 }
 
 TEST(Alltoall, EverySharedMemoryPath) {

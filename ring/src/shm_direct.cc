@@ -16,12 +16,11 @@ PathChoice choose_path(const Segments& s, const ShmPathTable& table, ShmCollecti
   switch (table.path(c, ShmBuffers::heap, bytes)) {
     case ShmPath::cma: choice.heap.offer = Offer::cross_memory; break;
     case ShmPath::timed:
-      // The all-to-all's first round reads by cross-memory attach, untimed
-      // (docs/algorithms.md, 'shm: the first round'); the all-reduce's is
-      // timed from its first call.
-      choice.heap = c == ShmCollective::alltoall
-                        ? timed_path(s, PathFamily::alltoall, bytes, Offer::cross_memory)
-                        : timed_path(s, in_place ? PathFamily::allreduce_in_place : PathFamily::allreduce, bytes);
+      choice.heap = timed_path(s,
+                               c == ShmCollective::alltoall ? PathFamily::alltoall
+                               : in_place                   ? PathFamily::allreduce_in_place
+                                                            : PathFamily::allreduce,
+                               bytes);
       break;
     case ShmPath::staged:
     case ShmPath::mapped: break;

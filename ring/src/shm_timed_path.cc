@@ -1,17 +1,16 @@
 // The timed choice between staging and cross-memory attach (shm_timed_path.h).
 //
-// Each round of a family and size class opens with one untimed call of each
-// path (cold pages and caches), then pairs of trials, one of each path,
+// A class's first round stages, untimed. Each later round of a family and
+// size class opens with one untimed call of each path (cold pages and
+// caches), then pairs of trials, one of each path,
 // staged first in even pairs and last in odd ones, so that a drift falls on
 // both alike. A trial is two calls of its path; rank 0 times the second from
 // its entry to its return, so that each path runs as in a run of such calls:
 // a staged call without an arrival, its ranks drifting apart by up to the
 // slots' depth, cross-memory attach with its arrival and finish
-// (docs/algorithms.md, 'shm: trials'). A family with a cold path takes it for
-// its first round instead, untimed. Every rank knows from its own count
+// (docs/algorithms.md, 'shm: trials'). Every rank knows from its own count
 // which path an opening call takes. At the first call after the opening
-// rank 0 publishes the path that won more pairs, on a tie the one with the
-// lower total, and against a cold path only by a margin (staged_won); a peer
+// rank 0 publishes its verdict (staged_won); a peer
 // that reads no verdict yet offers cross-memory attach and arrives, and if
 // rank 0 stages, that call stages.
 #include "shm_timed_path.h"
@@ -21,10 +20,10 @@
 
 namespace tandem::ring {
 
-TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes, std::optional<Offer> cold) {
+TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes) {
   const size_t c = std::min<size_t>(std::bit_width(bytes >> 16), kPathClasses - 1);
   const uint64_t calls = s.path_calls(family, c)++;
-  if (cold && calls < kPathFirstRoundCalls) return {*cold};
+  if (calls < kPathFirstRoundCalls) return {Offer::staged};
   const uint64_t call = round_call(calls);
   const uint64_t end = 2 + 4 * path_block_calls(bytes);
   PathTrials& t = s.path_trials(family, c);
@@ -50,18 +49,15 @@ TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes, std::op
     }
     return path;
   }
-  if (s.rank() == 0 && call == end) store_relaxed(t.verdict, staged_won(t, cold) ? kStaged : kCrossMemory);
+  if (s.rank() == 0 && call == end) store_relaxed(t.verdict, staged_won(t) ? kStaged : kCrossMemory);
   path.offer = load_relaxed(t.verdict) == kStaged ? Offer::staged : Offer::cross_memory;
   return path;
 }
 
-bool staged_won(const PathTrials& t, std::optional<Offer> cold) {
-  const bool staged =
-      t.staged_wins != t.cross_memory_wins ? t.staged_wins > t.cross_memory_wins : t.staged_ns <= t.cross_memory_ns;
-  if (!cold || staged == (*cold == Offer::staged)) return staged;
-  const uint64_t challenger = staged ? t.staged_ns : t.cross_memory_ns;
-  const uint64_t incumbent = staged ? t.cross_memory_ns : t.staged_ns;
-  return challenger * 10 < incumbent * 9 ? staged : !staged;
+bool staged_won(const PathTrials& t) {
+  const bool cma_more_pairs =
+      t.staged_wins != t.cross_memory_wins ? t.cross_memory_wins > t.staged_wins : t.cross_memory_ns < t.staged_ns;
+  return !(cma_more_pairs && t.cross_memory_ns * 10 < t.staged_ns * 9);
 }
 
 void confirm_trial(TimedPath& p, Reach reach) {

@@ -6,7 +6,6 @@
 #pragma once
 
 #include <algorithm>
-#include <optional>
 
 #include "shm_segments.h"
 
@@ -27,8 +26,9 @@ inline uint64_t path_block_calls(size_t bytes) {
   return std::clamp<uint64_t>(kPathBlockBytes / std::max<size_t>(bytes, 1), 3, kPathMaxBlock);
 }
 constexpr uint64_t kPathRoundCalls = 1 << 14;
-// The first round is short, so that a verdict taken on cold buffers is taken
-// again once they are warm (docs/algorithms.md, 'shm: the first round').
+// A class's first calls stage, untimed: a short run then pays no trials of
+// the slower path, and the opening finds warm buffers (docs/algorithms.md,
+// 'shm: the first round').
 constexpr uint64_t kPathFirstRoundCalls = 64;
 static_assert(2 + 4 * kPathMaxBlock < kPathFirstRoundCalls, "the first round holds a whole opening");
 // The call's place in its round.
@@ -47,17 +47,15 @@ struct TimedPath {
 };
 
 // Counts the call in its family and size class (every rank does, so the
-// counts agree) and says which path it takes: a trial of the round's
-// opening, or the verdict rank 0 published after it. `cold`, if given, is
-// the path of the class's first round, untimed: its first opening then waits
-// until the class is warm, and the other path must beat it clearly.
-TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes, std::optional<Offer> cold = {});
+// counts agree) and says which path it takes: staged in the class's first
+// round, then a trial of a round's opening, or the verdict rank 0 published
+// after it.
+TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes);
 
-// Rank 0's verdict on a round's trials: the path that won more pairs; on a
-// tie the one with the lower total; neither timed: staged. Against a
-// family's cold path the other must also be clearly faster in total (under
-// 0.9 of it: docs/algorithms.md, 'shm: the margin against a cold path').
-bool staged_won(const PathTrials& t, std::optional<Offer> cold);
+// Rank 0's verdict on a round's trials: staged unless cross-memory attach
+// won more pairs (on a tie: the lower total) and is clearly faster in total,
+// under 0.9 of staging's (docs/algorithms.md, 'shm: the margin').
+bool staged_won(const PathTrials& t);
 
 // After arrive_direct: a trial counts only if the call went the way it
 // times (an in-place all-to-all stages whatever the offer).
