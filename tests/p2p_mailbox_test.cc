@@ -1,6 +1,7 @@
 // Send/recv between real rank processes on one host, through the shared-memory
-// mailbox and with shared memory off (UCX): random sizes (0, odd, either side
-// of a slot and of the inline limit, large), tags received out of order, repeated tags in
+// mailbox (streamed, or read by cross-memory attach past 16 KiB) and with
+// shared memory off (UCX): random sizes (0, odd, either side of a slot and
+// of two, larger than the ring), tags received out of order, repeated tags in
 // order, any source, symmetric groups, receives that outlast the inline
 // polling, more messages than a ring holds, and size mismatches named.
 #include <gtest/gtest.h>
@@ -48,7 +49,7 @@ struct Message {
 // Every rank draws the same messages: each rank sends to random peers
 // (itself included), tags from a small set so that (source, tag) repeats.
 std::vector<Message> draw_messages(int n, int count, uint64_t seed) {
-  // Either side of one slot's payload (8224 B) and of the inline limit (2 slots, 16448 B).
+  // Either side of one slot's payload (8224 B) and of two (16448 B, the least that can go by cross-memory attach).
   static const size_t kSizes[] = {0, 1, 7, 32, 33, 8223, 8224, 8225, 16447, 16448, 16449, 65792, 1 << 20};
   std::mt19937_64 rng(seed);
   std::vector<Message> all;
@@ -203,36 +204,52 @@ int mismatch(const CommOptions& o, bool shm, size_t sent, size_t expected) {
   return 0;
 }
 
-class Mailbox : public ::testing::TestWithParam<bool> {};
+// How ranks of one host exchange messages: UCX, the mailbox streaming
+// through its slots, or the mailbox reading messages past 16 KiB from the
+// sender by cross-memory attach.
+enum class Path { ucx, mailbox, mailbox_cma };
+
+class Mailbox : public ::testing::TestWithParam<Path> {
+ protected:
+  static bool shm() { return GetParam() != Path::ucx; }
+  static CommOptions with_path(CommOptions o) {
+    if (GetParam() == Path::mailbox_cma) o.p2p_stream_max_bytes = 0;
+    return o;
+  }
+};
 
 TEST_P(Mailbox, RandomMessagesTagsAndOrder) {
   for (int n : {2, 3}) {
-    RankGroup group(n, [shm = GetParam()](const CommOptions& o) { return random_messages(o, shm); });
+    RankGroup group(n, [](const CommOptions& o) { return random_messages(with_path(o), shm()); });
     group.expect_success(120s);
   }
 }
 
 TEST_P(Mailbox, GroupsAnySourceLateSenderAndFullRing) {
   for (int n : {2, 3}) {
-    RankGroup group(n, [shm = GetParam()](const CommOptions& o) { return blocking_calls(o, shm); });
+    RankGroup group(n, [](const CommOptions& o) { return blocking_calls(with_path(o), shm()); });
     group.expect_success(120s);
   }
 }
 
 TEST_P(Mailbox, SizeMismatchIsNamed) {
-  // Inline (one slot, several) and, on the mailbox, read from the sender's memory; larger and smaller.
+  // One slot, several and, on the mailbox, streamed or read from the sender's memory; larger and smaller.
   std::vector<std::pair<size_t, size_t>> cases = {{8, 4}, {4, 8}, {9000, 3000}};
-  if (GetParam()) cases.insert(cases.end(), {{100000, 50000}, {50000, 100000}});
+  if (shm()) cases.insert(cases.end(), {{100000, 50000}, {50000, 100000}});
   for (auto [sent, expected] : cases) {
-    RankGroup group(2, [shm = GetParam(), sent = sent, expected = expected](const CommOptions& o) {
-      return mismatch(o, shm, sent, expected);
+    RankGroup group(2, [sent = sent, expected = expected](const CommOptions& o) {
+      return mismatch(with_path(o), shm(), sent, expected);
     });
     group.expect_success(60s);
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(SharedMemory, Mailbox, ::testing::Values(true, false),
-                         [](const auto& info) { return info.param ? "mailbox" : "ucx"; });
+INSTANTIATE_TEST_SUITE_P(SharedMemory, Mailbox, ::testing::Values(Path::mailbox, Path::mailbox_cma, Path::ucx),
+                         [](const auto& info) {
+                           return info.param == Path::ucx       ? "ucx"
+                                  : info.param == Path::mailbox ? "mailbox"
+                                                                : "mailbox_cma";
+                         });
 
 }  // namespace
 }  // namespace tandem::testing

@@ -98,6 +98,12 @@ SettingTable<O> make_transport() {
   t.push_back(pinned_field(setting_row("transport", "UCX_KEEPALIVE_INTERVAL", "ucx_keepalive_pinned", K::text, "",
                                        "UCX's keepalive interval; when set, the heartbeat does not override it."),
                            &O::ucx_keepalive_pinned));
+  t.push_back(number_field(
+      setting_row("transport", "TANDEM_P2P_STREAM_MAX_BYTES", "p2p_stream_max_bytes", K::bytes, "67108864",
+                  "Send/recv between ranks of one host up to this size streams through the shared-memory slots; "
+                  "larger messages are read by cross-memory attach (docs/algorithms.md, 'shm: point-to-point').",
+                  "set it to a byte count (messages up to 16 KiB go through the slots whatever it says)"),
+      &O::p2p_stream_max_bytes));
   return t;
 }
 

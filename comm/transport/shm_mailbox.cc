@@ -1,5 +1,6 @@
-// The shared-memory mailbox: per-pair rings of slots, tag matching in posting
-// order, the receiver's cross-memory reads of large messages, and a doorbell
+// The shared-memory mailbox: per-pair rings of slots that messages stream
+// through, tag matching in posting order, the receiver's cross-memory reads
+// of messages too large to stream, and a doorbell
 // (futex) per rank to wake it from a long wait. Copies take tandem::copy
 // (no 4K-aliasing stall between a buffer and a slot).
 #include "shm_mailbox.h"
@@ -20,11 +21,12 @@
 namespace tandem {
 namespace {
 
+// A message's first slot carries all of it; the others only their stamp.
 struct SlotHeader {
-  uint64_t stamp;  // sequence number + 1 once the message is in
+  uint64_t stamp;  // the slot's sequence number + 1 once its payload is in
   uint64_t tag;
-  uint64_t bytes;  // up to kMailboxInlineBytes: in the slots from this one on; else at `address` in the sender
-  uint64_t address;
+  uint64_t bytes;
+  uint64_t address;  // 0: the payload is in the slots from this one on; else there in the sender (the sender decides)
 };
 static_assert(sizeof(SlotHeader) <= kMailboxHeaderBytes);
 
@@ -33,12 +35,6 @@ void store_release(uint64_t& x, uint64_t v) { std::atomic_ref<uint64_t>(x).store
 void* bytes_at(void* p, size_t offset) { return static_cast<std::byte*>(p) + offset; }
 
 constexpr size_t kSlotPayload = kMailboxSlotBytes - kMailboxHeaderBytes;
-
-bool is_inline(size_t bytes) { return bytes <= kMailboxInlineBytes; }
-// Slots a message takes: an inline one as many as its payload fills.
-uint64_t slots_for(size_t bytes) {
-  return is_inline(bytes) && bytes > 0 ? (bytes + kSlotPayload - 1) / kSlotPayload : 1;
-}
 
 // The start of each rank's mailbox segment: whether the rank sleeps, and the
 // futex its peers ring after giving it something to do.
@@ -60,9 +56,10 @@ struct ShmMailbox::Op {
   void* data;
   size_t bytes;
   bool done = false;
-  bool written = false;  // sends: in their slot
-  uint64_t seq = 0;      // sends: the slot's sequence number; a large send ends when the receiver passes it
-  int source = -1;       // receives: who sent the message
+  bool by_address = false;  // sends: read by the receiver, done when it passes `seq`
+  uint64_t seq = 0;         // sends: the first slot's sequence number
+  uint64_t slots_in = 0;    // sends: how many of its slots are written
+  int source = -1;          // receives: who sent the message
   size_t arrived_bytes = 0;
 };
 
@@ -73,16 +70,19 @@ struct ShmMailbox::Ring {
   alignas(64) std::byte slots[kMailboxSlots][kMailboxSlotBytes];
 };
 
-ShmMailbox::ShmMailbox(int rank, int size, const SharedSegments& rings, const SharedSegmentSet& peers)
+ShmMailbox::ShmMailbox(int rank, int size, const SharedSegments& rings, const SharedSegmentSet& peers,
+                       size_t stream_max_bytes)
     : rank_(rank),
       size_(size),
+      stream_max_bytes_(std::max(stream_max_bytes, kMailboxInSlotsBytes)),
       rings_(rings),
       peers_(peers),
       next_out_(size_t(size)),
       next_in_(size_t(size)),
       consumed_seen_(size_t(size)),
       waiting_(size_t(size)),
-      receives_from_(size_t(size)) {}
+      receives_from_(size_t(size)),
+      streams_(size_t(size)) {}
 
 ShmMailbox::~ShmMailbox() {
   for (Op* op : receives_) delete op;
@@ -105,6 +105,10 @@ ShmMailbox::Op* ShmMailbox::make_op(bool is_recv, int peer, uint64_t tag, void* 
 }
 
 void ShmMailbox::recycle(Op* op) { spare_.push_back(op); }
+
+uint64_t ShmMailbox::slots_for(size_t bytes, bool by_address) {
+  return !by_address && bytes > 0 ? (bytes + kSlotPayload - 1) / kSlotPayload : 1;
+}
 
 size_t ShmMailbox::segment_bytes(int size) { return sizeof(Doorbell) + size_t(size) * sizeof(Ring); }
 
@@ -141,7 +145,7 @@ Pending ShmMailbox::send(int peer, uint64_t tag, const void* data, size_t bytes)
   if (!waiting_[size_t(peer)].empty() || !try_write(*op)) {
     waiting_[size_t(peer)].push_back(op);
     ++waiting_sends_;
-  } else if (op->done) {  // inline: complete once copied
+  } else if (op->done) {  // in the slots: complete once written
     recycle(op);
     p.mark_done();
   }
@@ -150,32 +154,36 @@ Pending ShmMailbox::send(int peer, uint64_t tag, const void* data, size_t bytes)
 
 bool ShmMailbox::try_write(Op& op) {
   Ring& r = ring(rank_, op.peer);
-  const uint64_t seq = next_out_[size_t(op.peer)];
+  const bool by_address = op.bytes > stream_max_bytes_;
+  const uint64_t slots = slots_for(op.bytes, by_address);
+  uint64_t& next = next_out_[size_t(op.peer)];
   // The receiver's count is read only when the ring looks full: its cache
   // line then stays with the receiver (one miss fewer per small message).
   uint64_t& seen = consumed_seen_[size_t(op.peer)];
-  const uint64_t slots = slots_for(op.bytes);
-  if (seq + slots - seen > kMailboxSlots) seen = load_acquire(r.consumed);
-  if (seq + slots - seen > kMailboxSlots) return false;
-  if (is_inline(op.bytes)) {
-    for (uint64_t i = 0; i < slots; ++i) {
-      const size_t at = i * kSlotPayload, piece = std::min(kSlotPayload, op.bytes - at);
-      if (piece > 0) {
-        copy(MemoryType::host, r.slots[(seq + i) % kMailboxSlots] + kMailboxHeaderBytes, bytes_at(op.data, at), piece);
-      }
+  const uint64_t wanted = std::min<uint64_t>(slots - op.slots_in, kMailboxSlots);
+  if (next + wanted - seen > kMailboxSlots) seen = load_acquire(r.consumed);
+  const uint64_t room = kMailboxSlots - (next - seen);
+  if (room == 0) return false;
+  if (op.slots_in == 0) op.seq = next;
+  const uint64_t end = std::min(slots, op.slots_in + room);
+  for (; op.slots_in < end; ++op.slots_in, ++next) {
+    std::byte* slot = r.slots[next % kMailboxSlots];
+    const size_t at = op.slots_in * kSlotPayload;
+    if (!by_address && at < op.bytes) {
+      copy(MemoryType::host, slot + kMailboxHeaderBytes, bytes_at(op.data, at), std::min(kSlotPayload, op.bytes - at));
     }
+    auto* header = reinterpret_cast<SlotHeader*>(slot);
+    if (op.slots_in == 0) {
+      header->tag = op.tag;
+      header->bytes = op.bytes;
+      header->address = by_address ? reinterpret_cast<uint64_t>(op.data) : 0;
+    }
+    store_release(header->stamp, next + 1);
   }
-  auto* header = reinterpret_cast<SlotHeader*>(r.slots[seq % kMailboxSlots]);
-  header->tag = op.tag;
-  header->bytes = op.bytes;
-  header->address = reinterpret_cast<uint64_t>(op.data);
-  store_release(header->stamp, seq + 1);
   ring_bell(op.peer);
-  next_out_[size_t(op.peer)] = seq + slots;
-  op.written = true;
-  op.seq = seq;
-  op.done = is_inline(op.bytes);
-  return true;
+  op.by_address = by_address;  // from here poll() asks whether the receiver passed `seq`
+  op.done = op.slots_in == slots && !by_address;
+  return op.slots_in == slots;
 }
 
 Pending ShmMailbox::recv(int peer, uint64_t tag, void* data, size_t bytes) {
@@ -183,8 +191,16 @@ Pending ShmMailbox::recv(int peer, uint64_t tag, void* data, size_t bytes) {
   // Messages already here come first: one (source, tag)'s keep their order.
   for (auto it = unexpected_.begin(); it != unexpected_.end(); ++it) {
     if (it->tag != tag || (peer >= 0 && it->source != peer)) continue;
+    Stream& st = streams_[size_t(it->source)];
+    const size_t arrived = it->whole ? it->data.size() : st.at;
     deliver(*op, it->source, it->data.size(),
-            [&](void* into) { copy(MemoryType::host, into, it->data.data(), it->data.size()); });
+            [&](void* into) { copy(MemoryType::host, into, it->data.data(), arrived); });
+    if (!it->whole) {  // the rest streams straight into the receive, which finishes with it
+      st.held = nullptr;
+      st.op = op;
+      st.skip = op->arrived_bytes != op->bytes;
+      op->done = false;
+    }
     unexpected_.erase(it);
     return Pending(op, peer, bytes, true);
   }
@@ -202,13 +218,6 @@ void ShmMailbox::deliver(Op& op, int source, size_t bytes, Copy copy) {
   copy(op.data);
 }
 
-void ShmMailbox::copy_out(const Ring& r, uint64_t seq, void* into, size_t bytes) const {
-  for (size_t at = 0, i = 0; at < bytes; at += kSlotPayload, ++i) {
-    copy(MemoryType::host, bytes_at(into, at), r.slots[(seq + i) % kMailboxSlots] + kMailboxHeaderBytes,
-         std::min(kSlotPayload, bytes - at));
-  }
-}
-
 void ShmMailbox::read_large(int source, uint64_t remote_address, void* into, size_t bytes) const {
   const auto* from = reinterpret_cast<const void*>(remote_address);
   if (source == rank_) {
@@ -220,40 +229,77 @@ void ShmMailbox::read_large(int source, uint64_t remote_address, void* into, siz
 
 bool ShmMailbox::drain(int sender) {
   Ring& r = ring(sender, rank_);
+  Stream& st = streams_[size_t(sender)];
   bool arrived = false;
   for (;;) {
-    const uint64_t seq = next_in_[size_t(sender)];
-    const std::byte* slot = r.slots[seq % kMailboxSlots];
-    const auto* header = reinterpret_cast<const SlotHeader*>(slot);
-    if (load_acquire(header->stamp) != seq + 1) return arrived;
-    const uint64_t tag = header->tag, address = header->address;
-    const size_t bytes = header->bytes;
-    const auto copy = [&](void* into) {
-      if (is_inline(bytes)) {
-        copy_out(r, seq, into, bytes);
-      } else {
-        read_large(sender, address, into, bytes);
-      }
-    };
-    // The earliest posted receive that takes it.
-    auto match = std::find_if(receives_.begin(), receives_.end(),
-                              [&](const Op* op) { return op->tag == tag && (op->peer == sender || op->peer < 0); });
-    if (match != receives_.end()) {
-      Op* op = *match;
-      receives_.erase(match);
-      --(op->peer >= 0 ? receives_from_[size_t(sender)] : receives_from_any_);
-      deliver(*op, sender, bytes, copy);
-    } else {
-      // Copied out (read, if large) so the slots free and the sender's call completes.
-      Unexpected u{sender, tag, std::vector<std::byte>(bytes)};
-      if (bytes > 0) copy(u.data.data());
-      unexpected_.push_back(std::move(u));
+    if (!st.active) {
+      const uint64_t seq = next_in_[size_t(sender)];
+      const auto* header = reinterpret_cast<const SlotHeader*>(r.slots[seq % kMailboxSlots]);
+      if (load_acquire(header->stamp) != seq + 1) return arrived;
+      start_stream(sender, seq);
     }
-    next_in_[size_t(sender)] = seq + slots_for(bytes);
-    store_release(r.consumed, seq + slots_for(bytes));
-    ring_bell(sender);  // its large send completes, or its ring has room
+    const uint64_t from = next_in_[size_t(sender)];
+    const bool whole = copy_stream(sender);
+    if (next_in_[size_t(sender)] != from) {
+      // One release per pass, not per slot: the sender's line moves once.
+      store_release(r.consumed, next_in_[size_t(sender)]);
+      ring_bell(sender);  // its ring has room, or its large send completes
+    }
+    if (!whole) return arrived;
     arrived = true;
   }
+}
+
+void ShmMailbox::start_stream(int sender, uint64_t seq) {
+  const auto* header = reinterpret_cast<const SlotHeader*>(ring(sender, rank_).slots[seq % kMailboxSlots]);
+  const uint64_t tag = header->tag;
+  const size_t bytes = header->bytes;
+  Stream& st = streams_[size_t(sender)];
+  st = Stream{true, seq, bytes, 0, slots_for(bytes, header->address != 0), 0, nullptr, nullptr, false};
+  ++active_streams_;
+  // The earliest posted receive that takes it.
+  auto match = std::find_if(receives_.begin(), receives_.end(),
+                            [&](const Op* op) { return op->tag == tag && (op->peer == sender || op->peer < 0); });
+  if (match != receives_.end()) {
+    Op* op = *match;
+    receives_.erase(match);
+    --(op->peer >= 0 ? receives_from_[size_t(sender)] : receives_from_any_);
+    op->source = sender;
+    op->arrived_bytes = bytes;
+    // A size mismatch (poll() throws it) finishes the receive once the
+    // message has passed, so that the send completes.
+    st.op = op;
+    st.skip = bytes != op->bytes;
+  } else {
+    unexpected_.push_back(Unexpected{sender, tag, std::vector<std::byte>(bytes), false});
+    st.held = &unexpected_.back();
+  }
+}
+
+bool ShmMailbox::copy_stream(int sender) {
+  Ring& r = ring(sender, rank_);
+  Stream& st = streams_[size_t(sender)];
+  std::byte* into = st.skip ? nullptr : st.op ? static_cast<std::byte*>(st.op->data) : st.held->data.data();
+  const auto* head = reinterpret_cast<const SlotHeader*>(r.slots[st.head % kMailboxSlots]);
+  if (st.slots_in == 0 && head->address != 0) {  // read from the sender's buffer
+    if (into) read_large(sender, head->address, into, st.bytes);
+    st.at = st.bytes, st.slots_in = 1;
+  }
+  for (; st.slots_in < st.slots; ++st.slots_in) {
+    const uint64_t seq = st.head + st.slots_in;
+    const std::byte* slot = r.slots[seq % kMailboxSlots];
+    if (st.slots_in > 0 && load_acquire(reinterpret_cast<const SlotHeader*>(slot)->stamp) != seq + 1) break;
+    const size_t piece = std::min(kSlotPayload, st.bytes - st.at);
+    if (into && piece > 0) copy(MemoryType::host, into + st.at, slot + kMailboxHeaderBytes, piece);
+    st.at += piece;
+  }
+  next_in_[size_t(sender)] = st.head + st.slots_in;
+  if (st.slots_in < st.slots) return false;
+  if (st.op) st.op->done = true;
+  if (st.held) st.held->whole = true;
+  st.active = false;
+  --active_streams_;
+  return true;
 }
 
 void ShmMailbox::progress() {
@@ -264,16 +310,18 @@ void ShmMailbox::progress() {
       --waiting_sends_;
     }
   }
-  if (receives_.empty()) return;
+  if (receives_.empty() && active_streams_ == 0) return;
   for (int sender = 0; sender < size_; ++sender) {
-    if ((receives_from_any_ > 0 || receives_from_[size_t(sender)] > 0)) drain(sender);
+    if (receives_from_any_ > 0 || receives_from_[size_t(sender)] > 0 || streams_[size_t(sender)].active) {
+      drain(sender);
+    }
   }
 }
 
 bool ShmMailbox::poll(Pending& p, int* source) {
   if (p.done()) return true;
   Op* op = static_cast<Op*>(p.handle());
-  if (!op->done && op->written) op->done = load_acquire(ring(rank_, op->peer).consumed) > op->seq;
+  if (!op->done && op->by_address) op->done = load_acquire(ring(rank_, op->peer).consumed) > op->seq;
   if (!op->done) return false;
   const bool mismatch = op->is_recv && op->arrived_bytes != op->bytes;
   const size_t expected = op->bytes, arrived = op->arrived_bytes;
@@ -295,6 +343,9 @@ void ShmMailbox::cancel(Pending& p) {
 }
 
 void ShmMailbox::forget(Op* op) {
+  for (Stream& st : streams_) {
+    if (st.op == op) st.op = nullptr, st.skip = true;  // the rest of its message is passed over
+  }
   if (op->is_recv) {
     auto it = std::find(receives_.begin(), receives_.end(), op);
     if (it != receives_.end()) {

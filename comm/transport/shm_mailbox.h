@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <list>
 #include <vector>
 
 #include "tandem/shared_memory.h"
@@ -17,17 +18,22 @@ namespace tandem {
 class SharedSegmentSet;
 
 // Sends and receives as posted messages (Pending, like UcxTransport's): a
-// send of up to kMailboxInlineBytes completes once copied into its slots; a
-// larger one once the receiver has read it (cross-memory attach). Receives
-// match by (source, tag) in the order they were posted, any source included;
-// a message that arrives before its receive waits in an unexpected list, so
-// messages of one (source, tag) never overtake each other. Used only by the
-// thread that drives the communicator's point-to-point calls.
+// message of up to `stream_max_bytes` streams through the pair's slots,
+// the sender writing slots as they free and the receiver copying each one
+// as it lands, and the send completes once its last slot is written; a
+// larger one is read by the receiver from the sender's buffer (cross-memory
+// attach) and its send completes once read. Receives match by (source, tag)
+// in the order they were posted, any source included; a message that
+// arrives before its receive waits in an unexpected list (a receive posted
+// while it streams takes over the rest), so messages of one (source, tag)
+// never overtake each other. Used only by the thread that drives the
+// communicator's point-to-point calls.
 class ShmMailbox {
  public:
   // `rings`: every rank's mailbox segment, segment_bytes(size) each, zero-filled.
   // `peers`: cross-memory copies from the ranks' own addresses.
-  ShmMailbox(int rank, int size, const SharedSegments& rings, const SharedSegmentSet& peers);
+  // `stream_max_bytes`: CommOptions::p2p_stream_max_bytes (at least kMailboxInSlotsBytes).
+  ShmMailbox(int rank, int size, const SharedSegments& rings, const SharedSegmentSet& peers, size_t stream_max_bytes);
   ~ShmMailbox();
   ShmMailbox(const ShmMailbox&) = delete;
   ShmMailbox& operator=(const ShmMailbox&) = delete;
@@ -62,24 +68,42 @@ class ShmMailbox {
     int source;
     uint64_t tag;
     std::vector<std::byte> data;
+    bool whole = true;  // false while it still streams in
+  };
+  // The message a sender is streaming to this rank, copied slot by slot.
+  struct Stream {
+    bool active = false;
+    uint64_t head = 0;           // its first slot's sequence number
+    size_t bytes = 0, at = 0;    // its size, and how much has arrived
+    uint64_t slots = 0;          // the slots it takes, and
+    uint64_t slots_in = 0;       // how many of them have been copied
+    Op* op = nullptr;            // the receive it lands in, or
+    Unexpected* held = nullptr;  // the unexpected message it fills
+    bool skip = false;           // its payload is passed over (its receive's size differs, or it was cancelled)
   };
 
+  // The slots a message takes: in the slots, as many as its payload fills.
+  static uint64_t slots_for(size_t bytes, bool by_address);
   Op* make_op(bool is_recv, int peer, uint64_t tag, void* data, size_t bytes);
   void recycle(Op* op);
   Ring& ring(int sender, int receiver) const;
+  // Writes as many of op's slots as the ring has room for; true once all are in.
   bool try_write(Op& op);
   // Delivers what `sender` has written for this rank; true if anything arrived.
   bool drain(int sender);
+  // Starts the message whose first slot is `seq`: matched to a receive, or held.
+  void start_stream(int sender, uint64_t seq);
+  // Copies the slots of `sender`'s stream that have landed; true once it is whole.
+  bool copy_stream(int sender);
   // Completes a receive with a message of `bytes` (copy(into) fetches it), or records the mismatch.
   template <class Copy>
   void deliver(Op& op, int source, size_t bytes, Copy copy);
-  // An inline message's payload, from the slots at `seq` on.
-  void copy_out(const Ring& r, uint64_t seq, void* into, size_t bytes) const;
   // A large message from `source`'s own memory into this rank's.
   void read_large(int source, uint64_t remote_address, void* into, size_t bytes) const;
   void forget(Op* op);
 
   int rank_, size_;
+  size_t stream_max_bytes_;
   const SharedSegments& rings_;
   const SharedSegmentSet& peers_;
   std::vector<uint64_t> next_out_;        // by receiver: the sequence number of this rank's next message
@@ -90,21 +114,20 @@ class ShmMailbox {
   std::deque<Op*> receives_;           // posted, unmatched, in posting order
   std::vector<size_t> receives_from_;  // by sender: how many of receives_ name it
   size_t receives_from_any_ = 0;
-  std::deque<Unexpected> unexpected_;  // arrived before their receive, in arrival order
-  std::vector<Op*> spare_;             // finished operations, reused (no allocation per message)
+  std::list<Unexpected> unexpected_;  // arrived before their receive, in arrival order
+  std::vector<Stream> streams_;       // by sender
+  size_t active_streams_ = 0;
+  std::vector<Op*> spare_;  // finished operations, reused (no allocation per message)
 };
 
-// Messages up to kMailboxInlineBytes travel inline, over as many consecutive
-// slots as they fill (two at most); larger ones are read from the sender's
-// memory. Up to 16 KiB the two copies cost less than a cross-memory read's
-// system call (2 ranks exchanging, medians of 6 alternations: 8 KiB 1.5 us
-// inline against 2.1, 16 KiB 2.8 against 3.1; an older host, 4 KiB 3 us
-// against 10); from 32 KiB the one copy wins (32 KiB 4.0 against 6.4 inline,
-// 64 KiB 6.2 against 11.5: the receiver starts only once a message is whole).
+// A message in the slots has its payload after each slot's header.
+// Streaming, the receiver copies a slot while the sender fills the next, so
+// two copies cost about one (docs/algorithms.md, 'shm: point-to-point').
 constexpr size_t kMailboxSlotBytes = 8192 + 64;
 constexpr size_t kMailboxHeaderBytes = 32;  // up to 32-byte messages share the header's cache line
 constexpr size_t kMailboxSlots = 16;
-constexpr size_t kMailboxInlineSlots = 2;
-constexpr size_t kMailboxInlineBytes = kMailboxInlineSlots * (kMailboxSlotBytes - kMailboxHeaderBytes);
+// Messages up to two slots' payload always go through the slots: a
+// cross-memory read's system call costs more.
+constexpr size_t kMailboxInSlotsBytes = 2 * (kMailboxSlotBytes - kMailboxHeaderBytes);
 
 }  // namespace tandem
