@@ -44,7 +44,13 @@ EngineChannel::EngineChannel(Engine& engine, const Task& task)
 EngineChannel::~EngineChannel() {
   // Anything still posted belongs to a collective that failed: cancel it so
   // UCX never touches the caller's buffers after we return.
-  for (auto& p : live_) ep_.ucx->cancel(p);
+  for (auto& p : live_) {
+    if (p.in_mailbox()) {
+      ep_.mailbox->cancel(p);
+    } else {
+      ep_.ucx->cancel(p);
+    }
+  }
   // One call runs at a time (`busy`): a plain store, no locked add.
   if (traffic_) {
     ep_.shm_traffic.store(ep_.shm_traffic.load(std::memory_order_relaxed) + traffic_, std::memory_order_relaxed);
@@ -53,20 +59,36 @@ EngineChannel::~EngineChannel() {
 
 Pending EngineChannel::send(int peer, Tag tag, const void* data, size_t bytes) {
   if (!fingerprint_posted_) post_fingerprint();
-  return blaming_first_failure([&] { return track(ep_.ucx->send(peer, full_tag(rank(), tag), data, bytes)); });
+  return blaming_first_failure([&] { return track(post_send(peer, full_tag(rank(), tag), data, bytes)); });
 }
 
 Pending EngineChannel::recv(int peer, Tag tag, void* data, size_t bytes) {
   if (!fingerprint_posted_) post_fingerprint();
-  return track(ep_.ucx->recv(peer, full_tag(peer, tag), data, bytes));
+  return track(post_recv(peer, full_tag(peer, tag), data, bytes));
+}
+
+Pending EngineChannel::post_send(int peer, Tag tag, const void* data, size_t bytes) {
+  return ep_.mailbox ? ep_.mailbox->send(peer, tag, data, bytes) : ep_.ucx->send(peer, tag, data, bytes);
+}
+
+Pending EngineChannel::post_recv(int peer, Tag tag, void* data, size_t bytes) {
+  return ep_.mailbox ? ep_.mailbox->recv(peer, tag, data, bytes) : ep_.ucx->recv(peer, tag, data, bytes);
+}
+
+bool EngineChannel::poll(Pending& p) {
+  if (!p.in_mailbox()) {
+    ep_.ucx->progress();
+    return ep_.ucx->poll(p);
+  }
+  ep_.mailbox->progress();
+  return ep_.mailbox->poll(p, nullptr);
 }
 
 bool EngineChannel::test(Pending& p) {
   if (p.done()) return true;
-  ep_.ucx->progress();
   void* handle = p.handle();
   try {
-    if (!ep_.ucx->poll(p)) return false;
+    if (!poll(p)) return false;
   } catch (const PeerFailure& e) {
     untrack(handle);  // poll() released the request
     engine_.liveness().blame_first_failure(e, task_, engine_.seq());
@@ -109,7 +131,13 @@ void EngineChannel::wait(Pending& p) {
   while (!test(p)) {
     poll_fingerprint();  // a stalled wait is what a mismatch looks like
     engine_.check_health(task_, p.peer());
-    if (Clock::now() - ep_.ucx->last_progress() < kUcxBusyWindow) {
+    if (p.in_mailbox()) {
+      // Sleep until a peer rings this rank's doorbell (it wrote to us or read what we sent).
+      const uint32_t bell = ep_.mailbox->announce_sleep();
+      const bool ready = test(p);
+      ep_.mailbox->sleep(bell, ready ? std::chrono::microseconds(0)
+                                     : std::min(engine_.liveness().until_next_check(task_), kUcxSleepSlice));
+    } else if (Clock::now() - ep_.ucx->last_progress() < kUcxBusyWindow) {
       std::this_thread::yield();
     } else {
       ep_.ucx->sleep(std::min(engine_.liveness().until_next_check(task_), kUcxSleepSlice));
@@ -192,9 +220,9 @@ void EngineChannel::post_fingerprint() {
   const int n = size(), r = rank();
   prev_ = (r + n - 1) % n;
   mine_ = Fingerprint::of(task_.what, engine_.seq());
-  fp_in_ = track(ep_.ucx->recv(prev_, full_tag(prev_, 0, kFingerprintSignature), &theirs_, sizeof theirs_));
+  fp_in_ = track(post_recv(prev_, full_tag(prev_, 0, kFingerprintSignature), &theirs_, sizeof theirs_));
   fp_out_ = blaming_first_failure(
-      [&] { return track(ep_.ucx->send((r + 1) % n, full_tag(r, 0, kFingerprintSignature), &mine_, sizeof mine_)); });
+      [&] { return track(post_send((r + 1) % n, full_tag(r, 0, kFingerprintSignature), &mine_, sizeof mine_)); });
 }
 
 void EngineChannel::poll_fingerprint() {
@@ -217,19 +245,18 @@ void EngineChannel::finish() {
 
 void EngineChannel::watch_for_fingerprints() {
   if (fingerprint_posted_) return;
-  ep_.ucx->progress();
   const Tag mask = ~((Tag(1) << (kRankBits + kLocalBits)) - 1);  // signature and sequence number, any sender
-  if (!ep_.ucx->probe(full_tag(0, 0, kFingerprintSignature), mask)) return;
+  if (!fingerprint_arrived(0, mask)) return;
   for (int p = 0; p < size(); ++p) {
-    if (p == rank() || !ep_.ucx->probe(full_tag(p, 0, kFingerprintSignature), ~Tag(0))) continue;
+    if (p == rank() || !fingerprint_arrived(p, ~Tag(0))) continue;
     fingerprint_posted_ = fingerprint_compared_ = true;
     mine_ = Fingerprint::of(task_.what, engine_.seq());
-    Pending in = track(ep_.ucx->recv(p, full_tag(p, 0, kFingerprintSignature), &theirs_, sizeof theirs_));
+    Pending in = track(post_recv(p, full_tag(p, 0, kFingerprintSignature), &theirs_, sizeof theirs_));
     wait(in);
     compare(p, theirs_);
     throw CollectiveMismatch("call #" + std::to_string(engine_.seq()) + ": rank " + std::to_string(p) + " runs " +
-                             theirs_.description().str() + " over UCX while rank " + std::to_string(rank()) +
-                             " runs it through shared memory; TANDEM_SHM, TANDEM_SHM_CHUNK_BYTES and TANDEM_ALGO "
+                             theirs_.description().str() + " over messages while rank " + std::to_string(rank()) +
+                             " runs it through the shared segments; TANDEM_SHM, TANDEM_SHM_CHUNK_BYTES and TANDEM_ALGO "
                              "must agree on every rank");
   }
 }
@@ -242,9 +269,19 @@ void EngineChannel::compare(int peer, const Fingerprint& theirs) {
   }
 }
 
+bool EngineChannel::fingerprint_arrived(int sender, Tag mask) {
+  const Tag tag = full_tag(sender, 0, kFingerprintSignature);
+  if (!ep_.mailbox) {
+    ep_.ucx->progress();
+    return ep_.ucx->probe(tag, mask);
+  }
+  int source = -1;
+  return ep_.mailbox->probe(tag, mask, &source);
+}
+
 Pending EngineChannel::track(Pending p) {
   // Keep a shadow handle so a failed collective can cancel what it posted.
-  if (!p.done()) live_.emplace_back(p.handle(), p.peer(), p.bytes(), p.is_recv());
+  if (!p.done()) live_.emplace_back(p.handle(), p.peer(), p.bytes(), p.is_recv(), p.in_mailbox());
   return p;
 }
 

@@ -1,5 +1,6 @@
 // EngineChannel: the Channel a running collective sees. Tags scoped to the
-// collective, waits bounded by its deadline, fingerprints compared over UCX.
+// collective, waits bounded by its deadline, fingerprints compared with the
+// messages (through the mailbox when every rank shares the host, else UCX).
 #pragma once
 
 #include <chrono>
@@ -68,10 +69,15 @@ class EngineChannel final : public Channel, public SharedMemory {
   // Busy-poll like MPI; yield when ranks outnumber cores, or now and then anyway.
   void back_off(int peer, unsigned spins);
 
+  // Messages go through the mailbox when it is open (every rank on one host), else UCX.
+  Pending post_send(int peer, Tag tag, const void* data, size_t bytes);
+  Pending post_recv(int peer, Tag tag, void* data, size_t bytes);
+  bool poll(Pending& p);  // progresses p's transport; throws as test() documents
+
   Tag full_tag(int sender, Tag local, uint32_t signature) const;
   Tag full_tag(int sender, Tag local) const { return full_tag(sender, local, signature_); }
 
-  // Fingerprints (collective calls over UCX). Each rank sends its call's
+  // Fingerprints (collective calls over messages). Each rank sends its call's
   // fingerprint to its ring successor with its first message and compares the
   // predecessor's when a wait stalls, and in any case before the call may
   // succeed (finish()): in a matching call it has long arrived by then, so
@@ -82,9 +88,11 @@ class EngineChannel final : public Channel, public SharedMemory {
   void post_fingerprint();
   void poll_fingerprint();
   void compare_fingerprint();
-  // On the shared-memory path, now and then during a long wait: a peer that
-  // sent a fingerprint for this call runs it over UCX, so it called something else.
+  // On the shared-segment path, now and then during a long wait: a peer that
+  // sent a fingerprint for this call runs it over messages, so it called something else.
   void watch_for_fingerprints();
+  // Whether a fingerprint from `sender` (under `mask`: from any) has arrived.
+  bool fingerprint_arrived(int sender, Tag mask);
   void compare(int peer, const Fingerprint& theirs);
   Pending track(Pending p);
   void untrack(void* handle);

@@ -141,7 +141,7 @@ void ShmMailbox::sleep(uint32_t bell, std::chrono::microseconds timeout) const {
 
 Pending ShmMailbox::send(int peer, uint64_t tag, const void* data, size_t bytes) {
   Op* op = make_op(false, peer, tag, const_cast<void*>(data), bytes);
-  Pending p(op, peer, bytes, false);
+  Pending p(op, peer, bytes, false, true);
   if (!waiting_[size_t(peer)].empty() || !try_write(*op)) {
     waiting_[size_t(peer)].push_back(op);
     ++waiting_sends_;
@@ -202,11 +202,11 @@ Pending ShmMailbox::recv(int peer, uint64_t tag, void* data, size_t bytes) {
       op->done = false;
     }
     unexpected_.erase(it);
-    return Pending(op, peer, bytes, true);
+    return Pending(op, peer, bytes, true, true);
   }
   receives_.push_back(op);
   ++(peer >= 0 ? receives_from_[size_t(peer)] : receives_from_any_);
-  return Pending(op, peer, bytes, true);
+  return Pending(op, peer, bytes, true, true);
 }
 
 template <class Copy>
@@ -300,6 +300,17 @@ bool ShmMailbox::copy_stream(int sender) {
   st.active = false;
   --active_streams_;
   return true;
+}
+
+bool ShmMailbox::probe(uint64_t tag, uint64_t mask, int* source) {
+  for (int sender = 0; sender < size_; ++sender) drain(sender);
+  for (const Unexpected& u : unexpected_) {
+    if (u.whole && (u.tag & mask) == (tag & mask)) {
+      *source = u.source;
+      return true;
+    }
+  }
+  return false;
 }
 
 void ShmMailbox::progress() {

@@ -45,6 +45,9 @@ class ShmMailbox {
   Pending recv(int peer, uint64_t tag, void* data, size_t bytes);
   // Writes queued sends whose ring has room and delivers arrived messages.
   void progress();
+  // Whether a message whose tag matches `tag` under `mask` has arrived
+  // (*source: its sender); what arrived unasked waits for its receive.
+  bool probe(uint64_t tag, uint64_t mask, int* source);
   // True once p completed (receives: *source says from whom). Throws
   // CollectiveMismatch when a message's size differs from its receive's, and
   // PeerFailure when the sender's process is gone.
