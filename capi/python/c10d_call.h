@@ -1,12 +1,11 @@
 // CallHandle, what a work waits on: a collective's Request, started at issue,
 // or a point-to-point call (a send, a receive, or a batch_isend_irecv as one
-// group) that starts when it is first needed. Started at issue, a small
-// message through torch cost twice what it costs run on the caller's thread,
-// the hand-off to the communicator's engine thread and back being most of it;
-// and torch's send, recv and waited isend/irecv wait at once. So the first
-// wait() runs the call on its own thread (Communicator::run, the inline path),
-// while the group's next call, a future, isCompleted() or the completer (for
-// a work nobody waits on) start it in the background.
+// group) that starts when it is first needed. Started at issue, it went to
+// the communicator's engine thread and back, most of a small message's cost
+// through torch; and torch's send, recv and waited isend/irecv wait at once.
+// So the first wait() runs the call on its own thread (Communicator::run, the
+// inline path), while the group's next call, a future, isCompleted() or the
+// completer (for a work nobody waits on) start it in the background.
 #pragma once
 
 #include <chrono>
@@ -52,8 +51,8 @@ class CallHandle {
   }
 
   // Waits for the call within its own deadline, running it on this thread if
-  // nobody has started it (at 64 KiB to 16 MiB as fast as the engine, or
-  // faster: docs/performance.md); rethrows its error.
+  // nobody has started it (no slower than the engine from 8 B to 16 MiB:
+  // docs/performance.md); rethrows its error.
   void wait() {
     std::unique_lock<std::mutex> lock(mu_);
     if (state_ == State::unstarted) {
@@ -108,9 +107,7 @@ class CallHandle {
  private:
   enum class State { unstarted, running_here, ran_here, started };
 
-  tandem::Call call() const {
-    return {.op = tandem::Op::group, .group = {ops_.data(), ops_.size()}, .options = {}};
-  }
+  tandem::Call call() const { return {.op = tandem::Op::group, .group = {ops_.data(), ops_.size()}, .options = {}}; }
 
   void run_here() {
     int source = -1;
