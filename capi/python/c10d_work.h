@@ -1,6 +1,7 @@
 // TandemWork, c10d's handle of one tandem call, and the Completer threads
 // that finish works nobody waits on: in issue order (collectives) or in
-// whatever order the calls finish (sends and receives).
+// whatever order the calls finish (sends and receives, which the completer
+// also starts when nobody has waited on them for kUnwaitedStart).
 #pragma once
 
 #include <chrono>
@@ -12,6 +13,7 @@
 #include <thread>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include "c10d_call.h"
 #include "tandem/communicator.h"
 
 namespace tandem::c10d_backend {
@@ -42,31 +44,40 @@ inline const char* profiling_title(c10d::OpType type) {
 
 // One tandem call as c10d's Work. It finishes once, on whichever thread gets
 // there first: the caller's wait() (woken by the call itself, with no thread
-// in between) or the Completer, which finishes works nobody waits on (their
-// futures, isCompleted()).
+// in between, or running it: CallHandle) or the Completer, which finishes
+// works nobody waits on (their futures, isCompleted()).
 class TandemWork : public c10d::Work {
  public:
-  // `after` runs once the request has finished (copies a result back); an empty request: finished by complete().
+  // `after` runs once the call has finished (copies a result back); no call: finished by complete().
   TandemWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
-             const c10::optional<std::vector<at::Tensor>>& inputs = c10::nullopt, tandem::Request request = {},
-             std::function<void()> after = {})
+             const c10::optional<std::vector<at::Tensor>>& inputs = c10::nullopt,
+             std::shared_ptr<CallHandle> call = nullptr, std::function<void()> after = {})
       : c10d::Work(rank, type, profiling_title(type), inputs),
         outputs_(std::move(outputs)),
         future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))),
-        request_(std::move(request)),
-        after_(std::move(after)) {}
+        call_(call ? std::move(call) : std::make_shared<CallHandle>(tandem::Request{})),
+        after_(std::move(after)),
+        issued_(std::chrono::steady_clock::now()) {}
 
   std::vector<at::Tensor> result() override { return outputs_; }
   // A receive from any source: the rank it came from (recvAnysource).
   int sourceRank() const override { return source_; }
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  // Whoever asks for the future or polls means to wait elsewhere: the call starts now.
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    call_->start();
+    return future_;
+  }
+  bool isCompleted() override {
+    call_->start();
+    return c10d::Work::isCompleted();
+  }
 
   bool wait(std::chrono::milliseconds timeout = ::kNoTimeout) override {
     if (timeout == ::kNoTimeout) {
       settle();
     } else {
       try {
-        request_.wait(tandem::Clock::now() + timeout);
+        call_->wait(tandem::Clock::now() + timeout);
       } catch (...) {  // not finished in time, or failed: c10d's wait below says which
       }
       settle_if_finished();
@@ -74,23 +85,37 @@ class TandemWork : public c10d::Work {
     return c10d::Work::wait(timeout);
   }
 
-  // Waits for the request (within its own deadline) and finishes the work.
+  // Waits for the call (within its own deadline) and finishes the work.
   void settle() {
     try {
-      request_.wait();  // outside the lock: every waiter wakes from the call itself
-    } catch (...) {     // finish() rethrows it into the work
+      call_->wait();  // outside the lock: every waiter wakes from the call itself
+    } catch (...) {   // finish() rethrows it into the work
     }
     finish();
   }
-  // Finishes the work if its request has finished; true if the work is finished.
+  // Finishes the work if its call has finished; true if the work is finished.
   bool settle_if_finished() {
     bool finished = true;
     try {
-      finished = request_.test();
+      finished = call_->test();
     } catch (...) {  // failed: finish() rethrows it into the work
     }
     if (finished) finish();
     return finished;
+  }
+
+  // Starts the call if it is still unstarted `after` its issue; false if it is unstarted yet.
+  bool start_if_unwaited(std::chrono::steady_clock::time_point now, std::chrono::microseconds after) {
+    if (call_->started()) return true;
+    if (now - issued_ < after) return false;
+    call_->start();
+    return true;
+  }
+  std::chrono::steady_clock::time_point issued() const { return issued_; }
+  bool started() const { return call_->started(); }
+  bool settled() {
+    std::lock_guard<std::mutex> lock(settle_mutex_);
+    return settled_;
   }
 
   // Completes a work that has no request: the error, or the outputs.
@@ -105,8 +130,8 @@ class TandemWork : public c10d::Work {
     if (settled_) return;
     std::exception_ptr error;
     try {
-      request_.wait();
-      source_ = request_.source();
+      call_->wait();
+      source_ = call_->source();
       if (after_) after_();
     } catch (const tandem::Timeout& e) {
       // The words torch's callers match on a timeout (as in Gloo's "Timed out waiting ...").
@@ -130,25 +155,34 @@ class TandemWork : public c10d::Work {
 
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
-  tandem::Request request_;
+  std::shared_ptr<CallHandle> call_;
   std::function<void()> after_;
+  std::chrono::steady_clock::time_point issued_;
   std::mutex settle_mutex_;
   bool settled_ = false;
   int source_ = -1;
 };
 
+// A point-to-point call nobody has waited on for this long is started by
+// the completer (a waited one runs on the waiting thread). It bounds how long
+// an isend left to run while the caller computes waits to start; the
+// completer wakes about this often while sends and receives are issued.
+constexpr auto kUnwaitedStart = std::chrono::microseconds(100);
+
 // A thread that finishes the works nobody waits on (a caller's wait()
-// finishes its own), so that their futures complete. In
-// order (collectives, which finish in issue order anyway): it waits for the
-// oldest. Polling (sends and receives, which other ranks may match in any
-// order: a receive posted first may finish last, and a send behind it must
-// not wait for it, as in MPI and Gloo): it tests every outstanding request
-// with a growing pause (50 us to 1 ms) and sleeps when none is outstanding.
+// finishes its own), so that their futures complete. In order (collectives,
+// which finish in issue order anyway): it waits for the oldest. Polling
+// (sends and receives, which other ranks may match in any order: a receive
+// posted first may finish last, and a send behind it must not wait for it,
+// as in MPI and Gloo): it starts the calls nobody has waited on for
+// kUnwaitedStart, tests every started one with a growing pause (50 us to
+// 1 ms) and sleeps when none is outstanding. A submit wakes it only from
+// that sleep: a work waited on at once costs no wake-up.
 class Completer {
  public:
   enum class Order { issue, completion };
   explicit Completer(Order order = Order::issue)
-      : thread_([this, order] { order == Order::issue ? run_in_order() : run_polling(); }) {}
+      : order_(order), thread_([this] { order_ == Order::issue ? run_in_order() : run_polling(); }) {}
   ~Completer() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -160,16 +194,19 @@ class Completer {
 
   void submit(c10::intrusive_ptr<TandemWork> work) {
     std::deque<c10::intrusive_ptr<TandemWork>> done;
+    bool wake = false;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       queue_.push_back(std::move(work));
       done.swap(done_);
+      wake = order_ == Order::issue || idle_;
     }
-    cv_.notify_one();
+    if (wake) cv_.notify_one();
   }  // `done` goes here, on a Python thread
 
  private:
   using Item = c10::intrusive_ptr<TandemWork>;
+  using SteadyClock = std::chrono::steady_clock;
 
   // Its tensors may own Python objects, whose release takes the GIL. Not
   // here: at interpreter exit the thread destroying the process group
@@ -202,38 +239,74 @@ class Completer {
       bool going = false;
       {
         std::unique_lock<std::mutex> lock(mutex_);
-        const auto ready = [&] { return stopping_ || !queue_.empty(); };
-        if (pending.empty()) {
-          cv_.wait(lock, ready);
-        } else {
-          cv_.wait_for(lock, pause, ready);
+        take_queue(pending);
+        if (pending.empty() && !stopping_) {
+          idle_ = true;
+          cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+          idle_ = false;
+        } else if (!stopping_) {
+          cv_.wait_for(lock, next_look(pending, pause), [&] { return stopping_; });
         }
         going = stopping_;
-        if (going && queue_.empty() && pending.empty()) return;
-        for (auto& item : queue_) pending.push_back(std::move(item));
-        queue_.clear();
+        take_queue(pending);
+        if (going && pending.empty()) return;
       }
-      bool finished = false;
-      for (auto it = pending.begin(); it != pending.end();) {
-        if (going) {
-          (*it)->settle();  // the group is going: wait for each within its deadline
-        } else if (!(*it)->settle_if_finished()) {
-          ++it;
-          continue;
-        }
-        release_later(std::move(*it));
-        it = pending.erase(it);
-        finished = true;
-      }
+      const bool finished = going ? settle_all(pending) : look(pending);
       pause = finished ? std::chrono::microseconds(50) : std::min(pause * 2, std::chrono::microseconds(1000));
     }
   }
 
+  void take_queue(std::deque<Item>& pending) {  // caller holds mutex_
+    for (auto& item : queue_) pending.push_back(std::move(item));
+    queue_.clear();
+  }
+
+  // How long to sleep: the pause while calls run, less if an unstarted one comes due sooner.
+  std::chrono::microseconds next_look(const std::deque<Item>& pending, std::chrono::microseconds pause) const {
+    const auto now = SteadyClock::now();
+    auto wait = pause;
+    for (const auto& item : pending) {
+      if (item->started()) continue;
+      const auto due = std::chrono::duration_cast<std::chrono::microseconds>(item->issued() + kUnwaitedStart - now);
+      wait = std::min(wait, std::max(due, std::chrono::microseconds(0)));
+    }
+    return wait;
+  }
+
+  // Starts what came due, finishes what has finished; true if this thread finished a work.
+  bool look(std::deque<Item>& pending) {
+    bool finished = false;
+    const auto now = SteadyClock::now();
+    for (auto it = pending.begin(); it != pending.end();) {
+      const bool settled_elsewhere = (*it)->settled();  // waited on: no reason to look sooner
+      if (!settled_elsewhere && (!(*it)->start_if_unwaited(now, kUnwaitedStart) || !(*it)->settle_if_finished())) {
+        ++it;
+        continue;
+      }
+      finished = finished || !settled_elsewhere;
+      release_later(std::move(*it));
+      it = pending.erase(it);
+    }
+    return finished;
+  }
+
+  // The group is going: each call is started and waited for within its deadline.
+  bool settle_all(std::deque<Item>& pending) {
+    for (auto& item : pending) {
+      item->settle();
+      release_later(std::move(item));
+    }
+    pending.clear();
+    return true;
+  }
+
+  const Order order_;
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<Item> queue_;
   std::deque<Item> done_;  // completed, not yet released
   bool stopping_ = false;
+  bool idle_ = false;  // the polling thread sleeps until a submit
   std::thread thread_;
 };
 

@@ -2,11 +2,14 @@
 // tandem communicator, so `init_process_group("tandem")` and an unmodified
 // DistributedDataParallel use tandem (tandem/c10d.py registers the backend).
 //
-// Terms. A *work* is c10d's handle of one call. tandem calls are issued at
+// Terms. A *work* is c10d's handle of one call. Collectives are issued at
 // once (async) on the calling thread; one *completer* thread per process
 // group waits for them in issue order, copies results where a call needed a
 // staging buffer (non-contiguous tensors, allgather into a tensor list), then
 // completes the work and its future, which is what DDP's reducer waits on.
+// Sends and receives start when first needed (CallHandle, c10d_call.h): run
+// by the wait() that follows them, or started by the next call; a second
+// completer finishes them in whatever order they finish.
 // The communicator bootstraps through the c10d store the group is handed
 // (C10dStore below), as ProcessGroupGloo does: no store or port of its own.
 // Built against Debian's libtorch-dev and python3-torch (1.13): CPU tensors only.
@@ -33,6 +36,7 @@ namespace {
 
 namespace py = pybind11;
 using tandem::c10d_backend::C10dStore;
+using tandem::c10d_backend::CallHandle;
 using tandem::c10d_backend::Completer;
 using tandem::c10d_backend::TandemWork;
 using namespace tandem::c10d_backend;
@@ -50,7 +54,7 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
     TORCH_CHECK(t.scalar_type() != at::kBool, "tandem backend: allreduce of bool tensors is not supported");
     if (t.is_sparse()) return sparse_allreduce(t, opts);
     at::Tensor data = t.is_contiguous() ? t : t.contiguous();
-    auto request = comm_->allreduce_async(data.data_ptr(), data.data_ptr(), size_t(data.numel()), to_tandem(data),
+    auto request = comm().allreduce_async(data.data_ptr(), data.data_ptr(), size_t(data.numel()), to_tandem(data),
                                           to_tandem(opts.reduceOp), with_timeout(opts.timeout));
     return issue(std::move(request), c10d::OpType::ALLREDUCE, {t}, copy_back(t, data));
   }
@@ -60,7 +64,7 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
     TORCH_CHECK(!tensors.empty(), "tandem backend: allreduce_coalesced of no tensors");
     for (const auto& t : tensors) check_cpu(t, "allreduce_coalesced");
     at::Tensor flat = torch::cat(flatten_all(tensors));
-    auto request = comm_->allreduce_async(flat.data_ptr(), flat.data_ptr(), size_t(flat.numel()), to_tandem(flat),
+    auto request = comm().allreduce_async(flat.data_ptr(), flat.data_ptr(), size_t(flat.numel()), to_tandem(flat),
                                           to_tandem(opts.reduceOp), with_timeout(opts.timeout));
     auto after = [tensors, flat]() mutable {
       int64_t offset = 0;
@@ -76,7 +80,7 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
                                            const c10d::BroadcastOptions& opts) override {
     at::Tensor t = single(tensors, "broadcast");
     at::Tensor data = t.is_contiguous() ? t : t.contiguous();
-    auto request = comm_->broadcast_async(data.data_ptr(), data.data_ptr(), bytes_as_count(data), byte_type(data),
+    auto request = comm().broadcast_async(data.data_ptr(), data.data_ptr(), bytes_as_count(data), byte_type(data),
                                           int(opts.rootRank), with_timeout(opts.timeout));
     return issue(std::move(request), c10d::OpType::BROADCAST, {t}, copy_back(t, data));
   }
@@ -93,7 +97,7 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
                   "tandem backend: allgather outputs must match the input's size and dtype");
     }
     at::Tensor flat = at::empty({int64_t(getSize()) * in.numel()}, in.options());
-    auto request = comm_->allgather_async(in.data_ptr(), flat.data_ptr(), bytes_as_count(in), byte_type(in),
+    auto request = comm().allgather_async(in.data_ptr(), flat.data_ptr(), bytes_as_count(in), byte_type(in),
                                           with_timeout(opts.timeout));
     std::vector<at::Tensor> list = outputs[0];
     auto after = [list, flat, n = in.numel()]() mutable {
@@ -110,7 +114,7 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
                     output.scalar_type() == input.scalar_type(),
                 "tandem backend: _allgather_base needs a contiguous output of world size x the input");
     at::Tensor in = input.contiguous();
-    auto request = comm_->allgather_async(in.data_ptr(), output.data_ptr(), bytes_as_count(in), byte_type(in),
+    auto request = comm().allgather_async(in.data_ptr(), output.data_ptr(), bytes_as_count(in), byte_type(in),
                                           with_timeout(opts.timeout));
     return issue(std::move(request), c10d::OpType::_ALLGATHER_BASE, {output}, [in] {});
   }
@@ -123,7 +127,7 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
                     output.scalar_type() == input.scalar_type(),
                 "tandem backend: _reduce_scatter_base needs an input of world size x the contiguous output");
     at::Tensor in = input.contiguous();
-    auto request = comm_->reduce_scatter_async(in.data_ptr(), output.data_ptr(), size_t(output.numel()), to_tandem(in),
+    auto request = comm().reduce_scatter_async(in.data_ptr(), output.data_ptr(), size_t(output.numel()), to_tandem(in),
                                                to_tandem(opts.reduceOp), with_timeout(opts.timeout));
     return issue(std::move(request), c10d::OpType::_REDUCE_SCATTER_BASE, {output}, [in] {});
   }
@@ -132,7 +136,7 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
     at::Tensor t = single(tensors, "reduce");
     TORCH_CHECK(t.scalar_type() != at::kBool, "tandem backend: reduce of bool tensors is not supported");
     at::Tensor data = t.is_contiguous() ? t : t.contiguous();
-    auto request = comm_->reduce_async(data.data_ptr(), data.data_ptr(), size_t(data.numel()), to_tandem(data),
+    auto request = comm().reduce_async(data.data_ptr(), data.data_ptr(), size_t(data.numel()), to_tandem(data),
                                        to_tandem(opts.reduceOp), int(opts.rootRank), with_timeout(opts.timeout));
     return issue(std::move(request), c10d::OpType::REDUCE, {t}, copy_back(t, data));
   }
@@ -148,7 +152,7 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
     for (const auto& t : inputs[0]) blocks.counts.push_back(size_t(t.numel()));
     at::Tensor flat = torch::cat(flatten_all(inputs[0]));
     at::Tensor staged = out.is_contiguous() ? out : out.contiguous();
-    auto request = comm_->reduce_scatterv_async(flat.data_ptr(), staged.data_ptr(), blocks, to_tandem(flat),
+    auto request = comm().reduce_scatterv_async(flat.data_ptr(), staged.data_ptr(), blocks, to_tandem(flat),
                                                 to_tandem(opts.reduceOp), with_timeout(opts.timeout));
     auto back = copy_back(out, staged);
     return issue(std::move(request), c10d::OpType::REDUCE_SCATTER, {out}, [flat, back] {
@@ -164,7 +168,7 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
     for (const auto& t : inputs) check_cpu(t, "allgather_coalesced");
     at::Tensor flat = torch::cat(flatten_bytes(inputs));
     at::Tensor gathered = at::empty({int64_t(getSize()) * flat.numel()}, flat.options());
-    auto request = comm_->allgather_async(flat.data_ptr(), gathered.data_ptr(), size_t(flat.numel()),
+    auto request = comm().allgather_async(flat.data_ptr(), gathered.data_ptr(), size_t(flat.numel()),
                                           tandem::DataType::u8, with_timeout(opts.timeout));
     std::vector<at::Tensor> outputs;
     for (const auto& list : output_lists) outputs.insert(outputs.end(), list.begin(), list.end());
@@ -191,7 +195,7 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
       TORCH_CHECK(outputs.empty(), "tandem backend: gather takes output tensors on the root only");
     }
     at::Tensor flat = at::empty({is_root ? int64_t(getSize()) * in.numel() : 0}, in.options());
-    auto request = comm_->gather_async(in.data_ptr(), flat.data_ptr(), bytes_as_count(in), byte_type(in), root,
+    auto request = comm().gather_async(in.data_ptr(), flat.data_ptr(), bytes_as_count(in), byte_type(in), root,
                                        with_timeout(opts.timeout));
     std::vector<at::Tensor> list = is_root ? outputs[0] : std::vector<at::Tensor>{};
     auto after = [list, flat, in, n = in.numel()]() mutable {
@@ -217,7 +221,7 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
       TORCH_CHECK(inputs.empty(), "tandem backend: scatter takes input tensors on the root only");
     }
     at::Tensor staged = out.is_contiguous() ? out : out.contiguous();
-    auto request = comm_->scatter_async(flat.data_ptr(), staged.data_ptr(), bytes_as_count(staged), byte_type(staged),
+    auto request = comm().scatter_async(flat.data_ptr(), staged.data_ptr(), bytes_as_count(staged), byte_type(staged),
                                         root, with_timeout(opts.timeout));
     auto back = copy_back(out, staged);
     return issue(std::move(request), c10d::OpType::SCATTER, {out}, [flat, back] {
@@ -235,7 +239,7 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
     at::Tensor in = input.contiguous();
     const tandem::Blocks send = split_blocks(in, input_splits, "input"),
                          recv = split_blocks(output, output_splits, "output");
-    auto request = comm_->alltoallv_async(in.data_ptr(), send, output.data_ptr(), recv, tandem::DataType::u8,
+    auto request = comm().alltoallv_async(in.data_ptr(), send, output.data_ptr(), recv, tandem::DataType::u8,
                                           with_timeout(opts.timeout));
     return issue(std::move(request), c10d::OpType::ALLTOALL_BASE, {output}, [in] {});
   }
@@ -250,7 +254,7 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
     at::Tensor flat_in = torch::cat(flatten_bytes(inputs));
     at::Tensor flat_out =
         at::empty({int64_t(std::accumulate(recv.counts.begin(), recv.counts.end(), size_t(0)))}, flat_in.options());
-    auto request = comm_->alltoallv_async(flat_in.data_ptr(), send, flat_out.data_ptr(), recv, tandem::DataType::u8,
+    auto request = comm().alltoallv_async(flat_in.data_ptr(), send, flat_out.data_ptr(), recv, tandem::DataType::u8,
                                           with_timeout(opts.timeout));
     auto after = [outputs, flat_in, flat_out]() mutable { unflatten_bytes(flat_out, outputs); };
     return issue(std::move(request), c10d::OpType::ALLTOALL, outputs, after);
@@ -258,8 +262,10 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
 
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override {
     at::Tensor data = single(tensors, "send").contiguous();
-    auto request = comm_->send_async(data.data_ptr(), bytes_as_count(data), tandem::DataType::u8, dst, uint32_t(tag));
-    return issue_p2p(std::move(request), c10d::OpType::SEND, {tensors[0]}, [data] {});
+    check_peer(dst, tag, "send to");
+    auto call =
+        defer({tandem::P2POp::send, data.data_ptr(), bytes_as_count(data), tandem::DataType::u8, dst, uint32_t(tag)});
+    return issue_p2p(std::move(call), c10d::OpType::SEND, {tensors[0]}, [data] {});
   }
 
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override {
@@ -270,8 +276,20 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
     return receive(tensors, tandem::kAnySource, tag, c10d::OpType::RECVANYSOURCE);
   }
 
+  // batch_isend_irecv's bracket: the sends and receives between are one group call.
+  void startCoalescing() override {
+    std::lock_guard<std::mutex> lock(deferred_mutex_);
+    coalescing_ = true;
+    batch_.reset();
+  }
+  void endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>>& /*reqs*/) override {
+    std::lock_guard<std::mutex> lock(deferred_mutex_);
+    coalescing_ = false;
+    batch_.reset();
+  }
+
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {
-    return issue(comm_->barrier_async(with_timeout(opts.timeout)), c10d::OpType::BARRIER, {}, nullptr);
+    return issue(comm().barrier_async(with_timeout(opts.timeout)), c10d::OpType::BARRIER, {}, nullptr);
   }
 
   // Gloo's monitored barrier: rank 0 hears from every rank within the
@@ -284,9 +302,9 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
     const auto timeout = o.timeout.value_or(comm_->options().timeout);
     uint8_t token = 0;
     if (getRank() != 0) {
-      comm_->send(&token, 1, tandem::DataType::u8, 0, kTag, o);
+      comm().send(&token, 1, tandem::DataType::u8, 0, kTag, o);
       try {
-        comm_->recv(&token, 1, tandem::DataType::u8, 0, kTag, o);
+        comm().recv(&token, 1, tandem::DataType::u8, 0, kTag, o);
       } catch (const std::exception& e) {
         TORCH_CHECK(false, "Rank ", getRank(),
                     " successfully reached monitoredBarrier, but received errors while "
@@ -298,7 +316,7 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
     std::vector<uint8_t> tokens(static_cast<size_t>(getSize()));
     std::vector<tandem::Request> arrivals;
     for (int r = 1; r < getSize(); ++r) {
-      arrivals.push_back(comm_->recv_async(&tokens[size_t(r)], 1, tandem::DataType::u8, r, kTag, o));
+      arrivals.push_back(comm().recv_async(&tokens[size_t(r)], 1, tandem::DataType::u8, r, kTag, o));
     }
     std::string silent;
     int count = 0;
@@ -314,7 +332,7 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
     }
     TORCH_CHECK(count == 0, count == 1 ? "Rank " : "Ranks ", silent, " failed to pass monitoredBarrier in ",
                 timeout.count(), " ms");
-    for (int r = 1; r < getSize(); ++r) comm_->send(&token, 1, tandem::DataType::u8, r, kTag, o);
+    for (int r = 1; r < getSize(); ++r) comm().send(&token, 1, tandem::DataType::u8, r, kTag, o);
   }
 
  private:
@@ -327,9 +345,9 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
     const at::Tensor indices = input._indices().contiguous(), values = input._values().contiguous();
     const int64_t nnz = input._nnz(), sparse_dim = indices.size(0), per_entry = nnz ? values.numel() / nnz : 0;
     std::vector<int64_t> all_nnz(static_cast<size_t>(getSize()));
-    comm_->allgather(&nnz, all_nnz.data(), 1, tandem::DataType::i64, o);
+    comm().allgather(&nnz, all_nnz.data(), 1, tandem::DataType::i64, o);
     int64_t width = per_entry;  // elements of one value entry: the same on every rank
-    comm_->allreduce(&width, 1, tandem::DataType::i64, tandem::ReduceOp::max, o);
+    comm().allreduce(&width, 1, tandem::DataType::i64, tandem::ReduceOp::max, o);
     // Indices travel transposed (one row of sparse_dim per entry), values as bytes.
     tandem::Blocks index_blocks, value_blocks;
     for (int64_t k : all_nnz) {
@@ -339,12 +357,12 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
     const int64_t total = std::accumulate(all_nnz.begin(), all_nnz.end(), int64_t(0));
     at::Tensor my_indices = indices.t().contiguous();
     at::Tensor gathered_indices = at::empty({total, sparse_dim}, indices.options());
-    comm_->allgatherv(my_indices.data_ptr(), size_t(nnz * sparse_dim), gathered_indices.data_ptr(), index_blocks,
+    comm().allgatherv(my_indices.data_ptr(), size_t(nnz * sparse_dim), gathered_indices.data_ptr(), index_blocks,
                       tandem::DataType::i64, o);
     std::vector<int64_t> value_shape = values.sizes().vec();
     value_shape[0] = total;
     at::Tensor gathered_values = at::empty(value_shape, values.options());
-    comm_->allgatherv(values.data_ptr(), bytes_as_count(values), gathered_values.data_ptr(), value_blocks,
+    comm().allgatherv(values.data_ptr(), bytes_as_count(values), gathered_values.data_ptr(), value_blocks,
                       tandem::DataType::u8, o);
     at::Tensor result =
         at::sparse_coo_tensor(gathered_indices.t(), gathered_values, input.sizes(), input.options()).coalesce();
@@ -381,14 +399,42 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> receive(std::vector<at::Tensor>& tensors, int src, int tag, c10d::OpType type) {
     at::Tensor t = single(tensors, type == c10d::OpType::RECV ? "recv" : "recvAnysource");
     at::Tensor data = t.is_contiguous() ? t : t.contiguous();
-    auto request = comm_->recv_async(data.data_ptr(), bytes_as_count(data), tandem::DataType::u8, src, uint32_t(tag));
-    return issue_p2p(std::move(request), type, {t}, copy_back(t, data));
+    if (src != tandem::kAnySource) check_peer(src, tag, "recv from");
+    auto call =
+        defer({tandem::P2POp::recv, data.data_ptr(), bytes_as_count(data), tandem::DataType::u8, src, uint32_t(tag)});
+    return issue_p2p(std::move(call), type, {t}, copy_back(t, data));
   }
 
-  c10::intrusive_ptr<c10d::Work> issue_p2p(tandem::Request request, c10d::OpType type, std::vector<at::Tensor> outputs,
-                                           std::function<void()> after) {
-    auto work =
-        c10::make_intrusive<TandemWork>(getRank(), type, outputs, outputs, std::move(request), std::move(after));
+  void check_peer(int peer, int tag, const char* what) const {
+    TORCH_CHECK(peer >= 0 && peer < getSize(), "tandem backend: ", what, " rank ", peer,
+                ", which is out of range for world size ", getSize());
+    TORCH_CHECK(tag >= 0, "tandem backend: tag ", tag, " is negative; tags are 0..2^31-1");
+  }
+
+  // A send or receive, started when first needed (CallHandle); within a
+  // batch_isend_irecv (startCoalescing .. endCoalescing), one group call with
+  // the batch's other ops.
+  std::shared_ptr<CallHandle> defer(const tandem::P2POp& op) {
+    std::lock_guard<std::mutex> lock(deferred_mutex_);
+    if (batch_ && batch_->add(op)) return batch_;
+    if (deferred_) deferred_->start();  // issue order: what came before starts first
+    deferred_ = std::make_shared<CallHandle>(*comm_, std::vector<tandem::P2POp>{op});
+    if (coalescing_) batch_ = deferred_;
+    return deferred_;
+  }
+
+  // The communicator, for a call issued now: a deferred one issued before starts first.
+  tandem::Communicator& comm() {
+    std::lock_guard<std::mutex> lock(deferred_mutex_);
+    if (deferred_) deferred_->start();
+    deferred_.reset();
+    batch_.reset();
+    return *comm_;
+  }
+
+  c10::intrusive_ptr<c10d::Work> issue_p2p(std::shared_ptr<CallHandle> call, c10d::OpType type,
+                                           std::vector<at::Tensor> outputs, std::function<void()> after) {
+    auto work = c10::make_intrusive<TandemWork>(getRank(), type, outputs, outputs, std::move(call), std::move(after));
     p2p_completer_->submit(work);
     return work;
   }
@@ -397,8 +443,8 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> issue(tandem::Request request, c10d::OpType type, std::vector<at::Tensor> outputs,
                                        std::function<void()> after,
                                        c10::optional<std::vector<at::Tensor>> inputs = c10::nullopt) {
-    auto work = c10::make_intrusive<TandemWork>(getRank(), type, outputs, inputs ? inputs : outputs, std::move(request),
-                                                std::move(after));
+    auto work = c10::make_intrusive<TandemWork>(getRank(), type, outputs, inputs ? inputs : outputs,
+                                                std::make_shared<CallHandle>(std::move(request)), std::move(after));
     completer_->submit(work);
     return work;
   }
@@ -408,6 +454,10 @@ class ProcessGroupTandem : public c10d::ProcessGroup {
   // fails by its deadline) before the communicator goes.
   std::unique_ptr<Completer> completer_;
   std::unique_ptr<Completer> p2p_completer_ = std::make_unique<Completer>(Completer::Order::completion);
+  std::mutex deferred_mutex_;
+  std::shared_ptr<CallHandle> deferred_;  // the last send or receive issued, if it may be unstarted
+  std::shared_ptr<CallHandle> batch_;     // the open batch_isend_irecv's call
+  bool coalescing_ = false;
 };
 
 // The communicator behind a process group, bootstrapped through the group's c10d store.

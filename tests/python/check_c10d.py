@@ -5,6 +5,7 @@ set; prints "c10d checks passed" per rank."""
 import datetime
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -125,6 +126,44 @@ if n > 1:  # one rank has no peer to send to
     for w in dist.batch_isend_irecv(ops):
         w.wait()
     check(torch.all(got[:3] == prv), f"batch_isend_irecv: {got}")
+
+# Sends and receives start when first needed (a wait runs them): one nobody
+# waits on still arrives, its future and is_completed() finish, a wait with a
+# timeout bounds it, and a bad peer is refused at the call.
+if n > 1 and rank < 2:
+    peer = 1 - rank
+    if rank == 0:
+        w = dist.isend(torch.full((4,), 7.0), peer, tag=21)  # never waited on, no call after it for a while
+        time.sleep(1.0)
+        check(w.is_completed(), "an isend nobody waits on did not complete within 1 s")
+    else:
+        r = torch.zeros(4)
+        dist.recv(r, 0, tag=21)
+        check(torch.all(r == 7), f"recv of an unwaited isend: {r}")
+    r = torch.zeros(2)
+    fut = dist.irecv(r, peer, tag=22).get_future()
+    dist.isend(torch.full((2,), float(rank)), peer, tag=22)
+    fut.wait()
+    check(torch.all(r == peer), f"irecv's future: {r}")
+    late = torch.zeros(3)
+    if rank == 1:
+        w = dist.irecv(late, 0, tag=23)
+        try:
+            w.wait(datetime.timedelta(milliseconds=50))
+            check(False, "a wait for a receive nobody sends must time out")
+        except RuntimeError as e:
+            check("timed out" in str(e).lower(), f"bounded wait: {e}")
+        dist.send(torch.ones(1), 0, tag=24)
+        w.wait()
+        check(torch.all(late == 2), f"the receive after its wait timed out: {late}")
+    else:
+        dist.recv(torch.zeros(1), 1, tag=24)
+        dist.send(torch.full((3,), 2.0), 1, tag=23)
+    try:
+        dist.isend(torch.ones(1), n + 3)
+        check(False, "an isend to a rank out of range must fail")
+    except RuntimeError as e:
+        check("out of range" in str(e), f"isend to rank {n + 3}: {e}")
 
 # Rooted collectives and all-to-all, every root.
 for root in range(n):
