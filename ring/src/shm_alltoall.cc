@@ -190,7 +190,7 @@ void shm_alltoallv(Channel& ch, const AlltoallvArgs& a, const RingOptions& o, co
   const size_t in_bytes = extent(a.send, es), out_bytes = extent(a.recv, es);
   auto* out = bytes_of(a.output);
   const bool overlap = ring::overlap(a.input, in_bytes, out, out_bytes);
-  PathChoice path = choose_path(s, o.shm_paths, ShmCollective::alltoall, per_rank, overlap);
+  PathChoice path = choose_path(s, o, ShmCollective::alltoall, per_rank, overlap);
   // An equal all-to-all in place stages without a copy aside; read directly,
   // even from allocate_shared inputs, it would receive aside and copy back
   // (docs/algorithms.md, 'shm: the all-to-all in place'): such a rank offers

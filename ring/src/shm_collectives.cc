@@ -164,7 +164,7 @@ void shm_allreduce(Channel& ch, const AllreduceArgs& a, const RingOptions& o, si
   if (a.count == 0) return;
   Segments s(ch, chunk_bytes, call_of(Kind::allreduce, a.count, a.dtype, a.op));
   const size_t bytes = a.count * dtype_size(a.dtype);
-  PathChoice path = choose_path(s, o.shm_paths, ShmCollective::allreduce, bytes, a.input == a.output);
+  PathChoice path = choose_path(s, o, ShmCollective::allreduce, bytes, a.input == a.output);
   const Reach reach = arrive_direct(s, path, {bytes, a.input, bytes, a.output, true});
   confirm_trial(path.heap, reach);
   if (reach != Reach::staged) {
@@ -181,7 +181,7 @@ void shm_reduce_scatter(Channel& ch, const ReduceScatterArgs& a, const RingOptio
   if (a.count == 0) return;
   Segments s(ch, chunk_bytes, call_of(Kind::reduce_scatter, a.count, a.dtype, a.op));
   const size_t n = size_t(s.size()), esize = dtype_size(a.dtype), bytes = n * a.count * esize;
-  const PathChoice path = choose_path(s, o.shm_paths, ShmCollective::reduce_scatter, bytes, false);
+  const PathChoice path = choose_path(s, o, ShmCollective::reduce_scatter, bytes, false);
   const Reach reach = arrive_direct(s, path, {bytes, a.input, bytes, a.output});
   if (reach != Reach::staged) return direct_reduce_scatter(s, ch, a, reach);
   const size_t per_block = std::max<size_t>(1, chunk_bytes / esize / n);
@@ -217,7 +217,7 @@ void shm_allgather(Channel& ch, const AllgatherArgs& a, const RingOptions& o) {
   auto copy_own = [&](size_t offset, size_t n) {
     if (apart) s.counted_copy(own_block + offset, in + offset, n);
   };
-  const PathChoice path = choose_path(s, o.shm_paths, ShmCollective::allgather, bytes, false);
+  const PathChoice path = choose_path(s, o, ShmCollective::allgather, bytes, false);
   const Reach reach = arrive_direct(s, path, {bytes, a.input, block, a.output});
   if (reach != Reach::staged) {
     copy_own(0, block);
@@ -250,7 +250,7 @@ void shm_broadcast(Channel& ch, const BroadcastArgs& a, const RingOptions& o) {
   const bool root = s.rank() == a.root;
   if (root && a.input != a.output) s.counted_copy(a.output, a.input, a.count * esize);
   const size_t bytes = a.count * esize;
-  const PathChoice path = choose_path(s, o.shm_paths, ShmCollective::broadcast, bytes, false);
+  const PathChoice path = choose_path(s, o, ShmCollective::broadcast, bytes, false);
   const Reach reach = arrive_direct(s, path, {bytes, root ? a.input : nullptr, bytes, a.output, false, a.root});
   if (reach != Reach::staged) return direct_broadcast(s, a, reach);
   s.staged(

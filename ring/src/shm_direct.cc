@@ -8,7 +8,8 @@
 
 namespace tandem::ring {
 
-PathChoice choose_path(const Segments& s, const ShmPathTable& table, ShmCollective c, size_t bytes, bool in_place) {
+PathChoice choose_path(const Segments& s, const RingOptions& o, ShmCollective c, size_t bytes, bool in_place) {
+  const ShmPathTable& table = o.shm_paths;
   PathChoice choice;
   if (bytes < kShmDirectMinBytes) return choice;
   choice.map = table.path(c, ShmBuffers::shared, bytes) == ShmPath::mapped;
@@ -16,11 +17,15 @@ PathChoice choose_path(const Segments& s, const ShmPathTable& table, ShmCollecti
   switch (table.path(c, ShmBuffers::heap, bytes)) {
     case ShmPath::cma: choice.heap.offer = Offer::cross_memory; break;
     case ShmPath::timed:
-      choice.heap = timed_path(s,
-                               c == ShmCollective::alltoall ? PathFamily::alltoall
-                               : in_place                   ? PathFamily::allreduce_in_place
-                                                            : PathFamily::allreduce,
-                               bytes);
+      // The all-to-all stages its first round untimed, and so does the
+      // all-reduce where ranks outnumber cores; elsewhere the all-reduce is
+      // timed from its first call (docs/algorithms.md, 'shm: the first round').
+      if (c == ShmCollective::alltoall) {
+        choice.heap = timed_path(s, PathFamily::alltoall, bytes, true);
+      } else {
+        choice.heap = timed_path(s, in_place ? PathFamily::allreduce_in_place : PathFamily::allreduce, bytes,
+                                 o.ranks_outnumber_cores);
+      }
       break;
     case ShmPath::staged:
     case ShmPath::mapped: break;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "shm_timed_path.h"
+#include "tandem/ring/ring.h"
 #include "tandem/ring/shm_paths.h"
 
 namespace tandem::ring {
@@ -14,10 +15,10 @@ struct PathChoice {
   bool map = false;  // every rank's buffers mapped: read and written in place
 };
 
-// The one place the path table is consulted. `in_place`: the all-reduce's
-// input is its output (timed apart); the all-to-all's buffers overlap (its
-// direct path would receive aside: it stages, counted all the same).
-PathChoice choose_path(const Segments& s, const ShmPathTable& table, ShmCollective c, size_t bytes, bool in_place);
+// The one place the path table is consulted (o.shm_paths). `in_place`: the
+// all-reduce's input is its output (timed apart); the all-to-all's buffers
+// overlap (its direct path would receive aside: it stages, counted all the same).
+PathChoice choose_path(const Segments& s, const RingOptions& o, ShmCollective c, size_t bytes, bool in_place);
 
 // A call's buffers as the direct path sees them.
 struct DirectCall {

@@ -1,7 +1,7 @@
 // The timed choice between staging and cross-memory attach (shm_timed_path.h).
 //
-// A class's first round stages, untimed. Each later round of a family and
-// size class opens with one untimed call of each path (cold pages and
+// A class's first round stages, untimed, where the caller asks (else it
+// opens at once). Each round of a family and size class opens with one untimed call of each path (cold pages and
 // caches), then pairs of trials, one of each path,
 // staged first in even pairs and last in odd ones, so that a drift falls on
 // both alike. A trial is two calls of its path; rank 0 times the second from
@@ -20,10 +20,10 @@
 
 namespace tandem::ring {
 
-TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes) {
+TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes, bool stage_first) {
   const size_t c = std::min<size_t>(std::bit_width(bytes >> 16), kPathClasses - 1);
   const uint64_t calls = s.path_calls(family, c)++;
-  if (calls < kPathFirstRoundCalls) return {Offer::staged};
+  if (stage_first && calls < kPathFirstRoundCalls) return {Offer::staged};
   const uint64_t call = round_call(calls);
   const uint64_t end = 2 + 4 * path_block_calls(bytes);
   PathTrials& t = s.path_trials(family, c);

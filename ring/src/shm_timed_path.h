@@ -26,9 +26,9 @@ inline uint64_t path_block_calls(size_t bytes) {
   return std::clamp<uint64_t>(kPathBlockBytes / std::max<size_t>(bytes, 1), 3, kPathMaxBlock);
 }
 constexpr uint64_t kPathRoundCalls = 1 << 14;
-// A class's first calls stage, untimed: a short run then pays no trials of
-// the slower path, and the opening finds warm buffers (docs/algorithms.md,
-// 'shm: the first round').
+// A class's first calls stage, untimed, where the family's caller asks: a
+// short run then pays no trials of the slower path, and the opening finds
+// warm buffers (docs/algorithms.md, 'shm: the first round').
 constexpr uint64_t kPathFirstRoundCalls = 64;
 static_assert(2 + 4 * kPathMaxBlock < kPathFirstRoundCalls, "the first round holds a whole opening");
 // The call's place in its round.
@@ -48,9 +48,9 @@ struct TimedPath {
 
 // Counts the call in its family and size class (every rank does, so the
 // counts agree) and says which path it takes: staged in the class's first
-// round, then a trial of a round's opening, or the verdict rank 0 published
-// after it.
-TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes);
+// round if `stage_first` (the same on every rank), then a trial of a round's
+// opening, or the verdict rank 0 published after it.
+TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes, bool stage_first);
 
 // Rank 0's verdict on a round's trials: staged unless cross-memory attach
 // won more pairs (on a tie: the lower total) and is clearly faster in total,
