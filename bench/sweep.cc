@@ -132,11 +132,18 @@ struct RankTimes {
 
 // -n iterations of -m operations each: started together and then all waited,
 // or (-m 1, -z 1) each run to completion before the next.
-RankTimes timed_loop(Communicator& comm, const SweepOptions& o, Case& c, const SizeDeadline& deadline) {
+// Iterations shorter than kStampNs are stamped in groups (`group`, the same
+// on every rank): a clock read, about 20 ns, would otherwise be part of each
+// one's time, where nccl-tests and MPI's benchmarks time the whole loop.
+constexpr double kStampNs = 2000;
+constexpr int kMaxStampGroup = 256;
+
+// Stamps a group of iterations per entry of per_iteration_us (its per-operation mean).
+RankTimes timed_loop(Communicator& comm, const SweepOptions& o, Case& c, const SizeDeadline& deadline, int group) {
   const int agg = std::max(1, o.agg_iters);
   const bool aggregated = agg > 1 && !o.blocking;
   RankTimes t;
-  t.per_iteration_us.resize(size_t(o.iters));
+  t.per_iteration_us.reserve(size_t((o.iters + group - 1) / group));
   std::vector<Request> pending;
   comm.barrier();
   const int64_t t0 = now_ns(o.cpu_time);
@@ -149,13 +156,22 @@ RankTimes timed_loop(Communicator& comm, const SweepOptions& o, Case& c, const S
     } else {
       for (int k = 0; k < agg; ++k) c.run();
     }
+    const int in_group = (i + 1) % group == 0 ? group : i + 1 == o.iters ? (i + 1) % group : 0;
+    if (in_group == 0) continue;
     const int64_t now = now_ns(o.cpu_time);
-    t.per_iteration_us[size_t(i)] = double(now - last) / 1e3 / agg;
+    t.per_iteration_us.push_back(double(now - last) / 1e3 / (double(agg) * in_group));
     last = now;
     deadline.check();
   }
   t.mean_us = double(last - t0) / 1e3 / (double(o.iters) * agg);
   return t;
+}
+
+// The group for timed_loop, from the slowest rank's warm-up (0 ns: none).
+int stamp_group(Communicator& comm, double warm_ns_per_iteration) {
+  comm.allreduce(&warm_ns_per_iteration, 1, DataType::f64, ReduceOp::max);
+  if (warm_ns_per_iteration <= 0) return 1;
+  return int(std::clamp(std::ceil(kStampNs / warm_ns_per_iteration), 1.0, double(kMaxStampGroup)));
 }
 
 double pick(RankTime how, const std::vector<double>& per_rank) {
@@ -235,13 +251,17 @@ Result measure(Communicator& comm, const SweepOptions& o, size_t bytes, bool inp
   }
   c.fill();  // keep values bounded across repeated in-place operations
   if (compressed && inplace && o.op == ReduceOp::sum) c.use_op(ReduceOp::avg);
+  const int64_t warm_start = now_ns(o.cpu_time);
   for (int i = 0; i < o.warmup; ++i) {
     c.run();
     deadline.check();
   }
+  // A timed iteration runs -m operations; a warm-up iteration one.
+  const int group = stamp_group(
+      comm, o.warmup > 0 ? double(now_ns(o.cpu_time) - warm_start) / o.warmup * std::max(1, o.agg_iters) : 0);
   const compression::CompressionStats before = compressed ? compressed->stats() : compression::CompressionStats{};
   const uint64_t traffic_before = comm.shared_memory_traffic();
-  RankTimes times = timed_loop(comm, o, c, deadline);
+  RankTimes times = timed_loop(comm, o, c, deadline, group);
   const double ops = double(o.iters) * std::max(1, o.agg_iters);
   r.traffic = double(comm.shared_memory_traffic() - traffic_before) / ops / double(std::max<size_t>(1, bytes));
   comm.allreduce(&r.traffic, 1, DataType::f64, ReduceOp::max);
