@@ -147,6 +147,46 @@ TEST_P(Fingerprint, BarrierAgainstAnAllreduce) {
       {"call #2", "(the kind differs)", "rank 0 called barrier", "rank 1 called allreduce(1024 x f32, sum)"});
 }
 
+// Rooted calls through the shared segments check their call in its headers
+// (no fingerprint message); over UCX the fingerprints say it.
+TEST_P(Fingerprint, GatherAgainstScatterIsNamed) {
+  expect_mismatch(2, GetParam(),
+                  [](Communicator& c) {
+                    std::vector<float> in(2048, 1.0f), out(2048);
+                    if (c.rank() == 0) {
+                      c.gather(in.data(), out.data(), 1024, DataType::f32, 0);
+                    } else {
+                      c.scatter(in.data(), out.data(), 1024, DataType::f32, 0);
+                    }
+                  },
+                  {"call #2", "(the kind differs)"});
+}
+
+// The gather waits in the segments; the allgatherv's fingerprint arrives as
+// a message (the mailbox on one host), which the gather's long wait finds.
+TEST_P(Fingerprint, GatherAgainstAllgathervIsNamed) {
+  expect_mismatch(2, GetParam(),
+                  [](Communicator& c) {
+                    std::vector<float> in(2048, 1.0f), out(2048);
+                    if (c.rank() == 0) {
+                      c.gather(in.data(), out.data(), 1024, DataType::f32, 0);
+                    } else {
+                      const Blocks blocks{{1024, 1024}, {0, 1024}};
+                      c.allgatherv(in.data(), 1024, out.data(), blocks, DataType::f32);
+                    }
+                  },
+                  {"call #2", "(the kind differs)"});
+}
+
+TEST_P(Fingerprint, GatherRootIsNamed) {
+  expect_mismatch(2, GetParam(),
+                  [](Communicator& c) {
+                    std::vector<float> in(2048, 1.0f), out(2048);
+                    c.gather(in.data(), out.data(), 1024, DataType::f32, c.rank() == 0 ? 0 : 1);
+                  },
+                  {"call #2", "(the root differs)"});
+}
+
 // Rank 1 skips the last call: it destroys its communicator instead.
 TEST_P(Fingerprint, SkippedLastCallIsNamed) {
   CommOptions base;

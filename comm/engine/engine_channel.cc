@@ -31,13 +31,15 @@ EngineChannel::EngineChannel(Engine& engine, const Task& task)
       point_to_point_(task.what.point_to_point()) {
   // An exchange has no fingerprints: only the ranks it addresses take part.
   fingerprint_posted_ = fingerprint_compared_ = point_to_point_;
-  // Without shared memory every collective goes over UCX: post at once (a
-  // zero-count call sends nothing, yet must be checked). So do the calls that
-  // have no shared-memory path (rooted, variable-size, split): a rank that
-  // sends nothing in them still checks its call.
+  // Without shared memory every collective goes over messages: post at once
+  // (a zero-count call sends nothing, yet must be checked). So do the calls
+  // that have no shared-memory path (allgatherv, reduce_scatterv, split): a
+  // rank that sends nothing in them still checks its call. The calls with one
+  // check their call in its headers there; where they fall back to messages
+  // every rank sends or receives one, which posts the fingerprint.
   const Collective c = task.what.collective;
   const bool shm_path =
-      ep_.shm && (c <= Collective::barrier || c == Collective::alltoall || c == Collective::alltoallv);
+      ep_.shm && (c <= Collective::barrier || (c >= Collective::alltoall && c <= Collective::scatterv));
   if (!shm_path && ctx_.opts.size > 1 && !point_to_point_) post_fingerprint();
 }
 
