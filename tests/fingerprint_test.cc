@@ -149,15 +149,21 @@ TEST_P(Fingerprint, BarrierAgainstAnAllreduce) {
 
 // Rooted calls through the shared segments check their call in its headers
 // (no fingerprint message); over UCX the fingerprints say it.
+// Rank 0 gathers 1024 floats to itself while rank 1 runs `other` on the same buffers.
+void gather_against(Communicator& c, const std::function<void(Communicator&, float*, float*)>& other) {
+  std::vector<float> in(2048, 1.0f), out(2048);
+  if (c.rank() == 0) {
+    c.gather(in.data(), out.data(), 1024, DataType::f32, 0);
+  } else {
+    other(c, in.data(), out.data());
+  }
+}
+
 TEST_P(Fingerprint, GatherAgainstScatterIsNamed) {
   expect_mismatch(2, GetParam(),
                   [](Communicator& c) {
-                    std::vector<float> in(2048, 1.0f), out(2048);
-                    if (c.rank() == 0) {
-                      c.gather(in.data(), out.data(), 1024, DataType::f32, 0);
-                    } else {
-                      c.scatter(in.data(), out.data(), 1024, DataType::f32, 0);
-                    }
+                    gather_against(
+                        c, [](Communicator& c, float* in, float* out) { c.scatter(in, out, 1024, DataType::f32, 0); });
                   },
                   {"call #2", "(the kind differs)"});
 }
@@ -167,13 +173,9 @@ TEST_P(Fingerprint, GatherAgainstScatterIsNamed) {
 TEST_P(Fingerprint, GatherAgainstAllgathervIsNamed) {
   expect_mismatch(2, GetParam(),
                   [](Communicator& c) {
-                    std::vector<float> in(2048, 1.0f), out(2048);
-                    if (c.rank() == 0) {
-                      c.gather(in.data(), out.data(), 1024, DataType::f32, 0);
-                    } else {
-                      const Blocks blocks{{1024, 1024}, {0, 1024}};
-                      c.allgatherv(in.data(), 1024, out.data(), blocks, DataType::f32);
-                    }
+                    gather_against(c, [](Communicator& c, float* in, float* out) {
+                      c.allgatherv(in, 1024, out, Blocks{{1024, 1024}, {0, 1024}}, DataType::f32);
+                    });
                   },
                   {"call #2", "(the kind differs)"});
 }
