@@ -46,13 +46,7 @@ EngineChannel::EngineChannel(Engine& engine, const Task& task)
 EngineChannel::~EngineChannel() {
   // Anything still posted belongs to a collective that failed: cancel it so
   // UCX never touches the caller's buffers after we return.
-  for (auto& p : live_) {
-    if (p.in_mailbox()) {
-      ep_.mailbox->cancel(p);
-    } else {
-      ep_.ucx->cancel(p);
-    }
-  }
+  for (auto& p : live_) ep_.cancel_message(p);
   // One call runs at a time (`busy`): a plain store, no locked add.
   if (traffic_) {
     ep_.shm_traffic.store(ep_.shm_traffic.load(std::memory_order_relaxed) + traffic_, std::memory_order_relaxed);
@@ -78,12 +72,9 @@ Pending EngineChannel::post_recv(int peer, Tag tag, void* data, size_t bytes) {
 }
 
 bool EngineChannel::poll(Pending& p) {
-  if (!p.in_mailbox()) {
-    ep_.ucx->progress();
-    return ep_.ucx->poll(p);
-  }
-  ep_.mailbox->progress();
-  return ep_.mailbox->poll(p, nullptr);
+  ep_.progress_messages();
+  int source = -1;
+  return ep_.poll_message(p, &source);
 }
 
 bool EngineChannel::test(Pending& p) {
@@ -133,7 +124,7 @@ void EngineChannel::wait(Pending& p) {
   while (!test(p)) {
     poll_fingerprint();  // a stalled wait is what a mismatch looks like
     engine_.check_health(task_, p.peer());
-    if (p.in_mailbox()) {
+    if (ep_.mailbox) {
       // Sleep until a peer rings this rank's doorbell (it wrote to us or read what we sent).
       const uint32_t bell = ep_.mailbox->announce_sleep();
       const bool ready = test(p);
@@ -283,7 +274,7 @@ bool EngineChannel::fingerprint_arrived(int sender, Tag mask) {
 
 Pending EngineChannel::track(Pending p) {
   // Keep a shadow handle so a failed collective can cancel what it posted.
-  if (!p.done()) live_.emplace_back(p.handle(), p.peer(), p.bytes(), p.is_recv(), p.in_mailbox());
+  if (!p.done()) live_.emplace_back(p.handle(), p.peer(), p.bytes(), p.is_recv());
   return p;
 }
 

@@ -69,10 +69,11 @@ class EngineChannel final : public Channel, public SharedMemory {
   // Busy-poll like MPI; yield when ranks outnumber cores, or now and then anyway.
   void back_off(int peer, unsigned spins);
 
-  // Messages go through the mailbox when it is open (every rank on one host), else UCX.
+  // Messages go through the mailbox when it is open (every rank on one host),
+  // else UCX: every message of a call takes the same one, as Endpoints' do.
   Pending post_send(int peer, Tag tag, const void* data, size_t bytes);
   Pending post_recv(int peer, Tag tag, void* data, size_t bytes);
-  bool poll(Pending& p);  // progresses p's transport; throws as test() documents
+  bool poll(Pending& p);  // progresses the transport; throws as test() documents
 
   Tag full_tag(int sender, Tag local, uint32_t signature) const;
   Tag full_tag(int sender, Tag local) const { return full_tag(sender, local, signature_); }

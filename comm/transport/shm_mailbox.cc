@@ -141,7 +141,7 @@ void ShmMailbox::sleep(uint32_t bell, std::chrono::microseconds timeout) const {
 
 Pending ShmMailbox::send(int peer, uint64_t tag, const void* data, size_t bytes) {
   Op* op = make_op(false, peer, tag, const_cast<void*>(data), bytes);
-  Pending p(op, peer, bytes, false, true);
+  Pending p(op, peer, bytes, false);
   if (!waiting_[size_t(peer)].empty() || !try_write(*op)) {
     waiting_[size_t(peer)].push_back(op);
     ++waiting_sends_;
@@ -202,11 +202,11 @@ Pending ShmMailbox::recv(int peer, uint64_t tag, void* data, size_t bytes) {
       op->done = false;
     }
     unexpected_.erase(it);
-    return Pending(op, peer, bytes, true, true);
+    return Pending(op, peer, bytes, true);
   }
   receives_.push_back(op);
   ++(peer >= 0 ? receives_from_[size_t(peer)] : receives_from_any_);
-  return Pending(op, peer, bytes, true, true);
+  return Pending(op, peer, bytes, true);
 }
 
 template <class Copy>
@@ -255,7 +255,7 @@ void ShmMailbox::start_stream(int sender, uint64_t seq) {
   const uint64_t tag = header->tag;
   const size_t bytes = header->bytes;
   Stream& st = streams_[size_t(sender)];
-  st = Stream{true, seq, bytes, 0, slots_for(bytes, header->address != 0), 0, nullptr, nullptr, false};
+  st = Stream{true, seq, bytes, 0, header->address, slots_for(bytes, header->address != 0), 0, nullptr, nullptr, false};
   ++active_streams_;
   // The earliest posted receive that takes it.
   auto match = std::find_if(receives_.begin(), receives_.end(),
@@ -280,9 +280,8 @@ bool ShmMailbox::copy_stream(int sender) {
   Ring& r = ring(sender, rank_);
   Stream& st = streams_[size_t(sender)];
   std::byte* into = st.skip ? nullptr : st.op ? static_cast<std::byte*>(st.op->data) : st.held->data.data();
-  const auto* head = reinterpret_cast<const SlotHeader*>(r.slots[st.head % kMailboxSlots]);
-  if (st.slots_in == 0 && head->address != 0) {  // read from the sender's buffer
-    if (into) read_large(sender, head->address, into, st.bytes);
+  if (st.slots_in == 0 && st.address != 0) {  // read from the sender's buffer
+    if (into) read_large(sender, st.address, into, st.bytes);
     st.at = st.bytes, st.slots_in = 1;
   }
   for (; st.slots_in < st.slots; ++st.slots_in) {

@@ -78,6 +78,7 @@ class ShmMailbox {
     bool active = false;
     uint64_t head = 0;           // its first slot's sequence number
     size_t bytes = 0, at = 0;    // its size, and how much has arrived
+    uint64_t address = 0;        // 0: it is in the slots; else the sender's buffer, read by cross-memory attach
     uint64_t slots = 0;          // the slots it takes, and
     uint64_t slots_in = 0;       // how many of them have been copied
     Op* op = nullptr;            // the receive it lands in, or

@@ -1,18 +1,18 @@
 // The timed choice between staging and cross-memory attach (shm_timed_path.h).
 //
 // A class's first round stages, untimed, where the caller asks (else it
-// opens at once). Each round of a family and size class opens with one untimed call of each path (cold pages and
-// caches), then pairs of trials, one of each path,
-// staged first in even pairs and last in odd ones, so that a drift falls on
-// both alike. A trial is two calls of its path; rank 0 times the second from
-// its entry to its return, so that each path runs as in a run of such calls:
-// a staged call without an arrival, its ranks drifting apart by up to the
-// slots' depth, cross-memory attach with its arrival and finish
-// (docs/algorithms.md, 'shm: trials'). Every rank knows from its own count
-// which path an opening call takes. At the first call after the opening
-// rank 0 publishes its verdict (staged_won); a peer
-// that reads no verdict yet offers cross-memory attach and arrives, and if
-// rank 0 stages, that call stages.
+// opens at once). Each round of a family and size class opens with one
+// untimed call of each path (cold pages and caches), then pairs of trials,
+// one of each path, staged first in even pairs and last in odd ones, so
+// that a drift falls on both alike. A trial is two calls of its path; rank 0
+// times the second from its entry to its return, so that each path runs as
+// in a run of such calls: a staged call without an arrival, its ranks
+// drifting apart by up to the slots' depth, cross-memory attach with its
+// arrival and finish (docs/algorithms.md, 'shm: trials'). Every rank knows
+// from its own count which path an opening call takes. At the first call
+// after the opening rank 0 publishes its verdict (staged_won); a peer that
+// reads no verdict yet offers cross-memory attach and arrives, and if rank 0
+// stages, that call stages.
 #include "shm_timed_path.h"
 
 #include <algorithm>

@@ -26,16 +26,14 @@ using Tag = uint64_t;
 class Pending {
  public:
   Pending() = default;
-  // `mailbox`: posted to the shared-memory mailbox, not to UCX.
-  Pending(void* handle, int peer, size_t bytes, bool is_recv, bool mailbox = false)
-      : handle_(handle), peer_(peer), bytes_(bytes), is_recv_(is_recv), mailbox_(mailbox), done_(false) {}
+  Pending(void* handle, int peer, size_t bytes, bool is_recv)
+      : handle_(handle), peer_(peer), bytes_(bytes), is_recv_(is_recv), done_(false) {}
   Pending(Pending&& o) noexcept { *this = std::move(o); }
   Pending& operator=(Pending&& o) noexcept {
     handle_ = o.handle_;
     peer_ = o.peer_;
     bytes_ = o.bytes_;
     is_recv_ = o.is_recv_;
-    mailbox_ = o.mailbox_;
     done_ = o.done_;
     o.handle_ = nullptr;
     o.done_ = true;
@@ -48,7 +46,6 @@ class Pending {
   int peer() const { return peer_; }
   size_t bytes() const { return bytes_; }
   bool is_recv() const { return is_recv_; }
-  bool in_mailbox() const { return mailbox_; }
   void* handle() const { return handle_; }
   void mark_done() {
     done_ = true;
@@ -60,7 +57,6 @@ class Pending {
   int peer_ = -1;
   size_t bytes_ = 0;
   bool is_recv_ = false;
-  bool mailbox_ = false;
   bool done_ = true;
 };
 
