@@ -2,6 +2,7 @@
 #include "liveness/call_check.h"
 
 #include <cstdlib>
+#include <string_view>
 #include <thread>
 
 #include "src/subsystem_log.h"
@@ -16,6 +17,13 @@ namespace {
 // A mismatch another rank published, as this rank reports it.
 CollectiveMismatch learned_mismatch(const std::string& found, int rank, const std::string& during) {
   return CollectiveMismatch(found + " (rank " + std::to_string(rank) + " learned it during " + during + ")");
+}
+
+// The call a published mismatch names ("call #N: ..."); 0 when it names none.
+uint32_t call_named(const std::string& found) {
+  constexpr std::string_view kPrefix = "call #";
+  if (found.compare(0, kPrefix.size(), kPrefix) != 0) return 0;
+  return uint32_t(std::strtoul(found.c_str() + kPrefix.size(), nullptr, 10));
 }
 
 }  // namespace
@@ -107,7 +115,10 @@ void CallCheck::check_calls_match(const Description& what, uint32_t seq, int wai
     ctx_.throw_store_lost(e);
   }
   const std::string during = describe_wait(what, seq, ctx_.rank(), waiting_on);
-  if (mismatch) throw learned_mismatch(*mismatch, ctx_.rank(), during);
+  // A rank still in an earlier collective can finish it (the peers that found
+  // the mismatch finished it before): it fails in the mismatched call.
+  if (mismatch && (what.point_to_point() || call_named(*mismatch) <= seq))
+    throw learned_mismatch(*mismatch, ctx_.rank(), during);
   if (abandoned) {
     throw PeerFailure(std::atoi(abandoned->c_str()),
                       "rank " + *abandoned + " left the communicator after an error or abort(), during " + during);
