@@ -44,12 +44,6 @@ void complete_into(Blocks& out, const char* what, const char* which, const Block
   }
 }
 
-Blocks complete(const char* what, const char* which, const BlockView& b, int size) {
-  Blocks out;
-  complete_into(out, what, which, b, size);
-  return out;
-}
-
 // Every rank `count` elements, packed in rank order.
 void equal_into(Blocks& out, size_t count, int size) {
   out.counts.assign(size_t(size), count);
@@ -61,15 +55,31 @@ size_t total(const Blocks& b) { return std::accumulate(b.counts.begin(), b.count
 
 using Body = std::function<void(Channel&)>;
 
-// A checked call bound to its algorithm, and what it is for fingerprints and errors.
+// A checked call bound to its algorithm, and what it is for fingerprints and
+// errors. Its arguments are the thread's reusable set (reusable()), so a
+// blocking call on an idle communicator allocates nothing once warm.
 struct Bound {
-  Body body;
+  Body here;                         // borrows the arguments: run at once, on this thread
+  Body (*own)(Communicator::Impl&);  // a body with its own copy of them, to queue; call before binding again
   Description what;
 };
 
-template <typename Args, typename Method>
-Body body_of(const std::shared_ptr<Algorithms>& algorithms, Method method, const Args& args) {
-  return [a = algorithms, method, args](Channel& ch) { ((*a).*method)(ch, args); };
+// The arguments of the calls bound on this thread, one set per type, refilled
+// by each call: their blocks keep their capacity.
+template <typename Args>
+Args& reusable() {
+  thread_local Args args;
+  return args;
+}
+
+template <auto Method, typename Args>
+Bound bind(Communicator::Impl& impl, const Args& args, const Description& what) {
+  // Two pointers: std::function holds them without allocating.
+  Body here = [a = impl.algorithms.get(), p = &args](Channel& ch) { (a->*Method)(ch, *p); };
+  auto own = [](Communicator::Impl& impl) -> Body {
+    return [a = impl.algorithms, args = reusable<Args>()](Channel& ch) { ((*a).*Method)(ch, args); };
+  };
+  return {std::move(here), own, what};
 }
 
 Bound allreduce(Communicator::Impl& impl, const Call& c) {
@@ -78,23 +88,23 @@ Bound allreduce(Communicator::Impl& impl, const Call& c) {
     throw InvalidArgument("allreduce: CollectiveOptions::chunk_bytes must be 0 (the communicator's) or >= 4096 (got " +
                           std::to_string(c.options.chunk_bytes) + ")");
   }
-  const AllreduceArgs args{
-      c.input, c.output, c.count, c.dtype, c.reduce, impl.endpoints.memory_type(c.options), c.options.chunk_bytes};
-  return {body_of(impl.algorithms, &Algorithms::allreduce, args), {Collective::allreduce, c.count, c.dtype, c.reduce}};
+  auto& args = reusable<AllreduceArgs>();
+  args = {c.input, c.output, c.count, c.dtype, c.reduce, impl.endpoints.memory_type(c.options), c.options.chunk_bytes};
+  return bind<&Algorithms::allreduce>(impl, args, {Collective::allreduce, c.count, c.dtype, c.reduce});
 }
 
 Bound reduce_scatter(Communicator::Impl& impl, const Call& c) {
   require_buffers("reduce_scatter", c.input, c.output, c.count);
-  const ReduceScatterArgs args{c.input, c.output, c.count, c.dtype, c.reduce, impl.endpoints.memory_type(c.options)};
-  return {body_of(impl.algorithms, &Algorithms::reduce_scatter, args),
-          {Collective::reduce_scatter, c.count, c.dtype, c.reduce}};
+  auto& args = reusable<ReduceScatterArgs>();
+  args = {c.input, c.output, c.count, c.dtype, c.reduce, impl.endpoints.memory_type(c.options)};
+  return bind<&Algorithms::reduce_scatter>(impl, args, {Collective::reduce_scatter, c.count, c.dtype, c.reduce});
 }
 
 Bound allgather(Communicator::Impl& impl, const Call& c) {
   require_buffers("allgather", c.input, c.output, c.count);
-  const AllgatherArgs args{c.input, c.output, c.count, c.dtype, impl.endpoints.memory_type(c.options)};
-  return {body_of(impl.algorithms, &Algorithms::allgather, args),
-          {Collective::allgather, c.count, c.dtype, std::nullopt}};
+  auto& args = reusable<AllgatherArgs>();
+  args = {c.input, c.output, c.count, c.dtype, impl.endpoints.memory_type(c.options)};
+  return bind<&Algorithms::allgather>(impl, args, {Collective::allgather, c.count, c.dtype, std::nullopt});
 }
 
 Bound broadcast(Communicator::Impl& impl, const Call& c) {
@@ -102,13 +112,16 @@ Bound broadcast(Communicator::Impl& impl, const Call& c) {
   if (c.count > 0 && (!c.output || (impl.ctx.rank() == c.root && !c.input))) {
     throw InvalidArgument("broadcast: null buffer with count " + std::to_string(c.count));
   }
-  const BroadcastArgs args{c.input, c.output, c.count, c.dtype, c.root, impl.endpoints.memory_type(c.options)};
-  return {body_of(impl.algorithms, &Algorithms::broadcast, args),
-          {Collective::broadcast, c.count, c.dtype, std::nullopt, c.root}};
+  auto& args = reusable<BroadcastArgs>();
+  args = {c.input, c.output, c.count, c.dtype, c.root, impl.endpoints.memory_type(c.options)};
+  return bind<&Algorithms::broadcast>(impl, args, {Collective::broadcast, c.count, c.dtype, std::nullopt, c.root});
 }
 
 Bound barrier(Communicator::Impl& impl, const Call&) {
-  return {[a = impl.algorithms](Channel& ch) { a->barrier(ch); }, {Collective::barrier, 0, std::nullopt, std::nullopt}};
+  auto own = [](Communicator::Impl& impl) -> Body { return [a = impl.algorithms](Channel& ch) { a->barrier(ch); }; };
+  return {[a = impl.algorithms.get()](Channel& ch) { a->barrier(ch); },
+          own,
+          {Collective::barrier, 0, std::nullopt, std::nullopt}};
 }
 
 // An all-to-all's arguments filled in (blocks completed) and checked.
@@ -132,18 +145,18 @@ Description check_alltoallv(Communicator::Impl& impl, const Call& c, AlltoallvAr
 }
 
 Bound alltoallv(Communicator::Impl& impl, const Call& c) {
-  AlltoallvArgs args;
+  auto& args = reusable<AlltoallvArgs>();
   const Description what = check_alltoallv(impl, c, args);
-  return {body_of(impl.algorithms, &Algorithms::alltoallv, args), what};
+  return bind<&Algorithms::alltoallv>(impl, args, what);
 }
 
 Bound reduce(Communicator::Impl& impl, const Call& c) {
   check_root("reduce", c.root, impl.ctx.size());
   check_buffer("reduce", "input", c.input, c.count);
   if (impl.ctx.rank() == c.root) check_buffer("reduce", "output", c.output, c.count);
-  const ReduceArgs args{c.input, c.output, c.count, c.dtype, c.reduce, c.root, impl.endpoints.memory_type(c.options)};
-  return {body_of(impl.algorithms, &Algorithms::reduce, args),
-          {Collective::reduce, c.count, c.dtype, c.reduce, c.root}};
+  auto& args = reusable<ReduceArgs>();
+  args = {c.input, c.output, c.count, c.dtype, c.reduce, c.root, impl.endpoints.memory_type(c.options)};
+  return bind<&Algorithms::reduce>(impl, args, {Collective::reduce, c.count, c.dtype, c.reduce, c.root});
 }
 
 // gather(v), scatter(v), allgatherv. The blocks matter on the root only
@@ -155,7 +168,10 @@ Bound variable(Communicator::Impl& impl, const Call& c) {
   const bool everyone = c.op == Op::allgatherv;
   const bool scatter = c.op == Op::scatter || c.op == Op::scatterv;
   const bool equal = c.op == Op::gather || c.op == Op::scatter;
-  VariableArgs args{c.input, c.output, c.count, {}, c.dtype, everyone ? 0 : c.root, c.options.memory, equal};
+  auto& args = reusable<VariableArgs>();
+  Blocks blocks = std::move(args.blocks);  // its capacity kept; filled on the root (every rank: allgatherv)
+  blocks.counts.clear(), blocks.displs.clear();
+  args = {c.input, c.output, c.count, std::move(blocks), c.dtype, everyone ? 0 : c.root, c.options.memory, equal};
   if (!everyone) check_root(what, c.root, n);
   if (everyone || rank == c.root) {
     if (equal) {
@@ -173,18 +189,20 @@ Bound variable(Communicator::Impl& impl, const Call& c) {
   check_buffer(what, scatter ? "output" : "input", scatter ? args.output : args.input, args.count);
   args.memory = impl.endpoints.memory_type({std::nullopt, args.memory});
   const Description d{kind, args.count, args.dtype, std::nullopt, everyone ? -1 : args.root};
-  if (scatter) return {body_of(impl.algorithms, &Algorithms::scatterv, args), d};
-  if (everyone) return {body_of(impl.algorithms, &Algorithms::allgatherv, args), d};
-  return {body_of(impl.algorithms, &Algorithms::gatherv, args), d};
+  if (scatter) return bind<&Algorithms::scatterv>(impl, args, d);
+  if (everyone) return bind<&Algorithms::allgatherv>(impl, args, d);
+  return bind<&Algorithms::gatherv>(impl, args, d);
 }
 
 Bound reduce_scatterv(Communicator::Impl& impl, const Call& c) {
-  ReduceScattervArgs args{c.input, c.output, complete("reduce_scatterv", "blocks", c.send, impl.ctx.size()),
-                          c.dtype, c.reduce, impl.endpoints.memory_type(c.options)};
+  auto& args = reusable<ReduceScattervArgs>();
+  complete_into(args.blocks, "reduce_scatterv", "blocks", c.send, impl.ctx.size());
+  args.input = c.input, args.output = c.output, args.dtype = c.dtype, args.op = c.reduce;
+  args.memory = impl.endpoints.memory_type(c.options);
   check_buffer("reduce_scatterv", "input", c.input, total(args.blocks));
   check_buffer("reduce_scatterv", "output", c.output, args.blocks.counts[size_t(impl.ctx.rank())]);
-  return {body_of(impl.algorithms, &Algorithms::reduce_scatterv, args),
-          {Collective::reduce_scatterv, total(args.blocks), c.dtype, c.reduce}};
+  return bind<&Algorithms::reduce_scatterv>(impl, args,
+                                            {Collective::reduce_scatterv, total(args.blocks), c.dtype, c.reduce});
 }
 
 using Binder = Bound (*)(Communicator::Impl&, const Call&);
@@ -202,18 +220,6 @@ P2POp message(const Call& c) {
   return {P2POp::recv, c.output, c.count, c.dtype, c.peer, c.tag};
 }
 
-// A blocking all-to-all: on this thread, with arguments reused call after
-// call (the blocks keep their capacity, so the steady path allocates
-// nothing), when the communicator is idle; else queued with its own copy.
-void run_alltoallv(Communicator::Impl& impl, const Call& c) {
-  thread_local AlltoallvArgs args;
-  const Description what = check_alltoallv(impl, c, args);
-  // Two pointers: std::function holds them without allocating.
-  Body borrowed = [a = impl.algorithms.get()](Channel& ch) { a->alltoallv(ch, args); };
-  if (impl.engine.try_run_here(borrowed, c.options, what)) return;
-  impl.engine.run_blocking(body_of(impl.algorithms, &Algorithms::alltoallv, args), c.options, what);
-}
-
 }  // namespace
 
 Request Communicator::start(const Call& call) {
@@ -223,8 +229,8 @@ Request Communicator::start(const Call& call) {
     const P2POp one = message(call);
     return engine.start_p2p({&one, 1}, call.options);
   }
-  Bound b = kBinders[size_t(call.op)](*impl_, call);
-  return engine.submit(true, std::move(b.body), call.options, b.what);
+  const Bound b = kBinders[size_t(call.op)](*impl_, call);
+  return engine.submit(true, b.own(*impl_), call.options, b.what);
 }
 
 int Communicator::run(const Call& call) {
@@ -234,12 +240,8 @@ int Communicator::run(const Call& call) {
     const P2POp one = message(call);
     return engine.run_p2p(&one, 1, call.options);
   }
-  if (call.op == Op::alltoall || call.op == Op::alltoallv) {
-    run_alltoallv(*impl_, call);
-    return -1;
-  }
   Bound b = kBinders[size_t(call.op)](*impl_, call);
-  engine.run_blocking(std::move(b.body), call.options, b.what);
+  if (!engine.try_run_here(b.here, call.options, b.what)) engine.run_blocking(b.own(*impl_), call.options, b.what);
   return -1;
 }
 

@@ -164,15 +164,17 @@ class RingAlgorithms final : public Algorithms {
   // reduce-scatters and scatterv run, which take slots 0, 2, 3 and 4.
   static constexpr int kAliasedSlot = 5;
 
-  // The all-to-all that moves a gatherv's blocks to the root (gather) or a scatterv's from it.
-  static AlltoallvArgs rooted_as_alltoallv(const Channel& ch, const VariableArgs& a, bool gather) {
+  // The all-to-all that moves a gatherv's blocks to the root (gather) or a
+  // scatterv's from it; the thread's own, refilled by each call (its blocks
+  // keep their capacity: a small rooted call allocates nothing).
+  static const AlltoallvArgs& rooted_as_alltoallv(const Channel& ch, const VariableArgs& a, bool gather) {
     const size_t n = size_t(ch.size()), root = size_t(a.root);
-    AlltoallvArgs x;
+    thread_local AlltoallvArgs x;
     x.input = a.input;
     x.output = a.output;
     x.dtype = a.dtype;
     x.memory = a.memory;
-    x.send = x.recv = Blocks{std::vector<size_t>(n, 0), std::vector<size_t>(n, 0)};
+    for (Blocks* b : {&x.send, &x.recv}) b->counts.assign(n, 0), b->displs.assign(n, 0);
     Blocks& one = gather ? x.send : x.recv;  // this rank's block, to or from the root
     Blocks& all = gather ? x.recv : x.send;  // the root's blocks, from or to every rank
     one.counts[root] = a.count;
