@@ -88,11 +88,11 @@ write("text", "slurm_nodelist", env({24: b"0", 25: b"8", 26: b"0", 29: b"4242", 
 write("text", "shm_paths", env({}) + b"\0allreduce:heap:256K-16M=timed, alltoall:*:1M-=cma,*:shared:*=staged")
 write("text", "shm_paths_bad", env({}) + b"\0allreduce:heap:16M-256K=timed,reduce::=mapped,*:*:8K-=cma,x")
 
-# shm_header: two slot headers (32 bytes each: stamp, reduced, Call{count, kind, dtype, op, root}).
+# shm_header: two slot headers (40 bytes each: stamp, reduced, Call{count, kind, dtype, op, root}, history).
 def call(count, kind, dtype, op, root):
     return struct.pack("<QBBBxi", count, kind, dtype, op, root)
-def slot(stamp, c):
-    return struct.pack("<QQ", stamp, 0) + c
+def slot(stamp, c, history=0):
+    return struct.pack("<QQ", stamp, 0) + c + struct.pack("<Q", history)
 write("shm_header", "same_allreduce", slot(1, call(1024, 1, 0, 0, -1)) + slot(1, call(1024, 1, 0, 0, -1)))
 write("shm_header", "dtype_differs", slot(5, call(7, 1, 0, 0, -1)) + slot(5, call(7, 1, 2, 0, -1)))
 write("shm_header", "broadcast_root", slot(2, call(9, 4, 6, 0, 3)) + slot(2, call(9, 4, 6, 0, 1)))

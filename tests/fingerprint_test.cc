@@ -1,7 +1,9 @@
 // Collective fingerprints: ranks that call different collectives (kind, op,
 // dtype, count or root differ, or one skips a call) must all fail inside that
 // call with CollectiveMismatch naming the call's number, the field and the
-// ranks, through shared memory and over UCX alike; never time out, never mix data.
+// ranks, through shared memory and over UCX alike; never time out, never mix
+// data. Through shared memory a rank that only sends in a rooted call returns
+// once staged and fails at its next call instead.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -187,6 +189,24 @@ TEST_P(Fingerprint, GatherRootIsNamed) {
                     c.gather(in.data(), out.data(), 1024, DataType::f32, c.rank() == 0 ? 0 : 1);
                   },
                   {"call #2", "(the root differs)"});
+}
+
+// Both ranks only send: rank 0 gathers to rank 1 while rank 1 scatters from
+// itself. Through shared memory both return once staged, and the next call
+// finds that their earlier calls differ; over UCX the fingerprints say it at once.
+TEST_P(Fingerprint, SendingSidesMismatchIsNamedByTheNextCall) {
+  const bool shared = GetParam();
+  expect_mismatch(2, shared,
+                  [](Communicator& c) {
+                    std::vector<float> in(2048, 1.0f), out(2048);
+                    if (c.rank() == 0) {
+                      c.gather(in.data(), out.data(), 1024, DataType::f32, 1);
+                    } else {
+                      c.scatter(in.data(), out.data(), 1024, DataType::f32, 1);
+                    }
+                    allreduce(c, 1024, DataType::f32, ReduceOp::sum);
+                  },
+                  {shared ? "earlier calls through shared memory differ" : "(the kind differs)"});
 }
 
 // Rank 1 skips the last call: it destroys its communicator instead.

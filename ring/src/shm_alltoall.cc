@@ -30,19 +30,30 @@ namespace tandem::ring {
 namespace {
 
 // What every rank sends and receives: counts and displacements in elements.
-// alltoall: every count `equal`, nothing stored (no allocation on the small path).
+// alltoall: every count `equal`, nothing stored (no allocation on the small
+// path); gather and scatter (`root` >= 0): `equal` to or from the root.
 struct Matrix {
   int n = 0;
   size_t equal = 0;
   std::vector<size_t> send_counts, send_displs, recv_counts;  // [p * n + q]: rank p's entry for rank q
+  int root = -1;
+  bool gather = false;
 
   bool stored() const { return !send_counts.empty(); }
-  size_t send_count(int p, int q) const { return stored() ? send_counts[size_t(p * n + q)] : equal; }
-  size_t send_displ(int p, int q) const { return stored() ? send_displs[size_t(p * n + q)] : size_t(q) * equal; }
-  size_t recv_count(int p, int q) const { return stored() ? recv_counts[size_t(p * n + q)] : equal; }
+  bool rooted() const { return root >= 0; }
+  size_t send_count(int p, int q) const {
+    if (stored()) return send_counts[size_t(p * n + q)];
+    return !rooted() || (gather ? q : p) == root ? equal : 0;
+  }
+  size_t send_displ(int p, int q) const {
+    if (stored()) return send_displs[size_t(p * n + q)];
+    return rooted() && gather ? 0 : size_t(q) * equal;  // a gather's input is the one block
+  }
+  size_t recv_count(int p, int q) const { return stored() ? recv_counts[size_t(p * n + q)] : send_count(q, p); }
   size_t largest_block() const { return stored() ? *std::max_element(send_counts.begin(), send_counts.end()) : equal; }
   size_t total() const {
-    return stored() ? std::accumulate(send_counts.begin(), send_counts.end(), size_t(0)) : equal * size_t(n * n);
+    if (stored()) return std::accumulate(send_counts.begin(), send_counts.end(), size_t(0));
+    return equal * size_t(rooted() ? n : n * n);
   }
 };
 
@@ -70,7 +81,7 @@ Matrix exchange_directory(Segments& s, const AlltoallvArgs& a) {
   }
   const size_t bytes = mine.size() * sizeof(uint64_t);
   s.staged(
-      1, -1, [&](size_t, std::byte* slot) { s.counted_copy(slot, mine.data(), bytes); },
+      1, {}, [&](size_t, std::byte* slot) { s.counted_copy(slot, mine.data(), bytes); },
       [&](size_t, auto slot_of) {
         for (int p = 0; p < n; ++p) {
           if (p != s.rank()) unpack(p, slot_of(p));
@@ -147,12 +158,14 @@ void direct_alltoallv(Segments& s, const AlltoallvArgs& a, const Matrix& m, Reac
   s.finish([&] { copy_own_run(s, a, t, 0, a.send.counts[size_t(r)]); });
 }
 
-void staged_alltoallv(Segments& s, const AlltoallvArgs& a, const Matrix& m, const Target& t) {
+// A gather's or scatter's ranks that only send return once staged (Flow).
+void staged_alltoallv(Segments& s, const AlltoallvArgs& a, const Matrix& m, const Target& t, const RingOptions& o) {
   const int n = s.size(), r = s.rank();
   const size_t es = dtype_size(a.dtype), per_block = std::max<size_t>(1, s.chunk_bytes() / es / size_t(n));
   auto run = [&](size_t count, size_t i) { return std::min(per_block, count - std::min(count, i * per_block)); };
   s.staged(
-      chunks_for(m.largest_block(), per_block), -1,
+      chunks_for(m.largest_block(), per_block),
+      !m.rooted() ? Flow{} : rooted_flow(o, m.gather ? Flow{-1, m.root} : Flow{m.root, -1}),
       [&](size_t i, std::byte* slot) {
         for (int q = 0; q < n; ++q) {
           const size_t count = run(a.send.counts[size_t(q)], i);
@@ -183,8 +196,12 @@ void shm_alltoallv(Channel& ch, const AlltoallvArgs& a, const RingOptions& o, co
   const size_t es = dtype_size(a.dtype), count = a.send.counts[0];
   if (a.equal && count == 0) return;
   Segments s(ch, o.shm_chunk_bytes, called);
-  const Matrix m = a.equal ? Matrix{n, count, {}, {}, {}} : exchange_directory(s, a);
-  if (!a.equal) check_matrix(m);
+  // A gather's or scatter's counts are known everywhere: no directory.
+  const bool rooted = called.kind == Kind::gather || called.kind == Kind::scatter;
+  const Matrix m = a.equal  ? Matrix{n, count, {}, {}, {}}
+                   : rooted ? Matrix{n, called.count, {}, {}, {}, called.root, called.kind == Kind::gather}
+                            : exchange_directory(s, a);
+  if (m.stored()) check_matrix(m);
   if (m.total() == 0) return;
   const size_t per_rank = m.total() * es / size_t(n);  // the same on every rank
   const size_t in_bytes = extent(a.send, es), out_bytes = extent(a.recv, es);
@@ -208,7 +225,7 @@ void shm_alltoallv(Channel& ch, const AlltoallvArgs& a, const RingOptions& o, co
   if (reach != Reach::staged) {
     direct_alltoallv(s, a, m, reach, target);
   } else {
-    staged_alltoallv(s, a, m, target);
+    staged_alltoallv(s, a, m, target, o);
   }
   if (aside) s.counted_copy(out, target.out, out_bytes);
   end_trial(path.heap);

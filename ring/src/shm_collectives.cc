@@ -95,18 +95,19 @@ size_t shm_chunk_for_segment(size_t segment_bytes) {
 
 namespace {
 
-// `keeps`: this rank writes the result to its output (a reduce: the root
-// only; the other ranks stage, and fold their slice for the root).
-void staged_allreduce(Segments& s, const AllreduceArgs& a, const RingOptions& o, size_t chunk_bytes,
-                      bool keeps = true) {
+// `keeper`: the rank that writes the result to its output (a reduce's root;
+// -1: every rank). The other ranks stage, and in the split all-reduce fold
+// their slice for it; unsplit, they return once staged.
+void staged_allreduce(Segments& s, const AllreduceArgs& a, const RingOptions& o, size_t chunk_bytes, int keeper = -1) {
   const size_t esize = dtype_size(a.dtype), bytes = a.count * esize;
+  const bool keeps = keeper < 0 || keeper == s.rank();
   const size_t per_chunk = chunk_bytes / esize;
   auto stage = [&](size_t i, std::byte* slot) {
     const size_t begin = i * per_chunk;
     s.counted_copy(slot, bytes_of(a.input) + begin * esize, std::min(per_chunk, a.count - begin) * esize);
   };
   if (s.size() < o.shm_split_min_ranks || s.size() < 2 || bytes < o.shm_split_min_bytes) {
-    s.staged(chunks_for(a.count, per_chunk), -1, stage, [&](size_t i, auto slot_of) {
+    s.staged(chunks_for(a.count, per_chunk), rooted_flow(o, {-1, keeper}), stage, [&](size_t i, auto slot_of) {
       if (!keeps) return;
       const size_t begin = i * per_chunk;
       fold(s, {a.dtype, a.op, std::min(per_chunk, a.count - begin)}, bytes_of(a.output) + begin * esize, slot_of, 0);
@@ -157,7 +158,7 @@ void shm_reduce(Channel& ch, const ReduceArgs& a, const RingOptions& o) {
   Segments s(ch, o.shm_chunk_bytes, call_of(Kind::reduce, a.count, a.dtype, a.op, a.root));
   const bool root = s.rank() == a.root;
   const AllreduceArgs all{a.input, root ? a.output : nullptr, a.count, a.dtype, a.op, a.memory};
-  staged_allreduce(s, all, o, o.shm_chunk_bytes, root);
+  staged_allreduce(s, all, o, o.shm_chunk_bytes, a.root);
 }
 
 void shm_allreduce(Channel& ch, const AllreduceArgs& a, const RingOptions& o, size_t chunk_bytes) {
@@ -186,7 +187,7 @@ void shm_reduce_scatter(Channel& ch, const ReduceScatterArgs& a, const RingOptio
   if (reach != Reach::staged) return direct_reduce_scatter(s, ch, a, reach);
   const size_t per_block = std::max<size_t>(1, chunk_bytes / esize / n);
   s.staged(
-      chunks_for(a.count, per_block), -1,
+      chunks_for(a.count, per_block), {},
       [&](size_t i, std::byte* slot) {
         const size_t begin = i * per_block, count = std::min(per_block, a.count - begin);
         for (size_t b = 0; b < n; ++b) {
@@ -224,7 +225,7 @@ void shm_allgather(Channel& ch, const AllgatherArgs& a, const RingOptions& o) {
     return direct_allgather(s, a, reach);
   }
   s.staged(
-      chunks_for(a.count, per_chunk), -1,
+      chunks_for(a.count, per_chunk), {},
       [&](size_t i, std::byte* slot) {
         const size_t begin = i * per_chunk;
         s.counted_copy(slot, in + begin * esize, std::min(per_chunk, a.count - begin) * esize);
@@ -254,7 +255,7 @@ void shm_broadcast(Channel& ch, const BroadcastArgs& a, const RingOptions& o) {
   const Reach reach = arrive_direct(s, path, {bytes, root ? a.input : nullptr, bytes, a.output, false, a.root});
   if (reach != Reach::staged) return direct_broadcast(s, a, reach);
   s.staged(
-      chunks_for(a.count, per_chunk), a.root,
+      chunks_for(a.count, per_chunk), {a.root},
       [&](size_t i, std::byte* slot) {
         const size_t begin = i * per_chunk;
         s.counted_copy(slot, bytes_of(a.input) + begin * esize, std::min(per_chunk, a.count - begin) * esize);

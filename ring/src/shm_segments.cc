@@ -8,6 +8,7 @@ bool Segments::arrive(bool present, const void* in, void* out, const SharedRef* 
   arrival_ = ++self_->direct_calls;
   if (!present) return false;
   self_->call = call_;
+  self_->arrived_history = history_;
   self_->input = input ? *input : SharedRef{};
   self_->output = output ? *output : SharedRef{};
   self_->input_address = uint64_t(uintptr_t(in));
@@ -24,7 +25,7 @@ bool Segments::arrive(bool present, const void* in, void* out, const SharedRef* 
     const SlotHeader* h = header(p, self_->next);
     for (unsigned spins = 1; load_acquire(c->arrived) < arrival_; ++spins) {
       if (load_acquire(h->stamp) == self_->next + 1) {  // p staged the next chunk: this call, or a mismatch
-        check_same_call(p, h->call);
+        check_same_calls(p, h->call, h->history);
         return false;
       }
       ch_.idle(p, spins);
@@ -34,10 +35,11 @@ bool Segments::arrive(bool present, const void* in, void* out, const SharedRef* 
     // waits for every rank to finish) and may have published a later call's
     // here: stage too; the slots carry this call for the check.
     const Call theirs = c->call;
+    const uint64_t history = c->arrived_history;
     shared_[size_t(p)] = {c->input.fd >= 0, c->output.fd >= 0};
     if (p == 0) rank0_offer_ = c->offer, rank0_maps_ = c->maps != 0;
     if (load_acquire(c->arrived) != arrival_) return false;
-    check_same_call(p, theirs);
+    check_same_calls(p, theirs, history);
   }
   shared_[size_t(r_)] = {input != nullptr, output != nullptr};
   return true;
@@ -75,6 +77,17 @@ void Segments::check_same_call(int peer, const Call& theirs) const {
                            std::to_string(peer) + " called " + theirs.str() + " while rank " + std::to_string(r_) +
                            " called " + call_.str() +
                            "; every rank must issue the same collectives with the same arguments in the same order");
+}
+
+void Segments::check_same_calls(int peer, const Call& theirs, uint64_t history) const {
+  check_same_call(peer, theirs);
+  if (history == history_) return;
+  throw CollectiveMismatch("mismatched collectives before this " + call_.str() + ": rank " + std::to_string(peer) +
+                           "'s earlier calls through shared memory differ from rank " + std::to_string(r_) +
+                           "'s. A rooted call's sending side (a gather's or reduce's non-root ranks, a scatter's or "
+                           "broadcast's root) returns without waiting for its receivers, so such a mismatch shows at "
+                           "the next call the ranks wait in; the flight recorders name each rank's calls. Every rank "
+                           "must issue the same collectives with the same arguments in the same order");
 }
 
 }  // namespace tandem::ring

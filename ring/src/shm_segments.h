@@ -21,6 +21,22 @@ namespace tandem::ring {
 inline const std::byte* bytes_of(const void* p) { return static_cast<const std::byte*>(p); }
 inline std::byte* bytes_of(void* p) { return static_cast<std::byte*>(p); }
 
+// Who stages a staged() call's chunks and who reads them (-1: every rank).
+// A rank that reads nothing returns once its part is staged, waiting for no
+// peer (a rooted call's sending side, as MPI's eager sends): its receivers
+// check its call, and it checks theirs through the calls' digest at its next
+// wait on a peer (followed_by).
+struct Flow {
+  int stager = -1;
+  int reader = -1;
+};
+
+// A rooted call's flow, unless ranks outnumber cores. There a sending side
+// that ran ahead would only wait for a free slot, taking the core from the
+// receiver it waits for: every rank stages and waits for every other
+// instead (docs/algorithms.md, 'shm: rooted calls return once staged').
+inline Flow rooted_flow(const RingOptions& o, Flow flow) { return o.ranks_outnumber_cores ? Flow{} : flow; }
+
 // The slot protocol and the arrival/finish handshake over the segments.
 class Segments {
  public:
@@ -32,7 +48,10 @@ class Segments {
         r_(ch.rank()),
         chunk_bytes_(chunk_bytes),
         call_(call),
-        self_(control(r_)) {}
+        self_(control(r_)),
+        history_(self_->history) {
+    self_->history = followed_by(history_, call_);
+  }
 
   static uint64_t now_ns() {
     return uint64_t(
@@ -60,35 +79,40 @@ class Segments {
   }
 
   // Runs `chunks` staged steps. stage(i, slot) fills this rank's slot with
-  // its part of chunk i; consume(i, slot_of) reads the stagers' slots
-  // (slot_of(p) for rank p). `stager` < 0: every rank stages; else only it.
-  // meanwhile(i): chunk i's work that needs no peer, run once the chunk
-  // after it is staged, while the peers read instead of before they can.
+  // its part of chunk i, on the flow's stagers; every rank stamps its slot
+  // with the call, staging or not, so a peer in another call learns it.
+  // consume(i, slot_of) reads the stagers' slots (slot_of(p) for rank p), on
+  // the flow's readers. meanwhile(i): chunk i's work that needs no peer, run
+  // once the chunk after it is staged, while the peers read instead of
+  // before they can.
   template <class Stage, class Consume, class Meanwhile = void (*)(size_t)>
   void staged(
-      size_t chunks, int stager, Stage stage, Consume consume, Meanwhile meanwhile = [](size_t) {}) {
+      size_t chunks, Flow flow, Stage stage, Consume consume, Meanwhile meanwhile = [](size_t) {}) {
     const uint64_t first = self_->next;
     self_->next = first + chunks;
-    const bool stages = stager < 0 || stager == r_;
+    const bool stages = flow.stager < 0 || flow.stager == r_;
+    const bool reads = flow.reader < 0 || flow.reader == r_;
     for (size_t i = 0; i < chunks; ++i) {
-      if (stages && i == 0) stage_chunk(first, 0, stage, chunks == 1);
-      if (stages && i + 1 < chunks) stage_chunk(first + i + 1, i + 1, stage, false);
+      if (i == 0) stage_chunk(first, 0, stage, stages, chunks == 1);
+      if (i + 1 < chunks) stage_chunk(first + i + 1, i + 1, stage, stages, false);
       meanwhile(i);
       const uint64_t g = first + i;
-      for (int p = 0; p < n_; ++p) {
-        if (p == r_ || (stager >= 0 && p != stager)) continue;
-        SlotHeader* h = header(p, g);
-        const Control* c = control(p);
-        await(p, h->stamp, g + 1,
-              [&]() -> const Call* { return load_acquire(c->arrived) > self_->direct_calls ? &c->call : nullptr; });
-        check_same_call(p, h->call);
+      if (reads) {
+        for (int p = 0; p < n_; ++p) {
+          if (p == r_ || (flow.stager >= 0 && p != flow.stager)) continue;
+          SlotHeader* h = header(p, g);
+          const Control* c = control(p);
+          await(p, h->stamp, g + 1,
+                [&]() -> const Call* { return load_acquire(c->arrived) > self_->direct_calls ? &c->call : nullptr; });
+          check_same_calls(p, h->call, h->history);
+        }
+        // Every peer staged chunk g, so each had consumed every chunk before
+        // g - 1 (it stages one chunk ahead of what it consumes): slots known
+        // free without reading the peers' `consumed`, whose line then stays
+        // in its writer's cache instead of crossing cores every call.
+        if (flow.stager < 0 && g >= 1) self_->peers_consumed = std::max(self_->peers_consumed, g - 1);
+        consume(i, [&](int p) -> const std::byte* { return data(header(p, g)); });
       }
-      // Every peer staged chunk g, so each had consumed every chunk before
-      // g - 1 (it stages one chunk ahead of what it consumes): slots known
-      // free without reading the peers' `consumed`, whose line then stays
-      // in its writer's cache instead of crossing cores every call.
-      if (stager < 0 && g >= 1) self_->peers_consumed = std::max(self_->peers_consumed, g - 1);
-      consume(i, [&](int p) -> const std::byte* { return data(header(p, g)); });
       store_release(self_->consumed, g + 1);
     }
   }
@@ -99,7 +123,7 @@ class Segments {
   template <class Stage, class Reduce, class Gather>
   void staged_split(size_t chunks, Stage stage, Reduce reduce, Gather gather) {
     const uint64_t first = self_->next;  // staged() numbers this call's chunks from here
-    staged(chunks, -1, stage, [&](size_t i, auto slot_of) {
+    staged(chunks, {}, stage, [&](size_t i, auto slot_of) {
       const uint64_t g = first + i;
       SlotHeader* own = header(r_, g);
       reduce(i, slot_of, data(own));
@@ -160,17 +184,19 @@ class Segments {
   }
   static std::byte* data(SlotHeader* h) { return reinterpret_cast<std::byte*>(h) + kHeaderBytes; }
 
-  // `alone`: the call's only chunk, fenced after its stamp, before the wait
-  // for the peers' stamps: small calls ran faster so, pipelined ones no
-  // faster (docs/algorithms.md, 'shm: a fence after a lone chunk').
+  // `stages`: fill the slot (else stamp it only). `alone`: the call's only
+  // chunk, fenced after its stamp, before the wait for the peers' stamps:
+  // small calls ran faster so, pipelined ones no faster (docs/algorithms.md,
+  // 'shm: a fence after a lone chunk').
   template <class Stage>
-  void stage_chunk(uint64_t g, size_t i, Stage& stage, bool alone) {
+  void stage_chunk(uint64_t g, size_t i, Stage& stage, bool stages, bool alone) {
     if (g >= kSlots) wait_for_free_slot(g - kSlots + 1);
     SlotHeader* h = header(r_, g);
-    stage(i, data(h));
+    if (stages) stage(i, data(h));
     // The call beside the stamp, after the data: a peer already polling this
     // line would otherwise take it back between the two writes.
     h->call = call_;
+    h->history = history_;
     store_release(h->stamp, g + 1);
     if (alone) std::atomic_thread_fence(std::memory_order_seq_cst);
   }
@@ -197,6 +223,8 @@ class Segments {
   }
 
   void check_same_call(int peer, const Call& theirs) const;
+  // The call, then the calls before it (`history`: followed_by's digest).
+  void check_same_calls(int peer, const Call& theirs, uint64_t history) const;
 
   Channel& ch_;
   SharedMemory& memory_;
@@ -205,6 +233,7 @@ class Segments {
   const size_t chunk_bytes_;
   const Call call_;
   Control* const self_;
+  const uint64_t history_;  // this rank's calls before this one (followed_by)
   uint64_t arrival_ = 0;
   Offer offer_ = Offer::staged, rank0_offer_ = Offer::staged;
   bool maps_ = false, rank0_maps_ = false;

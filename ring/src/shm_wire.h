@@ -47,6 +47,20 @@ struct Call {
   }
 };
 
+// A digest of the calls a rank ran through its segments, in order: equal on
+// every rank while their calls matched. A rooted call's sending side returns
+// without waiting for its receivers, so its call is checked late: a rank
+// compares the digests at its next wait on a peer.
+inline uint64_t followed_by(uint64_t history, const Call& c) {
+  uint64_t x = history ^ (c.count * 0x9e3779b97f4a7c15ull) ^
+               (uint64_t(c.kind) << 48 | uint64_t(c.dtype) << 40 | uint64_t(c.op) << 32 | uint32_t(c.root));
+  x ^= x >> 31;  // splitmix64's finish: every input bit moves every output bit
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
 // How a direct call goes when not every rank's buffers are mapped: rank 0
 // offers it with its arrival and every rank follows, so all take one path
 // whatever their own path tables say.
@@ -83,10 +97,12 @@ struct Control {
   alignas(kCacheLine) uint64_t next;  // the next chunk number
   uint64_t peers_consumed;            // a bound on every peer's `consumed`: as last read, or as their stamps imply
   uint64_t direct_calls;              // arrival numbers taken (one per direct-eligible call)
+  uint64_t history;                   // followed_by() over the calls run so far, this one included
   uint64_t path_calls[kPathFamilies][kPathClasses];  // calls of each timed family and class (PathTrials)
   // Peers read these once `arrived` says so:
   alignas(kCacheLine) uint64_t arrived;  // the arrival number of this rank's latest direct-eligible call
   Call call;
+  uint64_t arrived_history;                // `history` before `call`
   SharedRef input, output;                 // fd -1: not in allocate_shared memory
   uint64_t input_address, output_address;  // in this rank's own process (for cross-memory attach)
   Offer offer;                             // rank 0's word on this call, for buffers not all mapped
@@ -99,6 +115,7 @@ struct SlotHeader {
   uint64_t stamp;    // chunk number + 1 once the data is in
   uint64_t reduced;  // chunk number + 1 once this rank's reduced slice is in (split all-reduce)
   Call call;
+  uint64_t history;  // the stager's calls before `call` (followed_by)
 };
 
 // Every rank of a host runs one build, but the layout is what peers read by
@@ -106,7 +123,8 @@ struct SlotHeader {
 static_assert(std::is_trivially_copyable_v<Call> && std::is_standard_layout_v<Call>);
 static_assert(sizeof(Call) == 16 && offsetof(Call, kind) == 8 && offsetof(Call, root) == 12);
 static_assert(std::is_trivially_copyable_v<SlotHeader> && std::is_standard_layout_v<SlotHeader>);
-static_assert(sizeof(SlotHeader) == 32 && offsetof(SlotHeader, call) == 16, "fuzz/make_seeds.py writes this layout");
+static_assert(sizeof(SlotHeader) == 40 && offsetof(SlotHeader, call) == 16 && offsetof(SlotHeader, history) == 32,
+              "fuzz/make_seeds.py writes this layout");
 static_assert(sizeof(SlotHeader) <= kHeaderBytes, "the stamp and the call share one line");
 static_assert(sizeof(PathTrials) == 6 * sizeof(uint64_t));
 static_assert(std::is_trivially_copyable_v<Control> && std::is_standard_layout_v<Control>);
