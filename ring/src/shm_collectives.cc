@@ -59,6 +59,12 @@ std::string kib(size_t b) {
   return b >= (1 << 20) ? std::to_string(b >> 20) + " MiB" : std::to_string(b >> 10) + " KiB";
 }
 
+// Up to this size a reduce stays unsplit where its sending ranks return once
+// staged: the root folding alone beat the split, whose second hand-off the
+// senders wait for (2 ranks: 1.34x at 16 KiB, 1.10x at 64 KiB, 0.92x at 128
+// KiB; docs/algorithms.md, 'shm: rooted calls return once staged').
+constexpr size_t kReduceUnsplitMaxBytes = 64 << 10;
+
 }  // namespace
 
 std::string shared_memory_plan(const RingOptions& o, int local_ranks, const std::string& cma_unavailable) {
@@ -75,7 +81,12 @@ std::string shared_memory_plan(const RingOptions& o, int local_ranks, const std:
        kib(o.shm_split_min_bytes) +
        " (TANDEM_SHM_SPLIT_MIN_BYTES; below, the split's second hand-off costs more than "
        "the redundant fold saves)\n";
-  s += "  reduce to a root: the staged all-reduce, only the root writing the result\n";
+  s += "  reduce to a root: the staged all-reduce, only the root writing the result" +
+       std::string(oversubscribed ? ""
+                                  : "; unsplit up to " + kib(kReduceUnsplitMaxBytes) +
+                                        ", the other ranks returning once staged (as a gather's and a scatter's "
+                                        "sending side)") +
+       "\n";
   std::istringstream table(describe_shm_paths(o.shm_paths, cma_unavailable));
   for (std::string line; std::getline(table, line);) s += "  " + line + "\n";
   s += std::string("  waits: ") +
@@ -106,7 +117,8 @@ void staged_allreduce(Segments& s, const AllreduceArgs& a, const RingOptions& o,
     const size_t begin = i * per_chunk;
     s.counted_copy(slot, bytes_of(a.input) + begin * esize, std::min(per_chunk, a.count - begin) * esize);
   };
-  if (s.size() < o.shm_split_min_ranks || s.size() < 2 || bytes < o.shm_split_min_bytes) {
+  const bool eager_reduce = keeper >= 0 && !o.ranks_outnumber_cores && bytes <= kReduceUnsplitMaxBytes;
+  if (eager_reduce || s.size() < o.shm_split_min_ranks || s.size() < 2 || bytes < o.shm_split_min_bytes) {
     s.staged(chunks_for(a.count, per_chunk), rooted_flow(o, {-1, keeper}), stage, [&](size_t i, auto slot_of) {
       if (!keeps) return;
       const size_t begin = i * per_chunk;
