@@ -7,6 +7,11 @@ namespace tandem::ring {
 bool Segments::arrive(bool present, const void* in, void* out, const SharedRef* input, const SharedRef* output) {
   arrival_ = ++self_->direct_calls;
   if (!present) return false;
+  // A seqlock: a peer still reading this rank's previous arrival (rooted
+  // calls let this rank finish before it) sees `arrived` change and re-reads,
+  // instead of taking this call's words for that one.
+  store_relaxed(self_->arrived, 0);
+  std::atomic_thread_fence(std::memory_order_release);
   self_->call = call_;
   self_->arrived_history = history_;
   self_->input = input ? *input : SharedRef{};
@@ -38,6 +43,7 @@ bool Segments::arrive(bool present, const void* in, void* out, const SharedRef* 
     const uint64_t history = c->arrived_history;
     shared_[size_t(p)] = {c->input.fd >= 0, c->output.fd >= 0};
     if (p == 0) rank0_offer_ = c->offer, rank0_maps_ = c->maps != 0;
+    std::atomic_thread_fence(std::memory_order_acquire);  // the words above, read before `arrived` again
     if (load_acquire(c->arrived) != arrival_) return false;
     check_same_calls(p, theirs, history);
   }
