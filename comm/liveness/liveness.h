@@ -47,10 +47,6 @@ class Liveness {
   bool paused();
   // Makes the next check() poll the store whatever the time.
   void poll_now() { next_failure_poll_ = {}; }
-  // Makes the next poll wait a full interval: after the wire-up, which has
-  // just been through the store (a poll in the first calls' waits, four
-  // store round trips, stalled them by milliseconds).
-  void poll_later() { next_failure_poll_ = Clock::now() + ctx_.opts.failure_poll; }
   // How long a sleeping wait may last before the next check() is due.
   std::chrono::microseconds until_next_check(const Task& task) const;
 
