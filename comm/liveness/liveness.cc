@@ -152,10 +152,6 @@ void Liveness::start(Deadline deadline) {
   }
   const auto interval = peer_watch_ ? peer_watch_->step_interval() : opts.heartbeat / 2;
   last_beat_ns_ = coarse_now_ns();
-  // Nothing to learn yet: the rendezvous has just been through the store. A
-  // poll in the first calls' waits (four store round trips, the store's
-  // thread taking a rank's core) stalled them by milliseconds.
-  next_failure_poll_ = Clock::now() + opts.failure_poll;
   thread_ = std::thread([this, interval] {
     const CommOptions& opts = ctx_.opts;
     const int64_t pause = std::chrono::duration_cast<std::chrono::nanoseconds>(opts.heartbeat).count();
