@@ -25,6 +25,9 @@ const Spec kSpecs[] = {
     {Op::alltoallv, Bus::ring, Root::none, true, true, false, false},
     {Op::gather, Bus::ring, Root::receives, false, true, false, true},
     {Op::scatter, Bus::ring, Root::sends, true, false, false, true},
+    // The variable-size forms with equal blocks: what they cost over their fixed-size twins.
+    {Op::allgatherv, Bus::ring, Root::none, false, true, false, true},
+    {Op::reduce_scatterv, Bus::ring, Root::none, true, false, true, true},
     // A ring, r sends to r+1 and receives from r-1, as one group.
     {Op::group, Bus::one, Root::none, false, false, false, false, "sendrecv", Peers::ring},
     // nccl-tests' hypercube_perf: an all-gather by pairwise exchanges (power-of-two ranks).
@@ -48,6 +51,13 @@ Blocks varied_blocks(size_t count, int r, int n, bool to_peers) {
     b.displs.push_back(at);
     at += b.counts.back();
   }
+  return b;
+}
+
+// `count` elements from every rank, packed in rank order.
+Blocks equal_blocks(size_t count, int n) {
+  Blocks b;
+  for (int p = 0; p < n; ++p) b.counts.push_back(count), b.displs.push_back(size_t(p) * count);
   return b;
 }
 
@@ -125,6 +135,10 @@ Case::Case(Communicator& comm, const SweepOptions& o, size_t count, bool inplace
   if (spec_.op == Op::alltoallv) {
     send_ = varied_blocks(count, r_, n_, true);
     recv_ = varied_blocks(count, r_, n_, false);
+    call_.send = send_, call_.recv = recv_;
+  }
+  if (spec_.op == Op::allgatherv || spec_.op == Op::reduce_scatterv) {
+    send_ = recv_ = equal_blocks(count, n_);
     call_.send = send_, call_.recv = recv_;
   }
 }

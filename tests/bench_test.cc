@@ -110,7 +110,10 @@ TEST(Bench, EveryCollectiveUnderTandemLaunch) {
                           Expect{"allgather", double(n - 1) / n, n, -1, true, "-d i64"},
                           Expect{"broadcast", 1.0, 1, 2, true, "-r 2 -d f16"},
                           // Blocks of varied sizes between every pair (varied_blocks), no in-place form.
-                          Expect{"alltoallv", double(n - 1) / n, n, -1, false, "-d i64"}}) {
+                          Expect{"alltoallv", double(n - 1) / n, n, -1, false, "-d i64"},
+                          // The variable-size forms with equal blocks.
+                          Expect{"allgatherv", double(n - 1) / n, n, -1, true, "-d f16"},
+                          Expect{"reduce_scatterv", double(n - 1) / n, n, -1, true, "-o sum -d f32"}}) {
     expect_collective(e, n);
   }
   Output b = run(bin() + " launch -n " + std::to_string(n) + " -- " + bin() + " bench barrier -n 20 --format json");

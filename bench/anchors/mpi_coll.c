@@ -1,11 +1,12 @@
 // mpi_coll.c - MPI anchors for the collectives beside all-reduce, nccl-tests conventions, float32.
 // Build: mpicc -O3 -march=native -o mpi_coll mpi_coll.c        (build.sh does; mpich_coll with mpicc.mpich)
 // Usage: mpirun ... mpi_coll OP VARIANT SIZES_CSV [reps]
-//   OP: alltoall | sendrecv | reduce | gather | scatter | allgather | reduce_scatter | broadcast
+//   OP: alltoall | sendrecv | reduce | gather | scatter | allgather | reduce_scatter | broadcast | allgatherv |
+//       reduce_scatterv (the variable-size forms with equal blocks, as `tandem bench` times them)
 //   SIZES are nccl-tests "size": the bytes of the largest buffer of one rank (alltoall: each rank's whole send
 //   buffer, n blocks of size/n; gather/scatter/allgather: the root's whole buffer; sendrecv: the message).
 // Timing as mpi_allreduce.c: one checked op, warm-up, K ops per batch calibrated on rank 0, REPS batches, median.
-// Bus bandwidth factors as nccl-tests: alltoall, gather, scatter, allgather, reduce_scatter (n-1)/n;
+// Bus bandwidth factors as nccl-tests: alltoall, gather, scatter, allgather(v), reduce_scatter(v) (n-1)/n;
 // sendrecv, reduce, broadcast 1. sendrecv: rank r sends to r+1 and receives from r-1 (a ring), as nccl-tests.
 // CSV: impl,variant,nranks,bytes,K,reps,median_us,min_us,max_us,algbw_GBps,busbw_GBps  (impl = mpi_<op>)
 #include <math.h>
@@ -22,6 +23,7 @@ static int cmpd(const void* a, const void* b) {
 static const char* op;
 static int rank, size;
 static float *sbuf, *rbuf;
+static int *counts, *displs;  // allgatherv and reduce_scatterv: every rank's block, packed
 
 static void run(size_t bytes) {
   int n = size, block = (int)(bytes / sizeof(float) / n);
@@ -43,7 +45,13 @@ static void run(size_t bytes) {
     MPI_Reduce_scatter_block(sbuf, rbuf, block, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
   else if (!strcmp(op, "broadcast"))
     MPI_Bcast(sbuf, count, MPI_FLOAT, 0, MPI_COMM_WORLD);
-  else {
+  else if (!strcmp(op, "allgatherv") || !strcmp(op, "reduce_scatterv")) {
+    for (int p = 0; p < n; p++) counts[p] = block, displs[p] = p * block;
+    if (op[0] == 'a')
+      MPI_Allgatherv(sbuf, block, MPI_FLOAT, rbuf, counts, displs, MPI_FLOAT, MPI_COMM_WORLD);
+    else
+      MPI_Reduce_scatter(sbuf, rbuf, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  } else {
     if (!rank) fprintf(stderr, "unknown op %s\n", op);
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
@@ -104,10 +112,12 @@ int main(int argc, char** argv) {
     if (sizes[i] > maxbytes) maxbytes = sizes[i];
   if (posix_memalign((void**)&sbuf, 4096, maxbytes) || posix_memalign((void**)&rbuf, 4096, maxbytes))
     MPI_Abort(MPI_COMM_WORLD, 1);
+  counts = calloc(size, sizeof(int));
+  displs = calloc(size, sizeof(int));
   double* t = calloc(reps, sizeof(double));
   double factor = 1.0;
-  if (!strcmp(op, "alltoall") || !strcmp(op, "gather") || !strcmp(op, "scatter") || !strcmp(op, "allgather") ||
-      !strcmp(op, "reduce_scatter"))
+  if (!strcmp(op, "alltoall") || !strcmp(op, "gather") || !strcmp(op, "scatter") || !strncmp(op, "allgather", 9) ||
+      !strncmp(op, "reduce_scatter", 14))
     factor = (double)(size - 1) / size;
   if (!rank) printf("# impl,variant,nranks,bytes,K,reps,median_us,min_us,max_us,algbw_GBps,busbw_GBps\n");
   for (int si = 0; si < nsizes; si++) {
