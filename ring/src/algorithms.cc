@@ -133,12 +133,19 @@ class RingAlgorithms final : public Algorithms {
                    ring::scatterv(ch, a);
                  });
   }
+  // Equal blocks packed in rank order take the fixed-size call's paths (on
+  // one host the segments, not a ring of messages): the same bytes land in
+  // the same places.
   void allgatherv(Channel& ch, const VariableArgs& args) override {
+    if (packed_equal(args.blocks)) return allgather(ch, {args.input, args.output, args.count, args.dtype, args.memory});
     VariableArgs a = args;
     input_into_own_block(ch, a);
     ring_allgatherv(ch, a);
   }
   void reduce_scatterv(Channel& ch, const ReduceScattervArgs& args) override {
+    if (packed_equal(args.blocks)) {
+      return reduce_scatter(ch, {args.input, args.output, args.blocks.counts[0], args.dtype, args.op, args.memory});
+    }
     const size_t es = dtype_size(args.dtype), r = size_t(ch.rank());
     const auto* own = static_cast<const std::byte*>(args.input) + args.blocks.displs[r] * es;
     output_apart(ch, args.memory, args.output, args.blocks.counts[r] * es, own, args.input, extent(args.blocks, es),
@@ -185,6 +192,14 @@ class RingAlgorithms final : public Algorithms {
   static Call rooted_call(const VariableArgs& a, bool gather) {
     const Kind kind = gather ? (a.equal ? Kind::gather : Kind::gatherv) : (a.equal ? Kind::scatter : Kind::scatterv);
     return call_of(kind, a.equal ? a.count : 0, a.dtype, ReduceOp::sum, a.root);
+  }
+
+  // Every block of `b` the same size, packed in rank order (and at least one).
+  static bool packed_equal(const Blocks& b) {
+    for (size_t p = 0; p < b.counts.size(); ++p) {
+      if (b.counts[p] != b.counts[0] || b.displs[p] != p * b.counts[0]) return false;
+    }
+    return !b.counts.empty();
   }
 
   // Moves `input` to `place` when it overlaps `region` elsewhere: the call then runs in place there.
