@@ -51,13 +51,10 @@ TEST(ShmPaths, DefaultsKeepTheDecisionsOfTheKnobsTheyReplaced) {
                       {C::allreduce, B::heap, 256 * K, P::timed},
                       {C::allreduce, B::heap, 16 * M, P::timed},
                       {C::allreduce, B::heap, 16 * M + 1, P::staged},
-                      // The reduce-scatter's and allgather's cross-memory attach window.
-                      {C::reduce_scatter, B::heap, 256 * K - 1, P::staged},
-                      {C::reduce_scatter, B::heap, 256 * K, P::cma},
-                      {C::reduce_scatter, B::heap, 8 * M, P::cma},
-                      {C::reduce_scatter, B::heap, 8 * M + 1, P::staged},
-                      {C::allgather, B::heap, 256 * K, P::cma},
-                      {C::allgather, B::heap, 8 * M + 1, P::staged},
+                      // The reduce-scatter and allgather of heap buffers stage.
+                      {C::reduce_scatter, B::heap, 256 * K, P::staged},
+                      {C::reduce_scatter, B::heap, 8 * M, P::staged},
+                      {C::allgather, B::heap, 1 * M, P::staged},
                       // The all-to-all timed from 64 KiB per rank, without end.
                       {C::alltoall, B::heap, 64 * K - 1, P::staged},
                       {C::alltoall, B::heap, 64 * K, P::timed},
@@ -93,10 +90,11 @@ TEST(ShmPaths, LaterRowsWinAndTheFloorHolds) {
 }
 
 TEST(ShmPaths, WildcardsTakeTheCallsTheirPathCanCarry) {
-  expect_paths(ShmPathTable("*:heap:1M-=timed"), {{C::allreduce, B::heap, 32 * M, P::timed},
-                                                  {C::alltoall, B::heap, 1 * M, P::timed},
-                                                  {C::reduce_scatter, B::heap, 1 * M, P::cma},  // no timed family
-                                                  {C::broadcast, B::heap, 1 * M, P::staged}});
+  expect_paths(ShmPathTable("*:heap:1M-=timed"),
+               {{C::allreduce, B::heap, 32 * M, P::timed},
+                {C::alltoall, B::heap, 1 * M, P::timed},
+                {C::reduce_scatter, B::heap, 1 * M, P::staged},  // no timed family: the default stays
+                {C::broadcast, B::heap, 1 * M, P::staged}});
   const ShmPathTable staged("*:*:*=staged");
   for (C c : {C::allreduce, C::reduce, C::reduce_scatter, C::allgather, C::broadcast, C::alltoall}) {
     for (B b : {B::heap, B::shared}) expect_paths(staged, {{c, b, 1 * M, P::staged}});
@@ -176,8 +174,8 @@ TEST(ShmPaths, InfoPrintsTheTableInEffect) {
            "  allreduce       shared  [0, 16K) staged, [16K, inf) mapped\n",
            "  reduce          heap    [0, inf) staged\n",
            "  reduce          shared  [0, inf) staged\n",
-           "  reduce_scatter  heap    [0, 256K) staged, [256K, 8M] cma, (8M, inf) staged\n",
-           "  allgather       heap    [0, 256K) staged, [256K, 8M] cma, (8M, inf) staged\n",
+           "  reduce_scatter  heap    [0, inf) staged\n",
+           "  allgather       heap    [0, inf) staged\n",
            "  broadcast       heap    [0, inf) staged\n",
            "  broadcast       shared  [0, 16K) staged, [16K, inf) mapped\n",
            "  alltoall        heap    [0, 64K) staged, [64K, inf) timed\n",
@@ -195,7 +193,7 @@ TEST(ShmPaths, InfoPrintsTheTableInEffect) {
   // A host without cross-memory attach stages what would take it.
   const std::string limited = ring::describe_shm_paths(ShmPathTable(), "kernel.yama.ptrace_scope is 3");
   EXPECT_THAT(limited, HasSubstr("[256K, 16M] staged (not timed)"));
-  EXPECT_THAT(limited, HasSubstr("[256K, 8M] staged (not cma)"));
+  EXPECT_THAT(limited, HasSubstr("alltoall        heap    [0, 64K) staged, [64K, inf) staged (not timed)"));
   EXPECT_THAT(limited, HasSubstr("  cross-memory attach unavailable: kernel.yama.ptrace_scope is 3\n"));
   // The plan `tandem info` prints holds the table, indented.
   ring::RingOptions o;

@@ -172,9 +172,8 @@ const std::vector<ShmPathRow>& ShmPathTable::default_rows() {
   static const std::vector<ShmPathRow> rows = {
       // 'shm: the all-reduce timed window'
       {C::allreduce, B::heap, 256 * kKiB, 16 * kMiB, P::timed},
-      // 'shm: cross-memory attach for the reduce-scatter and allgather'
-      {C::reduce_scatter, B::heap, 256 * kKiB, 8 * kMiB, P::cma},
-      {C::allgather, B::heap, 256 * kKiB, 8 * kMiB, P::cma},
+      // The reduce-scatter and allgather of heap buffers stage: 'shm:
+      // cross-memory attach for the reduce-scatter and allgather'.
       // 'shm: the all-to-all timed path'
       {C::alltoall, B::heap, 64 * kKiB, kAll, P::timed},
       // 'shm: the direct floor'
