@@ -32,11 +32,14 @@ EngineChannel::EngineChannel(Engine& engine, const Task& task)
   // An exchange has no fingerprints: only the ranks it addresses take part.
   fingerprint_posted_ = fingerprint_compared_ = point_to_point_;
   // Without shared memory every collective goes over messages: post at once
-  // (a zero-count call sends nothing, yet must be checked). So do the calls
-  // that have no shared-memory path (allgatherv, reduce_scatterv, split): a
-  // rank that sends nothing in them still checks its call. The calls with one
-  // check their call in its headers there; where they fall back to messages
-  // every rank sends or receives one, which posts the fingerprint.
+  // (a zero-count call sends nothing, yet must be checked). So do allgatherv
+  // and reduce_scatterv, which go over messages unless their blocks are equal
+  // (then through the allgather's and reduce-scatter's segments, whose
+  // headers name those calls: the fingerprint still names the v-call), and
+  // split: a rank that sends nothing in them still checks its call. The calls
+  // with a shared-memory path check their call in its headers there; where
+  // they fall back to messages every rank sends or receives one, which posts
+  // the fingerprint.
   const Collective c = task.what.collective;
   const bool shm_path =
       ep_.shm && (c <= Collective::barrier || (c >= Collective::alltoall && c <= Collective::scatterv));

@@ -117,9 +117,12 @@ void staged_allreduce(Segments& s, const AllreduceArgs& a, const RingOptions& o,
     const size_t begin = i * per_chunk;
     s.counted_copy(slot, bytes_of(a.input) + begin * esize, std::min(per_chunk, a.count - begin) * esize);
   };
-  const bool eager_reduce = keeper >= 0 && !o.ranks_outnumber_cores && bytes <= kReduceUnsplitMaxBytes;
-  if (eager_reduce || s.size() < o.shm_split_min_ranks || s.size() < 2 || bytes < o.shm_split_min_bytes) {
-    s.staged(chunks_for(a.count, per_chunk), rooted_flow(o, {-1, keeper}), stage, [&](size_t i, auto slot_of) {
+  // Unsplit, a reduce's other ranks return once staged (rooted_flow: not where ranks outnumber cores).
+  const Flow flow = rooted_flow(o, {-1, keeper});
+  const bool senders_return = flow.reader >= 0;
+  if ((senders_return && bytes <= kReduceUnsplitMaxBytes) || s.size() < o.shm_split_min_ranks || s.size() < 2 ||
+      bytes < o.shm_split_min_bytes) {
+    s.staged(chunks_for(a.count, per_chunk), flow, stage, [&](size_t i, auto slot_of) {
       if (!keeps) return;
       const size_t begin = i * per_chunk;
       fold(s, {a.dtype, a.op, std::min(per_chunk, a.count - begin)}, bytes_of(a.output) + begin * esize, slot_of, 0);
