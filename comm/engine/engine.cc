@@ -4,6 +4,7 @@
 #include "engine/engine.h"
 
 #include "engine/engine_channel.h"
+#include "src/coarse_clock.h"
 #include "src/subsystem_log.h"
 
 namespace tandem {
@@ -52,7 +53,7 @@ void Engine::check_open_locked() const {
 
 Task Engine::make_task(std::function<void(Channel&)> body, const CollectiveOptions& o, const Description& what) const {
   Task task{std::move(body), std::make_shared<Request::State>(), o.timeout.value_or(ctx_.opts.timeout), {}, what};
-  task.deadline = Clock::now() + task.timeout;
+  task.deadline = coarse_now() + task.timeout;
   task.state->deadline = task.deadline;
   return task;
 }
@@ -160,7 +161,7 @@ void Engine::run() {
       busy_ = true;
     }
     if (have_task) {
-      execute(task, Clock::now());
+      execute(task, coarse_now());
     } else {
       // Posted sends and receives finish even while the communicator shuts
       // down, within their deadlines; their health checks see an abort.
@@ -191,7 +192,7 @@ bool Engine::try_run_here(std::function<void(Channel&)>& body, const CollectiveO
   inline_state_->error = nullptr;
   inline_state_->source = -1;
   Task task{std::move(body), std::move(inline_state_), o.timeout.value_or(ctx_.opts.timeout), {}, what};
-  const Clock::time_point now = Clock::now();
+  const Clock::time_point now = coarse_now();
   task.deadline = now + task.timeout;
   task.state->deadline = task.deadline;
   execute(task, now);

@@ -2,11 +2,10 @@
 // that failed first.
 #include "liveness/liveness.h"
 
-#include <time.h>
-
 #include <algorithm>
 #include <cstdlib>
 
+#include "src/coarse_clock.h"
 #include "src/subsystem_log.h"
 
 namespace tandem {
@@ -20,15 +19,6 @@ std::optional<int> first_failed_rank(const std::optional<std::string>& failed_ra
     if (r >= 0 && r < size) return r;
   }
   return std::nullopt;
-}
-
-// Nanoseconds on the coarse monotonic clock: the pause check runs on every
-// call, and a heartbeat (100 ms or more) needs no finer resolution (a few ms)
-// than this clock's, which reads in a few nanoseconds instead of ~20.
-int64_t coarse_now_ns() {
-  timespec t{};
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
-  return int64_t(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "coarse_clock.h"
 #include "subsystem_log.h"
 #include "transport/shared_segments.h"
 
@@ -134,7 +135,7 @@ FlightRecorder::FlightRecorder(const CommOptions& options, size_t capacity, std:
       size_(options.size),
       job_(options.job_id),
       capacity_(capacity),
-      epoch_offset_us_(now_us() - steady_us(Clock::now())),
+      epoch_offset_us_(now_us() - steady_us(coarse_now())),
       ring_(capacity),
       errors_(capacity) {
   if (capacity_ == 0) return;
@@ -207,7 +208,7 @@ void FlightRecorder::end(uint64_t seq, bool ok, const std::string& error) {
     errors_[seq % capacity_] = {seq, error};
   }
   const uint64_t packed = slot.packed.load(std::memory_order_relaxed) & ~kStateMask;
-  const int64_t now = epoch_us(Clock::now());
+  const int64_t now = epoch_us(coarse_now());
   write(slot, [&] {
     slot.packed.store(packed | uint64_t(ok ? kCompleted : kFailed) << kStateShift, std::memory_order_relaxed);
     slot.finished_us.store(now, std::memory_order_relaxed);

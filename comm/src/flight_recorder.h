@@ -8,9 +8,10 @@
 // Terms: an *entry* is one collective on one rank; its *state* is "running"
 // (entered, not finished), "completed" or "failed". A *dump* is one rank's
 // JSON file: {"rank", "size", "host", "pid", "job", "reason", "dumped_at_us",
-// "entries": [oldest first]}. Times are microseconds since the epoch (an
-// entry's: the steady clock, set to the epoch when the recorder starts, so
-// that a call's start costs no clock read of its own).
+// "entries": [oldest first]}. Times are microseconds since the epoch. An
+// entry's are the coarse monotonic clock's (coarse_clock.h: the kernel's
+// tick, 1-4 ms), set to the epoch when the recorder starts: its start is the
+// read its deadline takes, and each read costs about 3 ns instead of 20.
 //
 // SIGUSR1: the handler only writes a byte to a pipe; one thread per process
 // reads it and dumps every live recorder. That pipe, the thread and the list
