@@ -109,6 +109,17 @@ TEST_P(Fingerprint, CountDiffers) {
                    "rank 1 called allreduce(2048 x f32, sum)"});
 }
 
+// Through shared memory call #1 took one cell; a call of one cell (4 KiB)
+// starts at the next, one of whole chunks (128 KiB) at the next multiple of
+// 8: each rank waits where its own call starts, and finds the other's call
+// where that one starts.
+TEST_P(Fingerprint, OneCellAgainstWholeChunkIsNamed) {
+  expect_mismatch(2, GetParam(),
+                  [](Communicator& c) { allreduce(c, c.rank() == 0 ? 1024 : 32768, DataType::f32, ReduceOp::sum); },
+                  {"call #2", "(the count differs)", "rank 0 called allreduce(1024 x f32, sum)",
+                   "rank 1 called allreduce(32768 x f32, sum)"});
+}
+
 // 32 KiB: through shared memory every rank announces its call before any copy.
 TEST_P(Fingerprint, RootDiffers) {
   expect_mismatch(2, GetParam(), [](Communicator& c) { broadcast(c, 8192, c.rank()); },

@@ -103,7 +103,8 @@ void shm_alltoallv(Channel& ch, const AlltoallvArgs& args, const RingOptions& op
 bool shm_alltoall_fits(const Channel& ch, const RingOptions& options);
 // The segment bytes the shm_* functions need per rank.
 size_t shm_segment_bytes(size_t chunk_bytes);
-// The chunk whose segment is `segment_bytes` (shm_segment_bytes' inverse); 0 if none.
+// The chunk whose segment is `segment_bytes` (shm_segment_bytes' inverse, in
+// whole cells: at least the chunk it was sized for); 0 if none.
 size_t shm_chunk_for_segment(size_t segment_bytes);
 
 // ring_collectives.cc

@@ -81,7 +81,7 @@ Matrix exchange_directory(Segments& s, const AlltoallvArgs& a) {
   }
   const size_t bytes = mine.size() * sizeof(uint64_t);
   s.staged(
-      1, {}, [&](size_t, std::byte* slot) { s.counted_copy(slot, mine.data(), bytes); },
+      1, bytes, {}, [&](size_t, std::byte* slot) { s.counted_copy(slot, mine.data(), bytes); },
       [&](size_t, auto slot_of) {
         for (int p = 0; p < n; ++p) {
           if (p != s.rank()) unpack(p, slot_of(p));
@@ -161,11 +161,13 @@ void direct_alltoallv(Segments& s, const AlltoallvArgs& a, const Matrix& m, Reac
 // A gather's or scatter's ranks that only send return once staged (Flow).
 void staged_alltoallv(Segments& s, const AlltoallvArgs& a, const Matrix& m, const Target& t, const RingOptions& o) {
   const int n = s.size(), r = s.rank();
-  const size_t es = dtype_size(a.dtype), per_block = std::max<size_t>(1, s.chunk_bytes() / es / size_t(n));
+  const size_t es = dtype_size(a.dtype);
+  const size_t per_block = std::max<size_t>(1, std::min(s.chunk_bytes() / es / size_t(n), m.largest_block()));
   auto run = [&](size_t count, size_t i) { return std::min(per_block, count - std::min(count, i * per_block)); };
+  const size_t chunks = chunks_for(m.largest_block(), per_block), extent = size_t(n) * per_block * es;
   s.staged(
-      chunks_for(m.largest_block(), per_block),
-      !m.rooted() ? Flow{} : rooted_flow(o, m.gather ? Flow{-1, m.root} : Flow{m.root, -1}),
+      chunks, extent,
+      !m.rooted() ? Flow{} : s.rooted_flow(o, m.gather ? Flow{-1, m.root} : Flow{m.root, -1}, chunks, extent),
       [&](size_t i, std::byte* slot) {
         for (int q = 0; q < n; ++q) {
           const size_t count = run(a.send.counts[size_t(q)], i);

@@ -56,6 +56,7 @@ namespace tandem::ring {
 namespace {
 
 std::string kib(size_t b) {
+  if (b < (1 << 10)) return std::to_string(b) + " B";
   return b >= (1 << 20) ? std::to_string(b >> 20) + " MiB" : std::to_string(b >> 10) + " KiB";
 }
 
@@ -72,7 +73,9 @@ std::string shared_memory_plan(const RingOptions& o, int local_ranks, const std:
   std::string s = "shared memory for " + std::to_string(local_ranks) + " ranks on this host:\n";
   s += "  staged through " + std::to_string(kSlots) + " slots of " + kib(o.shm_chunk_bytes) +
        " per rank (TANDEM_SHM_CHUNK_BYTES" +
-       (oversubscribed ? "; 1 MiB when ranks outnumber cores: fewer hand-offs" : "") + ")\n";
+       (oversubscribed ? "; 1 MiB when ranks outnumber cores: fewer hand-offs" : "") + "), in " +
+       std::to_string(kCells) + " cells of " + kib(cell_bytes_for(o.shm_chunk_bytes)) + ": a call's chunk up to a " +
+       "cell takes one, so small calls run up to " + std::to_string(kCells) + " ahead\n";
   s += "  staged all-reduce: " +
        std::string(local_ranks >= o.shm_split_min_ranks
                        ? "split: each rank reduces its slice of every chunk once ((5 - 1/N) S moved per rank)"
@@ -96,12 +99,15 @@ std::string shared_memory_plan(const RingOptions& o, int local_ranks, const std:
   return s;
 }
 
-size_t shm_segment_bytes(size_t chunk_bytes) { return kControlBytes + kSlots * (kHeaderBytes + chunk_bytes); }
+size_t shm_segment_bytes(size_t chunk_bytes) {
+  return kControlBytes + kCells * (kHeaderBytes + cell_bytes_for(chunk_bytes));
+}
 
 size_t shm_chunk_for_segment(size_t segment_bytes) {
-  if (segment_bytes <= kControlBytes || (segment_bytes - kControlBytes) % kSlots != 0) return 0;
-  const size_t per_slot = (segment_bytes - kControlBytes) / kSlots;
-  return per_slot > kHeaderBytes ? per_slot - kHeaderBytes : 0;
+  if (segment_bytes <= kControlBytes || (segment_bytes - kControlBytes) % kCells != 0) return 0;
+  const size_t per_cell = (segment_bytes - kControlBytes) / kCells;
+  if (per_cell <= kHeaderBytes || (per_cell - kHeaderBytes) % kCacheLine != 0) return 0;
+  return (per_cell - kHeaderBytes) * kCellsPerChunk;
 }
 
 namespace {
@@ -117,12 +123,13 @@ void staged_allreduce(Segments& s, const AllreduceArgs& a, const RingOptions& o,
     const size_t begin = i * per_chunk;
     s.counted_copy(slot, bytes_of(a.input) + begin * esize, std::min(per_chunk, a.count - begin) * esize);
   };
-  // Unsplit, a reduce's other ranks return once staged (rooted_flow: not where ranks outnumber cores).
-  const Flow flow = rooted_flow(o, {-1, keeper});
+  const size_t chunks = chunks_for(a.count, per_chunk), extent = std::min(per_chunk, a.count) * esize;
+  // Unsplit, a reduce's other ranks return once staged (rooted_flow).
+  const Flow flow = s.rooted_flow(o, {-1, keeper}, chunks, extent);
   const bool senders_return = flow.reader >= 0;
   if ((senders_return && bytes <= kReduceUnsplitMaxBytes) || s.size() < o.shm_split_min_ranks || s.size() < 2 ||
       bytes < o.shm_split_min_bytes) {
-    s.staged(chunks_for(a.count, per_chunk), flow, stage, [&](size_t i, auto slot_of) {
+    s.staged(chunks, extent, flow, stage, [&](size_t i, auto slot_of) {
       if (!keeps) return;
       const size_t begin = i * per_chunk;
       fold(s, {a.dtype, a.op, std::min(per_chunk, a.count - begin)}, bytes_of(a.output) + begin * esize, slot_of, 0);
@@ -140,7 +147,7 @@ void staged_allreduce(Segments& s, const AllreduceArgs& a, const RingOptions& o,
   // straight from its input, into that place in its slot (not into its output:
   // in place, that would overwrite its input before the fold reads it).
   s.staged_split(
-      chunks_for(a.count, per_chunk),
+      chunks, extent,
       [&](size_t i, std::byte* slot) {
         const size_t begin = i * per_chunk, count = std::min(per_chunk, a.count - begin);
         const auto [lo, n] = slice(count, s.rank());
@@ -200,9 +207,9 @@ void shm_reduce_scatter(Channel& ch, const ReduceScatterArgs& a, const RingOptio
   const PathChoice path = choose_path(s, o, ShmCollective::reduce_scatter, bytes, false);
   const Reach reach = arrive_direct(s, path, {bytes, a.input, bytes, a.output});
   if (reach != Reach::staged) return direct_reduce_scatter(s, ch, a, reach);
-  const size_t per_block = std::max<size_t>(1, chunk_bytes / esize / n);
+  const size_t per_block = std::max<size_t>(1, std::min(chunk_bytes / esize / n, a.count));
   s.staged(
-      chunks_for(a.count, per_block), {},
+      chunks_for(a.count, per_block), n * per_block * esize, {},
       [&](size_t i, std::byte* slot) {
         const size_t begin = i * per_block, count = std::min(per_block, a.count - begin);
         for (size_t b = 0; b < n; ++b) {
@@ -240,7 +247,7 @@ void shm_allgather(Channel& ch, const AllgatherArgs& a, const RingOptions& o) {
     return direct_allgather(s, a, reach);
   }
   s.staged(
-      chunks_for(a.count, per_chunk), {},
+      chunks_for(a.count, per_chunk), std::min(per_chunk, a.count) * esize, {},
       [&](size_t i, std::byte* slot) {
         const size_t begin = i * per_chunk;
         s.counted_copy(slot, in + begin * esize, std::min(per_chunk, a.count - begin) * esize);
@@ -270,7 +277,7 @@ void shm_broadcast(Channel& ch, const BroadcastArgs& a, const RingOptions& o) {
   const Reach reach = arrive_direct(s, path, {bytes, root ? a.input : nullptr, bytes, a.output, false, a.root});
   if (reach != Reach::staged) return direct_broadcast(s, a, reach);
   s.staged(
-      chunks_for(a.count, per_chunk), {a.root},
+      chunks_for(a.count, per_chunk), std::min(per_chunk, a.count) * esize, {a.root},
       [&](size_t i, std::byte* slot) {
         const size_t begin = i * per_chunk;
         s.counted_copy(slot, bytes_of(a.input) + begin * esize, std::min(per_chunk, a.count - begin) * esize);

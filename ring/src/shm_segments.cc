@@ -27,9 +27,8 @@ bool Segments::arrive(bool present, const void* in, void* out, const SharedRef* 
   for (int p = 0; p < n_; ++p) {
     if (p == r_) continue;
     const Control* c = control(p);
-    const SlotHeader* h = header(p, self_->next);
     for (unsigned spins = 1; load_acquire(c->arrived) < arrival_; ++spins) {
-      if (load_acquire(h->stamp) == self_->next + 1) {  // p staged the next chunk: this call, or a mismatch
+      if (const SlotHeader* h = staged_from(p, self_->next)) {  // p staged this call, or a mismatch
         check_same_calls(p, h->call, h->history);
         return false;
       }
@@ -59,6 +58,23 @@ bool Segments::registered(int p, bool output_too) const {
     return true;
   }
   return shared_[size_t(p)].input && (!output_too || shared_[size_t(p)].output);
+}
+
+const SlotHeader* Segments::staged_from(int peer, uint64_t before) const {
+  // The first chunk starts at `before` (one cell) or at the next multiple of
+  // kCellsPerChunk: nearest first. Seeing a later call's stamp there (a peer
+  // that ran ahead) means this call's stamp, written before it, is visible
+  // now too: look again from the nearest.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (uint64_t cells = 1; cells <= kCellsPerChunk; cells *= kCellsPerChunk) {
+      const uint64_t g = (before + cells - 1) / cells * cells;
+      const SlotHeader* h = header(peer, g);
+      if (load_acquire(h->stamp) != g + 1) continue;
+      if (pass == 1 || g == before) return h;
+      break;
+    }
+  }
+  return nullptr;
 }
 
 void Segments::wait_for_free_slot(uint64_t needed) {

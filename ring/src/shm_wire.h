@@ -1,7 +1,10 @@
 // The shared segments' layout, as every rank of a host reads and writes it:
-// each rank's segment opens with its Control block, then kSlots slots, each a
-// SlotHeader and a chunk. Plain data only; the protocol over it is
-// shm_segments.h, the timed choice's use of PathTrials shm_timed_path.h.
+// each rank's segment opens with its Control block, then kCells slot
+// headers, then kCells cells of data (cell_bytes_for the communicator's
+// chunk). A staged chunk takes one cell, or kCellsPerChunk cells from a
+// multiple of kCellsPerChunk, and its header is its first cell's. Plain data
+// only; the protocol over it is shm_segments.h, the timed choice's use of
+// PathTrials shm_timed_path.h.
 #pragma once
 
 #include <cstddef>
@@ -15,10 +18,20 @@
 
 namespace tandem::ring {
 
+// A full chunk spans kCellsPerChunk cells, so kSlots full chunks are in
+// flight per rank; a chunk of one cell, kCells (docs/algorithms.md, 'shm:
+// cells: small calls run further ahead').
 constexpr size_t kSlots = 4;
+constexpr size_t kCellsPerChunk = 8;
+constexpr size_t kCells = kSlots * kCellsPerChunk;
 constexpr size_t kControlBytes = 4096;
 constexpr size_t kHeaderBytes = 64;
 constexpr size_t kCacheLine = 64;
+
+// A cell of the communicator's chunk: an eighth of it, in whole cache lines.
+constexpr size_t cell_bytes_for(size_t chunk_bytes) {
+  return ((chunk_bytes + kCellsPerChunk - 1) / kCellsPerChunk + kCacheLine - 1) / kCacheLine * kCacheLine;
+}
 
 using Kind = Collective;  // its wire numbers
 
@@ -92,9 +105,9 @@ struct PathTrials {
 // The start of each rank's segment. Lines a peer polls stay apart from lines
 // their writer changes for other reasons.
 struct Control {
-  alignas(kCacheLine) uint64_t consumed;  // staged chunks this rank has consumed (peers read it)
+  alignas(kCacheLine) uint64_t consumed;  // cells before this one are consumed by this rank (peers read it)
   // This rank only:
-  alignas(kCacheLine) uint64_t next;  // the next chunk number
+  alignas(kCacheLine) uint64_t next;  // the next free cell number
   uint64_t peers_consumed;            // a bound on every peer's `consumed`: as last read, or as their stamps imply
   uint64_t direct_calls;              // arrival numbers taken (one per direct-eligible call)
   uint64_t history;                   // followed_by() over the calls run so far, this one included
@@ -112,8 +125,8 @@ struct Control {
 };
 
 struct SlotHeader {
-  uint64_t stamp;    // chunk number + 1 once the data is in
-  uint64_t reduced;  // chunk number + 1 once this rank's reduced slice is in (split all-reduce)
+  uint64_t stamp;    // the chunk's first cell number + 1 once the data is in
+  uint64_t reduced;  // the same once this rank's reduced slice is in (split all-reduce)
   Call call;
   uint64_t history;  // the stager's calls before `call` (followed_by)
 };
