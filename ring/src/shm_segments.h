@@ -102,8 +102,9 @@ class Segments {
     self_->next = first_ + chunks * cells_;
     const bool stages = flow.stager < 0 || flow.stager == r_;
     const bool reads = flow.reader < 0 || flow.reader == r_;
+    const bool symmetric = flow.stager < 0 && flow.reader < 0;  // every rank waits for every stamp
     for (size_t i = 0; i < chunks; ++i) {
-      if (i == 0) stage_chunk(0, stage, stages, chunks == 1);
+      if (i == 0) stage_chunk(0, stage, stages, chunks == 1 && symmetric);
       if (i + 1 < chunks) stage_chunk(i + 1, stage, stages, false);
       meanwhile(i);
       const uint64_t g = cell_of(i);
@@ -210,9 +211,11 @@ class Segments {
   const SlotHeader* staged_from(int peer, uint64_t before) const;
 
   // `stages`: fill the slot (else stamp it only). `alone`: the call's only
-  // chunk, fenced after its stamp, before the wait for the peers' stamps:
-  // small calls ran faster so, pipelined ones no faster (docs/algorithms.md,
-  // 'shm: a fence after a lone chunk').
+  // chunk, in a call where every rank waits for every stamp, fenced after its
+  // stamp, before the wait for the peers' stamps: small calls ran faster so,
+  // pipelined ones no faster. In a rooted call no peer waits for this
+  // rank's stamp, and the fence only stalls it until its earlier stores land
+  // (docs/algorithms.md, 'shm: a fence after a lone chunk').
   template <class Stage>
   void stage_chunk(size_t i, Stage& stage, bool stages, bool alone) {
     const uint64_t g = cell_of(i);
