@@ -198,6 +198,36 @@ TEST(Allreduce, TwoOutstandingAsync) {
   group.expect_success(120s);
 }
 
+// A blocking call runs on the caller's thread when the engine is idle, else
+// queues behind what is queued or running: back to back with calls the
+// engine thread runs (and messages it progresses), every rank keeps issue
+// order. A call that overtook one queued before it would swap two
+// same-sized all-reduces on one rank only and mix their sums.
+TEST(Allreduce, BlockingCallsKeepOrderBehindAsyncOnes) {
+  RankGroup group(2, [](const CommOptions& o) {
+    auto comm = ring::connect(o, {});
+    const int r = comm->rank(), peer = 1 - r;
+    int wrong = 0;
+    for (int i = 0; i < 3000 && wrong == 0; ++i) {
+      float a = float(i + r), b = float(1000 * i + r), sent = float(i), got = -1;
+      Request queued = comm->allreduce_async(&a, &a, 1, DataType::f32, ReduceOp::sum);
+      const bool exchanges = i % 3 == 0;
+      Request message;
+      if (exchanges) {
+        message = comm->group_async(
+            {{P2POp::send, &sent, 1, DataType::f32, peer}, {P2POp::recv, &got, 1, DataType::f32, peer}});
+      }
+      comm->allreduce(&b, 1, DataType::f32, ReduceOp::sum);
+      queued.wait();
+      if (exchanges) message.wait();
+      wrong += a != float(2 * i + 1) || b != float(2000 * i + 1) || (exchanges && got != float(i));
+      if (wrong) ADD_FAILURE() << "iteration " << i << ": " << a << " " << b << " " << got;
+    }
+    return wrong == 0 ? 0 : kExpectationFailed;
+  });
+  group.expect_success(120s);
+}
+
 TEST(Allreduce, AbortUnblocksAPendingCallWithinASecond) {
   // Rank 1 never joins the second all-reduce; rank 0 aborts from another
   // thread while its wait sleeps (on the UCX worker's event fd, or between

@@ -64,6 +64,7 @@ std::shared_ptr<Request::State> Engine::enqueue(Task task) {
     std::lock_guard<std::mutex> lock(mu_);
     check_open_locked();
     queue_.push_back(std::move(task));
+    queued_.store(queue_.size());
   }
   cv_.notify_one();
   if (sleeping_) endpoints_.wake_sleeper();
@@ -145,20 +146,29 @@ void Engine::record_failure(const std::string& error, const char* reason, bool c
 }
 
 void Engine::run() {
-  // `posted_` changes only under `busy_`: reading it here, with busy_ clear, is safe.
   for (;;) {
     Task task;
     bool have_task = false;
     {
+      // Work first, then busy_: a caller holding it releases it and wakes
+      // this thread if work waits (release_busy).
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return !busy_ && (stopping_ || !queue_.empty() || !posted_.empty()); });
-      if (queue_.empty() && posted_.empty()) return;  // stopping
+      cv_.wait(lock, [&] {
+        if (!stopping_ && queue_.empty() && !posted_left_) return false;
+        bool idle = false;
+        return busy_.compare_exchange_strong(idle, true);
+      });
+      // `posted_` is this thread's to read now that it holds busy_.
+      if (queue_.empty() && posted_.empty()) {  // stopping
+        busy_.store(false);
+        return;
+      }
       if (!queue_.empty()) {
         task = std::move(queue_.front());
         queue_.pop_front();
+        queued_.store(queue_.size());
         have_task = true;
       }
-      busy_ = true;
     }
     if (have_task) {
       execute(task, coarse_now());
@@ -167,9 +177,30 @@ void Engine::run() {
       // down, within their deadlines; their health checks see an abort.
       progress_posted();
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    busy_ = false;  // only this thread waits on `busy_` here: nobody to wake
+    posted_left_.store(!posted_.empty());
+    busy_.store(false);  // this thread looks for work next: nobody to wake
   }
+}
+
+bool Engine::take_busy_if_idle() {
+  if (stopping_ || aborted_) {
+    std::lock_guard<std::mutex> lock(mu_);
+    check_open_locked();
+  }
+  if (queued_.load() != 0) return false;
+  bool idle = false;
+  return busy_.compare_exchange_strong(idle, true);
+}
+
+void Engine::release_busy(bool wake) {
+  const bool left = !posted_.empty();  // ours to read while we hold busy_
+  posted_left_.store(left);
+  busy_.store(false);
+  // Sequentially consistent, both: a call queued after this store finds
+  // busy_ clear, or this load finds it queued.
+  if (!wake && !left && queued_.load() == 0 && !stopping_) return;
+  { std::lock_guard<std::mutex> lock(mu_); }  // the engine thread is asleep in its wait, or sees busy_ clear
+  cv_.notify_all();
 }
 
 // Blocking calls on an idle communicator run on the caller's thread: no
@@ -180,12 +211,7 @@ void Engine::run_blocking(std::function<void(Channel&)> body, const CollectiveOp
 }
 
 bool Engine::try_run_here(std::function<void(Channel&)>& body, const CollectiveOptions& o, const Description& what) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    check_open_locked();
-    if (!queue_.empty() || busy_) return false;
-    busy_ = true;
-  }
+  if (!take_busy_if_idle()) return false;
   // The inline calls' request state, reused: nothing else holds it between calls.
   if (!inline_state_ || inline_state_.use_count() > 1) inline_state_ = std::make_shared<Request::State>();
   inline_state_->done = false;
@@ -196,17 +222,11 @@ bool Engine::try_run_here(std::function<void(Channel&)>& body, const CollectiveO
   task.deadline = now + task.timeout;
   task.state->deadline = task.deadline;
   execute(task, now);
-  bool queued = false;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    busy_ = false;
-    queued = !queue_.empty() || stopping_ || !posted_.empty();
-  }
-  // Wake the engine only if work arrived meanwhile: a futex wake per small
-  // collective would cost more than the collective.
-  if (queued) cv_.notify_all();
   const std::exception_ptr error = task.state->error;
   inline_state_ = std::move(task.state);  // moved, not copied: no reference count to change
+  // Wake the engine only if work arrived meanwhile: a futex wake per small
+  // collective would cost more than the collective.
+  release_busy(false);
   if (error) std::rethrow_exception(error);
   return true;
 }

@@ -118,6 +118,11 @@ class Engine {
   // This thread holds busy_ and its call is posted: progresses until the call
   // finishes or queued work takes the engine back, then releases busy_.
   void progress_here(Request::State& state, size_t bytes);
+  // Takes busy_ when nothing is queued, without a lock while the
+  // communicator is open; throws what closed it otherwise.
+  bool take_busy_if_idle();
+  // Releases busy_ (its holder), waking the engine thread if `wake` or if
+  // work waits for it: queued calls, posted ones left behind, a stop.
   void release_busy(bool wake);
 
   CommContext& ctx_;
@@ -128,9 +133,17 @@ class Engine {
   std::thread thread_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Task> queue_;  // guarded by mu_
-  bool stopping_ = false;   // guarded by mu_
-  bool busy_ = false;       // a call is executing (engine or inline); guarded by mu_
+  std::deque<Task> queue_;             // guarded by mu_
+  std::atomic<size_t> queued_{0};      // queue_.size(), written under mu_, read without it
+  std::atomic<bool> stopping_{false};  // written under mu_
+  // A call is executing (engine or inline). Taken by compare-and-swap: a
+  // blocking call on an idle communicator takes no lock (the lock pairs were
+  // a third of a 1-rank barrier's time). The engine thread takes it before
+  // it pops a call, so a call run inline never overtakes one queued before.
+  std::atomic<bool> busy_{false};
+  // Posted calls were left unfinished by the last holder of busy_ (who
+  // alone touches posted_): the engine thread's cue to progress them.
+  std::atomic<bool> posted_left_{false};
   std::atomic<bool> aborted_{false};
   std::atomic<bool> revoked_{false};
   std::string abort_reason_;   // guarded by mu_

@@ -150,10 +150,7 @@ void Engine::progress_posted() {
   // yielding the core while messages stream, then sleep on the worker's
   // event fd; enqueue() wakes it for new work. Returns when a call finished
   // or work was queued.
-  const auto work_queued = [&] {
-    std::lock_guard<std::mutex> lock(mu_);
-    return !queue_.empty() || aborted_;
-  };
+  const auto work_queued = [&] { return queued_.load() != 0 || aborted_; };
   Clock::time_point spin_until{};
   for (unsigned spins = 1; !posted_.empty(); ++spins) {
     if (sweep_posted()) return;
@@ -255,23 +252,11 @@ void Engine::run_p2p_blocking(Task task) {
   if (task.p2p.empty()) return;
   size_t bytes = 0;
   for (const P2POp& op : task.p2p) bytes += op.count * dtype_size(op.dtype);
-  bool run_here = false;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    check_open_locked();
-    run_here = queue_.empty() && !busy_;
-    if (run_here) {
-      busy_ = true;
-    } else {
-      queue_.push_back(std::move(task));
-    }
-  }
-  if (run_here) {
+  if (take_busy_if_idle()) {
     post(std::move(task));
     progress_here(*state, bytes);
   } else {
-    if (sleeping_) endpoints_.wake_sleeper();
-    cv_.notify_all();
+    enqueue(std::move(task));
   }
   Request(state).wait();
 }
@@ -282,11 +267,7 @@ void Engine::progress_here(Request::State& state, size_t bytes) {
     return state.done;
   };
   for (;;) {
-    if (finished()) break;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!queue_.empty() || stopping_) break;  // hand the engine back
-    }
+    if (finished() || queued_.load() != 0 || stopping_) break;  // done, or hand the engine back
     progress_posted();
   }
   // Small messages wake the engine only if it has work (queued meanwhile, or
@@ -298,26 +279,12 @@ void Engine::progress_here(Request::State& state, size_t bytes) {
   release_busy(!endpoints_.mailbox && bytes >= kQuietWakeMaxBytes);
 }
 
-void Engine::release_busy(bool wake) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    busy_ = false;
-    wake = wake || !queue_.empty() || !posted_.empty() || stopping_;
-  }
-  if (wake) cv_.notify_all();
-}
-
 // A blocking call on an idle communicator whose messages go through the
 // mailbox: posted and polled here without a Task (shared request state,
 // deadline, posted call), most of a small message's cost. One still
 // unfinished after kInlinePolls, or failing, becomes a posted call as any other.
 bool Engine::run_p2p_inline(const P2POp* ops, size_t n, const CollectiveOptions& o, int* source) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    check_open_locked();
-    if (!queue_.empty() || busy_) return false;
-    busy_ = true;
-  }
+  if (!take_busy_if_idle()) return false;
   if (!posted_.empty() || sticky_ || aborted_ || pause_pending()) {  // ours to read while we hold busy
     release_busy(false);
     return false;
