@@ -795,6 +795,44 @@ TEST(Rooted, SendingSidesRunAheadAndKeepTheirData) {
   group.expect_success(120s);
 }
 
+// allgatherv and reduce_scatterv with unequal blocks (one empty, one
+// spanning several 4 KiB chunks, blocks apart with gaps between them) go
+// through the segments on one host: back to back, every value exact.
+TEST(Variable, UnequalBlocksThroughSharedMemory) {
+  RankGroup group(3, [](const CommOptions& o) {
+    ring::RingOptions ro;
+    ro.shm_chunk_bytes = 4096;
+    auto comm = ring::connect(o, ro);
+    const int n = comm->size(), r = comm->rank();
+    int wrong = 0;
+    for (int call = 0; call < 60 && wrong == 0; ++call) {
+      Blocks b;
+      size_t end = 0;
+      for (int p = 0; p < n; ++p) {
+        const size_t count = (p + call) % n == 0 ? 0 : 1 + size_t(call * 97 + p * 1013) % 3000;
+        b.counts.push_back(count);
+        b.displs.push_back(end + 7);  // a gap before every block
+        end += count + 7;
+      }
+      const size_t mine = b.counts[size_t(r)];
+      auto value = [&](int p, size_t j) { return float(call * 8192 + p * 4096) + float(j % 4000); };
+      std::vector<float> in(mine + 1), out(end + 1, -1.0f);
+      for (size_t j = 0; j < mine; ++j) in[j] = value(r, j);
+      comm->allgatherv(in.data(), mine, out.data(), b, DataType::f32);
+      for (int p = 0; p < n; ++p)
+        for (size_t j = 0; j < b.counts[size_t(p)]; ++j) wrong += out[b.displs[size_t(p)] + j] != value(p, j);
+      std::vector<float> whole(end + 1, 0.0f), block(mine + 1, -1.0f);
+      for (int p = 0; p < n; ++p)
+        for (size_t j = 0; j < b.counts[size_t(p)]; ++j) whole[b.displs[size_t(p)] + j] = value(p, j) + float(r);
+      comm->reduce_scatterv(whole.data(), block.data(), b, DataType::f32, ReduceOp::sum);
+      for (size_t j = 0; j < mine; ++j) wrong += block[j] != float(n) * value(r, j) + float(n * (n - 1) / 2);
+      if (wrong) ADD_FAILURE() << wrong << " wrong elements at call " << call;
+    }
+    return wrong == 0 ? 0 : kExpectationFailed;
+  });
+  group.expect_success(120s);
+}
+
 // A gather's non-root rank returns once its block is staged (as MPI's eager
 // sends): it learns of the mismatch at its next call.
 TEST(Collectives, MismatchedKindsAreNamed) {

@@ -136,10 +136,12 @@ class RingAlgorithms final : public Algorithms {
   // Equal blocks packed in rank order take the fixed-size call's paths (on
   // one host the segments, not a ring of messages): the same bytes land in
   // the same places.
+  // Other blocks go through the segments on one host too, staged.
   void allgatherv(Channel& ch, const VariableArgs& args) override {
     if (packed_equal(args.blocks)) return allgather(ch, {args.input, args.output, args.count, args.dtype, args.memory});
     VariableArgs a = args;
     input_into_own_block(ch, a);
+    if (shared(ch, a.memory)) return shm_allgatherv(ch, a, options_);
     ring_allgatherv(ch, a);
   }
   void reduce_scatterv(Channel& ch, const ReduceScattervArgs& args) override {
@@ -152,6 +154,7 @@ class RingAlgorithms final : public Algorithms {
                  [&](void* out) {
                    ReduceScattervArgs a = args;
                    a.output = out;
+                   if (shared(ch, a.memory)) return shm_reduce_scatterv(ch, a, options_);
                    ring_reduce_scatterv(ch, a);
                  });
   }

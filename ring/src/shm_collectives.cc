@@ -198,7 +198,80 @@ void shm_allreduce(Channel& ch, const AllreduceArgs& a, const RingOptions& o, si
   end_trial(path.heap);
 }
 
-// Each chunk carries the same run of every block: piece p of the slot holds block p's part.
+namespace {
+
+// Rank p's block of an allgather(v) or reduce-scatter(v), in elements: equal
+// blocks packed in rank order, or the call's own (known on every rank).
+struct BlockLayout {
+  const Blocks* given = nullptr;  // null: `count` each, packed
+  size_t count = 0;
+  size_t count_of(int p) const { return given ? given->counts[size_t(p)] : count; }
+  size_t displ_of(int p) const { return given ? given->displs[size_t(p)] : size_t(p) * count; }
+  size_t largest() const { return given ? *std::max_element(given->counts.begin(), given->counts.end()) : count; }
+  // Elements of block p in run i of `per_run` each.
+  size_t run(int p, size_t i, size_t per_run) const {
+    const size_t c = count_of(p), begin = i * per_run;
+    return begin < c ? std::min(per_run, c - begin) : 0;
+  }
+};
+
+// Each chunk carries the same run of every block: piece b of the slot holds
+// block b's part, and rank r folds piece r of every slot into its output.
+void staged_reduce_scatter(Segments& s, const ReduceScattervArgs& a, const BlockLayout& blocks, size_t chunk_bytes) {
+  const size_t n = size_t(s.size()), esize = dtype_size(a.dtype), largest = blocks.largest();
+  if (largest == 0) return;
+  const size_t per_block = std::max<size_t>(1, std::min(chunk_bytes / esize / n, largest));
+  const int r = s.rank();
+  s.staged(
+      chunks_for(largest, per_block), n * per_block * esize, {},
+      [&](size_t i, std::byte* slot) {
+        for (size_t b = 0; b < n; ++b) {
+          const size_t count = blocks.run(int(b), i, per_block);
+          s.counted_copy(slot + b * per_block * esize,
+                         bytes_of(a.input) + (blocks.displ_of(int(b)) + i * per_block) * esize, count * esize);
+        }
+      },
+      [&](size_t i, auto slot_of) {
+        const size_t count = blocks.run(r, i, per_block);
+        if (count == 0) return;
+        fold(s, {a.dtype, a.op, count}, bytes_of(a.output) + i * per_block * esize, slot_of,
+             size_t(r) * per_block * esize);
+      });
+}
+
+// Each rank stages its block; every rank copies the others' out of their
+// slots and, from an input apart from its own block, each chunk's run of its
+// own block while the peers read that chunk.
+void staged_allgather(Segments& s, const void* input, void* output, size_t esize, const BlockLayout& blocks,
+                      size_t chunk_bytes) {
+  const size_t per_chunk = chunk_bytes / esize, largest = blocks.largest();
+  if (largest == 0) return;
+  const int r = s.rank();
+  const std::byte* in = bytes_of(input);
+  std::byte* out = bytes_of(output);
+  std::byte* own_block = out + blocks.displ_of(r) * esize;
+  s.staged(
+      chunks_for(largest, per_chunk), std::min(per_chunk, largest) * esize, {},
+      [&](size_t i, std::byte* slot) {
+        s.counted_copy(slot, in + i * per_chunk * esize, blocks.run(r, i, per_chunk) * esize);
+      },
+      [&](size_t i, auto slot_of) {
+        for (int p = 0; p < s.size(); ++p) {
+          if (p == r) continue;
+          s.counted_copy(out + (blocks.displ_of(p) + i * per_chunk) * esize, slot_of(p),
+                         blocks.run(p, i, per_chunk) * esize);
+        }
+      },
+      [&](size_t i) {
+        if (in != own_block) {
+          s.counted_copy(own_block + i * per_chunk * esize, in + i * per_chunk * esize,
+                         blocks.run(r, i, per_chunk) * esize);
+        }
+      });
+}
+
+}  // namespace
+
 void shm_reduce_scatter(Channel& ch, const ReduceScatterArgs& a, const RingOptions& o) {
   const size_t chunk_bytes = o.shm_chunk_bytes;
   if (a.count == 0) return;
@@ -207,62 +280,34 @@ void shm_reduce_scatter(Channel& ch, const ReduceScatterArgs& a, const RingOptio
   const PathChoice path = choose_path(s, o, ShmCollective::reduce_scatter, bytes, false);
   const Reach reach = arrive_direct(s, path, {bytes, a.input, bytes, a.output});
   if (reach != Reach::staged) return direct_reduce_scatter(s, ch, a, reach);
-  const size_t per_block = std::max<size_t>(1, std::min(chunk_bytes / esize / n, a.count));
-  s.staged(
-      chunks_for(a.count, per_block), n * per_block * esize, {},
-      [&](size_t i, std::byte* slot) {
-        const size_t begin = i * per_block, count = std::min(per_block, a.count - begin);
-        for (size_t b = 0; b < n; ++b) {
-          s.counted_copy(slot + b * per_block * esize, bytes_of(a.input) + (b * a.count + begin) * esize,
-                         count * esize);
-        }
-      },
-      [&](size_t i, auto slot_of) {
-        const size_t begin = i * per_block, count = std::min(per_block, a.count - begin);
-        fold(s, {a.dtype, a.op, count}, bytes_of(a.output) + begin * esize, slot_of,
-             size_t(s.rank()) * per_block * esize);
-      });
+  staged_reduce_scatter(s, {a.input, a.output, {}, a.dtype, a.op, a.memory}, {nullptr, a.count}, chunk_bytes);
+}
+
+void shm_reduce_scatterv(Channel& ch, const ReduceScattervArgs& a, const RingOptions& o) {
+  Segments s(ch, o.shm_chunk_bytes, call_of(Kind::reduce_scatterv, 0, a.dtype, a.op));
+  staged_reduce_scatter(s, a, {&a.blocks}, o.shm_chunk_bytes);
 }
 
 void shm_allgather(Channel& ch, const AllgatherArgs& a, const RingOptions& o) {
   const size_t chunk_bytes = o.shm_chunk_bytes;
   if (a.count == 0) return;
   Segments s(ch, chunk_bytes, call_of(Kind::allgather, a.count, a.dtype));
-  const size_t esize = dtype_size(a.dtype), per_chunk = chunk_bytes / esize, block = a.count * esize;
+  const size_t esize = dtype_size(a.dtype), block = a.count * esize;
   const size_t bytes = block * size_t(s.size());
-  const std::byte* in = bytes_of(a.input);
   std::byte* own_block = bytes_of(a.output) + size_t(s.rank()) * block;
-  // An input apart from the output is staged from, and each chunk's run of
-  // it copied to the own block while the peers read the chunk; any other
-  // input is the own block (in place: RingAlgorithms::allgather moves one
-  // elsewhere in the output there first).
-  const bool apart = in != own_block;
-  auto copy_own = [&](size_t offset, size_t n) {
-    if (apart) s.counted_copy(own_block + offset, in + offset, n);
-  };
+  // An input apart from the output is staged from; any other input is the
+  // own block (in place: RingAlgorithms::allgather moves one elsewhere in
+  // the output there first).
   const PathChoice path = choose_path(s, o, ShmCollective::allgather, bytes, false);
   const Reach reach = arrive_direct(s, path, {bytes, a.input, block, a.output});
-  if (reach != Reach::staged) {
-    copy_own(0, block);
-    return direct_allgather(s, a, reach);
-  }
-  s.staged(
-      chunks_for(a.count, per_chunk), std::min(per_chunk, a.count) * esize, {},
-      [&](size_t i, std::byte* slot) {
-        const size_t begin = i * per_chunk;
-        s.counted_copy(slot, in + begin * esize, std::min(per_chunk, a.count - begin) * esize);
-      },
-      [&](size_t i, auto slot_of) {
-        const size_t begin = i * per_chunk, bytes = std::min(per_chunk, a.count - begin) * esize;
-        for (int p = 0; p < s.size(); ++p) {
-          if (p == s.rank()) continue;
-          s.counted_copy(bytes_of(a.output) + (size_t(p) * a.count + begin) * esize, slot_of(p), bytes);
-        }
-      },
-      [&](size_t i) {
-        const size_t begin = i * per_chunk;
-        copy_own(begin * esize, std::min(per_chunk, a.count - begin) * esize);
-      });
+  if (reach == Reach::staged) return staged_allgather(s, a.input, a.output, esize, {nullptr, a.count}, chunk_bytes);
+  if (a.input != own_block) s.counted_copy(own_block, a.input, block);
+  direct_allgather(s, a, reach);
+}
+
+void shm_allgatherv(Channel& ch, const VariableArgs& a, const RingOptions& o) {
+  Segments s(ch, o.shm_chunk_bytes, call_of(Kind::allgatherv, 0, a.dtype));
+  staged_allgather(s, a.input, a.output, dtype_size(a.dtype), {&a.blocks}, o.shm_chunk_bytes);
 }
 
 void shm_broadcast(Channel& ch, const BroadcastArgs& a, const RingOptions& o) {

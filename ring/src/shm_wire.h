@@ -49,11 +49,11 @@ struct Call {
     const bool rooted = kind == Kind::broadcast || kind == Kind::reduce || kind == Kind::gather ||
                         kind == Kind::gatherv || kind == Kind::scatter || kind == Kind::scatterv;
     const std::string at_root = rooted ? ", root " + std::to_string(root) : "";
-    if (kind == Kind::alltoallv || kind == Kind::gatherv || kind == Kind::scatterv)  // counts per rank
-      return std::string(to_string(kind)) + "(" + std::string(to_string(DataType(dtype))) + at_root + ")";
-    std::string s =
-        std::string(to_string(kind)) + "(" + std::to_string(count) + " x " + std::string(to_string(DataType(dtype)));
-    if (kind == Kind::allreduce || kind == Kind::reduce_scatter || kind == Kind::reduce) {
+    std::string s = std::string(to_string(kind)) + "(";
+    if (!has_per_rank_counts(kind)) s += std::to_string(count) + " x ";
+    s += to_string(DataType(dtype));
+    if (kind == Kind::allreduce || kind == Kind::reduce_scatter || kind == Kind::reduce ||
+        kind == Kind::reduce_scatterv) {
       s += ", " + std::string(to_string(ReduceOp(op)));
     }
     return s + at_root + ")";
