@@ -120,6 +120,20 @@ TEST_P(Fingerprint, OneCellAgainstWholeChunkIsNamed) {
                    "rank 1 called allreduce(32768 x f32, sum)"});
 }
 
+// Rank 1 thinks rank 0's block is one element longer. Through shared memory
+// the call carries a digest of the counts, and both ranks fail naming the
+// blocks. (Over UCX the ring's messages differ in size: the rank that
+// receives the odd block fails naming the sizes, the other may finish.)
+TEST(SharedMemoryCheck, AllgathervBlocksDiffer) {
+  expect_mismatch(2, true,
+                  [](Communicator& c) {
+                    const Blocks b{{c.rank() == 0 ? 100u : 101u, 200u}, {0, 101}};
+                    std::vector<float> in(200), out(301);
+                    c.allgatherv(in.data(), b.counts[size_t(c.rank())], out.data(), b, DataType::f32);
+                  },
+                  {"call #2", "(the blocks differ)", "called allgatherv(f32)"});
+}
+
 // 32 KiB: through shared memory every rank announces its call before any copy.
 TEST_P(Fingerprint, RootDiffers) {
   expect_mismatch(2, GetParam(), [](Communicator& c) { broadcast(c, 8192, c.rank()); },

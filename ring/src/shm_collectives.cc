@@ -270,6 +270,15 @@ void staged_allgather(Segments& s, const void* input, void* output, size_t esize
       });
 }
 
+// A variable call's counts, as its Call's count: ranks whose blocks differ
+// then differ in their call (named so by Segments::check_same_call), where
+// the ring's messages would have differed in size.
+uint64_t blocks_digest(const Blocks& b) {
+  uint64_t d = 0;
+  for (size_t c : b.counts) d = followed_by(d, Call{c});
+  return d;
+}
+
 }  // namespace
 
 void shm_reduce_scatter(Channel& ch, const ReduceScatterArgs& a, const RingOptions& o) {
@@ -284,7 +293,7 @@ void shm_reduce_scatter(Channel& ch, const ReduceScatterArgs& a, const RingOptio
 }
 
 void shm_reduce_scatterv(Channel& ch, const ReduceScattervArgs& a, const RingOptions& o) {
-  Segments s(ch, o.shm_chunk_bytes, call_of(Kind::reduce_scatterv, 0, a.dtype, a.op));
+  Segments s(ch, o.shm_chunk_bytes, call_of(Kind::reduce_scatterv, blocks_digest(a.blocks), a.dtype, a.op));
   staged_reduce_scatter(s, a, {&a.blocks}, o.shm_chunk_bytes);
 }
 
@@ -306,7 +315,7 @@ void shm_allgather(Channel& ch, const AllgatherArgs& a, const RingOptions& o) {
 }
 
 void shm_allgatherv(Channel& ch, const VariableArgs& a, const RingOptions& o) {
-  Segments s(ch, o.shm_chunk_bytes, call_of(Kind::allgatherv, 0, a.dtype));
+  Segments s(ch, o.shm_chunk_bytes, call_of(Kind::allgatherv, blocks_digest(a.blocks), a.dtype));
   staged_allgather(s, a.input, a.output, dtype_size(a.dtype), {&a.blocks}, o.shm_chunk_bytes);
 }
 

@@ -90,14 +90,15 @@ void Segments::wait_for_free_slot(uint64_t needed) {
 
 void Segments::check_same_call(int peer, const Call& theirs) const {
   if (theirs == call_) return;
-  const char* field = theirs.kind != call_.kind     ? "kind"
-                      : theirs.op != call_.op       ? "op"
-                      : theirs.dtype != call_.dtype ? "dtype"
-                      : theirs.count != call_.count ? "count"
-                                                    : "root";
-  throw CollectiveMismatch("mismatched collectives (the " + std::string(field) + " differs): rank " +
-                           std::to_string(peer) + " called " + theirs.str() + " while rank " + std::to_string(r_) +
-                           " called " + call_.str() +
+  // A variable call's count is a digest of its blocks' counts (shm_collectives.cc).
+  const char* what = theirs.kind != call_.kind     ? "kind differs"
+                     : theirs.op != call_.op       ? "op differs"
+                     : theirs.dtype != call_.dtype ? "dtype differs"
+                     : theirs.count != call_.count
+                         ? (has_per_rank_counts(call_.kind) ? "blocks differ" : "count differs")
+                         : "root differs";
+  throw CollectiveMismatch("mismatched collectives (the " + std::string(what) + "): rank " + std::to_string(peer) +
+                           " called " + theirs.str() + " while rank " + std::to_string(r_) + " called " + call_.str() +
                            "; every rank must issue the same collectives with the same arguments in the same order");
 }
 
