@@ -129,11 +129,24 @@ void staged_allreduce(Segments& s, const AllreduceArgs& a, const RingOptions& o,
   const bool senders_return = flow.reader >= 0;
   if ((senders_return && bytes <= kReduceUnsplitMaxBytes) || s.size() < o.shm_split_min_ranks || s.size() < 2 ||
       bytes < o.shm_split_min_bytes) {
-    s.staged(chunks, extent, flow, stage, [&](size_t i, auto slot_of) {
-      if (!keeps) return;
-      const size_t begin = i * per_chunk;
-      fold(s, {a.dtype, a.op, std::min(per_chunk, a.count - begin)}, bytes_of(a.output) + begin * esize, slot_of, 0);
-    });
+    // Unsplit, no peer reads a reduce's root's slot: the root folds its own
+    // input in place of it, unless the fold's output overwrites that input
+    // before reading it.
+    const bool own_input = keeper >= 0 && keeps && !overlap(a.input, bytes, a.output, bytes);
+    s.staged(
+        chunks, extent, flow,
+        [&](size_t i, std::byte* slot) {
+          if (!own_input) stage(i, slot);
+        },
+        [&](size_t i, auto slot_of) {
+          if (!keeps) return;
+          const size_t begin = i * per_chunk;
+          auto source_of = [&](int p) {
+            return own_input && p == s.rank() ? bytes_of(a.input) + begin * esize : slot_of(p);
+          };
+          fold(s, {a.dtype, a.op, std::min(per_chunk, a.count - begin)}, bytes_of(a.output) + begin * esize, source_of,
+               0);
+        });
     return;
   }
   // Rank p's slice of a chunk of `count` elements: balanced, in whole 64-byte lines where the chunk allows.
