@@ -230,15 +230,22 @@ struct BlockLayout {
 
 // Each chunk carries the same run of every block: piece b of the slot holds
 // block b's part, and rank r folds piece r of every slot into its output.
+// Piece r of its own slot no peer reads: rank r folds its input's block in
+// its place, unless the output overlaps that block (the fold would
+// overwrite it before reading it).
 void staged_reduce_scatter(Segments& s, const ReduceScattervArgs& a, const BlockLayout& blocks, size_t chunk_bytes) {
   const size_t n = size_t(s.size()), esize = dtype_size(a.dtype), largest = blocks.largest();
   if (largest == 0) return;
   const size_t per_block = std::max<size_t>(1, std::min(chunk_bytes / esize / n, largest));
   const int r = s.rank();
+  const std::byte* own_block = bytes_of(a.input) + blocks.displ_of(r) * esize;
+  const size_t own_bytes = blocks.count_of(r) * esize;
+  const bool own_from_input = !overlap(own_block, own_bytes, a.output, own_bytes);
   s.staged(
       chunks_for(largest, per_block), n * per_block * esize, {},
       [&](size_t i, std::byte* slot) {
         for (size_t b = 0; b < n; ++b) {
+          if (own_from_input && int(b) == r) continue;
           const size_t count = blocks.run(int(b), i, per_block);
           s.counted_copy(slot + b * per_block * esize,
                          bytes_of(a.input) + (blocks.displ_of(int(b)) + i * per_block) * esize, count * esize);
@@ -247,8 +254,11 @@ void staged_reduce_scatter(Segments& s, const ReduceScattervArgs& a, const Block
       [&](size_t i, auto slot_of) {
         const size_t count = blocks.run(r, i, per_block);
         if (count == 0) return;
-        fold(s, {a.dtype, a.op, count}, bytes_of(a.output) + i * per_block * esize, slot_of,
-             size_t(r) * per_block * esize);
+        auto piece_of = [&](int p) {
+          return own_from_input && p == r ? own_block + i * per_block * esize
+                                          : slot_of(p) + size_t(r) * per_block * esize;
+        };
+        fold(s, {a.dtype, a.op, count}, bytes_of(a.output) + i * per_block * esize, piece_of, 0);
       });
 }
 
