@@ -2,7 +2,7 @@
 #   make demo           setup, build, train 2 slots on Fashion-MNIST (tandem train), then a 2-rank all-reduce sweep
 #   make test           setup, build, quick test tier (what CI runs)
 #   make test-full      every test label
-#   make test-tsan      the gradient-sync engine and the flight recorder under ThreadSanitizer (CI runs it)
+#   make test-tsan      the gradient-sync engine, the flight recorder and the engine's inline claim under ThreadSanitizer (CI runs it)
 #   make test-gpu       tests/gpu: every CUDA kernel checked on the GPU and timed (needs only a CUDA toolkit)
 #   make fuzz           libFuzzer targets (clang, ASan+UBSan), FUZZ_SECONDS each from the checked-in corpus (CI runs it)
 #   make bench-kernels  reduction-kernel microbenchmarks
@@ -59,9 +59,10 @@ TSAN_ENV := UCX_MEM_EVENTS=no UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=non
 test-tsan: setup
 	cmake -S . -B $(TSAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTANDEM_WITH_CUDA=OFF -DTANDEM_BUILD_BENCH=OFF \
 	  -DCMAKE_CXX_FLAGS="-fsanitize=thread -O1 -Wno-tsan"
-	ninja -C $(TSAN_DIR) -j $(JOBS) fusion_test flight_recorder_test
+	ninja -C $(TSAN_DIR) -j $(JOBS) fusion_test flight_recorder_test allreduce_test
 	$(TSAN_ENV) $(TSAN_DIR)/tests/fusion_test
 	$(TSAN_ENV) $(TSAN_DIR)/tests/flight_recorder_test --gtest_filter='*DumpWhileRecording*'
+	$(TSAN_ENV) $(TSAN_DIR)/tests/allreduce_test --gtest_filter='*KeepOrder*:*TwoOutstanding*'
 
 # The GPU tier: a project of its own (nvcc, CMake, Ninja; none of tandem's other
 # dependencies), so no setup. Without a GPU it builds and says so.
