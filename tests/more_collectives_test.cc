@@ -743,6 +743,14 @@ TEST(Collectives, StoppedRankInAlltoallIsNamed) {
   EXPECT_EQ(codes[1], 0);
 }
 
+// A communicator whose shared-memory chunk is 4 KiB (cells of 512 bytes):
+// calls of a few KiB span several chunks.
+auto connect_with_4k_chunks(const CommOptions& o) {
+  ring::RingOptions ro;
+  ro.shm_chunk_bytes = 4096;
+  return ring::connect(o, ro);
+}
+
 // On shared memory a rooted call's sending side returns once its part is
 // staged (a gather's and reduce's non-roots, a scatter's and broadcast's
 // root), so it runs ahead of its receivers by up to 32 calls of one cell or
@@ -752,9 +760,7 @@ TEST(Collectives, StoppedRankInAlltoallIsNamed) {
 // its call returns: each root still gets each call's data.
 TEST(Rooted, SendingSidesRunAheadAndKeepTheirData) {
   RankGroup group(3, [](const CommOptions& o) {
-    ring::RingOptions ro;
-    ro.shm_chunk_bytes = 4096;
-    auto comm = ring::connect(o, ro);
+    auto comm = connect_with_4k_chunks(o);
     const int n = comm->size(), r = comm->rank();
     std::vector<float> in(3 * 1600), out(3 * 1600);
     auto value = [](int call, int rank, size_t j) { return float(call * 4096 + rank * 2048 + int(j % 2000)); };
@@ -800,9 +806,7 @@ TEST(Rooted, SendingSidesRunAheadAndKeepTheirData) {
 // through the segments on one host: back to back, every value exact.
 TEST(Variable, UnequalBlocksThroughSharedMemory) {
   RankGroup group(3, [](const CommOptions& o) {
-    ring::RingOptions ro;
-    ro.shm_chunk_bytes = 4096;
-    auto comm = ring::connect(o, ro);
+    auto comm = connect_with_4k_chunks(o);
     const int n = comm->size(), r = comm->rank();
     int wrong = 0;
     for (int call = 0; call < 60 && wrong == 0; ++call) {
