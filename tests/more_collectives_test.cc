@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "collectives.h"
 #include "multiprocess.h"
 #include "shm_timed_path.h"
 #include "tandem/bench/buffers.h"
@@ -741,6 +742,14 @@ TEST(Collectives, StoppedRankInAlltoallIsNamed) {
   auto codes = group.wait_for_all_but(2, 60s);
   EXPECT_EQ(codes[0], 0);
   EXPECT_EQ(codes[1], 0);
+}
+
+// A joiner reads the members' chunk back from their segment's size
+// (grow.cc): every chunk RingOptions accepts survives the round trip.
+TEST(Segments, ChunkReadBackFromTheSegmentSize) {
+  for (size_t chunk : {size_t(4096), size_t(4608), size_t(256) << 10, size_t(1) << 20, size_t(64) << 20}) {
+    EXPECT_EQ(ring::shm_chunk_for_segment(ring::shm_segment_bytes(chunk)), chunk) << chunk;
+  }
 }
 
 // A communicator whose shared-memory chunk is 4 KiB (cells of 512 bytes):
