@@ -33,10 +33,10 @@ EngineChannel::EngineChannel(Engine& engine, const Task& task)
   fingerprint_posted_ = fingerprint_compared_ = point_to_point_;
   // Without shared memory every collective goes over messages: post at once
   // (a zero-count call sends nothing, yet must be checked). So do allgatherv
-  // and reduce_scatterv, which go over messages unless their blocks are equal
-  // (then through the allgather's and reduce-scatter's segments, whose
-  // headers name those calls: the fingerprint still names the v-call), and
-  // split: a rank that sends nothing in them still checks its call. The calls
+  // and reduce_scatterv (through the segments on one host, whose headers
+  // check them too: equal blocks as the allgather or reduce-scatter, others
+  // with a digest of their blocks; across hosts over messages), and split: a
+  // rank that sends nothing in them still checks its call. The calls
   // with a shared-memory path check their call in its headers there; where
   // they fall back to messages every rank sends or receives one, which posts
   // the fingerprint.

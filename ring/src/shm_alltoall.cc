@@ -163,7 +163,7 @@ void staged_alltoallv(Segments& s, const AlltoallvArgs& a, const Matrix& m, cons
   const int n = s.size(), r = s.rank();
   const size_t es = dtype_size(a.dtype);
   const size_t per_block = std::max<size_t>(1, std::min(s.chunk_bytes() / es / size_t(n), m.largest_block()));
-  auto run = [&](size_t count, size_t i) { return std::min(per_block, count - std::min(count, i * per_block)); };
+  auto run = [&](size_t count, size_t i) { return run_of(count, i, per_block); };
   const size_t chunks = chunks_for(m.largest_block(), per_block), extent = size_t(n) * per_block * es;
   s.staged(
       chunks, extent,

@@ -222,10 +222,7 @@ struct BlockLayout {
   size_t displ_of(int p) const { return given ? given->displs[size_t(p)] : size_t(p) * count; }
   size_t largest() const { return given ? *std::max_element(given->counts.begin(), given->counts.end()) : count; }
   // Elements of block p in run i of `per_run` each.
-  size_t run(int p, size_t i, size_t per_run) const {
-    const size_t c = count_of(p), begin = i * per_run;
-    return begin < c ? std::min(per_run, c - begin) : 0;
-  }
+  size_t run(int p, size_t i, size_t per_run) const { return run_of(count_of(p), i, per_run); }
 };
 
 // Each chunk carries the same run of every block: piece b of the slot holds

@@ -98,7 +98,7 @@ class Segments {
       size_t chunks, size_t extent, Flow flow, Stage stage, Consume consume, Meanwhile meanwhile = [](size_t) {}) {
     const uint64_t before = self_->next;
     cells_ = cells_for(extent);
-    first_ = (before + cells_ - 1) / cells_ * cells_;  // whole chunks never wrap the cells
+    first_ = placed(before, cells_);
     self_->next = first_ + chunks * cells_;
     const bool stages = flow.stager < 0 || flow.stager == r_;
     const bool reads = flow.reader < 0 || flow.reader == r_;
@@ -203,6 +203,10 @@ class Segments {
   // up to 8 times the memory whole ones do and miss the caches (4 ranks, 1 MiB
   // allgather: 6% slower).
   size_t cells_for(size_t extent) const { return extent <= cell_bytes_ ? 1 : kCellsPerChunk; }
+  // The first cell of a call whose chunks take `cells` cells each and whose
+  // rank's cells are free from `before`: a multiple of `cells`, so that whole
+  // chunks never wrap the cells.
+  static uint64_t placed(uint64_t before, size_t cells) { return (before + cells - 1) / cells * cells; }
   // The first cell of this call's chunk i (staged() places the call).
   uint64_t cell_of(size_t i) const { return first_ + i * cells_; }
   // The header where `peer` stamped the first chunk of a staged call it began
@@ -298,5 +302,9 @@ void fold(const Segments& s, const Reduction& r, void* dst, SlotOf& slot_of, siz
 }
 
 inline size_t chunks_for(size_t count, size_t per_chunk) { return (count + per_chunk - 1) / per_chunk; }
+// The elements of a block of `count` in its run i of `per_run` each (0 past its end).
+inline size_t run_of(size_t count, size_t i, size_t per_run) {
+  return std::min(per_run, count - std::min(count, i * per_run));
+}
 
 }  // namespace tandem::ring
