@@ -110,13 +110,28 @@ TEST_P(Fingerprint, CountDiffers) {
 }
 
 // Through shared memory call #1 took one cell; a call of one cell (4 KiB)
-// starts at the next, one of whole chunks (128 KiB) at the next multiple of
-// 8: each rank waits where its own call starts, and finds the other's call
-// where that one starts.
+// starts at the next, one of a run of cells (16 KiB) at the next multiple of
+// 8, one of whole chunks (128 KiB) at the next multiple of 64: each rank
+// waits where its own call starts, and finds the other's call where that one
+// starts.
 TEST_P(Fingerprint, OneCellAgainstWholeChunkIsNamed) {
   expect_mismatch(2, GetParam(),
                   [](Communicator& c) { allreduce(c, c.rank() == 0 ? 1024 : 32768, DataType::f32, ReduceOp::sum); },
                   {"call #2", "(the count differs)", "rank 0 called allreduce(1024 x f32, sum)",
+                   "rank 1 called allreduce(32768 x f32, sum)"});
+}
+
+TEST_P(Fingerprint, OneCellAgainstRunIsNamed) {
+  expect_mismatch(2, GetParam(),
+                  [](Communicator& c) { allreduce(c, c.rank() == 0 ? 1024 : 4096, DataType::f32, ReduceOp::sum); },
+                  {"call #2", "(the count differs)", "rank 0 called allreduce(1024 x f32, sum)",
+                   "rank 1 called allreduce(4096 x f32, sum)"});
+}
+
+TEST_P(Fingerprint, RunAgainstWholeChunkIsNamed) {
+  expect_mismatch(2, GetParam(),
+                  [](Communicator& c) { allreduce(c, c.rank() == 0 ? 4096 : 32768, DataType::f32, ReduceOp::sum); },
+                  {"call #2", "(the count differs)", "rank 0 called allreduce(4096 x f32, sum)",
                    "rank 1 called allreduce(32768 x f32, sum)"});
 }
 

@@ -747,13 +747,13 @@ TEST(Collectives, StoppedRankInAlltoallIsNamed) {
 // A joiner reads the members' chunk back from their segment's size
 // (grow.cc): every chunk RingOptions accepts survives the round trip.
 TEST(Segments, ChunkReadBackFromTheSegmentSize) {
-  for (size_t chunk : {size_t(4096), size_t(4608), size_t(256) << 10, size_t(1) << 20, size_t(64) << 20}) {
+  for (size_t chunk : {size_t(4096), size_t(8192), size_t(256) << 10, size_t(1) << 20, size_t(64) << 20}) {
     EXPECT_EQ(ring::shm_chunk_for_segment(ring::shm_segment_bytes(chunk)), chunk) << chunk;
   }
 }
 
-// A communicator whose shared-memory chunk is 4 KiB (cells of 512 bytes):
-// calls of a few KiB span several chunks.
+// A communicator whose shared-memory chunk is 4 KiB (cells of 64 bytes,
+// runs of 512): calls of a few KiB span several chunks.
 auto connect_with_4k_chunks(const CommOptions& o) {
   ring::RingOptions ro;
   ro.shm_chunk_bytes = 4096;
@@ -762,11 +762,12 @@ auto connect_with_4k_chunks(const CommOptions& o) {
 
 // On shared memory a rooted call's sending side returns once its part is
 // staged (a gather's and reduce's non-roots, a scatter's and broadcast's
-// root), so it runs ahead of its receivers by up to 32 calls of one cell or
-// 4 whole chunks. Back to back, with roots moving, calls of one cell (512
-// bytes of a 4 KiB chunk) among calls of several chunks, so that each whole
-// chunk starts past cells left unused, and every input rewritten as soon as
-// its call returns: each root still gets each call's data.
+// root), so it runs ahead of its receivers by up to 256 calls of one cell,
+// 32 of a run or 4 whole chunks. Back to back, with roots moving, calls of
+// one cell (64 bytes of a 4 KiB chunk) and of a run (512) among calls of
+// several chunks, so that runs and whole chunks start past cells left
+// unused, and every input rewritten as soon as its call returns: each root
+// still gets each call's data.
 TEST(Rooted, SendingSidesRunAheadAndKeepTheirData) {
   RankGroup group(3, [](const CommOptions& o) {
     auto comm = connect_with_4k_chunks(o);
@@ -776,7 +777,9 @@ TEST(Rooted, SendingSidesRunAheadAndKeepTheirData) {
     int wrong = 0;
     for (int call = 0; call < 240 && wrong == 0; ++call) {
       const int root = call % n;
-      const size_t count = call % 3 == 0 ? 10 + size_t(call) % 30 : 100 + size_t(call * 37) % 1500;
+      const size_t count = call % 3 == 0   ? (call % 2 == 0 ? 1 + size_t(call) % 5 : 10 + size_t(call) % 30)
+                           : call % 3 == 1 ? 100 + size_t(call * 37) % 1500
+                                           : 30 + size_t(call) % 100;
       std::fill(out.begin(), out.end(), -1.0f);
       switch (call % 4) {
         case 0:

@@ -279,7 +279,9 @@ TEST(RingOptions, RejectsImpossibleSettings) {
   ring::RingOptions odd_chunk;
   odd_chunk.shm_chunk_bytes = 5000;
   EXPECT_THROW(ring::algorithms(odd_chunk), InvalidArgument);
-  odd_chunk.shm_chunk_bytes = 4160;  // whole cache lines, but not 8 cells of them
+  odd_chunk.shm_chunk_bytes = 4160;  // whole cache lines, but not 64 cells of them
+  EXPECT_THROW(ring::algorithms(odd_chunk), InvalidArgument);
+  odd_chunk.shm_chunk_bytes = 4608;  // 8 cells of whole cache lines, not 64
   EXPECT_THROW(ring::algorithms(odd_chunk), InvalidArgument);
 }
 

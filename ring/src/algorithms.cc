@@ -281,11 +281,11 @@ std::shared_ptr<Algorithms> algorithms(const RingOptions& options) {
                           std::to_string(options.segment_bytes) + ", " + std::to_string(options.segments_in_flight) +
                           ")");
   }
-  // A multiple of 512: 8 cells of whole cache lines, so that a joiner reads
-  // the chunk back from the segment's size (shm_chunk_for_segment).
+  // A multiple of 4096: 64 cells of whole cache lines, so that a joiner
+  // reads the chunk back from the segment's size (shm_chunk_for_segment).
   const size_t chunk = options.shm_chunk_bytes;  // 0: the default
-  if (chunk != 0 && (chunk < 4096 || chunk % 512 != 0 || chunk > (64 << 20))) {
-    throw InvalidArgument("RingOptions: shm_chunk_bytes must be a multiple of 512 from 4096 to 64 MiB (got " +
+  if (chunk != 0 && (chunk < 4096 || chunk % 4096 != 0 || chunk > (64 << 20))) {
+    throw InvalidArgument("RingOptions: shm_chunk_bytes must be a multiple of 4096 from 4096 to 64 MiB (got " +
                           std::to_string(options.shm_chunk_bytes) + "; TANDEM_SHM_CHUNK_BYTES)");
   }
   return std::make_shared<RingAlgorithms>(options);

@@ -50,9 +50,9 @@ SettingTable<RingOptions> make_table() {
                              "Ranks on one host map each other's memory and run collectives through it."),
                          &O::shared_memory));
   t.push_back(number_field(row("TANDEM_SHM_CHUNK_BYTES", "shm_chunk_bytes", K::bytes, "0",
-                               "Pipeline chunk of the shared-memory collectives, a multiple of 512 bytes from 4 KiB "
-                               "to 64 MiB; 0: 256 KiB, 1 MiB when ranks outnumber cores.",
-                               "set it to the shared-memory pipeline chunk in bytes, a multiple of 512"),
+                               "Pipeline chunk of the shared-memory collectives, a multiple of 4 KiB up to 64 MiB; 0: "
+                               "256 KiB, 1 MiB when ranks outnumber cores.",
+                               "set it to the shared-memory pipeline chunk in bytes, a multiple of 4096"),
                            &O::shm_chunk_bytes));
   t.push_back(number_field(row("TANDEM_SHM_SPLIT_MIN_RANKS", "shm_split_min_ranks", K::count, "2",
                                "From this many ranks the staged shared-memory all-reduce splits its chunks.",

@@ -66,7 +66,7 @@ const SlotHeader* Segments::staged_from(int peer, uint64_t before) const {
   // that ran ahead) means this call's stamp, written before it, is visible
   // now too: look again from the nearest.
   for (int pass = 0; pass < 2; ++pass) {
-    for (size_t cells = 1; cells <= kCellsPerChunk; cells *= kCellsPerChunk) {
+    for (size_t cells = 1; cells <= kCellsPerChunk; cells *= kCellsPerRun) {
       const uint64_t g = placed(before, cells);
       const SlotHeader* h = header(peer, g);
       if (load_acquire(h->stamp) != g + 1) continue;

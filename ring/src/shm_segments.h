@@ -34,13 +34,15 @@ struct Flow {
 // The slot protocol and the arrival/finish handshake over the segments.
 class Segments {
  public:
-  Segments(Channel& ch, size_t chunk_bytes, const Call& call)
+  // `chunk_bytes`: this call's chunk (o.shm_chunk_bytes, or the all-reduce's).
+  Segments(Channel& ch, const RingOptions& o, size_t chunk_bytes, const Call& call)
       : ch_(ch),
         memory_(*ch.shared_memory()),
         seg_(*memory_.segments()),
         n_(ch.size()),
         r_(ch.rank()),
         chunk_bytes_(chunk_bytes),
+        oversubscribed_(o.ranks_outnumber_cores),
         call_(call),
         cell_bytes_((seg_.bytes - kControlBytes) / kCells - kHeaderBytes),
         self_(control(r_)),
@@ -55,8 +57,8 @@ class Segments {
   // every other instead. A call of one cell runs kCells calls ahead, and the
   // receiver drains them in its turn on the core (docs/algorithms.md, 'shm:
   // rooted calls return once staged', 'shm: cells').
-  Flow rooted_flow(const RingOptions& o, Flow flow, size_t chunks, size_t extent) const {
-    return o.ranks_outnumber_cores && (chunks > 1 || cells_for(extent) > 1) ? Flow{} : flow;
+  Flow rooted_flow(Flow flow, size_t chunks, size_t extent) const {
+    return oversubscribed_ && (chunks > 1 || cells_for(extent, false) == kCellsPerChunk) ? Flow{} : flow;
   }
 
   static uint64_t now_ns() {
@@ -96,13 +98,13 @@ class Segments {
   template <class Stage, class Consume, class Meanwhile = void (*)(size_t)>
   void staged(
       size_t chunks, size_t extent, Flow flow, Stage stage, Consume consume, Meanwhile meanwhile = [](size_t) {}) {
-    const uint64_t before = self_->next;
-    cells_ = cells_for(extent);
-    first_ = placed(before, cells_);
-    self_->next = first_ + chunks * cells_;
     const bool stages = flow.stager < 0 || flow.stager == r_;
     const bool reads = flow.reader < 0 || flow.reader == r_;
     const bool symmetric = flow.stager < 0 && flow.reader < 0;  // every rank waits for every stamp
+    const uint64_t before = self_->next;
+    cells_ = cells_for(extent, symmetric);
+    first_ = placed(before, cells_);
+    self_->next = first_ + chunks * cells_;
     for (size_t i = 0; i < chunks; ++i) {
       if (i == 0) stage_chunk(0, stage, stages, chunks == 1 && symmetric);
       if (i + 1 < chunks) stage_chunk(i + 1, stage, stages, false);
@@ -198,11 +200,18 @@ class Segments {
   std::byte* data(int rank, uint64_t g) const {
     return seg_.segment[size_t(rank)] + kControlBytes + kCells * kHeaderBytes + (g % kCells) * cell_bytes_;
   }
-  // The cells a chunk of `extent` bytes takes: one if it fits, else a whole
-  // chunk's. Cycling through every cell, chunks of a few cells would touch
-  // up to 8 times the memory whole ones do and miss the caches (4 ranks, 1 MiB
-  // allgather: 6% slower).
-  size_t cells_for(size_t extent) const { return extent <= cell_bytes_ ? 1 : kCellsPerChunk; }
+  // The cells a chunk of `extent` bytes takes: one if it fits, else a run
+  // if that fits, else a whole chunk's. Cycling through every cell, chunks
+  // of a few cells would touch up to 8 times the memory whole ones do and
+  // miss the caches (4 ranks, 1 MiB allgather: 6% slower). Where ranks
+  // outnumber cores, a `symmetric` call (every rank waits for every other,
+  // so none runs ahead) takes at least a run: its ranks share the cores'
+  // caches, and 256 cells of it would not fit them (4 ranks, 4 KiB
+  // all-reduce: 14% slower).
+  size_t cells_for(size_t extent, bool symmetric) const {
+    if (extent <= cell_bytes_ && !(symmetric && oversubscribed_)) return 1;
+    return extent <= kCellsPerRun * cell_bytes_ ? kCellsPerRun : kCellsPerChunk;
+  }
   // The first cell of a call whose chunks take `cells` cells each and whose
   // rank's cells are free from `before`: a multiple of `cells`, so that whole
   // chunks never wrap the cells.
@@ -264,6 +273,7 @@ class Segments {
   const SharedSegments& seg_;
   const int n_, r_;
   const size_t chunk_bytes_;
+  const bool oversubscribed_;  // ranks outnumber cores
   const Call call_;
   const size_t cell_bytes_;  // the communicator's cell (cell_bytes_for its chunk)
   Control* const self_;

@@ -1,8 +1,9 @@
 // The shared segments' layout, as every rank of a host reads and writes it:
 // each rank's segment opens with its Control block, then kCells slot
 // headers, then kCells cells of data (cell_bytes_for the communicator's
-// chunk). A staged chunk takes one cell, or kCellsPerChunk cells from a
-// multiple of kCellsPerChunk, and its header is its first cell's. Plain data
+// chunk). A staged chunk takes one cell, a run of kCellsPerRun cells or a
+// whole chunk's kCellsPerChunk cells, from a multiple of what it takes; its
+// header is its first cell's. Plain data
 // only; the protocol over it is shm_segments.h, the timed choice's use of
 // PathTrials shm_timed_path.h.
 #pragma once
@@ -19,16 +20,18 @@
 namespace tandem::ring {
 
 // A full chunk spans kCellsPerChunk cells, so kSlots full chunks are in
-// flight per rank; a chunk of one cell, kCells (docs/algorithms.md, 'shm:
-// cells: small calls run further ahead').
+// flight per rank; chunks of a run, kCells / kCellsPerRun; chunks of one
+// cell, kCells (docs/algorithms.md, 'shm: cells: small calls run further
+// ahead').
 constexpr size_t kSlots = 4;
-constexpr size_t kCellsPerChunk = 8;
+constexpr size_t kCellsPerRun = 8;
+constexpr size_t kCellsPerChunk = kCellsPerRun * kCellsPerRun;
 constexpr size_t kCells = kSlots * kCellsPerChunk;
 constexpr size_t kControlBytes = 4096;
 constexpr size_t kHeaderBytes = 64;
 constexpr size_t kCacheLine = 64;
 
-// A cell of the communicator's chunk: an eighth of it, in whole cache lines.
+// A cell of the communicator's chunk: a 64th of it, in whole cache lines.
 constexpr size_t cell_bytes_for(size_t chunk_bytes) {
   return ((chunk_bytes + kCellsPerChunk - 1) / kCellsPerChunk + kCacheLine - 1) / kCacheLine * kCacheLine;
 }
