@@ -203,13 +203,14 @@ class Segments {
   // The cells a chunk of `extent` bytes takes: one if it fits, else a run
   // if that fits, else a whole chunk's. Cycling through every cell, chunks
   // of a few cells would touch up to 8 times the memory whole ones do and
-  // miss the caches (4 ranks, 1 MiB allgather: 6% slower). Where ranks
-  // outnumber cores, a `symmetric` call (every rank waits for every other,
-  // so none runs ahead) takes at least a run: its ranks share the cores'
-  // caches, and 256 cells of it would not fit them (4 ranks, 4 KiB
-  // all-reduce: 14% slower).
+  // miss the caches (4 ranks, 1 MiB allgather: 6% slower). A `symmetric`
+  // call (every rank waits for every other, so none runs ahead) takes at
+  // least a run: where ranks outnumber cores and share the caches, 256
+  // cells of it would not fit them (4 ranks, 4 KiB all-reduce: 14% slower).
+  // Not decided by whether ranks outnumber cores: ranks that joined a
+  // grown job see more ranks than its first ones, and all must agree.
   size_t cells_for(size_t extent, bool symmetric) const {
-    if (extent <= cell_bytes_ && !(symmetric && oversubscribed_)) return 1;
+    if (extent <= cell_bytes_ && !symmetric) return 1;
     return extent <= kCellsPerRun * cell_bytes_ ? kCellsPerRun : kCellsPerChunk;
   }
   // The first cell of a call whose chunks take `cells` cells each and whose
