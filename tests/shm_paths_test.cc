@@ -51,10 +51,12 @@ TEST(ShmPaths, DefaultsKeepTheDecisionsOfTheKnobsTheyReplaced) {
                       {C::allreduce, B::heap, 256 * K, P::timed},
                       {C::allreduce, B::heap, 16 * M, P::timed},
                       {C::allreduce, B::heap, 16 * M + 1, P::staged},
-                      // The reduce-scatter and allgather of heap buffers stage.
-                      {C::reduce_scatter, B::heap, 256 * K, P::staged},
-                      {C::reduce_scatter, B::heap, 8 * M, P::staged},
-                      {C::allgather, B::heap, 1 * M, P::staged},
+                      // The reduce-scatter and allgather of heap buffers timed from 256 KiB, without end.
+                      {C::reduce_scatter, B::heap, 256 * K - 1, P::staged},
+                      {C::reduce_scatter, B::heap, 256 * K, P::timed},
+                      {C::reduce_scatter, B::heap, SIZE_MAX, P::timed},
+                      {C::allgather, B::heap, 256 * K - 1, P::staged},
+                      {C::allgather, B::heap, 1 * M, P::timed},
                       // The all-to-all timed from 64 KiB per rank, without end.
                       {C::alltoall, B::heap, 64 * K - 1, P::staged},
                       {C::alltoall, B::heap, 64 * K, P::timed},
@@ -93,8 +95,8 @@ TEST(ShmPaths, WildcardsTakeTheCallsTheirPathCanCarry) {
   expect_paths(ShmPathTable("*:heap:1M-=timed"),
                {{C::allreduce, B::heap, 32 * M, P::timed},
                 {C::alltoall, B::heap, 1 * M, P::timed},
-                {C::reduce_scatter, B::heap, 1 * M, P::staged},  // no timed family: the default stays
-                {C::broadcast, B::heap, 1 * M, P::staged}});
+                {C::reduce_scatter, B::heap, 1 * M, P::timed},
+                {C::broadcast, B::heap, 1 * M, P::staged}});  // no timed family: the default stays
   const ShmPathTable staged("*:*:*=staged");
   for (C c : {C::allreduce, C::reduce, C::reduce_scatter, C::allgather, C::broadcast, C::alltoall}) {
     for (B b : {B::heap, B::shared}) expect_paths(staged, {{c, b, 1 * M, P::staged}});
@@ -132,8 +134,8 @@ TEST(ShmPaths, BadRowsNameTheirBadPartAndTheChoices) {
            Bad{"allreduce:heap:2M-1M=cma", "allreduce:heap:2M-1M=cma", "the range '2M-1M' ends before it starts"},
            Bad{"allreduce:heap:*=fast", "allreduce:heap:*=fast",
                "unknown path 'fast'; valid: staged, mapped, cma, timed"},
-           Bad{"reduce_scatter:heap:*=timed", "reduce_scatter:heap:*=timed",
-               "timed cannot carry reduce_scatter on heap buffers; valid there: staged, cma"},
+           Bad{"broadcast:heap:*=timed", "broadcast:heap:*=timed",
+               "timed cannot carry broadcast on heap buffers; valid there: staged, cma"},
            Bad{"allreduce:shared:*=cma", "allreduce:shared:*=cma", "valid there: staged, mapped"},
            Bad{"reduce:shared:*=mapped", "reduce:shared:*=mapped", "valid there: staged"},
            Bad{"reduce:*:*=cma", "reduce:*:*=cma", "cma carries none of the calls the row names"},
@@ -174,8 +176,8 @@ TEST(ShmPaths, InfoPrintsTheTableInEffect) {
            "  allreduce       shared  [0, 16K) staged, [16K, inf) mapped\n",
            "  reduce          heap    [0, inf) staged\n",
            "  reduce          shared  [0, inf) staged\n",
-           "  reduce_scatter  heap    [0, inf) staged\n",
-           "  allgather       heap    [0, inf) staged\n",
+           "  reduce_scatter  heap    [0, 256K) staged, [256K, inf) timed\n",
+           "  allgather       heap    [0, 256K) staged, [256K, inf) timed\n",
            "  broadcast       heap    [0, inf) staged\n",
            "  broadcast       shared  [0, 16K) staged, [16K, inf) mapped\n",
            "  alltoall        heap    [0, 64K) staged, [64K, inf) timed\n",

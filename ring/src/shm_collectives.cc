@@ -93,6 +93,8 @@ std::string shared_memory_plan(const RingOptions& o, int local_ranks, const std:
        "\n";
   std::istringstream table(describe_shm_paths(o.shm_paths, cma_unavailable));
   for (std::string line; std::getline(table, line);) s += "  " + line + "\n";
+  if (oversubscribed)
+    s += "  ranks outnumber cores: the reduce_scatter and allgather stage where the table says timed\n";
   s += std::string("  waits: ") +
        (oversubscribed ? "ranks outnumber cores: spin briefly, then yield the core to the rank being waited for"
                        : "spin (yielding every 64 turns), then yield for 250 us, then sleep in short naps") +
@@ -307,10 +309,15 @@ void shm_reduce_scatter(Channel& ch, const ReduceScatterArgs& a, const RingOptio
   if (a.count == 0) return;
   Segments s(ch, o, chunk_bytes, call_of(Kind::reduce_scatter, a.count, a.dtype, a.op));
   const size_t n = size_t(s.size()), esize = dtype_size(a.dtype), bytes = n * a.count * esize;
-  const PathChoice path = choose_path(s, o, ShmCollective::reduce_scatter, bytes, false);
+  PathChoice path = choose_path(s, o, ShmCollective::reduce_scatter, bytes, false);
   const Reach reach = arrive_direct(s, path, {bytes, a.input, bytes, a.output});
-  if (reach != Reach::staged) return direct_reduce_scatter(s, ch, a, reach);
-  staged_reduce_scatter(s, {a.input, a.output, {}, a.dtype, a.op, a.memory}, {nullptr, a.count}, chunk_bytes);
+  confirm_trial(path.heap, reach);
+  if (reach != Reach::staged) {
+    direct_reduce_scatter(s, ch, a, reach);
+  } else {
+    staged_reduce_scatter(s, {a.input, a.output, {}, a.dtype, a.op, a.memory}, {nullptr, a.count}, chunk_bytes);
+  }
+  end_trial(path.heap);
 }
 
 void shm_reduce_scatterv(Channel& ch, const ReduceScattervArgs& a, const RingOptions& o) {
@@ -328,11 +335,16 @@ void shm_allgather(Channel& ch, const AllgatherArgs& a, const RingOptions& o) {
   // An input apart from the output is staged from; any other input is the
   // own block (in place: RingAlgorithms::allgather moves one elsewhere in
   // the output there first).
-  const PathChoice path = choose_path(s, o, ShmCollective::allgather, bytes, false);
+  PathChoice path = choose_path(s, o, ShmCollective::allgather, bytes, false);
   const Reach reach = arrive_direct(s, path, {bytes, a.input, block, a.output});
-  if (reach == Reach::staged) return staged_allgather(s, a.input, a.output, esize, {nullptr, a.count}, chunk_bytes);
-  if (a.input != own_block) s.counted_copy(own_block, a.input, block);
-  direct_allgather(s, a, reach);
+  confirm_trial(path.heap, reach);
+  if (reach == Reach::staged) {
+    staged_allgather(s, a.input, a.output, esize, {nullptr, a.count}, chunk_bytes);
+  } else {
+    if (a.input != own_block) s.counted_copy(own_block, a.input, block);
+    direct_allgather(s, a, reach);
+  }
+  end_trial(path.heap);
 }
 
 void shm_allgatherv(Channel& ch, const VariableArgs& a, const RingOptions& o) {

@@ -17,14 +17,25 @@ PathChoice choose_path(const Segments& s, const RingOptions& o, ShmCollective c,
   switch (table.path(c, ShmBuffers::heap, bytes)) {
     case ShmPath::cma: choice.heap.offer = Offer::cross_memory; break;
     case ShmPath::timed:
-      // The all-to-all stages its first round untimed, and so does the
-      // all-reduce where ranks outnumber cores; elsewhere the all-reduce is
-      // timed from its first call (docs/algorithms.md, 'shm: the first round').
-      if (c == ShmCollective::alltoall) {
-        choice.heap = timed_path(s, PathFamily::alltoall, bytes, true);
-      } else {
-        choice.heap = timed_path(s, in_place ? PathFamily::allreduce_in_place : PathFamily::allreduce, bytes,
-                                 o.ranks_outnumber_cores);
+      // The all-reduce is timed from its first call, except where ranks
+      // outnumber cores; the others stage their first round untimed
+      // (docs/algorithms.md, 'shm: the first round'). Where ranks outnumber
+      // cores the allgather and reduce-scatter stage: cross-memory attach
+      // lost 3.5x there, and its trials cost 10% ('shm: cross-memory attach
+      // for the reduce-scatter and allgather').
+      switch (c) {
+        case ShmCollective::allreduce:
+          choice.heap = timed_path(s, in_place ? PathFamily::allreduce_in_place : PathFamily::allreduce, bytes,
+                                   o.ranks_outnumber_cores);
+          break;
+        case ShmCollective::allgather:
+          if (!o.ranks_outnumber_cores) choice.heap = timed_path(s, PathFamily::allgather, bytes, true);
+          break;
+        case ShmCollective::reduce_scatter:
+          if (!o.ranks_outnumber_cores) choice.heap = timed_path(s, PathFamily::reduce_scatter, bytes, true);
+          break;
+        case ShmCollective::alltoall: choice.heap = timed_path(s, PathFamily::alltoall, bytes, true); break;
+        default: break;  // no timed family (shm_path_valid)
       }
       break;
     case ShmPath::staged:

@@ -164,7 +164,7 @@ bool shm_path_valid(ShmCollective c, ShmBuffers b, ShmPath path) {
   if (path == P::staged) return true;
   if (c == C::reduce) return false;  // the peers cannot know the root's output before the call
   if (b == B::shared) return path == P::mapped;
-  return path == P::cma || (path == P::timed && (c == C::allreduce || c == C::alltoall));
+  return path == P::cma || (path == P::timed && c != C::broadcast);
 }
 
 // Each row names its measurement in docs/algorithms.md.
@@ -172,8 +172,9 @@ const std::vector<ShmPathRow>& ShmPathTable::default_rows() {
   static const std::vector<ShmPathRow> rows = {
       // 'shm: the all-reduce timed window'
       {C::allreduce, B::heap, 256 * kKiB, 16 * kMiB, P::timed},
-      // The reduce-scatter and allgather of heap buffers stage: 'shm:
-      // cross-memory attach for the reduce-scatter and allgather'.
+      // 'shm: cross-memory attach for the reduce-scatter and allgather'
+      {C::reduce_scatter, B::heap, 256 * kKiB, kAll, P::timed},
+      {C::allgather, B::heap, 256 * kKiB, kAll, P::timed},
       // 'shm: the all-to-all timed path'
       {C::alltoall, B::heap, 64 * kKiB, kAll, P::timed},
       // 'shm: the direct floor'

@@ -27,7 +27,7 @@ constexpr size_t kSlots = 4;
 constexpr size_t kCellsPerRun = 8;
 constexpr size_t kCellsPerChunk = kCellsPerRun * kCellsPerRun;
 constexpr size_t kCells = kSlots * kCellsPerChunk;
-constexpr size_t kControlBytes = 4096;
+constexpr size_t kControlBytes = 8192;
 constexpr size_t kHeaderBytes = 64;
 constexpr size_t kCacheLine = 64;
 
@@ -85,8 +85,8 @@ enum class Offer : uint8_t { staged, cross_memory };
 // The timed choice's families (shm_timed_path.h): the all-reduce in place
 // and out of place apart, since cross-memory attach won one and lost the
 // other on one host (docs/algorithms.md, 'shm: timed families').
-enum class PathFamily : uint8_t { alltoall, allreduce, allreduce_in_place };
-constexpr size_t kPathFamilies = 3;
+enum class PathFamily : uint8_t { alltoall, allreduce, allreduce_in_place, allgather, reduce_scatter };
+constexpr size_t kPathFamilies = 5;
 // Power-of-two classes of bytes per call, 64 KiB steps.
 constexpr size_t kPathClasses = 16;
 // PathTrials::verdict.
