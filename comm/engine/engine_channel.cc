@@ -126,7 +126,14 @@ void EngineChannel::wait(Pending& p) {
   // wait out the whole health-check interval (200 ms stalls on a shaped link).
   while (!test(p)) {
     poll_fingerprint();  // a stalled wait is what a mismatch looks like
-    engine_.check_health(task_, p.peer());
+    try {
+      engine_.check_health(task_, p.peer());
+    } catch (const PeerFailure&) {
+      // A peer that sent this message and then left (after its own error)
+      // is no failure of this wait: look once more.
+      if (!test(p)) throw;
+      return;
+    }
     if (ep_.mailbox) {
       // Sleep until a peer rings this rank's doorbell (it wrote to us or read what we sent).
       const uint32_t bell = ep_.mailbox->announce_sleep();
