@@ -114,25 +114,15 @@ TEST_P(Fingerprint, CountDiffers) {
 // 8, one of whole chunks (128 KiB) at the next multiple of 64: each rank
 // waits where its own call starts, and finds the other's call where that one
 // starts.
-TEST_P(Fingerprint, OneCellAgainstWholeChunkIsNamed) {
-  expect_mismatch(2, GetParam(),
-                  [](Communicator& c) { allreduce(c, c.rank() == 0 ? 1024 : 32768, DataType::f32, ReduceOp::sum); },
-                  {"call #2", "(the count differs)", "rank 0 called allreduce(1024 x f32, sum)",
-                   "rank 1 called allreduce(32768 x f32, sum)"});
-}
-
-TEST_P(Fingerprint, OneCellAgainstRunIsNamed) {
-  expect_mismatch(2, GetParam(),
-                  [](Communicator& c) { allreduce(c, c.rank() == 0 ? 1024 : 4096, DataType::f32, ReduceOp::sum); },
-                  {"call #2", "(the count differs)", "rank 0 called allreduce(1024 x f32, sum)",
-                   "rank 1 called allreduce(4096 x f32, sum)"});
-}
-
-TEST_P(Fingerprint, RunAgainstWholeChunkIsNamed) {
-  expect_mismatch(2, GetParam(),
-                  [](Communicator& c) { allreduce(c, c.rank() == 0 ? 4096 : 32768, DataType::f32, ReduceOp::sum); },
-                  {"call #2", "(the count differs)", "rank 0 called allreduce(4096 x f32, sum)",
-                   "rank 1 called allreduce(32768 x f32, sum)"});
+TEST_P(Fingerprint, CallsPlacedApartAreNamed) {
+  for (const auto& [first, second] : {std::pair{1024, 32768}, {1024, 4096}, {4096, 32768}}) {
+    const std::string a = std::to_string(first), b = std::to_string(second);
+    expect_mismatch(
+        2, GetParam(),
+        [&](Communicator& c) { allreduce(c, c.rank() == 0 ? first : second, DataType::f32, ReduceOp::sum); },
+        {"call #2", "(the count differs)", "rank 0 called allreduce(" + a + " x f32, sum)",
+         "rank 1 called allreduce(" + b + " x f32, sum)"});
+  }
 }
 
 // Rank 1 thinks rank 0's block is one element longer. Through shared memory
