@@ -51,12 +51,14 @@ class Segments {
   }
 
   // A rooted call's flow for staged(chunks, extent), unless ranks outnumber
-  // cores and the call takes more than one cell. There a sending side that
-  // ran ahead by a few chunks would only wait for a free slot, taking the
-  // core from the receiver it waits for: every rank stages and waits for
-  // every other instead. A call of one cell runs kCells calls ahead, and the
-  // receiver drains them in its turn on the core (docs/algorithms.md, 'shm:
-  // rooted calls return once staged', 'shm: cells').
+  // cores and the call takes a whole chunk or more. There a sending side
+  // that ran ahead by a few chunks would only wait for a free slot, taking
+  // the core from the receiver it waits for: every rank stages and waits for
+  // every other instead. A call of a cell or a run runs up to kCells or
+  // kCells / kCellsPerRun calls ahead, and the receiver drains them in its
+  // turn on the core (docs/algorithms.md, 'shm: rooted calls return once
+  // staged', 'shm: cells'). Its placement does not depend on the flow it
+  // gets here, which ranks of a grown job may see differently.
   Flow rooted_flow(Flow flow, size_t chunks, size_t extent) const {
     return oversubscribed_ && (chunks > 1 || cells_for(extent, false) == kCellsPerChunk) ? Flow{} : flow;
   }
