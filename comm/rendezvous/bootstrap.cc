@@ -14,7 +14,9 @@
 //   any launcher (ranks in separate hosts or network namespaces, no `tandem launch`).
 #include "tandem/bootstrap.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <sstream>
 #include <string_view>
@@ -71,7 +73,24 @@ uint64_t fnv1a(std::string_view s) {
   return h;
 }
 
-uint16_t port_from_job_id(std::string_view job_id) { return static_cast<uint16_t>(20000 + fnv1a(job_id) % 40000); }
+// The first port of this host's ephemeral range, where outgoing connections
+// take theirs (Linux's default: 32768); 60000 if unknown.
+uint32_t ephemeral_port_low() {
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  uint32_t low = 0;
+  return range >> low ? low : 60000;
+}
+
+// A one-node job's port, from 20000 up to this host's ephemeral range (every
+// rank reads the same host's): a port in that range can be held by an
+// outgoing connection, and 20000-59999 put 68 % of jobs there (a job under
+// mpirun found its port taken). A range starting below 21000 leaves
+// 20000-59999.
+uint16_t port_from_job_id(std::string_view job_id) {
+  const uint32_t low = std::min<uint32_t>(ephemeral_port_low(), 60000);
+  const uint32_t span = low > 21000 ? low - 20000 : 40000;
+  return static_cast<uint16_t>(20000 + fnv1a(job_id) % span);
+}
 
 void check_store_address(const std::string& var, const std::string& value) {
   try {
