@@ -14,15 +14,14 @@
 //   any launcher (ranks in separate hosts or network namespaces, no `tandem launch`).
 #include "tandem/bootstrap.h"
 
-#include <algorithm>
 #include <cstdlib>
-#include <fstream>
 #include <functional>
 #include <sstream>
 #include <string_view>
 #include <vector>
 
 #include "job_secret.h"
+#include "store_ports.h"
 #include "tandem/errors.h"
 #include "tandem/netif.h"
 #include "tandem/reduce.h"
@@ -61,35 +60,6 @@ uint64_t parse_id(const std::string& var, const std::string& value) {
   if (value.empty() || value.size() > 19 || value.find_first_not_of("0123456789") != std::string::npos)
     throw InvalidArgument("tandem: " + var + "='" + value + "' is not a non-negative integer; it comes from srun");
   return std::stoull(value);
-}
-
-// FNV-1a: stable across platforms and releases, unlike std::hash.
-uint64_t fnv1a(std::string_view s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
-// The first port of this host's ephemeral range, where outgoing connections
-// take theirs (Linux's default: 32768); 60000 if unknown.
-uint32_t ephemeral_port_low() {
-  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
-  uint32_t low = 0;
-  return range >> low ? low : 60000;
-}
-
-// A one-node job's port, from 20000 up to this host's ephemeral range (every
-// rank reads the same host's): a port in that range can be held by an
-// outgoing connection, and 20000-59999 put 68 % of jobs there (a job under
-// mpirun found its port taken). A range starting below 21000 leaves
-// 20000-59999.
-uint16_t port_from_job_id(std::string_view job_id) {
-  const uint32_t low = std::min<uint32_t>(ephemeral_port_low(), 60000);
-  const uint32_t span = low > 21000 ? low - 20000 : 40000;
-  return static_cast<uint16_t>(20000 + fnv1a(job_id) % span);
 }
 
 void check_store_address(const std::string& var, const std::string& value) {
@@ -463,10 +433,6 @@ std::vector<std::string> expand_slurm_hostlist(const std::string& list) {
     if (i == list.size()) return hosts;
     pos = i + 1;
   }
-}
-
-uint16_t slurm_store_port(uint64_t job_id, uint64_t step_id) {
-  return static_cast<uint16_t>(20000 + 4 * (job_id % 10000) + step_id % 4);
 }
 
 CommOptions tuning_from_env(const EnvLookup& env) {
