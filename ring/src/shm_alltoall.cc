@@ -159,7 +159,7 @@ void direct_alltoallv(Segments& s, const AlltoallvArgs& a, const Matrix& m, Reac
 }
 
 // A gather's or scatter's ranks that only send return once staged (Flow).
-void staged_alltoallv(Segments& s, const AlltoallvArgs& a, const Matrix& m, const Target& t) {
+void staged_alltoallv(Segments& s, const AlltoallvArgs& a, const Matrix& m, const Target& t, const RingOptions& o) {
   const int n = s.size(), r = s.rank();
   const size_t es = dtype_size(a.dtype);
   const size_t per_block = std::max<size_t>(1, std::min(s.chunk_bytes() / es / size_t(n), m.largest_block()));
@@ -167,7 +167,7 @@ void staged_alltoallv(Segments& s, const AlltoallvArgs& a, const Matrix& m, cons
   const size_t chunks = chunks_for(m.largest_block(), per_block), extent = size_t(n) * per_block * es;
   s.staged(
       chunks, extent,
-      !m.rooted() ? Flow{} : s.rooted_flow(m.gather ? Flow{-1, m.root} : Flow{m.root, -1}, chunks, extent),
+      !m.rooted() ? Flow{} : s.rooted_flow(o, m.gather ? Flow{-1, m.root} : Flow{m.root, -1}, chunks, extent),
       [&](size_t i, std::byte* slot) {
         for (int q = 0; q < n; ++q) {
           const size_t count = run(a.send.counts[size_t(q)], i);
@@ -197,7 +197,7 @@ void shm_alltoallv(Channel& ch, const AlltoallvArgs& a, const RingOptions& o, co
   const int n = ch.size();
   const size_t es = dtype_size(a.dtype), count = a.send.counts[0];
   if (a.equal && count == 0) return;
-  Segments s(ch, o, o.shm_chunk_bytes, called);
+  Segments s(ch, o.shm_chunk_bytes, called);
   // A gather's or scatter's counts are known everywhere: no directory.
   const bool rooted = called.kind == Kind::gather || called.kind == Kind::scatter;
   const Matrix m = a.equal  ? Matrix{n, count, {}, {}, {}}
@@ -227,7 +227,7 @@ void shm_alltoallv(Channel& ch, const AlltoallvArgs& a, const RingOptions& o, co
   if (reach != Reach::staged) {
     direct_alltoallv(s, a, m, reach, target);
   } else {
-    staged_alltoallv(s, a, m, target);
+    staged_alltoallv(s, a, m, target, o);
   }
   if (aside) s.counted_copy(out, target.out, out_bytes);
   end_trial(path.heap);

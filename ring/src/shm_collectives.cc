@@ -128,7 +128,7 @@ void staged_allreduce(Segments& s, const AllreduceArgs& a, const RingOptions& o,
   };
   const size_t chunks = chunks_for(a.count, per_chunk), extent = std::min(per_chunk, a.count) * esize;
   // Unsplit, a reduce's other ranks return once staged (rooted_flow).
-  const Flow flow = s.rooted_flow({-1, keeper}, chunks, extent);
+  const Flow flow = s.rooted_flow(o, {-1, keeper}, chunks, extent);
   const bool senders_return = flow.reader >= 0;
   if ((senders_return && bytes <= kReduceUnsplitMaxBytes) || s.size() < o.shm_split_min_ranks || s.size() < 2 ||
       bytes < o.shm_split_min_bytes) {
@@ -193,7 +193,7 @@ void staged_allreduce(Segments& s, const AllreduceArgs& a, const RingOptions& o,
 // read the root's output before the call, so there is no direct path.
 void shm_reduce(Channel& ch, const ReduceArgs& a, const RingOptions& o) {
   if (a.count == 0) return;
-  Segments s(ch, o, o.shm_chunk_bytes, call_of(Kind::reduce, a.count, a.dtype, a.op, a.root));
+  Segments s(ch, o.shm_chunk_bytes, call_of(Kind::reduce, a.count, a.dtype, a.op, a.root));
   const bool root = s.rank() == a.root;
   const AllreduceArgs all{a.input, root ? a.output : nullptr, a.count, a.dtype, a.op, a.memory};
   staged_allreduce(s, all, o, o.shm_chunk_bytes, a.root);
@@ -201,7 +201,7 @@ void shm_reduce(Channel& ch, const ReduceArgs& a, const RingOptions& o) {
 
 void shm_allreduce(Channel& ch, const AllreduceArgs& a, const RingOptions& o, size_t chunk_bytes) {
   if (a.count == 0) return;
-  Segments s(ch, o, chunk_bytes, call_of(Kind::allreduce, a.count, a.dtype, a.op));
+  Segments s(ch, chunk_bytes, call_of(Kind::allreduce, a.count, a.dtype, a.op));
   const size_t bytes = a.count * dtype_size(a.dtype);
   PathChoice path = choose_path(s, o, ShmCollective::allreduce, bytes, a.input == a.output);
   const Reach reach = arrive_direct(s, path, {bytes, a.input, bytes, a.output, true});
@@ -307,7 +307,7 @@ uint64_t blocks_digest(const Blocks& b) {
 void shm_reduce_scatter(Channel& ch, const ReduceScatterArgs& a, const RingOptions& o) {
   const size_t chunk_bytes = o.shm_chunk_bytes;
   if (a.count == 0) return;
-  Segments s(ch, o, chunk_bytes, call_of(Kind::reduce_scatter, a.count, a.dtype, a.op));
+  Segments s(ch, chunk_bytes, call_of(Kind::reduce_scatter, a.count, a.dtype, a.op));
   const size_t n = size_t(s.size()), esize = dtype_size(a.dtype), bytes = n * a.count * esize;
   PathChoice path = choose_path(s, o, ShmCollective::reduce_scatter, bytes, false);
   const Reach reach = arrive_direct(s, path, {bytes, a.input, bytes, a.output});
@@ -321,14 +321,14 @@ void shm_reduce_scatter(Channel& ch, const ReduceScatterArgs& a, const RingOptio
 }
 
 void shm_reduce_scatterv(Channel& ch, const ReduceScattervArgs& a, const RingOptions& o) {
-  Segments s(ch, o, o.shm_chunk_bytes, call_of(Kind::reduce_scatterv, blocks_digest(a.blocks), a.dtype, a.op));
+  Segments s(ch, o.shm_chunk_bytes, call_of(Kind::reduce_scatterv, blocks_digest(a.blocks), a.dtype, a.op));
   staged_reduce_scatter(s, a, {&a.blocks}, o.shm_chunk_bytes);
 }
 
 void shm_allgather(Channel& ch, const AllgatherArgs& a, const RingOptions& o) {
   const size_t chunk_bytes = o.shm_chunk_bytes;
   if (a.count == 0) return;
-  Segments s(ch, o, chunk_bytes, call_of(Kind::allgather, a.count, a.dtype));
+  Segments s(ch, chunk_bytes, call_of(Kind::allgather, a.count, a.dtype));
   const size_t esize = dtype_size(a.dtype), block = a.count * esize;
   const size_t bytes = block * size_t(s.size());
   std::byte* own_block = bytes_of(a.output) + size_t(s.rank()) * block;
@@ -348,14 +348,14 @@ void shm_allgather(Channel& ch, const AllgatherArgs& a, const RingOptions& o) {
 }
 
 void shm_allgatherv(Channel& ch, const VariableArgs& a, const RingOptions& o) {
-  Segments s(ch, o, o.shm_chunk_bytes, call_of(Kind::allgatherv, blocks_digest(a.blocks), a.dtype));
+  Segments s(ch, o.shm_chunk_bytes, call_of(Kind::allgatherv, blocks_digest(a.blocks), a.dtype));
   staged_allgather(s, a.input, a.output, dtype_size(a.dtype), {&a.blocks}, o.shm_chunk_bytes);
 }
 
 void shm_broadcast(Channel& ch, const BroadcastArgs& a, const RingOptions& o) {
   const size_t chunk_bytes = o.shm_chunk_bytes;
   if (a.count == 0) return;
-  Segments s(ch, o, chunk_bytes, call_of(Kind::broadcast, a.count, a.dtype, ReduceOp::sum, a.root));
+  Segments s(ch, chunk_bytes, call_of(Kind::broadcast, a.count, a.dtype, ReduceOp::sum, a.root));
   const size_t esize = dtype_size(a.dtype), per_chunk = chunk_bytes / esize;
   const bool root = s.rank() == a.root;
   if (root && a.input != a.output) s.counted_copy(a.output, a.input, a.count * esize);

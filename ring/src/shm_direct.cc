@@ -29,10 +29,10 @@ PathChoice choose_path(const Segments& s, const RingOptions& o, ShmCollective c,
                                    o.ranks_outnumber_cores);
           break;
         case ShmCollective::allgather:
-          if (!o.ranks_outnumber_cores) choice.heap = timed_path(s, PathFamily::allgather, bytes, true);
-          break;
         case ShmCollective::reduce_scatter:
-          if (!o.ranks_outnumber_cores) choice.heap = timed_path(s, PathFamily::reduce_scatter, bytes, true);
+          if (o.ranks_outnumber_cores) break;
+          choice.heap = timed_path(
+              s, c == ShmCollective::allgather ? PathFamily::allgather : PathFamily::reduce_scatter, bytes, true);
           break;
         case ShmCollective::alltoall: choice.heap = timed_path(s, PathFamily::alltoall, bytes, true); break;
         default: break;  // no timed family (shm_path_valid)

@@ -34,15 +34,13 @@ struct Flow {
 // The slot protocol and the arrival/finish handshake over the segments.
 class Segments {
  public:
-  // `chunk_bytes`: this call's chunk (o.shm_chunk_bytes, or the all-reduce's).
-  Segments(Channel& ch, const RingOptions& o, size_t chunk_bytes, const Call& call)
+  Segments(Channel& ch, size_t chunk_bytes, const Call& call)
       : ch_(ch),
         memory_(*ch.shared_memory()),
         seg_(*memory_.segments()),
         n_(ch.size()),
         r_(ch.rank()),
         chunk_bytes_(chunk_bytes),
-        oversubscribed_(o.ranks_outnumber_cores),
         call_(call),
         cell_bytes_((seg_.bytes - kControlBytes) / kCells - kHeaderBytes),
         self_(control(r_)),
@@ -59,8 +57,8 @@ class Segments {
   // turn on the core (docs/algorithms.md, 'shm: rooted calls return once
   // staged', 'shm: cells'). Its placement does not depend on the flow it
   // gets here, which ranks of a grown job may see differently.
-  Flow rooted_flow(Flow flow, size_t chunks, size_t extent) const {
-    return oversubscribed_ && (chunks > 1 || cells_for(extent, false) == kCellsPerChunk) ? Flow{} : flow;
+  Flow rooted_flow(const RingOptions& o, Flow flow, size_t chunks, size_t extent) const {
+    return o.ranks_outnumber_cores && (chunks > 1 || cells_for(extent, false) == kCellsPerChunk) ? Flow{} : flow;
   }
 
   static uint64_t now_ns() {
@@ -276,7 +274,6 @@ class Segments {
   const SharedSegments& seg_;
   const int n_, r_;
   const size_t chunk_bytes_;
-  const bool oversubscribed_;  // ranks outnumber cores
   const Call call_;
   const size_t cell_bytes_;  // the communicator's cell (cell_bytes_for its chunk)
   Control* const self_;
