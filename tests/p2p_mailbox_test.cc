@@ -1,9 +1,11 @@
 // Send/recv between real rank processes on one host, through the shared-memory
-// mailbox (streamed, or read by cross-memory attach past 16 KiB) and with
-// shared memory off (UCX): random sizes (0, odd, either side of a slot and
-// of two, larger than the ring), tags received out of order, repeated tags in
-// order, any source, symmetric groups, receives that outlast the inline
-// polling, more messages than a ring holds, and size mismatches named.
+// mailbox (streamed, read by cross-memory attach past 16 KiB, or either as
+// timed) and with shared memory off (UCX): random sizes (0, odd, either side
+// of a slot and of two, larger than the ring), tags received out of order,
+// repeated tags in order, any source, symmetric groups, receives that
+// outlast the inline polling, more messages than a ring holds, size
+// mismatches named, runs of exchanges through a timed round's opening and
+// past it, and the timed choice's verdict.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +16,7 @@
 
 #include "multiprocess.h"
 #include "tandem/tandem.h"
+#include "transport/shm_mailbox.h"
 
 namespace tandem::testing {
 namespace {
@@ -204,16 +207,37 @@ int mismatch(const CommOptions& o, bool shm, size_t sent, size_t expected) {
   return 0;
 }
 
+// Exchanges around a ring (rank r sends to r + 1 and receives from r - 1),
+// enough of each size for a timed round's opening (up to 24 messages) and
+// the verdict after it, every message checked.
+int timed_exchanges(const CommOptions& o) {
+  auto comm = open(o, true);
+  const int n = comm->size(), r = comm->rank(), to = (r + 1) % n, from = (r + n - 1) % n;
+  for (size_t bytes : {size_t(20000), size_t(65536), size_t(1) << 20}) {
+    const uint64_t count = bytes < (size_t(1) << 20) ? 40 : 12;
+    for (uint64_t k = 0; k < count; ++k) {
+      const auto out = message(r, k, bytes);
+      std::vector<uint8_t> in(bytes, 0);
+      comm->group({{P2POp::send, const_cast<uint8_t*>(out.data()), bytes, DataType::u8, to, 3},
+                   {P2POp::recv, in.data(), bytes, DataType::u8, from, 3}});
+      EXPECT_TRUE(in == message(from, k, bytes)) << bytes << " B, message " << k << " from " << from;
+    }
+  }
+  comm->barrier();
+  return 0;
+}
+
 // How ranks of one host exchange messages: UCX, the mailbox streaming
-// through its slots, or the mailbox reading messages past 16 KiB from the
-// sender by cross-memory attach.
-enum class Path { ucx, mailbox, mailbox_cma };
+// through its slots, the mailbox reading messages past 16 KiB from the
+// sender by cross-memory attach, or the mailbox timing the two (the default).
+enum class Path { ucx, mailbox, mailbox_cma, mailbox_timed };
 
 class Mailbox : public ::testing::TestWithParam<Path> {
  protected:
   static bool shm() { return GetParam() != Path::ucx; }
   static CommOptions with_path(CommOptions o) {
     if (GetParam() == Path::mailbox_cma) o.p2p_stream_max_bytes = 0;
+    o.p2p_timed = GetParam() == Path::mailbox_timed;
     return o;
   }
 };
@@ -244,12 +268,46 @@ TEST_P(Mailbox, SizeMismatchIsNamed) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(SharedMemory, Mailbox, ::testing::Values(Path::mailbox, Path::mailbox_cma, Path::ucx),
+INSTANTIATE_TEST_SUITE_P(SharedMemory, Mailbox,
+                         ::testing::Values(Path::mailbox, Path::mailbox_cma, Path::mailbox_timed, Path::ucx),
                          [](const auto& info) {
-                           return info.param == Path::ucx       ? "ucx"
-                                  : info.param == Path::mailbox ? "mailbox"
-                                                                : "mailbox_cma";
+                           return info.param == Path::ucx           ? "ucx"
+                                  : info.param == Path::mailbox     ? "mailbox"
+                                  : info.param == Path::mailbox_cma ? "mailbox_cma"
+                                                                    : "mailbox_timed";
                          });
+
+TEST(MailboxTimed, ExchangesThroughTheOpeningAndPastIt) {
+  for (int n : {2, 3}) {
+    RankGroup group(n, [](const CommOptions& o) { return timed_exchanges(o); });
+    group.expect_success(120s);
+  }
+}
+
+ShmMailbox::Trials trials(std::initializer_list<float> ratios) {
+  ShmMailbox::Trials t;
+  for (float ratio : ratios) t.read_ratio[t.pairs++] = ratio;
+  return t;
+}
+
+TEST(MailboxTimed, TheMedianRatioPassesOverOneOutlier) {
+  EXPECT_FLOAT_EQ(ShmMailbox::median_ratio(trials({0.5f, 9.0f, 0.6f})), 0.6f);
+  EXPECT_FLOAT_EQ(ShmMailbox::median_ratio(trials({2.0f, 0.5f, 0.7f, 0.9f})), 0.8f);  // even: the middle two's mean
+  EXPECT_FLOAT_EQ(ShmMailbox::median_ratio(trials({})), 1.0f);
+}
+
+TEST(MailboxTimed, PairsDecideTogetherByTheGeometricMean) {
+  const float none[] = {0, 0, 0};
+  EXPECT_FALSE(ShmMailbox::read_won(none, 3));  // streaming until a median is in
+  const float one[] = {0.5f, 0, 0};
+  EXPECT_TRUE(ShmMailbox::read_won(one, 3));
+  const float apart[] = {0.5f, 1.8f};  // mean 0.949: not clearly faster
+  EXPECT_FALSE(ShmMailbox::read_won(apart, 2));
+  const float together[] = {0.7f, 1.1f};  // 0.877
+  EXPECT_TRUE(ShmMailbox::read_won(together, 2));
+  const float slower[] = {1.5f, 1.2f, 0.95f};
+  EXPECT_FALSE(ShmMailbox::read_won(slower, 3));
+}
 
 }  // namespace
 }  // namespace tandem::testing

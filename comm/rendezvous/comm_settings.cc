@@ -100,10 +100,18 @@ SettingTable<O> make_transport() {
                            &O::ucx_keepalive_pinned));
   t.push_back(number_field(
       setting_row("transport", "TANDEM_P2P_STREAM_MAX_BYTES", "p2p_stream_max_bytes", K::bytes, "67108864",
-                  "Send/recv between ranks of one host up to this size streams through the shared-memory slots; "
-                  "larger messages are read by cross-memory attach (docs/algorithms.md, 'shm: point-to-point').",
+                  "Send/recv between ranks of one host past this size is read by cross-memory attach; up to it, "
+                  "it streams through the shared-memory slots, or is read where TANDEM_P2P_TIMED found that "
+                  "faster (docs/algorithms.md, 'shm: point-to-point').",
                   "set it to a byte count (messages up to 16 KiB go through the slots whatever it says)"),
       &O::p2p_stream_max_bytes));
+  t.push_back(
+      bool_field(setting_row("transport", "TANDEM_P2P_TIMED", "p2p_timed", K::boolean, "1",
+                             "Send/recv between ranks of one host from 16 KiB up to TANDEM_P2P_STREAM_MAX_BYTES "
+                             "streams or is read by cross-memory attach, whichever the receivers timed faster "
+                             "on the first messages of each size class (one verdict for all pairs); 0: it streams "
+                             "(docs/algorithms.md, 'shm: point-to-point, timed')."),
+                 &O::p2p_timed));
   return t;
 }
 

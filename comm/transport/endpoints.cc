@@ -194,7 +194,8 @@ void Endpoints::open_mailbox(Deadline deadline) {
     }
   }
   mailbox_shm = std::move(set);
-  mailbox = std::make_unique<ShmMailbox>(opts.rank, opts.size, mailbox_shm->view(), *shm, opts.p2p_stream_max_bytes);
+  mailbox = std::make_unique<ShmMailbox>(opts.rank, opts.size, mailbox_shm->view(), *shm, opts.p2p_stream_max_bytes,
+                                         opts.p2p_timed);
 }
 
 Pending Endpoints::post_message(const P2POp& op) {

@@ -1,6 +1,6 @@
 // The shared-memory mailbox: per-pair rings of slots that messages stream
 // through, tag matching in posting order, the receiver's cross-memory reads
-// of messages too large to stream, and a doorbell
+// of messages too large to stream, the timed choice between the two, and a doorbell
 // (futex) per rank to wake it from a long wait. Copies take tandem::copy
 // (no 4K-aliasing stall between a buffer and a slot).
 #include "shm_mailbox.h"
@@ -11,7 +11,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
+#include <chrono>
 #include <climits>
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -25,10 +28,28 @@ namespace {
 struct SlotHeader {
   uint64_t stamp;  // the slot's sequence number + 1 once its payload is in
   uint64_t tag;
-  uint64_t bytes;
+  uint64_t bytes;    // | kTrialBit: a timed trial, its stamp in Ring::trials
   uint64_t address;  // 0: the payload is in the slots from this one on; else there in the sender (the sender decides)
 };
 static_assert(sizeof(SlotHeader) <= kMailboxHeaderBytes);
+constexpr uint64_t kTrialBit = uint64_t(1) << 63;
+
+// A trial message's post time on the sender (the host's monotonic clock, which
+// both processes read) and its place: round << 32 | trial number.
+struct TrialStamp {
+  uint64_t posted_ns;
+  uint64_t place;
+};
+
+uint64_t now_ns() {
+  return uint64_t(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
+}
+
+size_t size_class(size_t bytes) { return std::min<size_t>(std::bit_width(bytes >> 14), kMailboxClasses - 1); }
+// Trials per class as for its smallest message.
+uint64_t class_pairs(size_t c) { return trial_pairs(size_t(1) << (13 + c)); }
 
 uint64_t load_acquire(const uint64_t& x) { return std::atomic_ref<const uint64_t>(x).load(std::memory_order_acquire); }
 void store_release(uint64_t& x, uint64_t v) { std::atomic_ref<uint64_t>(x).store(v, std::memory_order_release); }
@@ -41,6 +62,8 @@ constexpr size_t kSlotPayload = kMailboxSlotBytes - kMailboxHeaderBytes;
 struct Doorbell {
   alignas(64) uint32_t sleeping;
   uint32_t bell;
+  // Rank 0's only: by size class, how many medians were published (any rank adds).
+  alignas(64) uint64_t generations[kMailboxClasses];
 };
 
 Doorbell& doorbell(const SharedSegments& segments, int rank) {
@@ -61,20 +84,27 @@ struct ShmMailbox::Op {
   uint64_t slots_in = 0;    // sends: how many of its slots are written
   int source = -1;          // receives: who sent the message
   size_t arrived_bytes = 0;
+  bool read = false;   // sends: read from the sender's buffer (choose_read)
+  bool trial = false;  // sends: a timed trial at `place`
+  uint64_t posted_ns = 0, place = 0;
 };
 
 // In the sender's segment, one per receiver. The receiver writes `consumed`
-// (messages it has read), the sender everything else.
+// (messages it has read) and the medians, the sender everything else.
 struct ShmMailbox::Ring {
   alignas(64) uint64_t consumed;
+  alignas(
+      64) uint64_t medians[kMailboxClasses];  // by size class: the last round's median ratio (float bits); 0: none yet
+  alignas(64) TrialStamp trials[kMailboxSlots];  // by a trial message's first slot
   alignas(64) std::byte slots[kMailboxSlots][kMailboxSlotBytes];
 };
 
 ShmMailbox::ShmMailbox(int rank, int size, const SharedSegments& rings, const SharedSegmentSet& peers,
-                       size_t stream_max_bytes)
+                       size_t stream_max_bytes, bool timed)
     : rank_(rank),
       size_(size),
       stream_max_bytes_(std::max(stream_max_bytes, kMailboxInSlotsBytes)),
+      timed_(timed),
       rings_(rings),
       peers_(peers),
       next_out_(size_t(size)),
@@ -82,7 +112,10 @@ ShmMailbox::ShmMailbox(int rank, int size, const SharedSegments& rings, const Sh
       consumed_seen_(size_t(size)),
       waiting_(size_t(size)),
       receives_from_(size_t(size)),
-      streams_(size_t(size)) {}
+      streams_(size_t(size)),
+      sent_(size_t(size) * kMailboxClasses),
+      choices_(kMailboxClasses),
+      trials_(size_t(size) * kMailboxClasses) {}
 
 ShmMailbox::~ShmMailbox() {
   for (Op* op : receives_) delete op;
@@ -141,6 +174,7 @@ void ShmMailbox::sleep(uint32_t bell, std::chrono::microseconds timeout) const {
 
 Pending ShmMailbox::send(int peer, uint64_t tag, const void* data, size_t bytes) {
   Op* op = make_op(false, peer, tag, const_cast<void*>(data), bytes);
+  op->read = choose_read(*op);
   Pending p(op, peer, bytes, false);
   if (!waiting_[size_t(peer)].empty() || !try_write(*op)) {
     waiting_[size_t(peer)].push_back(op);
@@ -152,9 +186,85 @@ Pending ShmMailbox::send(int peer, uint64_t tag, const void* data, size_t bytes)
   return p;
 }
 
+// A round's opening: trial_pairs() pairs, one message of each way,
+// streaming first in even pairs and last in odd ones, so that a drift falls
+// on both alike. No untimed warm-up messages, unlike the collectives'
+// openings: the buffers are the caller's, warm whichever way took them, and
+// the slots are warm from smaller messages; at 16 MiB the opening then fits
+// in a benchmark's 5 warm-up calls and one timed.
+bool ShmMailbox::choose_read(Op& op) {
+  if (op.bytes <= kMailboxInSlotsBytes) return false;
+  if (op.bytes > stream_max_bytes_) return true;
+  if (!timed_ || op.peer == rank_) return false;
+  const size_t c = size_class(op.bytes);
+  const uint64_t n = sent_[size_t(op.peer) * kMailboxClasses + c]++;
+  const uint64_t round = n / kMailboxRoundMessages, k = n % kMailboxRoundMessages;
+  if (k >= 2 * class_pairs(c)) return class_reads(c);
+  const uint64_t trial = k, pair = trial / 2;
+  op.trial = true;
+  op.posted_ns = now_ns();
+  op.place = round << 32 | trial;
+  return (pair % 2 == 0) == (trial % 2 == 1);
+}
+
+bool ShmMailbox::class_reads(size_t c) {
+  // Rank 0's line changes once per pair and round: it stays in every cache.
+  const uint64_t generation = load_acquire(doorbell(rings_, 0).generations[c]);
+  Choice& ch = choices_[c];
+  if (generation == ch.generation) return ch.read;
+  std::vector<float> medians;
+  for (int s = 0; s < size_; ++s) {
+    for (int r = 0; r < size_; ++r) {
+      if (s != r) medians.push_back(std::bit_cast<float>(uint32_t(load_acquire(ring(s, r).medians[c]))));
+    }
+  }
+  ch.generation = generation;
+  ch.read = read_won(medians.data(), medians.size());
+  return ch.read;
+}
+
+float ShmMailbox::median_ratio(const Trials& t) {
+  if (t.pairs == 0) return 1;
+  std::vector<float> r(t.read_ratio, t.read_ratio + t.pairs);
+  std::sort(r.begin(), r.end());
+  return (r[(t.pairs - 1) / 2] + r[t.pairs / 2]) / 2;
+}
+
+bool ShmMailbox::read_won(const float* medians, size_t n) {
+  double log_sum = 0;
+  size_t in = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (medians[i] > 0) log_sum += std::log(double(medians[i])), ++in;
+  }
+  return in > 0 && log_sum / double(in) < std::log(0.9);
+}
+
+// From the send's post to the receive's completion: both ends' work (in an
+// exchange, the receiver's own send is in it too).
+void ShmMailbox::record_trial(int sender, const Stream& st) {
+  const uint64_t now = now_ns();
+  const size_t c = size_class(st.bytes);
+  Trials& t = trials_[size_t(sender) * kMailboxClasses + c];
+  const uint64_t round = st.place >> 32, trial = st.place & 0xffffffff, pair = trial / 2;
+  if (round != t.round) t = Trials{round};
+  if (t.pairs == class_pairs(c)) return;
+  const uint64_t ns = std::max<uint64_t>(now > st.posted_ns ? now - st.posted_ns : 0, 1);
+  const bool read = st.address != 0;
+  if (trial % 2 == 0) {
+    t.first_ns = ns, t.first_pair = pair;
+    return;
+  }
+  if (t.first_pair != pair) return;  // its first did not count: the pair does not
+  t.read_ratio[t.pairs++] = read ? float(ns) / float(t.first_ns) : float(t.first_ns) / float(ns);
+  if (pair + 1 < class_pairs(c)) return;
+  const float median = median_ratio(t);
+  store_release(ring(sender, rank_).medians[c], std::bit_cast<uint32_t>(median));
+  std::atomic_ref<uint64_t>(doorbell(rings_, 0).generations[c]).fetch_add(1, std::memory_order_acq_rel);
+}
+
 bool ShmMailbox::try_write(Op& op) {
   Ring& r = ring(rank_, op.peer);
-  const bool by_address = op.bytes > stream_max_bytes_;
+  const bool by_address = op.read;
   const uint64_t slots = slots_for(op.bytes, by_address);
   uint64_t& next = next_out_[size_t(op.peer)];
   // The receiver's count is read only when the ring looks full: its cache
@@ -175,7 +285,8 @@ bool ShmMailbox::try_write(Op& op) {
     auto* header = reinterpret_cast<SlotHeader*>(slot);
     if (op.slots_in == 0) {
       header->tag = op.tag;
-      header->bytes = op.bytes;
+      header->bytes = op.bytes | (op.trial ? kTrialBit : 0);
+      if (op.trial) r.trials[next % kMailboxSlots] = TrialStamp{op.posted_ns, op.place};
       header->address = by_address ? reinterpret_cast<uint64_t>(op.data) : 0;
     }
     store_release(header->stamp, next + 1);
@@ -251,9 +362,10 @@ bool ShmMailbox::drain(int sender) {
 }
 
 void ShmMailbox::start_stream(int sender, uint64_t seq) {
-  const auto* header = reinterpret_cast<const SlotHeader*>(ring(sender, rank_).slots[seq % kMailboxSlots]);
+  const Ring& r = ring(sender, rank_);
+  const auto* header = reinterpret_cast<const SlotHeader*>(r.slots[seq % kMailboxSlots]);
   const uint64_t tag = header->tag;
-  const size_t bytes = header->bytes;
+  const size_t bytes = header->bytes & ~kTrialBit;
   Stream& st = streams_[size_t(sender)];
   st = Stream{true, seq, bytes, 0, header->address, slots_for(bytes, header->address != 0), 0, nullptr, nullptr, false};
   ++active_streams_;
@@ -274,15 +386,25 @@ void ShmMailbox::start_stream(int sender, uint64_t seq) {
     unexpected_.push_back(Unexpected{sender, tag, std::vector<std::byte>(bytes), false});
     st.held = &unexpected_.back();
   }
+  if (header->bytes & kTrialBit) {
+    const TrialStamp& stamp = r.trials[seq % kMailboxSlots];
+    st.trial = true, st.place = stamp.place, st.posted_ns = stamp.posted_ns;
+  }
 }
 
 bool ShmMailbox::copy_stream(int sender) {
   Ring& r = ring(sender, rank_);
   Stream& st = streams_[size_t(sender)];
   std::byte* into = st.skip ? nullptr : st.op ? static_cast<std::byte*>(st.op->data) : st.held->data.data();
-  if (st.slots_in == 0 && st.address != 0) {  // read from the sender's buffer
-    if (into) read_large(sender, st.address, into, st.bytes);
-    st.at = st.bytes, st.slots_in = 1;
+  if (st.slots_in == 0 && st.address != 0) {
+    // Read from the sender's buffer; in pieces while this rank's own sends
+    // wait for room, so that a peer streaming to it while it reads is not
+    // held up for the whole read.
+    const size_t piece = waiting_sends_ > 0 ? std::min(kMailboxReadPieceBytes, st.bytes - st.at) : st.bytes - st.at;
+    if (into) read_large(sender, st.address + st.at, into + st.at, piece);
+    st.at += piece;
+    if (st.at < st.bytes) return false;
+    st.slots_in = 1;
   }
   for (; st.slots_in < st.slots; ++st.slots_in) {
     const uint64_t seq = st.head + st.slots_in;
@@ -294,6 +416,7 @@ bool ShmMailbox::copy_stream(int sender) {
   }
   next_in_[size_t(sender)] = st.head + st.slots_in;
   if (st.slots_in < st.slots) return false;
+  if (st.trial && !st.skip) record_trial(sender, st);
   if (st.op) st.op->done = true;
   if (st.held) st.held->whole = true;
   st.active = false;

@@ -22,7 +22,12 @@ class SharedSegmentSet;
 // the sender writing slots as they free and the receiver copying each one
 // as it lands, and the send completes once its last slot is written; a
 // larger one is read by the receiver from the sender's buffer (cross-memory
-// attach) and its send completes once read. Receives match by (source, tag)
+// attach) and its send completes once read. Between 16 KiB and
+// `stream_max_bytes`, where either way may win by 3x depending on the host's
+// state, a timed mailbox lets each receiver time both on the messages
+// themselves, per sender and size class, and tell the sender which to take
+// (docs/algorithms.md, 'shm: point-to-point, timed'); the way a message
+// takes travels in its first slot. Receives match by (source, tag)
 // in the order they were posted, any source included; a message that
 // arrives before its receive waits in an unexpected list (a receive posted
 // while it streams takes over the rest), so messages of one (source, tag)
@@ -33,7 +38,9 @@ class ShmMailbox {
   // `rings`: every rank's mailbox segment, segment_bytes(size) each, zero-filled.
   // `peers`: cross-memory copies from the ranks' own addresses.
   // `stream_max_bytes`: CommOptions::p2p_stream_max_bytes (at least kMailboxInSlotsBytes).
-  ShmMailbox(int rank, int size, const SharedSegments& rings, const SharedSegmentSet& peers, size_t stream_max_bytes);
+  // `timed`: CommOptions::p2p_timed.
+  ShmMailbox(int rank, int size, const SharedSegments& rings, const SharedSegmentSet& peers, size_t stream_max_bytes,
+             bool timed);
   ~ShmMailbox();
   ShmMailbox(const ShmMailbox&) = delete;
   ShmMailbox& operator=(const ShmMailbox&) = delete;
@@ -64,9 +71,32 @@ class ShmMailbox {
   // Wakes `rank` if it sleeps (this rank too: new work for its engine). Any thread.
   void ring_bell(int rank) const;
 
+  // The receiver's record of one sender's trials in a size class this round
+  // (public for the verdict's tests).
+  struct Trials {
+    uint64_t round = UINT64_MAX;
+    uint64_t first_ns = 0, first_pair = UINT64_MAX;  // the first trial of the pair under way
+    uint64_t pairs = 0;
+    float read_ratio[kTrialMaxPairs] = {};  // by pair: reading's time over streaming's
+  };
+  // The median of the pairs' ratios: one trial that met a receiver busy
+  // elsewhere does not decide, as it would a sum.
+  static float median_ratio(const Trials& t);
+  // The verdict for a size class, pooled over every ordered pair's median
+  // (0: none yet): read when their geometric mean is under 0.9. Every
+  // rank decides alike from the same figures: an exchange or a ring whose
+  // pairs went different ways waits on itself (docs/algorithms.md, 'shm:
+  // point-to-point, timed').
+  static bool read_won(const float* medians, size_t n);
+
  private:
   struct Op;
   struct Ring;
+  // The sender's, per size class: the pooled verdict as of a generation of the medians.
+  struct Choice {
+    uint64_t generation = 0;
+    bool read = false;  // streaming until a verdict
+  };
   struct Unexpected {
     int source;
     uint64_t tag;
@@ -84,10 +114,19 @@ class ShmMailbox {
     Op* op = nullptr;            // the receive it lands in, or
     Unexpected* held = nullptr;  // the unexpected message it fills
     bool skip = false;           // its payload is passed over (its receive's size differs, or it was cancelled)
+    bool trial = false;          // a timed trial: its place in the round's opening, and its sender's post time
+    uint64_t place = 0, posted_ns = 0;
   };
 
   // The slots a message takes: in the slots, as many as its payload fills.
   static uint64_t slots_for(size_t bytes, bool by_address);
+  // The sender's way for op (true: read from its buffer); marks a trial.
+  bool choose_read(Op& op);
+  // The pooled verdict for size class c, computed again when a median changed.
+  bool class_reads(size_t c);
+  // A trial message has arrived: the receiver counts it and, after its
+  // round's last pair (or a clear early lead), publishes the verdict.
+  void record_trial(int sender, const Stream& st);
   Op* make_op(bool is_recv, int peer, uint64_t tag, void* data, size_t bytes);
   void recycle(Op* op);
   Ring& ring(int sender, int receiver) const;
@@ -108,6 +147,7 @@ class ShmMailbox {
 
   int rank_, size_;
   size_t stream_max_bytes_;
+  bool timed_;
   const SharedSegments& rings_;
   const SharedSegmentSet& peers_;
   std::vector<uint64_t> next_out_;        // by receiver: the sequence number of this rank's next message
@@ -121,7 +161,10 @@ class ShmMailbox {
   std::list<Unexpected> unexpected_;  // arrived before their receive, in arrival order
   std::vector<Stream> streams_;       // by sender
   size_t active_streams_ = 0;
-  std::vector<Op*> spare_;  // finished operations, reused (no allocation per message)
+  std::vector<Op*> spare_;       // finished operations, reused (no allocation per message)
+  std::vector<uint64_t> sent_;   // by receiver and size class: messages that could be timed
+  std::vector<Choice> choices_;  // by size class
+  std::vector<Trials> trials_;   // by sender and size class
 };
 
 // A message in the slots has its payload after each slot's header.
@@ -133,5 +176,12 @@ constexpr size_t kMailboxSlots = 16;
 // Messages up to two slots' payload always go through the slots: a
 // cross-memory read's system call costs more.
 constexpr size_t kMailboxInSlotsBytes = 2 * (kMailboxSlotBytes - kMailboxHeaderBytes);
+// A read from a sender's buffer goes in pieces of the ring's size while the
+// reader's own sends wait for room.
+constexpr size_t kMailboxReadPieceBytes = kMailboxSlots * (kMailboxSlotBytes - kMailboxHeaderBytes);
+// Timed messages fall in size classes by powers of two from 16 KiB; each
+// class's round of messages to one receiver opens with its trials.
+constexpr size_t kMailboxClasses = 16;
+constexpr uint64_t kMailboxRoundMessages = 1 << 14;
 
 }  // namespace tandem

@@ -25,7 +25,7 @@ TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes, bool st
   const uint64_t calls = s.path_calls(family, c)++;
   if (stage_first && calls < kPathFirstRoundCalls) return {Offer::staged};
   const uint64_t call = round_call(calls);
-  const uint64_t end = 2 + 4 * path_block_calls(bytes);
+  const uint64_t end = 2 + 4 * trial_pairs(bytes);
   PathTrials& t = s.path_trials(family, c);
   TimedPath path;
   if (call < end) {

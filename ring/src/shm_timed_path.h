@@ -16,21 +16,14 @@ enum class Reach { staged, mapped, cross_memory };
 
 // Each round of kPathRoundCalls calls of a family and size class (the first
 // one kPathFirstRoundCalls) opens with one untimed call of each path, then
-// path_block_calls() pairs of trials, one of each path, a trial being two
-// calls of its path with the second timed: as many pairs as move
-// kPathBlockBytes, from 3 to kPathMaxBlock, so that small calls give a fair
-// sample and a large one few slow trials (docs/algorithms.md, 'shm: trials').
-constexpr size_t kPathBlockBytes = 1 << 20;
-constexpr uint64_t kPathMaxBlock = 12;
-inline uint64_t path_block_calls(size_t bytes) {
-  return std::clamp<uint64_t>(kPathBlockBytes / std::max<size_t>(bytes, 1), 3, kPathMaxBlock);
-}
+// trial_pairs() pairs of trials, one of each path, a trial being two calls
+// of its path with the second timed (docs/algorithms.md, 'shm: trials').
 constexpr uint64_t kPathRoundCalls = 1 << 14;
 // A class's first calls stage, untimed, where the family's caller asks: a
 // short run then pays no trials of the slower path, and the opening finds
 // warm buffers (docs/algorithms.md, 'shm: the first round').
 constexpr uint64_t kPathFirstRoundCalls = 64;
-static_assert(2 + 4 * kPathMaxBlock < kPathFirstRoundCalls, "the first round holds a whole opening");
+static_assert(2 + 4 * kTrialMaxPairs < kPathFirstRoundCalls, "the first round holds a whole opening");
 // The call's place in its round.
 inline uint64_t round_call(uint64_t calls) {
   return calls < kPathFirstRoundCalls ? calls : (calls - kPathFirstRoundCalls) % kPathRoundCalls;

@@ -77,10 +77,15 @@ struct CommOptions {
   bool interface_chosen = false;
   // The user set UCX_KEEPALIVE_INTERVAL: the heartbeat does not override it.
   bool ucx_keepalive_pinned = false;
-  // Point-to-point messages between ranks of one host up to this size stream
-  // through the shared-memory mailbox's slots; larger ones are read from the
-  // sender's buffer by cross-memory attach (TANDEM_P2P_STREAM_MAX_BYTES).
+  // Point-to-point messages between ranks of one host past this size are read
+  // from the sender's buffer by cross-memory attach; up to it they stream
+  // through the shared-memory mailbox's slots, or are read where p2p_timed
+  // found that faster (TANDEM_P2P_STREAM_MAX_BYTES).
   size_t p2p_stream_max_bytes = size_t(64) << 20;
+  // Between 16 KiB and p2p_stream_max_bytes the receivers time streaming
+  // against cross-memory attach on the messages themselves, per size class,
+  // and every sender takes the faster; false: they stream (TANDEM_P2P_TIMED).
+  bool p2p_timed = true;
   // Highest instruction set of the reduction kernels (TANDEM_REDUCE_ISA: scalar,
   // avx2, avx512); empty = the best the CPU has. Applied by the settings reader.
   std::string reduce_isa;

@@ -3,6 +3,7 @@
 // mapped segments, buffers in allocate_shared memory, cross-memory attach.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -64,5 +65,17 @@ class SharedMemory {
   // communicator keeps the total (Communicator::shared_memory_traffic).
   virtual void count_traffic(uint64_t bytes) = 0;
 };
+
+// Timed choices between two ways of moving the same bytes on one host (the
+// ring's staging against cross-memory attach, the mailbox's streaming against
+// reading the sender's buffer): pairs of trials, one of each way, as many
+// pairs as move kTrialBlockBytes, from 3 to kTrialMaxPairs, so that small
+// messages give a fair sample and large ones few slow trials
+// (docs/algorithms.md, 'shm: trials').
+constexpr size_t kTrialBlockBytes = 1 << 20;
+constexpr uint64_t kTrialMaxPairs = 12;
+inline uint64_t trial_pairs(size_t bytes) {
+  return std::clamp<uint64_t>(kTrialBlockBytes / std::max<size_t>(bytes, 1), 3, kTrialMaxPairs);
+}
 
 }  // namespace tandem
