@@ -100,7 +100,9 @@ TEST_P(GoodEnv, Parses) {
     // ephemeral range, where outgoing connections take their ports.
     std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
     unsigned low = 0;
-    if (std::string(c.launcher) != "slurm" && range >> low && low > 21000) EXPECT_LT(port, low);
+    if (std::string(c.launcher) != "slurm" && range >> low && low > 21000) {
+      EXPECT_LT(port, low);
+    }
   } else {
     EXPECT_EQ(o.store_address, c.store);
   }
