@@ -1,8 +1,8 @@
 // The shared-memory mailbox: per-pair rings of slots that messages stream
 // through, tag matching in posting order, the receiver's cross-memory reads
-// of messages too large to stream, the timed choice between the two, and a doorbell
-// (futex) per rank to wake it from a long wait. Copies take tandem::copy
-// (no 4K-aliasing stall between a buffer and a slot).
+// (the timed choice between the two ways is in shm_mailbox_timed.cc), and a
+// doorbell (futex) per rank to wake it from a long wait. Copies take
+// tandem::copy (no 4K-aliasing stall between a buffer and a slot).
 #include "shm_mailbox.h"
 
 #include <linux/futex.h>
@@ -11,93 +11,15 @@
 
 #include <algorithm>
 #include <atomic>
-#include <bit>
-#include <chrono>
 #include <climits>
-#include <cmath>
 #include <cstring>
 #include <string>
 
 #include "shared_segments.h"
+#include "shm_mailbox_wire.h"
 #include "tandem/reduce.h"
 
 namespace tandem {
-namespace {
-
-// A message's first slot carries all of it; the others only their stamp.
-struct SlotHeader {
-  uint64_t stamp;  // the slot's sequence number + 1 once its payload is in
-  uint64_t tag;
-  uint64_t bytes;    // | kTrialBit: a timed trial, its stamp in Ring::trials
-  uint64_t address;  // 0: the payload is in the slots from this one on; else there in the sender (the sender decides)
-};
-static_assert(sizeof(SlotHeader) <= kMailboxHeaderBytes);
-constexpr uint64_t kTrialBit = uint64_t(1) << 63;
-
-// A trial message's post time on the sender (the host's monotonic clock, which
-// both processes read) and its place: round << 32 | trial number.
-struct TrialStamp {
-  uint64_t posted_ns;
-  uint64_t place;
-};
-
-uint64_t now_ns() {
-  return uint64_t(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-          .count());
-}
-
-size_t size_class(size_t bytes) { return std::min<size_t>(std::bit_width(bytes >> 14), kMailboxClasses - 1); }
-// Trials per class as for its smallest message.
-uint64_t class_pairs(size_t c) { return trial_pairs(size_t(1) << (13 + c)); }
-
-uint64_t load_acquire(const uint64_t& x) { return std::atomic_ref<const uint64_t>(x).load(std::memory_order_acquire); }
-void store_release(uint64_t& x, uint64_t v) { std::atomic_ref<uint64_t>(x).store(v, std::memory_order_release); }
-void* bytes_at(void* p, size_t offset) { return static_cast<std::byte*>(p) + offset; }
-
-constexpr size_t kSlotPayload = kMailboxSlotBytes - kMailboxHeaderBytes;
-
-// The start of each rank's mailbox segment: whether the rank sleeps, and the
-// futex its peers ring after giving it something to do.
-struct Doorbell {
-  alignas(64) uint32_t sleeping;
-  uint32_t bell;
-  // Rank 0's only: by size class, how many medians were published (any rank adds).
-  alignas(64) uint64_t generations[kMailboxClasses];
-};
-
-Doorbell& doorbell(const SharedSegments& segments, int rank) {
-  return *reinterpret_cast<Doorbell*>(segments.segment[size_t(rank)]);
-}
-
-}  // namespace
-
-struct ShmMailbox::Op {
-  bool is_recv;
-  int peer;  // receives: -1 for any source
-  uint64_t tag;
-  void* data;
-  size_t bytes;
-  bool done = false;
-  bool by_address = false;  // sends: read by the receiver, done when it passes `seq`
-  uint64_t seq = 0;         // sends: the first slot's sequence number
-  uint64_t slots_in = 0;    // sends: how many of its slots are written
-  int source = -1;          // receives: who sent the message
-  size_t arrived_bytes = 0;
-  bool read = false;   // sends: read from the sender's buffer (choose_read)
-  bool trial = false;  // sends: a timed trial at `place`
-  uint64_t posted_ns = 0, place = 0;
-};
-
-// In the sender's segment, one per receiver. The receiver writes `consumed`
-// (messages it has read) and the medians, the sender everything else.
-struct ShmMailbox::Ring {
-  alignas(64) uint64_t consumed;
-  alignas(
-      64) uint64_t medians[kMailboxClasses];  // by size class: the last round's median ratio (float bits); 0: none yet
-  alignas(64) TrialStamp trials[kMailboxSlots];  // by a trial message's first slot
-  alignas(64) std::byte slots[kMailboxSlots][kMailboxSlotBytes];
-};
 
 ShmMailbox::ShmMailbox(int rank, int size, const SharedSegments& rings, const SharedSegmentSet& peers,
                        size_t stream_max_bytes, bool timed)
@@ -184,82 +106,6 @@ Pending ShmMailbox::send(int peer, uint64_t tag, const void* data, size_t bytes)
     p.mark_done();
   }
   return p;
-}
-
-// A round's opening: trial_pairs() pairs, one message of each way,
-// streaming first in even pairs and last in odd ones, so that a drift falls
-// on both alike. No untimed warm-up messages, unlike the collectives'
-// openings: the buffers are the caller's, warm whichever way took them, and
-// the slots are warm from smaller messages; at 16 MiB the opening then fits
-// in a benchmark's 5 warm-up calls and one timed.
-bool ShmMailbox::choose_read(Op& op) {
-  if (op.bytes <= kMailboxInSlotsBytes) return false;
-  if (op.bytes > stream_max_bytes_) return true;
-  if (!timed_ || op.peer == rank_) return false;
-  const size_t c = size_class(op.bytes);
-  const uint64_t n = sent_[size_t(op.peer) * kMailboxClasses + c]++;
-  const uint64_t round = n / kMailboxRoundMessages, k = n % kMailboxRoundMessages;
-  if (k >= 2 * class_pairs(c)) return class_reads(c);
-  const uint64_t trial = k, pair = trial / 2;
-  op.trial = true;
-  op.posted_ns = now_ns();
-  op.place = round << 32 | trial;
-  return (pair % 2 == 0) == (trial % 2 == 1);
-}
-
-bool ShmMailbox::class_reads(size_t c) {
-  // Rank 0's line changes once per pair and round: it stays in every cache.
-  const uint64_t generation = load_acquire(doorbell(rings_, 0).generations[c]);
-  Choice& ch = choices_[c];
-  if (generation == ch.generation) return ch.read;
-  std::vector<float> medians;
-  for (int s = 0; s < size_; ++s) {
-    for (int r = 0; r < size_; ++r) {
-      if (s != r) medians.push_back(std::bit_cast<float>(uint32_t(load_acquire(ring(s, r).medians[c]))));
-    }
-  }
-  ch.generation = generation;
-  ch.read = read_won(medians.data(), medians.size());
-  return ch.read;
-}
-
-float ShmMailbox::median_ratio(const Trials& t) {
-  if (t.pairs == 0) return 1;
-  std::vector<float> r(t.read_ratio, t.read_ratio + t.pairs);
-  std::sort(r.begin(), r.end());
-  return (r[(t.pairs - 1) / 2] + r[t.pairs / 2]) / 2;
-}
-
-bool ShmMailbox::read_won(const float* medians, size_t n) {
-  double log_sum = 0;
-  size_t in = 0;
-  for (size_t i = 0; i < n; ++i) {
-    if (medians[i] > 0) log_sum += std::log(double(medians[i])), ++in;
-  }
-  return in > 0 && log_sum / double(in) < std::log(0.9);
-}
-
-// From the send's post to the receive's completion: both ends' work (in an
-// exchange, the receiver's own send is in it too).
-void ShmMailbox::record_trial(int sender, const Stream& st) {
-  const uint64_t now = now_ns();
-  const size_t c = size_class(st.bytes);
-  Trials& t = trials_[size_t(sender) * kMailboxClasses + c];
-  const uint64_t round = st.place >> 32, trial = st.place & 0xffffffff, pair = trial / 2;
-  if (round != t.round) t = Trials{round};
-  if (t.pairs == class_pairs(c)) return;
-  const uint64_t ns = std::max<uint64_t>(now > st.posted_ns ? now - st.posted_ns : 0, 1);
-  const bool read = st.address != 0;
-  if (trial % 2 == 0) {
-    t.first_ns = ns, t.first_pair = pair;
-    return;
-  }
-  if (t.first_pair != pair) return;  // its first did not count: the pair does not
-  t.read_ratio[t.pairs++] = read ? float(ns) / float(t.first_ns) : float(t.first_ns) / float(ns);
-  if (pair + 1 < class_pairs(c)) return;
-  const float median = median_ratio(t);
-  store_release(ring(sender, rank_).medians[c], std::bit_cast<uint32_t>(median));
-  std::atomic_ref<uint64_t>(doorbell(rings_, 0).generations[c]).fetch_add(1, std::memory_order_acq_rel);
 }
 
 bool ShmMailbox::try_write(Op& op) {

@@ -1,0 +1,92 @@
+// The timed choice between the mailbox's two ways, streaming through the
+// slots and the receiver's cross-memory read of the sender's buffer
+// (docs/algorithms.md, 'shm: point-to-point, timed'): the sender's trial
+// schedule and pooled verdict, the receiver's record of its trials.
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cmath>
+#include <vector>
+
+#include "shm_mailbox.h"
+#include "shm_mailbox_wire.h"
+
+namespace tandem {
+
+// A round's opening: trial_pairs() pairs, one message of each way,
+// streaming first in even pairs and last in odd ones, so that a drift falls
+// on both alike. No untimed warm-up messages, unlike the collectives'
+// openings: the buffers are the caller's, warm whichever way took them, and
+// the slots are warm from smaller messages; at 16 MiB the opening then fits
+// in a benchmark's 5 warm-up calls and one timed.
+bool ShmMailbox::choose_read(Op& op) {
+  if (op.bytes <= kMailboxInSlotsBytes) return false;
+  if (op.bytes > stream_max_bytes_) return true;
+  if (!timed_ || op.peer == rank_) return false;
+  const size_t c = size_class(op.bytes);
+  const uint64_t n = sent_[size_t(op.peer) * kMailboxClasses + c]++;
+  const uint64_t round = n / kMailboxRoundMessages, k = n % kMailboxRoundMessages;
+  if (k >= 2 * class_pairs(c)) return class_reads(c);
+  const uint64_t trial = k, pair = trial / 2;
+  op.trial = true;
+  op.posted_ns = now_ns();
+  op.place = round << 32 | trial;
+  return (pair % 2 == 0) == (trial % 2 == 1);
+}
+
+bool ShmMailbox::class_reads(size_t c) {
+  // Rank 0's line changes once per pair and round: it stays in every cache.
+  const uint64_t generation = load_acquire(doorbell(rings_, 0).generations[c]);
+  Choice& ch = choices_[c];
+  if (generation == ch.generation) return ch.read;
+  std::vector<float> medians;
+  for (int s = 0; s < size_; ++s) {
+    for (int r = 0; r < size_; ++r) {
+      if (s != r) medians.push_back(std::bit_cast<float>(uint32_t(load_acquire(ring(s, r).medians[c]))));
+    }
+  }
+  ch.generation = generation;
+  ch.read = read_won(medians.data(), medians.size());
+  return ch.read;
+}
+
+float ShmMailbox::median_ratio(const Trials& t) {
+  if (t.pairs == 0) return 1;
+  std::vector<float> r(t.read_ratio, t.read_ratio + t.pairs);
+  std::sort(r.begin(), r.end());
+  return (r[(t.pairs - 1) / 2] + r[t.pairs / 2]) / 2;
+}
+
+bool ShmMailbox::read_won(const float* medians, size_t n) {
+  double log_sum = 0;
+  size_t in = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (medians[i] > 0) log_sum += std::log(double(medians[i])), ++in;
+  }
+  return in > 0 && log_sum / double(in) < std::log(0.9);
+}
+
+// From the send's post to the receive's completion: both ends' work (in an
+// exchange, the receiver's own send is in it too).
+void ShmMailbox::record_trial(int sender, const Stream& st) {
+  const uint64_t now = now_ns();
+  const size_t c = size_class(st.bytes);
+  Trials& t = trials_[size_t(sender) * kMailboxClasses + c];
+  const uint64_t round = st.place >> 32, trial = st.place & 0xffffffff, pair = trial / 2;
+  if (round != t.round) t = Trials{round};
+  if (t.pairs == class_pairs(c)) return;
+  const uint64_t ns = std::max<uint64_t>(now > st.posted_ns ? now - st.posted_ns : 0, 1);
+  const bool read = st.address != 0;
+  if (trial % 2 == 0) {
+    t.first_ns = ns, t.first_pair = pair;
+    return;
+  }
+  if (t.first_pair != pair) return;  // its first did not count: the pair does not
+  t.read_ratio[t.pairs++] = read ? float(ns) / float(t.first_ns) : float(t.first_ns) / float(ns);
+  if (pair + 1 < class_pairs(c)) return;
+  const float median = median_ratio(t);
+  store_release(ring(sender, rank_).medians[c], std::bit_cast<uint32_t>(median));
+  std::atomic_ref<uint64_t>(doorbell(rings_, 0).generations[c]).fetch_add(1, std::memory_order_acq_rel);
+}
+
+}  // namespace tandem
