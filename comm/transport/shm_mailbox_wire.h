@@ -41,7 +41,9 @@ inline size_t size_class(size_t bytes) { return std::min<size_t>(std::bit_width(
 // Trials per class as for its smallest message.
 inline uint64_t class_pairs(size_t c) { return trial_pairs(size_t(1) << (13 + c)); }
 
-inline uint64_t load_acquire(const uint64_t& x) { return std::atomic_ref<const uint64_t>(x).load(std::memory_order_acquire); }
+inline uint64_t load_acquire(const uint64_t& x) {
+  return std::atomic_ref<const uint64_t>(x).load(std::memory_order_acquire);
+}
 inline void store_release(uint64_t& x, uint64_t v) { std::atomic_ref<uint64_t>(x).store(v, std::memory_order_release); }
 inline void* bytes_at(void* p, size_t offset) { return static_cast<std::byte*>(p) + offset; }
 
