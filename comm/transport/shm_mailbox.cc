@@ -110,8 +110,7 @@ Pending ShmMailbox::send(int peer, uint64_t tag, const void* data, size_t bytes)
 
 bool ShmMailbox::try_write(Op& op) {
   Ring& r = ring(rank_, op.peer);
-  const bool by_address = op.read;
-  const uint64_t slots = slots_for(op.bytes, by_address);
+  const uint64_t slots = slots_for(op.bytes, op.read);
   uint64_t& next = next_out_[size_t(op.peer)];
   // The receiver's count is read only when the ring looks full: its cache
   // line then stays with the receiver (one miss fewer per small message).
@@ -125,7 +124,7 @@ bool ShmMailbox::try_write(Op& op) {
   for (; op.slots_in < end; ++op.slots_in, ++next) {
     std::byte* slot = r.slots[next % kMailboxSlots];
     const size_t at = op.slots_in * kSlotPayload;
-    if (!by_address && at < op.bytes) {
+    if (!op.read && at < op.bytes) {
       copy(MemoryType::host, slot + kMailboxHeaderBytes, bytes_at(op.data, at), std::min(kSlotPayload, op.bytes - at));
     }
     auto* header = reinterpret_cast<SlotHeader*>(slot);
@@ -133,13 +132,12 @@ bool ShmMailbox::try_write(Op& op) {
       header->tag = op.tag;
       header->bytes = op.bytes | (op.trial ? kTrialBit : 0);
       if (op.trial) r.trials[next % kMailboxSlots] = TrialStamp{op.posted_ns, op.place};
-      header->address = by_address ? reinterpret_cast<uint64_t>(op.data) : 0;
+      header->address = op.read ? reinterpret_cast<uint64_t>(op.data) : 0;
     }
     store_release(header->stamp, next + 1);
   }
   ring_bell(op.peer);
-  op.by_address = by_address;  // from here poll() asks whether the receiver passed `seq`
-  op.done = op.slots_in == slots && !by_address;
+  op.done = op.slots_in == slots && !op.read;
   return op.slots_in == slots;
 }
 
@@ -300,7 +298,7 @@ void ShmMailbox::progress() {
 bool ShmMailbox::poll(Pending& p, int* source) {
   if (p.done()) return true;
   Op* op = static_cast<Op*>(p.handle());
-  if (!op->done && op->by_address) op->done = load_acquire(ring(rank_, op->peer).consumed) > op->seq;
+  if (!op->done && op->read && op->slots_in > 0) op->done = load_acquire(ring(rank_, op->peer).consumed) > op->seq;
   if (!op->done) return false;
   const bool mismatch = op->is_recv && op->arrived_bytes != op->bytes;
   const size_t expected = op->bytes, arrived = op->arrived_bytes;

@@ -24,10 +24,10 @@ class SharedSegmentSet;
 // larger one is read by the receiver from the sender's buffer (cross-memory
 // attach) and its send completes once read. Between 16 KiB and
 // `stream_max_bytes`, where either way may win by 3x depending on the host's
-// state, a timed mailbox lets each receiver time both on the messages
-// themselves, per sender and size class, and tell the sender which to take
-// (docs/algorithms.md, 'shm: point-to-point, timed'); the way a message
-// takes travels in its first slot. Receives match by (source, tag)
+// state, a timed mailbox lets the receivers time both on the messages
+// themselves, per size class, and every sender takes the verdict pooled over
+// all pairs (docs/algorithms.md, 'shm: point-to-point, timed'); the way a
+// message takes travels in its first slot. Receives match by (source, tag)
 // in the order they were posted, any source included; a message that
 // arrives before its receive waits in an unexpected list (a receive posted
 // while it streams takes over the rest), so messages of one (source, tag)

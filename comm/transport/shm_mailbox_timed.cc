@@ -29,7 +29,7 @@ bool ShmMailbox::choose_read(Op& op) {
   if (k >= 2 * class_pairs(c)) return class_reads(c);
   const uint64_t trial = k, pair = trial / 2;
   op.trial = true;
-  op.posted_ns = now_ns();
+  op.posted_ns = trial_clock_ns();
   op.place = round << 32 | trial;
   return (pair % 2 == 0) == (trial % 2 == 1);
 }
@@ -69,7 +69,7 @@ bool ShmMailbox::read_won(const float* medians, size_t n) {
 // From the send's post to the receive's completion: both ends' work (in an
 // exchange, the receiver's own send is in it too).
 void ShmMailbox::record_trial(int sender, const Stream& st) {
-  const uint64_t now = now_ns();
+  const uint64_t now = trial_clock_ns();
   const size_t c = size_class(st.bytes);
   Trials& t = trials_[size_t(sender) * kMailboxClasses + c];
   const uint64_t round = st.place >> 32, trial = st.place & 0xffffffff, pair = trial / 2;

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 
@@ -24,18 +23,12 @@ struct SlotHeader {
 static_assert(sizeof(SlotHeader) <= kMailboxHeaderBytes);
 constexpr uint64_t kTrialBit = uint64_t(1) << 63;
 
-// A trial message's post time on the sender (the host's monotonic clock, which
-// both processes read) and its place: round << 32 | trial number.
+// A trial message's post time on the sender (trial_clock_ns) and its place:
+// round << 32 | trial number.
 struct TrialStamp {
   uint64_t posted_ns;
   uint64_t place;
 };
-
-inline uint64_t now_ns() {
-  return uint64_t(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-          .count());
-}
 
 inline size_t size_class(size_t bytes) { return std::min<size_t>(std::bit_width(bytes >> 14), kMailboxClasses - 1); }
 // Trials per class as for its smallest message.
@@ -69,12 +62,12 @@ struct ShmMailbox::Op {
   void* data;
   size_t bytes;
   bool done = false;
-  bool by_address = false;  // sends: read by the receiver, done when it passes `seq`
-  uint64_t seq = 0;         // sends: the first slot's sequence number
-  uint64_t slots_in = 0;    // sends: how many of its slots are written
-  int source = -1;          // receives: who sent the message
+  uint64_t seq = 0;       // sends: the first slot's sequence number
+  uint64_t slots_in = 0;  // sends: how many of its slots are written
+  int source = -1;        // receives: who sent the message
   size_t arrived_bytes = 0;
-  bool read = false;   // sends: read from the sender's buffer (choose_read)
+  bool read =
+      false;  // sends: read from the sender's buffer (choose_read); once written, done when the receiver passes `seq`
   bool trial = false;  // sends: a timed trial at `place`
   uint64_t posted_ns = 0, place = 0;
 };

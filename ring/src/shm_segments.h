@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -59,12 +58,6 @@ class Segments {
   // gets here, which ranks of a grown job may see differently.
   Flow rooted_flow(const RingOptions& o, Flow flow, size_t chunks, size_t extent) const {
     return o.ranks_outnumber_cores && (chunks > 1 || cells_for(extent, false) == kCellsPerChunk) ? Flow{} : flow;
-  }
-
-  static uint64_t now_ns() {
-    return uint64_t(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-            .count());
   }
 
   int size() const { return n_; }

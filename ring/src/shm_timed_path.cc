@@ -45,7 +45,7 @@ TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes, bool st
       path.trial = staged ? Reach::staged : Reach::cross_memory;
       path.second_of_pair = i % 2 == 1;
       if (!path.second_of_pair) t.pair_first_ns = kNotTimed;
-      path.started_ns = Segments::now_ns();
+      path.started_ns = trial_clock_ns();
     }
     return path;
   }
@@ -66,7 +66,7 @@ void confirm_trial(TimedPath& p, Reach reach) {
 
 void end_trial(TimedPath& p) {
   if (!p.trials) return;
-  const uint64_t ns = Segments::now_ns() - p.started_ns;
+  const uint64_t ns = trial_clock_ns() - p.started_ns;
   PathTrials& t = *p.trials;
   const bool staged = p.trial == Reach::staged;
   (staged ? t.staged_ns : t.cross_memory_ns) += ns;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -76,6 +77,12 @@ constexpr size_t kTrialBlockBytes = 1 << 20;
 constexpr uint64_t kTrialMaxPairs = 12;
 inline uint64_t trial_pairs(size_t bytes) {
   return std::clamp<uint64_t>(kTrialBlockBytes / std::max<size_t>(bytes, 1), 3, kTrialMaxPairs);
+}
+// The trials' clock: the host's monotonic clock, which every process on it reads alike.
+inline uint64_t trial_clock_ns() {
+  return uint64_t(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
 }
 
 }  // namespace tandem
