@@ -51,11 +51,11 @@ TEST(ShmPaths, DefaultsKeepTheDecisionsOfTheKnobsTheyReplaced) {
                       {C::allreduce, B::heap, 256 * K, P::timed},
                       {C::allreduce, B::heap, 16 * M, P::timed},
                       {C::allreduce, B::heap, 16 * M + 1, P::staged},
-                      // The reduce-scatter and allgather of heap buffers timed from 256 KiB, without end.
-                      {C::reduce_scatter, B::heap, 256 * K - 1, P::staged},
-                      {C::reduce_scatter, B::heap, 256 * K, P::timed},
+                      // The reduce-scatter and allgather of heap buffers timed from 32 KiB, without end.
+                      {C::reduce_scatter, B::heap, 32 * K - 1, P::staged},
+                      {C::reduce_scatter, B::heap, 32 * K, P::timed},
                       {C::reduce_scatter, B::heap, SIZE_MAX, P::timed},
-                      {C::allgather, B::heap, 256 * K - 1, P::staged},
+                      {C::allgather, B::heap, 32 * K - 1, P::staged},
                       {C::allgather, B::heap, 1 * M, P::timed},
                       // The all-to-all timed from 64 KiB per rank, without end.
                       {C::alltoall, B::heap, 64 * K - 1, P::staged},
@@ -176,8 +176,8 @@ TEST(ShmPaths, InfoPrintsTheTableInEffect) {
            "  allreduce       shared  [0, 16K) staged, [16K, inf) mapped\n",
            "  reduce          heap    [0, inf) staged\n",
            "  reduce          shared  [0, inf) staged\n",
-           "  reduce_scatter  heap    [0, 256K) staged, [256K, inf) timed\n",
-           "  allgather       heap    [0, 256K) staged, [256K, inf) timed\n",
+           "  reduce_scatter  heap    [0, 32K) staged, [32K, inf) timed\n",
+           "  allgather       heap    [0, 32K) staged, [32K, inf) timed\n",
            "  broadcast       heap    [0, inf) staged\n",
            "  broadcast       shared  [0, 16K) staged, [16K, inf) mapped\n",
            "  alltoall        heap    [0, 64K) staged, [64K, inf) timed\n",

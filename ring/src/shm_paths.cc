@@ -173,8 +173,8 @@ const std::vector<ShmPathRow>& ShmPathTable::default_rows() {
       // 'shm: the all-reduce timed window'
       {C::allreduce, B::heap, 256 * kKiB, 16 * kMiB, P::timed},
       // 'shm: cross-memory attach for the reduce-scatter and allgather'
-      {C::reduce_scatter, B::heap, 256 * kKiB, kAll, P::timed},
-      {C::allgather, B::heap, 256 * kKiB, kAll, P::timed},
+      {C::reduce_scatter, B::heap, 32 * kKiB, kAll, P::timed},
+      {C::allgather, B::heap, 32 * kKiB, kAll, P::timed},
       // 'shm: the all-to-all timed path'
       {C::alltoall, B::heap, 64 * kKiB, kAll, P::timed},
       // 'shm: the direct floor'
