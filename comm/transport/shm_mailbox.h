@@ -83,7 +83,9 @@ class ShmMailbox {
   // elsewhere does not decide, as it would a sum.
   static float median_ratio(const Trials& t);
   // The verdict for a size class, pooled over every ordered pair's median
-  // (0: none yet): read when their geometric mean is under 0.9. Every
+  // (0: none yet): read when their geometric mean is under 1. No margin:
+  // every trial includes the receiver's lag, which pulls the ratios
+  // toward 1 (0.4-1.2 where reading ran 2.4x faster). Every
   // rank decides alike from the same figures: an exchange or a ring whose
   // pairs went different ways waits on itself (docs/algorithms.md, 'shm:
   // point-to-point, timed').
