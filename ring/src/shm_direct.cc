@@ -17,12 +17,11 @@ PathChoice choose_path(const Segments& s, const RingOptions& o, ShmCollective c,
   switch (table.path(c, ShmBuffers::heap, bytes)) {
     case ShmPath::cma: choice.heap.offer = Offer::cross_memory; break;
     case ShmPath::timed:
-      // The all-reduce is timed from its first call, except where ranks
-      // outnumber cores; the others stage their first round untimed
-      // (docs/algorithms.md, 'shm: the first round'). Where ranks outnumber
-      // cores the allgather and reduce-scatter stage: cross-memory attach
-      // lost 3.5x there, and its trials cost 10% ('shm: cross-memory attach
-      // for the reduce-scatter and allgather').
+      // Timed from the first call, except where ranks outnumber cores: there
+      // a class's first round stages untimed (docs/algorithms.md, 'shm: the
+      // first round'), and the allgather and reduce-scatter always stage:
+      // cross-memory attach lost 3.5x there, and its trials cost 10% ('shm:
+      // cross-memory attach for the reduce-scatter and allgather').
       switch (c) {
         case ShmCollective::allreduce:
           choice.heap = timed_path(s, in_place ? PathFamily::allreduce_in_place : PathFamily::allreduce, bytes,
@@ -32,9 +31,11 @@ PathChoice choose_path(const Segments& s, const RingOptions& o, ShmCollective c,
         case ShmCollective::reduce_scatter:
           if (o.ranks_outnumber_cores) break;
           choice.heap = timed_path(
-              s, c == ShmCollective::allgather ? PathFamily::allgather : PathFamily::reduce_scatter, bytes, true);
+              s, c == ShmCollective::allgather ? PathFamily::allgather : PathFamily::reduce_scatter, bytes, false);
           break;
-        case ShmCollective::alltoall: choice.heap = timed_path(s, PathFamily::alltoall, bytes, true); break;
+        case ShmCollective::alltoall:
+          choice.heap = timed_path(s, PathFamily::alltoall, bytes, o.ranks_outnumber_cores);
+          break;
         default: break;  // no timed family (shm_path_valid)
       }
       break;
