@@ -147,9 +147,8 @@ Pending ShmMailbox::recv(int peer, uint64_t tag, void* data, size_t bytes) {
   for (auto it = unexpected_.begin(); it != unexpected_.end(); ++it) {
     if (it->tag != tag || (peer >= 0 && it->source != peer)) continue;
     Stream& st = streams_[size_t(it->source)];
-    const size_t arrived = it->whole ? it->data.size() : st.at;
-    deliver(*op, it->source, it->data.size(),
-            [&](void* into) { copy(MemoryType::host, into, it->data.data(), arrived); });
+    const size_t arrived = it->whole ? it->bytes : st.at;
+    deliver(*op, it->source, it->bytes, [&](void* into) { copy(MemoryType::host, into, it->data.get(), arrived); });
     if (!it->whole) {  // the rest streams straight into the receive, which finishes with it
       st.held = nullptr;
       st.op = op;
@@ -227,7 +226,7 @@ void ShmMailbox::start_stream(int sender, uint64_t seq) {
     st.op = op;
     st.skip = bytes != op->bytes;
   } else {
-    unexpected_.push_back(Unexpected{sender, tag, std::vector<std::byte>(bytes), false});
+    unexpected_.push_back(Unexpected{sender, tag, bytes, std::make_unique_for_overwrite<std::byte[]>(bytes), false});
     st.held = &unexpected_.back();
   }
   if (header->bytes & kTrialBit) {
@@ -239,7 +238,7 @@ void ShmMailbox::start_stream(int sender, uint64_t seq) {
 bool ShmMailbox::copy_stream(int sender) {
   Ring& r = ring(sender, rank_);
   Stream& st = streams_[size_t(sender)];
-  std::byte* into = st.skip ? nullptr : st.op ? static_cast<std::byte*>(st.op->data) : st.held->data.data();
+  std::byte* into = st.skip ? nullptr : st.op ? static_cast<std::byte*>(st.op->data) : st.held->data.get();
   if (st.slots_in == 0 && st.address != 0) {
     // Read from the sender's buffer; in pieces while this rank's own sends
     // wait for room, so that a peer streaming to it while it reads is not

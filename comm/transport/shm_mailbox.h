@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <deque>
 #include <list>
+#include <memory>
 #include <vector>
 
 #include "tandem/shared_memory.h"
@@ -102,8 +103,9 @@ class ShmMailbox {
   struct Unexpected {
     int source;
     uint64_t tag;
-    std::vector<std::byte> data;
-    bool whole = true;  // false while it still streams in
+    size_t bytes;
+    std::unique_ptr<std::byte[]> data;  // not zeroed first: the message overwrites it
+    bool whole = true;                  // false while it still streams in
   };
   // The message a sender is streaming to this rank, copied slot by slot.
   struct Stream {
