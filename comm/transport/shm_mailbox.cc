@@ -73,6 +73,10 @@ ShmMailbox::Ring& ShmMailbox::ring(int sender, int receiver) const {
 
 void ShmMailbox::ring_bell(int rank) const {
   Doorbell& d = doorbell(rings_, rank);
+  // The write that gave the peer work must be visible before `sleeping` is
+  // read: else both may miss (it reading the old state after announcing its
+  // sleep, this rank reading it awake) and the peer sleeps its whole slice.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   if (std::atomic_ref<uint32_t>(d.sleeping).load(std::memory_order_relaxed) == 0) return;
   std::atomic_ref<uint32_t>(d.bell).fetch_add(1, std::memory_order_release);
   ::syscall(SYS_futex, &d.bell, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
