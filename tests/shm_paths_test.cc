@@ -61,9 +61,12 @@ TEST(ShmPaths, DefaultsKeepTheDecisionsOfTheKnobsTheyReplaced) {
                       {C::alltoall, B::heap, 64 * K - 1, P::staged},
                       {C::alltoall, B::heap, 64 * K, P::timed},
                       {C::alltoall, B::heap, SIZE_MAX, P::timed},
-                      // The broadcast of heap buffers and the reduce always stage.
+                      // The reduce of heap buffers timed as the all-reduce's; of shared ones, and the
+                      // broadcast of heap buffers, staged.
+                      {C::reduce, B::heap, 256 * K - 1, P::staged},
+                      {C::reduce, B::heap, 256 * K, P::timed},
+                      {C::reduce, B::heap, 16 * M + 1, P::staged},
                       {C::broadcast, B::heap, 1 * M, P::staged},
-                      {C::reduce, B::heap, 1 * M, P::staged},
                       {C::reduce, B::shared, 1 * M, P::staged},
                   });
   for (C c : {C::allreduce, C::reduce_scatter, C::allgather, C::broadcast, C::alltoall}) {
@@ -138,7 +141,7 @@ TEST(ShmPaths, BadRowsNameTheirBadPartAndTheChoices) {
                "timed cannot carry broadcast on heap buffers; valid there: staged, cma"},
            Bad{"allreduce:shared:*=cma", "allreduce:shared:*=cma", "valid there: staged, mapped"},
            Bad{"reduce:shared:*=mapped", "reduce:shared:*=mapped", "valid there: staged"},
-           Bad{"reduce:*:*=cma", "reduce:*:*=cma", "cma carries none of the calls the row names"},
+           Bad{"reduce:shared:*=cma", "reduce:shared:*=cma", "valid there: staged"},
            Bad{"*:*:4K-8K=mapped", "*:*:4K-8K=mapped", "below 16K every call stages"},
        }) {
     SCOPED_TRACE(b.rows);
@@ -174,7 +177,7 @@ TEST(ShmPaths, InfoPrintsTheTableInEffect) {
   for (const char* line : {
            "  allreduce       heap    [0, 256K) staged, [256K, 16M] timed, (16M, inf) staged\n",
            "  allreduce       shared  [0, 16K) staged, [16K, inf) mapped\n",
-           "  reduce          heap    [0, inf) staged\n",
+           "  reduce          heap    [0, 256K) staged, [256K, 16M] timed, (16M, inf) staged\n",
            "  reduce          shared  [0, inf) staged\n",
            "  reduce_scatter  heap    [0, 32K) staged, [32K, inf) timed\n",
            "  allgather       heap    [0, 32K) staged, [32K, inf) timed\n",
@@ -285,6 +288,50 @@ TEST(ShmPaths, BroadcastOfHeapBuffersByCrossMemoryAttach) {
     const size_t copies = *rows ? kRanks - 1 : kRanks;
     EXPECT_EQ(traffic, 2 * copies * kCount * sizeof(float));
     for (int r = 0; r < kRanks; ++r) EXPECT_EQ(data[size_t(r)], data[kRoot]) << "rank " << r;
+  }
+}
+
+// The reduce of heap buffers by cross-memory attach: each rank folds its
+// slice of every input in rank order and writes it to the root's output, so
+// the root gets what staging gives, bit for bit, in place or not, and the
+// bytes moved say which path ran.
+TEST(ShmPaths, ReduceOfHeapBuffersByCrossMemoryAttach) {
+  constexpr int kRanks = 3;
+  constexpr size_t kCount = 100003;  // slices of 33335, 33334, 33334 elements, pieces of 16K
+  for (const int root : {1, 2}) {
+    for (const bool in_place : {false, true}) {
+      for (const ReduceOp op : {ReduceOp::sum, ReduceOp::avg}) {
+        std::vector<std::vector<float>> results;
+        std::vector<uint64_t> traffics;
+        for (const char* rows : {"reduce:heap:*=staged", "reduce:heap:*=cma"}) {
+          SCOPED_TRACE(std::string(rows) + " root " + std::to_string(root) + (in_place ? " in place" : ""));
+          std::vector<std::vector<float>> in(kRanks, std::vector<float>(kCount)), out(kRanks);
+          out[size_t(root)].assign(kCount, -1.0f);
+          const uint64_t traffic =
+              run_ranks({rows, rows, rows}, 64 * K, [&](Algorithms& a, Mailbox& box, auto* seg, int r) {
+                for (size_t i = 0; i < kCount; ++i) in[size_t(r)][i] = float(r + 1) * 0.1f + float(i % 1000);
+                float* output = r != root ? nullptr : in_place ? in[size_t(r)].data() : out[size_t(r)].data();
+                MemoryChannel ch(box, r, kRanks, seg);
+                ch.allow_copy_peer();
+                a.reduce(ch,
+                         ReduceArgs{in[size_t(r)].data(), output, kCount, DataType::f32, op, root, MemoryType::host});
+                return ch.shared_memory_traffic();
+              });
+          results.push_back(in_place ? in[size_t(root)] : out[size_t(root)]);
+          traffics.push_back(traffic);
+          for (size_t i = 0; i < kCount; i += 9973) {
+            const float sum = 0.6f + 3 * float(i % 1000);
+            EXPECT_NEAR(results.back()[i], op == ReduceOp::sum ? sum : sum / 3, 1e-3f * sum) << "element " << i;
+          }
+        }
+        EXPECT_EQ(results[0], results[1]) << "root " << root << (in_place ? " in place" : "");
+        // Each rank reads 2 peers' slices (2 bytes moved per byte), folds 3 into 1 (4), and
+        // sends its slice to the root (2); the root in place copies its own slice aside first (2).
+        const size_t root_slice = kCount / kRanks + (size_t(root) < kCount % kRanks ? 1 : 0);
+        const size_t moved = 8 * kCount + 2 * (kCount - root_slice) + (in_place && root >= 2 ? 2 * root_slice : 0);
+        EXPECT_EQ(traffics[1], moved * sizeof(float)) << "root " << root << (in_place ? " in place" : "");
+      }
+    }
   }
 }
 

@@ -189,14 +189,24 @@ void staged_allreduce(Segments& s, const AllreduceArgs& a, const RingOptions& o,
 
 }  // namespace
 
-// The staged all-reduce, only the root writing the result: ranks cannot
-// read the root's output before the call, so there is no direct path.
+// The staged all-reduce, only the root writing the result; or the direct
+// one by cross-memory attach, each rank writing its slice to the root's
+// output (which it publishes at its arrival).
 void shm_reduce(Channel& ch, const ReduceArgs& a, const RingOptions& o) {
   if (a.count == 0) return;
   Segments s(ch, o.shm_chunk_bytes, call_of(Kind::reduce, a.count, a.dtype, a.op, a.root));
   const bool root = s.rank() == a.root;
-  const AllreduceArgs all{a.input, root ? a.output : nullptr, a.count, a.dtype, a.op, a.memory};
-  staged_allreduce(s, all, o, o.shm_chunk_bytes, a.root);
+  const size_t bytes = a.count * dtype_size(a.dtype);
+  PathChoice path = choose_path(s, o, ShmCollective::reduce, bytes, root && a.input == a.output);
+  const Reach reach = arrive_direct(s, path, {bytes, a.input, bytes, root ? a.output : nullptr});
+  confirm_trial(path.heap, reach);
+  if (reach == Reach::cross_memory) {
+    direct_reduce(s, ch, a);
+  } else {
+    staged_allreduce(s, {a.input, root ? a.output : nullptr, a.count, a.dtype, a.op, a.memory}, o, o.shm_chunk_bytes,
+                     a.root);
+  }
+  end_trial(path.heap);
 }
 
 void shm_allreduce(Channel& ch, const AllreduceArgs& a, const RingOptions& o, size_t chunk_bytes) {

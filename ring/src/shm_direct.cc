@@ -33,6 +33,9 @@ PathChoice choose_path(const Segments& s, const RingOptions& o, ShmCollective c,
           choice.heap = timed_path(
               s, c == ShmCollective::allgather ? PathFamily::allgather : PathFamily::reduce_scatter, bytes, false);
           break;
+        case ShmCollective::reduce:
+          choice.heap = timed_path(s, PathFamily::reduce, bytes, o.ranks_outnumber_cores);
+          break;
         case ShmCollective::alltoall:
           choice.heap = timed_path(s, PathFamily::alltoall, bytes, o.ranks_outnumber_cores);
           break;
@@ -139,6 +142,30 @@ void direct_allreduce(Segments& s, Channel& ch, const AllreduceArgs& a, Reach re
         s.count_traffic(2 * bytes);
       }
     }
+  }
+  s.finish();
+}
+
+void direct_reduce(Segments& s, Channel& ch, const ReduceArgs& a) {
+  const int n = s.size(), r = s.rank();
+  const bool root = r == a.root;
+  const size_t esize = dtype_size(a.dtype), piece = s.chunk_bytes() / esize;
+  // The root folding in place: as direct_allreduce's rank r >= 2.
+  const bool copy_own = root && a.input == a.output && r >= 2;
+  // A chunk per rank's piece, and the folded piece of a rank that is not the root.
+  auto* scratch = static_cast<std::byte*>(ch.scratch(s.chunk_bytes() * size_t(n + 1), 0));
+  std::byte* const folded = scratch + size_t(n) * s.chunk_bytes();
+  std::byte* const root_output = root ? bytes_of(a.output) : s.peer_output_address(a.root);
+  PieceSources sources{s, Reach::cross_memory, a.input, copy_own, scratch};
+  const Range slice = balanced(a.count, size_t(n), size_t(r));
+  for (size_t begin = slice.begin; begin < slice.begin + slice.size; begin += piece) {
+    const size_t count = std::min(piece, slice.begin + slice.size - begin);
+    const size_t offset = begin * esize, bytes = count * esize;
+    sources.find(offset, bytes);
+    fold(s, {a.dtype, a.op, count}, root ? root_output + offset : folded, sources, 0);
+    if (root) continue;
+    s.memory().write_peer(a.root, root_output + offset, folded, bytes);
+    s.count_traffic(2 * bytes);
   }
   s.finish();
 }

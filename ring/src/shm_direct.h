@@ -51,6 +51,10 @@ void read_input(Segments& s, Reach reach, const PeerRun& from, void* dst);
 // mappings, or by cross-memory attach.
 void direct_allreduce(Segments& s, Channel& ch, const AllreduceArgs& a, Reach reach);
 
+// The same by cross-memory attach, each piece delivered to the root's output
+// alone (published at its arrival).
+void direct_reduce(Segments& s, Channel& ch, const ReduceArgs& a);
+
 // Rank r folds its block straight from every rank's input, piece by piece.
 void direct_reduce_scatter(Segments& s, Channel& ch, const ReduceScatterArgs& a, Reach reach);
 void direct_allgather(Segments& s, const AllgatherArgs& a, Reach reach);

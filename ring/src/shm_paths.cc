@@ -162,8 +162,8 @@ const char* to_string(ShmPath p) {
 
 bool shm_path_valid(ShmCollective c, ShmBuffers b, ShmPath path) {
   if (path == P::staged) return true;
-  if (c == C::reduce) return false;  // the peers cannot know the root's output before the call
-  if (b == B::shared) return path == P::mapped;
+  if (b == B::shared) return path == P::mapped && c != C::reduce;  // the root's output is known only at its arrival
+
   return path == P::cma || (path == P::timed && c != C::broadcast);
 }
 
@@ -172,6 +172,8 @@ const std::vector<ShmPathRow>& ShmPathTable::default_rows() {
   static const std::vector<ShmPathRow> rows = {
       // 'shm: the all-reduce timed window'
       {C::allreduce, B::heap, 256 * kKiB, 16 * kMiB, P::timed},
+      // 'shm: the direct reduce'
+      {C::reduce, B::heap, 256 * kKiB, 16 * kMiB, P::timed},
       // 'shm: cross-memory attach for the reduce-scatter and allgather'
       {C::reduce_scatter, B::heap, 32 * kKiB, kAll, P::timed},
       {C::allgather, B::heap, 32 * kKiB, kAll, P::timed},

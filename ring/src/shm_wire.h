@@ -85,8 +85,8 @@ enum class Offer : uint8_t { staged, cross_memory };
 // The timed choice's families (shm_timed_path.h): the all-reduce in place
 // and out of place apart, since cross-memory attach won one and lost the
 // other on one host (docs/algorithms.md, 'shm: timed families').
-enum class PathFamily : uint8_t { alltoall, allreduce, allreduce_in_place, allgather, reduce_scatter };
-constexpr size_t kPathFamilies = 5;
+enum class PathFamily : uint8_t { alltoall, allreduce, allreduce_in_place, allgather, reduce_scatter, reduce };
+constexpr size_t kPathFamilies = 6;
 // Power-of-two classes of bytes per call, 64 KiB steps.
 constexpr size_t kPathClasses = 16;
 // PathTrials::verdict.

@@ -89,8 +89,8 @@ class ShmPathTable {
 };
 
 // Whether `path` can carry `c` on `b`: staged always; mapped on shared
-// buffers; cma on heap buffers; timed for the heap all-reduce and all-to-all;
-// the reduce stages only.
+// buffers but for the reduce; cma on heap buffers; timed on heap buffers
+// but for the broadcast.
 bool shm_path_valid(ShmCollective c, ShmBuffers b, ShmPath path);
 
 // The table as `tandem info` prints it, one line per collective and kind of
