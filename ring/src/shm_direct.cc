@@ -113,61 +113,69 @@ struct PieceSources {
   }
 };
 
-}  // namespace
-
-void direct_allreduce(Segments& s, Channel& ch, const AllreduceArgs& a, Reach reach) {
-  const int n = s.size(), r = s.rank();
-  const size_t esize = dtype_size(a.dtype), piece = s.chunk_bytes() / esize;
-  // Rank r >= 2 folding in place would overwrite its input before step r reads it.
-  const bool copy_own = a.input == a.output && r >= 2;
-  auto* scratch = static_cast<std::byte*>(ch.scratch(s.chunk_bytes() * size_t(n), 0));
-  std::vector<std::byte*> outs(static_cast<size_t>(n));
-  for (int p = 0; p < n; ++p) {
-    if (p != r) outs[p] = reach == Reach::mapped ? s.peer_output(p) : s.peer_output_address(p);
-  }
-  PieceSources sources{s, reach, a.input, copy_own, scratch};
-  const Range slice = balanced(a.count, size_t(n), size_t(r));
+// Rank r's slice of an all-reduce's or a reduce's buffer, piece by piece:
+// every rank's piece folded in rank order into into(offset, spare) (`spare`
+// a scratch chunk), then passed on by deliver(offset, folded, bytes).
+// `copy_own`: rank r >= 2 folding in place would overwrite its input
+// before step r reads it. Returns once every rank has finished.
+template <class Into, class Deliver>
+void fold_own_slice(Segments& s, Channel& ch, Reach reach, const Reduction& whole, const void* input, bool copy_own,
+                    Into into, Deliver deliver) {
+  const int n = s.size();
+  const size_t esize = dtype_size(whole.dtype), piece = s.chunk_bytes() / esize;
+  // A chunk per rank's piece, and the spare.
+  auto* scratch = static_cast<std::byte*>(ch.scratch(s.chunk_bytes() * size_t(n + 1), 0));
+  std::byte* const spare = scratch + size_t(n) * s.chunk_bytes();
+  PieceSources sources{s, reach, input, copy_own, scratch};
+  const Range slice = balanced(whole.count, size_t(n), size_t(s.rank()));
   for (size_t begin = slice.begin; begin < slice.begin + slice.size; begin += piece) {
     const size_t count = std::min(piece, slice.begin + slice.size - begin);
     const size_t offset = begin * esize, bytes = count * esize;
     sources.find(offset, bytes);
-    std::byte* result = bytes_of(a.output) + offset;
-    fold(s, {a.dtype, a.op, count}, result, sources, 0);
-    for (int p = 0; p < n; ++p) {
-      if (p == r) continue;
-      if (reach == Reach::mapped) {
-        s.counted_copy(outs[p] + offset, result, bytes);
-      } else {
-        s.memory().write_peer(p, outs[p] + offset, result, bytes);
-        s.count_traffic(2 * bytes);
-      }
-    }
+    std::byte* folded = into(offset, spare);
+    fold(s, {whole.dtype, whole.op, count}, folded, sources, 0);
+    deliver(offset, folded, bytes);
   }
   s.finish();
 }
 
-void direct_reduce(Segments& s, Channel& ch, const ReduceArgs& a) {
+}  // namespace
+
+void direct_allreduce(Segments& s, Channel& ch, const AllreduceArgs& a, Reach reach) {
   const int n = s.size(), r = s.rank();
-  const bool root = r == a.root;
-  const size_t esize = dtype_size(a.dtype), piece = s.chunk_bytes() / esize;
-  // The root folding in place: as direct_allreduce's rank r >= 2.
-  const bool copy_own = root && a.input == a.output && r >= 2;
-  // A chunk per rank's piece, and the folded piece of a rank that is not the root.
-  auto* scratch = static_cast<std::byte*>(ch.scratch(s.chunk_bytes() * size_t(n + 1), 0));
-  std::byte* const folded = scratch + size_t(n) * s.chunk_bytes();
-  std::byte* const root_output = root ? bytes_of(a.output) : s.peer_output_address(a.root);
-  PieceSources sources{s, Reach::cross_memory, a.input, copy_own, scratch};
-  const Range slice = balanced(a.count, size_t(n), size_t(r));
-  for (size_t begin = slice.begin; begin < slice.begin + slice.size; begin += piece) {
-    const size_t count = std::min(piece, slice.begin + slice.size - begin);
-    const size_t offset = begin * esize, bytes = count * esize;
-    sources.find(offset, bytes);
-    fold(s, {a.dtype, a.op, count}, root ? root_output + offset : folded, sources, 0);
-    if (root) continue;
-    s.memory().write_peer(a.root, root_output + offset, folded, bytes);
-    s.count_traffic(2 * bytes);
+  std::vector<std::byte*> outs(static_cast<size_t>(n));
+  for (int p = 0; p < n; ++p) {
+    if (p != r) outs[p] = reach == Reach::mapped ? s.peer_output(p) : s.peer_output_address(p);
   }
-  s.finish();
+  fold_own_slice(
+      s, ch, reach, {a.dtype, a.op, a.count}, a.input, a.input == a.output && r >= 2,
+      [&](size_t offset, std::byte*) { return bytes_of(a.output) + offset; },
+      [&](size_t offset, const std::byte* folded, size_t bytes) {
+        for (int p = 0; p < n; ++p) {
+          if (p == r) continue;
+          if (reach == Reach::mapped) {
+            s.counted_copy(outs[p] + offset, folded, bytes);
+          } else {
+            s.memory().write_peer(p, outs[p] + offset, folded, bytes);
+            s.count_traffic(2 * bytes);
+          }
+        }
+      });
+}
+
+void direct_reduce(Segments& s, Channel& ch, const ReduceArgs& a) {
+  const bool root = s.rank() == a.root;
+  std::byte* const root_output = root ? bytes_of(a.output) : s.peer_output_address(a.root);
+  // Only the root folds into its output (in place, as the all-reduce's
+  // rank r >= 2); the others into the spare, then to the root's.
+  fold_own_slice(
+      s, ch, Reach::cross_memory, {a.dtype, a.op, a.count}, a.input, root && a.input == a.output && s.rank() >= 2,
+      [&](size_t offset, std::byte* spare) { return root ? root_output + offset : spare; },
+      [&](size_t offset, const std::byte* folded, size_t bytes) {
+        if (root) return;
+        s.memory().write_peer(a.root, root_output + offset, folded, bytes);
+        s.count_traffic(2 * bytes);
+      });
 }
 
 void direct_reduce_scatter(Segments& s, Channel& ch, const ReduceScatterArgs& a, Reach reach) {
