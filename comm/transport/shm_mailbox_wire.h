@@ -66,8 +66,8 @@ struct ShmMailbox::Op {
   uint64_t slots_in = 0;  // sends: how many of its slots are written
   int source = -1;        // receives: who sent the message
   size_t arrived_bytes = 0;
-  bool read =
-      false;  // sends: read from the sender's buffer (choose_read); once written, done when the receiver passes `seq`
+  // sends: read from the sender's buffer (choose_read); once written, done when the receiver passes `seq`
+  bool read = false;
   bool trial = false;  // sends: a timed trial at `place`
   uint64_t posted_ns = 0, place = 0;
 };

@@ -197,7 +197,7 @@ void shm_reduce(Channel& ch, const ReduceArgs& a, const RingOptions& o) {
   Segments s(ch, o.shm_chunk_bytes, call_of(Kind::reduce, a.count, a.dtype, a.op, a.root));
   const bool root = s.rank() == a.root;
   const size_t bytes = a.count * dtype_size(a.dtype);
-  PathChoice path = choose_path(s, o, ShmCollective::reduce, bytes, root && a.input == a.output);
+  PathChoice path = choose_path(s, o, ShmCollective::reduce, bytes, false);  // one family, in place or not
   const Reach reach = arrive_direct(s, path, {bytes, a.input, bytes, root ? a.output : nullptr});
   confirm_trial(path.heap, reach);
   if (reach == Reach::cross_memory) {

@@ -4,9 +4,27 @@
 // all have arrived (terms: shm_collectives.cc).
 #include "shm_direct.h"
 
+#include <optional>
 #include <vector>
 
 namespace tandem::ring {
+
+namespace {
+
+// A collective's timed family: every one's but the broadcast's (shm_path_valid).
+std::optional<PathFamily> timed_family(ShmCollective c, bool in_place) {
+  switch (c) {
+    case ShmCollective::allreduce: return in_place ? PathFamily::allreduce_in_place : PathFamily::allreduce;
+    case ShmCollective::reduce: return PathFamily::reduce;
+    case ShmCollective::reduce_scatter: return PathFamily::reduce_scatter;
+    case ShmCollective::allgather: return PathFamily::allgather;
+    case ShmCollective::alltoall: return PathFamily::alltoall;
+    case ShmCollective::broadcast: break;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
 
 PathChoice choose_path(const Segments& s, const RingOptions& o, ShmCollective c, size_t bytes, bool in_place) {
   const ShmPathTable& table = o.shm_paths;
@@ -22,25 +40,9 @@ PathChoice choose_path(const Segments& s, const RingOptions& o, ShmCollective c,
       // first round'), and the allgather and reduce-scatter always stage:
       // cross-memory attach lost 3.5x there, and its trials cost 10% ('shm:
       // cross-memory attach for the reduce-scatter and allgather').
-      switch (c) {
-        case ShmCollective::allreduce:
-          choice.heap = timed_path(s, in_place ? PathFamily::allreduce_in_place : PathFamily::allreduce, bytes,
-                                   o.ranks_outnumber_cores);
-          break;
-        case ShmCollective::allgather:
-        case ShmCollective::reduce_scatter:
-          if (o.ranks_outnumber_cores) break;
-          choice.heap = timed_path(
-              s, c == ShmCollective::allgather ? PathFamily::allgather : PathFamily::reduce_scatter, bytes, false);
-          break;
-        case ShmCollective::reduce:
-          choice.heap = timed_path(s, PathFamily::reduce, bytes, o.ranks_outnumber_cores);
-          break;
-        case ShmCollective::alltoall:
-          choice.heap = timed_path(s, PathFamily::alltoall, bytes, o.ranks_outnumber_cores);
-          break;
-        default: break;  // no timed family (shm_path_valid)
-      }
+      if (o.ranks_outnumber_cores && (c == ShmCollective::allgather || c == ShmCollective::reduce_scatter)) break;
+      if (const auto family = timed_family(c, in_place))
+        choice.heap = timed_path(s, *family, bytes, o.ranks_outnumber_cores);
       break;
     case ShmPath::staged:
     case ShmPath::mapped: break;

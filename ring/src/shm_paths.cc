@@ -163,7 +163,6 @@ const char* to_string(ShmPath p) {
 bool shm_path_valid(ShmCollective c, ShmBuffers b, ShmPath path) {
   if (path == P::staged) return true;
   if (b == B::shared) return path == P::mapped && c != C::reduce;  // the root's output is known only at its arrival
-
   return path == P::cma || (path == P::timed && c != C::broadcast);
 }
 
