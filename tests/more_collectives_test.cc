@@ -305,15 +305,15 @@ int alltoall_paths(const CommOptions& o, bool shared_memory, bool cross_memory) 
 }
 
 // The default path choice for heap buffers (shm_timed_path.cc): each size
-// class stages its first 64 calls, then opens with
-// a warm call of each path, then pairs of trials (two calls of one path,
-// the second timed), then rank 0's
-// verdict; in-place calls count too and stage. Every call's output is
-// checked, before the opening, over it and after it.
+// class opens at its first call with one pair of trials (two calls of one
+// path, the second timed), then rank 0's verdict; from call 64 a full
+// opening, a warm call of each path and then pairs of trials, then the
+// verdict again. In-place calls count too and stage. Every call's output
+// is checked, over both openings and after them.
 int alltoall_timed_path(const CommOptions& o) {
   auto comm = ring::connect(o, ring::RingOptions{});
   const int n = comm->size();
-  // A small class (an opening of 2 + 4 x 10 calls from call 64) and a large one (2 + 4 x 3), each past it.
+  // A small class (a second opening of 2 + 4 x 10 calls from call 64) and a large one (2 + 4 x 3), each past it.
   for (auto [per_rank, calls] : {std::pair{size_t(96) << 10, 150}, std::pair{size_t(4) << 20, 84}}) {
     const size_t count = per_rank / size_t(n) / sizeof(float), bytes = per_rank + 1;
     Bytes in(bytes), out(bytes);

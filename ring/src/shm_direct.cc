@@ -36,13 +36,13 @@ PathChoice choose_path(const Segments& s, const RingOptions& o, ShmCollective c,
     case ShmPath::cma: choice.heap.offer = Offer::cross_memory; break;
     case ShmPath::timed:
       // Timed from the first call, except where ranks outnumber cores: there
-      // a class's first round stages untimed (docs/algorithms.md, 'shm: the
-      // first round'), and the allgather and reduce-scatter always stage:
-      // cross-memory attach lost 3.5x there, and its trials cost 10% ('shm:
-      // cross-memory attach for the reduce-scatter and allgather').
+      // a reduction's class stages its first round untimed (docs/algorithms.md,
+      // 'shm: the first round'), and the allgather and reduce-scatter always
+      // stage: cross-memory attach lost 3.5x there, and its trials cost 10%
+      // ('shm: cross-memory attach for the reduce-scatter and allgather').
       if (o.ranks_outnumber_cores && (c == ShmCollective::allgather || c == ShmCollective::reduce_scatter)) break;
       if (const auto family = timed_family(c, in_place))
-        choice.heap = timed_path(s, *family, bytes, o.ranks_outnumber_cores);
+        choice.heap = timed_path(s, *family, bytes, o.ranks_outnumber_cores && *family != PathFamily::alltoall);
       break;
     case ShmPath::staged:
     case ShmPath::mapped: break;

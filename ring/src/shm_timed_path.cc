@@ -1,18 +1,19 @@
 // The timed choice between staging and cross-memory attach (shm_timed_path.h).
 //
-// A class's first round stages, untimed, where the caller asks (else it
-// opens at once). Each round of a family and size class opens with one
-// untimed call of each path (cold pages and caches), then pairs of trials,
-// one of each path, staged first in even pairs and last in odd ones, so
-// that a drift falls on both alike. A trial is two calls of its path; rank 0
-// times the second from its entry to its return, so that each path runs as
-// in a run of such calls: a staged call without an arrival, its ranks
-// drifting apart by up to the slots' depth, cross-memory attach with its
-// arrival and finish (docs/algorithms.md, 'shm: trials'). Every rank knows
-// from its own count which path an opening call takes. At the first call
-// after the opening rank 0 publishes its verdict (staged_won); a peer that
-// reads no verdict yet offers cross-memory attach and arrives, and if rank 0
-// stages, that call stages.
+// A class's first round stages, untimed, where the caller asks, else it
+// opens at once with one pair of trials and no untimed calls. Each later
+// round of a family and size class opens with one untimed call of each
+// path (cold pages and caches), then pairs of trials, one of each path,
+// staged first in even pairs and last in odd ones, so that a drift falls on
+// both alike. A trial is two calls of its path; rank 0 times the second
+// from its entry to its return, so that each path runs as in a run of such
+// calls: a staged call without an arrival, its ranks drifting apart by up
+// to the slots' depth, cross-memory attach with its arrival and finish
+// (docs/algorithms.md, 'shm: trials', 'shm: the first round'). Every rank
+// knows from its own count which path an opening call takes. At the first
+// call after the opening rank 0 publishes its verdict (staged_won); a peer
+// that reads no verdict yet offers cross-memory attach and arrives, and if
+// rank 0 stages, that call stages.
 #include "shm_timed_path.h"
 
 #include <algorithm>
@@ -25,14 +26,18 @@ TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes, bool st
   const uint64_t calls = s.path_calls(family, c)++;
   if (stage_first && calls < kPathFirstRoundCalls) return {Offer::staged};
   const uint64_t call = round_call(calls);
-  const uint64_t end = 2 + 4 * trial_pairs(bytes);
+  // The first round's trials need no untimed calls before them: each
+  // trial's untimed first call warms its path.
+  const bool first = calls < kPathFirstRoundCalls;
+  const uint64_t warm_calls = first ? 0 : 2;
+  const uint64_t end = warm_calls + 4 * (first ? kFirstOpeningPairs : trial_pairs(bytes));
   PathTrials& t = s.path_trials(family, c);
   TimedPath path;
   if (call < end) {
-    // One untimed call of each path, then trials i of two calls of one path,
+    // Untimed calls of each path, then trials i of two calls of one path,
     // the second timed; staged first in even pairs of trials, last in odd ones.
-    const bool warm = call < 2;
-    const uint64_t i = warm ? 0 : (call - 2) / 2;
+    const bool warm = call < warm_calls;
+    const uint64_t i = warm ? 0 : (call - warm_calls) / 2;
     const bool staged = warm ? call == 0 : ((i / 2) % 2 == 0) == (i % 2 == 0);
     path.offer = staged ? Offer::staged : Offer::cross_memory;
     if (s.rank() != 0) return path;
@@ -40,7 +45,7 @@ TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes, bool st
       store_relaxed(t.verdict, kUntimed);
       t.staged_ns = t.cross_memory_ns = t.staged_wins = t.cross_memory_wins = 0;
     }
-    if (!warm && (call - 2) % 2 == 1) {
+    if (!warm && (call - warm_calls) % 2 == 1) {
       path.trials = &t;
       path.trial = staged ? Reach::staged : Reach::cross_memory;
       path.second_of_pair = i % 2 == 1;

@@ -19,6 +19,11 @@ enum class Reach { staged, mapped, cross_memory };
 // trial_pairs() pairs of trials, one of each path, a trial being two calls
 // of its path with the second timed (docs/algorithms.md, 'shm: trials').
 constexpr uint64_t kPathRoundCalls = 1 << 14;
+// A first round that opens at a class's first call takes one pair and no
+// untimed calls: its verdict stands from the 5th call, inside a benchmark's
+// warm-up or a job's first steps, and the second round's full opening,
+// on warm buffers, checks it (docs/algorithms.md, 'shm: the first round').
+constexpr uint64_t kFirstOpeningPairs = 1;
 // A class's first calls stage, untimed, where the family's caller asks: a
 // short run then pays no trials of the slower path, and the opening finds
 // warm buffers (docs/algorithms.md, 'shm: the first round').
