@@ -24,11 +24,11 @@ namespace tandem::ring {
 TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes, bool stage_first) {
   const size_t c = std::min<size_t>(std::bit_width(bytes >> 16), kPathClasses - 1);
   const uint64_t calls = s.path_calls(family, c)++;
-  if (stage_first && calls < kPathFirstRoundCalls) return {Offer::staged};
+  const bool first = calls < kPathFirstRoundCalls;
+  if (stage_first && first) return {Offer::staged};
   const uint64_t call = round_call(calls);
   // The first round's trials need no untimed calls before them: each
   // trial's untimed first call warms its path.
-  const bool first = calls < kPathFirstRoundCalls;
   const uint64_t warm_calls = first ? 0 : 2;
   const uint64_t end = warm_calls + 4 * (first ? kFirstOpeningPairs : trial_pairs(bytes));
   PathTrials& t = s.path_trials(family, c);

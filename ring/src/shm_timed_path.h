@@ -14,10 +14,11 @@ namespace tandem::ring {
 // How a call reached the peers' buffers.
 enum class Reach { staged, mapped, cross_memory };
 
-// Each round of kPathRoundCalls calls of a family and size class (the first
-// one kPathFirstRoundCalls) opens with one untimed call of each path, then
-// trial_pairs() pairs of trials, one of each path, a trial being two calls
-// of its path with the second timed (docs/algorithms.md, 'shm: trials').
+// Each round of kPathRoundCalls calls of a family and size class opens with
+// one untimed call of each path, then trial_pairs() pairs of trials, one of
+// each path, a trial being two calls of its path with the second timed
+// (docs/algorithms.md, 'shm: trials'); the first round, kPathFirstRoundCalls
+// calls, opens as kFirstOpeningPairs says.
 constexpr uint64_t kPathRoundCalls = 1 << 14;
 // A first round that opens at a class's first call takes one pair and no
 // untimed calls: its verdict stands from the 5th call, inside a benchmark's
