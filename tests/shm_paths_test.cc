@@ -57,9 +57,9 @@ TEST(ShmPaths, DefaultsKeepTheDecisionsOfTheKnobsTheyReplaced) {
                       {C::reduce_scatter, B::heap, SIZE_MAX, P::timed},
                       {C::allgather, B::heap, 32 * K - 1, P::staged},
                       {C::allgather, B::heap, 1 * M, P::timed},
-                      // The all-to-all timed from 64 KiB per rank, without end.
-                      {C::alltoall, B::heap, 64 * K - 1, P::staged},
-                      {C::alltoall, B::heap, 64 * K, P::timed},
+                      // The all-to-all timed from 32 KiB per rank, without end.
+                      {C::alltoall, B::heap, 32 * K - 1, P::staged},
+                      {C::alltoall, B::heap, 32 * K, P::timed},
                       {C::alltoall, B::heap, SIZE_MAX, P::timed},
                       // The reduce of heap buffers timed as the all-reduce's; of shared ones, and the
                       // broadcast of heap buffers, staged.
@@ -183,7 +183,7 @@ TEST(ShmPaths, InfoPrintsTheTableInEffect) {
            "  allgather       heap    [0, 32K) staged, [32K, inf) timed\n",
            "  broadcast       heap    [0, inf) staged\n",
            "  broadcast       shared  [0, 16K) staged, [16K, inf) mapped\n",
-           "  alltoall        heap    [0, 64K) staged, [64K, inf) timed\n",
+           "  alltoall        heap    [0, 32K) staged, [32K, inf) timed\n",
        }) {
     EXPECT_THAT(defaults, HasSubstr(line));
   }
@@ -191,14 +191,14 @@ TEST(ShmPaths, InfoPrintsTheTableInEffect) {
   // Overridden runs are marked, and the rows printed.
   const std::string rows = "alltoall:heap:1M-=cma,allreduce:heap:100000-200000=cma";
   const std::string set = ring::describe_shm_paths(ShmPathTable(rows), "");
-  EXPECT_THAT(set, HasSubstr("  alltoall        heap    [0, 64K) staged, [64K, 1M) timed, [1M, inf) cma*\n"));
+  EXPECT_THAT(set, HasSubstr("  alltoall        heap    [0, 32K) staged, [32K, 1M) timed, [1M, inf) cma*\n"));
   EXPECT_THAT(set, HasSubstr("  allreduce       heap    [0, 99999] staged, (99999, 200000] cma*, (200000, 256K) "
                              "staged, [256K, 16M] timed, (16M, inf) staged\n"));
   EXPECT_THAT(set, HasSubstr("  TANDEM_SHM_PATHS=" + rows + "\n"));
   // A host without cross-memory attach stages what would take it.
   const std::string limited = ring::describe_shm_paths(ShmPathTable(), "kernel.yama.ptrace_scope is 3");
   EXPECT_THAT(limited, HasSubstr("[256K, 16M] staged (not timed)"));
-  EXPECT_THAT(limited, HasSubstr("alltoall        heap    [0, 64K) staged, [64K, inf) staged (not timed)"));
+  EXPECT_THAT(limited, HasSubstr("alltoall        heap    [0, 32K) staged, [32K, inf) staged (not timed)"));
   EXPECT_THAT(limited, HasSubstr("  cross-memory attach unavailable: kernel.yama.ptrace_scope is 3\n"));
   // The plan `tandem info` prints holds the table, indented.
   ring::RingOptions o;

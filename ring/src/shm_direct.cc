@@ -11,6 +11,9 @@ namespace tandem::ring {
 
 namespace {
 
+// Where ranks outnumber cores, the all-to-all's timed row starts here.
+constexpr size_t kAlltoallSharedCoresTimedBytes = 64 << 10;
+
 // A collective's timed family: every one's but the broadcast's (shm_path_valid).
 std::optional<PathFamily> timed_family(ShmCollective c, bool in_place) {
   switch (c) {
@@ -37,10 +40,13 @@ PathChoice choose_path(const Segments& s, const RingOptions& o, ShmCollective c,
     case ShmPath::timed:
       // Timed from the first call, except where ranks outnumber cores: there
       // a reduction's class stages its first round untimed (docs/algorithms.md,
-      // 'shm: the first round'), and the allgather and reduce-scatter always
+      // 'shm: the first round'), the allgather and reduce-scatter always
       // stage: cross-memory attach lost 3.5x there, and its trials cost 10%
-      // ('shm: cross-memory attach for the reduce-scatter and allgather').
+      // ('shm: cross-memory attach for the reduce-scatter and allgather'),
+      // and the all-to-all stages under 64 KiB per rank, where its trials
+      // misjudge ('shm: the all-to-all timed path').
       if (o.ranks_outnumber_cores && (c == ShmCollective::allgather || c == ShmCollective::reduce_scatter)) break;
+      if (o.ranks_outnumber_cores && c == ShmCollective::alltoall && bytes < kAlltoallSharedCoresTimedBytes) break;
       if (const auto family = timed_family(c, in_place))
         choice.heap = timed_path(s, *family, bytes, o.ranks_outnumber_cores && *family != PathFamily::alltoall);
       break;

@@ -177,7 +177,7 @@ const std::vector<ShmPathRow>& ShmPathTable::default_rows() {
       {C::reduce_scatter, B::heap, 32 * kKiB, kAll, P::timed},
       {C::allgather, B::heap, 32 * kKiB, kAll, P::timed},
       // 'shm: the all-to-all timed path'
-      {C::alltoall, B::heap, 64 * kKiB, kAll, P::timed},
+      {C::alltoall, B::heap, 32 * kKiB, kAll, P::timed},
       // 'shm: the direct floor'
       {C::allreduce, B::shared, kShmDirectMinBytes, kAll, P::mapped},
       {C::reduce_scatter, B::shared, kShmDirectMinBytes, kAll, P::mapped},
