@@ -313,7 +313,8 @@ int alltoall_paths(const CommOptions& o, bool shared_memory, bool cross_memory) 
 int alltoall_timed_path(const CommOptions& o) {
   auto comm = ring::connect(o, ring::RingOptions{});
   const int n = comm->size();
-  // A small class (a second opening of 2 + 4 x 10 calls from call 64) and a large one (2 + 4 x 3), each past it.
+  // A small class (a second opening of 2 + 4 x 10 calls from call 64, 2 + 6 x 6 where ranks outnumber cores)
+  // and a large one (2 + 4 x 3, or 2 + 6 x 2), each past it.
   for (auto [per_rank, calls] : {std::pair{size_t(96) << 10, 150}, std::pair{size_t(4) << 20, 84}}) {
     const size_t count = per_rank / size_t(n) / sizeof(float), bytes = per_rank + 1;
     Bytes in(bytes), out(bytes);

@@ -48,7 +48,8 @@ PathChoice choose_path(const Segments& s, const RingOptions& o, ShmCollective c,
       if (o.ranks_outnumber_cores && (c == ShmCollective::allgather || c == ShmCollective::reduce_scatter)) break;
       if (o.ranks_outnumber_cores && c == ShmCollective::alltoall && bytes < kAlltoallSharedCoresTimedBytes) break;
       if (const auto family = timed_family(c, in_place))
-        choice.heap = timed_path(s, *family, bytes, o.ranks_outnumber_cores && *family != PathFamily::alltoall);
+        choice.heap = timed_path(s, *family, bytes, o.ranks_outnumber_cores && *family != PathFamily::alltoall,
+                                 o.ranks_outnumber_cores);
       break;
     case ShmPath::staged:
     case ShmPath::mapped: break;

@@ -5,9 +5,10 @@
 // round of a family and size class opens with one untimed call of each
 // path (cold pages and caches), then pairs of trials, one of each path,
 // staged first in even pairs and last in odd ones, so that a drift falls on
-// both alike. A trial is two calls of its path; rank 0 times the second
-// from its entry to its return, so that each path runs as in a run of such
-// calls: a staged call without an arrival, its ranks drifting apart by up
+// both alike. A trial is two calls of its path (three, two pairs for every
+// three, in the later rounds where ranks outnumber cores); rank 0 times all
+// but the first from entry to return, so that each path runs as in a run of
+// such calls: a staged call without an arrival, its ranks drifting apart by up
 // to the slots' depth, cross-memory attach with its arrival and finish
 // (docs/algorithms.md, 'shm: trials', 'shm: the first round'). Every rank
 // knows from its own count which path an opening call takes. At the first
@@ -21,7 +22,7 @@
 
 namespace tandem::ring {
 
-TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes, bool stage_first) {
+TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes, bool stage_first, bool shared_cores) {
   const size_t c = std::min<size_t>(std::bit_width(bytes >> 16), kPathClasses - 1);
   const uint64_t calls = s.path_calls(family, c)++;
   const bool first = calls < kPathFirstRoundCalls;
@@ -30,14 +31,22 @@ TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes, bool st
   // The first round's trials need no untimed calls before them: each
   // trial's untimed first call warms its path.
   const uint64_t warm_calls = first ? 0 : 2;
-  const uint64_t end = warm_calls + 4 * (first ? kFirstOpeningPairs : trial_pairs(bytes));
+  // Longer trials where ranks outnumber cores, two pairs for every three,
+  // so that the opening takes no more calls.
+  const bool longer = !first && shared_cores;
+  const uint64_t per_trial = longer ? kSharedCoresTrialCalls : kTrialCalls;
+  const uint64_t pairs = first    ? kFirstOpeningPairs
+                         : longer ? std::max<uint64_t>(2, trial_pairs(bytes) * 2 / 3)
+                                  : trial_pairs(bytes);
+  const uint64_t end = warm_calls + 2 * per_trial * pairs;
   PathTrials& t = s.path_trials(family, c);
   TimedPath path;
   if (call < end) {
-    // Untimed calls of each path, then trials i of two calls of one path,
-    // the second timed; staged first in even pairs of trials, last in odd ones.
+    // Untimed calls of each path, then trials i of per_trial calls of one
+    // path, all but the first timed; staged first in even pairs of trials,
+    // last in odd ones.
     const bool warm = call < warm_calls;
-    const uint64_t i = warm ? 0 : (call - warm_calls) / 2;
+    const uint64_t i = warm ? 0 : (call - warm_calls) / per_trial, place = warm ? 0 : (call - warm_calls) % per_trial;
     const bool staged = warm ? call == 0 : ((i / 2) % 2 == 0) == (i % 2 == 0);
     path.offer = staged ? Offer::staged : Offer::cross_memory;
     if (s.rank() != 0) return path;
@@ -45,11 +54,13 @@ TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes, bool st
       store_relaxed(t.verdict, kUntimed);
       t.staged_ns = t.cross_memory_ns = t.staged_wins = t.cross_memory_wins = 0;
     }
-    if (!warm && (call - warm_calls) % 2 == 1) {
+    if (!warm && place >= 1) {
       path.trials = &t;
       path.trial = staged ? Reach::staged : Reach::cross_memory;
       path.second_of_pair = i % 2 == 1;
-      if (!path.second_of_pair) t.pair_first_ns = kNotTimed;
+      path.trial_begins = place == 1;
+      path.trial_ends = place + 1 == per_trial;
+      if (!path.second_of_pair && path.trial_begins) t.pair_first_ns = kNotTimed;
       path.started_ns = trial_clock_ns();
     }
     return path;
@@ -66,7 +77,9 @@ bool staged_won(const PathTrials& t) {
 }
 
 void confirm_trial(TimedPath& p, Reach reach) {
-  if (p.trials && reach != p.trial) p.trials = nullptr;
+  if (!p.trials || reach == p.trial) return;
+  p.trials->trial_ns = kNotTimed;  // the trial lost a call: it does not count
+  p.trials = nullptr;
 }
 
 void end_trial(TimedPath& p) {
@@ -75,10 +88,16 @@ void end_trial(TimedPath& p) {
   PathTrials& t = *p.trials;
   const bool staged = p.trial == Reach::staged;
   (staged ? t.staged_ns : t.cross_memory_ns) += ns;
+  if (p.trial_begins) {
+    t.trial_ns = ns;
+  } else if (t.trial_ns != kNotTimed) {
+    t.trial_ns += ns;
+  }
+  if (!p.trial_ends) return;
   if (!p.second_of_pair) {
-    t.pair_first_ns = ns;
-  } else if (t.pair_first_ns != kNotTimed) {
-    ++((ns < t.pair_first_ns) == staged ? t.staged_wins : t.cross_memory_wins);
+    t.pair_first_ns = t.trial_ns;
+  } else if (t.pair_first_ns != kNotTimed && t.trial_ns != kNotTimed) {
+    ++((t.trial_ns < t.pair_first_ns) == staged ? t.staged_wins : t.cross_memory_wins);
   }
 }
 

@@ -16,9 +16,9 @@ enum class Reach { staged, mapped, cross_memory };
 
 // Each round of kPathRoundCalls calls of a family and size class opens with
 // one untimed call of each path, then trial_pairs() pairs of trials, one of
-// each path, a trial being two calls of its path with the second timed
-// (docs/algorithms.md, 'shm: trials'); the first round, kPathFirstRoundCalls
-// calls, opens as kFirstOpeningPairs says.
+// each path, a trial being kTrialCalls calls of its path, all but the first
+// timed (docs/algorithms.md, 'shm: trials'); the first round,
+// kPathFirstRoundCalls calls, opens as kFirstOpeningPairs says.
 constexpr uint64_t kPathRoundCalls = 1 << 14;
 // A first round that opens at a class's first call takes one pair and no
 // untimed calls: its verdict stands from the 5th call, inside a benchmark's
@@ -42,14 +42,21 @@ struct TimedPath {
   PathTrials* trials = nullptr;
   Reach trial{};
   bool second_of_pair = false;
+  bool trial_begins = false, trial_ends = false;  // the trial's first timed call, its last
   uint64_t started_ns = 0;
 };
+
+// Calls per trial, the first untimed: two, and in later rounds where ranks
+// outnumber cores three, since two calls there missed a run's contention
+// (docs/algorithms.md, 'shm: trials').
+constexpr uint64_t kTrialCalls = 2;
+constexpr uint64_t kSharedCoresTrialCalls = 3;
 
 // Counts the call in its family and size class (every rank does, so the
 // counts agree) and says which path it takes: staged in the class's first
 // round if `stage_first` (the same on every rank), then a trial of a round's
 // opening, or the verdict rank 0 published after it.
-TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes, bool stage_first);
+TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes, bool stage_first, bool shared_cores);
 
 // Rank 0's verdict on a round's trials: staged unless cross-memory attach
 // won more pairs (on a tie: the lower total) and is clearly faster in total,

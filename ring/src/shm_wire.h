@@ -91,7 +91,7 @@ constexpr size_t kPathFamilies = 6;
 constexpr size_t kPathClasses = 16;
 // PathTrials::verdict.
 enum Path : uint64_t { kUntimed = 0, kStaged = 1, kCrossMemory = 2 };
-// PathTrials::pair_first_ns of a pair whose first trial did not count.
+// PathTrials::pair_first_ns and trial_ns of a trial that did not count.
 constexpr uint64_t kNotTimed = UINT64_MAX;
 
 // Rank 0's, written only in a round's opening: peers read the verdict every
@@ -99,10 +99,11 @@ constexpr uint64_t kNotTimed = UINT64_MAX;
 struct PathTrials {
   uint64_t verdict;  // rank 0's Path for the rest of the round; peers read it racily
   // Rank 0's only: each path's timed calls, summed, and the pairs each won;
-  // the first call of the pair under way (kNotTimed: not counted).
+  // the first trial of the pair under way and the trial under way, their
+  // timed calls summed (kNotTimed: not counted).
   uint64_t staged_ns, cross_memory_ns;
   uint64_t staged_wins, cross_memory_wins;
-  uint64_t pair_first_ns;
+  uint64_t pair_first_ns, trial_ns;
 };
 
 // The start of each rank's segment. Lines a peer polls stay apart from lines
@@ -142,7 +143,7 @@ static_assert(std::is_trivially_copyable_v<SlotHeader> && std::is_standard_layou
 static_assert(sizeof(SlotHeader) == 40 && offsetof(SlotHeader, call) == 16 && offsetof(SlotHeader, history) == 32,
               "fuzz/make_seeds.py writes this layout");
 static_assert(sizeof(SlotHeader) <= kHeaderBytes, "the stamp and the call share one line");
-static_assert(sizeof(PathTrials) == 6 * sizeof(uint64_t));
+static_assert(sizeof(PathTrials) == 7 * sizeof(uint64_t));
 static_assert(std::is_trivially_copyable_v<Control> && std::is_standard_layout_v<Control>);
 static_assert(alignof(Control) == kCacheLine && sizeof(Control) <= kControlBytes);
 static_assert(offsetof(Control, consumed) == 0 && offsetof(Control, next) == kCacheLine);
