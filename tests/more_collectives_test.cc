@@ -510,6 +510,46 @@ TEST(Overlap, ScattervAndReduceScattervOutputAtAnotherBlock) {
   });
 }
 
+// MPI's in place at the root: a gather's input and a scatter's output at
+// the root's own block of the other buffer. No peer touches that block, so
+// the calls stage or read directly as out of place: staged, by cross-memory
+// attach (forced) and through allocate_shared buffers, small and large.
+TEST(Overlap, GatherAndScatterInPlaceAtTheRoot) {
+  for (int n : {2, 3}) {
+    for (const char* paths : {"alltoall:heap:*=staged", "alltoall:heap:16K-=cma"}) {
+      SCOPED_TRACE(std::to_string(n) + " ranks, " + paths);
+      RankGroup group(n, [paths](const CommOptions& o) {
+        ring::RingOptions ring_options;
+        ring_options.shm_paths = ring::ShmPathTable(paths);
+        auto comm = ring::connect(o, ring_options);
+        const int n = comm->size(), r = comm->rank(), root = n - 1;
+        for (size_t count : {size_t(1000), size_t(300001)}) {
+          for (bool registered : {false, true}) {
+            const size_t block = count * sizeof(float);
+            bench::Buffers buffers(*comm, block * size_t(n), registered);
+            char* const all = buffers.in;
+            char* const own = all + size_t(r) * block;
+            fill_moved(DataType::f32, own, r, count);
+            comm->gather(own, all, count, DataType::f32, root);
+            long wrong = 0;
+            for (int b = 0; r == root && b < n; ++b) {
+              wrong += count_wrong_moved(DataType::f32, b, all + size_t(b) * block, count);
+            }
+            for (int b = 0; r == root && b < n; ++b) fill_moved(DataType::f32, all + size_t(b) * block, b, count, 1);
+            char* const mine = r == root ? own : buffers.out;
+            comm->scatter(all, mine, count, DataType::f32, root);
+            for (size_t j = 0; j < count; ++j) wrong += get(DataType::f32, mine, j) != moved_value(r, 1 + j);
+            EXPECT_EQ(wrong, 0) << (registered ? "allocate_shared" : "heap") << " buffers, count " << count;
+            if (::testing::Test::HasFailure()) return kExpectationFailed;
+          }
+        }
+        return 0;
+      });
+      group.expect_success(120s);
+    }
+  }
+}
+
 // An alltoallv whose sender and receiver disagree on a block's size fails on
 // every rank at once, naming both sizes (the count directory shows them all).
 // Fewer elements in all than ranks: rank 0 sends one to the last rank, no

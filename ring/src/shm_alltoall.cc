@@ -187,6 +187,17 @@ void staged_alltoallv(Segments& s, const AlltoallvArgs& a, const Matrix& m, cons
       [&](size_t i) { copy_own_run(s, a, t, i * per_block, run(a.send.counts[size_t(r)], i)); });
 }
 
+// In place at a rooted call's root: its one block (a gather's input, a
+// scatter's output) lies where the call puts it. No peer reads or writes
+// there, so the overlap needs no staging and no copy aside.
+bool own_block_in_place(const AlltoallvArgs& a, const Call& called, int r, size_t es) {
+  const bool rooted = called.kind == Kind::gather || called.kind == Kind::gatherv || called.kind == Kind::scatter ||
+                      called.kind == Kind::scatterv;
+  const size_t rr = size_t(r);
+  return rooted && r == called.root &&
+         bytes_of(a.input) + a.send.displs[rr] * es == bytes_of(a.output) + a.recv.displs[rr] * es;
+}
+
 }  // namespace
 
 bool shm_alltoall_fits(const Channel& ch, const RingOptions& o) {
@@ -208,7 +219,7 @@ void shm_alltoallv(Channel& ch, const AlltoallvArgs& a, const RingOptions& o, co
   const size_t per_rank = m.total() * es / size_t(n);  // the same on every rank
   const size_t in_bytes = extent(a.send, es), out_bytes = extent(a.recv, es);
   auto* out = bytes_of(a.output);
-  const bool overlap = ring::overlap(a.input, in_bytes, out, out_bytes);
+  const bool overlap = ring::overlap(a.input, in_bytes, out, out_bytes) && !own_block_in_place(a, called, s.rank(), es);
   PathChoice path = choose_path(s, o, ShmCollective::alltoall, per_rank, overlap);
   // An equal all-to-all in place stages without a copy aside; read directly,
   // even from allocate_shared inputs, it would receive aside and copy back
