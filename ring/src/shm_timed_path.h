@@ -29,7 +29,6 @@ constexpr uint64_t kFirstOpeningPairs = 1;
 // short run then pays no trials of the slower path, and the opening finds
 // warm buffers (docs/algorithms.md, 'shm: the first round').
 constexpr uint64_t kPathFirstRoundCalls = 64;
-static_assert(2 + 4 * kTrialMaxPairs < kPathFirstRoundCalls, "the first round holds a whole opening");
 // The call's place in its round.
 inline uint64_t round_call(uint64_t calls) {
   return calls < kPathFirstRoundCalls ? calls : (calls - kPathFirstRoundCalls) % kPathRoundCalls;
@@ -51,11 +50,14 @@ struct TimedPath {
 // (docs/algorithms.md, 'shm: trials').
 constexpr uint64_t kTrialCalls = 2;
 constexpr uint64_t kSharedCoresTrialCalls = 3;
+static_assert(2 * kTrialCalls * kFirstOpeningPairs < kPathFirstRoundCalls, "the first round holds its opening");
+static_assert(2 + 2 * kSharedCoresTrialCalls * kTrialMaxPairs < kPathRoundCalls, "a round holds its opening");
 
 // Counts the call in its family and size class (every rank does, so the
 // counts agree) and says which path it takes: staged in the class's first
 // round if `stage_first` (the same on every rank), then a trial of a round's
-// opening, or the verdict rank 0 published after it.
+// opening, or the verdict rank 0 published after it. `shared_cores`: ranks
+// outnumber cores, so later rounds take kSharedCoresTrialCalls a trial.
 TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes, bool stage_first, bool shared_cores);
 
 // Rank 0's verdict on a round's trials: staged unless cross-memory attach
