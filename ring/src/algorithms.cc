@@ -116,7 +116,7 @@ class RingAlgorithms final : public Algorithms {
   void gatherv(Channel& ch, const VariableArgs& args) override {
     if (shared(ch, args.memory) && shm_alltoall_fits(ch, options_))
       return shm_alltoallv(ch, rooted_as_alltoallv(ch, args, true), options_, rooted_call(args, true));
-    VariableArgs a = args;
+    VariableArgs& a = adjustable(args);
     if (ch.rank() == a.root) input_into_own_block(ch, a);
     ring::gatherv(ch, a);
   }
@@ -128,7 +128,7 @@ class RingAlgorithms final : public Algorithms {
     const auto* own = static_cast<const std::byte*>(args.input) + args.blocks.displs[size_t(ch.rank())] * es;
     output_apart(ch, args.memory, args.output, args.count * es, own, args.input, extent(args.blocks, es),
                  [&](void* out) {
-                   VariableArgs a = args;
+                   VariableArgs& a = adjustable(args);
                    a.output = out;
                    ring::scatterv(ch, a);
                  });
@@ -139,7 +139,7 @@ class RingAlgorithms final : public Algorithms {
   // Other blocks go through the segments on one host too, staged.
   void allgatherv(Channel& ch, const VariableArgs& args) override {
     if (packed_equal(args.blocks)) return allgather(ch, {args.input, args.output, args.count, args.dtype, args.memory});
-    VariableArgs a = args;
+    VariableArgs& a = adjustable(args);
     input_into_own_block(ch, a);
     if (shared(ch, a.memory)) return shm_allgatherv(ch, a, options_);
     ring_allgatherv(ch, a);
@@ -152,7 +152,7 @@ class RingAlgorithms final : public Algorithms {
     const auto* own = static_cast<const std::byte*>(args.input) + args.blocks.displs[r] * es;
     output_apart(ch, args.memory, args.output, args.blocks.counts[r] * es, own, args.input, extent(args.blocks, es),
                  [&](void* out) {
-                   ReduceScattervArgs a = args;
+                   ReduceScattervArgs& a = adjustable(args);
                    a.output = out;
                    if (shared(ch, a.memory)) return shm_reduce_scatterv(ch, a, options_);
                    ring_reduce_scatterv(ch, a);
@@ -190,6 +190,16 @@ class RingAlgorithms final : public Algorithms {
     one.counts[root] = a.count;
     if (ch.rank() == a.root) all = a.blocks;
     return x;
+  }
+
+  // A copy of a variable call's arguments to adjust: the thread's own, so
+  // its blocks keep their capacity and a call allocates nothing after its
+  // first. No call through it runs another of these on the same thread.
+  template <class Args>
+  static Args& adjustable(const Args& args) {
+    thread_local Args copy;
+    copy = args;
+    return copy;
   }
 
   static Call rooted_call(const VariableArgs& a, bool gather) {

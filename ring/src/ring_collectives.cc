@@ -37,6 +37,7 @@
 // Every shared result is computed by one rank and copied by the others, so
 // all ranks end bitwise identical.
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <deque>
 #include <vector>
@@ -358,10 +359,11 @@ void pipelined_broadcast(Channel& ch, const BroadcastArgs& args, const RingOptio
 
 void barrier(Channel& ch) {
   const int n = ch.size(), r = ch.rank();
-  std::vector<char> tokens;  // one per round: a send's byte stays put until it completes
-  std::vector<Pending> sends;
+  std::array<char, 64> tokens{};  // one per round: a send's byte stays put until it completes
+  thread_local std::vector<Pending> sends;  // the thread's own, keeping its capacity: no allocation per call
+  sends.clear();
   char received = 0;
-  for (int distance = 1, round = 0; distance < n; distance <<= 1, ++round) tokens.push_back(char(round));
+  for (int distance = 1, round = 0; distance < n; distance <<= 1, ++round) tokens[size_t(round)] = char(round);
   for (int distance = 1, round = 0; distance < n; distance <<= 1, ++round) {
     Pending in = ch.recv(mod(r - distance, n), Tag(round), &received, 1);
     sends.push_back(ch.send(mod(r + distance, n), Tag(round), &tokens[round], 1));

@@ -1,0 +1,77 @@
+// A small blocking collective of fixed-size blocks allocates nothing on the
+// caller's thread once its first call of a kind has run: its arguments are
+// bound into the thread's reusable set. This program counts every operator
+// new made on a thread that asks for it.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <new>
+#include <vector>
+
+#include "multiprocess.h"
+#include "tandem/ring/ring.h"
+
+namespace {
+
+thread_local bool counting = false;
+thread_local long allocations = 0;
+
+}  // namespace
+
+// A replacement pair: GCC takes the free of what this operator new returned for a mismatch.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+void* operator new(size_t bytes) {
+  if (counting) ++allocations;
+  if (void* p = std::malloc(bytes ? bytes : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
+
+namespace tandem::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+// One small call of every fixed-size kind, blocks of `count` elements.
+// (The variable calls and the barrier still allocate a little per call:
+// alltoallv's count directory, the barrier's messages.)
+void small_calls(Communicator& comm, size_t count, std::vector<float>& in, std::vector<float>& out) {
+  const int root = comm.size() - 1;
+  comm.allreduce(in.data(), out.data(), count, DataType::f32, ReduceOp::sum);
+  comm.reduce(in.data(), out.data(), count, DataType::f32, ReduceOp::sum, root);
+  comm.broadcast(in.data(), out.data(), count, DataType::f32, root);
+  comm.allgather(in.data(), out.data(), count, DataType::f32);
+  comm.reduce_scatter(in.data(), out.data(), count, DataType::f32, ReduceOp::sum);
+  comm.gather(in.data(), out.data(), count, DataType::f32, root);
+  comm.scatter(in.data(), out.data(), count, DataType::f32, root);
+  comm.alltoall(in.data(), out.data(), count, DataType::f32);
+}
+
+int no_allocations(const CommOptions& o) {
+  auto comm = ring::connect(o, ring::RingOptions{});
+  const size_t count = 256;
+  std::vector<float> in(count * size_t(comm->size()), 1.0f), out(in.size());
+  for (int warm = 0; warm < 3; ++warm) small_calls(*comm, count, in, out);
+  counting = true;
+  for (int i = 0; i < 50; ++i) small_calls(*comm, count, in, out);
+  counting = false;
+  if (allocations == 0) return 0;
+  std::fprintf(stderr, "rank %d: %ld allocations in 50 rounds of small calls\n", comm->rank(), allocations);
+  return 1;
+}
+
+// 2 and 3 ranks through shared memory.
+TEST(Allocation, SmallBlockingCallsAllocateNothingAfterTheirFirst) {
+  for (int n : {2, 3}) {
+    SCOPED_TRACE(std::to_string(n) + " ranks");
+    RankGroup group(n, no_allocations);
+    group.expect_success(120s);
+  }
+}
+
+}  // namespace
+}  // namespace tandem::testing
