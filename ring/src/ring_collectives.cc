@@ -359,7 +359,7 @@ void pipelined_broadcast(Channel& ch, const BroadcastArgs& args, const RingOptio
 
 void barrier(Channel& ch) {
   const int n = ch.size(), r = ch.rank();
-  std::array<char, 64> tokens{};  // one per round: a send's byte stays put until it completes
+  std::array<char, 64> tokens{};            // one per round: a send's byte stays put until it completes
   thread_local std::vector<Pending> sends;  // the thread's own, keeping its capacity: no allocation per call
   sends.clear();
   char received = 0;
