@@ -354,6 +354,39 @@ TEST(Alltoall, TimedPathVerdict) {
   EXPECT_TRUE(ring::staged_won(trials(0, 0, 0, 0)));      // neither timed
 }
 
+// Trials of three calls (where ranks outnumber cores): the last two timed
+// and summed; a trial one of whose calls went another way counts nowhere.
+TEST(Alltoall, TimedPathTrialsOfThreeCalls) {
+  ring::PathTrials t{};
+  // Rank 0's timed call of a trial, `elapsed_ns` ago: its place in the trial and its pair, and the way it went.
+  auto call = [&t](ring::Reach way, bool second_of_pair, bool begins, uint64_t elapsed_ns, ring::Reach went) {
+    ring::TimedPath p;
+    p.trials = &t, p.trial = way, p.second_of_pair = second_of_pair;
+    p.trial_begins = begins, p.trial_ends = !begins;
+    if (begins && !second_of_pair) t.pair_first_ns = ring::kNotTimed;  // as timed_path opens a pair
+    p.started_ns = tandem::trial_clock_ns() - elapsed_ns;
+    ring::confirm_trial(p, went);
+    ring::end_trial(p);
+  };
+  const auto S = ring::Reach::staged, C = ring::Reach::cross_memory;
+  const uint64_t ms = 1'000'000;
+  call(S, false, true, 10 * ms, S), call(S, false, false, 10 * ms, S);
+  call(C, true, true, 1 * ms, C), call(C, true, false, 1 * ms, C);
+  EXPECT_GE(t.staged_ns, 20 * ms);
+  EXPECT_LT(t.staged_ns, 21 * ms);
+  EXPECT_GE(t.cross_memory_ns, 2 * ms);
+  EXPECT_LT(t.cross_memory_ns, 3 * ms);
+  EXPECT_EQ(t.cross_memory_wins, 1u);
+  EXPECT_EQ(t.staged_wins, 0u);
+  // A pair whose staged trial lost its first timed call to an in-place call: neither total nor pair moves.
+  const ring::PathTrials before = t;
+  call(S, false, true, 10 * ms, C), call(S, false, false, 10 * ms, S);
+  call(C, true, true, 1 * ms, C), call(C, true, false, 1 * ms, C);
+  EXPECT_EQ(t.staged_ns, before.staged_ns);
+  EXPECT_GE(t.cross_memory_ns, before.cross_memory_ns + 2 * ms);
+  EXPECT_EQ(t.cross_memory_wins + t.staged_wins, 1u);
+}
+
 TEST(Alltoall, EverySharedMemoryPath) {
   for (int n : {2, 3, 4}) {
     for (int path : {0, 1, 2}) {

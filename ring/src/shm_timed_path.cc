@@ -86,17 +86,18 @@ void end_trial(TimedPath& p) {
   if (!p.trials) return;
   const uint64_t ns = trial_clock_ns() - p.started_ns;
   PathTrials& t = *p.trials;
-  const bool staged = p.trial == Reach::staged;
-  (staged ? t.staged_ns : t.cross_memory_ns) += ns;
   if (p.trial_begins) {
     t.trial_ns = ns;
   } else if (t.trial_ns != kNotTimed) {
     t.trial_ns += ns;
   }
-  if (!p.trial_ends) return;
+  // Only whole trials count: in its path's total and in its pair.
+  if (!p.trial_ends || t.trial_ns == kNotTimed) return;
+  const bool staged = p.trial == Reach::staged;
+  (staged ? t.staged_ns : t.cross_memory_ns) += t.trial_ns;
   if (!p.second_of_pair) {
     t.pair_first_ns = t.trial_ns;
-  } else if (t.pair_first_ns != kNotTimed && t.trial_ns != kNotTimed) {
+  } else if (t.pair_first_ns != kNotTimed) {
     ++((t.trial_ns < t.pair_first_ns) == staged ? t.staged_wins : t.cross_memory_wins);
   }
 }

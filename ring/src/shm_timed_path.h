@@ -65,12 +65,13 @@ TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes, bool st
 // under 0.9 of staging's (docs/algorithms.md, 'shm: the margin').
 bool staged_won(const PathTrials& t);
 
-// After arrive_direct: a trial counts only if the call went the way it
-// times (an in-place all-to-all stages whatever the offer).
+// After arrive_direct: a trial counts only if each of its timed calls went
+// the way it times (an in-place all-to-all stages whatever the offer).
 void confirm_trial(TimedPath& p, Reach reach);
 
-// After the call's work: rank 0 adds the trial's time, from its entry to
-// now, to its path's total and, second in a pair, scores the pair.
+// After the call's work: rank 0 adds the call's time, from its entry to
+// now, to its trial's; at the trial's last call, the trial's to its path's
+// total and, second in a pair, scores the pair.
 void end_trial(TimedPath& p);
 
 }  // namespace tandem::ring
