@@ -498,8 +498,8 @@ TEST_F(LaunchTest, InfoPrintsTheSharedMemoryPlanInForce) {
   EXPECT_THAT(r.out, HasSubstr("[0]     allreduce       heap    [0, 256K) staged, [256K, 16M] timed, (16M, inf) "
                                "staged\n"))
       << describe(r);
-  EXPECT_THAT(r.out, HasSubstr("[0]     alltoall        heap    [0, 64K) staged, [64K, inf) timed\n")) << describe(r);
-  EXPECT_THAT(r.out, HasSubstr("[0]     alltoall        heap    [0, 64K) staged, [64K, 1M) timed, [1M, inf) cma*\n"))
+  EXPECT_THAT(r.out, HasSubstr("[0]     alltoall        heap    [0, 32K) staged, [32K, inf) timed\n")) << describe(r);
+  EXPECT_THAT(r.out, HasSubstr("[0]     alltoall        heap    [0, 32K) staged, [32K, 1M) timed, [1M, inf) cma*\n"))
       << describe(r);
   EXPECT_THAT(r.out, HasSubstr("[0]     TANDEM_SHM_PATHS=alltoall:heap:1M-=cma\n")) << describe(r);
   // A bad row is named, with the choices.
@@ -514,7 +514,7 @@ TEST_F(LaunchTest, InfoPrintsTheSharedMemoryPlanInForce) {
   r = run_tandem({"info"});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   EXPECT_THAT(r.out, HasSubstr("job environment: none")) << describe(r);
-  EXPECT_THAT(r.out, HasSubstr("  alltoall        heap    [0, 64K) staged, [64K, inf) timed\n")) << describe(r);
+  EXPECT_THAT(r.out, HasSubstr("  alltoall        heap    [0, 32K) staged, [32K, inf) timed\n")) << describe(r);
 }
 
 // A fresh 32-byte secret per job, in the ranks' environment only: never on

@@ -94,7 +94,9 @@ std::string shared_memory_plan(const RingOptions& o, int local_ranks, const std:
   std::istringstream table(describe_shm_paths(o.shm_paths, cma_unavailable));
   for (std::string line; std::getline(table, line);) s += "  " + line + "\n";
   if (oversubscribed)
-    s += "  ranks outnumber cores: the reduce_scatter and allgather stage where the table says timed\n";
+    s += "  ranks outnumber cores: the reduce_scatter and allgather stage where the table says timed, the alltoall "
+         "below " +
+         kib(kAlltoallSharedCoresTimedBytes) + " per rank\n";
   s += std::string("  waits: ") +
        (oversubscribed ? "ranks outnumber cores: spin briefly, then yield the core to the rank being waited for"
                        : "spin (yielding every 64 turns), then yield for 250 us, then sleep in short naps") +

@@ -11,9 +11,6 @@ namespace tandem::ring {
 
 namespace {
 
-// Where ranks outnumber cores, the all-to-all's timed row starts here.
-constexpr size_t kAlltoallSharedCoresTimedBytes = 64 << 10;
-
 // A collective's timed family: every one's but the broadcast's (shm_path_valid).
 std::optional<PathFamily> timed_family(ShmCollective c, bool in_place) {
   switch (c) {

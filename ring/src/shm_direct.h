@@ -15,6 +15,10 @@ struct PathChoice {
   bool map = false;  // every rank's buffers mapped: read and written in place
 };
 
+// Where ranks outnumber cores, the all-to-all's timed row starts here
+// (docs/algorithms.md, 'shm: the all-to-all timed path').
+constexpr size_t kAlltoallSharedCoresTimedBytes = 64 << 10;
+
 // The one place the path table is consulted (o.shm_paths). `in_place`: the
 // all-reduce's input is its output (timed apart); the all-to-all's buffers
 // overlap (its direct path would receive aside: it stages, counted all the same).
