@@ -1,7 +1,7 @@
-// A small blocking collective of fixed-size blocks allocates nothing on the
-// caller's thread once its first call of a kind has run: its arguments are
-// bound into the thread's reusable set. This program counts every operator
-// new made on a thread that asks for it.
+// A small blocking collective allocates nothing on the caller's thread once
+// its first call of a kind has run: its arguments are bound into the
+// thread's reusable set, and alltoallv's count directory is the thread's
+// own. This program counts every operator new made on a thread that asks.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -36,11 +36,20 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// One small call of every fixed-size kind, blocks of `count` elements.
-// (The variable calls and the barrier still allocate a little per call:
-// alltoallv's count directory, the barrier's messages.)
+// One small call of every fixed-size kind, blocks of `count` elements, and
+// a gatherv and scatterv of unequal blocks (through alltoallv's count
+// directory). (The barrier, and the allgatherv and reduce_scatterv of
+// unequal blocks, still allocate a little per call.)
 void small_calls(Communicator& comm, size_t count, std::vector<float>& in, std::vector<float>& out) {
-  const int root = comm.size() - 1;
+  const int n = comm.size(), root = n - 1;
+  thread_local Blocks uneven;
+  uneven.counts.assign(size_t(n), count);
+  uneven.counts[0] = count / 2;
+  uneven.displs.assign(size_t(n), 0);
+  for (int p = 1; p < n; ++p) uneven.displs[size_t(p)] = uneven.displs[size_t(p - 1)] + uneven.counts[size_t(p - 1)];
+  const size_t mine = uneven.counts[size_t(comm.rank())];
+  comm.gatherv(in.data(), mine, out.data(), uneven, DataType::f32, root);
+  comm.scatterv(in.data(), uneven, out.data(), mine, DataType::f32, root);
   comm.allreduce(in.data(), out.data(), count, DataType::f32, ReduceOp::sum);
   comm.reduce(in.data(), out.data(), count, DataType::f32, ReduceOp::sum, root);
   comm.broadcast(in.data(), out.data(), count, DataType::f32, root);

@@ -60,11 +60,15 @@ struct Matrix {
 // The directory entries a rank stages: its send counts, send displacements, receive counts.
 constexpr size_t kDirectoryFields = 3;
 
-// Exchanges every rank's directory through one staged chunk.
-Matrix exchange_directory(Segments& s, const AlltoallvArgs& a) {
+// Exchanges every rank's directory through one staged chunk, into the
+// thread's own matrix: its vectors keep their capacity, so a call
+// allocates nothing after its first.
+const Matrix& exchange_directory(Segments& s, const AlltoallvArgs& a) {
   const int n = s.size();
-  Matrix m{n, 0, std::vector<size_t>(size_t(n * n)), std::vector<size_t>(size_t(n * n)),
-           std::vector<size_t>(size_t(n * n))};
+  thread_local Matrix m;
+  thread_local std::vector<uint64_t> mine;
+  m.n = n;
+  for (auto* v : {&m.send_counts, &m.send_displs, &m.recv_counts}) v->assign(size_t(n * n), 0);
   auto unpack = [&](int p, const std::byte* from) {
     const auto* e = reinterpret_cast<const uint64_t*>(from);
     for (int q = 0; q < n; ++q) {
@@ -73,7 +77,7 @@ Matrix exchange_directory(Segments& s, const AlltoallvArgs& a) {
       m.recv_counts[size_t(p * n + q)] = e[2 * n + q];
     }
   };
-  std::vector<uint64_t> mine(kDirectoryFields * size_t(n));
+  mine.assign(kDirectoryFields * size_t(n), 0);
   for (int q = 0; q < n; ++q) {
     mine[size_t(q)] = a.send.counts[size_t(q)];
     mine[size_t(n + q)] = a.send.displs[size_t(q)];
@@ -211,9 +215,9 @@ void shm_alltoallv(Channel& ch, const AlltoallvArgs& a, const RingOptions& o, co
   Segments s(ch, o.shm_chunk_bytes, called);
   // A gather's or scatter's counts are known everywhere: no directory.
   const bool rooted = called.kind == Kind::gather || called.kind == Kind::scatter;
-  const Matrix m = a.equal  ? Matrix{n, count, {}, {}, {}}
-                   : rooted ? Matrix{n, called.count, {}, {}, {}, called.root, called.kind == Kind::gather}
-                            : exchange_directory(s, a);
+  const Matrix fixed = a.equal ? Matrix{n, count, {}, {}, {}}
+                               : Matrix{n, called.count, {}, {}, {}, called.root, called.kind == Kind::gather};
+  const Matrix& m = a.equal || rooted ? fixed : exchange_directory(s, a);
   if (m.stored()) check_matrix(m);
   if (m.total() == 0) return;
   const size_t per_rank = m.total() * es / size_t(n);  // the same on every rank
