@@ -193,13 +193,11 @@ void staged_alltoallv(Segments& s, const AlltoallvArgs& a, const Matrix& m, cons
 
 // In place at a rooted call's root: its one block (a gather's input, a
 // scatter's output) lies where the call puts it. No peer reads or writes
-// there, so the overlap needs no staging and no copy aside.
+// there, so the overlap needs no staging and no copy aside. Of the calls
+// here only the rooted ones name a root (the all-to-all's is -1).
 bool own_block_in_place(const AlltoallvArgs& a, const Call& called, int r, size_t es) {
-  const bool rooted = called.kind == Kind::gather || called.kind == Kind::gatherv || called.kind == Kind::scatter ||
-                      called.kind == Kind::scatterv;
   const size_t rr = size_t(r);
-  return rooted && r == called.root &&
-         bytes_of(a.input) + a.send.displs[rr] * es == bytes_of(a.output) + a.recv.displs[rr] * es;
+  return r == called.root && bytes_of(a.input) + a.send.displs[rr] * es == bytes_of(a.output) + a.recv.displs[rr] * es;
 }
 
 }  // namespace
