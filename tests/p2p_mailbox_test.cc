@@ -208,13 +208,14 @@ int mismatch(const CommOptions& o, bool shm, size_t sent, size_t expected) {
 }
 
 // Exchanges around a ring (rank r sends to r + 1 and receives from r - 1),
-// enough of each size for a timed round's opening (up to 24 messages) and
-// the verdict after it, every message checked.
+// enough of each size for the first round (64 messages, opening with one
+// pair), the second round's opening (up to 24 messages) and the verdict
+// after it, every message checked.
 int timed_exchanges(const CommOptions& o) {
   auto comm = open(o, true);
   const int n = comm->size(), r = comm->rank(), to = (r + 1) % n, from = (r + n - 1) % n;
   for (size_t bytes : {size_t(20000), size_t(65536), size_t(1) << 20}) {
-    const uint64_t count = bytes < (size_t(1) << 20) ? 40 : 12;
+    const uint64_t count = 64 + (bytes < (size_t(1) << 20) ? 28 : 8);
     for (uint64_t k = 0; k < count; ++k) {
       const auto out = message(r, k, bytes);
       std::vector<uint8_t> in(bytes, 0);

@@ -184,8 +184,10 @@ constexpr size_t kMailboxInSlotsBytes = 2 * (kMailboxSlotBytes - kMailboxHeaderB
 // reader's own sends wait for room.
 constexpr size_t kMailboxReadPieceBytes = kMailboxSlots * (kMailboxSlotBytes - kMailboxHeaderBytes);
 // Timed messages fall in size classes by powers of two from 16 KiB; each
-// class's round of messages to one receiver opens with its trials.
+// class's round of messages to one receiver opens with its trials: the
+// first round, kMailboxFirstRoundMessages, with kFirstOpeningPairs.
 constexpr size_t kMailboxClasses = 16;
+constexpr uint64_t kMailboxFirstRoundMessages = 64;
 constexpr uint64_t kMailboxRoundMessages = 1 << 14;
 
 }  // namespace tandem

@@ -13,20 +13,22 @@
 
 namespace tandem {
 
-// A round's opening: trial_pairs() pairs, one message of each way,
+// A round's opening: class_pairs() pairs, one message of each way,
 // streaming first in even pairs and last in odd ones, so that a drift falls
 // on both alike. No untimed warm-up messages, unlike the collectives'
-// openings: the buffers are the caller's, warm whichever way took them, and
-// the slots are warm from smaller messages; at 16 MiB the opening then fits
-// in a benchmark's 5 warm-up calls and one timed.
+// later openings: the buffers are the caller's, warm whichever way took
+// them, and the slots are warm from smaller messages. The first round's one
+// pair is two messages, inside a benchmark's warm-up at any size.
 bool ShmMailbox::choose_read(Op& op) {
   if (op.bytes <= kMailboxInSlotsBytes) return false;
   if (op.bytes > stream_max_bytes_) return true;
   if (!timed_ || op.peer == rank_) return false;
   const size_t c = size_class(op.bytes);
   const uint64_t n = sent_[size_t(op.peer) * kMailboxClasses + c]++;
-  const uint64_t round = n / kMailboxRoundMessages, k = n % kMailboxRoundMessages;
-  if (k >= 2 * class_pairs(c)) return class_reads(c);
+  const bool first = n < kMailboxFirstRoundMessages;
+  const uint64_t later = n - kMailboxFirstRoundMessages;
+  const uint64_t round = first ? 0 : 1 + later / kMailboxRoundMessages, k = first ? n : later % kMailboxRoundMessages;
+  if (k >= 2 * class_pairs(c, round)) return class_reads(c);
   const uint64_t trial = k, pair = trial / 2;
   op.trial = true;
   op.posted_ns = trial_clock_ns();
@@ -74,7 +76,7 @@ void ShmMailbox::record_trial(int sender, const Stream& st) {
   Trials& t = trials_[size_t(sender) * kMailboxClasses + c];
   const uint64_t round = st.place >> 32, trial = st.place & 0xffffffff, pair = trial / 2;
   if (round != t.round) t = Trials{round};
-  if (t.pairs == class_pairs(c)) return;
+  if (t.pairs == class_pairs(c, round)) return;
   const uint64_t ns = std::max<uint64_t>(now > st.posted_ns ? now - st.posted_ns : 0, 1);
   const bool read = st.address != 0;
   if (trial % 2 == 0) {
@@ -83,7 +85,7 @@ void ShmMailbox::record_trial(int sender, const Stream& st) {
   }
   if (t.first_pair != pair) return;  // its first did not count: the pair does not
   t.read_ratio[t.pairs++] = read ? float(ns) / float(t.first_ns) : float(t.first_ns) / float(ns);
-  if (pair + 1 < class_pairs(c)) return;
+  if (pair + 1 < class_pairs(c, round)) return;
   const float median = median_ratio(t);
   store_release(ring(sender, rank_).medians[c], std::bit_cast<uint32_t>(median));
   std::atomic_ref<uint64_t>(doorbell(rings_, 0).generations[c]).fetch_add(1, std::memory_order_acq_rel);

@@ -31,8 +31,11 @@ struct TrialStamp {
 };
 
 inline size_t size_class(size_t bytes) { return std::min<size_t>(std::bit_width(bytes >> 14), kMailboxClasses - 1); }
-// Trials per class as for its smallest message.
-inline uint64_t class_pairs(size_t c) { return trial_pairs(size_t(1) << (13 + c)); }
+// Trials per class in a round: as for its smallest message, and one pair in
+// the first round.
+inline uint64_t class_pairs(size_t c, uint64_t round) {
+  return round == 0 ? kFirstOpeningPairs : trial_pairs(size_t(1) << (13 + c));
+}
 
 inline uint64_t load_acquire(const uint64_t& x) {
   return std::atomic_ref<const uint64_t>(x).load(std::memory_order_acquire);

@@ -20,11 +20,8 @@ enum class Reach { staged, mapped, cross_memory };
 // timed (docs/algorithms.md, 'shm: trials'); the first round,
 // kPathFirstRoundCalls calls, opens as kFirstOpeningPairs says.
 constexpr uint64_t kPathRoundCalls = 1 << 14;
-// A first round that opens at a class's first call takes one pair and no
-// untimed calls: its verdict stands from the 5th call, inside a benchmark's
-// warm-up or a job's first steps, and the second round's full opening,
-// on warm buffers, checks it (docs/algorithms.md, 'shm: the first round').
-constexpr uint64_t kFirstOpeningPairs = 1;
+// A first round that opens at a class's first call takes kFirstOpeningPairs
+// and no untimed calls: its verdict stands from the 5th call.
 // A class's first calls stage, untimed, where the family's caller asks: a
 // short run then pays no trials of the slower path, and the opening finds
 // warm buffers (docs/algorithms.md, 'shm: the first round').

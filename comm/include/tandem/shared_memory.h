@@ -78,6 +78,10 @@ constexpr uint64_t kTrialMaxPairs = 12;
 inline uint64_t trial_pairs(size_t bytes) {
   return std::clamp<uint64_t>(kTrialBlockBytes / std::max<size_t>(bytes, 1), 3, kTrialMaxPairs);
 }
+// A first round of a size class opens with one pair, so that its verdict
+// stands within a benchmark's warm-up or a job's first steps; the second
+// round's full opening checks it (docs/algorithms.md, 'shm: the first round').
+constexpr uint64_t kFirstOpeningPairs = 1;
 // The trials' clock: the host's monotonic clock, which every process on it reads alike.
 inline uint64_t trial_clock_ns() {
   return uint64_t(
