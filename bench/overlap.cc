@@ -89,22 +89,12 @@ std::vector<GradientSpec> vgg16() {
   return g;
 }
 
-std::optional<size_t> parse_bytes(const std::string& s) {
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  if (end == s.c_str() || v < 0) return std::nullopt;
-  const std::string suffix(end);
-  const double mult = suffix.empty() || suffix == "B" ? 1 : suffix == "K" ? 1024 : suffix == "M" ? 1 << 20 : 0;
-  if (mult == 0) return std::nullopt;
-  return size_t(v * mult);
-}
-
 // uniform:COUNT:MIN:MAX — COUNT gradients with sizes spread log-uniformly between MIN and MAX bytes.
 std::vector<GradientSpec> uniform(const std::string& spec) {
   std::stringstream in(spec.substr(8));
   std::string parts[3];
   for (auto& p : parts) std::getline(in, p, ':');
-  const auto count = parse_bytes(parts[0]), lo = parse_bytes(parts[1]), hi = parse_bytes(parts[2]);
+  const auto count = parse_byte_size(parts[0]), lo = parse_byte_size(parts[1]), hi = parse_byte_size(parts[2]);
   if (!count || !lo || !hi || *count == 0 || *lo < 4 || *hi < *lo)
     throw InvalidArgument("--model '" + spec +
                           "': expected uniform:COUNT:MIN:MAX with sizes in bytes (K, M suffixes), "

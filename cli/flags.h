@@ -2,7 +2,6 @@
 #pragma once
 
 #include <cstddef>
-#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -16,11 +15,8 @@ struct UsageError : std::runtime_error {
 
 std::string lower(std::string_view s);
 
-// nccl-tests sizes, read by CLI11's AsSizeValue: a number with an optional
-// K, M, G (or T, P, E) suffix, powers of 1024, case-insensitive, with an
-// optional trailing B or iB: 8, 4K, 128M, 1GB, 1GiB.
-std::optional<size_t> parse_size(std::string_view text);
-// parse_size, or a UsageError naming the flag and the accepted forms.
+// nccl-tests sizes (tandem::parse_byte_size), or a UsageError naming the
+// flag and the accepted forms.
 size_t size_flag(const std::string& flag, const std::string& text);
 
 }  // namespace tandem::cli

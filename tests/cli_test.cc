@@ -13,6 +13,7 @@
 #include "flags.h"
 #include "launch_command.h"
 #include "tandem/errors.h"
+#include "tandem/settings.h"
 
 namespace tandem::cli {
 namespace {
@@ -27,10 +28,10 @@ TEST(CliSizes, NcclTestsFormsReadAsBefore) {
                                                  {"4KB", 4 * K}, {"1M", M},  {"64M", 64 * M}, {"128mb", 128 * M},
                                                  {"1G", G},      {"1GB", G}, {"1GiB", G},     {"010", 10}};
   for (const auto& [text, bytes] : good) {
-    EXPECT_EQ(parse_size(text), std::optional<size_t>(bytes)) << text;
+    EXPECT_EQ(parse_byte_size(text), std::optional<size_t>(bytes)) << text;
   }
   for (const char* bad : {"", "K", "4X", "-1", "1.5", "0x10", " 4K", "20000000000G", "18446744073709551616"}) {
-    EXPECT_EQ(parse_size(bad), std::nullopt) << "'" << bad << "'";
+    EXPECT_EQ(parse_byte_size(bad), std::nullopt) << "'" << bad << "'";
   }
   try {
     size_flag("-b/--minbytes", "4X");

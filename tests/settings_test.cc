@@ -156,6 +156,28 @@ TEST(Settings, BadValuesAreErrorsNamingTheVariable) {
   expect_bad_values_named(launch::launch_settings());
 }
 
+TEST(Settings, ByteCountsTakeSizeSuffixes) {
+  auto ring_segment = [](const std::string& v) {
+    return ring::ring_options_from_env(lookup({{"TANDEM_SEGMENT_BYTES", v}})).segment_bytes;
+  };
+  EXPECT_EQ(ring_segment("4M"), size_t(4) << 20);
+  EXPECT_EQ(ring_segment("512KiB"), size_t(512) << 10);
+  EXPECT_EQ(ring_segment("65536"), size_t(65536));
+  for (const char* bad : {"4X", "4 K", "1.5M", "K"}) {
+    try {
+      ring_segment(bad);
+      ADD_FAILURE() << "accepted TANDEM_SEGMENT_BYTES='" << bad << "'";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("with K, M or G: 64M"), std::string::npos) << e.what();
+    }
+  }
+  const Env job = {{"TANDEM_RANK", "0"},
+                   {"TANDEM_WORLD_SIZE", "2"},
+                   {"TANDEM_STORE_ADDR", "127.0.0.1:29500"},
+                   {"TANDEM_P2P_STREAM_MAX_BYTES", "16K"}};
+  EXPECT_EQ(comm_options_from_env(lookup(job)).p2p_stream_max_bytes, size_t(16) << 10);
+}
+
 TEST(Settings, SpecialChecksKeepTheirMessages) {
   auto message = [](const Env& env) -> std::string {
     try {

@@ -2,11 +2,33 @@
 // text and Markdown renderings of the tables (`tandem info --settings`).
 #include "tandem/settings.h"
 
+#include <cctype>
+#include <cstdint>
 #include <map>
 
 #include "tandem/errors.h"
 
 namespace tandem {
+
+std::optional<size_t> parse_byte_size(std::string_view text) {
+  size_t digits = 0, value = 0;
+  for (; digits < text.size() && text[digits] >= '0' && text[digits] <= '9'; ++digits) {
+    const size_t d = size_t(text[digits] - '0');
+    if (value > (SIZE_MAX - d) / 10) return std::nullopt;
+    value = value * 10 + d;
+  }
+  if (digits == 0) return std::nullopt;
+  std::string unit;
+  for (char c : text.substr(digits)) unit += char(std::toupper(static_cast<unsigned char>(c)));
+  if (unit.size() == 3 && unit.substr(1) == "IB") unit.erase(1);
+  if (unit.size() == 2 && unit[1] == 'B') unit.erase(1);
+  if (unit.empty() || unit == "B") return value;
+  const size_t at = std::string_view("KMGTPE").find(unit);
+  if (unit.size() != 1 || at == std::string_view::npos) return std::nullopt;
+  const unsigned shift = 10 * unsigned(at + 1);
+  if (value > (SIZE_MAX >> shift)) return std::nullopt;
+  return value << shift;
+}
 
 const char* to_string(SettingKind kind) {
   switch (kind) {
@@ -79,7 +101,8 @@ std::string setting_fix(const Setting& s) {
 }
 
 void throw_bad_setting(const Setting& s, const std::string& value) {
-  throw InvalidArgument("tandem: " + s.variable + "='" + value + "' is invalid; " + setting_fix(s));
+  const std::string sizes = s.kind == SettingKind::bytes ? " (digits, or with K, M or G: 64M)" : "";
+  throw InvalidArgument("tandem: " + s.variable + "='" + value + "' is invalid; " + setting_fix(s) + sizes);
 }
 
 bool parse_bool_setting(const Setting& s, const std::string& value) {
@@ -88,6 +111,11 @@ bool parse_bool_setting(const Setting& s, const std::string& value) {
 }
 
 long long parse_number_setting(const Setting& s, const std::string& value) {
+  if (s.kind == SettingKind::bytes) {
+    const auto bytes = parse_byte_size(value);
+    if (!bytes || *bytes > size_t(s.max) || (long long)*bytes < s.min) throw_bad_setting(s, value);
+    return (long long)*bytes;
+  }
   bool digits = !value.empty() && value.size() <= 18;
   for (char c : value) digits = digits && c >= '0' && c <= '9';
   if (!digits) throw_bad_setting(s, value);
@@ -109,7 +137,8 @@ std::string settings_markdown(const std::vector<Setting>& settings) {
       "environment, into that layer's options (CommOptions, ring::RingOptions, ps::Options, ...). A value that "
       "does not parse is an error naming the variable, the value and what is accepted; nothing falls back "
       "silently. `tandem info --settings` prints the value each setting has in the current environment and where "
-      "it came from. This page is generated from the same tables by `tandem info --settings --markdown`; "
+      "it came from. A byte count is digits, or digits with K, M or G (powers of 1024: 64M). This page is generated "
+      "from the same tables by `tandem info --settings --markdown`; "
       "the launcher's own variables (TANDEM_RANK, TANDEM_WORLD_SIZE, TANDEM_STORE_ADDR, TANDEM_SECRET, ...) are "
       "described in comm/include/tandem/bootstrap.h.\n";
   std::vector<std::string> layers;

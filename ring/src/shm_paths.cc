@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -15,6 +14,7 @@
 #include <sstream>
 
 #include "tandem/errors.h"
+#include "tandem/settings.h"
 
 namespace tandem::ring {
 
@@ -53,30 +53,15 @@ std::string trimmed(const std::string& s) {
   throw InvalidArgument("shared-memory path row '" + row + "': " + what);
 }
 
-// Digits with an optional K, M or G (binary: KiB, MiB, GiB).
-std::optional<size_t> parse_size(const std::string& text) {
-  size_t digits = 0;
-  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
-  if (digits == 0 || digits > 15) return std::nullopt;
-  std::string unit = text.substr(digits);
-  for (char& c : unit) c = char(std::toupper(static_cast<unsigned char>(c)));
-  if (unit.size() == 3 && unit.substr(1) == "IB") unit.resize(1);
-  const size_t shift = unit.empty() ? 0 : unit == "K" ? 10 : unit == "M" ? 20 : unit == "G" ? 30 : 64;
-  if (shift == 64) return std::nullopt;
-  const size_t value = std::stoull(text.substr(0, digits));
-  if (value > (SIZE_MAX >> shift)) return std::nullopt;
-  return value << shift;
-}
-
 // "*", "FROM-TO" (both included) or "FROM-" (and up).
 std::pair<size_t, size_t> parse_range(const std::string& row, const std::string& text) {
   if (text == "*") return {0, kAll};
   const size_t dash = text.find('-');
   const std::string fix = "write a byte range as FROM-TO (both included), FROM- or *, sizes with K, M or G";
   if (dash == std::string::npos) bad_row(row, "'" + text + "' is no byte range; " + fix);
-  const auto from = parse_size(text.substr(0, dash));
+  const auto from = parse_byte_size(text.substr(0, dash));
   const std::string rest = text.substr(dash + 1);
-  const auto to = rest.empty() ? std::optional<size_t>(kAll) : parse_size(rest);
+  const auto to = rest.empty() ? std::optional<size_t>(kAll) : parse_byte_size(rest);
   if (!from || !to) bad_row(row, "'" + text + "' is no byte range; " + fix);
   if (*from > *to) bad_row(row, "the range '" + text + "' ends before it starts");
   return {*from, *to};

@@ -7,6 +7,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tandem/bootstrap.h"
@@ -21,7 +22,13 @@ enum class SettingSource { default_value, environment, flag, config_file };
 const char* to_string(SettingKind kind);
 const char* to_string(SettingSource source);
 
-// One row of a table. Numbers are decimal digits only, in [min, max].
+// A size as nccl-tests and UCX write it: digits with an optional K, M, G, T,
+// P or E suffix (powers of 1024, any case, with an optional B or iB):
+// 8, 4K, 128M, 1GB, 1GiB. nullopt for anything else or past 64 bits.
+std::optional<size_t> parse_byte_size(std::string_view text);
+
+// One row of a table. Numbers are decimal digits in [min, max]; byte counts
+// may carry parse_byte_size's suffixes.
 struct Setting {
   std::string layer;     // owning layer: "comm", "ring", "paramserver", ...
   std::string variable;  // e.g. TANDEM_TIMEOUT_MS
