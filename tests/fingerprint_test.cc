@@ -212,6 +212,37 @@ TEST_P(Fingerprint, GatherAgainstAllgathervIsNamed) {
                   {"call #2", "(the kind differs)"});
 }
 
+// An allgatherv or reduce_scatterv of equal packed blocks takes its
+// fixed-size twin's paths, checked as itself: against the twin, on both
+// transports, each rank names its own call. 4 KiB and 4 MiB: staged, and
+// timed between the paths.
+TEST_P(Fingerprint, VariableCallsAgainstTheirFixedTwinsAreNamed) {
+  for (const size_t count : {size_t(1024), size_t(1) << 20}) {
+    SCOPED_TRACE(count);
+    expect_mismatch(2, GetParam(),
+                    [count](Communicator& c) {
+                      std::vector<float> in(2 * count, 1.0f), out(2 * count);
+                      if (c.rank() == 0) {
+                        c.allgatherv(in.data(), count, out.data(), Blocks{{count, count}, {0, count}}, DataType::f32);
+                      } else {
+                        c.allgather(in.data(), out.data(), count, DataType::f32);
+                      }
+                    },
+                    {"call #2", "rank 0 called allgatherv(", "rank 1 called allgather("});
+    expect_mismatch(
+        2, GetParam(),
+        [count](Communicator& c) {
+          std::vector<float> in(2 * count, 1.0f), out(2 * count);
+          if (c.rank() == 0) {
+            c.reduce_scatter(in.data(), out.data(), count, DataType::f32, ReduceOp::sum);
+          } else {
+            c.reduce_scatterv(in.data(), out.data(), Blocks{{count, count}, {0, count}}, DataType::f32, ReduceOp::sum);
+          }
+        },
+        {"call #2", "rank 0 called reduce_scatter(", "rank 1 called reduce_scatterv("});
+  }
+}
+
 TEST_P(Fingerprint, GatherRootIsNamed) {
   expect_mismatch(2, GetParam(),
                   [](Communicator& c) {

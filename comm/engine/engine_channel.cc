@@ -32,17 +32,15 @@ EngineChannel::EngineChannel(Engine& engine, const Task& task)
   // An exchange has no fingerprints: only the ranks it addresses take part.
   fingerprint_posted_ = fingerprint_compared_ = point_to_point_;
   // Without shared memory every collective goes over messages: post at once
-  // (a zero-count call sends nothing, yet must be checked). So do allgatherv
-  // and reduce_scatterv (through the segments on one host, whose headers
-  // check them too: equal blocks as the allgather or reduce-scatter, others
-  // with a digest of their blocks; across hosts over messages), and split: a
-  // rank that sends nothing in them still checks its call. The calls
-  // with a shared-memory path check their call in its headers there; where
-  // they fall back to messages every rank sends or receives one, which posts
-  // the fingerprint.
+  // (a zero-count call sends nothing, yet must be checked). So does split: a
+  // rank that sends nothing in it still checks its call. The calls with a
+  // shared-memory path check their call in its headers there (allgatherv and
+  // reduce_scatterv as themselves, with a digest of their blocks, whichever
+  // path their blocks take); where they fall back to messages every rank
+  // sends or receives one, which posts the fingerprint.
   const Collective c = task.what.collective;
   const bool shm_path =
-      ep_.shm && (c <= Collective::barrier || (c >= Collective::alltoall && c <= Collective::scatterv));
+      ep_.shm && (c <= Collective::barrier || (c >= Collective::alltoall && c <= Collective::reduce_scatterv));
   if (!shm_path && ctx_.opts.size > 1 && !point_to_point_) post_fingerprint();
 }
 

@@ -61,30 +61,8 @@ class RingAlgorithms final : public Algorithms {
       ring_allreduce(ch, args, options_);
     }
   }
-  // An output inside the input other than at this rank's block (in place,
-  // as NCCL's) would be written while the peers still read that part of the
-  // input: the result goes to scratch and is copied there afterwards.
-  void reduce_scatter(Channel& ch, const ReduceScatterArgs& args) override {
-    const size_t block = args.count * dtype_size(args.dtype);
-    const auto* own = static_cast<const std::byte*>(args.input) + size_t(ch.rank()) * block;
-    output_apart(ch, args.memory, args.output, block, own, args.input, block * size_t(ch.size()), [&](void* out) {
-      ReduceScatterArgs a = args;
-      a.output = out;
-      if (shared(ch, a.memory)) return shm_reduce_scatter(ch, a, options_);
-      ring_reduce_scatter(ch, a, options_);
-    });
-  }
-  // An input inside the output other than at this rank's block would be
-  // overwritten by a peer's block while it is still being sent: it moves to
-  // this rank's block, and the call runs in place.
-  void allgather(Channel& ch, const AllgatherArgs& args) override {
-    const size_t block = args.count * dtype_size(args.dtype);
-    AllgatherArgs a = args;
-    void* own = static_cast<std::byte*>(args.output) + size_t(ch.rank()) * block;
-    move_into_place(ch, a.memory, a.input, block, own, a.output, block * size_t(ch.size()));
-    if (shared(ch, a.memory)) return shm_allgather(ch, a, options_);
-    ring_allgather(ch, a, options_);
-  }
+  void reduce_scatter(Channel& ch, const ReduceScatterArgs& args) override { reduce_scatter(ch, args, nullptr); }
+  void allgather(Channel& ch, const AllgatherArgs& args) override { allgather(ch, args, nullptr); }
   // The root's output overlapping its input without being it: as the all-reduce.
   void broadcast(Channel& ch, const BroadcastArgs& args) override {
     BroadcastArgs a = args;
@@ -138,7 +116,9 @@ class RingAlgorithms final : public Algorithms {
   // the same places.
   // Other blocks go through the segments on one host too, staged.
   void allgatherv(Channel& ch, const VariableArgs& args) override {
-    if (packed_equal(args.blocks)) return allgather(ch, {args.input, args.output, args.count, args.dtype, args.memory});
+    if (packed_equal(args.blocks)) {
+      return allgather(ch, {args.input, args.output, args.count, args.dtype, args.memory}, &args.blocks);
+    }
     VariableArgs& a = adjustable(args);
     input_into_own_block(ch, a);
     if (shared(ch, a.memory)) return shm_allgatherv(ch, a, options_);
@@ -146,7 +126,8 @@ class RingAlgorithms final : public Algorithms {
   }
   void reduce_scatterv(Channel& ch, const ReduceScattervArgs& args) override {
     if (packed_equal(args.blocks)) {
-      return reduce_scatter(ch, {args.input, args.output, args.blocks.counts[0], args.dtype, args.op, args.memory});
+      return reduce_scatter(ch, {args.input, args.output, args.blocks.counts[0], args.dtype, args.op, args.memory},
+                            &args.blocks);
     }
     const size_t es = dtype_size(args.dtype), r = size_t(ch.rank());
     const auto* own = static_cast<const std::byte*>(args.input) + args.blocks.displs[r] * es;
@@ -170,6 +151,32 @@ class RingAlgorithms final : public Algorithms {
   }
 
  private:
+  // `variable`: the blocks of the reduce_scatterv or allgatherv of equal
+  // packed blocks this call carries out (shm_reduce_scatter, shm_allgather).
+  // An output inside the input other than at this rank's block (in place,
+  // as NCCL's) would be written while the peers still read that part of the
+  // input: the result goes to scratch and is copied there afterwards.
+  void reduce_scatter(Channel& ch, const ReduceScatterArgs& args, const Blocks* variable) {
+    const size_t block = args.count * dtype_size(args.dtype);
+    const auto* own = static_cast<const std::byte*>(args.input) + size_t(ch.rank()) * block;
+    output_apart(ch, args.memory, args.output, block, own, args.input, block * size_t(ch.size()), [&](void* out) {
+      ReduceScatterArgs a = args;
+      a.output = out;
+      if (shared(ch, a.memory)) return shm_reduce_scatter(ch, a, options_, variable);
+      ring_reduce_scatter(ch, a, options_);
+    });
+  }
+  // An input inside the output other than at this rank's block would be
+  // overwritten by a peer's block while it is still being sent: it moves to
+  // this rank's block, and the call runs in place.
+  void allgather(Channel& ch, const AllgatherArgs& args, const Blocks* variable) {
+    const size_t block = args.count * dtype_size(args.dtype);
+    AllgatherArgs a = args;
+    void* own = static_cast<std::byte*>(args.output) + size_t(ch.rank()) * block;
+    move_into_place(ch, a.memory, a.input, block, own, a.output, block * size_t(ch.size()));
+    if (shared(ch, a.memory)) return shm_allgather(ch, a, options_, variable);
+    ring_allgather(ch, a, options_);
+  }
   // Scratch for a buffer that aliases the call's other one. Held while the
   // reduce-scatters and scatterv run, which take slots 0, 2, 3 and 4.
   static constexpr int kAliasedSlot = 5;

@@ -94,8 +94,13 @@ bool hierarchical_fits(const Topology* topology);
 // Chunks of options.shm_chunk_bytes (the all-reduce: chunk_bytes, at most that).
 void shm_allreduce(Channel& ch, const AllreduceArgs& args, const RingOptions& options, size_t chunk_bytes);
 void shm_reduce(Channel& ch, const ReduceArgs& args, const RingOptions& options);
-void shm_reduce_scatter(Channel& ch, const ReduceScatterArgs& args, const RingOptions& options);
-void shm_allgather(Channel& ch, const AllgatherArgs& args, const RingOptions& options);
+// `variable`: the blocks of the reduce_scatterv (allgatherv) of equal packed
+// blocks this call carries out; the ranks check it as that call (its kind
+// and a digest of its blocks), as shm_reduce_scatterv (shm_allgatherv) does.
+void shm_reduce_scatter(Channel& ch, const ReduceScatterArgs& args, const RingOptions& options,
+                        const Blocks* variable = nullptr);
+void shm_allgather(Channel& ch, const AllgatherArgs& args, const RingOptions& options,
+                   const Blocks* variable = nullptr);
 // Blocks of any sizes, staged only (the fixed-size calls' direct paths need
 // equal blocks): the ring over messages trailed 2-2.5x at 16 MiB.
 void shm_allgatherv(Channel& ch, const VariableArgs& args, const RingOptions& options);

@@ -316,10 +316,12 @@ uint64_t blocks_digest(const Blocks& b) {
 
 }  // namespace
 
-void shm_reduce_scatter(Channel& ch, const ReduceScatterArgs& a, const RingOptions& o) {
+void shm_reduce_scatter(Channel& ch, const ReduceScatterArgs& a, const RingOptions& o, const Blocks* variable) {
   const size_t chunk_bytes = o.shm_chunk_bytes;
   if (a.count == 0) return;
-  Segments s(ch, chunk_bytes, call_of(Kind::reduce_scatter, a.count, a.dtype, a.op));
+  Segments s(ch, chunk_bytes,
+             variable ? call_of(Kind::reduce_scatterv, blocks_digest(*variable), a.dtype, a.op)
+                      : call_of(Kind::reduce_scatter, a.count, a.dtype, a.op));
   const size_t n = size_t(s.size()), esize = dtype_size(a.dtype), bytes = n * a.count * esize;
   PathChoice path = choose_path(s, o, ShmCollective::reduce_scatter, bytes, false);
   const Reach reach = arrive_direct(s, path, {bytes, a.input, bytes, a.output});
@@ -337,10 +339,12 @@ void shm_reduce_scatterv(Channel& ch, const ReduceScattervArgs& a, const RingOpt
   staged_reduce_scatter(s, a, {&a.blocks}, o.shm_chunk_bytes);
 }
 
-void shm_allgather(Channel& ch, const AllgatherArgs& a, const RingOptions& o) {
+void shm_allgather(Channel& ch, const AllgatherArgs& a, const RingOptions& o, const Blocks* variable) {
   const size_t chunk_bytes = o.shm_chunk_bytes;
   if (a.count == 0) return;
-  Segments s(ch, chunk_bytes, call_of(Kind::allgather, a.count, a.dtype));
+  Segments s(ch, chunk_bytes,
+             variable ? call_of(Kind::allgatherv, blocks_digest(*variable), a.dtype)
+                      : call_of(Kind::allgather, a.count, a.dtype));
   const size_t esize = dtype_size(a.dtype), block = a.count * esize;
   const size_t bytes = block * size_t(s.size());
   std::byte* own_block = bytes_of(a.output) + size_t(s.rank()) * block;
