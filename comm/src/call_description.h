@@ -44,8 +44,10 @@ struct Description {
 
   std::string str() const {
     if (!dtype) return to_string(collective);
-    std::string s =
-        std::string(to_string(collective)) + "(" + std::to_string(count) + " x " + std::string(to_string(*dtype));
+    // Counts that differ by rank leave the fingerprint (a peer's reads 0):
+    // named by kind and dtype, as the shared-memory headers name them.
+    const std::string counted = has_per_rank_counts(collective) ? "" : std::to_string(count) + " x ";
+    std::string s = std::string(to_string(collective)) + "(" + counted + std::string(to_string(*dtype));
     if (op) s += ", " + std::string(to_string(*op));
     if (collective == Collective::send_recv) {
       return s + ", peer " + (root >= 0 ? std::to_string(root) : std::string("any")) + ", tag " + std::to_string(tag) +
