@@ -30,7 +30,8 @@ TEST(CliSizes, NcclTestsFormsReadAsBefore) {
   for (const auto& [text, bytes] : good) {
     EXPECT_EQ(parse_byte_size(text), std::optional<size_t>(bytes)) << text;
   }
-  for (const char* bad : {"", "K", "4X", "-1", "1.5", "0x10", " 4K", "20000000000G", "18446744073709551616"}) {
+  for (const char* bad :
+       {"", "K", "4X", "-1", "1.5", "0x10", " 4K", "20000000000G", "18446744073709551616", "4BB", "4BiB", "4iB"}) {
     EXPECT_EQ(parse_byte_size(bad), std::nullopt) << "'" << bad << "'";
   }
   try {

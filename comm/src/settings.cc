@@ -20,9 +20,8 @@ std::optional<size_t> parse_byte_size(std::string_view text) {
   if (digits == 0) return std::nullopt;
   std::string unit;
   for (char c : text.substr(digits)) unit += char(std::toupper(static_cast<unsigned char>(c)));
-  if (unit.size() == 3 && unit.substr(1) == "IB") unit.erase(1);
-  if (unit.size() == 2 && unit[1] == 'B') unit.erase(1);
   if (unit.empty() || unit == "B") return value;
+  if ((unit.size() == 3 && unit.substr(1) == "IB") || (unit.size() == 2 && unit[1] == 'B')) unit.erase(1);  // KiB, KB
   const size_t at = std::string_view("KMGTPE").find(unit);
   if (unit.size() != 1 || at == std::string_view::npos) return std::nullopt;
   const unsigned shift = 10 * unsigned(at + 1);
