@@ -25,9 +25,7 @@ bool ShmMailbox::choose_read(Op& op) {
   if (!timed_ || op.peer == rank_) return false;
   const size_t c = size_class(op.bytes);
   const uint64_t n = sent_[size_t(op.peer) * kMailboxClasses + c]++;
-  const bool first = n < kMailboxFirstRoundMessages;
-  const uint64_t later = n - kMailboxFirstRoundMessages;
-  const uint64_t round = first ? 0 : 1 + later / kMailboxRoundMessages, k = first ? n : later % kMailboxRoundMessages;
+  const auto [round, k] = round_place(n, kMailboxFirstRoundMessages, kMailboxRoundMessages);
   if (k >= 2 * class_pairs(c, round)) return class_reads(c);
   const uint64_t trial = k, pair = trial / 2;
   op.trial = true;

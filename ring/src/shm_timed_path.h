@@ -27,9 +27,7 @@ constexpr uint64_t kPathRoundCalls = 1 << 14;
 // warm buffers (docs/algorithms.md, 'shm: the first round').
 constexpr uint64_t kPathFirstRoundCalls = 64;
 // The call's place in its round.
-inline uint64_t round_call(uint64_t calls) {
-  return calls < kPathFirstRoundCalls ? calls : (calls - kPathFirstRoundCalls) % kPathRoundCalls;
-}
+inline uint64_t round_call(uint64_t calls) { return round_place(calls, kPathFirstRoundCalls, kPathRoundCalls).place; }
 
 // A call's path; on rank 0 during a round's opening, also its trial's clock.
 struct TimedPath {

@@ -82,6 +82,15 @@ inline uint64_t trial_pairs(size_t bytes) {
 // stands within a benchmark's warm-up or a job's first steps; the second
 // round's full opening checks it (docs/algorithms.md, 'shm: the first round').
 constexpr uint64_t kFirstOpeningPairs = 1;
+// Where a size class's n-th call or message (from 0) falls: its round (0:
+// the first, `first_round` long; later ones `every` long) and its place there.
+struct RoundPlace {
+  uint64_t round, place;
+};
+inline RoundPlace round_place(uint64_t n, uint64_t first_round, uint64_t every) {
+  if (n < first_round) return {0, n};
+  return {1 + (n - first_round) / every, (n - first_round) % every};
+}
 // The trials' clock: the host's monotonic clock, which every process on it reads alike.
 inline uint64_t trial_clock_ns() {
   return uint64_t(
