@@ -6,7 +6,7 @@
 // (the element-wise kernel). Bitwise, except that a NaN result needs only be a
 // NaN: IEEE 754 leaves its payload open, and the GPU's arithmetic returns its
 // canonical NaN where x86 keeps an operand's. Guard bytes around every buffer
-// catch writes outside it.
+// catch writes outside it. Then the memory wrappers the CUDA paths use.
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -329,6 +329,44 @@ void check_codec(codec::Format format, const char* name, const std::vector<size_
   }
 }
 
+// The thin wrappers the collectives' CUDA paths use (reduce_cuda.h):
+// allocate_cuda, copy_cuda in every direction on the default stream and on a
+// stream of its own, synchronize_cuda, free_cuda; bytes moved must arrive
+// unchanged, and an impossible allocation must throw tandem::Error.
+void check_memory(const CheckOptions& options, std::mt19937_64& rng, CheckReport& report) {
+  const char* kernel = "allocate/copy/synchronize";
+  const std::vector<size_t> sizes =
+      options.quick ? std::vector<size_t>{0, 1, 4097} : std::vector<size_t>{0, 1, 4097, (size_t{3} << 20) + 7};
+  cudaStream_t stream = nullptr;
+  TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (size_t bytes : sizes) {
+    for (void* s : {static_cast<void*>(nullptr), static_cast<void*>(stream)}) {
+      const std::vector<uint8_t> input = random_values<uint8_t>(bytes, rng);
+      std::vector<uint8_t> output(bytes, 0);
+      void* device = detail::allocate_cuda(bytes);
+      DeviceBuffer shifted(bytes, 1);  // the device-to-device copy lands one byte off a boundary
+      detail::copy_cuda(device, input.data(), bytes, s);  // host to device
+      detail::copy_cuda(shifted.data(), device, bytes, s);  // device to device
+      detail::copy_cuda(device, device, bytes, s);  // the same pointer: nothing to do
+      detail::copy_cuda(output.data(), shifted.data(), bytes, s);  // device to host
+      detail::synchronize_cuda(s);
+      detail::free_cuda(device);
+      const std::string what = std::to_string(bytes) + " bytes, " + (s ? "own stream" : "default stream");
+      finish_case(report, kernel, what, {&shifted},
+                  [&] { return output == input ? std::string() : std::string("bytes changed on the way"); });
+    }
+  }
+  TANDEM_CUDA_CHECK(cudaStreamDestroy(stream));
+  bool refused = false;
+  try {
+    detail::free_cuda(detail::allocate_cuda(size_t{1} << 52));  // 4 PiB
+  } catch (const Error&) {
+    refused = true;
+  }
+  (void)cudaGetLastError();  // an allocation failure is not sticky; clear it
+  report.record(kernel, refused ? "" : "allocating 4 PiB did not throw tandem::Error");
+}
+
 }  // namespace
 
 CheckReport run_checks(const CheckOptions& options) {
@@ -343,6 +381,7 @@ CheckReport run_checks(const CheckOptions& options) {
   }
   check_codec<f16_t>(codec::Format::f16, "fp16", counts, rng, report);
   check_codec<bf16_t>(codec::Format::bf16, "bf16", counts, rng, report);
+  check_memory(options, rng, report);
   return report;
 }
 
