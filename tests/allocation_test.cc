@@ -1,7 +1,8 @@
 // A small blocking collective allocates nothing on the caller's thread once
 // its first call of a kind has run: its arguments are bound into the
-// thread's reusable set, and alltoallv's count directory is the thread's
-// own. This program counts every operator new made on a thread that asks.
+// thread's reusable set, alltoallv's count directory is the thread's own,
+// and a call's posted messages are held inline. This program counts every
+// operator new made on a thread that asks.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -36,10 +37,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// One small call of every fixed-size kind, blocks of `count` elements, and
-// a gatherv and scatterv of unequal blocks (through alltoallv's count
-// directory). (The barrier, and the allgatherv and reduce_scatterv of
-// unequal blocks, still allocate a little per call.)
+// One small call of every kind: blocks of `count` elements, and the
+// variable calls with unequal blocks.
 void small_calls(Communicator& comm, size_t count, std::vector<float>& in, std::vector<float>& out) {
   const int n = comm.size(), root = n - 1;
   thread_local Blocks uneven;
@@ -58,6 +57,9 @@ void small_calls(Communicator& comm, size_t count, std::vector<float>& in, std::
   comm.gather(in.data(), out.data(), count, DataType::f32, root);
   comm.scatter(in.data(), out.data(), count, DataType::f32, root);
   comm.alltoall(in.data(), out.data(), count, DataType::f32);
+  comm.allgatherv(in.data(), mine, out.data(), uneven, DataType::f32);
+  comm.reduce_scatterv(in.data(), out.data(), uneven, DataType::f32, ReduceOp::sum);
+  comm.barrier();
 }
 
 int no_allocations(const CommOptions& o) {
@@ -73,7 +75,8 @@ int no_allocations(const CommOptions& o) {
   return 1;
 }
 
-// 2 and 3 ranks through shared memory.
+// 2 and 3 ranks through shared memory. (Over UCX alone the ring
+// algorithms' pipelines still allocate their walks per call.)
 TEST(Allocation, SmallBlockingCallsAllocateNothingAfterTheirFirst) {
   for (int n : {2, 3}) {
     SCOPED_TRACE(std::to_string(n) + " ranks");

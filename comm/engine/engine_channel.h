@@ -3,8 +3,8 @@
 // messages (through the mailbox when every rank shares the host, else UCX).
 #pragma once
 
+#include <boost/container/small_vector.hpp>
 #include <chrono>
-#include <vector>
 
 #include "engine/engine.h"
 
@@ -105,7 +105,9 @@ class EngineChannel final : public Channel, public SharedMemory {
   uint32_t signature_;
   bool point_to_point_;
   std::chrono::steady_clock::time_point yielding_since_;  // when the current shared-memory wait stopped pausing
-  std::vector<Pending> live_;
+  // What it posted and has not seen finish: held inline, so that a call posting
+  // a fingerprint, a barrier's rounds or a small ring's messages allocates nothing.
+  boost::container::small_vector<Pending, 16> live_;
   bool fingerprint_posted_ = false, fingerprint_compared_ = false;
   int prev_ = 0;
   uint64_t traffic_ = 0;  // shared-memory bytes this call read and wrote
