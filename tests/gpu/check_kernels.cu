@@ -344,10 +344,10 @@ void check_memory(const CheckOptions& options, std::mt19937_64& rng, CheckReport
       const std::vector<uint8_t> input = random_values<uint8_t>(bytes, rng);
       std::vector<uint8_t> output(bytes, 0);
       void* device = detail::allocate_cuda(bytes);
-      DeviceBuffer shifted(bytes, 1);  // the device-to-device copy lands one byte off a boundary
-      detail::copy_cuda(device, input.data(), bytes, s);  // host to device
+      DeviceBuffer shifted(bytes, 1);                       // the device-to-device copy lands one byte off a boundary
+      detail::copy_cuda(device, input.data(), bytes, s);    // host to device
       detail::copy_cuda(shifted.data(), device, bytes, s);  // device to device
-      detail::copy_cuda(device, device, bytes, s);  // the same pointer: nothing to do
+      detail::copy_cuda(device, device, bytes, s);          // the same pointer: nothing to do
       detail::copy_cuda(output.data(), shifted.data(), bytes, s);  // device to host
       detail::synchronize_cuda(s);
       detail::free_cuda(device);
