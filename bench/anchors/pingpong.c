@@ -7,6 +7,10 @@
 //   pipe_block : blocking 1-byte pipe ping-pong (includes sleep + wake-up of the peer)
 //   tcp_block  : blocking 8-byte TCP ping-pong on 127.0.0.1, TCP_NODELAY
 //   tcp_spin   : non-blocking 8-byte TCP ping-pong on 127.0.0.1, recv(MSG_DONTWAIT) spin
+//   shm_gather : not a ping-pong: the floor of a 2-rank 4 KiB gather staged through shared memory, per call.
+//                The sender copies its block into the next of 64 cells and stamps it, running ahead while
+//                cells are free; the root waits for the stamp, copies the cell and its own block out, frees
+//                the cell (what MPI's eager sends and tandem's staged path do, with no other work).
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -52,6 +56,49 @@ static double shm_spin(int iters) {
   waitpid(p, 0, 0);
   munmap((void*)f, 4096);
   return dt / iters / 2;
+}
+
+enum { kCells = 64, kBlock = 4096 };
+struct gather_cells {
+  _Atomic long freed;  // cells the root has emptied
+  char pad[56];
+  struct {
+    _Atomic long stamp;
+    char pad[56];
+    char data[kBlock];
+  } cell[kCells];
+};
+
+static double shm_gather(int iters) {
+  struct gather_cells* g = mmap(0, sizeof *g, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  memset(g, 0, sizeof *g);
+  pid_t p = fork();
+  if (p == 0) {
+    char* block = malloc(kBlock);
+    memset(block, 1, kBlock);
+    for (long i = 0; i < iters; i++) {
+      while (i - atomic_load_explicit(&g->freed, memory_order_acquire) >= kCells) __builtin_ia32_pause();
+      memcpy(g->cell[i % kCells].data, block, kBlock);
+      atomic_store_explicit(&g->cell[i % kCells].stamp, i + 1, memory_order_release);
+    }
+    _exit(0);
+  }
+  char *own = malloc(kBlock), *out = malloc(2 * kBlock);
+  memset(own, 2, kBlock);
+  double t0 = now();
+  for (long i = 0; i < iters; i++) {
+    while (atomic_load_explicit(&g->cell[i % kCells].stamp, memory_order_acquire) != i + 1) __builtin_ia32_pause();
+    memcpy(out + kBlock, g->cell[i % kCells].data, kBlock);
+    memcpy(out, own, kBlock);
+    atomic_store_explicit(&g->freed, i + 1, memory_order_release);
+  }
+  double dt = now() - t0;
+  waitpid(p, 0, 0);
+  if (out[0] != 2 || out[kBlock] != 1) return -1;
+  free(own);
+  free(out);
+  munmap(g, sizeof *g);
+  return dt / iters;
 }
 
 static double pipe_block(int iters) {
@@ -126,9 +173,9 @@ static double tcp_pp(int iters, int spin) {
 int main(int argc, char** argv) {
   int iters = argc > 1 ? atoi(argv[1]) : 20000;
   int reps = argc > 2 ? atoi(argv[2]) : 5;
-  const char* names[] = {"shm_spin", "pipe_block", "tcp_block", "tcp_spin"};
-  printf("# mode,iters,reps,oneway_median_us,oneway_min_us,oneway_max_us\n");
-  for (int m = 0; m < 4; m++) {
+  const char* names[] = {"shm_spin", "pipe_block", "tcp_block", "tcp_spin", "shm_gather"};
+  printf("# mode,iters,reps,oneway_median_us,oneway_min_us,oneway_max_us (shm_gather: per call)\n");
+  for (int m = 0; m < 5; m++) {
     if (argc > 3 && strcmp(argv[3], names[m]) != 0) continue;
     double* t = calloc(reps, sizeof(double));
     for (int r = 0; r < reps; r++) {
@@ -137,11 +184,12 @@ int main(int argc, char** argv) {
         case 1: t[r] = pipe_block(iters); break;
         case 2: t[r] = tcp_pp(iters, 0); break;
         case 3: t[r] = tcp_pp(iters, 1); break;
+        case 4: t[r] = shm_gather(iters * 5); break;
       }
     }
     qsort(t, reps, sizeof(double), cmpd);
-    printf("%s,%d,%d,%.3f,%.3f,%.3f\n", names[m], m == 0 ? iters * 5 : iters, reps, t[reps / 2] * 1e6, t[0] * 1e6,
-           t[reps - 1] * 1e6);
+    printf("%s,%d,%d,%.3f,%.3f,%.3f\n", names[m], m == 0 || m == 4 ? iters * 5 : iters, reps, t[reps / 2] * 1e6,
+           t[0] * 1e6, t[reps - 1] * 1e6);
     fflush(stdout);
     free(t);
   }
