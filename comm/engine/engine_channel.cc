@@ -122,6 +122,7 @@ void EngineChannel::wait(Pending& p) {
   // kUcxSleepSlice in any case: UCX's TCP transport does not signal the fd
   // when a full socket drains, so a send queued behind it would otherwise
   // wait out the whole health-check interval (200 ms stalls on a shaped link).
+  const Clock::time_point yield_until = Clock::now() + kMailboxYieldWindow;
   while (!test(p)) {
     poll_fingerprint();  // a stalled wait is what a mismatch looks like
     try {
@@ -132,7 +133,9 @@ void EngineChannel::wait(Pending& p) {
       if (!test(p)) throw;
       return;
     }
-    if (ep_.mailbox) {
+    if (ep_.mailbox && !ep_.oversubscribed && Clock::now() < yield_until) {
+      std::this_thread::yield();  // a sleeping core may wake late (wait_policy.h)
+    } else if (ep_.mailbox) {
       // Sleep until a peer rings this rank's doorbell (it wrote to us or read what we sent).
       const uint32_t bell = ep_.mailbox->announce_sleep();
       const bool ready = test(p);

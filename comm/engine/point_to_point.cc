@@ -147,8 +147,9 @@ void Engine::fail_posted(std::exception_ptr error) {
 
 void Engine::progress_posted() {
   // Spin for kUcxSpin (small messages land within microseconds), then poll
-  // yielding the core while messages stream, then sleep on the worker's
-  // event fd; enqueue() wakes it for new work. Returns when a call finished
+  // yielding the core while messages stream (through the mailbox, for
+  // kMailboxYieldWindow: a sleeping core may wake late), then sleep on the
+  // worker's event fd or the doorbell; enqueue() wakes it for new work. Returns when a call finished
   // or work was queued.
   const auto work_queued = [&] { return queued_.load() != 0 || aborted_; };
   Clock::time_point spin_until{};
@@ -165,8 +166,13 @@ void Engine::progress_posted() {
     }
     if (endpoints_.oversubscribed && spins > kSpinsBeforeYield) std::this_thread::yield();
   }
+  const Clock::time_point yield_until = Clock::now() + kMailboxYieldWindow;
   while (!posted_.empty()) {
     if (sweep_posted() || work_queued()) return;
+    if (endpoints_.mailbox && !endpoints_.oversubscribed && Clock::now() < yield_until) {
+      std::this_thread::yield();
+      continue;
+    }
     if (endpoints_.mailbox) {
       // Sleep until a peer rings this rank's doorbell (it wrote to us or read
       // what we sent): woken at once, the rank runs ahead of whatever shares

@@ -17,6 +17,15 @@ namespace tandem {
 constexpr unsigned kSpinsBeforeYield = 16;
 // UCX waits spin this long before sleeping on the event fd...
 constexpr auto kUcxSpin = std::chrono::microseconds(40);
+// Send/recv through the shared-memory mailbox, ranks no more than cores:
+// after the spin, yield for this long before sleeping on the doorbell. On a
+// shared VM a core that goes idle may not run the sleeper again for 10-25 ms
+// whatever its timeout (a sched_switch trace: a futex sleep of at most 1 ms
+// lasting 23.7 ms, its core idle throughout); a yield with nothing else to run
+// keeps the core, and gives it to a thread that has work. 16 MiB exchanges,
+// 2 ranks: 2 launches of 12 had a call of 13-16 ms (of about 2) before this
+// window, none after. MPI's and UCX's waits spin throughout.
+constexpr auto kMailboxYieldWindow = std::chrono::milliseconds(5);
 // ...unless the worker made progress this recently: then the transfer is
 // streaming and a sleep would leave the socket idle (over a 1 Gbit/s TCP link
 // sleeping cost 10-25 % of the bandwidth, 2-16 MiB all-reduces). Measured:
