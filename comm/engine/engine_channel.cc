@@ -133,7 +133,7 @@ void EngineChannel::wait(Pending& p) {
       if (!test(p)) throw;
       return;
     }
-    if (ep_.mailbox && !ep_.oversubscribed && Clock::now() < yield_until) {
+    if (ep_.mailbox_yields(yield_until)) {
       std::this_thread::yield();  // a sleeping core may wake late (wait_policy.h)
     } else if (ep_.mailbox) {
       // Sleep until a peer rings this rank's doorbell (it wrote to us or read what we sent).

@@ -169,7 +169,7 @@ void Engine::progress_posted() {
   const Clock::time_point yield_until = Clock::now() + kMailboxYieldWindow;
   while (!posted_.empty()) {
     if (sweep_posted() || work_queued()) return;
-    if (endpoints_.mailbox && !endpoints_.oversubscribed && Clock::now() < yield_until) {
+    if (endpoints_.mailbox_yields(yield_until)) {
       std::this_thread::yield();
       continue;
     }

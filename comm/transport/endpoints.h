@@ -45,6 +45,9 @@ class Endpoints {
   void progress_messages();
   // Wakes an engine sleeping on the mailbox's doorbell or UCX's event fd.
   void wake_sleeper();
+  // Whether a wait on the mailbox yields the core instead of sleeping on the
+  // doorbell: ranks no more than cores, until `until` (kMailboxYieldWindow).
+  bool mailbox_yields(Clock::time_point until) const { return mailbox && !oversubscribed && Clock::now() < until; }
 
   std::unique_ptr<UcxTransport> ucx;
   Topology topology;                               // which ranks share a host
