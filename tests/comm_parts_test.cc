@@ -6,6 +6,7 @@
 
 #include <future>
 #include <string>
+#include <thread>
 
 #include "comm_context.h"
 #include "liveness/call_check.h"
@@ -116,8 +117,11 @@ TEST(Liveness, TheFirstRankTheStoreSawFailIsNamedWithItsHostAndReason) {
   store->set("pg/host/3", "host vm, pid 42", Clock::now() + 1s);
   store->set(failure_reason_key(3), "it missed its heartbeats", Clock::now() + 1s);
   store->set(kFailedRanksKey, "3,1", Clock::now() + 1s);
+  // A call that has just begun leaves the store to the watch thread (not started here).
+  EXPECT_NO_THROW(liveness.check(task_of(kAllreduce), 7, 1, -1));
+  // One that has waited a failure poll asks the store itself.
   try {
-    liveness.check(task_of(kAllreduce), 7, 1, -1);
+    liveness.check(task_of(kAllreduce, Clock::now() + 10s - c0.opts.failure_poll), 7, 1, -1);
     ADD_FAILURE() << "nothing thrown";
   } catch (const PeerFailure& e) {
     EXPECT_EQ(e.rank(), 3);
@@ -132,6 +136,32 @@ TEST(Liveness, TheFirstRankTheStoreSawFailIsNamedWithItsHostAndReason) {
     EXPECT_EQ(e.rank(), 3);
     EXPECT_NE(std::string(e.what()).find("rank 0 saw: endpoint closed"), std::string::npos) << e.what();
   }
+}
+
+// The watch thread polls the store while calls wait; the next check of a
+// call that has just begun acts on what it found.
+TEST(Liveness, TheWatchThreadsNewsFailsACallThatHasJustBegun) {
+  auto store = std::make_shared<MemoryStore>();
+  CommContext c0 = context(store, 0, 2);
+  c0.opts.heartbeat = 0ms;
+  c0.opts.failure_poll = 10ms;
+  CallCheck calls(c0);
+  Liveness liveness(c0, calls);
+  liveness.start(Clock::now() + 1s);
+  EXPECT_NO_THROW(liveness.check(task_of(kAllreduce), 1, 1, -1));
+  store->set(c0.key(Liveness::kRevokedKey), "rank 1 revoked the communicator: test", Clock::now() + 1s);
+  const auto until = Clock::now() + 5s;
+  std::string e;
+  while (e.empty() && Clock::now() < until) {
+    std::this_thread::sleep_for(1ms);
+    try {
+      liveness.check(task_of(kAllreduce), 2, 1, -1);
+    } catch (const Revoked& r) {
+      e = r.what();
+    }
+  }
+  EXPECT_NE(e.find("rank 1 revoked the communicator: test; during allreduce #2"), std::string::npos) << e;
+  liveness.stop();
 }
 
 TEST(Liveness, AFailedEndpointAndAPassedDeadlineAreNamed) {

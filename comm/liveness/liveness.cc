@@ -76,7 +76,14 @@ void Liveness::check(const Task& task, uint32_t seq, int waiting_on, int failed_
     throw rank_died(failed_peer,
                     "; its UCX endpoint reported an error during " + describe_wait(what, seq, rank, waiting_on));
   }
-  if (now >= next_failure_poll_) {
+  last_check_ns_.store(coarse_now_ns(), std::memory_order_relaxed);
+  // The store is asked here only when the watch thread found something, after
+  // a pause, or when this call has waited a poll interval: a call that
+  // completes allocates nothing and makes no round trip to the store.
+  const bool due = poll_requested_ || news_.load(std::memory_order_relaxed) ||
+                   now - (task.deadline - task.timeout) >= ctx_.opts.failure_poll;
+  if (due && now >= next_failure_poll_) {
+    poll_requested_ = false;
     next_failure_poll_ = now + ctx_.opts.failure_poll;
     std::optional<std::string> failed_ranks;
     try {
@@ -133,36 +140,53 @@ std::chrono::microseconds Liveness::until_next_check(const Task& task) const {
 void Liveness::start(Deadline deadline) {
   const CommOptions& opts = ctx_.opts;
   store_ = ctx_.store->connect_again(deadline);
+  const bool beating = opts.heartbeat.count() > 0;
   // Registered (or the first beat) before any collective.
-  if (store_->tracks_liveness()) {
+  if (beating && store_->tracks_liveness()) {
     store_->heartbeat(opts.rank, opts.heartbeat, deadline);
-  } else {
+  } else if (beating) {
     peer_watch_ = std::make_unique<PeerWatch>(*store_, opts.prefix, opts.rank, opts.size, opts.heartbeat);
     peer_watch_->beat(deadline);
   }
-  const auto interval = peer_watch_ ? peer_watch_->step_interval() : opts.heartbeat / 2;
-  last_beat_ns_ = coarse_now_ns();
-  thread_ = std::thread([this, interval] {
+  const auto beat_interval = !beating      ? std::chrono::milliseconds::max()
+                             : peer_watch_ ? peer_watch_->step_interval()
+                                           : opts.heartbeat / 2;
+  if (beating) last_beat_ns_ = coarse_now_ns();
+  thread_ = std::thread([this, beating, beat_interval] {
     const CommOptions& opts = ctx_.opts;
     const int64_t pause = std::chrono::duration_cast<std::chrono::nanoseconds>(opts.heartbeat).count();
+    const auto step = std::min<std::chrono::milliseconds>(beat_interval, opts.failure_poll);
+    Clock::time_point next_beat = beating ? Clock::now() + beat_interval : Clock::time_point::max();
+    Clock::time_point next_poll = Clock::now() + opts.failure_poll;
+    int64_t polled_ns = 0;
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
-      if (cv_.wait_for(lock, interval, [&] { return stopping_; })) return;
+      if (cv_.wait_for(lock, step, [&] { return stopping_; })) return;
       lock.unlock();
-      const int64_t now = coarse_now_ns();
-      if (now - last_beat_ns_.load() >= pause) pause_seen_.store(true);
-      last_beat_ns_.store(now);
+      const auto now = Clock::now();
       std::string error;
-      try {
-        const Deadline until = Clock::now() + opts.heartbeat;
-        if (peer_watch_) {
-          peer_watch_->step(Clock::now(), until);
-        } else {
-          store_->heartbeat(opts.rank, opts.heartbeat, until);
+      if (beating && now >= next_beat) {
+        next_beat = now + beat_interval;
+        const int64_t now_ns = coarse_now_ns();
+        if (now_ns - last_beat_ns_.load() >= pause) pause_seen_.store(true);
+        last_beat_ns_.store(now_ns);
+        try {
+          const Deadline until = now + opts.heartbeat;
+          if (peer_watch_) {
+            peer_watch_->step(now, until);
+          } else {
+            store_->heartbeat(opts.rank, opts.heartbeat, until);
+          }
+        } catch (const std::exception& e) {
+          error = std::string("rank ") + std::to_string(opts.rank) + " cannot reach the store to send its heartbeat (" +
+                  e.what() + ")";
         }
-      } catch (const std::exception& e) {
-        error = std::string("rank ") + std::to_string(opts.rank) + " cannot reach the store to send its heartbeat (" +
-                e.what() + ")";
+      }
+      // Polls only while calls wait (they check health), as often as they would.
+      if (error.empty() && now >= next_poll && last_check_ns_.load(std::memory_order_relaxed) > polled_ns) {
+        next_poll = now + opts.failure_poll;
+        polled_ns = coarse_now_ns();
+        news_.store(store_has_news(now + ctx_.store_patience()), std::memory_order_relaxed);
       }
       lock.lock();
       if (!error.empty()) {
@@ -174,6 +198,22 @@ void Liveness::start(Deadline deadline) {
   });
 }
 
+// Whether the store holds what a waiting call must act on: a failed member,
+// a revocation, a published mismatch, or a rank that gave up.
+bool Liveness::store_has_news(Deadline until) {
+  try {
+    if (first_failed_rank(store_->try_get(kFailedRanksKey, until), ctx_.size())) return true;
+    for (const char* key : {kRevokedKey, "mismatch", "abandoned"}) {
+      if (store_->try_get(ctx_.key(key), until)) return true;
+    }
+  } catch (const Timeout&) {
+    // A slow store is not a dead peer: ask again next time.
+  } catch (const Error&) {
+    return true;  // the store is gone: the call's own poll names it
+  }
+  return false;
+}
+
 void Liveness::stop() {
   if (!thread_.joinable()) return;
   {
@@ -182,8 +222,9 @@ void Liveness::stop() {
   }
   cv_.notify_all();
   thread_.join();
+  const bool beating = last_beat_ns_ != 0;
   last_beat_ns_ = 0;
-  if (!failed_) {
+  if (beating && !failed_) {
     try {
       const Deadline until = Clock::now() + std::chrono::seconds(2);
       if (peer_watch_) {

@@ -2,8 +2,11 @@
 // A thread beats on its own store handle every heartbeat / 2; the store
 // records a rank silent for kSilentHeartbeats intervals as failed, or, when
 // it does not track liveness, the ranks watch each other (peer_watch.h).
-// During a wait, check() turns what the store and the transport report into
-// the error that names the rank that failed.
+// While calls wait, the same thread polls the store every failure_poll for
+// news (a failed rank, a revocation, a mismatch), so that a call's own wait
+// makes no round trip to the store and allocates nothing unless there is
+// news or it has waited failure_poll. During a wait, check() turns what the
+// store and the transport report into the error that names the rank that failed.
 #pragma once
 
 #include <atomic>
@@ -46,7 +49,10 @@ class Liveness {
   // without ever waiting, and so without a check(). Two loads and a coarse clock read.
   bool paused();
   // Makes the next check() poll the store whatever the time.
-  void poll_now() { next_failure_poll_ = {}; }
+  void poll_now() {
+    poll_requested_ = true;
+    next_failure_poll_ = {};
+  }
   // How long a sleeping wait may last before the next check() is due.
   std::chrono::microseconds until_next_check(const Task& task) const;
 
@@ -58,6 +64,7 @@ class Liveness {
 
  private:
   void throw_if_revoked(const Description& what, uint32_t seq, int waiting_on, Deadline deadline);
+  bool store_has_news(Deadline until);  // on the watch thread
 
   CommContext& ctx_;
   CallCheck& calls_;
@@ -69,7 +76,13 @@ class Liveness {
   bool stopping_ = false;                  // guarded by mu_
   std::string error_;                      // guarded by mu_
   std::atomic<bool> failed_{false};
+  // The caller's own store poll: when it is next allowed, and whether poll_now() asked for one.
   Clock::time_point next_failure_poll_{};
+  bool poll_requested_ = false;
+  // The watch thread's finding, and when a call last checked health (coarse ns):
+  // the thread polls the store only while calls wait.
+  std::atomic<bool> news_{false};
+  std::atomic<int64_t> last_check_ns_{0};
   // When the heartbeat thread last woke (ns on CLOCK_MONOTONIC_COARSE; 0: not beating), and
   // whether it found a heartbeat or more since the wake before.
   std::atomic<int64_t> last_beat_ns_{0};

@@ -92,6 +92,10 @@ std::unique_ptr<Communicator> Communicator::create(const CommOptions& options, s
     throw InvalidArgument("CommOptions::heartbeat of " + std::to_string(options.heartbeat.count()) +
                           " ms: use 0 (off) or at least 100 ms (TANDEM_HEARTBEAT_MS)");
   }
+  if (options.failure_poll < std::chrono::milliseconds(1)) {
+    throw InvalidArgument("CommOptions::failure_poll of " + std::to_string(options.failure_poll.count()) +
+                          " ms: use at least 1 ms");
+  }
   auto impl = std::make_unique<Impl>(options);
   impl->algorithms = std::move(algorithms);
   if (options.size > 1) impl->connect();

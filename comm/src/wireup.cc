@@ -104,7 +104,7 @@ void Communicator::Impl::connect() {
   store.set(ctx.key("host/" + std::to_string(opts.rank)),
             "host " + std::string(hostname) + ", pid " + std::to_string(getpid()), deadline);
   calls.check_versions(deadline);
-  if (opts.heartbeat.count() > 0) liveness.start(deadline);
+  liveness.start(deadline);  // beats only when opts.heartbeat > 0
   if (opts.host_store) store.set(ctx.key("store_host"), std::to_string(opts.rank), deadline);
   endpoints.connect(*algorithms, deadline);
   // Every rank published its UCX address after this key: it is there by now.

@@ -39,8 +39,10 @@ struct CommOptions {
   // What makes ranks "one host" for the topology and shared memory
   // (TANDEM_HOST_ID); empty = boot id, hostname and namespaces.
   std::string host_id;
-  // How often a waiting rank asks the store whether some rank died. The store
-  // learns of a death when the rank's connection drops, on any transport.
+  // How often, while calls wait, a rank's liveness thread asks the store
+  // whether some rank died (or revoked, or found a mismatch), and how long a
+  // call waits before it asks itself. The store learns of a death when the
+  // rank's connection drops, on any transport. At least 1 ms.
   std::chrono::milliseconds failure_poll{std::chrono::milliseconds(200)};
   // Liveness (TANDEM_HEARTBEAT_MS; 0 = off): each rank beats to the store
   // every heartbeat / 2 on its own connection; a rank silent for two

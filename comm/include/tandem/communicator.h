@@ -321,8 +321,8 @@ class Communicator {
   void abort(const std::string& reason = "abort() called");
   bool aborted() const;
   // abort() on every rank: this rank's calls fail with Revoked at once, every
-  // other rank's pending and later calls within a failure poll
-  // (CommOptions::failure_poll), whether or not they are waiting on this rank.
+  // other rank's pending and later calls once they wait, within a failure
+  // poll (CommOptions::failure_poll), whether or not they wait on this rank.
   // For survivors that must all stop a call a failed rank will never join.
   void revoke(const std::string& reason = "revoke() called");
   // True once this rank revoked the communicator or a call of its found it revoked.
