@@ -78,7 +78,7 @@ void CallCheck::publish_mismatch(const std::string& text) {
   try {
     const Deadline until = Clock::now() + std::chrono::milliseconds(500);
     // The first finding stays.
-    if (!ctx_.store->try_get(ctx_.key("mismatch"), until)) ctx_.store->set(ctx_.key("mismatch"), text, until);
+    if (!ctx_.store->try_get(ctx_.key(kMismatchKey), until)) ctx_.store->set(ctx_.key(kMismatchKey), text, until);
   } catch (const Error& e) {
     subsystem_log(Subsystem::liveness)
         .debug("tandem rank {}: could not publish the mismatch: {}", ctx_.rank(), e.what());
@@ -92,7 +92,7 @@ void CallCheck::throw_published_mismatch(const Description& what, uint32_t seq, 
   if (!ctx_.store) return;
   std::optional<std::string> mismatch;
   try {
-    mismatch = ctx_.store->try_get(ctx_.key("mismatch"), Clock::now() + std::chrono::milliseconds(500));
+    mismatch = ctx_.store->try_get(ctx_.key(kMismatchKey), Clock::now() + std::chrono::milliseconds(500));
   } catch (const Error&) {
     return;  // the store may be going away too: the caller names the failure
   }
@@ -105,9 +105,9 @@ void CallCheck::check_calls_match(const Description& what, uint32_t seq, int wai
   KeyValueStore& store = *ctx_.store;
   std::optional<std::string> mismatch, left, abandoned;
   try {
-    mismatch = store.try_get(ctx_.key("mismatch"), until);
+    mismatch = store.try_get(ctx_.key(kMismatchKey), until);
     // An exchange has no call numbers: a peer that gave up after an error is all it can learn.
-    if (what.point_to_point()) abandoned = store.try_get(ctx_.key("abandoned"), until);
+    if (what.point_to_point()) abandoned = store.try_get(ctx_.key(kAbandonedKey), until);
     if (seq > 1 && !what.point_to_point()) left = store.try_get(ctx_.key("left/" + std::to_string(seq - 1)), until);
   } catch (const Timeout&) {
     return;  // a slow store: ask again at the next poll
@@ -136,7 +136,7 @@ void CallCheck::explain_mismatch() {
   while (Clock::now() < until) {
     std::optional<std::string> found;
     try {
-      found = ctx_.store->try_get(ctx_.key("mismatch"), until);
+      found = ctx_.store->try_get(ctx_.key(kMismatchKey), until);
     } catch (const Error&) {
       return;
     }

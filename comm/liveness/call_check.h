@@ -18,6 +18,11 @@ class CallCheck {
  public:
   explicit CallCheck(CommContext& ctx) : ctx_(ctx) {}
 
+  // Where, under the communicator's prefix, the first mismatch found is
+  // published, and the first rank that gave up after an error names itself.
+  static constexpr const char* kMismatchKey = "mismatch";
+  static constexpr const char* kAbandonedKey = "abandoned";
+
   // Rank 0 compares every rank's (protocol, build, world size, job) with its
   // own and publishes the verdict; a disagreement fails every rank, naming both.
   void check_versions(Deadline deadline);

@@ -203,7 +203,7 @@ void Liveness::start(Deadline deadline) {
 bool Liveness::store_has_news(Deadline until) {
   try {
     if (first_failed_rank(store_->try_get(kFailedRanksKey, until), ctx_.size())) return true;
-    for (const char* key : {kRevokedKey, "mismatch", "abandoned"}) {
+    for (const char* key : {kRevokedKey, CallCheck::kMismatchKey, CallCheck::kAbandonedKey}) {
       if (store_->try_get(ctx_.key(key), until)) return true;
     }
   } catch (const Timeout&) {

@@ -34,8 +34,8 @@ void Communicator::Impl::finalize() {
     if (!engine.healthy()) {
       // Tell the others not to wait for us at the finalize barrier.
       // The first rank to give up stays named (exchanges report it).
-      if (!store.try_get(ctx.key("abandoned"), deadline)) {
-        store.set(ctx.key("abandoned"), std::to_string(ctx.rank()), deadline);
+      if (!store.try_get(ctx.key(CallCheck::kAbandonedKey), deadline)) {
+        store.set(ctx.key(CallCheck::kAbandonedKey), std::to_string(ctx.rank()), deadline);
       }
     } else if (finalize_barrier(deadline)) {
       // Everyone has finished its last collective before endpoints go away.
@@ -59,7 +59,8 @@ bool Communicator::Impl::finalize_barrier(Deadline deadline) {
   const std::string done = ctx.arrive("finalize", deadline);
   while (Clock::now() < deadline) {
     if (ctx.store->try_get(done, deadline)) return true;
-    if (ctx.store->try_get(ctx.key("abandoned"), deadline) || ctx.store->try_get(kFailedRanksKey, deadline)) {
+    if (ctx.store->try_get(ctx.key(CallCheck::kAbandonedKey), deadline) ||
+        ctx.store->try_get(kFailedRanksKey, deadline)) {
       return false;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
