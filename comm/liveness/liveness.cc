@@ -76,7 +76,7 @@ void Liveness::check(const Task& task, uint32_t seq, int waiting_on, int failed_
     throw rank_died(failed_peer,
                     "; its UCX endpoint reported an error during " + describe_wait(what, seq, rank, waiting_on));
   }
-  last_check_ns_.store(coarse_now_ns(), std::memory_order_relaxed);
+  last_check_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
   // The store is asked here only when the watch thread found something, after
   // a pause, or when this call has waited a poll interval: a call that
   // completes allocates nothing and makes no round trip to the store.
@@ -158,7 +158,7 @@ void Liveness::start(Deadline deadline) {
     const auto step = std::min<std::chrono::milliseconds>(beat_interval, opts.failure_poll);
     Clock::time_point next_beat = beating ? Clock::now() + beat_interval : Clock::time_point::max();
     Clock::time_point next_poll = Clock::now() + opts.failure_poll;
-    int64_t polled_ns = 0;
+    Clock::rep polled = 0;
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
       if (cv_.wait_for(lock, step, [&] { return stopping_; })) return;
@@ -183,9 +183,9 @@ void Liveness::start(Deadline deadline) {
         }
       }
       // Polls only while calls wait (they check health), as often as they would.
-      if (error.empty() && now >= next_poll && last_check_ns_.load(std::memory_order_relaxed) > polled_ns) {
+      if (error.empty() && now >= next_poll && last_check_.load(std::memory_order_relaxed) > polled) {
         next_poll = now + opts.failure_poll;
-        polled_ns = coarse_now_ns();
+        polled = now.time_since_epoch().count();
         news_.store(store_has_news(now + ctx_.store_patience()), std::memory_order_relaxed);
       }
       lock.lock();

@@ -79,10 +79,10 @@ class Liveness {
   // The caller's own store poll: when it is next allowed, and whether poll_now() asked for one.
   Clock::time_point next_failure_poll_{};
   bool poll_requested_ = false;
-  // The watch thread's finding, and when a call last checked health (coarse ns):
-  // the thread polls the store only while calls wait.
+  // The watch thread's finding, and when a call last checked health (Clock
+  // ticks): the thread polls the store only while calls wait.
   std::atomic<bool> news_{false};
-  std::atomic<int64_t> last_check_ns_{0};
+  std::atomic<Clock::rep> last_check_{0};
   // When the heartbeat thread last woke (ns on CLOCK_MONOTONIC_COARSE; 0: not beating), and
   // whether it found a heartbeat or more since the wake before.
   std::atomic<int64_t> last_beat_ns_{0};
