@@ -177,7 +177,7 @@ void Engine::run() {
       // down, within their deadlines; their health checks see an abort.
       progress_posted();
     }
-    posted_left_.store(!posted_.empty());
+    posted_left_.store(!posted_.empty(), std::memory_order_release);
     busy_.store(false);  // this thread looks for work next: nobody to wake
   }
 }
@@ -194,7 +194,9 @@ bool Engine::take_busy_if_idle() {
 
 void Engine::release_busy(bool wake) {
   const bool left = !posted_.empty();  // ours to read while we hold busy_
-  posted_left_.store(left);
+  // Released by busy_'s store, and by the lock below when it matters: no
+  // locked instruction of its own.
+  posted_left_.store(left, std::memory_order_release);
   busy_.store(false);
   // Sequentially consistent, both: a call queued after this store finds
   // busy_ clear, or this load finds it queued.

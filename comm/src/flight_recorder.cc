@@ -184,11 +184,21 @@ std::optional<FlightRecorder::Entry> FlightRecorder::read(const Slot& slot) cons
 
 int64_t FlightRecorder::epoch_us(Clock::time_point t) const { return steady_us(t) + epoch_offset_us_; }
 
+FlightRecorder::Slot& FlightRecorder::slot_of(uint64_t seq) {
+  if (begun_slot_ && seq == begun_seq_) return *begun_slot_;
+  if (begun_slot_ && seq == begun_seq_ + 1) {
+    Slot* next = begun_slot_ + 1;
+    return next == ring_.data() + ring_.size() ? ring_.front() : *next;
+  }
+  return ring_[seq % capacity_];
+}
+
 void FlightRecorder::begin(uint64_t seq, const Call& what, bool shared_memory, Clock::time_point started) {
   if (capacity_ == 0) return;
   const int64_t now = epoch_us(started);
   waiting_on_.store(-1, std::memory_order_relaxed);
-  Slot& slot = ring_[seq % capacity_];
+  Slot& slot = slot_of(seq);
+  begun_seq_ = seq, begun_slot_ = &slot;
   write(slot, [&] {
     slot.seq.store(seq, std::memory_order_relaxed);
     slot.packed.store(pack(what, shared_memory), std::memory_order_relaxed);
@@ -201,7 +211,7 @@ void FlightRecorder::begin(uint64_t seq, const Call& what, bool shared_memory, C
 
 void FlightRecorder::end(uint64_t seq, bool ok, const std::string& error) {
   if (capacity_ == 0) return;
-  Slot& slot = ring_[seq % capacity_];
+  Slot& slot = slot_of(seq);
   if (slot.seq.load(std::memory_order_relaxed) != seq) return;
   if (!ok) {
     std::lock_guard lock(mu_);

@@ -91,6 +91,7 @@ class FlightRecorder {
   template <class Change>
   void write(Slot& slot, Change change);
   std::optional<Entry> read(const Slot& slot) const;
+  Slot& slot_of(uint64_t seq);  // ring_[seq % capacity_]
   int64_t epoch_us(Clock::time_point t) const;
 
   int rank_, size_;
@@ -100,6 +101,10 @@ class FlightRecorder {
   int64_t epoch_offset_us_;        // the epoch's time minus the steady clock's, at construction
   std::vector<Slot> ring_;         // entry for seq s at s % capacity_
   std::atomic<uint64_t> last_{0};  // highest seq begun
+  // The slot of the call begun last (the recording thread's): its end and
+  // the next call's begin find theirs without a division.
+  uint64_t begun_seq_ = 0;
+  Slot* begun_slot_ = nullptr;
   std::atomic<int> waiting_on_{-1};
   mutable std::mutex mu_;
   std::vector<Error> errors_;  // by slot, under mu_
