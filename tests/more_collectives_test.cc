@@ -338,7 +338,8 @@ TEST(Alltoall, TimedPathOpeningThenVerdict) {
 }
 
 // Rank 0's verdict on a round's trials: staged unless cross-memory attach
-// won more pairs (on a tie: the lower total) and is under 0.9 of staging's total.
+// won more pairs (on a tie: the lower total) and is under 0.9 of staging's
+// total (without the margin: won more pairs).
 TEST(Alltoall, TimedPathVerdict) {
   auto trials = [](uint64_t staged_ns, uint64_t cma_ns, uint64_t staged_wins, uint64_t cma_wins) {
     ring::PathTrials t{};
@@ -352,6 +353,10 @@ TEST(Alltoall, TimedPathVerdict) {
   EXPECT_TRUE(ring::staged_won(trials(100, 50, 2, 1)));   // fewer pairs won
   EXPECT_TRUE(ring::staged_won(trials(90, 100, 1, 2)));   // more pairs, a higher total
   EXPECT_TRUE(ring::staged_won(trials(0, 0, 0, 0)));      // neither timed
+  // The first round's one pair, ranks no more than cores: no margin.
+  EXPECT_FALSE(ring::staged_won(trials(100, 95, 0, 1), /*margin=*/false));
+  EXPECT_TRUE(ring::staged_won(trials(95, 100, 1, 0), /*margin=*/false));
+  EXPECT_TRUE(ring::staged_won(trials(0, 0, 0, 0), /*margin=*/false));
 }
 
 // Trials of three calls (where ranks outnumber cores): the last two timed
