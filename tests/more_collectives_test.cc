@@ -339,7 +339,8 @@ TEST(Alltoall, TimedPathOpeningThenVerdict) {
 
 // Rank 0's verdict on a round's trials: staged unless cross-memory attach
 // won more pairs (on a tie: the lower total) and is under 0.9 of staging's
-// total (without the margin: won more pairs).
+// total (the first round's one pair: staging only if under 0.9 of
+// cross-memory attach's).
 TEST(Alltoall, TimedPathVerdict) {
   auto trials = [](uint64_t staged_ns, uint64_t cma_ns, uint64_t staged_wins, uint64_t cma_wins) {
     ring::PathTrials t{};
@@ -353,10 +354,16 @@ TEST(Alltoall, TimedPathVerdict) {
   EXPECT_TRUE(ring::staged_won(trials(100, 50, 2, 1)));   // fewer pairs won
   EXPECT_TRUE(ring::staged_won(trials(90, 100, 1, 2)));   // more pairs, a higher total
   EXPECT_TRUE(ring::staged_won(trials(0, 0, 0, 0)));      // neither timed
-  // The first round's one pair, ranks no more than cores: no margin.
-  EXPECT_FALSE(ring::staged_won(trials(100, 95, 0, 1), /*margin=*/false));
-  EXPECT_TRUE(ring::staged_won(trials(95, 100, 1, 0), /*margin=*/false));
-  EXPECT_TRUE(ring::staged_won(trials(0, 0, 0, 0), /*margin=*/false));
+  // The first round's one pair, ranks no more than cores: the margin turned
+  // round, staging only if it took under 0.9 of cross-memory attach's time.
+  EXPECT_FALSE(ring::staged_won(trials(100, 95, 0, 1), /*first_pair=*/true));
+  EXPECT_FALSE(ring::staged_won(trials(95, 100, 1, 0), /*first_pair=*/true));
+  EXPECT_FALSE(ring::staged_won(trials(90, 100, 1, 0), /*first_pair=*/true));  // 0.9 exactly: not under it
+  EXPECT_TRUE(ring::staged_won(trials(89, 100, 1, 0), /*first_pair=*/true));
+  EXPECT_TRUE(ring::staged_won(trials(0, 0, 0, 0), /*first_pair=*/true));  // neither timed
+  // A trial that lost a call (its total 0): the rule of later rounds.
+  EXPECT_EQ(ring::staged_won(trials(100, 0, 0, 0), true), ring::staged_won(trials(100, 0, 0, 0)));
+  EXPECT_EQ(ring::staged_won(trials(0, 100, 0, 0), true), ring::staged_won(trials(0, 100, 0, 0)));
 }
 
 // Trials of three calls (where ranks outnumber cores): the last two timed

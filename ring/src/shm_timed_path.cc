@@ -66,16 +66,18 @@ TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes, bool st
     return path;
   }
   if (s.rank() == 0 && call == end) {
-    store_relaxed(t.verdict, staged_won(t, /*margin=*/!first || shared_cores) ? kStaged : kCrossMemory);
+    store_relaxed(t.verdict, staged_won(t, /*first_pair=*/first && !shared_cores) ? kStaged : kCrossMemory);
   }
   path.offer = load_relaxed(t.verdict) == kStaged ? Offer::staged : Offer::cross_memory;
   return path;
 }
 
-bool staged_won(const PathTrials& t, bool margin) {
+bool staged_won(const PathTrials& t, bool first_pair) {
+  // Both trials counted (a trial that lost a call leaves its total 0).
+  if (first_pair && t.staged_ns > 0 && t.cross_memory_ns > 0) return t.staged_ns * 10 < t.cross_memory_ns * 9;
   const bool cma_more_pairs =
       t.staged_wins != t.cross_memory_wins ? t.cross_memory_wins > t.staged_wins : t.cross_memory_ns < t.staged_ns;
-  return !(cma_more_pairs && (!margin || t.cross_memory_ns * 10 < t.staged_ns * 9));
+  return !(cma_more_pairs && t.cross_memory_ns * 10 < t.staged_ns * 9);
 }
 
 void confirm_trial(TimedPath& p, Reach reach) {
