@@ -243,6 +243,24 @@ TEST_P(Fingerprint, VariableCallsAgainstTheirFixedTwinsAreNamed) {
   }
 }
 
+// A call of one cell keeps to the first 64 of every 256 cells, so past them
+// it is placed after where a larger call would be. Through shared memory the
+// first all-reduce takes a run of 8 cells and 56 gathers of one cell (2 KiB
+// per rank on 2 ranks: one 4 KiB cell) fill the rest of the 64. Then rank 0
+// gathers one cell to itself, stamped at cell 256, and rank 1 a run to
+// itself, stamped at 64: each root, waiting where it placed its own call,
+// finds the other's where the other placed it and names it.
+TEST_P(Fingerprint, OneCellCallPastItsCellsIsNamed) {
+  expect_mismatch(2, GetParam(),
+                  [](Communicator& c) {
+                    std::vector<float> in(2048, 1.0f), out(4096);
+                    for (int call = 0; call < 56; ++call) c.gather(in.data(), out.data(), 512, DataType::f32, 0);
+                    const int r = c.rank();
+                    c.gather(in.data(), out.data(), r == 0 ? 512 : 1024, DataType::f32, r);
+                  },
+                  {"call #58", "rank 0 called gather(512 x f32, root 0)", "rank 1 called gather(1024 x f32, root 1)"});
+}
+
 TEST_P(Fingerprint, GatherRootIsNamed) {
   expect_mismatch(2, GetParam(),
                   [](Communicator& c) {

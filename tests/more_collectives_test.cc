@@ -848,12 +848,14 @@ auto connect_with_4k_chunks(const CommOptions& o) {
 
 // On shared memory a rooted call's sending side returns once its part is
 // staged (a gather's and reduce's non-roots, a scatter's and broadcast's
-// root), so it runs ahead of its receivers by up to 256 calls of one cell,
+// root), so it runs ahead of its receivers by up to 64 calls of one cell,
 // 32 of a run or 4 whole chunks. Back to back, with roots moving, calls of
 // one cell (64 bytes of a 4 KiB chunk) and of a run (512) among calls of
 // several chunks, so that runs and whole chunks start past cells left
-// unused, and every input rewritten as soon as its call returns: each root
-// still gets each call's data.
+// unused and calls of one cell past their 64 cells, and every input
+// rewritten as soon as its call returns: each root still gets each call's
+// data. Then 300 calls of one cell to one root, whose senders fill their
+// cells and wait for them again and again.
 TEST(Rooted, SendingSidesRunAheadAndKeepTheirData) {
   RankGroup group(3, [](const CommOptions& o) {
     auto comm = connect_with_4k_chunks(o);
@@ -893,6 +895,15 @@ TEST(Rooted, SendingSidesRunAheadAndKeepTheirData) {
       }
       std::fill(in.begin(), in.end(), -2.0f);  // the next call's data, written at once
       if (wrong) ADD_FAILURE() << wrong << " wrong elements at call " << call << " (root " << root << ")";
+    }
+    for (int call = 240; call < 540 && wrong == 0; ++call) {
+      const size_t count = 4;  // 3 ranks x 16 bytes: one 64-byte cell
+      for (size_t j = 0; j < count; ++j) in[j] = value(call, r, j);
+      comm->gather(in.data(), out.data(), count, DataType::f32, 0);
+      for (int p = 0; p < n && r == 0; ++p)
+        for (size_t j = 0; j < count; ++j) wrong += out[size_t(p) * count + j] != value(call, p, j);
+      std::fill(in.begin(), in.end(), -2.0f);
+      if (wrong) ADD_FAILURE() << wrong << " wrong elements at one-cell call " << call;
     }
     return wrong == 0 ? 0 : kExpectationFailed;
   });

@@ -2,6 +2,9 @@
 // check that every rank made the same call.
 #include "shm_segments.h"
 
+#include <algorithm>
+#include <array>
+
 namespace tandem::ring {
 
 bool Segments::arrive(bool present, const void* in, void* out, const SharedRef* input, const SharedRef* output) {
@@ -61,16 +64,18 @@ bool Segments::registered(int p, bool output_too) const {
 }
 
 const SlotHeader* Segments::staged_from(int peer, uint64_t before) const {
-  // The first chunk starts at `before` (one cell) or at the next multiple of
-  // kCellsPerChunk: nearest first. Seeing a later call's stamp there (a peer
-  // that ran ahead) means this call's stamp, written before it, is visible
-  // now too: look again from the nearest.
+  // The first chunk starts where a chunk of one cell, a run or a whole chunk
+  // would be placed: nearest first (a one-cell chunk may be placed past the
+  // others). Seeing a later call's stamp past the nearest (a peer that ran
+  // ahead) means this call's stamp, written before it, is visible now too:
+  // look again from the nearest.
+  std::array<uint64_t, 3> starts{placed(before, 1), placed(before, kCellsPerRun), placed(before, kCellsPerChunk)};
+  std::sort(starts.begin(), starts.end());
   for (int pass = 0; pass < 2; ++pass) {
-    for (size_t cells = 1; cells <= kCellsPerChunk; cells *= kCellsPerRun) {
-      const uint64_t g = placed(before, cells);
+    for (const uint64_t g : starts) {
       const SlotHeader* h = header(peer, g);
       if (load_acquire(h->stamp) != g + 1) continue;
-      if (pass == 1 || g == before) return h;
+      if (pass == 1 || g == starts[0]) return h;
       break;
     }
   }

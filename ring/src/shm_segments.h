@@ -51,8 +51,8 @@ class Segments {
   // cores and the call takes a whole chunk or more. There a sending side
   // that ran ahead by a few chunks would only wait for a free slot, taking
   // the core from the receiver it waits for: every rank stages and waits for
-  // every other instead. A call of a cell or a run runs up to kCells or
-  // kCells / kCellsPerRun calls ahead, and the receiver drains them in its
+  // every other instead. A call of a cell or a run runs up to kOneCellCells
+  // or kCells / kCellsPerRun calls ahead, and the receiver drains them in its
   // turn on the core (docs/algorithms.md, 'shm: rooted calls return once
   // staged', 'shm: cells'). Its placement does not depend on the flow it
   // gets here, which ranks of a grown job may see differently.
@@ -208,8 +208,12 @@ class Segments {
   }
   // The first cell of a call whose chunks take `cells` cells each and whose
   // rank's cells are free from `before`: a multiple of `cells`, so that whole
-  // chunks never wrap the cells.
-  static uint64_t placed(uint64_t before, size_t cells) { return (before + cells - 1) / cells * cells; }
+  // chunks never wrap the cells; one-cell chunks among the first
+  // kOneCellCells of every kCells.
+  static uint64_t placed(uint64_t before, size_t cells) {
+    const uint64_t g = (before + cells - 1) / cells * cells;
+    return cells == 1 && g % kCells >= kOneCellCells ? (g / kCells + 1) * kCells : g;
+  }
   // The first cell of this call's chunk i (staged() places the call).
   uint64_t cell_of(size_t i) const { return first_ + i * cells_; }
   // The header where `peer` stamped the first chunk of a staged call it began

@@ -21,12 +21,15 @@ namespace tandem::ring {
 
 // A full chunk spans kCellsPerChunk cells, so kSlots full chunks are in
 // flight per rank; chunks of a run, kCells / kCellsPerRun; chunks of one
-// cell, kCells (docs/algorithms.md, 'shm: cells: small calls run further
-// ahead').
+// cell, kOneCellCells: they keep to the first kOneCellCells of every kCells,
+// so that a short run of small calls warms few cells (docs/algorithms.md,
+// 'shm: cells: small calls run further ahead', 'shm: one-cell calls keep to
+// 64 cells').
 constexpr size_t kSlots = 4;
 constexpr size_t kCellsPerRun = 8;
 constexpr size_t kCellsPerChunk = kCellsPerRun * kCellsPerRun;
 constexpr size_t kCells = kSlots * kCellsPerChunk;
+constexpr size_t kOneCellCells = 64;
 constexpr size_t kControlBytes = 8192;
 constexpr size_t kHeaderBytes = 64;
 constexpr size_t kCacheLine = 64;
