@@ -354,8 +354,8 @@ TEST(Alltoall, TimedPathVerdict) {
   EXPECT_TRUE(ring::staged_won(trials(100, 50, 2, 1)));   // fewer pairs won
   EXPECT_TRUE(ring::staged_won(trials(90, 100, 1, 2)));   // more pairs, a higher total
   EXPECT_TRUE(ring::staged_won(trials(0, 0, 0, 0)));      // neither timed
-  // The first round's one pair, ranks no more than cores: the margin turned
-  // round, staging only if it took under 0.9 of cross-memory attach's time.
+  // The first round's one pair: the margin turned round, staging only if it
+  // took under 0.9 of cross-memory attach's time.
   EXPECT_FALSE(ring::staged_won(trials(100, 95, 0, 1), /*first_pair=*/true));
   EXPECT_FALSE(ring::staged_won(trials(95, 100, 1, 0), /*first_pair=*/true));
   EXPECT_FALSE(ring::staged_won(trials(90, 100, 1, 0), /*first_pair=*/true));  // 0.9 exactly: not under it

@@ -66,7 +66,7 @@ TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes, bool st
     return path;
   }
   if (s.rank() == 0 && call == end) {
-    store_relaxed(t.verdict, staged_won(t, /*first_pair=*/first && !shared_cores) ? kStaged : kCrossMemory);
+    store_relaxed(t.verdict, staged_won(t, /*first_pair=*/first) ? kStaged : kCrossMemory);
   }
   path.offer = load_relaxed(t.verdict) == kStaged ? Offer::staged : Offer::cross_memory;
   return path;
