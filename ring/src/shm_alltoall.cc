@@ -55,6 +55,10 @@ struct Matrix {
     if (stored()) return std::accumulate(send_counts.begin(), send_counts.end(), size_t(0));
     return equal * size_t(rooted() ? n : n * n);
   }
+  // A rank's share of the total, in bytes of `es` each.
+  size_t per_rank(size_t es) const {
+    return stored() ? total() * es / size_t(n) : equal * es * size_t(rooted() ? 1 : n);
+  }
 };
 
 // The directory entries a rank stages: its send counts, send displacements, receive counts.
@@ -166,9 +170,12 @@ void direct_alltoallv(Segments& s, const AlltoallvArgs& a, const Matrix& m, Reac
 void staged_alltoallv(Segments& s, const AlltoallvArgs& a, const Matrix& m, const Target& t, const RingOptions& o) {
   const int n = s.size(), r = s.rank();
   const size_t es = dtype_size(a.dtype);
-  const size_t per_block = std::max<size_t>(1, std::min(s.chunk_bytes() / es / size_t(n), m.largest_block()));
+  // The largest block whole if a chunk holds it for every rank (no division: small calls).
+  const size_t largest = m.largest_block();
+  const size_t per_block =
+      std::max<size_t>(1, largest * es * size_t(n) <= s.chunk_bytes() ? largest : s.chunk_bytes() / es / size_t(n));
   auto run = [&](size_t count, size_t i) { return run_of(count, i, per_block); };
-  const size_t chunks = chunks_for(m.largest_block(), per_block), extent = size_t(n) * per_block * es;
+  const size_t chunks = chunks_for(largest, per_block), extent = size_t(n) * per_block * es;
   s.staged(
       chunks, extent,
       !m.rooted() ? Flow{} : s.rooted_flow(o, m.gather ? Flow{-1, m.root} : Flow{m.root, -1}, chunks, extent),
@@ -218,7 +225,7 @@ void shm_alltoallv(Channel& ch, const AlltoallvArgs& a, const RingOptions& o, co
   const Matrix& m = a.equal || rooted ? fixed : exchange_directory(s, a);
   if (m.stored()) check_matrix(m);
   if (m.total() == 0) return;
-  const size_t per_rank = m.total() * es / size_t(n);  // the same on every rank
+  const size_t per_rank = m.per_rank(es);  // the same on every rank
   const size_t in_bytes = extent(a.send, es), out_bytes = extent(a.recv, es);
   auto* out = bytes_of(a.output);
   const bool overlap = ring::overlap(a.input, in_bytes, out, out_bytes) && !own_block_in_place(a, called, s.rank(), es);

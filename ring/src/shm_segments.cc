@@ -82,12 +82,12 @@ const SlotHeader* Segments::staged_from(int peer, uint64_t before) const {
   return nullptr;
 }
 
-void Segments::wait_for_free_slot(uint64_t needed) {
+void Segments::wait_for_free_slot(uint64_t needed, uint64_t enough) {
   if (self_->peers_consumed >= needed) return;
   uint64_t least = UINT64_MAX;
   for (int p = 0; p < n_; ++p) {
     if (p == r_) continue;
-    await(p, control(p)->consumed, needed, [] { return static_cast<const Call*>(nullptr); });
+    await(p, control(p)->consumed, enough, [] { return static_cast<const Call*>(nullptr); });
     least = std::min(least, load_acquire(control(p)->consumed));
   }
   self_->peers_consumed = least;

@@ -211,7 +211,7 @@ class Segments {
   // chunks never wrap the cells; one-cell chunks among the first
   // kOneCellCells of every kCells.
   static uint64_t placed(uint64_t before, size_t cells) {
-    const uint64_t g = (before + cells - 1) / cells * cells;
+    const uint64_t g = (before + cells - 1) & ~uint64_t(cells - 1);  // cells: 1, kCellsPerRun or kCellsPerChunk
     return cells == 1 && g % kCells >= kOneCellCells ? (g / kCells + 1) * kCells : g;
   }
   // The first cell of this call's chunk i (staged() places the call).
@@ -230,7 +230,10 @@ class Segments {
   template <class Stage>
   void stage_chunk(size_t i, Stage& stage, bool stages, bool alone) {
     const uint64_t g = cell_of(i);
-    if (g + cells_ > kCells) wait_for_free_slot(g + cells_ - kCells);
+    if (g + cells_ > kCells) {
+      const uint64_t needed = g + cells_ - kCells;
+      wait_for_free_slot(needed, cells_ == 1 ? needed + kOneCellsFreedAtOnce : needed);
+    }
     SlotHeader* h = header(r_, g);
     if (stages) stage(i, data(r_, g));
     // The call beside the stamp, after the data: a peer already polling this
@@ -241,8 +244,10 @@ class Segments {
     if (alone) std::atomic_thread_fence(std::memory_order_seq_cst);
   }
 
-  // Every peer has consumed every cell before `needed`.
-  void wait_for_free_slot(uint64_t needed);
+  // Every peer has consumed every cell before `needed`. A rank that must
+  // wait for it waits until they consumed those before `enough` (at least
+  // `needed`), so that its next calls need not read the peers' `consumed`.
+  void wait_for_free_slot(uint64_t needed, uint64_t enough);
 
   // Spins until `value` (written by `peer`) reaches `target`, watching for the
   // peer to be in a different call that never publishes it: `other_call`
@@ -308,7 +313,11 @@ void fold(const Segments& s, const Reduction& r, void* dst, SlotOf& slot_of, siz
   if (r.op == ReduceOp::avg) scale_avg(r.dtype, dst, r.count, s.size());
 }
 
-inline size_t chunks_for(size_t count, size_t per_chunk) { return (count + per_chunk - 1) / per_chunk; }
+// (A call of one chunk, the small calls' case, divides nothing: a 64-bit
+// division is a few percent of a small call.)
+inline size_t chunks_for(size_t count, size_t per_chunk) {
+  return count <= per_chunk ? size_t(count != 0) : (count + per_chunk - 1) / per_chunk;
+}
 // The elements of a block of `count` in its run i of `per_run` each (0 past its end).
 inline size_t run_of(size_t count, size_t i, size_t per_run) {
   return std::min(per_run, count - std::min(count, i * per_run));

@@ -30,6 +30,14 @@ constexpr size_t kCellsPerRun = 8;
 constexpr size_t kCellsPerChunk = kCellsPerRun * kCellsPerRun;
 constexpr size_t kCells = kSlots * kCellsPerChunk;
 constexpr size_t kOneCellCells = 64;
+static_assert((kCellsPerRun & (kCellsPerRun - 1)) == 0, "cells are placed by masks");
+// A sender of one-cell calls that finds its cells all in use waits until
+// this many more are free, not one: while it polls a receiver's `consumed`,
+// each of the receiver's writes to it must take the line back first
+// (docs/algorithms.md, 'shm: one-cell calls keep to 64 cells'). Under
+// kOneCellCells, so that the peers' earlier calls alone free them.
+constexpr size_t kOneCellsFreedAtOnce = kOneCellCells / 4;
+static_assert(kOneCellsFreedAtOnce < kOneCellCells);
 constexpr size_t kControlBytes = 8192;
 constexpr size_t kHeaderBytes = 64;
 constexpr size_t kCacheLine = 64;
