@@ -58,11 +58,10 @@ TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes, bool st
 // Rank 0's verdict on a round's trials: staged unless cross-memory attach
 // won more pairs (on a tie: the lower total) and is clearly faster in total,
 // under 0.9 of staging's (docs/algorithms.md, 'shm: the margin'). The
-// first round's one pair (`first_pair`) turns the margin round:
-// cross-memory attach unless
-// staging took under 0.9 of its time. Its trials run on buffers that cross-
-// memory attach has not read yet, which slows its first calls more than
-// staging's.
+// first round's one pair (`first_pair`) turns the margin round: cross-memory
+// attach unless staging took under 0.9 of its time. Its trials run on
+// buffers that cross-memory attach has not read yet, which slows its first
+// calls more than staging's.
 bool staged_won(const PathTrials& t, bool first_pair = false);
 
 // After arrive_direct: a trial counts only if each of its timed calls went
