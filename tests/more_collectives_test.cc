@@ -517,20 +517,23 @@ TEST(Overlap, OutputShiftedFromTheInput) {
 // Every rank's block `count` elements, packed in rank order.
 Blocks equal_blocks(int n, size_t count) { return packed(std::vector<size_t>(size_t(n), count)); }
 
-// gatherv and allgatherv: an input at the next rank's block of the output
-// (the root's, for the gatherv).
-TEST(Overlap, GathervAndAllgathervInputAtAnotherBlock) {
+// gather, gatherv and allgatherv: an input at the next rank's block of the
+// output (the root's, for the gathers; a small gather takes one cell).
+TEST(Overlap, GathersAndAllgathervInputAtAnotherBlock) {
   expect_overlaps_handled([](Communicator& comm, size_t count, char* out) {
     const int n = comm.size(), r = comm.rank(), root = n - 1;
     const size_t block = count * sizeof(float);
     long wrong = 0;
-    for (bool all : {false, true}) {
+    for (const Op op : {Op::gather, Op::gatherv, Op::allgatherv}) {
+      const bool all = op == Op::allgatherv;
       char* in = out + size_t((r + 1) % n) * block;
       fill_moved(DataType::f32, in, r, count);
       if (all) {
         comm.allgatherv(in, count, out, equal_blocks(n, count), DataType::f32);
-      } else {
+      } else if (op == Op::gatherv) {
         comm.gatherv(in, count, out, equal_blocks(n, count), DataType::f32, root);
+      } else {
+        comm.gather(in, out, count, DataType::f32, root);
       }
       for (int b = 0; (all || r == root) && b < n; ++b) {
         wrong += count_wrong_moved(DataType::f32, b, out + size_t(b) * block, count);
@@ -540,15 +543,23 @@ TEST(Overlap, GathervAndAllgathervInputAtAnotherBlock) {
   });
 }
 
-// scatterv's root and reduce_scatterv: an output at the next rank's block of the input.
-TEST(Overlap, ScattervAndReduceScattervOutputAtAnotherBlock) {
+// scatter's and scatterv's root and reduce_scatterv: an output at the next rank's block of the input.
+TEST(Overlap, ScattersAndReduceScattervOutputAtAnotherBlock) {
   expect_overlaps_handled([](Communicator& comm, size_t count, char* in) {
     const int n = comm.size(), r = comm.rank(), root = n - 1;
     const size_t block = count * sizeof(float);
     char* out = in + size_t((r + 1) % n) * block;
-    for (int b = 0; b < n; ++b) fill_moved(DataType::f32, in + size_t(b) * block, b, count);
-    comm.scatterv(in, equal_blocks(n, count), r == root ? out : in + size_t(n) * block, count, DataType::f32, root);
-    long wrong = count_wrong_moved(DataType::f32, r, r == root ? out : in + size_t(n) * block, count);
+    char* mine = r == root ? out : in + size_t(n) * block;
+    long wrong = 0;
+    for (bool variable : {false, true}) {
+      for (int b = 0; b < n; ++b) fill_moved(DataType::f32, in + size_t(b) * block, b, count);
+      if (variable) {
+        comm.scatterv(in, equal_blocks(n, count), mine, count, DataType::f32, root);
+      } else {
+        comm.scatter(in, mine, count, DataType::f32, root);
+      }
+      wrong += count_wrong_moved(DataType::f32, r, mine, count);
+    }
     fill_summands(comm, in, size_t(n) * count);
     comm.reduce_scatterv(in, out, equal_blocks(n, count), DataType::f32, ReduceOp::sum);
     return wrong + count_wrong(ReduceOp::sum, DataType::f32, n, out, count, size_t(r) * count);

@@ -92,15 +92,19 @@ class RingAlgorithms final : public Algorithms {
   // receives (sends): one arrival, then the root reads every block (each rank
   // reads its own), staged or straight from the inputs as the path table says.
   void gatherv(Channel& ch, const VariableArgs& args) override {
-    if (shared(ch, args.memory) && shm_alltoall_fits(ch, options_))
+    if (shared(ch, args.memory) && shm_alltoall_fits(ch, options_)) {
+      if (shm_rooted_one_cell(ch, args, options_, rooted_call(args, true), true)) return;
       return shm_alltoallv(ch, rooted_as_alltoallv(ch, args, true), options_, rooted_call(args, true));
+    }
     VariableArgs& a = adjustable(args);
     if (ch.rank() == a.root) input_into_own_block(ch, a);
     ring::gatherv(ch, a);
   }
   void scatterv(Channel& ch, const VariableArgs& args) override {
-    if (shared(ch, args.memory) && shm_alltoall_fits(ch, options_))
+    if (shared(ch, args.memory) && shm_alltoall_fits(ch, options_)) {
+      if (shm_rooted_one_cell(ch, args, options_, rooted_call(args, false), false)) return;
       return shm_alltoallv(ch, rooted_as_alltoallv(ch, args, false), options_, rooted_call(args, false));
+    }
     if (ch.rank() != args.root) return ring::scatterv(ch, args);
     const size_t es = dtype_size(args.dtype);
     const auto* own = static_cast<const std::byte*>(args.input) + args.blocks.displs[size_t(ch.rank())] * es;

@@ -110,6 +110,11 @@ void shm_broadcast(Channel& ch, const BroadcastArgs& args, const RingOptions& op
 // `called`: what the ranks compare at their first exchange (alltoall(v), or the gather or scatter it carries out).
 void shm_alltoallv(Channel& ch, const AlltoallvArgs& args, const RingOptions& options, const ring::Call& called);
 bool shm_alltoall_fits(const Channel& ch, const RingOptions& options);
+// A gather (`gather`) or scatter of equal blocks that all fit one cell,
+// staged as shm_alltoallv stages it, without its set-up for blocks of any
+// size; false, having done nothing, for any other call.
+bool shm_rooted_one_cell(Channel& ch, const VariableArgs& args, const RingOptions& options, const ring::Call& called,
+                         bool gather);
 // The segment bytes the shm_* functions need per rank.
 size_t shm_segment_bytes(size_t chunk_bytes);
 // The chunk whose segment is `segment_bytes` (shm_segment_bytes' inverse, in

@@ -253,4 +253,46 @@ void shm_alltoallv(Channel& ch, const AlltoallvArgs& a, const RingOptions& o, co
   end_trial(path.heap);
 }
 
+bool shm_rooted_one_cell(Channel& ch, const VariableArgs& a, const RingOptions& o, const Call& called, bool gather) {
+  const size_t es = dtype_size(a.dtype), block = a.count * es, n = size_t(ch.size());
+  // As staged_alltoallv places it: every block whole in one chunk, the
+  // chunk in one cell; under the direct paths' least size, so staged.
+  const size_t cell = Segments::cell_bytes(*ch.shared_memory()->segments());
+  if (!a.equal || block == 0 || block >= kShmDirectMinBytes || n * block > std::min(o.shm_chunk_bytes, cell))
+    return false;
+  const int r = ch.rank(), root = a.root;
+  const std::byte* in = bytes_of(a.input);
+  std::byte* out = bytes_of(a.output);
+  // The root's own block: from a gather's input, or to a scatter's output.
+  const std::byte* own_from = gather ? in : in + size_t(root) * block;
+  std::byte* own_to = gather ? out + size_t(root) * block : out;
+  // A root whose buffers overlap elsewhere receives aside (shm_alltoallv).
+  const size_t in_bytes = gather ? block : n * block, out_bytes = gather ? n * block : block;
+  if (r == root && own_from != own_to && overlap(in, in_bytes, out, out_bytes)) return false;
+  Segments s(ch, o.shm_chunk_bytes, called);
+  // Piece q of a slot is rank q's block, as in staged_alltoallv.
+  s.staged(
+      1, n * block, gather ? Flow{-1, root} : Flow{root, -1},
+      [&](size_t, std::byte* slot) {
+        if (gather && r != root) s.counted_copy(slot + size_t(root) * block, in, block);
+        if (gather || r != root) return;
+        for (size_t q = 0; q < n; ++q) {
+          if (q != size_t(root)) s.counted_copy(slot + q * block, in + q * block, block);
+        }
+      },
+      [&](size_t, auto slot_of) {
+        if (!gather) {
+          if (r != root) s.counted_copy(out, slot_of(root) + size_t(r) * block, block);
+          return;
+        }
+        for (int p = 0; p < int(n); ++p) {
+          if (p != root) s.counted_copy(out + size_t(p) * block, slot_of(p) + size_t(root) * block, block);
+        }
+      },
+      [&](size_t) {
+        if (r == root && own_from != own_to) s.counted_copy(own_to, own_from, block);
+      });
+  return true;
+}
+
 }  // namespace tandem::ring

@@ -41,7 +41,7 @@ class Segments {
         r_(ch.rank()),
         chunk_bytes_(chunk_bytes),
         call_(call),
-        cell_bytes_((seg_.bytes - kControlBytes) / kCells - kHeaderBytes),
+        cell_bytes_(cell_bytes(seg_)),
         self_(control(r_)),
         history_(self_->history) {
     self_->history = followed_by(history_, call_);
@@ -59,6 +59,9 @@ class Segments {
   Flow rooted_flow(const RingOptions& o, Flow flow, size_t chunks, size_t extent) const {
     return o.ranks_outnumber_cores && (chunks > 1 || cells_for(extent, false) == kCellsPerChunk) ? Flow{} : flow;
   }
+
+  // The communicator's cell in `seg` (cell_bytes_for its chunk, as laid out).
+  static size_t cell_bytes(const SharedSegments& seg) { return (seg.bytes - kControlBytes) / kCells - kHeaderBytes; }
 
   int size() const { return n_; }
   int rank() const { return r_; }
