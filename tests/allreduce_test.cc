@@ -3,8 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <condition_variable>
 #include <cstdlib>
 #include <ctime>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "multiprocess.h"
@@ -223,6 +227,38 @@ TEST(Allreduce, BlockingCallsKeepOrderBehindAsyncOnes) {
       wrong += a != float(2 * i + 1) || b != float(2000 * i + 1) || (exchanges && got != float(i));
       if (wrong) ADD_FAILURE() << "iteration " << i << ": " << a << " " << b << " " << got;
     }
+    return wrong == 0 ? 0 : kExpectationFailed;
+  });
+  group.expect_success(120s);
+}
+
+// The thread whose call ran inline keeps the engine between its calls (the
+// lease); a call from another thread queues, and the engine thread takes the
+// lease back to run it. Two threads per rank taking turns: every call
+// changes hands, each sum must still be its own.
+TEST(Allreduce, BlockingCallsFromThreadsTakingTurnsKeepOrder) {
+  RankGroup group(2, [](const CommOptions& o) {
+    auto comm = ring::connect(o, {});
+    const int r = comm->rank();
+    constexpr int kCalls = 600;
+    std::mutex mu;
+    std::condition_variable turn_changed;
+    int turn = 0;  // the call due next; even ones on thread 0
+    std::atomic<int> wrong{0};
+    auto take_turns = [&](int parity) {
+      for (int i = parity; i < kCalls; i += 2) {
+        std::unique_lock<std::mutex> lock(mu);
+        turn_changed.wait(lock, [&] { return turn == i; });
+        float x = float(1000 * i + r);
+        comm->allreduce(&x, 1, DataType::f32, ReduceOp::sum);
+        if (x != float(2000 * i + 1) && wrong++ == 0) ADD_FAILURE() << "call " << i << ": " << x;
+        ++turn;
+        turn_changed.notify_all();
+      }
+    };
+    std::thread other(take_turns, 1);
+    take_turns(0);
+    other.join();
     return wrong == 0 ? 0 : kExpectationFailed;
   });
   group.expect_success(120s);

@@ -156,7 +156,7 @@ void Engine::run() {
       cv_.wait(lock, [&] {
         if (!stopping_ && queue_.empty() && !posted_left_) return false;
         bool idle = false;
-        return busy_.compare_exchange_strong(idle, true);
+        return busy_.compare_exchange_strong(idle, true) || take_lease_back();
       });
       // `posted_` is this thread's to read now that it holds busy_.
       if (queue_.empty() && posted_.empty()) {  // stopping
@@ -182,10 +182,30 @@ void Engine::run() {
   }
 }
 
+namespace {
+
+// The calling thread's token for the lease.
+const void* lease_token() {
+  thread_local const char token = 0;
+  return &token;
+}
+
+}  // namespace
+
 bool Engine::take_busy_if_idle() {
   if (stopping_ || aborted_) {
     std::lock_guard<std::mutex> lock(mu_);
     check_open_locked();
+  }
+  if (lessee_.load(std::memory_order_relaxed) == lease_token()) {
+    // The engine thread clears lessee_, fences heavily, then reads in_call_:
+    // it sees this call, or this load sees the revoke.
+    in_call_.store(true, std::memory_order_relaxed);
+    light_fence();
+    if (lessee_.load(std::memory_order_acquire) == lease_token() && queued_.load(std::memory_order_relaxed) == 0)
+      return true;
+    end_lease();  // revoked, or a call of this thread's queued before this one
+    return false;
   }
   if (queued_.load() != 0) return false;
   bool idle = false;
@@ -194,15 +214,62 @@ bool Engine::take_busy_if_idle() {
 
 void Engine::release_busy(bool wake) {
   const bool left = !posted_.empty();  // ours to read while we hold busy_
+  posted_left_.store(left, std::memory_order_release);
+  const bool keep = leases_ && !wake && !left;
+  if (lessee_.load(std::memory_order_relaxed) == lease_token()) {
+    if (keep) {
+      in_call_.store(false, std::memory_order_release);
+      light_fence();
+      if (lessee_.load(std::memory_order_relaxed) == lease_token() && queued_.load(std::memory_order_relaxed) == 0 &&
+          !stopping_)
+        return;
+    }
+    return end_lease();
+  }
+  if (keep) {
+    // This thread's first call since it held no lease: take one, under the
+    // lock, so that the engine thread, which checks for work under it too,
+    // either sees the lease or left its work for this check.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (queued_.load() == 0 && !stopping_) {
+      in_call_.store(false, std::memory_order_relaxed);
+      lessee_.store(lease_token(), std::memory_order_relaxed);
+      leased_.store(true, std::memory_order_relaxed);
+      return;
+    }
+  }
   // Released by busy_'s store, and by the lock below when it matters: no
   // locked instruction of its own.
-  posted_left_.store(left, std::memory_order_release);
   busy_.store(false);
   // Sequentially consistent, both: a call queued after this store finds
   // busy_ clear, or this load finds it queued.
   if (!wake && !left && queued_.load() == 0 && !stopping_) return;
   { std::lock_guard<std::mutex> lock(mu_); }  // the engine thread is asleep in its wait, or sees busy_ clear
   cv_.notify_all();
+}
+
+void Engine::end_lease() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    in_call_.store(false, std::memory_order_release);
+    if (lessee_.load(std::memory_order_relaxed) == lease_token()) {  // not revoked: give busy_ back
+      lessee_.store(nullptr, std::memory_order_relaxed);
+      leased_.store(false, std::memory_order_relaxed);
+      busy_.store(false);
+    }  // revoked: the engine thread takes busy_ over once in_call_ is clear
+  }
+  cv_.notify_all();
+}
+
+bool Engine::take_lease_back() {
+  if (!leased_.load(std::memory_order_relaxed)) return false;  // a call holds busy_ and wakes this thread at its end
+  if (lessee_.load(std::memory_order_relaxed) != nullptr) {
+    lessee_.store(nullptr, std::memory_order_relaxed);
+    heavy_fence();
+  }
+  if (in_call_.load(std::memory_order_acquire)) return false;  // its call's end sees the revoke and wakes this thread
+  leased_.store(false, std::memory_order_relaxed);
+  return true;  // busy_ is this thread's now
 }
 
 // Blocking calls on an idle communicator run on the caller's thread: no

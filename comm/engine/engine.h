@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "comm_context.h"
+#include "engine/asymmetric_fence.h"
 #include "engine/task.h"
 #include "liveness/call_check.h"
 #include "liveness/liveness.h"
@@ -119,11 +120,17 @@ class Engine {
   // finishes or queued work takes the engine back, then releases busy_.
   void progress_here(Request::State& state, size_t bytes);
   // Takes busy_ when nothing is queued, without a lock while the
-  // communicator is open; throws what closed it otherwise.
+  // communicator is open (by plain stores when this thread holds the
+  // lease); throws what closed it otherwise.
   bool take_busy_if_idle();
   // Releases busy_ (its holder), waking the engine thread if `wake` or if
   // work waits for it: queued calls, posted ones left behind, a stop.
+  // Otherwise keeps it as this thread's lease.
   void release_busy(bool wake);
+  // The lease's hand-backs: the lessee ends it (or finds it revoked) and
+  // wakes the engine thread; the engine thread revokes it (under mu_).
+  void end_lease();
+  bool take_lease_back();
 
   CommContext& ctx_;
   Endpoints& endpoints_;
@@ -141,6 +148,16 @@ class Engine {
   // a third of a 1-rank barrier's time). The engine thread takes it before
   // it pops a call, so a call run inline never overtakes one queued before.
   std::atomic<bool> busy_{false};
+  // The lease: a thread whose call ran inline keeps busy_ between its calls
+  // (leased_), so that its next call takes and gives it back by plain
+  // stores, without a locked instruction, which would wait for the call's
+  // stores to reach the peers. The engine thread revokes it when it has
+  // work (lessee_ cleared, then a heavy fence; docs/algorithms.md, 'engine:
+  // the caller's lease'). lessee_ and leased_ change under mu_ only.
+  const bool leases_ = heavy_fences_available();
+  std::atomic<const void*> lessee_{nullptr};  // the lessee's token (lease_token()), or null: none or revoked
+  std::atomic<bool> leased_{false};           // busy_ is held by a lease
+  std::atomic<bool> in_call_{false};          // the lessee is in a call (it alone writes it)
   // Posted calls were left unfinished by the last holder of busy_ (who
   // alone touches posted_): the engine thread's cue to progress them.
   std::atomic<bool> posted_left_{false};
