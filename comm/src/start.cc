@@ -79,7 +79,13 @@ Bound bind(Communicator::Impl& impl, const Args& args, const Description& what) 
   auto own = [](Communicator::Impl& impl) -> Body {
     return [a = impl.algorithms, args = reusable<Args>()](Channel& ch) { ((*a).*Method)(ch, args); };
   };
-  return {std::move(here), own, what};
+  Bound b{std::move(here), own, {}};
+  // Field by field: copied whole, `what` (built just before by narrow
+  // stores) would be read back by wide loads, which wait for those stores to
+  // land instead of taking their values from the store buffer.
+  b.what.collective = what.collective, b.what.count = what.count, b.what.dtype = what.dtype;
+  b.what.op = what.op, b.what.root = what.root, b.what.tag = what.tag;
+  return b;
 }
 
 Bound allreduce(Communicator::Impl& impl, const Call& c) {
