@@ -198,6 +198,9 @@ bool Engine::take_busy_if_idle() {
     check_open_locked();
   }
   if (lessee_.load(std::memory_order_relaxed) == lease_token()) {
+    // A call from inside this thread's running call queues, as it did
+    // before there were leases (and waits until its deadline).
+    if (in_call_.load(std::memory_order_relaxed)) return false;
     // The engine thread clears lessee_, fences heavily, then reads in_call_:
     // it sees this call, or this load sees the revoke.
     in_call_.store(true, std::memory_order_relaxed);
