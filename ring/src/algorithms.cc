@@ -93,8 +93,9 @@ class RingAlgorithms final : public Algorithms {
   // reads its own), staged or straight from the inputs as the path table says.
   void gatherv(Channel& ch, const VariableArgs& args) override {
     if (shared(ch, args.memory) && shm_alltoall_fits(ch, options_)) {
-      if (shm_rooted_one_cell(ch, args, options_, rooted_call(args, true), true)) return;
-      return shm_alltoallv(ch, rooted_as_alltoallv(ch, args, true), options_, rooted_call(args, true));
+      const Call called = rooted_call(args, true);
+      if (shm_rooted_one_cell(ch, args, options_, called, true)) return;
+      return shm_alltoallv(ch, rooted_as_alltoallv(ch, args, true), options_, called);
     }
     VariableArgs& a = adjustable(args);
     if (ch.rank() == a.root) input_into_own_block(ch, a);
@@ -102,8 +103,9 @@ class RingAlgorithms final : public Algorithms {
   }
   void scatterv(Channel& ch, const VariableArgs& args) override {
     if (shared(ch, args.memory) && shm_alltoall_fits(ch, options_)) {
-      if (shm_rooted_one_cell(ch, args, options_, rooted_call(args, false), false)) return;
-      return shm_alltoallv(ch, rooted_as_alltoallv(ch, args, false), options_, rooted_call(args, false));
+      const Call called = rooted_call(args, false);
+      if (shm_rooted_one_cell(ch, args, options_, called, false)) return;
+      return shm_alltoallv(ch, rooted_as_alltoallv(ch, args, false), options_, called);
     }
     if (ch.rank() != args.root) return ring::scatterv(ch, args);
     const size_t es = dtype_size(args.dtype);
