@@ -112,6 +112,13 @@ SettingTable<O> make_transport() {
                              "on the first messages of each size class (one verdict for all pairs); 0: it streams "
                              "(docs/algorithms.md, 'shm: point-to-point, timed')."),
                  &O::p2p_timed));
+  t.push_back(bool_field(setting_row("transport", "TANDEM_HUGE_PAGES", "huge_pages", K::boolean, "1",
+                                     "Ranks of one host back a heap buffer's whole 2 MiB pages with transparent "
+                                     "huge pages (MADV_COLLAPSE, Linux 6.1) at its first call, so that "
+                                     "cross-memory attach pins and copies it in 2 MiB pages, not 4 KiB ones; "
+                                     "0: buffers keep the pages they came with (docs/algorithms.md, "
+                                     "'shm: huge pages for heap buffers')."),
+                         &O::huge_pages));
   return t;
 }
 

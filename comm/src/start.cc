@@ -230,23 +230,27 @@ P2POp message(const Call& c) {
 
 Request Communicator::start(const Call& call) {
   Engine& engine = impl_->engine;
-  if (call.op == Op::group) return engine.start_p2p(call.group, call.options);
   if (point_to_point(call.op)) {
+    impl_->endpoints.note_buffers(call);
+    if (call.op == Op::group) return engine.start_p2p(call.group, call.options);
     const P2POp one = message(call);
     return engine.start_p2p({&one, 1}, call.options);
   }
   const Bound b = kBinders[size_t(call.op)](*impl_, call);
+  impl_->endpoints.note_buffers(call);
   return engine.submit(true, b.own(*impl_), call.options, b.what);
 }
 
 int Communicator::run(const Call& call) {
   Engine& engine = impl_->engine;
-  if (call.op == Op::group) return engine.run_p2p(call.group.data(), call.group.size(), call.options);
   if (point_to_point(call.op)) {
+    impl_->endpoints.note_buffers(call);
+    if (call.op == Op::group) return engine.run_p2p(call.group.data(), call.group.size(), call.options);
     const P2POp one = message(call);
     return engine.run_p2p(&one, 1, call.options);
   }
   Bound b = kBinders[size_t(call.op)](*impl_, call);
+  impl_->endpoints.note_buffers(call);
   if (!engine.try_run_here(b.here, call.options, b.what)) engine.run_blocking(b.own(*impl_), call.options, b.what);
   return -1;
 }

@@ -52,7 +52,24 @@ void Endpoints::close(bool failed) {
   ucx.reset();
   shm.reset();
   host_shm.reset();
+  huge_pages.reset();
   allocations.reset();
+}
+
+void Endpoints::note_host_buffers(const Call& call) {
+  if (call.op == Op::group) {
+    for (const P2POp& m : call.group) huge_pages->note(m.data, m.count * dtype_size(m.dtype));
+    return;
+  }
+  const int rank = ctx_.opts.rank, size = ctx_.opts.size;
+  const size_t element = dtype_size(call.dtype);
+  // allocate_shared memory is the caller's own choice of pages: left alone.
+  const auto note = [&](const void* p, size_t bytes) {
+    SharedRef ref;
+    if (HugePages::holds_one(p, bytes) && !allocations->find(p, bytes, ref)) huge_pages->note(p, bytes);
+  };
+  note(call.input, input_extent(call, rank, size) * element);
+  note(call.output, output_extent(call, rank, size) * element);
 }
 
 MemoryType Endpoints::memory_type(const CollectiveOptions& o) const {
@@ -150,6 +167,7 @@ void Endpoints::map_shared_memory(size_t bytes, Deadline deadline) {
   if (everyone) {
     shm = std::move(set);
     cma = cma_everywhere;
+    if (cma && opts.huge_pages) huge_pages = std::make_unique<HugePages>();
     open_mailbox(deadline);
     return;
   }

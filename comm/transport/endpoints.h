@@ -12,7 +12,9 @@
 
 #include "call_description.h"
 #include "comm_context.h"
+#include "tandem/call.h"
 #include "tandem/netif.h"
+#include "transport/huge_pages.h"
 #include "transport/shared_segments.h"
 #include "transport/shm_mailbox.h"
 #include "transport/ucx_transport.h"
@@ -38,6 +40,16 @@ class Endpoints {
   // The memory type of a call's buffers, refused when this build or UCX cannot move it.
   MemoryType memory_type(const CollectiveOptions& o) const;
 
+  // Counts a call's host buffers toward huge pages (HugePages), where ranks
+  // copy each other's memory by cross-memory attach.
+  void note_buffers(const Call& call) {
+    if (!huge_pages || call.options.memory != MemoryType::host) return;
+    // Most calls are too small to hold a huge page whatever their dtype (8
+    // bytes at most): they return here, before any extent is worked out.
+    const bool blocks = call.op == Op::group || !call.send.counts.empty() || !call.recv.counts.empty();
+    if (blocks || call.count * size_t(ctx_.opts.size) * 8 >= HugePages::kHugePage) note_host_buffers(call);
+  }
+
   // Point-to-point messages, on the mailbox when there is one, else on UCX.
   Pending post_message(const P2POp& op);
   bool poll_message(Pending& m, int* source);  // *source: who sent a received one
@@ -58,6 +70,7 @@ class Endpoints {
   std::unique_ptr<SharedSegmentSet> mailbox_shm;   // point-to-point through shared memory
   std::unique_ptr<ShmMailbox> mailbox;             // (when shm and cma are: open_mailbox)
   std::unique_ptr<SharedAllocations> allocations;  // allocate_shared()
+  std::unique_ptr<HugePages> huge_pages;           // when cma is, unless TANDEM_HUGE_PAGES=0
   // Bytes the shared-memory collectives read and wrote; only the running call writes it.
   std::atomic<uint64_t> shm_traffic{0};
   std::string transports;       // what was chosen, for transport_summary()
@@ -68,6 +81,7 @@ class Endpoints {
   void learn_topology(Deadline deadline);
   void map_shared_memory(size_t bytes, Deadline deadline);
   void open_mailbox(Deadline deadline);
+  void note_host_buffers(const Call& call);
 
   CommContext& ctx_;
 };

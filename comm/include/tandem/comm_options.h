@@ -88,6 +88,10 @@ struct CommOptions {
   // against cross-memory attach on the messages themselves, per size class,
   // and every sender takes the faster; false: they stream (TANDEM_P2P_TIMED).
   bool p2p_timed = true;
+  // Ranks of one host that copy each other's heap buffers by cross-memory
+  // attach back a buffer's whole 2 MiB pages with transparent huge pages
+  // (MADV_COLLAPSE) at its first call (TANDEM_HUGE_PAGES).
+  bool huge_pages = true;
   // Highest instruction set of the reduction kernels (TANDEM_REDUCE_ISA: scalar,
   // avx2, avx512); empty = the best the CPU has. Applied by the settings reader.
   std::string reduce_isa;

@@ -1,0 +1,58 @@
+// Transparent huge pages for the heap buffers that ranks of one host copy by
+// cross-memory attach. The kernel pins a peer's memory and copies it page by
+// page: a buffer on 4 KiB pages costs a pin and a page-table walk per 4 KiB,
+// one on 2 MiB pages one per 2 MiB (docs/algorithms.md, 'shm: huge pages for
+// heap buffers').
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+
+namespace tandem {
+
+// The whole huge pages of a buffer's first call are collapsed
+// (MADV_COLLAPSE) then, as a registration cache registers a buffer at its
+// first use: the first call pays (about 0.3 ms per 2 MiB, more where memory
+// is fragmented), and the timed paths' first trials, from that call on, time
+// the pages the buffer keeps.
+class HugePages {
+ public:
+  static constexpr size_t kHugePage = size_t(2) << 20;
+  // Buffers remembered; the least recently seen makes room. A buffer
+  // remembered is not collapsed again, even if its memory was freed and
+  // mapped anew since: a collapse costs more than a call gains.
+  static constexpr size_t kRanges = 32;
+
+  // Collapses the whole huge pages of [p, p + bytes) unless that range was
+  // seen lately. Buffers spanning no whole huge page return at once. Any thread.
+  void note(const void* p, size_t bytes) {
+    if (holds_one(p, bytes)) note_range(round_up(p), round_down(p, bytes));
+  }
+  // Whether [p, p + bytes) spans a whole huge page.
+  static bool holds_one(const void* p, size_t bytes) { return p && round_down(p, bytes) > round_up(p); }
+
+  // Ranges the kernel was asked to collapse, and those it did.
+  struct Counts {
+    uint64_t asked = 0, collapsed = 0;
+  };
+  Counts counts() const;
+
+ private:
+  struct Range {
+    uintptr_t begin = 0, end = 0;
+    uint64_t seen = 0;  // when last noted, on clock_
+  };
+  static uintptr_t round_up(const void* p) { return (uintptr_t(p) + kHugePage - 1) & ~(kHugePage - 1); }
+  static uintptr_t round_down(const void* p, size_t bytes) { return (uintptr_t(p) + bytes) & ~(kHugePage - 1); }
+  void note_range(uintptr_t begin, uintptr_t end);
+  void collapse(uintptr_t begin, uintptr_t end);
+
+  mutable std::mutex mu_;
+  std::array<Range, kRanges> ranges_{};
+  uint64_t clock_ = 0;
+  Counts counts_;
+};
+
+}  // namespace tandem
