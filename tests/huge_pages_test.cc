@@ -3,6 +3,8 @@
 // whose all-to-all, send/recv and all-reduce of 8 MiB heap buffers give
 // exact values and leave the buffers on huge pages (or, with
 // huge_pages off, on the pages they came with).
+#include "transport/huge_pages.h"
+
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 
@@ -14,7 +16,6 @@
 
 #include "multiprocess.h"
 #include "tandem/tandem.h"
-#include "transport/huge_pages.h"
 
 namespace tandem::testing {
 namespace {
@@ -97,9 +98,9 @@ TEST(HugePages, BuffersSpanningNoWholeHugePageAreLeftAlone) {
   Mapping m(4 * kHuge);
   ASSERT_NE(m.base, nullptr);
   HugePages pages;
-  pages.note(m.aligned(), kHuge - 1);           // short of the boundary
-  pages.note(m.aligned(1), kHuge);              // starts past it
-  pages.note(m.aligned(kHuge / 2), kHuge);      // straddles one
+  pages.note(m.aligned(), kHuge - 1);       // short of the boundary
+  pages.note(m.aligned(1), kHuge);          // starts past it
+  pages.note(m.aligned(kHuge / 2), kHuge);  // straddles one
   pages.note(nullptr, 4 * kHuge);
   EXPECT_FALSE(HugePages::holds_one(m.aligned(1), kHuge));
   EXPECT_TRUE(HugePages::holds_one(m.aligned(), kHuge));
@@ -144,7 +145,8 @@ int large_calls(CommOptions o, bool huge_pages, bool collapses) {
         << "all-to-all, round " << round;
     std::memset(out, 0, bytes);
     comm->group({{P2POp::send, in, bytes, DataType::u8, peer, 1}, {P2POp::recv, out, bytes, DataType::u8, peer, 1}});
-    EXPECT_EQ(first_wrong(out, bytes, [&](size_t i) { return byte_at(peer, i); }), bytes) << "send/recv, round " << round;
+    EXPECT_EQ(first_wrong(out, bytes, [&](size_t i) { return byte_at(peer, i); }), bytes)
+        << "send/recv, round " << round;
   }
   auto* ints = reinterpret_cast<int32_t*>(in);
   auto* sums = reinterpret_cast<int32_t*>(out);
