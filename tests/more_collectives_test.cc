@@ -413,18 +413,24 @@ TEST(Alltoall, EverySharedMemoryPath) {
 
 // Buffers that overlap other than in NCCL's in-place layout (MPI forbids
 // them, NCCL leaves them undefined) give the result of apart buffers. Each
-// case runs on 2 and 3 ranks, shared memory on and off, counts 1000 and
+// case runs on 2 and 3 ranks, shared memory on (its paths as timed, and
+// the direct ones forced: cross-memory attach) and off, counts 1000 and
 // 300,001 floats (cross-memory attach, and the mapping, past 256 KiB), heap
 // and allocate_shared buffers: `body(comm, count, buffer)` gets a buffer of
 // count * (ranks + 1) floats and returns the wrong elements it found.
 template <class Body>
 void expect_overlaps_handled(Body body) {
+  constexpr const char* kDirect = "alltoall:heap:16K-=cma,allgather:heap:16K-=cma,reduce_scatter:heap:16K-=cma";
   for (int n : {2, 3}) {
-    for (bool shm : {true, false}) {
-      SCOPED_TRACE(std::to_string(n) + (shm ? " ranks, shared memory" : " ranks, UCX only"));
-      RankGroup group(n, [shm, body](const CommOptions& o) {
+    for (const char* paths : {"", kDirect, static_cast<const char*>(nullptr)}) {
+      const bool shm = paths != nullptr;
+      SCOPED_TRACE(std::to_string(n) + (!shm     ? " ranks, UCX only"
+                                        : *paths ? " ranks, direct"
+                                                 : " ranks, shared memory"));
+      RankGroup group(n, [shm, paths, body](const CommOptions& o) {
         ring::RingOptions ring_options;
         ring_options.shared_memory = shm;
+        if (shm) ring_options.shm_paths = ring::ShmPathTable(paths);
         auto comm = ring::connect(o, ring_options);
         for (size_t count : {size_t(1000), size_t(300001)}) {
           for (bool registered : {false, true}) {
@@ -539,6 +545,24 @@ TEST(Overlap, GathersAndAllgathervInputAtAnotherBlock) {
         wrong += count_wrong_moved(DataType::f32, b, out + size_t(b) * block, count);
       }
     }
+    return wrong;
+  });
+}
+
+// Only the gather's root overlaps (its input at another block of its
+// output), its senders' buffers apart: senders that write their blocks
+// straight into the root's output would overwrite its input there, so the
+// root stages the call, and every rank with it.
+TEST(Overlap, GatherRootInputAtAnotherBlockSendersApart) {
+  expect_overlaps_handled([](Communicator& comm, size_t count, char* out) {
+    const int n = comm.size(), r = comm.rank(), root = n - 1;
+    const size_t block = count * sizeof(float);
+    char* in = out + size_t(r == root ? (r + 1) % n : n) * block;
+    fill_moved(DataType::f32, in, r, count);
+    comm.gather(in, out, count, DataType::f32, root);
+    long wrong = 0;
+    for (int b = 0; r == root && b < n; ++b)
+      wrong += count_wrong_moved(DataType::f32, b, out + size_t(b) * block, count);
     return wrong;
   });
 }

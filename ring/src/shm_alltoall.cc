@@ -151,6 +151,20 @@ void copy_own_run(Segments& s, const AlltoallvArgs& a, const Target& t, size_t b
 void direct_alltoallv(Segments& s, const AlltoallvArgs& a, const Matrix& m, Reach reach, const Target& t) {
   const int n = s.size(), r = s.rank();
   const size_t es = dtype_size(a.dtype);
+  // A gather by cross-memory attach: each sender writes its block into the
+  // root's output while the root copies its own, instead of the root
+  // reading the blocks one after another ('shm: a gather's senders write').
+  // A root whose buffers overlap stages (choose_path), and every rank with
+  // it; one receiving aside publishes no output all the same.
+  if (m.rooted() && m.gather && !m.stored() && reach == Reach::cross_memory && s.peer_output_address(m.root)) {
+    if (r != m.root) {
+      const size_t bytes = m.equal * es;
+      s.memory().write_peer(m.root, s.peer_output_address(m.root) + size_t(r) * bytes, a.input, bytes);
+      s.count_traffic(2 * bytes);
+    }
+    s.finish([&] { copy_own_run(s, a, t, 0, a.send.counts[size_t(r)]); });
+    return;
+  }
   for (int k = 1; k < n; ++k) {
     const int p = (r + k) % n;  // rank r starts at r + 1: the readers spread over the ranks
     const size_t bytes = a.recv.counts[size_t(p)] * es;
@@ -235,12 +249,13 @@ void shm_alltoallv(Channel& ch, const AlltoallvArgs& a, const RingOptions& o, co
   // (docs/algorithms.md, 'shm: the all-to-all in place'): such a rank offers
   // no input, so every rank stages.
   const bool stages_in_place = a.equal && a.input == a.output;
-  const Reach reach = arrive_direct(s, path, {per_rank, stages_in_place ? nullptr : a.input, in_bytes, out});
-  confirm_trial(path.heap, reach);
   // In place (equal blocks, so staged), chunk i overwrites only the runs
   // chunk i staged: safe. Other overlaps would overwrite runs not yet staged,
   // or that peers read directly until finish(): receive aside.
   const bool aside = overlap && !stages_in_place;
+  const Reach reach =
+      arrive_direct(s, path, {per_rank, stages_in_place ? nullptr : a.input, in_bytes, aside ? nullptr : out});
+  confirm_trial(path.heap, reach);
   // Scratch is read back at once: no streaming stores into it.
   const Target target{aside ? static_cast<std::byte*>(ch.scratch(out_bytes, 0)) : out,
                       !aside && out_bytes >= kStreamMinBytes, !aside && out_bytes >= stream_peers_min_bytes(o)};
