@@ -40,8 +40,8 @@ class Endpoints {
   // The memory type of a call's buffers, refused when this build or UCX cannot move it.
   MemoryType memory_type(const CollectiveOptions& o) const;
 
-  // Counts a call's host buffers toward huge pages (HugePages), where ranks
-  // copy each other's memory by cross-memory attach.
+  // Hands a call's host buffers to HugePages, where ranks copy each other's
+  // memory by cross-memory attach.
   void note_buffers(const Call& call) {
     if (!huge_pages || call.options.memory != MemoryType::host) return;
     // Most calls are too small to hold a huge page whatever their dtype (8

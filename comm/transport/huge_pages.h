@@ -12,11 +12,11 @@
 
 namespace tandem {
 
-// The whole huge pages of a buffer's first call are collapsed
-// (MADV_COLLAPSE) then, as a registration cache registers a buffer at its
-// first use: the first call pays (about 0.3 ms per 2 MiB, more where memory
-// is fragmented), and the timed paths' first trials, from that call on, time
-// the pages the buffer keeps.
+// Collapses a buffer's whole huge pages (MADV_COLLAPSE) at its first call,
+// as a registration cache registers a buffer at its first use: the first
+// call pays (about 0.3 ms per 2 MiB, more where memory is fragmented), and
+// the timed paths' first trials, from that call on, time the pages the
+// buffer keeps.
 class HugePages {
  public:
   static constexpr size_t kHugePage = size_t(2) << 20;
