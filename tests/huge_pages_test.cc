@@ -40,8 +40,8 @@ struct Mapping {
   size_t bytes;
 };
 
-// kB of AnonHugePages in the mapping that holds p (/proc/self/smaps).
-long anon_huge_kb(const void* p) {
+// kB of `field` ("AnonHugePages", ...) in the mapping that holds p (/proc/self/smaps).
+long smaps_kb(const void* p, const std::string& field) {
   std::ifstream smaps("/proc/self/smaps");
   std::string line;
   bool inside = false;
@@ -49,12 +49,13 @@ long anon_huge_kb(const void* p) {
     unsigned long begin = 0, end = 0;
     if (std::sscanf(line.c_str(), "%lx-%lx ", &begin, &end) == 2 && line.find(':') > line.find(' ')) {
       inside = uintptr_t(p) >= begin && uintptr_t(p) < end;
-    } else if (inside && line.rfind("AnonHugePages:", 0) == 0) {
-      return std::stol(line.substr(14));
+    } else if (inside && line.rfind(field + ":", 0) == 0) {
+      return std::stol(line.substr(field.size() + 1));
     }
   }
   return -1;
 }
+long anon_huge_kb(const void* p) { return smaps_kb(p, "AnonHugePages"); }
 
 // Whether this kernel collapses memory into huge pages for this process.
 bool kernel_collapses() {
@@ -156,6 +157,19 @@ int large_calls(CommOptions o, bool huge_pages, bool collapses) {
     comm->allreduce(ints, sums, count, DataType::i32, ReduceOp::sum);
     EXPECT_EQ(first_wrong(sums, count, [](size_t i) { return int32_t(i % 1000) * 3; }), count) << "all-reduce";
   }
+  // allocate_shared memory keeps its pages, in a group's messages as in a collective.
+  auto* shared_in = static_cast<uint8_t*>(comm->allocate_shared(bytes));
+  auto* shared_out = static_cast<uint8_t*>(comm->allocate_shared(bytes));
+  for (size_t i = 0; i < bytes; ++i) shared_in[i] = byte_at(r, i);
+  comm->group({{P2POp::send, shared_in, bytes, DataType::u8, peer, 2},
+               {P2POp::recv, shared_out, bytes, DataType::u8, peer, 2}});
+  EXPECT_EQ(first_wrong(shared_out, bytes, [&](size_t i) { return byte_at(peer, i); }), bytes)
+      << "send/recv of allocate_shared buffers";
+  for (const uint8_t* p : {shared_in, shared_out}) {
+    EXPECT_EQ(smaps_kb(p, "ShmemPmdMapped") + smaps_kb(p, "FilePmdMapped"), 0) << "allocate_shared memory collapsed";
+  }
+  comm->free_shared(shared_in);
+  comm->free_shared(shared_out);
   if (collapses) {
     const long want = huge_pages ? long(3 * kHuge / 1024) : 0;  // 3 of the 4 huge pages the buffer touches
     EXPECT_GE(anon_huge_kb(in), want) << "input";

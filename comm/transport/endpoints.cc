@@ -57,17 +57,17 @@ void Endpoints::close(bool failed) {
 }
 
 void Endpoints::note_host_buffers(const Call& call) {
-  if (call.op == Op::group) {
-    for (const P2POp& m : call.group) huge_pages->note(m.data, m.count * dtype_size(m.dtype));
-    return;
-  }
-  const int rank = ctx_.opts.rank, size = ctx_.opts.size;
-  const size_t element = dtype_size(call.dtype);
   // allocate_shared memory is the caller's own choice of pages: left alone.
   const auto note = [&](const void* p, size_t bytes) {
     SharedRef ref;
     if (HugePages::holds_one(p, bytes) && !allocations->find(p, bytes, ref)) huge_pages->note(p, bytes);
   };
+  if (call.op == Op::group) {
+    for (const P2POp& m : call.group) note(m.data, m.count * dtype_size(m.dtype));
+    return;
+  }
+  const int rank = ctx_.opts.rank, size = ctx_.opts.size;
+  const size_t element = dtype_size(call.dtype);
   note(call.input, input_extent(call, rank, size) * element);
   note(call.output, output_extent(call, rank, size) * element);
 }
