@@ -156,10 +156,11 @@ void direct_alltoallv(Segments& s, const AlltoallvArgs& a, const Matrix& m, Reac
   // reading the blocks one after another ('shm: a gather's senders write').
   // A root whose buffers overlap stages (choose_path), and every rank with
   // it; one receiving aside publishes no output all the same.
-  if (m.rooted() && m.gather && !m.stored() && reach == Reach::cross_memory && s.peer_output_address(m.root)) {
+  std::byte* const root_output = m.rooted() ? s.peer_output_address(m.root) : nullptr;
+  if (m.gather && !m.stored() && reach == Reach::cross_memory && root_output) {
     if (r != m.root) {
       const size_t bytes = m.equal * es;
-      s.memory().write_peer(m.root, s.peer_output_address(m.root) + size_t(r) * bytes, a.input, bytes);
+      s.memory().write_peer(m.root, root_output + size_t(r) * bytes, a.input, bytes);
       s.count_traffic(2 * bytes);
     }
     s.finish([&] { copy_own_run(s, a, t, 0, a.send.counts[size_t(r)]); });
