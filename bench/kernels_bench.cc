@@ -4,6 +4,8 @@
 //   memcpy/<size>                                            baseline
 //   convert/<isa>/<f32_to_f16|...>/<size>
 //   reduce_nt/avx512/f32/sum/<size>/outofplace               non-temporal-store experiment
+//   fold/<isa>/f32/sum/<k>src/<size>/<chain|onepass>         dst = s0 op ... op s(k-1): k - 1
+//                                                            reduce calls, or one reduce_many
 //
 // <size> is the size of ONE input array (64MiB: DRAM-bound, 1MiB: cache-resident).
 // Reported numbers:
@@ -151,7 +153,35 @@ void bm_reduce_nt(benchmark::State& state, size_t bytes) {
   set_counters(state, bytes, 3.0, Isa::avx512);
 }
 
-std::string size_name(size_t bytes) { return std::to_string(bytes / kMiB) + "MiB"; }
+// A staged fold of k ranks' slots: the chain of reduce calls the shared-memory
+// paths made before reduce_many, against its one pass. Traffic: k sources read
+// and dst written once (the chain moves more; its figure is then the same
+// work's rate).
+void bm_fold(benchmark::State& state, Isa isa, size_t k, size_t bytes, bool one_pass) {
+  const auto& kernels = tandem::detail::kernel_table(isa);
+  const size_t count = bytes / 4;
+  std::vector<const void*> sources;
+  for (size_t j = 0; j < k; ++j) {
+    void* p = buffer(int(10 + j), bytes);
+    fill(DataType::f32, p, count, j % 2 == 1);
+    sources.push_back(p);
+  }
+  void* dst = buffer(2, bytes);
+  for (auto _ : state) {
+    if (one_pass) {
+      kernels.reduce_many(DataType::f32, ReduceOp::sum, dst, sources.data(), k, count);
+    } else {
+      kernels.reduce(DataType::f32, ReduceOp::sum, dst, sources[0], sources[1], count);
+      for (size_t j = 2; j < k; ++j) kernels.reduce(DataType::f32, ReduceOp::sum, dst, dst, sources[j], count);
+    }
+    benchmark::ClobberMemory();
+  }
+  set_counters(state, bytes, double(k + 1), isa);
+}
+
+std::string size_name(size_t bytes) {
+  return bytes >= kMiB ? std::to_string(bytes / kMiB) + "MiB" : std::to_string(bytes >> 10) + "KiB";
+}
 
 void register_all() {
   const size_t sizes[] = {64 * kMiB, 1 * kMiB};
@@ -174,6 +204,15 @@ void register_all() {
             benchmark::RegisterBenchmark(name.c_str(), bm_reduce, isa, dtype, op, bytes, inplace)
                 ->Unit(benchmark::kMicrosecond);
           }
+        }
+      }
+    }
+    for (size_t k : {4, 8}) {
+      for (size_t bytes : {64 * (kMiB >> 10), 1 * kMiB}) {
+        for (bool one_pass : {false, true}) {
+          const std::string name = "fold/" + isa_name + "/f32/sum/" + std::to_string(k) + "src/" + size_name(bytes) +
+                                   "/" + (one_pass ? "onepass" : "chain");
+          benchmark::RegisterBenchmark(name.c_str(), bm_fold, isa, k, bytes, one_pass)->Unit(benchmark::kMicrosecond);
         }
       }
     }

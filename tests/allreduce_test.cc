@@ -83,6 +83,13 @@ TEST_P(AllreduceMatrix, EveryDtypeOpCountPlacement) {
 INSTANTIATE_TEST_SUITE_P(WorldSizes, AllreduceMatrix, ::testing::Values(1, 2, 3, 4),
                          [](const auto& info) { return "n" + std::to_string(info.param); });
 
+// Nine ranks on one host: a staged fold takes more sources than one pass of
+// reduce_many (shm_segments.h, fold), so it goes on from its output.
+TEST(Allreduce, NineRanksFoldInTwoPasses) {
+  RankGroup group(9, [](const CommOptions& o) { return run_matrix(o, {7, 5000}); });
+  group.expect_success(600s);
+}
+
 // The same matrix with shared memory off: every byte goes through UCX.
 TEST_P(AllreduceMatrix, OverUcxOnly) {
   const int n = GetParam();

@@ -324,6 +324,62 @@ INSTANTIATE_TEST_SUITE_P(All, ReduceMatrix,
                                   std::string(to_string(std::get<2>(info.param)));
                          });
 
+// ---- reduce_many: ISA x dtype x op, against the chain of scalar reduces ----
+
+class ReduceManyMatrix : public ::testing::TestWithParam<ReduceParam> {};
+
+// Every source count from 2 to 9, every count of kCounts (the vector loop's
+// blocks and tails) and more, misaligned by one element, and dst aliasing each source
+// in turn: the bits of reduce_scalar(dst, s0, s1), then (dst, dst, s2), ...
+template <class T>
+void check_reduce_many(Isa isa, ReduceOp op) {
+  const auto& kernels = detail::kernel_table(isa);
+  std::mt19937_64 rng(99 + static_cast<int>(op));
+  std::vector<size_t> counts(std::begin(kCounts), std::end(kCounts));
+  counts.push_back(5003);  // the scalar loop's aliased blocks of 2048, and a tail
+  for (size_t k = 2; k <= 9; ++k) {
+    for (size_t count : counts) {
+      std::vector<std::vector<T>> bufs;
+      for (size_t j = 0; j < k; ++j) bufs.push_back(random_values<T>(count + 1, rng));
+      std::vector<T> want(count);
+      reduce_scalar(Num<T>::dtype, op, want.data(), bufs[0].data() + 1, bufs[1].data() + 1, count);
+      for (size_t j = 2; j < k; ++j)
+        reduce_scalar(Num<T>::dtype, op, want.data(), want.data(), bufs[j].data() + 1, count);
+      for (size_t alias = 0; alias <= k; ++alias) {  // k: dst apart from every source
+        SCOPED_TRACE("k=" + std::to_string(k) + " count=" + std::to_string(count) + " alias=" + std::to_string(alias));
+        std::vector<std::vector<T>> in = bufs;
+        std::vector<T> apart(count + 1);
+        T* dst = alias < k ? in[alias].data() + 1 : apart.data() + 1;
+        std::vector<const void*> sources;
+        for (size_t j = 0; j < k; ++j) sources.push_back(in[j].data() + 1);
+        kernels.reduce_many(Num<T>::dtype, op, dst, sources.data(), k, count);
+        for (size_t i = 0; i < count; ++i) {
+          ASSERT_TRUE(same_bits(dst[i], want[i]))
+              << "at " << i << ": got " << show(dst[i]) << " chain " << show(want[i]);
+        }
+        const T& before = alias < k ? in[alias][0] : apart[0];
+        const T& was = alias < k ? bufs[alias][0] : T{};
+        EXPECT_EQ(Num<T>::bits(before), Num<T>::bits(was)) << "wrote before dst";
+      }
+    }
+  }
+}
+
+TEST_P(ReduceManyMatrix, MatchesTheChainOfScalarReduces) {
+  const auto [isa, dtype, op] = GetParam();
+  if (!detail::cpu_supports(isa)) GTEST_SKIP() << "CPU lacks " << detail::to_string(isa);
+  with_type(dtype, [&](auto t) { check_reduce_many<decltype(t)>(isa, op); });
+}
+
+INSTANTIATE_TEST_SUITE_P(All, ReduceManyMatrix,
+                         ::testing::Combine(::testing::ValuesIn(detail::kAllIsas), ::testing::ValuesIn(kAllDataTypes),
+                                            ::testing::ValuesIn(kAllReduceOps)),
+                         [](const ::testing::TestParamInfo<ReduceParam>& info) {
+                           return std::string(detail::to_string(std::get<0>(info.param))) + "_" +
+                                  std::string(to_string(std::get<1>(info.param))) + "_" +
+                                  std::string(to_string(std::get<2>(info.param)));
+                         });
+
 // ---- scale_avg: ISA x dtype ----
 
 using ScaleParam = std::tuple<Isa, DataType>;
@@ -733,6 +789,11 @@ TEST(Dispatch, RejectsBadArguments) {
   EXPECT_THROW(reduce(DataType::f32, static_cast<ReduceOp>(99), &x, &x, &x, 1), InvalidArgument);
   EXPECT_THROW(reduce(DataType::f32, ReduceOp::sum, nullptr, &x, &x, 1), InvalidArgument);
   EXPECT_NO_THROW(reduce(DataType::f32, ReduceOp::sum, nullptr, nullptr, nullptr, 0));
+  const void* one[] = {&x};
+  EXPECT_THROW(reduce_many(DataType::f32, ReduceOp::sum, &x, one, 1, 1), InvalidArgument);
+  EXPECT_THROW(reduce_many(DataType::f32, ReduceOp::sum, &x, nullptr, 2, 1), InvalidArgument);
+  const void* with_null[] = {&x, nullptr};
+  EXPECT_THROW(reduce_many(DataType::f32, ReduceOp::sum, &x, with_null, 2, 1), InvalidArgument);
 }
 
 // ---- host copies ----

@@ -126,6 +126,18 @@ void reduce(DataType dtype, ReduceOp op, void* dst, const void* a, const void* b
   detail::active_kernels().reduce(dtype, op, dst, a, b, count);
 }
 
+void reduce_many(DataType dtype, ReduceOp op, void* dst, const void* const* sources, size_t nsources, size_t count) {
+  detail::check(dtype);
+  detail::check(op);
+  if (nsources < 2 || !sources) {
+    throw InvalidArgument("reduce_many: needs an array of 2 or more sources, got " + std::to_string(nsources));
+  }
+  detail::check_pointers(count, dst);
+  for (size_t j = 0; j < nsources; ++j) detail::check_pointers(count, sources[j]);
+  if (nsources == 2) return detail::active_kernels().reduce(dtype, op, dst, sources[0], sources[1], count);
+  detail::active_kernels().reduce_many(dtype, op, dst, sources, nsources, count);
+}
+
 void scale_avg(DataType dtype, void* data, size_t count, int divisor) {
   detail::check(dtype);
   detail::check_pointers(count, data);

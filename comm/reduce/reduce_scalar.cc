@@ -16,12 +16,15 @@ void f32_to_f16_scalar(const float* src, uint16_t* dst, size_t n) { scalar::f32_
 void f16_to_f32_scalar(const uint16_t* src, float* dst, size_t n) { scalar::f16_to_f32(src, dst, n); }
 void f32_to_bf16_scalar(const float* src, uint16_t* dst, size_t n) { scalar::f32_to_bf16(src, dst, n); }
 void bf16_to_f32_scalar(const uint16_t* src, float* dst, size_t n) { scalar::bf16_to_f32(src, dst, n); }
+void reduce_many_scalar(DataType dtype, ReduceOp op, void* dst, const void* const* s, size_t k, size_t n) {
+  scalar::reduce_many(dtype, op, dst, s, k, n);
+}
 
 }  // namespace
 
 extern const KernelTable kScalarKernels = {
-    &tandem::reduce_scalar, &scale_avg_scalar,   &f32_to_f16_scalar,
-    &f16_to_f32_scalar,     &f32_to_bf16_scalar, &bf16_to_f32_scalar,
+    &tandem::reduce_scalar, &scale_avg_scalar,   &f32_to_f16_scalar,  &f16_to_f32_scalar,
+    &f32_to_bf16_scalar,    &bf16_to_f32_scalar, &reduce_many_scalar,
 };
 
 }  // namespace detail

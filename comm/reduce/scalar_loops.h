@@ -7,6 +7,7 @@
 // AVX-512 can never be picked by the linker for the scalar path.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -68,6 +69,32 @@ inline void reduce_typed(ReduceOp op, void* dst, const void* a, const void* b, s
 
 inline void reduce(DataType dtype, ReduceOp op, void* dst, const void* a, const void* b, size_t n) {
   visit_dtype(dtype, [&](auto tag) { reduce_typed<typename decltype(tag)::type>(op, dst, a, b, n); });
+}
+
+// reduce_many from element `from`: the chain of binary() calls, in dst where
+// only s[0] may alias it; else over blocks built apart and then stored, so
+// that dst may alias any source.
+template <class T, class F>
+inline void many(F f, T* dst, const void* const* s, size_t k, size_t from, size_t n) {
+  auto src = [s](size_t j) { return static_cast<const T*>(s[j]); };
+  bool apart = true;
+  for (size_t j = 1; j < k; ++j) apart = apart && src(j) != dst;
+  constexpr size_t kBlock = 2048;
+  T block[kBlock];
+  for (size_t b = from, m = 0; b < n; b += m) {
+    m = apart ? n - b : std::min(kBlock, n - b);
+    T* acc = apart ? dst + b : block;
+    binary(f, acc, src(0) + b, src(1) + b, m);
+    for (size_t j = 2; j < k; ++j) binary(f, acc, acc, src(j) + b, m);
+    if (!apart) std::copy_n(acc, m, dst + b);
+  }
+}
+
+inline void reduce_many(DataType dtype, ReduceOp op, void* dst, const void* const* s, size_t k, size_t n) {
+  visit_dtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    visit_op(op, [&](auto f) { many<T>(f, static_cast<T*>(dst), s, k, 0, n); });
+  });
 }
 
 template <class T>

@@ -67,6 +67,66 @@ inline void reduce_typed(ReduceOp op, void* dst_v, const void* a_v, const void* 
   }
 }
 
+// dst = vop(...vop(vop(s[0], s[1]), s[2])..., s[k-1]) for k >= 2 sources,
+// vector by vector: each source read once and dst written once, where a
+// chain of binary_loop calls reads and writes dst k - 1 times. Widened lanes
+// (f16/bf16) round to their storage type between steps, as that chain's
+// stores do, so the bits are the same. Each block loads every source before
+// storing, so dst may alias any source exactly.
+template <class Tr, class VOp, class SOp>
+inline void many_loop(VOp vop, SOp sop, typename Tr::T* dst, const void* const* s, size_t k, size_t n) {
+  using T = typename Tr::T;
+  using V = typename Tr::V;
+  constexpr size_t W = Tr::W;
+  auto at = [s](size_t j, size_t i) { return static_cast<const T*>(s[j]) + i; };
+  auto step = [vop](V acc, V x) {
+    if constexpr (sizeof(T) * W < sizeof(V)) {
+      alignas(64) T rounded[W];
+      Tr::store(rounded, acc);
+      acc = Tr::load(rounded);
+    }
+    return vop(acc, x);
+  };
+  size_t i = 0;
+  for (; i + 2 * W <= n; i += 2 * W) {
+    V a0 = vop(Tr::load(at(0, i)), Tr::load(at(1, i)));
+    V a1 = vop(Tr::load(at(0, i + W)), Tr::load(at(1, i + W)));
+    for (size_t j = 2; j < k; ++j) {
+      a0 = step(a0, Tr::load(at(j, i)));
+      a1 = step(a1, Tr::load(at(j, i + W)));
+    }
+    Tr::store(dst + i, a0);
+    Tr::store(dst + i + W, a1);
+  }
+  if (i + W <= n) {
+    V a0 = vop(Tr::load(at(0, i)), Tr::load(at(1, i)));
+    for (size_t j = 2; j < k; ++j) a0 = step(a0, Tr::load(at(j, i)));
+    Tr::store(dst + i, a0);
+    i += W;
+  }
+  scalar::many<T>(sop, dst, s, k, i, n);
+}
+
+template <class Tr>
+inline void reduce_many_typed(ReduceOp op, void* dst_v, const void* const* s, size_t k, size_t n) {
+  using T = typename Tr::T;
+  using V = typename Tr::V;
+  using Ops = typename Tr::Ops;
+  T* dst = static_cast<T*>(dst_v);
+  switch (op) {
+    case ReduceOp::sum:
+    case ReduceOp::avg: return many_loop<Tr>([](V x, V y) { return Ops::sum(x, y); }, fn::Sum{}, dst, s, k, n);
+    case ReduceOp::min: return many_loop<Tr>([](V x, V y) { return Ops::min(x, y); }, fn::Min{}, dst, s, k, n);
+    case ReduceOp::max: return many_loop<Tr>([](V x, V y) { return Ops::max(x, y); }, fn::Max{}, dst, s, k, n);
+    case ReduceOp::prod:
+      if constexpr (requires(V x) { Ops::prod(x, x); }) {
+        return many_loop<Tr>([](V x, V y) { return Ops::prod(x, y); }, fn::Prod{}, dst, s, k, n);
+      } else {
+        return scalar::many<T>(fn::Prod{}, dst, s, k, 0, n);
+      }
+  }
+}
+
 // In-place data = data / divisor for float lanes (Ops::div is true division,
 // like AvgDiv); integer dtypes use the scalar loop.
 template <class Tr>
@@ -109,6 +169,17 @@ struct Table {
       case DataType::u8: return reduce_typed<U8>(op, dst, a, b, n);
     }
   }
+  static void reduce_many(DataType dtype, ReduceOp op, void* dst, const void* const* s, size_t k, size_t n) {
+    switch (dtype) {
+      case DataType::f32: return reduce_many_typed<F32>(op, dst, s, k, n);
+      case DataType::f64: return reduce_many_typed<F64>(op, dst, s, k, n);
+      case DataType::f16: return reduce_many_typed<F16>(op, dst, s, k, n);
+      case DataType::bf16: return reduce_many_typed<BF16>(op, dst, s, k, n);
+      case DataType::i32: return reduce_many_typed<I32>(op, dst, s, k, n);
+      case DataType::i64: return reduce_many_typed<I64>(op, dst, s, k, n);
+      case DataType::u8: return reduce_many_typed<U8>(op, dst, s, k, n);
+    }
+  }
   static void scale_avg(DataType dtype, void* data, size_t n, int divisor) {
     switch (dtype) {
       case DataType::f32: return scale_avg_typed<F32>(data, n, divisor);
@@ -137,7 +208,7 @@ struct Table {
                             reinterpret_cast<const fn::bf16_t*>(src), dst, n);
   }
   static constexpr KernelTable kernels() {
-    return {&reduce, &scale_avg, &f32_to_f16, &f16_to_f32, &f32_to_bf16, &bf16_to_f32};
+    return {&reduce, &scale_avg, &f32_to_f16, &f16_to_f32, &f32_to_bf16, &bf16_to_f32, &reduce_many};
   }
 };
 

@@ -308,10 +308,20 @@ struct Reduction {
 };
 
 // dst = slot_of(0) op slot_of(1) op ... in rank order, each at `offset` bytes; avg divides once.
+// One pass of reduce_many per kFoldSources sources, each pass after the first
+// going on from dst: dst is read and written once a pass, not once a source
+// (4 ranks, 64 KiB: 2.5 against 5.3 us; docs/algorithms.md, 'shm: one pass
+// over every source').
 template <class SlotOf>
 void fold(const Segments& s, const Reduction& r, void* dst, SlotOf& slot_of, size_t offset) {
-  reduce(r.dtype, combining(r.op), dst, slot_of(0) + offset, slot_of(1) + offset, r.count);
-  for (int p = 2; p < s.size(); ++p) reduce(r.dtype, combining(r.op), dst, dst, slot_of(p) + offset, r.count);
+  constexpr size_t kFoldSources = 8;
+  const void* sources[kFoldSources];
+  for (int p = 0; p < s.size();) {
+    size_t k = 0;
+    if (p > 0) sources[k++] = dst;
+    while (k < kFoldSources && p < s.size()) sources[k++] = slot_of(p++) + offset;
+    reduce_many(r.dtype, combining(r.op), dst, sources, k, r.count);
+  }
   s.count_traffic(size_t(s.size() + 1) * r.count * dtype_size(r.dtype));  // every source read once, dst written
   if (r.op == ReduceOp::avg) scale_avg(r.dtype, dst, r.count, s.size());
 }

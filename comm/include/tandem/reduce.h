@@ -16,6 +16,12 @@ namespace tandem {
 // partially). For ReduceOp::avg this combines as sum; finish with scale_avg.
 void reduce(DataType dtype, ReduceOp op, void* dst, const void* a, const void* b, size_t count);
 
+// dst[i] = (...((sources[0][i] op sources[1][i]) op sources[2][i]) ...) over
+// nsources >= 2 sources, in one pass: the same bits as the chain of reduce()
+// calls (f16/bf16 round after every step), with each source read once and
+// dst written once instead of k - 1 times. dst may alias any source exactly.
+void reduce_many(DataType dtype, ReduceOp op, void* dst, const void* const* sources, size_t nsources, size_t count);
+
 // data[i] = data[i] / divisor, with the rounding rules of ReduceOp::avg.
 void scale_avg(DataType dtype, void* data, size_t count, int divisor);
 

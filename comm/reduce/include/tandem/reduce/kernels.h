@@ -24,6 +24,7 @@ struct KernelTable {
   void (*f16_to_f32)(const uint16_t* src, float* dst, size_t count);
   void (*f32_to_bf16)(const float* src, uint16_t* dst, size_t count);
   void (*bf16_to_f32)(const uint16_t* src, float* dst, size_t count);
+  void (*reduce_many)(DataType, ReduceOp, void* dst, const void* const* sources, size_t nsources, size_t count);
 };
 
 // Defined in reduce_scalar.cc, reduce_avx2.cc and reduce_avx512.cc.
