@@ -259,6 +259,16 @@ enum class Alias { none, dst_is_a, dst_is_b };
 
 using ReduceParam = std::tuple<Isa, DataType, ReduceOp>;
 
+auto every_isa_dtype_op() {
+  return ::testing::Combine(::testing::ValuesIn(detail::kAllIsas), ::testing::ValuesIn(kAllDataTypes),
+                            ::testing::ValuesIn(kAllReduceOps));
+}
+
+std::string isa_dtype_op_name(const ::testing::TestParamInfo<ReduceParam>& info) {
+  return std::string(detail::to_string(std::get<0>(info.param))) + "_" +
+         std::string(to_string(std::get<1>(info.param))) + "_" + std::string(to_string(std::get<2>(info.param)));
+}
+
 class ReduceMatrix : public ::testing::TestWithParam<ReduceParam> {};
 
 template <class T>
@@ -315,14 +325,7 @@ TEST_P(ReduceMatrix, MatchesScalarAndReference) {
   with_type(dtype, [&](auto t) { check_reduce<decltype(t)>(isa, op); });
 }
 
-INSTANTIATE_TEST_SUITE_P(All, ReduceMatrix,
-                         ::testing::Combine(::testing::ValuesIn(detail::kAllIsas), ::testing::ValuesIn(kAllDataTypes),
-                                            ::testing::ValuesIn(kAllReduceOps)),
-                         [](const ::testing::TestParamInfo<ReduceParam>& info) {
-                           return std::string(detail::to_string(std::get<0>(info.param))) + "_" +
-                                  std::string(to_string(std::get<1>(info.param))) + "_" +
-                                  std::string(to_string(std::get<2>(info.param)));
-                         });
+INSTANTIATE_TEST_SUITE_P(All, ReduceMatrix, every_isa_dtype_op(), isa_dtype_op_name);
 
 // ---- reduce_many: ISA x dtype x op, against the chain of scalar reduces ----
 
@@ -371,14 +374,7 @@ TEST_P(ReduceManyMatrix, MatchesTheChainOfScalarReduces) {
   with_type(dtype, [&](auto t) { check_reduce_many<decltype(t)>(isa, op); });
 }
 
-INSTANTIATE_TEST_SUITE_P(All, ReduceManyMatrix,
-                         ::testing::Combine(::testing::ValuesIn(detail::kAllIsas), ::testing::ValuesIn(kAllDataTypes),
-                                            ::testing::ValuesIn(kAllReduceOps)),
-                         [](const ::testing::TestParamInfo<ReduceParam>& info) {
-                           return std::string(detail::to_string(std::get<0>(info.param))) + "_" +
-                                  std::string(to_string(std::get<1>(info.param))) + "_" +
-                                  std::string(to_string(std::get<2>(info.param)));
-                         });
+INSTANTIATE_TEST_SUITE_P(All, ReduceManyMatrix, every_isa_dtype_op(), isa_dtype_op_name);
 
 // ---- scale_avg: ISA x dtype ----
 

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstddef>
+#include <type_traits>
 
 #include "scalar_loops.h"
 #include "tandem/reduce/kernels.h"
@@ -45,26 +46,46 @@ inline void binary_loop(VOp vop, SOp sop, typename Tr::T* dst, const typename Tr
   for (; i < n; ++i) dst[i] = sop(a[i], b[i]);
 }
 
+// visit_vector_op's vector functor for an op the lanes have no vector form of.
+struct ScalarOnly {};
+
+// Calls loop(vop, sop) with op's vector and scalar functors (avg combines as
+// sum); for a prod the lanes have no vector form of, vop is ScalarOnly and
+// `loop` runs sop in scalar code.
+template <class Tr, class Loop>
+inline void visit_vector_op(ReduceOp op, Loop&& loop) {
+  using V = typename Tr::V;
+  using Ops = typename Tr::Ops;
+  switch (op) {
+    case ReduceOp::sum:
+    case ReduceOp::avg: return loop([](V x, V y) { return Ops::sum(x, y); }, fn::Sum{});
+    case ReduceOp::min: return loop([](V x, V y) { return Ops::min(x, y); }, fn::Min{});
+    case ReduceOp::max: return loop([](V x, V y) { return Ops::max(x, y); }, fn::Max{});
+    case ReduceOp::prod:
+      if constexpr (requires(V x) { Ops::prod(x, x); }) {
+        return loop([](V x, V y) { return Ops::prod(x, y); }, fn::Prod{});
+      } else {
+        return loop(ScalarOnly{}, fn::Prod{});
+      }
+  }
+}
+
+template <class VOp>
+constexpr bool on_vectors = !std::is_same_v<VOp, ScalarOnly>;
+
 template <class Tr>
 inline void reduce_typed(ReduceOp op, void* dst_v, const void* a_v, const void* b_v, size_t n) {
   using T = typename Tr::T;
-  using V = typename Tr::V;
-  using Ops = typename Tr::Ops;
   T* dst = static_cast<T*>(dst_v);
   const T* a = static_cast<const T*>(a_v);
   const T* b = static_cast<const T*>(b_v);
-  switch (op) {
-    case ReduceOp::sum:
-    case ReduceOp::avg: return binary_loop<Tr>([](V x, V y) { return Ops::sum(x, y); }, fn::Sum{}, dst, a, b, n);
-    case ReduceOp::min: return binary_loop<Tr>([](V x, V y) { return Ops::min(x, y); }, fn::Min{}, dst, a, b, n);
-    case ReduceOp::max: return binary_loop<Tr>([](V x, V y) { return Ops::max(x, y); }, fn::Max{}, dst, a, b, n);
-    case ReduceOp::prod:
-      if constexpr (requires(V x) { Ops::prod(x, x); }) {
-        return binary_loop<Tr>([](V x, V y) { return Ops::prod(x, y); }, fn::Prod{}, dst, a, b, n);
-      } else {
-        return scalar::binary(fn::Prod{}, dst, a, b, n);
-      }
-  }
+  visit_vector_op<Tr>(op, [&](auto vop, auto sop) {
+    if constexpr (on_vectors<decltype(vop)>) {
+      binary_loop<Tr>(vop, sop, dst, a, b, n);
+    } else {
+      scalar::binary(sop, dst, a, b, n);
+    }
+  });
 }
 
 // dst = vop(...vop(vop(s[0], s[1]), s[2])..., s[k-1]) for k >= 2 sources,
@@ -110,21 +131,14 @@ inline void many_loop(VOp vop, SOp sop, typename Tr::T* dst, const void* const* 
 template <class Tr>
 inline void reduce_many_typed(ReduceOp op, void* dst_v, const void* const* s, size_t k, size_t n) {
   using T = typename Tr::T;
-  using V = typename Tr::V;
-  using Ops = typename Tr::Ops;
   T* dst = static_cast<T*>(dst_v);
-  switch (op) {
-    case ReduceOp::sum:
-    case ReduceOp::avg: return many_loop<Tr>([](V x, V y) { return Ops::sum(x, y); }, fn::Sum{}, dst, s, k, n);
-    case ReduceOp::min: return many_loop<Tr>([](V x, V y) { return Ops::min(x, y); }, fn::Min{}, dst, s, k, n);
-    case ReduceOp::max: return many_loop<Tr>([](V x, V y) { return Ops::max(x, y); }, fn::Max{}, dst, s, k, n);
-    case ReduceOp::prod:
-      if constexpr (requires(V x) { Ops::prod(x, x); }) {
-        return many_loop<Tr>([](V x, V y) { return Ops::prod(x, y); }, fn::Prod{}, dst, s, k, n);
-      } else {
-        return scalar::many<T>(fn::Prod{}, dst, s, k, 0, n);
-      }
-  }
+  visit_vector_op<Tr>(op, [&](auto vop, auto sop) {
+    if constexpr (on_vectors<decltype(vop)>) {
+      many_loop<Tr>(vop, sop, dst, s, k, n);
+    } else {
+      scalar::many<T>(sop, dst, s, k, 0, n);
+    }
+  });
 }
 
 // In-place data = data / divisor for float lanes (Ops::div is true division,
@@ -158,38 +172,27 @@ inline void convert_loop(SOp sop, const typename Src::T* src, typename Dst::T* d
 // One ISA's KernelTable, from its lane traits for each dtype.
 template <class F32, class F64, class F16, class BF16, class I32, class I64, class U8>
 struct Table {
-  static void reduce(DataType dtype, ReduceOp op, void* dst, const void* a, const void* b, size_t n) {
+  // Calls f(scalar::TypeTag<lane traits of dtype>{}).
+  template <class F>
+  static void with_lanes(DataType dtype, F&& f) {
     switch (dtype) {
-      case DataType::f32: return reduce_typed<F32>(op, dst, a, b, n);
-      case DataType::f64: return reduce_typed<F64>(op, dst, a, b, n);
-      case DataType::f16: return reduce_typed<F16>(op, dst, a, b, n);
-      case DataType::bf16: return reduce_typed<BF16>(op, dst, a, b, n);
-      case DataType::i32: return reduce_typed<I32>(op, dst, a, b, n);
-      case DataType::i64: return reduce_typed<I64>(op, dst, a, b, n);
-      case DataType::u8: return reduce_typed<U8>(op, dst, a, b, n);
+      case DataType::f32: return f(scalar::TypeTag<F32>{});
+      case DataType::f64: return f(scalar::TypeTag<F64>{});
+      case DataType::f16: return f(scalar::TypeTag<F16>{});
+      case DataType::bf16: return f(scalar::TypeTag<BF16>{});
+      case DataType::i32: return f(scalar::TypeTag<I32>{});
+      case DataType::i64: return f(scalar::TypeTag<I64>{});
+      case DataType::u8: return f(scalar::TypeTag<U8>{});
     }
+  }
+  static void reduce(DataType dtype, ReduceOp op, void* dst, const void* a, const void* b, size_t n) {
+    with_lanes(dtype, [&](auto lanes) { reduce_typed<typename decltype(lanes)::type>(op, dst, a, b, n); });
   }
   static void reduce_many(DataType dtype, ReduceOp op, void* dst, const void* const* s, size_t k, size_t n) {
-    switch (dtype) {
-      case DataType::f32: return reduce_many_typed<F32>(op, dst, s, k, n);
-      case DataType::f64: return reduce_many_typed<F64>(op, dst, s, k, n);
-      case DataType::f16: return reduce_many_typed<F16>(op, dst, s, k, n);
-      case DataType::bf16: return reduce_many_typed<BF16>(op, dst, s, k, n);
-      case DataType::i32: return reduce_many_typed<I32>(op, dst, s, k, n);
-      case DataType::i64: return reduce_many_typed<I64>(op, dst, s, k, n);
-      case DataType::u8: return reduce_many_typed<U8>(op, dst, s, k, n);
-    }
+    with_lanes(dtype, [&](auto lanes) { reduce_many_typed<typename decltype(lanes)::type>(op, dst, s, k, n); });
   }
   static void scale_avg(DataType dtype, void* data, size_t n, int divisor) {
-    switch (dtype) {
-      case DataType::f32: return scale_avg_typed<F32>(data, n, divisor);
-      case DataType::f64: return scale_avg_typed<F64>(data, n, divisor);
-      case DataType::f16: return scale_avg_typed<F16>(data, n, divisor);
-      case DataType::bf16: return scale_avg_typed<BF16>(data, n, divisor);
-      case DataType::i32: return scale_avg_typed<I32>(data, n, divisor);
-      case DataType::i64: return scale_avg_typed<I64>(data, n, divisor);
-      case DataType::u8: return scale_avg_typed<U8>(data, n, divisor);
-    }
+    with_lanes(dtype, [&](auto lanes) { scale_avg_typed<typename decltype(lanes)::type>(data, n, divisor); });
   }
   static void f32_to_f16(const float* src, uint16_t* dst, size_t n) {
     convert_loop<F32, F16>([](float x) { return fn::f16_t{fn::f32_to_f16_bits(x)}; }, src,
