@@ -126,6 +126,24 @@ TEST(HugePages, TheLeastRecentlySeenRangeMakesRoomAndIsCollapsedAgainWhenItRetur
   EXPECT_EQ(pages.counts().asked, HugePages::kRanges + 2);
 }
 
+TEST(HugePages, CollapsesStopOnceTheyHaveTakenTheBudget) {
+  // Refused collapses (inaccessible memory) take time all the same.
+  Mapping m(6 * kHuge, PROT_NONE);
+  ASSERT_NE(m.base, nullptr);
+  HugePages spent(1);  // 1 ns: the first collapse takes it
+  spent.note(m.aligned(0), kHuge);
+  spent.note(m.aligned(kHuge), kHuge);
+  spent.note(m.aligned(2 * kHuge), kHuge);
+  EXPECT_EQ(spent.counts().asked, 1u);
+  EXPECT_EQ(spent.counts().over_budget, 2u);
+  spent.note(m.aligned(kHuge), kHuge);  // remembered: neither asked nor counted again
+  EXPECT_EQ(spent.counts().over_budget, 2u);
+  HugePages ample;  // the default budget: a few refused collapses take none of it
+  for (size_t k = 0; k < 4; ++k) ample.note(m.aligned(k * kHuge), kHuge);
+  EXPECT_EQ(ample.counts().asked, 4u);
+  EXPECT_EQ(ample.counts().over_budget, 0u);
+}
+
 // 2 ranks: all-to-all, a send/recv exchange and an all-reduce of 8 MiB heap
 // buffers, each twice, checked exactly; then whether the buffers are on huge pages.
 int large_calls(CommOptions o, bool huge_pages, bool collapses) {

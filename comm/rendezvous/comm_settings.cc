@@ -115,7 +115,8 @@ SettingTable<O> make_transport() {
   t.push_back(bool_field(setting_row("transport", "TANDEM_HUGE_PAGES", "huge_pages", K::boolean, "1",
                                      "Ranks of one host back a heap buffer's whole 2 MiB pages with transparent "
                                      "huge pages (MADV_COLLAPSE, Linux 6.1) at its first call, so that "
-                                     "cross-memory attach pins and copies it in 2 MiB pages, not 4 KiB ones; "
+                                     "cross-memory attach pins and copies it in 2 MiB pages, not 4 KiB ones, "
+                                     "until the communicator's collapses on this rank have taken 200 ms; "
                                      "0: buffers keep the pages they came with (docs/algorithms.md, "
                                      "'shm: huge pages for heap buffers')."),
                          &O::huge_pages));

@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "src/subsystem_log.h"
@@ -36,9 +37,22 @@ void HugePages::note_range(uintptr_t begin, uintptr_t end) {
 // Once per range, whatever the outcome: a range the kernel refuses (older
 // than Linux 6.1, huge pages disabled for the process, pages pinned by a
 // peer's copy at that moment) keeps its pages and costs no further call.
+// Refused or not, the time it took counts against the budget.
 void HugePages::collapse(uintptr_t begin, uintptr_t end) {
+  if (spent_ns_ >= budget_ns_) {
+    ++counts_.over_budget;
+    return;
+  }
   ++counts_.asked;
-  if (::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_COLLAPSE) == 0) {
+  const auto start = std::chrono::steady_clock::now();
+  const int rc = ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_COLLAPSE);
+  spent_ns_ +=
+      uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
+  if (spent_ns_ >= budget_ns_) {
+    subsystem_log(Subsystem::transport)
+        .debug("tandem: huge pages: the collapses took {} ms; later buffers keep their pages", spent_ns_ / 1'000'000);
+  }
+  if (rc == 0) {
     ++counts_.collapsed;
     return;
   }

@@ -14,9 +14,11 @@ namespace tandem {
 
 // Collapses a buffer's whole huge pages (MADV_COLLAPSE) at its first call,
 // as a registration cache registers a buffer at its first use: the first
-// call pays (about 0.3 ms per 2 MiB, more where memory is fragmented), and
-// the timed paths' first trials, from that call on, time the pages the
-// buffer keeps.
+// call pays (about 0.3 ms per 2 MiB, 1–3 ms on fresh or fragmented memory),
+// and the timed paths' first trials, from that call on, time the pages the
+// buffer keeps. The collapses together take at most kBudgetNs: a job that
+// calls on fresh buffers every step (new tensors at new addresses) pays that
+// once, then its buffers keep their pages.
 class HugePages {
  public:
   static constexpr size_t kHugePage = size_t(2) << 20;
@@ -24,6 +26,13 @@ class HugePages {
   // remembered is not collapsed again, even if its memory was freed and
   // mapped anew since: a collapse costs more than a call gains.
   static constexpr size_t kRanges = 32;
+  // The time all collapses may take (a collapse starts while the time spent
+  // is under it): 2 ranks ping-ponging a fresh 16 MiB buffer every step took
+  // 10–48 ms a step collapsing each, 6 ms without huge pages, 3 ms on a
+  // buffer kept (docs/algorithms.md, 'shm: huge pages for heap buffers').
+  static constexpr uint64_t kBudgetNs = 200'000'000;
+
+  explicit HugePages(uint64_t budget_ns = kBudgetNs) : budget_ns_(budget_ns) {}
 
   // Collapses the whole huge pages of [p, p + bytes) unless that range was
   // seen lately. Buffers spanning no whole huge page return at once. Any thread.
@@ -33,9 +42,10 @@ class HugePages {
   // Whether [p, p + bytes) spans a whole huge page.
   static bool holds_one(const void* p, size_t bytes) { return p && round_down(p, bytes) > round_up(p); }
 
-  // Ranges the kernel was asked to collapse, and those it did.
+  // Ranges the kernel was asked to collapse, those it did, and those left
+  // alone because the collapses had taken the budget.
   struct Counts {
-    uint64_t asked = 0, collapsed = 0;
+    uint64_t asked = 0, collapsed = 0, over_budget = 0;
   };
   Counts counts() const;
 
@@ -50,6 +60,8 @@ class HugePages {
   void collapse(uintptr_t begin, uintptr_t end);
 
   mutable std::mutex mu_;
+  const uint64_t budget_ns_;
+  uint64_t spent_ns_ = 0;
   std::array<Range, kRanges> ranges_{};
   uint64_t clock_ = 0;
   Counts counts_;
