@@ -310,7 +310,7 @@ struct Reduction {
 // dst = slot_of(0) op slot_of(1) op ... in rank order, each at `offset` bytes; avg divides once.
 // One pass of reduce_many per kFoldSources sources, each pass after the first
 // going on from dst: dst is read and written once a pass, not once a source
-// (4 ranks, 64 KiB: 2.5 against 5.3 us; docs/algorithms.md, 'shm: one pass
+// (4 sources of 64 KiB: 2.2 against 4.4 us; docs/algorithms.md, 'shm: one pass
 // over every source').
 template <class SlotOf>
 void fold(const Segments& s, const Reduction& r, void* dst, SlotOf& slot_of, size_t offset) {
