@@ -41,9 +41,9 @@ class Endpoints {
   MemoryType memory_type(const CollectiveOptions& o) const;
 
   // Hands a call's host buffers to HugePages, where ranks copy each other's
-  // memory by cross-memory attach.
+  // memory by cross-memory attach, until its collapses took their budget.
   void note_buffers(const Call& call) {
-    if (!huge_pages || call.options.memory != MemoryType::host) return;
+    if (!huge_pages || huge_pages->spent() || call.options.memory != MemoryType::host) return;
     // Most calls are too small to hold a huge page whatever their dtype (8
     // bytes at most): they return here, before any extent is worked out.
     const bool blocks = call.op == Op::group || !call.send.counts.empty() || !call.recv.counts.empty();

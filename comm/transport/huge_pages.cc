@@ -39,18 +39,20 @@ void HugePages::note_range(uintptr_t begin, uintptr_t end) {
 // peer's copy at that moment) keeps its pages and costs no further call.
 // Refused or not, the time it took counts against the budget.
 void HugePages::collapse(uintptr_t begin, uintptr_t end) {
-  if (spent_ns_ >= budget_ns_) {
+  if (spent()) {
     ++counts_.over_budget;
     return;
   }
   ++counts_.asked;
   const auto start = std::chrono::steady_clock::now();
   const int rc = ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_COLLAPSE);
-  spent_ns_ +=
-      uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
-  if (spent_ns_ >= budget_ns_) {
+  spent_ns_.fetch_add(
+      uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count()),
+      std::memory_order_relaxed);
+  if (spent()) {
     subsystem_log(Subsystem::transport)
-        .debug("tandem: huge pages: the collapses took {} ms; later buffers keep their pages", spent_ns_ / 1'000'000);
+        .debug("tandem: huge pages: the collapses took {} ms; later buffers keep their pages",
+               spent_ns_.load(std::memory_order_relaxed) / 1'000'000);
   }
   if (rc == 0) {
     ++counts_.collapsed;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -16,9 +17,9 @@ namespace tandem {
 // as a registration cache registers a buffer at its first use: the first
 // call pays (about 0.3 ms per 2 MiB, 1–3 ms on fresh or fragmented memory),
 // and the timed paths' first trials, from that call on, time the pages the
-// buffer keeps. The collapses together take at most kBudgetNs: a job that
-// calls on fresh buffers every step (new tensors at new addresses) pays that
-// once, then its buffers keep their pages.
+// buffer keeps. A collapse starts only while the collapses so far took under
+// kBudgetNs: a job that calls on fresh buffers every step (new tensors at new
+// addresses) pays about that once, then its buffers keep their pages.
 class HugePages {
  public:
   static constexpr size_t kHugePage = size_t(2) << 20;
@@ -39,6 +40,9 @@ class HugePages {
   void note(const void* p, size_t bytes) {
     if (holds_one(p, bytes)) note_range(round_up(p), round_down(p, bytes));
   }
+  // Whether the collapses took the budget: no buffer noted from now on is
+  // collapsed, so callers may stop noting. Any thread.
+  bool spent() const { return spent_ns_.load(std::memory_order_relaxed) >= budget_ns_; }
   // Whether [p, p + bytes) spans a whole huge page.
   static bool holds_one(const void* p, size_t bytes) { return p && round_down(p, bytes) > round_up(p); }
 
@@ -61,7 +65,7 @@ class HugePages {
 
   mutable std::mutex mu_;
   const uint64_t budget_ns_;
-  uint64_t spent_ns_ = 0;
+  std::atomic<uint64_t> spent_ns_{0};  // written under mu_, read by spent() without it
   std::array<Range, kRanges> ranges_{};
   uint64_t clock_ = 0;
   Counts counts_;
