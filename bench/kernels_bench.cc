@@ -37,6 +37,7 @@ using tandem::DataType;
 using tandem::ReduceOp;
 using tandem::detail::Isa;
 
+constexpr size_t kKiB = size_t{1} << 10;
 constexpr size_t kMiB = size_t{1} << 20;
 
 struct FreeDeleter {
@@ -180,7 +181,7 @@ void bm_fold(benchmark::State& state, Isa isa, size_t k, size_t bytes, bool one_
 }
 
 std::string size_name(size_t bytes) {
-  return bytes >= kMiB ? std::to_string(bytes / kMiB) + "MiB" : std::to_string(bytes >> 10) + "KiB";
+  return bytes >= kMiB ? std::to_string(bytes / kMiB) + "MiB" : std::to_string(bytes / kKiB) + "KiB";
 }
 
 void register_all() {
@@ -208,7 +209,7 @@ void register_all() {
       }
     }
     for (size_t k : {4, 8}) {
-      for (size_t bytes : {64 * (kMiB >> 10), 1 * kMiB}) {
+      for (size_t bytes : {64 * kKiB, 1 * kMiB}) {
         for (bool one_pass : {false, true}) {
           const std::string name = "fold/" + isa_name + "/f32/sum/" + std::to_string(k) + "src/" + size_name(bytes) +
                                    "/" + (one_pass ? "onepass" : "chain");

@@ -134,6 +134,7 @@ void reduce_many(DataType dtype, ReduceOp op, void* dst, const void* const* sour
   }
   detail::check_pointers(count, dst);
   for (size_t j = 0; j < nsources; ++j) detail::check_pointers(count, sources[j]);
+  // Two sources: the two-source kernel, so that a 2-rank fold runs what it ran before reduce_many.
   if (nsources == 2) return detail::active_kernels().reduce(dtype, op, dst, sources[0], sources[1], count);
   detail::active_kernels().reduce_many(dtype, op, dst, sources, nsources, count);
 }
