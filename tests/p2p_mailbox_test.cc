@@ -17,6 +17,7 @@
 #include "multiprocess.h"
 #include "tandem/tandem.h"
 #include "transport/shm_mailbox.h"
+#include "transport/shm_mailbox_wire.h"
 
 namespace tandem::testing {
 namespace {
@@ -299,7 +300,8 @@ TEST(MailboxTimed, TheMedianRatioPassesOverOneOutlier) {
 
 TEST(MailboxTimed, PairsDecideTogetherByTheGeometricMean) {
   const float none[] = {0, 0, 0};
-  EXPECT_FALSE(ShmMailbox::read_won(none, 3));  // streaming until a median is in
+  EXPECT_FALSE(ShmMailbox::read_won(none, 3));  // no median in: 1, not under it
+  EXPECT_DOUBLE_EQ(ShmMailbox::pooled_ratio(none, 3), 1.0);
   const float one[] = {0.5f, 0, 0};
   EXPECT_TRUE(ShmMailbox::read_won(one, 3));
   const float apart[] = {0.6f, 1.8f};  // mean 1.04: slower
@@ -310,6 +312,67 @@ TEST(MailboxTimed, PairsDecideTogetherByTheGeometricMean) {
   EXPECT_TRUE(ShmMailbox::read_won(barely, 2));
   const float slower[] = {1.5f, 1.2f, 0.95f};
   EXPECT_FALSE(ShmMailbox::read_won(slower, 3));
+  const float apart_twice[] = {0.25f, 4.0f};
+  EXPECT_NEAR(ShmMailbox::pooled_ratio(apart_twice, 2), 1.0, 1e-6);
+}
+
+// A first verdict with one way under 1/1.5 of the other's time skips the second round's trials.
+TEST(MailboxTimed, AClearFirstVerdictSettles) {
+  EXPECT_TRUE(ShmMailbox::settled(0.4));
+  EXPECT_TRUE(ShmMailbox::settled(1 / 1.5));
+  EXPECT_FALSE(ShmMailbox::settled(0.7));
+  EXPECT_FALSE(ShmMailbox::settled(1.0));
+  EXPECT_FALSE(ShmMailbox::settled(1.4));
+  EXPECT_TRUE(ShmMailbox::settled(1.5));
+  EXPECT_TRUE(ShmMailbox::settled(3.0));
+}
+
+// Each size class's messages to one receiver: the first round opens with two
+// untimed reads, then a read trial and a stream trial, each two messages the
+// second timed; the second round (from message 64) opens with 3 pairs at 1 MiB
+// (streaming first in even pairs), then the verdict's way until the next round.
+TEST(MailboxTimed, TheScheduleOfEachSizeClass) {
+  const size_t c = size_class(size_t(1) << 20);
+  struct Want {
+    uint64_t n;
+    bool opening, trial, read;
+    uint64_t number;
+  };
+  const Want want[] = {
+      {0, true, false, true, 0},
+      {1, true, false, true, 0},  // warm reads
+      {2, true, false, true, 0},
+      {3, true, true, true, 0},  // the read trial
+      {4, true, false, false, 1},
+      {5, true, true, false, 1},  // the stream trial
+      {6, false, false, false, 0},
+      {63, false, false, false, 0},
+      {64, true, false, false, 0},
+      {65, true, true, false, 0},  // pair 0: streaming first
+      {66, true, false, true, 1},
+      {67, true, true, true, 1},
+      {68, true, false, true, 2},
+      {69, true, true, true, 2},  // pair 1: reading first
+      {70, true, false, false, 3},
+      {71, true, true, false, 3},
+      {72, true, false, false, 4},
+      {75, true, true, true, 5},  // pair 2
+      {76, false, false, false, 0},
+      {64 + (1 << 14) - 1, false, false, false, 0},
+      {64 + (1 << 14), true, false, false, 0},  // the third round opens
+  };
+  for (const Want& w : want) {
+    const ShmMailbox::Scheduled s = ShmMailbox::schedule(c, w.n);
+    SCOPED_TRACE("message " + std::to_string(w.n));
+    EXPECT_EQ(s.opening, w.opening);
+    if (!w.opening) continue;
+    EXPECT_EQ(s.trial, w.trial);
+    EXPECT_EQ(s.read, w.read);
+    if (w.trial) {
+      EXPECT_EQ(s.number, w.number);
+    }
+    EXPECT_EQ(s.round, w.n < 64 ? 0u : w.n < 64 + (1 << 14) ? 1u : 2u);
+  }
 }
 
 }  // namespace

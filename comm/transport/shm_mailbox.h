@@ -91,6 +91,23 @@ class ShmMailbox {
   // pairs went different ways waits on itself (docs/algorithms.md, 'shm:
   // point-to-point, timed').
   static bool read_won(const float* medians, size_t n);
+  // The pooled figure behind it: the geometric mean of the medians in (1: none).
+  static double pooled_ratio(const float* medians, size_t n);
+  // Whether a pooled ratio is clear enough that the second round opens with
+  // no trials: one way's time under 1/kMailboxClearRatio of the other's.
+  static bool settled(double pooled);
+
+  // A message's place in its size class's schedule to one receiver: in a
+  // round's opening (an untimed read of the first round's, or a trial: its
+  // number in the opening and its way) or after it (the verdict's way).
+  struct Scheduled {
+    uint64_t round = 0;
+    bool opening = false, trial = false;
+    uint64_t number = 0;  // a trial's, in its round's opening
+    bool read = false;    // the way, in an opening
+  };
+  // The n-th message (from 0) of size class c to one receiver.
+  static Scheduled schedule(size_t c, uint64_t n);
 
  private:
   struct Op;
@@ -98,7 +115,8 @@ class ShmMailbox {
   // The sender's, per size class: the pooled verdict as of a generation of the medians.
   struct Choice {
     uint64_t generation = 0;
-    bool read = false;  // streaming until a verdict
+    bool read = true;      // reading until a verdict, as the first round opens
+    bool settled = false;  // the pooled ratio is clear (settled())
   };
   struct Unexpected {
     int source;
@@ -127,7 +145,7 @@ class ShmMailbox {
   // The sender's way for op (true: read from its buffer); marks a trial.
   bool choose_read(Op& op);
   // The pooled verdict for size class c, computed again when a median changed.
-  bool class_reads(size_t c);
+  const Choice& class_choice(size_t c);
   // A trial message has arrived: the receiver counts it and, after its
   // round's last pair (or a clear early lead), publishes the verdict.
   void record_trial(int sender, const Stream& st);
@@ -188,6 +206,17 @@ constexpr size_t kMailboxReadPieceBytes = kMailboxSlots * (kMailboxSlotBytes - k
 // first round, kMailboxFirstRoundMessages, with kFirstOpeningPairs.
 constexpr size_t kMailboxClasses = 16;
 constexpr uint64_t kMailboxFirstRoundMessages = 64;
+// Messages per trial, the last timed (ShmMailbox::schedule).
+constexpr uint64_t kMailboxTrialMessages = 2;
+// Untimed reads before the first round's pair, whose timed read is then the
+// fourth from the buffer: the first two reads from a buffer took twice a
+// later one's time (1 MiB, process_vm_readv alone), the third still 10-40 %
+// more in a run.
+constexpr uint64_t kMailboxWarmReads = 2;
+static_assert(kMailboxWarmReads + 2 * kMailboxTrialMessages * kFirstOpeningPairs < kMailboxFirstRoundMessages);
+// A first verdict this clear (one way under 1/kMailboxClearRatio of the
+// other's time) skips the second round's trials; later rounds open in full.
+constexpr double kMailboxClearRatio = 1.5;
 constexpr uint64_t kMailboxRoundMessages = 1 << 14;
 
 }  // namespace tandem

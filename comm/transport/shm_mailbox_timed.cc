@@ -13,41 +13,67 @@
 
 namespace tandem {
 
-// A round's opening: class_pairs() pairs, one message of each way,
-// streaming first in even pairs and last in odd ones, so that a drift falls
-// on both alike. No untimed warm-up messages, unlike the collectives'
-// later openings: the buffers are the caller's, warm whichever way took
-// them, and the slots are warm from smaller messages. The first round's one
-// pair is two messages, inside a benchmark's warm-up at any size.
+// A round's opening: class_pairs() pairs of trials, one of each way, a
+// trial being kMailboxTrialMessages messages of its way, the last timed, so
+// that it times its way's steady state: at 1 MiB a read just after a stream
+// took 150-330 us where one after a read took 50-90, and a stream after a
+// read 165-265 where one after a stream took 130-140. Streaming first in
+// even pairs and last in odd ones, so that a drift falls on both alike. The
+// first round opens with kMailboxWarmReads untimed reads (the first reads
+// from a buffer run slow), then its one pair, reading first: six messages,
+// inside a benchmark's warm-up (a checked call and five more) at any size.
+ShmMailbox::Scheduled ShmMailbox::schedule(size_t c, uint64_t n) {
+  Scheduled s;
+  auto [round, k] = round_place(n, kMailboxFirstRoundMessages, kMailboxRoundMessages);
+  s.round = round;
+  if (round == 0) {
+    if (k < kMailboxWarmReads) {
+      s.opening = s.read = true;
+      return s;
+    }
+    k -= kMailboxWarmReads;
+  }
+  if (k >= 2 * kMailboxTrialMessages * class_pairs(c, round)) return s;
+  const uint64_t trial = k / kMailboxTrialMessages, pair = trial / 2;
+  const bool read_first = round == 0 || pair % 2 == 1;
+  s.opening = true;
+  s.trial = k % kMailboxTrialMessages == kMailboxTrialMessages - 1;
+  s.number = trial;
+  s.read = read_first == (trial % 2 == 0);
+  return s;
+}
+
 bool ShmMailbox::choose_read(Op& op) {
   if (op.bytes <= kMailboxInSlotsBytes) return false;
   if (op.bytes > stream_max_bytes_) return true;
   if (!timed_ || op.peer == rank_) return false;
   const size_t c = size_class(op.bytes);
-  const uint64_t n = sent_[size_t(op.peer) * kMailboxClasses + c]++;
-  const auto [round, k] = round_place(n, kMailboxFirstRoundMessages, kMailboxRoundMessages);
-  if (k >= 2 * class_pairs(c, round)) return class_reads(c);
-  const uint64_t trial = k, pair = trial / 2;
-  op.trial = true;
-  op.posted_ns = trial_clock_ns();
-  op.place = round << 32 | trial;
-  return (pair % 2 == 0) == (trial % 2 == 1);
+  const Scheduled s = schedule(c, sent_[size_t(op.peer) * kMailboxClasses + c]++);
+  if (!s.opening || (s.round == 1 && class_choice(c).settled)) return class_choice(c).read;
+  if (s.trial) {
+    op.trial = true;
+    op.posted_ns = trial_clock_ns();
+    op.place = s.round << 32 | s.number;
+  }
+  return s.read;
 }
 
-bool ShmMailbox::class_reads(size_t c) {
+const ShmMailbox::Choice& ShmMailbox::class_choice(size_t c) {
   // Rank 0's line changes once per pair and round: it stays in every cache.
   const uint64_t generation = load_acquire(doorbell(rings_, 0).generations[c]);
   Choice& ch = choices_[c];
-  if (generation == ch.generation) return ch.read;
+  if (generation == ch.generation) return ch;
   std::vector<float> medians;
   for (int s = 0; s < size_; ++s) {
     for (int r = 0; r < size_; ++r) {
       if (s != r) medians.push_back(std::bit_cast<float>(uint32_t(load_acquire(ring(s, r).medians[c]))));
     }
   }
+  const double pooled = pooled_ratio(medians.data(), medians.size());
   ch.generation = generation;
   ch.read = read_won(medians.data(), medians.size());
-  return ch.read;
+  ch.settled = settled(pooled);
+  return ch;
 }
 
 float ShmMailbox::median_ratio(const Trials& t) {
@@ -57,14 +83,20 @@ float ShmMailbox::median_ratio(const Trials& t) {
   return (r[(t.pairs - 1) / 2] + r[t.pairs / 2]) / 2;
 }
 
-bool ShmMailbox::read_won(const float* medians, size_t n) {
+double ShmMailbox::pooled_ratio(const float* medians, size_t n) {
   double log_sum = 0;
   size_t in = 0;
   for (size_t i = 0; i < n; ++i) {
     if (medians[i] > 0) log_sum += std::log(double(medians[i])), ++in;
   }
-  return in > 0 && log_sum < 0;  // the geometric mean under 1
+  return in > 0 ? std::exp(log_sum / double(in)) : 1;
 }
+
+bool ShmMailbox::read_won(const float* medians, size_t n) {
+  return pooled_ratio(medians, n) < 1;  // none in: 1, streaming
+}
+
+bool ShmMailbox::settled(double pooled) { return pooled <= 1 / kMailboxClearRatio || pooled >= kMailboxClearRatio; }
 
 // From the send's post to the receive's completion: both ends' work (in an
 // exchange, the receiver's own send is in it too).
