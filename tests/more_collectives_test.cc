@@ -305,8 +305,9 @@ int alltoall_paths(const CommOptions& o, bool shared_memory, bool cross_memory) 
 }
 
 // The default path choice for heap buffers (shm_timed_path.cc): each size
-// class opens at its first call with one pair of trials (two calls of one
-// path, the second timed), then rank 0's verdict; from call 64 a full
+// class opens at its first call with two untimed calls by cross-memory
+// attach and one pair of trials (two calls of one path, the second timed),
+// then rank 0's verdict; from call 64, unless that pair was clear, a full
 // opening, a warm call of each path and then pairs of trials, then the
 // verdict again. In-place calls count too and stage. Every call's output
 // is checked, over both openings and after them.
@@ -364,6 +365,25 @@ TEST(Alltoall, TimedPathVerdict) {
   // A trial that lost a call (its total 0): the rule of later rounds.
   EXPECT_EQ(ring::staged_won(trials(100, 0, 0, 0), true), ring::staged_won(trials(100, 0, 0, 0)));
   EXPECT_EQ(ring::staged_won(trials(0, 100, 0, 0), true), ring::staged_won(trials(0, 100, 0, 0)));
+}
+
+// A first pair is clear when one path's timed call took 1.5x the other's,
+// both timed.
+TEST(Alltoall, TimedPathClearFirstPair) {
+  auto trials = [](uint64_t staged_ns, uint64_t cma_ns) {
+    ring::PathTrials t{};
+    t.staged_ns = staged_ns, t.cross_memory_ns = cma_ns;
+    return t;
+  };
+  EXPECT_TRUE(ring::clear_verdict(trials(150, 100)));
+  EXPECT_TRUE(ring::clear_verdict(trials(100, 220)));
+  EXPECT_FALSE(ring::clear_verdict(trials(149, 100)));
+  EXPECT_FALSE(ring::clear_verdict(trials(100, 140)));
+  EXPECT_FALSE(ring::clear_verdict(trials(0, 100)));  // a trial that lost a call
+  EXPECT_FALSE(ring::clear_verdict(trials(100, 0)));
+  EXPECT_EQ(ring::verdict_offer(ring::kStaged | ring::kClear), ring::Offer::staged);
+  EXPECT_EQ(ring::verdict_offer(ring::kCrossMemory | ring::kClear), ring::Offer::cross_memory);
+  EXPECT_EQ(ring::verdict_offer(ring::kCrossMemory), ring::Offer::cross_memory);
 }
 
 // Trials of three calls (where ranks outnumber cores): the last two timed

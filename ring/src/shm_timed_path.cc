@@ -1,7 +1,9 @@
 // The timed choice between staging and cross-memory attach (shm_timed_path.h).
 //
 // A class's first round stages, untimed, where the caller asks, else it
-// opens at once with one pair of trials and no untimed calls. Each later
+// opens at once: the all-to-all's with two untimed calls by cross-memory
+// attach, then one pair of trials; a clear pair (kClearRatio) stands
+// through the second round, which then opens with no trials. Each later
 // round of a family and size class opens with one untimed call of each
 // path (cold pages and caches), then pairs of trials, one of each path,
 // staged first in even pairs and last in odd ones, so that a drift falls on
@@ -27,10 +29,13 @@ TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes, bool st
   const uint64_t calls = s.path_calls(family, c)++;
   const bool first = calls < kPathFirstRoundCalls;
   if (stage_first && first) return {Offer::staged};
-  const uint64_t call = round_call(calls);
-  // The first round's trials need no untimed calls before them: each
-  // trial's untimed first call warms its path.
-  const uint64_t warm_calls = first ? 0 : 2;
+  PathTrials& t = s.path_trials(family, c);
+  const auto [round, call] = round_place(calls, kPathFirstRoundCalls, kPathRoundCalls);
+  if (round == 1 && (load_relaxed(t.verdict) & kClear)) return {verdict_offer(load_relaxed(t.verdict))};
+  // The all-to-all's first round opens with untimed calls by cross-memory
+  // attach (the first reads from a buffer run slow); a later round with one
+  // of each path.
+  const uint64_t warm_calls = !first ? 2 : family == PathFamily::alltoall ? kFirstRoundWarmCalls : 0;
   // Longer trials where ranks outnumber cores, two pairs for every three,
   // so that the opening takes no more calls.
   const bool longer = !first && shared_cores;
@@ -39,15 +44,13 @@ TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes, bool st
                          : longer ? std::max<uint64_t>(2, trial_pairs(bytes) * 2 / 3)
                                   : trial_pairs(bytes);
   const uint64_t end = warm_calls + 2 * per_trial * pairs;
-  PathTrials& t = s.path_trials(family, c);
   TimedPath path;
   if (call < end) {
-    // Untimed calls of each path, then trials i of per_trial calls of one
-    // path, all but the first timed; staged first in even pairs of trials,
-    // last in odd ones.
+    // Untimed calls, then trials i of per_trial calls of one path, all but
+    // the first timed; staged first in even pairs of trials, last in odd ones.
     const bool warm = call < warm_calls;
     const uint64_t i = warm ? 0 : (call - warm_calls) / per_trial, place = warm ? 0 : (call - warm_calls) % per_trial;
-    const bool staged = warm ? call == 0 : ((i / 2) % 2 == 0) == (i % 2 == 0);
+    const bool staged = warm ? !first && call == 0 : ((i / 2) % 2 == 0) == (i % 2 == 0);
     path.offer = staged ? Offer::staged : Offer::cross_memory;
     if (s.rank() != 0) return path;
     if (call == 0) {  // peers read only the verdict, and not before the opening's end
@@ -66,9 +69,10 @@ TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes, bool st
     return path;
   }
   if (s.rank() == 0 && call == end) {
-    store_relaxed(t.verdict, staged_won(t, /*first_pair=*/first) ? kStaged : kCrossMemory);
+    const uint64_t verdict = staged_won(t, /*first_pair=*/first) ? kStaged : kCrossMemory;
+    store_relaxed(t.verdict, verdict | (first && clear_verdict(t) ? kClear : 0));
   }
-  path.offer = load_relaxed(t.verdict) == kStaged ? Offer::staged : Offer::cross_memory;
+  path.offer = verdict_offer(load_relaxed(t.verdict));
   return path;
 }
 
@@ -78,6 +82,11 @@ bool staged_won(const PathTrials& t, bool first_pair) {
   const bool cma_more_pairs =
       t.staged_wins != t.cross_memory_wins ? t.cross_memory_wins > t.staged_wins : t.cross_memory_ns < t.staged_ns;
   return !(cma_more_pairs && t.cross_memory_ns * 10 < t.staged_ns * 9);
+}
+
+bool clear_verdict(const PathTrials& t) {
+  const uint64_t fast = std::min(t.staged_ns, t.cross_memory_ns), slow = std::max(t.staged_ns, t.cross_memory_ns);
+  return fast > 0 && double(slow) >= kClearRatio * double(fast);
 }
 
 void confirm_trial(TimedPath& p, Reach reach) {

@@ -20,14 +20,14 @@ enum class Reach { staged, mapped, cross_memory };
 // timed (docs/algorithms.md, 'shm: trials'); the first round,
 // kPathFirstRoundCalls calls, opens as kFirstOpeningPairs says.
 constexpr uint64_t kPathRoundCalls = 1 << 14;
-// A first round that opens at a class's first call takes kFirstOpeningPairs
-// and no untimed calls: its verdict stands from the 5th call.
-// A class's first calls stage, untimed, where the family's caller asks: a
-// short run then pays no trials of the slower path, and the opening finds
-// warm buffers (docs/algorithms.md, 'shm: the first round').
+// A first round that opens at a class's first call takes, for the
+// all-to-all, kFirstRoundWarmCalls untimed calls by cross-memory attach,
+// then kFirstOpeningPairs: its verdict stands from the 7th call (the 5th
+// for the others). A class's first calls stage, untimed, where the
+// family's caller asks: a short run then pays no trials of the slower
+// path, and the opening finds warm buffers (docs/algorithms.md, 'shm: the
+// first round').
 constexpr uint64_t kPathFirstRoundCalls = 64;
-// The call's place in its round.
-inline uint64_t round_call(uint64_t calls) { return round_place(calls, kPathFirstRoundCalls, kPathRoundCalls).place; }
 
 // A call's path; on rank 0 during a round's opening, also its trial's clock.
 struct TimedPath {
@@ -45,7 +45,19 @@ struct TimedPath {
 // (docs/algorithms.md, 'shm: trials').
 constexpr uint64_t kTrialCalls = 2;
 constexpr uint64_t kSharedCoresTrialCalls = 3;
-static_assert(2 * kTrialCalls * kFirstOpeningPairs < kPathFirstRoundCalls, "the first round holds its opening");
+// Untimed calls by cross-memory attach before the all-to-all's first pair,
+// whose timed call of that path is then the sixth to read the buffers: the
+// first two reads from a buffer take about twice a later one's time. Not
+// before the reductions': there the direct path's first calls on buffers
+// just moved to huge pages slowed its next ten (2-rank 16 MiB all-reduce,
+// 1,507-1,605 against 1,611-1,847 us in three alternations).
+constexpr uint64_t kFirstRoundWarmCalls = 2;
+static_assert(kFirstRoundWarmCalls + 2 * kTrialCalls * kFirstOpeningPairs < kPathFirstRoundCalls,
+              "the first round holds its opening");
+// A first pair this clear (one path's timed call under 1/kClearRatio of
+// the other's) stands through the second round, which then opens with no
+// trials; later rounds open in full.
+constexpr double kClearRatio = 1.5;
 static_assert(2 + 2 * kSharedCoresTrialCalls * kTrialMaxPairs < kPathRoundCalls, "a round holds its opening");
 
 // Counts the call in its family and size class (every rank does, so the
@@ -63,6 +75,12 @@ TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes, bool st
 // buffers that cross-memory attach has not read yet, which slows its first
 // calls more than staging's.
 bool staged_won(const PathTrials& t, bool first_pair = false);
+// Whether the first round's pair was clear (kClearRatio; both timed).
+bool clear_verdict(const PathTrials& t);
+// The path a published verdict names.
+inline Offer verdict_offer(uint64_t verdict) {
+  return (verdict & ~kClear) == kStaged ? Offer::staged : Offer::cross_memory;
+}
 
 // After arrive_direct: a trial counts only if each of its timed calls went
 // the way it times (an in-place all-to-all stages whatever the offer).

@@ -100,8 +100,11 @@ enum class PathFamily : uint8_t { alltoall, allreduce, allreduce_in_place, allga
 constexpr size_t kPathFamilies = 6;
 // Power-of-two classes of bytes per call, 64 KiB steps.
 constexpr size_t kPathClasses = 16;
-// PathTrials::verdict.
+// PathTrials::verdict: a Path, with kClear where the first round's pair
+// found one path clearly faster (clear_verdict), so that the second round
+// opens with no trials.
 enum Path : uint64_t { kUntimed = 0, kStaged = 1, kCrossMemory = 2 };
+constexpr uint64_t kClear = 4;
 // PathTrials::pair_first_ns and trial_ns of a trial that did not count.
 constexpr uint64_t kNotTimed = UINT64_MAX;
 
