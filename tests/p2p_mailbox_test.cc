@@ -318,13 +318,13 @@ TEST(MailboxTimed, PairsDecideTogetherByTheGeometricMean) {
 
 // A first verdict with one way under 1/1.5 of the other's time skips the second round's trials.
 TEST(MailboxTimed, AClearFirstVerdictSettles) {
-  EXPECT_TRUE(ShmMailbox::settled(0.4));
-  EXPECT_TRUE(ShmMailbox::settled(1 / 1.5));
-  EXPECT_FALSE(ShmMailbox::settled(0.7));
-  EXPECT_FALSE(ShmMailbox::settled(1.0));
-  EXPECT_FALSE(ShmMailbox::settled(1.4));
-  EXPECT_TRUE(ShmMailbox::settled(1.5));
-  EXPECT_TRUE(ShmMailbox::settled(3.0));
+  EXPECT_TRUE(clear_ratio(0.4));
+  EXPECT_TRUE(clear_ratio(1 / 1.5));
+  EXPECT_FALSE(clear_ratio(0.7));
+  EXPECT_FALSE(clear_ratio(1.0));
+  EXPECT_FALSE(clear_ratio(1.4));
+  EXPECT_TRUE(clear_ratio(1.5));
+  EXPECT_TRUE(clear_ratio(3.0));
 }
 
 // Each size class's messages to one receiver: the first round opens with two

@@ -93,9 +93,6 @@ class ShmMailbox {
   static bool read_won(const float* medians, size_t n);
   // The pooled figure behind it: the geometric mean of the medians in (1: none).
   static double pooled_ratio(const float* medians, size_t n);
-  // Whether a pooled ratio is clear enough that the second round opens with
-  // no trials: one way's time under 1/kMailboxClearRatio of the other's.
-  static bool settled(double pooled);
 
   // A message's place in its size class's schedule to one receiver: in a
   // round's opening (an untimed read of the first round's, or a trial: its
@@ -116,7 +113,7 @@ class ShmMailbox {
   struct Choice {
     uint64_t generation = 0;
     bool read = true;      // reading until a verdict, as the first round opens
-    bool settled = false;  // the pooled ratio is clear (settled())
+    bool settled = false;  // the pooled ratio is clear (clear_ratio)
   };
   struct Unexpected {
     int source;
@@ -214,9 +211,6 @@ constexpr uint64_t kMailboxTrialMessages = 2;
 // more in a run.
 constexpr uint64_t kMailboxWarmReads = 2;
 static_assert(kMailboxWarmReads + 2 * kMailboxTrialMessages * kFirstOpeningPairs < kMailboxFirstRoundMessages);
-// A first verdict this clear (one way under 1/kMailboxClearRatio of the
-// other's time) skips the second round's trials; later rounds open in full.
-constexpr double kMailboxClearRatio = 1.5;
 constexpr uint64_t kMailboxRoundMessages = 1 << 14;
 
 }  // namespace tandem

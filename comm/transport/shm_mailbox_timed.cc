@@ -72,7 +72,7 @@ const ShmMailbox::Choice& ShmMailbox::class_choice(size_t c) {
   const double pooled = pooled_ratio(medians.data(), medians.size());
   ch.generation = generation;
   ch.read = read_won(medians.data(), medians.size());
-  ch.settled = settled(pooled);
+  ch.settled = clear_ratio(pooled);
   return ch;
 }
 
@@ -95,8 +95,6 @@ double ShmMailbox::pooled_ratio(const float* medians, size_t n) {
 bool ShmMailbox::read_won(const float* medians, size_t n) {
   return pooled_ratio(medians, n) < 1;  // none in: 1, streaming
 }
-
-bool ShmMailbox::settled(double pooled) { return pooled <= 1 / kMailboxClearRatio || pooled >= kMailboxClearRatio; }
 
 // From the send's post to the receive's completion: both ends' work (in an
 // exchange, the receiver's own send is in it too).

@@ -86,7 +86,7 @@ bool staged_won(const PathTrials& t, bool first_pair) {
 
 bool clear_verdict(const PathTrials& t) {
   const uint64_t fast = std::min(t.staged_ns, t.cross_memory_ns), slow = std::max(t.staged_ns, t.cross_memory_ns);
-  return fast > 0 && double(slow) >= kClearRatio * double(fast);
+  return fast > 0 && clear_ratio(double(slow) / double(fast));
 }
 
 void confirm_trial(TimedPath& p, Reach reach) {

@@ -54,10 +54,6 @@ constexpr uint64_t kSharedCoresTrialCalls = 3;
 constexpr uint64_t kFirstRoundWarmCalls = 2;
 static_assert(kFirstRoundWarmCalls + 2 * kTrialCalls * kFirstOpeningPairs < kPathFirstRoundCalls,
               "the first round holds its opening");
-// A first pair this clear (one path's timed call under 1/kClearRatio of
-// the other's) stands through the second round, which then opens with no
-// trials; later rounds open in full.
-constexpr double kClearRatio = 1.5;
 static_assert(2 + 2 * kSharedCoresTrialCalls * kTrialMaxPairs < kPathRoundCalls, "a round holds its opening");
 
 // Counts the call in its family and size class (every rank does, so the
@@ -75,7 +71,7 @@ TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes, bool st
 // buffers that cross-memory attach has not read yet, which slows its first
 // calls more than staging's.
 bool staged_won(const PathTrials& t, bool first_pair = false);
-// Whether the first round's pair was clear (kClearRatio; both timed).
+// Whether the first round's pair was clear (clear_ratio; both timed).
 bool clear_verdict(const PathTrials& t);
 // The path a published verdict names.
 inline Offer verdict_offer(uint64_t verdict) {
