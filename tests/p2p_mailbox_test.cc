@@ -4,8 +4,9 @@
 // of a slot and of two, larger than the ring), tags received out of order,
 // repeated tags in order, any source, symmetric groups, receives that
 // outlast the inline polling, more messages than a ring holds, size
-// mismatches named, runs of exchanges through a timed round's opening and
-// past it, and the timed choice's verdict.
+// mismatches named, a read message held in the ring until its receive, runs
+// of exchanges through a timed round's opening and past it, and the timed
+// choice's verdict.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -229,6 +230,39 @@ int timed_exchanges(const CommOptions& o) {
   return 0;
 }
 
+// A message read from the sender's buffer stays in the ring until its
+// receive is posted (its send completes only then, read straight into the
+// receive's buffer); a receive waiting behind it moves it aside.
+int held_reads(const CommOptions& o) {
+  auto comm = open(o, true);
+  const size_t large = size_t(1) << 20;
+  const auto a = message(0, 1, large), b = message(0, 2, large), c = message(0, 3, 8);
+  if (comm->rank() == 0) {
+    Request first = comm->send_async(a.data(), large, DataType::u8, 1, 1);
+    Request second = comm->send_async(b.data(), large, DataType::u8, 1, 2);
+    first.wait();
+    std::this_thread::sleep_for(50ms);  // rank 1 sleeps 200 ms before receiving the second
+    EXPECT_FALSE(second.test()) << "the second message was read before its receive was posted";
+    second.wait();
+    comm->send(a.data(), large, DataType::u8, 1, 4);
+    comm->send(c.data(), 8, DataType::u8, 1, 5);
+  } else if (comm->rank() == 1) {
+    std::vector<uint8_t> in(large, 0);
+    comm->recv(in.data(), large, DataType::u8, 0, 1);
+    EXPECT_TRUE(in == a);
+    std::this_thread::sleep_for(200ms);
+    comm->recv(in.data(), large, DataType::u8, 0, 2);
+    EXPECT_TRUE(in == b);
+    std::vector<uint8_t> small(8, 0);
+    comm->recv(small.data(), 8, DataType::u8, 0, 5);  // behind the large one, tag 4
+    EXPECT_TRUE(small == c);
+    comm->recv(in.data(), large, DataType::u8, 0, 4);
+    EXPECT_TRUE(in == a);
+  }
+  comm->barrier();
+  return 0;
+}
+
 // How ranks of one host exchange messages: UCX, the mailbox streaming
 // through its slots, the mailbox reading messages past 16 KiB from the
 // sender by cross-memory attach, or the mailbox timing the two (the default).
@@ -278,6 +312,15 @@ INSTANTIATE_TEST_SUITE_P(SharedMemory, Mailbox,
                                   : info.param == Path::mailbox_cma ? "mailbox_cma"
                                                                     : "mailbox_timed";
                          });
+
+TEST(MailboxRead, AMessageWaitsInTheRingForItsReceive) {
+  RankGroup group(2, [](CommOptions o) {
+    o.p2p_stream_max_bytes = 0;  // every message past 16 KiB read from the sender
+    o.p2p_timed = false;
+    return held_reads(o);
+  });
+  group.expect_success(60s);
+}
 
 TEST(MailboxTimed, ExchangesThroughTheOpeningAndPastIt) {
   for (int n : {2, 3}) {

@@ -32,8 +32,9 @@ class SharedSegmentSet;
 // in the order they were posted, any source included; a message that
 // arrives before its receive waits in an unexpected list (a receive posted
 // while it streams takes over the rest), so messages of one (source, tag)
-// never overtake each other. Used only by the thread that drives the
-// communicator's point-to-point calls.
+// never overtake each other. A message to be read waits in the ring instead
+// until a receive from its sender is posted (drain's `hold_reads`). Used only
+// by the thread that drives the communicator's point-to-point calls.
 class ShmMailbox {
  public:
   // `rings`: every rank's mailbox segment, segment_bytes(size) each, zero-filled.
@@ -151,8 +152,10 @@ class ShmMailbox {
   Ring& ring(int sender, int receiver) const;
   // Writes as many of op's slots as the ring has room for; true once all are in.
   bool try_write(Op& op);
-  // Delivers what `sender` has written for this rank; true if anything arrived.
-  bool drain(int sender);
+  // Delivers what `sender` has written for this rank; true if anything
+  // arrived. `hold_reads`: a message to read from the sender's buffer waits
+  // in the ring while no receive from the sender is posted (probe takes it).
+  bool drain(int sender, bool hold_reads);
   // Starts the message whose first slot is `seq`: matched to a receive, or held.
   void start_stream(int sender, uint64_t seq);
   // Copies the slots of `sender`'s stream that have landed; true once it is whole.
