@@ -114,7 +114,7 @@ class ShmMailbox {
   struct Choice {
     uint64_t generation = 0;
     bool read = true;      // reading until a verdict, as the first round opens
-    bool settled = false;  // the pooled ratio is clear (clear_ratio)
+    bool settled = false;  // reading clearly won (clear_win)
   };
   struct Unexpected {
     int source;

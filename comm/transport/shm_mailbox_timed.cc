@@ -72,7 +72,7 @@ const ShmMailbox::Choice& ShmMailbox::class_choice(size_t c) {
   const double pooled = pooled_ratio(medians.data(), medians.size());
   ch.generation = generation;
   ch.read = read_won(medians.data(), medians.size());
-  ch.settled = clear_ratio(pooled);
+  ch.settled = clear_win(pooled);
   return ch;
 }
 

@@ -2,8 +2,10 @@
 //
 // A class's first round stages, untimed, where the caller asks, else it
 // opens at once: the all-to-all's with two untimed calls by cross-memory
-// attach, then one pair of trials; a clear pair (kClearRatio) stands
-// through the second round, which then opens with no trials. Each later
+// attach, then one pair of trials of three calls, each timed by its faster
+// timed call; a clear win for cross-memory attach
+// (kClearRatio) stands through the second round, which then opens with no
+// trials. Each later
 // round of a family and size class opens with one untimed call of each
 // path (cold pages and caches), then pairs of trials, one of each path,
 // staged first in even pairs and last in odd ones, so that a drift falls on
@@ -39,7 +41,7 @@ TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes, bool st
   // Longer trials where ranks outnumber cores, two pairs for every three,
   // so that the opening takes no more calls.
   const bool longer = !first && shared_cores;
-  const uint64_t per_trial = longer ? kSharedCoresTrialCalls : kTrialCalls;
+  const uint64_t per_trial = first ? kFirstTrialCalls : longer ? kSharedCoresTrialCalls : kTrialCalls;
   const uint64_t pairs = first    ? kFirstOpeningPairs
                          : longer ? std::max<uint64_t>(2, trial_pairs(bytes) * 2 / 3)
                                   : trial_pairs(bytes);
@@ -63,6 +65,7 @@ TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes, bool st
       path.second_of_pair = i % 2 == 1;
       path.trial_begins = place == 1;
       path.trial_ends = place + 1 == per_trial;
+      path.fastest = first;
       if (!path.second_of_pair && path.trial_begins) t.pair_first_ns = kNotTimed;
       path.started_ns = trial_clock_ns();
     }
@@ -85,8 +88,7 @@ bool staged_won(const PathTrials& t, bool first_pair) {
 }
 
 bool clear_verdict(const PathTrials& t) {
-  const uint64_t fast = std::min(t.staged_ns, t.cross_memory_ns), slow = std::max(t.staged_ns, t.cross_memory_ns);
-  return fast > 0 && clear_ratio(double(slow) / double(fast));
+  return t.staged_ns > 0 && t.cross_memory_ns > 0 && clear_win(double(t.cross_memory_ns) / double(t.staged_ns));
 }
 
 void confirm_trial(TimedPath& p, Reach reach) {
@@ -102,7 +104,7 @@ void end_trial(TimedPath& p) {
   if (p.trial_begins) {
     t.trial_ns = ns;
   } else if (t.trial_ns != kNotTimed) {
-    t.trial_ns += ns;
+    t.trial_ns = p.fastest ? std::min(t.trial_ns, ns) : t.trial_ns + ns;
   }
   // Only whole trials count: in its path's total and in its pair.
   if (!p.trial_ends || t.trial_ns == kNotTimed) return;

@@ -18,11 +18,12 @@ enum class Reach { staged, mapped, cross_memory };
 // one untimed call of each path, then trial_pairs() pairs of trials, one of
 // each path, a trial being kTrialCalls calls of its path, all but the first
 // timed (docs/algorithms.md, 'shm: trials'); the first round,
-// kPathFirstRoundCalls calls, opens as kFirstOpeningPairs says.
+// kPathFirstRoundCalls calls, opens with kFirstOpeningPairs pairs of
+// kFirstTrialCalls calls.
 constexpr uint64_t kPathRoundCalls = 1 << 14;
 // A first round that opens at a class's first call takes, for the
 // all-to-all, kFirstRoundWarmCalls untimed calls by cross-memory attach,
-// then kFirstOpeningPairs: its verdict stands from the 7th call (the 5th
+// then kFirstOpeningPairs: its verdict stands from the 9th call (the 7th
 // for the others). A class's first calls stage, untimed, where the
 // family's caller asks: a short run then pays no trials of the slower
 // path, and the opening finds warm buffers (docs/algorithms.md, 'shm: the
@@ -37,6 +38,7 @@ struct TimedPath {
   Reach trial{};
   bool second_of_pair = false;
   bool trial_begins = false, trial_ends = false;  // the trial's first timed call, its last
+  bool fastest = false;                           // the trial's time is its fastest timed call's, not their sum
   uint64_t started_ns = 0;
 };
 
@@ -45,6 +47,12 @@ struct TimedPath {
 // (docs/algorithms.md, 'shm: trials').
 constexpr uint64_t kTrialCalls = 2;
 constexpr uint64_t kSharedCoresTrialCalls = 3;
+// The first round's one pair: trials of three calls, each timed by its
+// faster timed call. One slow call (at 1 MiB on 2 ranks about one in 40
+// takes 150-200 us instead of 45) made staging win the pair, and the
+// class's first 64 calls, or with a clear pair its whole first two rounds,
+// staged at twice the time.
+constexpr uint64_t kFirstTrialCalls = 3;
 // Untimed calls by cross-memory attach before the all-to-all's first pair,
 // whose timed call of that path is then the sixth to read the buffers: the
 // first two reads from a buffer take about twice a later one's time. Not
@@ -52,7 +60,7 @@ constexpr uint64_t kSharedCoresTrialCalls = 3;
 // just moved to huge pages slowed its next ten (2-rank 16 MiB all-reduce,
 // 1,507-1,605 against 1,611-1,847 us in three alternations).
 constexpr uint64_t kFirstRoundWarmCalls = 2;
-static_assert(kFirstRoundWarmCalls + 2 * kTrialCalls * kFirstOpeningPairs < kPathFirstRoundCalls,
+static_assert(kFirstRoundWarmCalls + 2 * kFirstTrialCalls * kFirstOpeningPairs < kPathFirstRoundCalls,
               "the first round holds its opening");
 static_assert(2 + 2 * kSharedCoresTrialCalls * kTrialMaxPairs < kPathRoundCalls, "a round holds its opening");
 
@@ -71,7 +79,7 @@ TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes, bool st
 // buffers that cross-memory attach has not read yet, which slows its first
 // calls more than staging's.
 bool staged_won(const PathTrials& t, bool first_pair = false);
-// Whether the first round's pair was clear (clear_ratio; both timed).
+// Whether cross-memory attach clearly won the first round's pair (clear_win; both timed).
 bool clear_verdict(const PathTrials& t);
 // The path a published verdict names.
 inline Offer verdict_offer(uint64_t verdict) {
@@ -83,8 +91,8 @@ inline Offer verdict_offer(uint64_t verdict) {
 void confirm_trial(TimedPath& p, Reach reach);
 
 // After the call's work: rank 0 adds the call's time, from its entry to
-// now, to its trial's; at the trial's last call, the trial's to its path's
-// total and, second in a pair, scores the pair.
+// now, to its trial's (or keeps the faster, `fastest`); at the trial's last
+// call, the trial's to its path's total and, second in a pair, scores the pair.
 void end_trial(TimedPath& p);
 
 }  // namespace tandem::ring

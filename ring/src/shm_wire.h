@@ -101,8 +101,8 @@ constexpr size_t kPathFamilies = 6;
 // Power-of-two classes of bytes per call, 64 KiB steps.
 constexpr size_t kPathClasses = 16;
 // PathTrials::verdict: a Path, with kClear where the first round's pair
-// found one path clearly faster (clear_verdict), so that the second round
-// opens with no trials.
+// found cross-memory attach clearly faster (clear_verdict), so that the
+// second round opens with no trials.
 enum Path : uint64_t { kUntimed = 0, kStaged = 1, kCrossMemory = 2 };
 constexpr uint64_t kClear = 4;
 // PathTrials::pair_first_ns and trial_ns of a trial that did not count.
