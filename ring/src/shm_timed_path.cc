@@ -2,8 +2,8 @@
 //
 // A class's first round stages, untimed, where the caller asks, else it
 // opens at once: the all-to-all's with two untimed calls by cross-memory
-// attach, then one pair of trials of three calls, each timed by its faster
-// timed call; a clear win for cross-memory attach
+// attach, then one pair of trials, cross-memory attach's a call longer and
+// timed by its faster timed call; a clear win for cross-memory attach
 // (kClearRatio) stands through the second round, which then opens with no
 // trials. Each later
 // round of a family and size class opens with one untimed call of each
@@ -41,17 +41,24 @@ TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes, bool st
   // Longer trials where ranks outnumber cores, two pairs for every three,
   // so that the opening takes no more calls.
   const bool longer = !first && shared_cores;
-  const uint64_t per_trial = first ? kFirstTrialCalls : longer ? kSharedCoresTrialCalls : kTrialCalls;
+  const uint64_t per_trial = longer ? kSharedCoresTrialCalls : kTrialCalls;
   const uint64_t pairs = first    ? kFirstOpeningPairs
                          : longer ? std::max<uint64_t>(2, trial_pairs(bytes) * 2 / 3)
                                   : trial_pairs(bytes);
-  const uint64_t end = warm_calls + 2 * per_trial * pairs;
+  // The first round's pair: a staged trial, then one of cross-memory attach
+  // a call longer (kFirstCrossMemoryTrialCalls).
+  static_assert(kFirstOpeningPairs == 1, "the first round opens with one pair");
+  const uint64_t end = warm_calls + (first ? kTrialCalls + kFirstCrossMemoryTrialCalls : 2 * per_trial * pairs);
   TimedPath path;
   if (call < end) {
     // Untimed calls, then trials i of per_trial calls of one path, all but
     // the first timed; staged first in even pairs of trials, last in odd ones.
     const bool warm = call < warm_calls;
-    const uint64_t i = warm ? 0 : (call - warm_calls) / per_trial, place = warm ? 0 : (call - warm_calls) % per_trial;
+    const uint64_t k = warm ? 0 : call - warm_calls;
+    const bool longer_cma = first && k >= kTrialCalls;
+    const uint64_t i = warm ? 0 : longer_cma ? 1 : k / per_trial;
+    const uint64_t place = warm ? 0 : longer_cma ? k - kTrialCalls : k % per_trial;
+    const uint64_t trial_calls = longer_cma ? kFirstCrossMemoryTrialCalls : per_trial;
     const bool staged = warm ? !first && call == 0 : ((i / 2) % 2 == 0) == (i % 2 == 0);
     path.offer = staged ? Offer::staged : Offer::cross_memory;
     if (s.rank() != 0) return path;
@@ -64,7 +71,7 @@ TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes, bool st
       path.trial = staged ? Reach::staged : Reach::cross_memory;
       path.second_of_pair = i % 2 == 1;
       path.trial_begins = place == 1;
-      path.trial_ends = place + 1 == per_trial;
+      path.trial_ends = place + 1 == trial_calls;
       path.fastest = first;
       if (!path.second_of_pair && path.trial_begins) t.pair_first_ns = kNotTimed;
       path.started_ns = trial_clock_ns();
