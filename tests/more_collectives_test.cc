@@ -307,10 +307,9 @@ int alltoall_paths(const CommOptions& o, bool shared_memory, bool cross_memory) 
 // The default path choice for heap buffers (shm_timed_path.cc): each size
 // class opens at its first call with two untimed calls by cross-memory
 // attach and one pair of trials (two staged calls, the second timed; three
-// by cross-memory attach, the faster of the last two), then rank 0's verdict; from call 64, unless that pair was clear, a full
-// opening, a warm call of each path and then pairs of trials, then the
-// verdict again. In-place calls count too and stage. Every call's output
-// is checked, over both openings and after them.
+// by cross-memory attach, the faster of the last two), then rank 0's verdict; from call 64, unless that pair was clear,
+// a full opening, a warm call of each path and then pairs of trials, then the verdict again. In-place calls count too
+// and stage. Every call's output is checked, over both openings and after them.
 int alltoall_timed_path(const CommOptions& o) {
   auto comm = ring::connect(o, ring::RingOptions{});
   const int n = comm->size();
