@@ -218,9 +218,12 @@ class Communicator {
   // ---- Point-to-point ------------------------------------------------------
   // Only the two ranks take part. Posted in issue order and then completed in
   // the background: an isend and an irecv between two ranks never wait for
-  // each other, whatever order each rank issued them in. A receive buffer
-  // must match the message's size exactly (else CollectiveMismatch). Deadline,
-  // abort and dead-peer detection as for collectives; a failure is sticky.
+  // each other, whatever order each rank issued them in. A large send may
+  // complete only once its receive is posted (as MPI's rendezvous): do not
+  // wait on a send before posting the receive the peer needs to go on. A
+  // receive buffer must match the message's size exactly (else
+  // CollectiveMismatch). Deadline, abort and dead-peer detection as for
+  // collectives; a failure is sticky.
   void send(const void* data, size_t count, DataType dtype, int peer, uint32_t tag = 0,
             const CollectiveOptions& opts = {}) {
     run(send_call(data, count, dtype, peer, tag, opts));
