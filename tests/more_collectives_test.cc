@@ -307,9 +307,11 @@ int alltoall_paths(const CommOptions& o, bool shared_memory, bool cross_memory) 
 // The default path choice for heap buffers (shm_timed_path.cc): each size
 // class opens at its first call with two untimed calls by cross-memory
 // attach and one pair of trials (two staged calls, the second timed; three
-// by cross-memory attach, the faster of the last two), then rank 0's verdict; from call 64, unless that pair was clear,
-// a full opening, a warm call of each path and then pairs of trials, then the verdict again. In-place calls count too
-// and stage. Every call's output is checked, over both openings and after them.
+// by cross-memory attach, the faster of the last two), then rank 0's
+// verdict; from call 64, unless cross-memory attach won that pair clearly,
+// a full opening, a warm call of each path and then pairs of trials, then
+// the verdict again. In-place calls count too and stage. Every call's
+// output is checked, over both openings and after them.
 int alltoall_timed_path(const CommOptions& o) {
   auto comm = ring::connect(o, ring::RingOptions{});
   const int n = comm->size();
@@ -386,19 +388,26 @@ TEST(Alltoall, TimedPathClearFirstPair) {
   EXPECT_EQ(ring::verdict_offer(ring::kCrossMemory), ring::Offer::cross_memory);
 }
 
+// Rank 0's timed call of a trial of two timed calls into `t`, `elapsed_ns`
+// ago: its place in the trial and its pair, the way it went, and whether
+// the trial keeps its faster call (the first round's) or sums them.
+void timed_trial_call(ring::PathTrials& t, ring::Reach way, bool second_of_pair, bool begins, uint64_t elapsed_ns,
+                      ring::Reach went, bool fastest = false) {
+  ring::TimedPath p;
+  p.trials = &t, p.trial = way, p.second_of_pair = second_of_pair, p.fastest = fastest;
+  p.trial_begins = begins, p.trial_ends = !begins;
+  if (begins && !second_of_pair) t.pair_first_ns = ring::kNotTimed;  // as timed_path opens a pair
+  p.started_ns = tandem::trial_clock_ns() - elapsed_ns;
+  ring::confirm_trial(p, went);
+  ring::end_trial(p);
+}
+
 // Trials of three calls (where ranks outnumber cores): the last two timed
 // and summed; a trial one of whose calls went another way counts nowhere.
 TEST(Alltoall, TimedPathTrialsOfThreeCalls) {
   ring::PathTrials t{};
-  // Rank 0's timed call of a trial, `elapsed_ns` ago: its place in the trial and its pair, and the way it went.
   auto call = [&t](ring::Reach way, bool second_of_pair, bool begins, uint64_t elapsed_ns, ring::Reach went) {
-    ring::TimedPath p;
-    p.trials = &t, p.trial = way, p.second_of_pair = second_of_pair;
-    p.trial_begins = begins, p.trial_ends = !begins;
-    if (begins && !second_of_pair) t.pair_first_ns = ring::kNotTimed;  // as timed_path opens a pair
-    p.started_ns = tandem::trial_clock_ns() - elapsed_ns;
-    ring::confirm_trial(p, went);
-    ring::end_trial(p);
+    timed_trial_call(t, way, second_of_pair, begins, elapsed_ns, went);
   };
   const auto S = ring::Reach::staged, C = ring::Reach::cross_memory;
   const uint64_t ms = 1'000'000;
@@ -424,13 +433,7 @@ TEST(Alltoall, TimedPathTrialsOfThreeCalls) {
 TEST(Alltoall, TimedPathFirstPairTakesTheFasterCall) {
   ring::PathTrials t{};
   auto call = [&t](ring::Reach way, bool second_of_pair, bool begins, uint64_t elapsed_ns) {
-    ring::TimedPath p;
-    p.trials = &t, p.trial = way, p.second_of_pair = second_of_pair, p.fastest = true;
-    p.trial_begins = begins, p.trial_ends = !begins;
-    if (begins && !second_of_pair) t.pair_first_ns = ring::kNotTimed;
-    p.started_ns = tandem::trial_clock_ns() - elapsed_ns;
-    ring::confirm_trial(p, way);
-    ring::end_trial(p);
+    timed_trial_call(t, way, second_of_pair, begins, elapsed_ns, way, /*fastest=*/true);
   };
   const auto S = ring::Reach::staged, C = ring::Reach::cross_memory;
   const uint64_t us = 1'000;

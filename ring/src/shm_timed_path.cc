@@ -5,11 +5,10 @@
 // attach, then one pair of trials, cross-memory attach's a call longer and
 // timed by its faster timed call; a clear win for cross-memory attach
 // (kClearRatio) stands through the second round, which then opens with no
-// trials. Each later
-// round of a family and size class opens with one untimed call of each
-// path (cold pages and caches), then pairs of trials, one of each path,
-// staged first in even pairs and last in odd ones, so that a drift falls on
-// both alike. A trial is two calls of its path (three, two pairs for every
+// trials. Each later round of a family and size class opens with one
+// untimed call of each path (cold pages and caches), then pairs of trials,
+// one of each path, staged first in even pairs and last in odd ones, so
+// that a drift falls on both alike. A trial is two calls of its path (three, two pairs for every
 // three, in the later rounds where ranks outnumber cores); rank 0 times all
 // but the first from entry to return, so that each path runs as in a run of
 // such calls: a staged call without an arrival, its ranks drifting apart by up
@@ -42,12 +41,10 @@ TimedPath timed_path(const Segments& s, PathFamily family, size_t bytes, bool st
   // so that the opening takes no more calls.
   const bool longer = !first && shared_cores;
   const uint64_t per_trial = longer ? kSharedCoresTrialCalls : kTrialCalls;
-  const uint64_t pairs = first    ? kFirstOpeningPairs
-                         : longer ? std::max<uint64_t>(2, trial_pairs(bytes) * 2 / 3)
-                                  : trial_pairs(bytes);
-  // The first round's pair: a staged trial, then one of cross-memory attach
-  // a call longer (kFirstCrossMemoryTrialCalls).
+  // Later rounds' pairs; the first round's one pair is a staged trial, then
+  // one of cross-memory attach a call longer (kFirstCrossMemoryTrialCalls).
   static_assert(kFirstOpeningPairs == 1, "the first round opens with one pair");
+  const uint64_t pairs = longer ? std::max<uint64_t>(2, trial_pairs(bytes) * 2 / 3) : trial_pairs(bytes);
   const uint64_t end = warm_calls + (first ? kTrialCalls + kFirstCrossMemoryTrialCalls : 2 * per_trial * pairs);
   TimedPath path;
   if (call < end) {

@@ -57,8 +57,9 @@ constexpr uint64_t kSharedCoresTrialCalls = 3;
 // 16 MiB: 4.68 against 4.24 ms).
 constexpr uint64_t kFirstCrossMemoryTrialCalls = 3;
 // Untimed calls by cross-memory attach before the all-to-all's first pair,
-// whose timed call of that path is then the sixth to read the buffers: the
-// first two reads from a buffer take about twice a later one's time. Not
+// whose timed calls of that path are then the sixth and seventh to read
+// the buffers: the first two reads from a buffer take about twice a later
+// one's time. Not
 // before the reductions': there the direct path's first calls on buffers
 // just moved to huge pages slowed its next ten (2-rank 16 MiB all-reduce,
 // 1,507-1,605 against 1,611-1,847 us in three alternations).
