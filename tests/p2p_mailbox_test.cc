@@ -371,7 +371,7 @@ TEST(MailboxTimed, AClearFirstVerdictSettles) {
 }
 
 // Each size class's messages to one receiver: the first round opens with two
-// untimed reads, then a read trial and a stream trial, each two messages the
+// untimed reads, then a stream trial and a read trial, each two messages the
 // second timed; the second round (from message 64) opens with 3 pairs at 1 MiB
 // (streaming first in even pairs), then the verdict's way until the next round.
 TEST(MailboxTimed, TheScheduleOfEachSizeClass) {
@@ -384,10 +384,10 @@ TEST(MailboxTimed, TheScheduleOfEachSizeClass) {
   const Want want[] = {
       {0, true, false, true, 0},
       {1, true, false, true, 0},  // warm reads
-      {2, true, false, true, 0},
-      {3, true, true, true, 0},  // the read trial
-      {4, true, false, false, 1},
-      {5, true, true, false, 1},  // the stream trial
+      {2, true, false, false, 0},
+      {3, true, true, false, 0},  // the stream trial
+      {4, true, false, true, 1},
+      {5, true, true, true, 1},  // the read trial, last: reading goes on from it
       {6, false, false, false, 0},
       {63, false, false, false, 0},
       {64, true, false, false, 0},
