@@ -20,11 +20,12 @@ namespace tandem {
 // read 165-265 where one after a stream took 130-140. Streaming first in
 // even pairs and last in odd ones, so that a drift falls on both alike. The
 // first round opens with kMailboxWarmReads untimed reads (the first reads
-// from a buffer run slow), then its one pair, streaming first: six
-// messages, inside a benchmark's warm-up (a checked call and five more) at
-// any size. Reading last, the way the class starts with and mostly keeps
-// goes on from its trial: reading first, the first read after the stream
-// trial took 110-200 us at 1 MiB against 50, in a benchmark's first timed call.
+// from a buffer run slow), then its one pair, an even one: six messages,
+// inside a benchmark's warm-up (a checked call and five more) at any size.
+// Its read trial comes last, so reading, the way a class starts with and
+// mostly keeps, goes on from it; read first, the message after the pair was
+// a read just after a stream, a benchmark's first timed call (1 MiB:
+// 108-142 us against 50).
 ShmMailbox::Scheduled ShmMailbox::schedule(size_t c, uint64_t n) {
   Scheduled s;
   auto [round, k] = round_place(n, kMailboxFirstRoundMessages, kMailboxRoundMessages);

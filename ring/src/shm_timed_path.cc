@@ -8,11 +8,12 @@
 // trials. Each later round of a family and size class opens with one
 // untimed call of each path (cold pages and caches), then pairs of trials,
 // one of each path, staged first in even pairs and last in odd ones, so
-// that a drift falls on both alike. A trial is two calls of its path (three, two pairs for every
-// three, in the later rounds where ranks outnumber cores); rank 0 times all
-// but the first from entry to return, so that each path runs as in a run of
-// such calls: a staged call without an arrival, its ranks drifting apart by up
-// to the slots' depth, cross-memory attach with its arrival and finish
+// that a drift falls on both alike. A trial is two calls of its path
+// (three, two pairs for every three, in the later rounds where ranks
+// outnumber cores); rank 0 times all but the first from entry to return, so
+// that each path runs as in a run of such calls: a staged call without an
+// arrival, its ranks drifting apart by up to the slots' depth, cross-memory
+// attach with its arrival and finish
 // (docs/algorithms.md, 'shm: trials', 'shm: the first round'). Every rank
 // knows from its own count which path an opening call takes. At the first
 // call after the opening rank 0 publishes its verdict (staged_won); a peer
