@@ -339,6 +339,16 @@ TEST(Alltoall, TimedPathOpeningThenVerdict) {
   }
 }
 
+// The all-to-all streams its own block once the host's ranks' inputs and
+// outputs would fill the last-level cache, and never under 1 MiB.
+TEST(Alltoall, StreamingStoresPastTheLastLevelCache) {
+  EXPECT_EQ(ring::alltoall_stream_min_bytes(32 << 20, 2), size_t(8) << 20);
+  EXPECT_EQ(ring::alltoall_stream_min_bytes(32 << 20, 4), size_t(4) << 20);
+  EXPECT_EQ(ring::alltoall_stream_min_bytes(2 << 20, 2), size_t(1) << 20);  // a small cache: the floor
+  EXPECT_EQ(ring::alltoall_stream_min_bytes(0, 2), size_t(1) << 20);        // unknown: the floor
+  EXPECT_EQ(ring::alltoall_stream_min_bytes(32 << 20, 0), size_t(1) << 20);
+}
+
 // Rank 0's verdict on a round's trials: staged unless cross-memory attach
 // won more pairs (on a tie: the lower total) and is under 0.9 of staging's
 // total (the first round's one pair: staging only if under 0.9 of

@@ -1,7 +1,10 @@
 // Topology: hosts and local ranks from one host identity per rank.
+#include <hwloc.h>
+
 #include <map>
 #include <string>
 
+#include "tandem/comm_options.h"
 #include "tandem/errors.h"
 #include "tandem/transport.h"
 
@@ -51,6 +54,25 @@ std::string Topology::str() const {
   std::string s = hs + " (";
   for (size_t h = 0; h < ranks.size(); ++h) s += (h ? ", " : "") + std::to_string(ranks[h].size());
   return s + " ranks)";
+}
+
+size_t last_level_cache_bytes() {
+  static const size_t bytes = [] {
+    hwloc_topology_t topo;
+    if (hwloc_topology_init(&topo) != 0) return size_t(0);
+    // Caches only: the whole topology takes several times as long to load.
+    hwloc_topology_set_all_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_NONE);
+    hwloc_topology_set_cache_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_ALL);
+    size_t last = 0;
+    if (hwloc_topology_load(topo) == 0) {
+      for (int t = HWLOC_OBJ_L1CACHE; t <= HWLOC_OBJ_L5CACHE; ++t) {
+        if (hwloc_obj_t c = hwloc_get_obj_by_type(topo, hwloc_obj_type_t(t), 0)) last = size_t(c->attr->cache.size);
+      }
+    }
+    hwloc_topology_destroy(topo);
+    return last;
+  }();
+  return bytes;
 }
 
 }  // namespace tandem

@@ -116,16 +116,28 @@ void check_matrix(const Matrix& m) {
   }
 }
 
-// From this output size a rank writes its own block by streaming stores:
-// past the L2 the output's lines are not cached, and reading each before
-// writing it costs more than the copy saves; the peers' blocks read through
-// the mapping from twice that, or from that when ranks share cores and evict
+// A rank writes its own block by streaming stores from no less output than
+// this, and from more where the last-level cache holds more
+// (alltoall_stream_min_bytes): below, the output stays cached, and
+// streaming stores, which go to memory, cost more than reading each line
+// before writing it. The peers' blocks read through the mappings are
+// streamed from twice this, or from this when ranks share cores and evict
 // each other's outputs (docs/algorithms.md, 'shm: streaming stores in the
 // all-to-all').
 constexpr size_t kStreamMinBytes = 1 << 20;
 size_t stream_peers_min_bytes(const RingOptions& o) {
   return o.ranks_outnumber_cores ? kStreamMinBytes : 2 * kStreamMinBytes;
 }
+
+}  // namespace
+
+size_t alltoall_stream_min_bytes(size_t last_level_cache_bytes, int local_ranks) {
+  if (last_level_cache_bytes == 0 || local_ranks < 1) return kStreamMinBytes;
+  // Each rank's input and output: twice its output.
+  return std::max(kStreamMinBytes, last_level_cache_bytes / (2 * size_t(local_ranks)));
+}
+
+namespace {
 
 // Where a rank receives: its output, or scratch aside; and which copies
 // into it go by streaming stores.
@@ -259,7 +271,8 @@ void shm_alltoallv(Channel& ch, const AlltoallvArgs& a, const RingOptions& o, co
   confirm_trial(path.heap, reach);
   // Scratch is read back at once: no streaming stores into it.
   const Target target{aside ? static_cast<std::byte*>(ch.scratch(out_bytes, 0)) : out,
-                      !aside && out_bytes >= kStreamMinBytes, !aside && out_bytes >= stream_peers_min_bytes(o)};
+                      !aside && out_bytes >= o.alltoall_stream_min_bytes,
+                      !aside && out_bytes >= stream_peers_min_bytes(o)};
   if (reach != Reach::staged) {
     direct_alltoallv(s, a, m, reach, target);
   } else {

@@ -111,4 +111,7 @@ struct CommOptions {
 // shared-memory chunks grow.
 bool ranks_outnumber_cores(const CommOptions& options);
 
+// The size of this host's last-level cache (hwloc, read once a process); 0 where unknown.
+size_t last_level_cache_bytes();
+
 }  // namespace tandem

@@ -54,6 +54,10 @@ struct RingOptions {
   // Not a setting: ranks outnumber cores (fit_to_host), so the waits yield
   // sooner, the chunk is larger and the all-to-all streams sooner.
   bool ranks_outnumber_cores = false;
+  // Not a setting: from this output size an all-to-all writes its own block
+  // by streaming stores (fit_to_host): past where the host's ranks' inputs
+  // and outputs together fill its last-level cache.
+  size_t alltoall_stream_min_bytes = 1 << 20;
 };
 
 // "auto", "ring", "recursive_doubling" (also "rd"), "shared_memory" (also "shm"),
