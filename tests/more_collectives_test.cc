@@ -344,8 +344,9 @@ TEST(Alltoall, TimedPathOpeningThenVerdict) {
 TEST(Alltoall, StreamingStoresPastTheLastLevelCache) {
   EXPECT_EQ(ring::alltoall_stream_min_bytes(32 << 20, 2), size_t(8) << 20);
   EXPECT_EQ(ring::alltoall_stream_min_bytes(32 << 20, 4), size_t(4) << 20);
-  EXPECT_EQ(ring::alltoall_stream_min_bytes(2 << 20, 2), size_t(1) << 20);  // a small cache: the floor
-  EXPECT_EQ(ring::alltoall_stream_min_bytes(0, 2), size_t(1) << 20);        // unknown: the floor
+  EXPECT_EQ(ring::alltoall_stream_min_bytes(2 << 20, 2), size_t(1) << 20);            // a small cache: the floor
+  EXPECT_EQ(ring::alltoall_stream_min_bytes(size_t(260) << 20, 2), size_t(1) << 20);  // a socket's: the floor
+  EXPECT_EQ(ring::alltoall_stream_min_bytes(0, 2), size_t(1) << 20);                  // unknown: the floor
   EXPECT_EQ(ring::alltoall_stream_min_bytes(32 << 20, 0), size_t(1) << 20);
 }
 

@@ -117,7 +117,7 @@ void check_matrix(const Matrix& m) {
 }
 
 // A rank writes its own block by streaming stores from no less output than
-// this, and from more where the last-level cache holds more
+// this, and from more where a core complex's last-level cache holds more
 // (alltoall_stream_min_bytes): below, the output stays cached, and
 // streaming stores, which go to memory, cost more than reading each line
 // before writing it. The peers' blocks read through the mappings are
@@ -125,6 +125,11 @@ void check_matrix(const Matrix& m) {
 // each other's outputs (docs/algorithms.md, 'shm: streaming stores in the
 // all-to-all').
 constexpr size_t kStreamMinBytes = 1 << 20;
+// The largest last-level cache that one core complex has to itself (AMD's
+// 32 MiB a CCD). A larger one spans the socket (Intel's mesh: 260 MiB seen
+// by a 2-core guest), shared with all its cores: there streaming stores ran
+// as fast or faster from 1 MiB, so the floor holds.
+constexpr size_t kCoreComplexCacheMaxBytes = 32 << 20;
 size_t stream_peers_min_bytes(const RingOptions& o) {
   return o.ranks_outnumber_cores ? kStreamMinBytes : 2 * kStreamMinBytes;
 }
@@ -132,7 +137,9 @@ size_t stream_peers_min_bytes(const RingOptions& o) {
 }  // namespace
 
 size_t alltoall_stream_min_bytes(size_t last_level_cache_bytes, int local_ranks) {
-  if (last_level_cache_bytes == 0 || local_ranks < 1) return kStreamMinBytes;
+  if (last_level_cache_bytes == 0 || last_level_cache_bytes > kCoreComplexCacheMaxBytes || local_ranks < 1) {
+    return kStreamMinBytes;
+  }
   // Each rank's input and output: twice its output.
   return std::max(kStreamMinBytes, last_level_cache_bytes / (2 * size_t(local_ranks)));
 }
