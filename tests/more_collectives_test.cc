@@ -342,12 +342,17 @@ TEST(Alltoall, TimedPathOpeningThenVerdict) {
 // The all-to-all streams its own block once the host's ranks' inputs and
 // outputs would fill the last-level cache, and never under 1 MiB.
 TEST(Alltoall, StreamingStoresPastTheLastLevelCache) {
-  EXPECT_EQ(ring::alltoall_stream_min_bytes(32 << 20, 2), size_t(8) << 20);
-  EXPECT_EQ(ring::alltoall_stream_min_bytes(32 << 20, 4), size_t(4) << 20);
-  EXPECT_EQ(ring::alltoall_stream_min_bytes(2 << 20, 2), size_t(1) << 20);            // a small cache: the floor
-  EXPECT_EQ(ring::alltoall_stream_min_bytes(size_t(260) << 20, 2), size_t(1) << 20);  // a socket's: the floor
-  EXPECT_EQ(ring::alltoall_stream_min_bytes(0, 2), size_t(1) << 20);                  // unknown: the floor
-  EXPECT_EQ(ring::alltoall_stream_min_bytes(32 << 20, 0), size_t(1) << 20);
+  for (bool amd : {false, true}) {
+    SCOPED_TRACE(amd ? "AMD" : "other");
+    EXPECT_EQ(ring::alltoall_stream_min_bytes(32 << 20, 2, amd), size_t(8) << 20);
+    EXPECT_EQ(ring::alltoall_stream_min_bytes(32 << 20, 4, amd), size_t(4) << 20);
+    EXPECT_EQ(ring::alltoall_stream_min_bytes(2 << 20, 2, amd), size_t(1) << 20);  // a small cache: the floor
+    EXPECT_EQ(ring::alltoall_stream_min_bytes(0, 2, amd), size_t(1) << 20);        // unknown: the floor
+    EXPECT_EQ(ring::alltoall_stream_min_bytes(32 << 20, 0, amd), size_t(1) << 20);
+  }
+  // Over 32 MiB: a socket's (Intel), the floor; AMD's is a CCD's 32 MiB.
+  EXPECT_EQ(ring::alltoall_stream_min_bytes(size_t(260) << 20, 2, false), size_t(1) << 20);
+  EXPECT_EQ(ring::alltoall_stream_min_bytes(size_t(508) << 20, 2, true), size_t(8) << 20);
 }
 
 // Rank 0's verdict on a round's trials: staged unless cross-memory attach

@@ -75,4 +75,13 @@ size_t last_level_cache_bytes() {
   return bytes;
 }
 
+bool cpu_is_amd() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();  // may run before the library's constructors
+  return __builtin_cpu_is("amd");
+#else
+  return false;
+#endif
+}
+
 }  // namespace tandem

@@ -316,7 +316,7 @@ std::shared_ptr<Algorithms> algorithms(const RingOptions& options) {
 
 RingOptions fit_to_host(RingOptions r, const CommOptions& options) {
   r.ranks_outnumber_cores = ranks_outnumber_cores(options);
-  r.alltoall_stream_min_bytes = alltoall_stream_min_bytes(last_level_cache_bytes(), options.local_size);
+  r.alltoall_stream_min_bytes = alltoall_stream_min_bytes(last_level_cache_bytes(), options.local_size, cpu_is_amd());
   if (r.shm_chunk_bytes == 0) r.shm_chunk_bytes = r.ranks_outnumber_cores ? 1 << 20 : kDefaultShmChunkBytes;
   return r;
 }

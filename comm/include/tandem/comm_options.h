@@ -113,5 +113,8 @@ bool ranks_outnumber_cores(const CommOptions& options);
 
 // The size of this host's last-level cache (hwloc, read once a process); 0 where unknown.
 size_t last_level_cache_bytes();
+// Whether this host's CPUs are AMD's, whose last-level cache belongs to a
+// core complex (a CCD) however large the cache hwloc reports.
+bool cpu_is_amd();
 
 }  // namespace tandem

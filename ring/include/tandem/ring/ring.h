@@ -56,7 +56,8 @@ struct RingOptions {
   bool ranks_outnumber_cores = false;
   // Not a setting: from this output size an all-to-all writes its own block
   // by streaming stores (fit_to_host): past where the host's ranks' inputs
-  // and outputs together fill its last-level cache.
+  // and outputs together fill its last-level cache, or from 1 MiB where that
+  // cache is a socket's (over 32 MiB, Intel's; AMD's counts as a CCD's 32 MiB).
   size_t alltoall_stream_min_bytes = 1 << 20;
 };
 
