@@ -35,9 +35,18 @@ std::string errno_text(const char* what) { return std::string(what) + ": " + std
 // The segments' pages are faulted in when mapped: otherwise the first
 // collectives staging through each slot pay a fault per page on the writing
 // and on every reading rank (64 KiB all-to-all at 2 ranks: 30 us a call for
-// the first four staged calls against 5 after).
+// the first four staged calls against 5 after). And each page is read once:
+// under a hypervisor that shadows the guest's page tables a page's first
+// access in a process costs 5-6 us even when faulted in, so the first 32
+// 4 KiB all-to-alls at 2 ranks, each on a new run of cells, took 40-60 us
+// against 1 (docs/algorithms.md, 'shm: cells').
 enum class Populate : bool { no, yes };
 int populate_flag(Populate p) { return p == Populate::yes ? MAP_POPULATE : 0; }
+void touch_pages(const std::byte* p, size_t bytes, Populate populate) {
+  if (populate == Populate::no || p == nullptr) return;
+  const size_t page = size_t(::sysconf(_SC_PAGESIZE));
+  for (size_t i = 0; i < bytes; i += page) (void)*static_cast<const volatile std::byte*>(p + i);
+}
 
 // A memfd of `bytes` mapped read-write here; fd -1 maps private anonymous memory instead.
 struct MappedFile {
@@ -64,6 +73,7 @@ MappedFile map_new(bool shareable, const char* name, size_t bytes, Populate popu
     throw Error(why);
   }
   m.base = static_cast<std::byte*>(p);
+  touch_pages(m.base, bytes, populate);
   return m;
 }
 
@@ -79,7 +89,9 @@ std::byte* map_peer_file(long pid, long fd, size_t bytes, std::string& why, Popu
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | populate_flag(populate), peer_fd, 0);
   if (p == MAP_FAILED) why = errno_text("mmap");
   ::close(peer_fd);  // the mapping keeps the memory
-  return p == MAP_FAILED ? nullptr : static_cast<std::byte*>(p);
+  if (p == MAP_FAILED) return nullptr;
+  touch_pages(static_cast<std::byte*>(p), bytes, populate);
+  return static_cast<std::byte*>(p);
 }
 
 }  // namespace
