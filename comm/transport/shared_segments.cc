@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -35,17 +36,24 @@ std::string errno_text(const char* what) { return std::string(what) + ": " + std
 // The segments' pages are faulted in when mapped: otherwise the first
 // collectives staging through each slot pay a fault per page on the writing
 // and on every reading rank (64 KiB all-to-all at 2 ranks: 30 us a call for
-// the first four staged calls against 5 after). And each page is read once:
-// under a hypervisor that shadows the guest's page tables a page's first
-// access in a process costs 5-6 us even when faulted in, so the first 32
-// 4 KiB all-to-alls at 2 ranks, each on a new run of cells, took 40-60 us
-// against 1 (docs/algorithms.md, 'shm: cells').
+// the first four staged calls against 5 after). And each page is written
+// once: under a hypervisor that shadows the guest's page tables a page's
+// first read in a process costs 2 us even when faulted in, and its first
+// write 6 more, so the first 32 4 KiB all-to-alls at 2 ranks, each on a
+// new run of cells, took 40-60 us against 1 (docs/algorithms.md, 'shm:
+// cells'). The write is a compare-exchange of a byte with itself: a peer
+// writing its segment meanwhile loses nothing, and no compiler turns it
+// into a load.
 enum class Populate : bool { no, yes };
 int populate_flag(Populate p) { return p == Populate::yes ? MAP_POPULATE : 0; }
-void touch_pages(const std::byte* p, size_t bytes, Populate populate) {
+void touch_pages(std::byte* p, size_t bytes, Populate populate) {
   if (populate == Populate::no || p == nullptr) return;
   const size_t page = size_t(::sysconf(_SC_PAGESIZE));
-  for (size_t i = 0; i < bytes; i += page) (void)*static_cast<const volatile std::byte*>(p + i);
+  for (size_t i = 0; i < bytes; i += page) {
+    std::atomic_ref<unsigned char> byte(*reinterpret_cast<unsigned char*>(p + i));
+    unsigned char seen = byte.load(std::memory_order_relaxed);
+    byte.compare_exchange_strong(seen, seen, std::memory_order_relaxed);
+  }
 }
 
 // A memfd of `bytes` mapped read-write here; fd -1 maps private anonymous memory instead.
