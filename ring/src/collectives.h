@@ -111,9 +111,9 @@ void shm_broadcast(Channel& ch, const BroadcastArgs& args, const RingOptions& op
 void shm_alltoallv(Channel& ch, const AlltoallvArgs& args, const RingOptions& options, const ring::Call& called);
 bool shm_alltoall_fits(const Channel& ch, const RingOptions& options);
 // RingOptions::alltoall_stream_min_bytes for a host's last-level cache (0:
-// unknown) and its ranks: at least 1 MiB, and 1 MiB past a core complex's,
-// unless the cache is known to be a core complex's (AMD's CCD): then at
-// most that of 32 MiB.
+// unknown) and its ranks: at least 1 MiB, and 1 MiB past a core complex's
+// (32 MiB). `cache_per_core_complex` (AMD's CCD, whatever size hwloc
+// reports): the cache counts as at most 32 MiB instead.
 size_t alltoall_stream_min_bytes(size_t last_level_cache_bytes, int local_ranks, bool cache_per_core_complex);
 // A gather (`gather`) or scatter of equal blocks that all fit one cell,
 // staged as shm_alltoallv stages it, without its set-up for blocks of any
