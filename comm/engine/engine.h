@@ -92,6 +92,9 @@ class Engine {
   Liveness& liveness() { return liveness_; }
   CallCheck& calls() { return calls_; }
   void check_health(const Task& task, int waiting_on);
+  // After a pause of this process (Liveness::paused()), a failure poll
+  // before the call sends anything or writes into a peer's memory.
+  void check_after_pause(const Task& task);
   void* scratch_buffer(size_t bytes, int slot, MemoryType memory);
 
  private:
@@ -104,9 +107,7 @@ class Engine {
   bool mark_aborted(const std::string& reason, bool revoked);
   [[noreturn]] void throw_aborted();
   void check_open_locked() const;  // caller holds mu_
-  // After a pause of this process (Liveness::paused()), a failure poll before the call sends anything.
-  void check_after_pause(const Task& task);
-  bool pause_pending();  // a pause seen and its poll not yet made
+  bool pause_pending();            // a pause seen and its poll not yet made
 
   // Point-to-point (point_to_point.cc).
   void post(Task task);
