@@ -176,8 +176,10 @@ void EngineChannel::write_peer(int peer, void* remote, const void* local, size_t
   // after the others left it: the peer's buffer may be freed by now, and
   // writing it would corrupt the peer. The check leaves a window of a few
   // instructions before the write (docs/api.md, Shrinking).
-  blaming_first_failure([&] { engine_.check_after_pause(task_); });
-  blaming_first_failure([&] { copying_peer(peer, [&] { ep_.shm->write_peer(peer, remote, local, bytes); }); });
+  blaming_first_failure([&] {
+    engine_.check_after_pause(task_);
+    copying_peer(peer, [&] { ep_.shm->write_peer(peer, remote, local, bytes); });
+  });
 }
 
 void EngineChannel::idle(int peer, unsigned spins) {
