@@ -309,7 +309,14 @@ bool shm_rooted_one_cell(Channel& ch, const VariableArgs& a, const RingOptions& 
   const size_t in_bytes = gather ? block : n * block, out_bytes = gather ? n * block : block;
   if (r == root && own_from != own_to && overlap(in, in_bytes, out, out_bytes)) return false;
   Segments s(ch, o.shm_chunk_bytes, called);
-  // Piece q of a slot is rank q's block, as in staged_alltoallv.
+  // Piece q of a slot is rank q's block, as in staged_alltoallv: a gather's
+  // sender writes piece `root`, a scatter's root the others, from piece 0 up
+  // to its own and on past it.
+  if (gather) {
+    s.take_next_cells(o, size_t(root) * block, block);
+  } else {
+    s.take_next_cells(o, root == 0 ? block : 0, root == 0 ? (n - 1) * block : size_t(root) * block);
+  }
   s.staged(
       1, n * block, gather ? Flow{-1, root} : Flow{root, -1},
       [&](size_t, std::byte* slot) {
