@@ -310,8 +310,8 @@ bool shm_rooted_one_cell(Channel& ch, const VariableArgs& a, const RingOptions& 
   if (r == root && own_from != own_to && overlap(in, in_bytes, out, out_bytes)) return false;
   Segments s(ch, o.shm_chunk_bytes, called);
   // Piece q of a slot is rank q's block, as in staged_alltoallv: a gather's
-  // sender writes piece `root`, a scatter's root the others, from piece 0 up
-  // to its own and on past it.
+  // sender writes piece `root`; a scatter's root every other piece, taken
+  // ahead from piece 1 if it is rank 0, else the pieces before its own.
   if (gather) {
     s.take_next_cells(o, size_t(root) * block, block);
   } else {

@@ -262,10 +262,10 @@ class Segments {
 
   // A one-cell call's stager, once it stamped cell g, takes for writing
   // lines it will write in cell g + 1 if its next call is alike, while the
-  // caller goes on. The reader copied that cell's lines out a round of cells ago and still
-  // holds them: written without this, each store waits for the line to
-  // leave the reader's cache (docs/algorithms.md, 'shm: the next cell
-  // taken ahead').
+  // caller goes on. The reader copied that cell out a round of cells ago
+  // and still holds its lines: written without this, each store waits for
+  // its line to leave the reader's cache (docs/algorithms.md, 'shm: the
+  // next cell taken ahead').
   void take_next_cell(uint64_t g) const {
     const std::byte* next = data(r_, g + 1) + take_from_;
     for (size_t b = 0; b < kTakeNextBytes; b += kCacheLine) prefetch_for_write(next + b);
